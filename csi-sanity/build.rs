@@ -1,0 +1,5 @@
+include!("../proto/compile.rs");
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    compile_csi(std::path::Path::new("../proto"))
+}

@@ -1,0 +1,1 @@
+//! Composition root: clients, driver handshake, controllers, HTTP server, graceful shutdown.

@@ -1,0 +1,1 @@
+//! HTTP server on `--http-endpoint`: metrics and health endpoints.

@@ -1,0 +1,23 @@
+//! A drop-in Rust replacement for the Kubernetes CSI external-provisioner sidecar.
+//!
+//! ```text
+//!  PVC/SC/PV watches ──► provision::plan (pure) ──► CreateVolume ──► PV (with finalizer)
+//!  PV watch ─────────► reclaim::plan (pure) ────► DeleteVolume ──► PV deleted, finalizer removed
+//!  node mode ────────► node::ownership / node::gone (pure) ──► the same two shells
+//! ```
+//!
+//! Every controller is a pure decision function over typed objects plus a thin effectful shell.
+
+pub mod app;
+pub mod cli;
+pub mod config;
+pub mod csi;
+pub mod http;
+pub mod k8s;
+pub mod metrics;
+pub mod names;
+pub mod node;
+pub mod provision;
+pub mod reclaim;
+pub mod retry;
+pub mod telemetry;

@@ -1,0 +1,1 @@
+//! Metrics registry with the upstream metric names and labels.

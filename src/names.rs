@@ -1,0 +1,124 @@
+//! Every wire string the sidecar reads or writes: annotations, finalizers, StorageClass parameter
+//! keys, event reasons, labels. Upstream-compatible strings match the Go sidecar byte for byte
+//! (`shared/reference/upstream-external-provisioner.md` §3); our own additions live under
+//! [`OUR_PREFIX`] so they can never collide with a Kubernetes-owned key.
+
+// === Annotations read on PVCs ===
+
+/// GA provisioner annotation set by the PV controller; must name our driver.
+pub const ANN_STORAGE_PROVISIONER: &str = "volume.kubernetes.io/storage-provisioner";
+/// Beta provisioner annotation, read when the GA one is absent.
+pub const ANN_BETA_STORAGE_PROVISIONER: &str = "volume.beta.kubernetes.io/storage-provisioner";
+/// CSI migration marker on PVCs and PVs.
+pub const ANN_MIGRATED_TO: &str = "pv.kubernetes.io/migrated-to";
+/// Node chosen by the scheduler (delayed binding) or by a node-deployment instance.
+pub const ANN_SELECTED_NODE: &str = "volume.kubernetes.io/selected-node";
+/// Alpha selected-node key, accepted only as a fallback source of the node name.
+pub const ANN_ALPHA_SELECTED_NODE: &str = "volume.alpha.kubernetes.io/selected-node";
+/// Beta storage-class annotation; takes precedence over `spec.storageClassName`.
+pub const ANN_BETA_STORAGE_CLASS: &str = "volume.beta.kubernetes.io/storage-class";
+
+// === Annotations written on PVs ===
+
+/// Which provisioner created a PV; the ownership check for deletion.
+pub const ANN_PROVISIONED_BY: &str = "pv.kubernetes.io/provisioned-by";
+/// Resolved provisioner secret name used for DeleteVolume (always set, may be empty).
+pub const ANN_DELETION_SECRET_NAME: &str = "volume.kubernetes.io/provisioner-deletion-secret-name";
+/// Resolved provisioner secret namespace used for DeleteVolume (always set, may be empty).
+pub const ANN_DELETION_SECRET_NAMESPACE: &str =
+    "volume.kubernetes.io/provisioner-deletion-secret-namespace";
+/// Controller-modify secret name, read by external-resizer.
+pub const ANN_MODIFY_SECRET_NAME: &str = "volume.kubernetes.io/controller-modify-secret-name";
+/// Controller-modify secret namespace, read by external-resizer.
+pub const ANN_MODIFY_SECRET_NAMESPACE: &str =
+    "volume.kubernetes.io/controller-modify-secret-namespace";
+/// Set by the PV controller once it has bound a PV/PVC pair.
+pub const ANN_BIND_COMPLETED: &str = "pv.kubernetes.io/bind-completed";
+/// Set by the PV controller on PVs it bound itself.
+pub const ANN_BOUND_BY_CONTROLLER: &str = "pv.kubernetes.io/bound-by-controller";
+/// Key in `pv.spec.csi.volumeAttributes` holding the provisioner identity.
+pub const VOLUME_ATTR_PROVISIONER_IDENTITY: &str = "storage.kubernetes.io/csiProvisionerIdentity";
+/// VolumeSnapshotContent annotation that allows a volume-mode change on restore.
+pub const ANN_ALLOW_VOLUME_MODE_CHANGE: &str = "snapshot.storage.k8s.io/allow-volume-mode-change";
+
+// === Finalizers ===
+
+/// KEP-2644 deletion-protection finalizer on PVs we own.
+pub const FINALIZER_PV_DELETION_PROTECTION: &str =
+    "external-provisioner.volume.kubernetes.io/finalizer";
+/// Clone-source protection finalizer on source PVCs.
+pub const FINALIZER_CLONING_PROTECTION: &str = "provisioner.storage.kubernetes.io/cloning-protection";
+/// Snapshot-source protection finalizer on VolumeSnapshots.
+pub const FINALIZER_SNAPSHOT_SOURCE_PROTECTION: &str =
+    "provisioner.storage.kubernetes.io/volumesnapshot-as-source-protection";
+/// Kubernetes' own PV protection finalizer (never touched by us).
+pub const FINALIZER_PV_PROTECTION: &str = "kubernetes.io/pv-protection";
+/// Kubernetes' own PVC protection finalizer (never touched by us).
+pub const FINALIZER_PVC_PROTECTION: &str = "kubernetes.io/pvc-protection";
+
+// === Our own keys (extensions over upstream) ===
+
+/// Prefix of every key this implementation adds on top of upstream's.
+pub const OUR_PREFIX: &str = "csi-provisioner.rs/";
+/// PVC finalizer written *before* the first CreateVolume and removed only once the PV exists or the
+/// volume has been deleted again: the durable record of a provisioning intent (upstream issue 486).
+pub const FINALIZER_PROVISIONING_INTENT: &str = "csi-provisioner.rs/provisioning-intent";
+/// PVC annotation next to [`FINALIZER_PROVISIONING_INTENT`]: the volume name CreateVolume was called with.
+pub const ANN_INTENT_VOLUME_NAME: &str = "csi-provisioner.rs/volume-name";
+/// PVC annotation: the volume id once CreateVolume has answered (lets clean-up skip the replay).
+pub const ANN_INTENT_VOLUME_ID: &str = "csi-provisioner.rs/volume-id";
+/// PVC annotations: the provisioner secret used for the intent, needed to delete the volume again.
+pub const ANN_INTENT_SECRET_NAME: &str = "csi-provisioner.rs/secret-name";
+/// See [`ANN_INTENT_SECRET_NAME`].
+pub const ANN_INTENT_SECRET_NAMESPACE: &str = "csi-provisioner.rs/secret-namespace";
+/// PV annotation: name of the Node the volume was provisioned on (node-deployment mode).
+pub const ANN_NODE_NAME: &str = "csi-provisioner.rs/node-name";
+/// PV annotation: UID of that Node, so a re-created Node of the same name is told apart.
+pub const ANN_NODE_UID: &str = "csi-provisioner.rs/node-uid";
+
+// === StorageClass parameters ===
+
+/// Prefix of the reserved StorageClass parameter keys.
+pub const PARAM_PREFIX: &str = "csi.storage.k8s.io/";
+/// Prefixed fsType key.
+pub const PARAM_FSTYPE: &str = "csi.storage.k8s.io/fstype";
+/// Deprecated fsType key, matched case-insensitively.
+pub const PARAM_FSTYPE_DEPRECATED: &str = "fstype";
+/// Extra-create-metadata keys added to CreateVolume parameters.
+pub const PARAM_PVC_NAME: &str = "csi.storage.k8s.io/pvc/name";
+/// See [`PARAM_PVC_NAME`].
+pub const PARAM_PVC_NAMESPACE: &str = "csi.storage.k8s.io/pvc/namespace";
+/// See [`PARAM_PVC_NAME`].
+pub const PARAM_PV_NAME: &str = "csi.storage.k8s.io/pv/name";
+
+// === Event reasons ===
+
+/// Normal, on the PVC, before every CreateVolume.
+pub const EVENT_PROVISIONING: &str = "Provisioning";
+/// Normal, on the PVC, after the PV object is saved.
+pub const EVENT_PROVISIONING_SUCCEEDED: &str = "ProvisioningSucceeded";
+/// Warning, on the PVC, on any provisioning error.
+pub const EVENT_PROVISIONING_FAILED: &str = "ProvisioningFailed";
+/// Warning, on the PV, when deletion fails.
+pub const EVENT_VOLUME_FAILED_DELETE: &str = "VolumeFailedDelete";
+/// Warning, on the PVC, when cleaning up a volume after a failed provisioning failed.
+pub const EVENT_PROVISIONING_CLEANUP_FAILED: &str = "ProvisioningCleanupFailed";
+/// Normal, on the PV, when a volume of a node that no longer exists is answered as deleted.
+pub const EVENT_VOLUME_NODE_GONE: &str = "VolumeNodeGone";
+/// Warning, on the PVC, when a selected node has no instance of our driver and is cleared.
+pub const EVENT_SELECTED_NODE_CLEARED: &str = "SelectedNodeCleared";
+
+/// Event source component of the csi-prov part of upstream.
+pub const EVENT_COMPONENT: &str = "external-provisioner";
+
+// === Labels ===
+
+/// CSIStorageCapacity label naming the driver.
+pub const LABEL_DRIVER_NAME: &str = "csi.storage.k8s.io/drivername";
+/// CSIStorageCapacity label naming the managing instance.
+pub const LABEL_MANAGED_BY: &str = "csi.storage.k8s.io/managed-by";
+
+// === Environment ===
+
+/// Node name in node-deployment mode.
+pub const ENV_NODE_NAME: &str = "NODE_NAME";

@@ -1,0 +1,1 @@
+//! Node ownership in node-deployment mode, and volumes whose node no longer exists.

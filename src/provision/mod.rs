@@ -1,0 +1,2 @@
+//! Provisioning: PVC -> CreateVolume -> PV. Pure decisions (which claims, the request, secrets,
+//! topology, the PV object) plus the controller shell that executes them.

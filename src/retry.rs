@@ -1,0 +1,1 @@
+//! Per-object exponential backoff (`--retry-interval-start` .. `--retry-interval-max`).

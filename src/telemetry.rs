@@ -1,0 +1,1 @@
+//! Logging set-up: text or JSON, `-v` levels mapped to tracing levels.
