@@ -1,2 +1,8 @@
 //! Kubernetes access: the rate-limited client, watches and reflector stores, conflict-free
 //! finalizer patches, error classification and the event recorder.
+
+pub mod client;
+pub mod errors;
+pub mod patch;
+pub mod events;
+pub mod watch;

@@ -1,0 +1,1 @@
+//! Classification of Kubernetes API errors into what a controller should do next.

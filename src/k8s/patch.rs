@@ -1,0 +1,1 @@
+//! Conflict-free finalizer and annotation patches that never depend on a stale cached copy.
