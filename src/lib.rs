@@ -21,3 +21,5 @@ pub mod provision;
 pub mod reclaim;
 pub mod retry;
 pub mod telemetry;
+#[cfg(test)]
+pub(crate) mod testing;

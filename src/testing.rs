@@ -1,0 +1,740 @@
+//! Test-only scenario builders for the Kubernetes objects the controllers read, so a unit test reads
+//! like its scenario: `pvc("ns", "c").class("fast").selected_node("n1").deleting().build()`.
+//!
+//! Every builder starts from a minimal valid object, each method sets one thing and returns the
+//! builder, and `build()` (or `.into()`) hands out the k8s-openapi value. Defaults:
+//! - a PVC is `Pending`, `ReadWriteOnce`, requests `1Gi`, has UID `uid-<ns>-<name>`, no class;
+//! - a StorageClass is provisioned by [`DRIVER`] with no parameters (binding mode unset = Immediate);
+//! - a PV is a CSI volume of [`DRIVER`] with handle `handle-<name>`;
+//! - a Node has UID `uid-<name>`; a CSINode has no drivers.
+//!
+//! Extend freely: add a method rather than poking at `.build()` output in a test.
+
+// A toolbox: not every builder is used by every module's tests at any one time.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{
+    CSIPersistentVolumeSource, Node, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm,
+    ObjectReference, PersistentVolume, PersistentVolumeClaim, PersistentVolumeClaimSpec,
+    PersistentVolumeClaimStatus, PersistentVolumeSpec, PersistentVolumeStatus, SecretReference,
+    TopologySelectorLabelRequirement, TopologySelectorTerm, TypedLocalObjectReference,
+    TypedObjectReference, VolumeNodeAffinity, VolumeResourceRequirements,
+};
+use k8s_openapi::api::storage::v1::{
+    CSINode, CSINodeDriver, CSINodeSpec, StorageClass, VolumeAttachment, VolumeAttachmentSource,
+    VolumeAttachmentSpec, VolumeAttachmentStatus, VolumeAttributesClass,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, Time};
+
+use crate::names;
+
+/// Driver name every builder uses unless told otherwise.
+pub const DRIVER: &str = "mock.csi.test";
+
+/// A fixed deletion timestamp: tests never depend on the wall clock.
+pub fn deletion_time() -> Time {
+    Time(jiff::Timestamp::from_second(1_700_000_000).expect("valid timestamp"))
+}
+
+fn meta(namespace: Option<&str>, name: &str, uid: String) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(name.to_owned()),
+        namespace: namespace.map(str::to_owned),
+        uid: Some(uid),
+        resource_version: Some("1".to_owned()),
+        ..ObjectMeta::default()
+    }
+}
+
+fn strings<I, S>(items: I) -> Vec<String>
+where
+    I: IntoIterator<Item = S>,
+    S: Into<String>,
+{
+    items.into_iter().map(Into::into).collect()
+}
+
+/// Shared metadata setters (annotations, labels, finalizers, deletion) for every builder.
+macro_rules! meta_setters {
+    ($builder:ident, $ty:ident) => {
+        impl $builder {
+            /// Sets `metadata.uid`.
+            pub fn uid(mut self, uid: &str) -> Self {
+                self.obj.metadata.uid = Some(uid.to_owned());
+                self
+            }
+            /// Removes `metadata.uid` (a corrupted object).
+            pub fn no_uid(mut self) -> Self {
+                self.obj.metadata.uid = None;
+                self
+            }
+            /// Sets `metadata.resourceVersion`.
+            pub fn resource_version(mut self, rv: &str) -> Self {
+                self.obj.metadata.resource_version = Some(rv.to_owned());
+                self
+            }
+            /// Adds one annotation.
+            pub fn annotation(mut self, key: &str, value: &str) -> Self {
+                self.obj
+                    .metadata
+                    .annotations
+                    .get_or_insert_with(BTreeMap::new)
+                    .insert(key.to_owned(), value.to_owned());
+                self
+            }
+            /// Adds one label.
+            pub fn label(mut self, key: &str, value: &str) -> Self {
+                self.obj
+                    .metadata
+                    .labels
+                    .get_or_insert_with(BTreeMap::new)
+                    .insert(key.to_owned(), value.to_owned());
+                self
+            }
+            /// Adds one finalizer.
+            pub fn finalizer(mut self, finalizer: &str) -> Self {
+                self.obj
+                    .metadata
+                    .finalizers
+                    .get_or_insert_with(Vec::new)
+                    .push(finalizer.to_owned());
+                self
+            }
+            /// Sets `metadata.deletionTimestamp` (to [`deletion_time`]).
+            pub fn deleting(mut self) -> Self {
+                self.obj.metadata.deletion_timestamp = Some(deletion_time());
+                self
+            }
+            /// Returns the built object.
+            pub fn build(self) -> $ty {
+                self.obj
+            }
+        }
+        impl From<$builder> for $ty {
+            fn from(builder: $builder) -> Self {
+                builder.build()
+            }
+        }
+    };
+}
+
+// === PersistentVolumeClaim ===
+
+/// Builder returned by [`pvc`].
+#[derive(Clone, Debug)]
+pub struct PvcBuilder {
+    obj: PersistentVolumeClaim,
+}
+
+/// A pending `ReadWriteOnce` claim of `1Gi` with UID `uid-<ns>-<name>`.
+pub fn pvc(namespace: &str, name: &str) -> PvcBuilder {
+    let mut requests = BTreeMap::new();
+    requests.insert("storage".to_owned(), Quantity("1Gi".to_owned()));
+    PvcBuilder {
+        obj: PersistentVolumeClaim {
+            metadata: meta(Some(namespace), name, format!("uid-{namespace}-{name}")),
+            spec: Some(PersistentVolumeClaimSpec {
+                access_modes: Some(vec!["ReadWriteOnce".to_owned()]),
+                resources: Some(VolumeResourceRequirements {
+                    requests: Some(requests),
+                    limits: None,
+                }),
+                ..PersistentVolumeClaimSpec::default()
+            }),
+            status: Some(PersistentVolumeClaimStatus {
+                phase: Some("Pending".to_owned()),
+                ..PersistentVolumeClaimStatus::default()
+            }),
+        },
+    }
+}
+
+meta_setters!(PvcBuilder, PersistentVolumeClaim);
+
+impl PvcBuilder {
+    fn spec(&mut self) -> &mut PersistentVolumeClaimSpec {
+        self.obj.spec.get_or_insert_with(Default::default)
+    }
+
+    /// Sets the GA `volume.kubernetes.io/storage-provisioner` annotation.
+    pub fn provisioner(self, driver: &str) -> Self {
+        self.annotation(names::ANN_STORAGE_PROVISIONER, driver)
+    }
+    /// Sets only the beta `volume.beta.kubernetes.io/storage-provisioner` annotation.
+    pub fn beta_provisioner(self, driver: &str) -> Self {
+        self.annotation(names::ANN_BETA_STORAGE_PROVISIONER, driver)
+    }
+    /// Sets `spec.storageClassName`.
+    pub fn class(mut self, class: &str) -> Self {
+        self.spec().storage_class_name = Some(class.to_owned());
+        self
+    }
+    /// Sets the beta `volume.beta.kubernetes.io/storage-class` annotation.
+    pub fn beta_class(self, class: &str) -> Self {
+        self.annotation(names::ANN_BETA_STORAGE_CLASS, class)
+    }
+    /// Sets `resources.requests.storage` (any string, so invalid sizes can be tested).
+    pub fn request(mut self, size: &str) -> Self {
+        self.spec()
+            .resources
+            .get_or_insert_with(Default::default)
+            .requests
+            .get_or_insert_with(BTreeMap::new)
+            .insert("storage".to_owned(), Quantity(size.to_owned()));
+        self
+    }
+    /// Removes `resources.requests.storage`.
+    pub fn no_request(mut self) -> Self {
+        if let Some(requests) = self
+            .spec()
+            .resources
+            .as_mut()
+            .and_then(|r| r.requests.as_mut())
+        {
+            requests.remove("storage");
+        }
+        self
+    }
+    /// Replaces `spec.accessModes`.
+    pub fn access_modes<I, S>(mut self, modes: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.spec().access_modes = Some(strings(modes));
+        self
+    }
+    /// Sets `volume.kubernetes.io/selected-node`.
+    pub fn selected_node(self, node: &str) -> Self {
+        self.annotation(names::ANN_SELECTED_NODE, node)
+    }
+    /// Sets `spec.volumeMode: Block`.
+    pub fn volume_mode_block(mut self) -> Self {
+        self.spec().volume_mode = Some("Block".to_owned());
+        self
+    }
+    /// Sets `spec.volumeMode: Filesystem`.
+    pub fn volume_mode_filesystem(mut self) -> Self {
+        self.spec().volume_mode = Some("Filesystem".to_owned());
+        self
+    }
+    /// Sets `spec.volumeName` (bound or pre-bound claim).
+    pub fn volume_name(mut self, pv: &str) -> Self {
+        self.spec().volume_name = Some(pv.to_owned());
+        self
+    }
+    /// Sets a label selector with one `matchLabels` entry.
+    pub fn selector(mut self, key: &str, value: &str) -> Self {
+        let mut labels = BTreeMap::new();
+        labels.insert(key.to_owned(), value.to_owned());
+        self.spec().selector = Some(LabelSelector {
+            match_labels: Some(labels),
+            match_expressions: None,
+        });
+        self
+    }
+    /// Sets `spec.dataSource`.
+    pub fn data_source(mut self, api_group: Option<&str>, kind: &str, name: &str) -> Self {
+        self.spec().data_source = Some(TypedLocalObjectReference {
+            api_group: api_group.map(str::to_owned),
+            kind: kind.to_owned(),
+            name: name.to_owned(),
+        });
+        self
+    }
+    /// Sets `spec.dataSourceRef`.
+    pub fn data_source_ref(
+        mut self,
+        api_group: Option<&str>,
+        kind: &str,
+        name: &str,
+        namespace: Option<&str>,
+    ) -> Self {
+        self.spec().data_source_ref = Some(TypedObjectReference {
+            api_group: api_group.map(str::to_owned),
+            kind: kind.to_owned(),
+            name: name.to_owned(),
+            namespace: namespace.map(str::to_owned),
+        });
+        self
+    }
+    /// Sets `spec.volumeAttributesClassName`.
+    pub fn vac(mut self, class: &str) -> Self {
+        self.spec().volume_attributes_class_name = Some(class.to_owned());
+        self
+    }
+    /// Sets `status.phase`.
+    pub fn phase(mut self, phase: &str) -> Self {
+        self.obj.status.get_or_insert_with(Default::default).phase = Some(phase.to_owned());
+        self
+    }
+}
+
+// === StorageClass ===
+
+/// Builder returned by [`sc`].
+#[derive(Clone, Debug)]
+pub struct ScBuilder {
+    obj: StorageClass,
+}
+
+/// A StorageClass of [`DRIVER`] with UID `uid-<name>` and nothing else set.
+pub fn sc(name: &str) -> ScBuilder {
+    ScBuilder {
+        obj: StorageClass {
+            metadata: meta(None, name, format!("uid-{name}")),
+            provisioner: DRIVER.to_owned(),
+            ..StorageClass::default()
+        },
+    }
+}
+
+meta_setters!(ScBuilder, StorageClass);
+
+impl ScBuilder {
+    /// Sets `provisioner`.
+    pub fn provisioner(mut self, driver: &str) -> Self {
+        self.obj.provisioner = driver.to_owned();
+        self
+    }
+    /// Adds one parameter.
+    pub fn param(mut self, key: &str, value: &str) -> Self {
+        self.obj
+            .parameters
+            .get_or_insert_with(BTreeMap::new)
+            .insert(key.to_owned(), value.to_owned());
+        self
+    }
+    /// Sets `volumeBindingMode: WaitForFirstConsumer`.
+    pub fn binding_wffc(mut self) -> Self {
+        self.obj.volume_binding_mode = Some("WaitForFirstConsumer".to_owned());
+        self
+    }
+    /// Sets `volumeBindingMode: Immediate` explicitly.
+    pub fn binding_immediate(mut self) -> Self {
+        self.obj.volume_binding_mode = Some("Immediate".to_owned());
+        self
+    }
+    /// Appends one `allowedTopologies` term: the AND of its `(key, values)` expressions.
+    pub fn allowed_topology<'a, I>(mut self, expressions: I) -> Self
+    where
+        I: IntoIterator<Item = (&'a str, Vec<&'a str>)>,
+    {
+        let term = topology_term(expressions);
+        self.obj
+            .allowed_topologies
+            .get_or_insert_with(Vec::new)
+            .push(term);
+        self
+    }
+    /// Sets `reclaimPolicy: Retain`.
+    pub fn reclaim_retain(self) -> Self {
+        self.reclaim("Retain")
+    }
+    /// Sets `reclaimPolicy`.
+    pub fn reclaim(mut self, policy: &str) -> Self {
+        self.obj.reclaim_policy = Some(policy.to_owned());
+        self
+    }
+    /// Sets `mountOptions`.
+    pub fn mount_options<I, S>(mut self, options: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.obj.mount_options = Some(strings(options));
+        self
+    }
+}
+
+/// One `TopologySelectorTerm` from `(key, values)` expressions.
+pub fn topology_term<'a, I>(expressions: I) -> TopologySelectorTerm
+where
+    I: IntoIterator<Item = (&'a str, Vec<&'a str>)>,
+{
+    TopologySelectorTerm {
+        match_label_expressions: Some(
+            expressions
+                .into_iter()
+                .map(|(key, values)| TopologySelectorLabelRequirement {
+                    key: key.to_owned(),
+                    values: strings(values),
+                })
+                .collect(),
+        ),
+    }
+}
+
+// === PersistentVolume ===
+
+/// Builder returned by [`pv`].
+#[derive(Clone, Debug)]
+pub struct PvBuilder {
+    obj: PersistentVolume,
+}
+
+/// A CSI PV of [`DRIVER`] with handle `handle-<name>`, `ReadWriteOnce`, `1Gi`, no claim, no phase.
+pub fn pv(name: &str) -> PvBuilder {
+    let mut capacity = BTreeMap::new();
+    capacity.insert("storage".to_owned(), Quantity("1Gi".to_owned()));
+    PvBuilder {
+        obj: PersistentVolume {
+            metadata: meta(None, name, format!("uid-{name}")),
+            spec: Some(PersistentVolumeSpec {
+                access_modes: Some(vec!["ReadWriteOnce".to_owned()]),
+                capacity: Some(capacity),
+                csi: Some(CSIPersistentVolumeSource {
+                    driver: DRIVER.to_owned(),
+                    volume_handle: format!("handle-{name}"),
+                    ..CSIPersistentVolumeSource::default()
+                }),
+                ..PersistentVolumeSpec::default()
+            }),
+            status: None,
+        },
+    }
+}
+
+meta_setters!(PvBuilder, PersistentVolume);
+
+impl PvBuilder {
+    fn spec(&mut self) -> &mut PersistentVolumeSpec {
+        self.obj.spec.get_or_insert_with(Default::default)
+    }
+    fn csi(&mut self) -> &mut CSIPersistentVolumeSource {
+        self.spec().csi.get_or_insert_with(Default::default)
+    }
+
+    /// Sets `spec.csi.driver`.
+    pub fn driver(mut self, driver: &str) -> Self {
+        self.csi().driver = driver.to_owned();
+        self
+    }
+    /// Sets `spec.csi.volumeHandle`.
+    pub fn handle(mut self, handle: &str) -> Self {
+        self.csi().volume_handle = handle.to_owned();
+        self
+    }
+    /// Removes `spec.csi` (a non-CSI volume).
+    pub fn no_csi(mut self) -> Self {
+        self.spec().csi = None;
+        self
+    }
+    /// Adds one `spec.csi.volumeAttributes` entry.
+    pub fn volume_attribute(mut self, key: &str, value: &str) -> Self {
+        self.csi()
+            .volume_attributes
+            .get_or_insert_with(BTreeMap::new)
+            .insert(key.to_owned(), value.to_owned());
+        self
+    }
+    /// Sets `spec.claimRef` to the claim (kind, apiVersion, namespace, name, uid, resourceVersion).
+    pub fn claim(mut self, claim: &PersistentVolumeClaim) -> Self {
+        self.spec().claim_ref = Some(ObjectReference {
+            api_version: Some("v1".to_owned()),
+            kind: Some("PersistentVolumeClaim".to_owned()),
+            namespace: claim.metadata.namespace.clone(),
+            name: claim.metadata.name.clone(),
+            uid: claim.metadata.uid.clone(),
+            resource_version: claim.metadata.resource_version.clone(),
+            ..ObjectReference::default()
+        });
+        self
+    }
+    /// Sets `spec.claimRef` from its parts (for a claim that no longer exists).
+    pub fn claim_ref(mut self, namespace: &str, name: &str, uid: &str) -> Self {
+        self.spec().claim_ref = Some(ObjectReference {
+            api_version: Some("v1".to_owned()),
+            kind: Some("PersistentVolumeClaim".to_owned()),
+            namespace: Some(namespace.to_owned()),
+            name: Some(name.to_owned()),
+            uid: Some(uid.to_owned()),
+            ..ObjectReference::default()
+        });
+        self
+    }
+    /// Sets `status.phase` (`Pending`, `Available`, `Bound`, `Released`, `Failed`).
+    pub fn phase(mut self, phase: &str) -> Self {
+        self.obj
+            .status
+            .get_or_insert_with(PersistentVolumeStatus::default)
+            .phase = Some(phase.to_owned());
+        self
+    }
+    /// Sets `spec.persistentVolumeReclaimPolicy`.
+    pub fn reclaim(mut self, policy: &str) -> Self {
+        self.spec().persistent_volume_reclaim_policy = Some(policy.to_owned());
+        self
+    }
+    /// Sets the `pv.kubernetes.io/provisioned-by` annotation.
+    pub fn provisioned_by(self, driver: &str) -> Self {
+        self.annotation(names::ANN_PROVISIONED_BY, driver)
+    }
+    /// Sets the deletion-secret annotation pair (as the provisioner writes it, possibly empty).
+    pub fn deletion_secret(self, name: &str, namespace: &str) -> Self {
+        self.annotation(names::ANN_DELETION_SECRET_NAME, name)
+            .annotation(names::ANN_DELETION_SECRET_NAMESPACE, namespace)
+    }
+    /// Sets `spec.storageClassName`.
+    pub fn class(mut self, class: &str) -> Self {
+        self.spec().storage_class_name = Some(class.to_owned());
+        self
+    }
+    /// Sets `spec.capacity.storage`.
+    pub fn capacity(mut self, size: &str) -> Self {
+        self.spec()
+            .capacity
+            .get_or_insert_with(BTreeMap::new)
+            .insert("storage".to_owned(), Quantity(size.to_owned()));
+        self
+    }
+    /// Sets `spec.csi.controllerPublishSecretRef`.
+    pub fn controller_publish_secret(mut self, name: &str, namespace: &str) -> Self {
+        self.csi().controller_publish_secret_ref = Some(SecretReference {
+            name: Some(name.to_owned()),
+            namespace: Some(namespace.to_owned()),
+        });
+        self
+    }
+    /// Appends one required node-selector term: the AND of `key In [value]` expressions, the
+    /// shape the provisioner writes from a CSI accessible topology.
+    pub fn node_affinity<'a, I>(mut self, segments: I) -> Self
+    where
+        I: IntoIterator<Item = (&'a str, &'a str)>,
+    {
+        let term = NodeSelectorTerm {
+            match_expressions: Some(
+                segments
+                    .into_iter()
+                    .map(|(key, value)| NodeSelectorRequirement {
+                        key: key.to_owned(),
+                        operator: "In".to_owned(),
+                        values: Some(vec![value.to_owned()]),
+                    })
+                    .collect(),
+            ),
+            match_fields: None,
+        };
+        self.spec()
+            .node_affinity
+            .get_or_insert_with(VolumeNodeAffinity::default)
+            .required
+            .get_or_insert_with(NodeSelector::default)
+            .node_selector_terms
+            .push(term);
+        self
+    }
+    /// Sets `spec.volumeMode: Block`.
+    pub fn volume_mode_block(mut self) -> Self {
+        self.spec().volume_mode = Some("Block".to_owned());
+        self
+    }
+}
+
+// === Node and CSINode ===
+
+/// Builder returned by [`node`].
+#[derive(Clone, Debug)]
+pub struct NodeBuilder {
+    obj: Node,
+}
+
+/// A Node with UID `uid-<name>` and no labels.
+pub fn node(name: &str) -> NodeBuilder {
+    NodeBuilder {
+        obj: Node {
+            metadata: meta(None, name, format!("uid-{name}")),
+            ..Node::default()
+        },
+    }
+}
+
+meta_setters!(NodeBuilder, Node);
+
+impl NodeBuilder {
+    /// Adds several labels.
+    pub fn labels<'a, I>(mut self, labels: I) -> Self
+    where
+        I: IntoIterator<Item = (&'a str, &'a str)>,
+    {
+        for (key, value) in labels {
+            self = self.label(key, value);
+        }
+        self
+    }
+}
+
+/// Builder returned by [`csinode`].
+#[derive(Clone, Debug)]
+pub struct CsiNodeBuilder {
+    obj: CSINode,
+}
+
+/// A CSINode (named like its Node) with no drivers.
+pub fn csinode(name: &str) -> CsiNodeBuilder {
+    CsiNodeBuilder {
+        obj: CSINode {
+            metadata: meta(None, name, format!("uid-csinode-{name}")),
+            spec: CSINodeSpec { drivers: vec![] },
+        },
+    }
+}
+
+meta_setters!(CsiNodeBuilder, CSINode);
+
+impl CsiNodeBuilder {
+    /// Registers a driver with its node id and topology keys (an empty list means none reported).
+    pub fn driver<I, S>(mut self, driver: &str, node_id: &str, topology_keys: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        let keys = strings(topology_keys);
+        self.obj.spec.drivers.push(CSINodeDriver {
+            name: driver.to_owned(),
+            node_id: node_id.to_owned(),
+            topology_keys: (!keys.is_empty()).then_some(keys),
+            allocatable: None,
+        });
+        self
+    }
+}
+
+// === VolumeAttachment and VolumeAttributesClass ===
+
+/// Builder returned by [`volume_attachment`].
+#[derive(Clone, Debug)]
+pub struct VolumeAttachmentBuilder {
+    obj: VolumeAttachment,
+}
+
+/// A VolumeAttachment by [`DRIVER`] of PV `pv` to node `node`, not attached.
+pub fn volume_attachment(name: &str, pv: &str, node: &str) -> VolumeAttachmentBuilder {
+    VolumeAttachmentBuilder {
+        obj: VolumeAttachment {
+            metadata: meta(None, name, format!("uid-{name}")),
+            spec: VolumeAttachmentSpec {
+                attacher: DRIVER.to_owned(),
+                node_name: node.to_owned(),
+                source: VolumeAttachmentSource {
+                    persistent_volume_name: Some(pv.to_owned()),
+                    inline_volume_spec: None,
+                },
+            },
+            status: None,
+        },
+    }
+}
+
+meta_setters!(VolumeAttachmentBuilder, VolumeAttachment);
+
+impl VolumeAttachmentBuilder {
+    /// Sets `spec.attacher`.
+    pub fn attacher(mut self, driver: &str) -> Self {
+        self.obj.spec.attacher = driver.to_owned();
+        self
+    }
+    /// Sets `status.attached`.
+    pub fn attached(mut self, attached: bool) -> Self {
+        self.obj
+            .status
+            .get_or_insert_with(VolumeAttachmentStatus::default)
+            .attached = attached;
+        self
+    }
+}
+
+/// Builder returned by [`vac`].
+#[derive(Clone, Debug)]
+pub struct VacBuilder {
+    obj: VolumeAttributesClass,
+}
+
+/// A VolumeAttributesClass of [`DRIVER`] with no parameters.
+pub fn vac(name: &str) -> VacBuilder {
+    VacBuilder {
+        obj: VolumeAttributesClass {
+            metadata: meta(None, name, format!("uid-{name}")),
+            driver_name: DRIVER.to_owned(),
+            parameters: None,
+        },
+    }
+}
+
+meta_setters!(VacBuilder, VolumeAttributesClass);
+
+impl VacBuilder {
+    /// Sets `driverName`.
+    pub fn driver(mut self, driver: &str) -> Self {
+        self.obj.driver_name = driver.to_owned();
+        self
+    }
+    /// Adds one parameter.
+    pub fn param(mut self, key: &str, value: &str) -> Self {
+        self.obj
+            .parameters
+            .get_or_insert_with(BTreeMap::new)
+            .insert(key.to_owned(), value.to_owned());
+        self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pvc_builder_sets_what_the_scenario_says() {
+        let claim = pvc("ns", "c")
+            .uid("u1")
+            .class("fast")
+            .request("2Gi")
+            .access_modes(["ReadWriteMany"])
+            .selected_node("n1")
+            .volume_mode_block()
+            .deleting()
+            .build();
+        let spec = claim.spec.as_ref().unwrap();
+        assert_eq!(claim.metadata.uid.as_deref(), Some("u1"));
+        assert_eq!(spec.storage_class_name.as_deref(), Some("fast"));
+        assert_eq!(
+            spec.resources.as_ref().unwrap().requests.as_ref().unwrap()["storage"].0,
+            "2Gi"
+        );
+        assert_eq!(
+            spec.access_modes.as_deref(),
+            Some(&["ReadWriteMany".to_owned()][..])
+        );
+        assert_eq!(spec.volume_mode.as_deref(), Some("Block"));
+        assert_eq!(
+            claim.metadata.annotations.as_ref().unwrap()[names::ANN_SELECTED_NODE],
+            "n1"
+        );
+        assert!(claim.metadata.deletion_timestamp.is_some());
+    }
+
+    #[test]
+    fn pv_claim_ref_points_at_the_claim() {
+        let claim = pvc("ns", "c").uid("u1").build();
+        let volume = pv("pv-1")
+            .claim(&claim)
+            .phase("Bound")
+            .reclaim("Delete")
+            .build();
+        let claim_ref = volume.spec.unwrap().claim_ref.unwrap();
+        assert_eq!(claim_ref.uid.as_deref(), Some("u1"));
+        assert_eq!(claim_ref.namespace.as_deref(), Some("ns"));
+        assert_eq!(volume.status.unwrap().phase.as_deref(), Some("Bound"));
+    }
+
+    #[test]
+    fn csinode_with_no_keys_reports_no_topology() {
+        let node = csinode("n1")
+            .driver(DRIVER, "id-1", Vec::<String>::new())
+            .build();
+        assert_eq!(node.spec.drivers[0].topology_keys, None);
+    }
+}
