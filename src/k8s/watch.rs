@@ -1,1 +1,270 @@
 //! Watches and reflector stores the controllers read from (lean caches, scoped selectors, indexes).
+//!
+//! Each resource is watched once: a reflector keeps the store, and controllers subscribe to the same
+//! stream (kube-runtime's shared streams), so two controllers reading PVCs cost one watch and one cache.
+//! Objects are stripped of `managedFields` and the last-applied annotation before they are cached:
+//! nothing here reads them, and they are often the largest part of an object.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt::Debug;
+use std::hash::Hash;
+use std::sync::{Arc, RwLock};
+
+use futures::{Stream, StreamExt};
+use k8s_openapi::api::storage::v1::VolumeAttachment;
+use kube::runtime::reflector::{self, ReflectHandle, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Resource, ResourceExt};
+use serde::de::DeserializeOwned;
+use tokio::task::JoinHandle;
+use tracing::{Instrument, info_span, warn};
+
+/// Buffer of the shared-stream dispatcher: how far a slow subscriber may lag before the watch waits.
+const SHARED_BUFFER: usize = 1024;
+
+/// Annotation `kubectl apply` writes; a full copy of the object we never read.
+const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+/// A watched resource: its store and a way to subscribe controllers to its changes.
+pub struct Watched<K>
+where
+    K: Resource + Clone + 'static,
+    K::DynamicType: Eq + Hash + Clone,
+{
+    /// Read side of the cache.
+    pub store: Store<K>,
+    handle: ReflectHandle<K>,
+    /// The task driving the watch; it ends when every subscriber and the store are dropped or on abort.
+    pub task: JoinHandle<()>,
+}
+
+impl<K> Watched<K>
+where
+    K: Resource + Clone + Send + Sync + 'static,
+    K::DynamicType: Eq + Hash + Clone + Default,
+{
+    /// A stream of changed objects for one more controller.
+    pub fn subscribe(&self) -> impl Stream<Item = Arc<K>> + Send + 'static {
+        self.handle.clone()
+    }
+}
+
+/// Strips what no controller reads before an object is cached.
+pub fn strip<K: Resource>(obj: &mut K) {
+    let meta = obj.meta_mut();
+    meta.managed_fields = None;
+    if let Some(ann) = meta.annotations.as_mut() {
+        ann.remove(LAST_APPLIED);
+    }
+}
+
+/// Starts a shared, stripped, auto-retrying watch of `api` and returns its store and subscriptions.
+pub fn watch_shared<K>(api: Api<K>, config: watcher::Config, what: &'static str) -> Watched<K>
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K::DynamicType: Eq + Hash + Clone + Default,
+{
+    let (store, writer) = reflector::store_shared(SHARED_BUFFER);
+    // The writer was created with a dispatcher, so subscribe cannot fail.
+    let handle = writer
+        .subscribe()
+        .expect("store_shared always has a dispatcher");
+    let stream = watcher(api, config)
+        .default_backoff()
+        .modify(strip::<K>)
+        .reflect_shared(writer);
+    let task = tokio::spawn(
+        async move {
+            futures::pin_mut!(stream);
+            while let Some(event) = stream.next().await {
+                if let Err(e) = event {
+                    // The watcher re-lists by itself (410 Gone included); this is only worth a line.
+                    warn!(error = %e, "watch of {what} failed; retrying with backoff");
+                }
+            }
+        }
+        .instrument(info_span!("watch", resource = what)),
+    );
+    Watched {
+        store,
+        handle,
+        task,
+    }
+}
+
+/// VolumeAttachments by the PV they attach, so the delete path asks "is this PV attached?" in O(1)
+/// instead of scanning every attachment (upstream lists all of them on every delete).
+#[derive(Clone, Default)]
+pub struct AttachmentIndex {
+    inner: Arc<RwLock<AttachmentState>>,
+}
+
+#[derive(Default)]
+struct AttachmentState {
+    /// PV name -> (VolumeAttachment name -> node name).
+    by_pv: HashMap<String, BTreeMap<String, String>>,
+    /// VolumeAttachment name -> PV name, to undo an entry when the attachment changes or goes.
+    pv_of: HashMap<String, String>,
+    /// Entries collected during a re-list, swapped in atomically when it completes.
+    relist: Option<Vec<(String, String, String)>>,
+    ready: bool,
+}
+
+impl AttachmentIndex {
+    /// The node of one attachment naming `pv`, if any exists.
+    pub fn attached_node(&self, pv: &str) -> Option<String> {
+        let state = self.inner.read().unwrap_or_else(|p| p.into_inner());
+        state
+            .by_pv
+            .get(pv)
+            .and_then(|vas| vas.values().next().cloned())
+    }
+
+    /// Whether the initial list has been seen (before that, "not attached" is not known).
+    pub fn is_ready(&self) -> bool {
+        self.inner.read().unwrap_or_else(|p| p.into_inner()).ready
+    }
+
+    /// Applies one watcher event.
+    pub fn apply(&self, event: &watcher::Event<VolumeAttachment>) {
+        let mut state = self.inner.write().unwrap_or_else(|p| p.into_inner());
+        match event {
+            watcher::Event::Init => state.relist = Some(Vec::new()),
+            watcher::Event::InitApply(va) => {
+                if let (Some(list), Some(entry)) = (state.relist.as_mut(), entry_of(va)) {
+                    list.push(entry);
+                }
+            }
+            watcher::Event::InitDone => {
+                let entries = state.relist.take().unwrap_or_default();
+                state.by_pv.clear();
+                state.pv_of.clear();
+                for (va, pv, node) in entries {
+                    state.insert(va, pv, node);
+                }
+                state.ready = true;
+            }
+            watcher::Event::Apply(va) => {
+                let name = va.name_any();
+                state.remove(&name);
+                if let Some((va, pv, node)) = entry_of(va) {
+                    state.insert(va, pv, node);
+                }
+            }
+            watcher::Event::Delete(va) => state.remove(&va.name_any()),
+        }
+    }
+
+    /// Starts the watch that keeps this index current.
+    pub fn spawn(&self, api: Api<VolumeAttachment>) -> JoinHandle<()> {
+        let index = self.clone();
+        tokio::spawn(
+            async move {
+                let stream = watcher(api, watcher::Config::default()).default_backoff();
+                futures::pin_mut!(stream);
+                while let Some(event) = stream.next().await {
+                    match event {
+                        Ok(event) => index.apply(&event),
+                        Err(e) => warn!(error = %e, "watch of volumeattachments failed; retrying"),
+                    }
+                }
+            }
+            .instrument(info_span!("watch", resource = "volumeattachments")),
+        )
+    }
+}
+
+impl AttachmentState {
+    fn insert(&mut self, va: String, pv: String, node: String) {
+        self.by_pv.entry(pv.clone()).or_default().insert(va.clone(), node);
+        self.pv_of.insert(va, pv);
+    }
+
+    fn remove(&mut self, va: &str) {
+        if let Some(pv) = self.pv_of.remove(va)
+            && let Some(vas) = self.by_pv.get_mut(&pv)
+        {
+            vas.remove(va);
+            if vas.is_empty() {
+                self.by_pv.remove(&pv);
+            }
+        }
+    }
+}
+
+fn entry_of(va: &VolumeAttachment) -> Option<(String, String, String)> {
+    let pv = va.spec.source.persistent_volume_name.clone()?;
+    Some((va.name_any(), pv, va.spec.node_name.clone()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::storage::v1::{VolumeAttachmentSource, VolumeAttachmentSpec};
+    use kube::api::ObjectMeta;
+
+    fn va(name: &str, pv: &str, node: &str) -> VolumeAttachment {
+        VolumeAttachment {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                ..Default::default()
+            },
+            spec: VolumeAttachmentSpec {
+                attacher: "drv".into(),
+                node_name: node.into(),
+                source: VolumeAttachmentSource {
+                    persistent_volume_name: Some(pv.into()),
+                    ..Default::default()
+                },
+            },
+            status: None,
+        }
+    }
+
+    #[test]
+    fn attachment_index_follows_applies_deletes_and_relists() {
+        let index = AttachmentIndex::default();
+        assert!(!index.is_ready());
+        index.apply(&watcher::Event::Init);
+        index.apply(&watcher::Event::InitApply(va("a1", "pv1", "n1")));
+        index.apply(&watcher::Event::InitDone);
+        assert!(index.is_ready());
+        assert_eq!(index.attached_node("pv1").as_deref(), Some("n1"));
+        assert_eq!(index.attached_node("pv2"), None);
+
+        // An attachment re-pointed at another PV leaves no stale entry behind.
+        index.apply(&watcher::Event::Apply(va("a1", "pv2", "n2")));
+        assert_eq!(index.attached_node("pv1"), None);
+        assert_eq!(index.attached_node("pv2").as_deref(), Some("n2"));
+
+        index.apply(&watcher::Event::Delete(va("a1", "pv2", "n2")));
+        assert_eq!(index.attached_node("pv2"), None);
+
+        // A re-list replaces the whole index, dropping attachments deleted while disconnected.
+        index.apply(&watcher::Event::Apply(va("a3", "pv3", "n3")));
+        index.apply(&watcher::Event::Init);
+        index.apply(&watcher::Event::InitApply(va("a4", "pv4", "n4")));
+        assert_eq!(index.attached_node("pv3").as_deref(), Some("n3"));
+        index.apply(&watcher::Event::InitDone);
+        assert_eq!(index.attached_node("pv3"), None);
+        assert_eq!(index.attached_node("pv4").as_deref(), Some("n4"));
+    }
+
+    #[test]
+    fn strip_drops_managed_fields_and_last_applied_but_keeps_other_annotations() {
+        let mut v = va("a", "pv", "n");
+        v.metadata.managed_fields = Some(vec![Default::default()]);
+        v.metadata.annotations = Some(
+            [
+                (LAST_APPLIED.to_string(), "{}".to_string()),
+                ("keep".to_string(), "me".to_string()),
+            ]
+            .into(),
+        );
+        strip(&mut v);
+        assert!(v.metadata.managed_fields.is_none());
+        let ann = v.metadata.annotations.unwrap();
+        assert_eq!(ann.len(), 1);
+        assert_eq!(ann["keep"], "me");
+    }
+}
