@@ -1,0 +1,490 @@
+//! End-to-end harness: the API simulator in-process, mock CSI drivers and csi-provisioner sidecars as
+//! real child processes on real Unix sockets, and condition waits with deadlines (never sleeps).
+#![allow(dead_code)] // Each test binary uses a different subset of the harness.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{
+    Namespace, Node, PersistentVolume, PersistentVolumeClaim, PersistentVolumeClaimSpec, Pod,
+    PodSpec, Secret, VolumeResourceRequirements,
+};
+use k8s_openapi::api::storage::v1::{CSINode, CSINodeDriver, CSINodeSpec, StorageClass};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use kube::api::{DeleteParams, ListParams, ObjectMeta, PostParams};
+use kube::{Api, Client};
+use kube_sim::{Sim, SimConfig};
+use tempfile::TempDir;
+use tokio::process::{Child, Command};
+
+/// Driver name every test uses.
+pub const DRIVER: &str = "mock.csi.rs";
+/// Topology key the mock driver reports with `--topology`.
+pub const TOPOLOGY_KEY: &str = "topology.mock.csi/node";
+/// Default deadline for a condition in these tests: generous, since CI machines are slow and shared.
+pub const DEADLINE: Duration = Duration::from_secs(60);
+
+/// Polls `probe` until it returns `Some`, or panics naming `what` after `deadline`.
+pub async fn wait_for<T, F, Fut>(what: &str, deadline: Duration, mut probe: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let start = tokio::time::Instant::now();
+    let mut delay = Duration::from_millis(20);
+    loop {
+        if let Some(v) = probe().await {
+            return v;
+        }
+        if start.elapsed() > deadline {
+            panic!("timed out after {deadline:?} waiting for {what}");
+        }
+        tokio::time::sleep(delay).await;
+        delay = (delay * 2).min(Duration::from_millis(250));
+    }
+}
+
+/// Builds the workspace binaries the tests spawn (a no-op when they are current), once per process.
+fn built_bin(name: &str) -> PathBuf {
+    static BUILT: OnceLock<()> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        let status = std::process::Command::new(env!("CARGO"))
+            .args(["build", "-q", "-p", "mock-csi-driver", "--bin", "mock-csi-driver"])
+            .status()
+            .expect("run cargo build for the mock driver");
+        assert!(status.success(), "building mock-csi-driver failed");
+    });
+    // Integration tests run from target/<profile>/deps; binaries live one level up.
+    let exe = std::env::current_exe().expect("current exe");
+    let dir = exe.parent().and_then(Path::parent).expect("target dir");
+    dir.join(name)
+}
+
+/// One simulated cluster with its temporary directory.
+pub struct Cluster {
+    pub sim: Sim,
+    pub client: Client,
+    pub dir: TempDir,
+    pub kubeconfig: PathBuf,
+}
+
+impl Cluster {
+    pub async fn start() -> Self {
+        Self::start_with(SimConfig::default()).await
+    }
+
+    pub async fn start_with(cfg: SimConfig) -> Self {
+        let sim = Sim::start(cfg).await.expect("start kube-sim");
+        let dir = tempfile::tempdir().expect("tempdir");
+        let kubeconfig = dir.path().join("kubeconfig");
+        sim.write_kubeconfig(&kubeconfig).expect("write kubeconfig");
+        let client = sim.client();
+        let cluster = Self {
+            sim,
+            client,
+            dir,
+            kubeconfig,
+        };
+        cluster.ensure_namespace("default").await;
+        cluster
+    }
+
+    pub async fn ensure_namespace(&self, name: &str) {
+        let api: Api<Namespace> = Api::all(self.client.clone());
+        let ns = Namespace {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        match api.create(&PostParams::default(), &ns).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 409 => {}
+            Err(e) => panic!("create namespace {name}: {e}"),
+        }
+    }
+
+    pub fn pvcs(&self, ns: &str) -> Api<PersistentVolumeClaim> {
+        Api::namespaced(self.client.clone(), ns)
+    }
+    pub fn pvs(&self) -> Api<PersistentVolume> {
+        Api::all(self.client.clone())
+    }
+    pub fn classes(&self) -> Api<StorageClass> {
+        Api::all(self.client.clone())
+    }
+    pub fn nodes(&self) -> Api<Node> {
+        Api::all(self.client.clone())
+    }
+    pub fn csinodes(&self) -> Api<CSINode> {
+        Api::all(self.client.clone())
+    }
+    pub fn pods(&self, ns: &str) -> Api<Pod> {
+        Api::namespaced(self.client.clone(), ns)
+    }
+    pub fn secrets(&self, ns: &str) -> Api<Secret> {
+        Api::namespaced(self.client.clone(), ns)
+    }
+
+    pub async fn create<K>(&self, api: &Api<K>, obj: &K) -> K
+    where
+        K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
+    {
+        api.create(&PostParams::default(), obj)
+            .await
+            .unwrap_or_else(|e| panic!("create {:?}: {e}", obj.meta().name))
+    }
+
+    /// A Node plus its CSINode registering `DRIVER` with the mock's topology key.
+    pub async fn add_node(&self, name: &str) -> Node {
+        let node = Node {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                labels: Some(BTreeMap::from([
+                    ("kubernetes.io/hostname".to_string(), name.to_string()),
+                    (TOPOLOGY_KEY.to_string(), name.to_string()),
+                ])),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let node = self.create(&self.nodes(), &node).await;
+        let csinode = CSINode {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                ..Default::default()
+            },
+            spec: CSINodeSpec {
+                drivers: vec![CSINodeDriver {
+                    name: DRIVER.into(),
+                    node_id: name.into(),
+                    topology_keys: Some(vec![TOPOLOGY_KEY.into()]),
+                    ..Default::default()
+                }],
+            },
+        };
+        self.create(&self.csinodes(), &csinode).await;
+        node
+    }
+
+    /// Deletes a PVC and waits until it is gone from the API.
+    pub async fn delete_pvc_and_wait(&self, ns: &str, name: &str) {
+        let api = self.pvcs(ns);
+        let _ = api.delete(name, &DeleteParams::default()).await;
+        wait_for(&format!("PVC {ns}/{name} to disappear"), DEADLINE, || async {
+            match api.get_opt(name).await {
+                Ok(None) => Some(()),
+                _ => None,
+            }
+        })
+        .await;
+    }
+
+    /// Waits for a PVC to be Bound and returns its PV.
+    pub async fn wait_bound(&self, ns: &str, name: &str) -> PersistentVolume {
+        let pvcs = self.pvcs(ns);
+        let pv_name = wait_for(&format!("PVC {ns}/{name} to be Bound"), DEADLINE, || async {
+            let pvc = pvcs.get_opt(name).await.ok()??;
+            let bound = pvc.status.as_ref()?.phase.as_deref() == Some("Bound");
+            bound.then(|| pvc.spec.as_ref()?.volume_name.clone())?
+        })
+        .await;
+        self.pvs().get(&pv_name).await.expect("bound PV")
+    }
+
+    /// Waits until no PV with this name exists.
+    pub async fn wait_pv_gone(&self, name: &str) {
+        let pvs = self.pvs();
+        wait_for(&format!("PV {name} to disappear"), DEADLINE, || async {
+            matches!(pvs.get_opt(name).await, Ok(None)).then_some(())
+        })
+        .await;
+    }
+
+    /// Messages of events on an object, e.g. `("PersistentVolumeClaim", "default", "c1")`.
+    pub async fn events_for(&self, kind: &str, ns: &str, name: &str) -> Vec<(String, String)> {
+        let api: Api<k8s_openapi::api::core::v1::Event> = Api::all(self.client.clone());
+        let list = api.list(&ListParams::default()).await.expect("list events");
+        list.items
+            .into_iter()
+            .filter(|e| {
+                e.involved_object.kind.as_deref() == Some(kind)
+                    && e.involved_object.name.as_deref() == Some(name)
+                    && (ns.is_empty() || e.involved_object.namespace.as_deref() == Some(ns))
+            })
+            .map(|e| (e.reason.unwrap_or_default(), e.message.unwrap_or_default()))
+            .collect()
+    }
+
+    /// Waits for an event with `reason` whose message contains `needle` on the object.
+    pub async fn wait_event(&self, kind: &str, ns: &str, name: &str, reason: &str, needle: &str) -> String {
+        wait_for(
+            &format!("event {reason} containing {needle:?} on {kind} {ns}/{name}"),
+            DEADLINE,
+            || async {
+                self.events_for(kind, ns, name)
+                    .await
+                    .into_iter()
+                    .find(|(r, m)| r == reason && m.contains(needle))
+                    .map(|(_, m)| m)
+            },
+        )
+        .await
+    }
+}
+
+/// A StorageClass of our driver.
+pub fn storage_class(name: &str, params: &[(&str, &str)]) -> StorageClass {
+    StorageClass {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            ..Default::default()
+        },
+        provisioner: DRIVER.into(),
+        parameters: Some(
+            params
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        ),
+        reclaim_policy: Some("Delete".into()),
+        volume_binding_mode: Some("Immediate".into()),
+        ..Default::default()
+    }
+}
+
+/// A PVC requesting `size` of `class`.
+pub fn claim(ns: &str, name: &str, class: &str, size: &str) -> PersistentVolumeClaim {
+    PersistentVolumeClaim {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some(ns.into()),
+            ..Default::default()
+        },
+        spec: Some(PersistentVolumeClaimSpec {
+            access_modes: Some(vec!["ReadWriteOnce".into()]),
+            storage_class_name: Some(class.into()),
+            resources: Some(VolumeResourceRequirements {
+                requests: Some(BTreeMap::from([("storage".to_string(), Quantity(size.into()))])),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// A Pod on `node` using `claim` (the simulator then sets selected-node for delayed binding).
+pub fn pod_using(ns: &str, name: &str, claim: &str, node: &str) -> Pod {
+    let spec: PodSpec = serde_json::from_value(serde_json::json!({
+        "nodeName": node,
+        "containers": [{"name": "app", "image": "busybox"}],
+        "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": claim}}],
+    }))
+    .expect("pod spec");
+    Pod {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some(ns.into()),
+            ..Default::default()
+        },
+        spec: Some(spec),
+        ..Default::default()
+    }
+}
+
+/// A mock CSI driver child process with its socket, state file and control socket.
+pub struct Driver {
+    pub node: String,
+    pub socket: PathBuf,
+    pub control: PathBuf,
+    pub state_file: PathBuf,
+    args: Vec<String>,
+    child: Option<Child>,
+    log: PathBuf,
+}
+
+impl Driver {
+    /// Starts `mock-csi-driver` for `node` in `dir`, with extra flags.
+    pub async fn start(dir: &Path, node: &str, extra: &[&str]) -> Self {
+        let base = dir.join(format!("driver-{node}"));
+        std::fs::create_dir_all(&base).expect("driver dir");
+        let socket = base.join("csi.sock");
+        let control = base.join("control.sock");
+        let state_file = base.join("state.json");
+        let mut args = vec![
+            format!("--endpoint=unix://{}", socket.display()),
+            format!("--drivername={DRIVER}"),
+            format!("--nodeid={node}"),
+            format!("--state-file={}", state_file.display()),
+            format!("--control={}", control.display()),
+        ];
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let mut driver = Self {
+            node: node.into(),
+            socket,
+            control,
+            state_file,
+            args,
+            child: None,
+            log: base.join("driver.log"),
+        };
+        driver.spawn().await;
+        driver
+    }
+
+    async fn spawn(&mut self) {
+        let _ = std::fs::remove_file(&self.control);
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .expect("driver log");
+        let child = Command::new(built_bin("mock-csi-driver"))
+            .args(&self.args)
+            .stdout(log.try_clone().expect("log fd"))
+            .stderr(log)
+            .kill_on_drop(true)
+            .spawn()
+            .expect("spawn mock-csi-driver");
+        self.child = Some(child);
+        let control = self.control.clone();
+        wait_for("mock driver control socket", DEADLINE, || async {
+            control.exists().then_some(())
+        })
+        .await;
+    }
+
+    /// Kills the driver (SIGKILL) and waits for it to exit.
+    pub async fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill().await;
+        }
+    }
+
+    /// Starts the driver again with the same flags and state file.
+    pub async fn restart(&mut self) {
+        self.kill().await;
+        self.spawn().await;
+    }
+
+    /// Waits for the child to exit by itself (e.g. a crash-after-create fault) and returns its code.
+    pub async fn wait_exit(&mut self) -> Option<i32> {
+        let child = self.child.as_mut()?;
+        let status = tokio::time::timeout(DEADLINE, child.wait())
+            .await
+            .expect("driver exit within deadline")
+            .ok()?;
+        self.child = None;
+        status.code()
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+/// A csi-provisioner child process.
+pub struct Sidecar {
+    pub name: String,
+    args: Vec<String>,
+    env: Vec<(String, String)>,
+    child: Option<Child>,
+    pub log: PathBuf,
+}
+
+impl Sidecar {
+    /// Starts the sidecar against `cluster` and `driver` with test-friendly defaults plus `extra` flags
+    /// (later flags win, so `extra` can override the defaults).
+    pub async fn start(cluster: &Cluster, driver: &Driver, extra: &[&str]) -> Self {
+        Self::start_env(cluster, driver, extra, &[]).await
+    }
+
+    pub async fn start_env(
+        cluster: &Cluster,
+        driver: &Driver,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Self {
+        let name = format!("sidecar-{}", driver.node);
+        let mut args = vec![
+            format!("--kubeconfig={}", cluster.kubeconfig.display()),
+            format!("--csi-address={}", driver.socket.display()),
+            "--v=5".into(),
+            "--kube-api-qps=1000".into(),
+            "--kube-api-burst=2000".into(),
+            "--retry-interval-start=100ms".into(),
+            "--retry-interval-max=2s".into(),
+            "--timeout=5s".into(),
+        ];
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let mut sidecar = Self {
+            log: cluster.dir.path().join(format!("{name}.log")),
+            name,
+            args,
+            env: env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            child: None,
+        };
+        sidecar.spawn();
+        sidecar
+    }
+
+    fn spawn(&mut self) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .expect("sidecar log");
+        let child = Command::new(env!("CARGO_BIN_EXE_csi-provisioner"))
+            .args(&self.args)
+            .envs(self.env.iter().cloned())
+            .env_remove("KUBECONFIG")
+            .env("RUST_BACKTRACE", "1")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("log fd"))
+            .stderr(log)
+            .kill_on_drop(true)
+            .spawn()
+            .expect("spawn csi-provisioner");
+        self.child = Some(child);
+    }
+
+    /// SIGKILL: the crash case, nothing is cleaned up.
+    pub async fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill().await;
+        }
+    }
+
+    /// Starts it again with the same flags.
+    pub async fn restart(&mut self) {
+        self.kill().await;
+        self.spawn();
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Sidecar {
+    fn drop(&mut self) {
+        // A failing test shows what the sidecar said; passing tests stay quiet.
+        if std::thread::panicking() {
+            let log = self.log();
+            let tail: Vec<&str> = log.lines().rev().take(80).collect();
+            eprintln!("----- last lines of {} -----", self.name);
+            for line in tail.into_iter().rev() {
+                eprintln!("{line}");
+            }
+        }
+    }
+}
