@@ -1,1 +1,230 @@
-//! Per-object exponential backoff (`--retry-interval-start` .. `--retry-interval-max`).
+//! Per-object exponential backoff (`--retry-interval-start` .. `--retry-interval-max`) and the
+//! infeasible hold-back ("slow set") for claims whose CreateVolume failed with `InvalidArgument`.
+//!
+//! Both are plain data: the caller passes `Instant`s in and wraps the value in a lock if it shares
+//! it between workers. This mirrors upstream's workqueue `ItemExponentialFailureRateLimiter` (one
+//! counter per key, delay `start·2^n` capped at `max`, forgotten on success) and the lib's SlowSet
+//! (reference §10), without upstream's mix-up that made the hold-back ignore `--retry-interval-max`:
+//! the hold-back is [`INFEASIBLE_HOLD_BACK`] and only that, deliberately.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::hash::Hash;
+use std::time::{Duration, Instant};
+
+/// How long a claim whose CreateVolume failed with `InvalidArgument` is held back, unless its
+/// StorageClass is replaced (new UID). Upstream's value is fixed at 5 minutes (reference §10).
+pub const INFEASIBLE_HOLD_BACK: Duration = Duration::from_secs(5 * 60);
+
+/// Per-key exponential backoff: the n-th consecutive failure of a key waits `start·2^(n-1)`,
+/// capped at `max`; [`Backoff::reset`] on success starts the key over.
+#[derive(Debug, Clone)]
+pub struct Backoff<K> {
+    start: Duration,
+    max: Duration,
+    failures: HashMap<K, u32>,
+}
+
+impl<K: Eq + Hash + Clone> Backoff<K> {
+    /// A backoff from `start` doubling up to `max` (`--retry-interval-start`, `--retry-interval-max`).
+    pub fn new(start: Duration, max: Duration) -> Self {
+        Self {
+            start,
+            max,
+            failures: HashMap::new(),
+        }
+    }
+
+    /// Records one more failure of `key` and returns how long to wait before retrying it.
+    pub fn failed(&mut self, key: &K) -> Duration {
+        let count = self.failures.entry(key.clone()).or_insert(0);
+        let delay = delay_after(self.start, self.max, *count);
+        *count = count.saturating_add(1);
+        delay
+    }
+
+    /// The delay the next failure of `key` would get, without recording anything.
+    pub fn peek(&self, key: &K) -> Duration {
+        delay_after(self.start, self.max, self.failures(key))
+    }
+
+    /// Consecutive failures recorded for `key` since the last reset.
+    pub fn failures(&self, key: &K) -> u32 {
+        self.failures.get(key).copied().unwrap_or(0)
+    }
+
+    /// Forgets `key` (call on success, or when the object is gone).
+    pub fn reset(&mut self, key: &K) {
+        self.failures.remove(key);
+    }
+
+    /// Number of keys with at least one recorded failure (for tests and metrics).
+    pub fn len(&self) -> usize {
+        self.failures.len()
+    }
+
+    /// Whether no key has a recorded failure.
+    pub fn is_empty(&self) -> bool {
+        self.failures.is_empty()
+    }
+}
+
+/// `start·2^previous_failures`, capped at `max`, without overflow for any count.
+pub fn delay_after(start: Duration, max: Duration, previous_failures: u32) -> Duration {
+    // 2^32 times any non-zero start already exceeds every sensible max; checked_* keeps it exact.
+    2u32.checked_pow(previous_failures)
+        .and_then(|factor| start.checked_mul(factor))
+        .map_or(max, |delay| delay.min(max))
+}
+
+/// Why a claim is not provisioned right now: it failed as infeasible recently and its
+/// StorageClass has not changed since. Display is upstream's text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeldBack {
+    /// The claim key (the PVC UID) as upstream prints it.
+    pub key: String,
+    /// How long the hold-back still lasts.
+    pub remaining: Duration,
+}
+
+impl fmt::Display for HeldBack {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "skipping volume provisioning for pvc {}, because provisioning previously failed with infeasible error",
+            self.key
+        )
+    }
+}
+
+impl std::error::Error for HeldBack {}
+
+/// The infeasible hold-back ("slow set"): claims whose CreateVolume answered `InvalidArgument`
+/// are not retried for [`INFEASIBLE_HOLD_BACK`], unless the StorageClass UID changes (a class
+/// deleted and re-created with fixed parameters should be tried at once).
+#[derive(Debug, Clone)]
+pub struct InfeasibleHold<K> {
+    retention: Duration,
+    entries: HashMap<K, (Instant, String)>,
+}
+
+impl<K: Eq + Hash + Clone + fmt::Display> InfeasibleHold<K> {
+    /// A hold-back of `retention` (use [`INFEASIBLE_HOLD_BACK`] in production).
+    pub fn new(retention: Duration) -> Self {
+        Self {
+            retention,
+            entries: HashMap::new(),
+        }
+    }
+
+    /// Records that `key` failed as infeasible at `now` with the StorageClass of UID `class_uid`.
+    pub fn record(&mut self, key: K, class_uid: &str, now: Instant) {
+        self.entries.insert(key, (now, class_uid.to_owned()));
+    }
+
+    /// `Err(HeldBack)` while `key` must still wait. Drops the entry once it has expired or the
+    /// class UID differs from the recorded one, so the claim is provisioned normally again.
+    pub fn check(&mut self, key: &K, class_uid: &str, now: Instant) -> Result<(), HeldBack> {
+        let Some((since, recorded_uid)) = self.entries.get(key) else {
+            return Ok(());
+        };
+        let elapsed = now.saturating_duration_since(*since);
+        if recorded_uid != class_uid || elapsed >= self.retention {
+            self.entries.remove(key);
+            return Ok(());
+        }
+        Err(HeldBack {
+            key: key.to_string(),
+            remaining: self.retention - elapsed,
+        })
+    }
+
+    /// Forgets `key` (the claim was provisioned, or deleted).
+    pub fn remove(&mut self, key: &K) {
+        self.entries.remove(key);
+    }
+
+    /// Whether `key` has an entry (expired or not).
+    pub fn contains(&self, key: &K) -> bool {
+        self.entries.contains_key(key)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const S: Duration = Duration::from_secs(1);
+
+    #[test]
+    fn delays_double_from_start_and_stop_at_max() {
+        let mut backoff = Backoff::new(S, Duration::from_secs(300));
+        let delays: Vec<u64> = (0..12).map(|_| backoff.failed(&"a").as_secs()).collect();
+        assert_eq!(delays, [1, 2, 4, 8, 16, 32, 64, 128, 256, 300, 300, 300]);
+        assert_eq!(backoff.failures(&"a"), 12);
+    }
+
+    #[test]
+    fn keys_back_off_independently() {
+        let mut backoff = Backoff::new(S, Duration::from_secs(60));
+        backoff.failed(&"a");
+        backoff.failed(&"a");
+        assert_eq!(backoff.failed(&"b"), S);
+        assert_eq!(backoff.peek(&"a"), 4 * S);
+    }
+
+    #[test]
+    fn reset_starts_the_key_over() {
+        let mut backoff = Backoff::new(S, Duration::from_secs(60));
+        backoff.failed(&"a");
+        backoff.failed(&"a");
+        backoff.reset(&"a");
+        assert_eq!(backoff.failures(&"a"), 0);
+        assert!(backoff.is_empty());
+        assert_eq!(backoff.failed(&"a"), S);
+    }
+
+    #[test]
+    fn huge_failure_counts_saturate_at_max_instead_of_overflowing() {
+        let max = Duration::from_secs(300);
+        assert_eq!(delay_after(S, max, 31), max);
+        assert_eq!(delay_after(S, max, 32), max);
+        assert_eq!(delay_after(S, max, u32::MAX), max);
+        assert_eq!(delay_after(Duration::from_millis(10), max, 3), Duration::from_millis(80));
+    }
+
+    #[test]
+    fn infeasible_claim_is_held_back_until_the_retention_ends() {
+        let t0 = Instant::now();
+        let mut hold = InfeasibleHold::new(INFEASIBLE_HOLD_BACK);
+        hold.record("uid-1".to_owned(), "sc-uid", t0);
+        let held = hold
+            .check(&"uid-1".to_owned(), "sc-uid", t0 + Duration::from_secs(60))
+            .unwrap_err();
+        assert_eq!(held.remaining, Duration::from_secs(240));
+        assert_eq!(
+            held.to_string(),
+            "skipping volume provisioning for pvc uid-1, because provisioning previously failed with infeasible error"
+        );
+        assert!(
+            hold.check(&"uid-1".to_owned(), "sc-uid", t0 + INFEASIBLE_HOLD_BACK)
+                .is_ok()
+        );
+        assert!(!hold.contains(&"uid-1".to_owned()));
+    }
+
+    #[test]
+    fn a_replaced_storage_class_releases_the_hold_at_once() {
+        let t0 = Instant::now();
+        let mut hold = InfeasibleHold::new(INFEASIBLE_HOLD_BACK);
+        hold.record("uid-1".to_owned(), "old-sc", t0);
+        assert!(hold.check(&"uid-1".to_owned(), "new-sc", t0).is_ok());
+        assert!(!hold.contains(&"uid-1".to_owned()));
+    }
+
+    #[test]
+    fn claims_never_recorded_are_not_held() {
+        let mut hold: InfeasibleHold<String> = InfeasibleHold::new(INFEASIBLE_HOLD_BACK);
+        assert!(hold.check(&"x".to_owned(), "sc", Instant::now()).is_ok());
+    }
+}
