@@ -47,7 +47,8 @@ pub const ANN_ALLOW_VOLUME_MODE_CHANGE: &str = "snapshot.storage.k8s.io/allow-vo
 pub const FINALIZER_PV_DELETION_PROTECTION: &str =
     "external-provisioner.volume.kubernetes.io/finalizer";
 /// Clone-source protection finalizer on source PVCs.
-pub const FINALIZER_CLONING_PROTECTION: &str = "provisioner.storage.kubernetes.io/cloning-protection";
+pub const FINALIZER_CLONING_PROTECTION: &str =
+    "provisioner.storage.kubernetes.io/cloning-protection";
 /// Snapshot-source protection finalizer on VolumeSnapshots.
 pub const FINALIZER_SNAPSHOT_SOURCE_PROTECTION: &str =
     "provisioner.storage.kubernetes.io/volumesnapshot-as-source-protection";
@@ -90,6 +91,69 @@ pub const PARAM_PVC_NAME: &str = "csi.storage.k8s.io/pvc/name";
 pub const PARAM_PVC_NAMESPACE: &str = "csi.storage.k8s.io/pvc/namespace";
 /// See [`PARAM_PVC_NAME`].
 pub const PARAM_PV_NAME: &str = "csi.storage.k8s.io/pv/name";
+
+// Secret reference keys: a name/namespace pair per secret type, plus the default pair used when a
+// type has neither key. Values are templates (`${pv.name}`, `${pvc.namespace}`, ...).
+
+/// Default secret name for every type without its own pair.
+pub const PARAM_SECRET_NAME: &str = "csi.storage.k8s.io/secret-name";
+/// Default secret namespace for every type without its own pair.
+pub const PARAM_SECRET_NAMESPACE: &str = "csi.storage.k8s.io/secret-namespace";
+/// CreateVolume / DeleteVolume secret name.
+pub const PARAM_PROVISIONER_SECRET_NAME: &str = "csi.storage.k8s.io/provisioner-secret-name";
+/// CreateVolume / DeleteVolume secret namespace.
+pub const PARAM_PROVISIONER_SECRET_NAMESPACE: &str =
+    "csi.storage.k8s.io/provisioner-secret-namespace";
+/// ControllerPublishVolume secret name.
+pub const PARAM_CONTROLLER_PUBLISH_SECRET_NAME: &str =
+    "csi.storage.k8s.io/controller-publish-secret-name";
+/// ControllerPublishVolume secret namespace.
+pub const PARAM_CONTROLLER_PUBLISH_SECRET_NAMESPACE: &str =
+    "csi.storage.k8s.io/controller-publish-secret-namespace";
+/// NodeStageVolume secret name.
+pub const PARAM_NODE_STAGE_SECRET_NAME: &str = "csi.storage.k8s.io/node-stage-secret-name";
+/// NodeStageVolume secret namespace.
+pub const PARAM_NODE_STAGE_SECRET_NAMESPACE: &str =
+    "csi.storage.k8s.io/node-stage-secret-namespace";
+/// NodePublishVolume secret name.
+pub const PARAM_NODE_PUBLISH_SECRET_NAME: &str = "csi.storage.k8s.io/node-publish-secret-name";
+/// NodePublishVolume secret namespace.
+pub const PARAM_NODE_PUBLISH_SECRET_NAMESPACE: &str =
+    "csi.storage.k8s.io/node-publish-secret-namespace";
+/// ControllerExpandVolume secret name.
+pub const PARAM_CONTROLLER_EXPAND_SECRET_NAME: &str =
+    "csi.storage.k8s.io/controller-expand-secret-name";
+/// ControllerExpandVolume secret namespace.
+pub const PARAM_CONTROLLER_EXPAND_SECRET_NAMESPACE: &str =
+    "csi.storage.k8s.io/controller-expand-secret-namespace";
+/// NodeExpandVolume secret name.
+pub const PARAM_NODE_EXPAND_SECRET_NAME: &str = "csi.storage.k8s.io/node-expand-secret-name";
+/// NodeExpandVolume secret namespace.
+pub const PARAM_NODE_EXPAND_SECRET_NAMESPACE: &str =
+    "csi.storage.k8s.io/node-expand-secret-namespace";
+/// ControllerModifyVolume secret name (read by external-resizer through a PV annotation).
+pub const PARAM_CONTROLLER_MODIFY_SECRET_NAME: &str =
+    "csi.storage.k8s.io/controller-modify-secret-name";
+/// ControllerModifyVolume secret namespace.
+pub const PARAM_CONTROLLER_MODIFY_SECRET_NAMESPACE: &str =
+    "csi.storage.k8s.io/controller-modify-secret-namespace";
+/// Deprecated (unprefixed, not stripped) provisioner secret name.
+pub const PARAM_DEPRECATED_PROVISIONER_SECRET_NAME: &str = "csiProvisionerSecretName";
+/// Deprecated provisioner secret namespace.
+pub const PARAM_DEPRECATED_PROVISIONER_SECRET_NAMESPACE: &str = "csiProvisionerSecretNamespace";
+/// Deprecated controller-publish secret name.
+pub const PARAM_DEPRECATED_CONTROLLER_PUBLISH_SECRET_NAME: &str = "csiControllerPublishSecretName";
+/// Deprecated controller-publish secret namespace.
+pub const PARAM_DEPRECATED_CONTROLLER_PUBLISH_SECRET_NAMESPACE: &str =
+    "csiControllerPublishSecretNamespace";
+/// Deprecated node-stage secret name.
+pub const PARAM_DEPRECATED_NODE_STAGE_SECRET_NAME: &str = "csiNodeStageSecretName";
+/// Deprecated node-stage secret namespace.
+pub const PARAM_DEPRECATED_NODE_STAGE_SECRET_NAMESPACE: &str = "csiNodeStageSecretNamespace";
+/// Deprecated node-publish secret name.
+pub const PARAM_DEPRECATED_NODE_PUBLISH_SECRET_NAME: &str = "csiNodePublishSecretName";
+/// Deprecated node-publish secret namespace.
+pub const PARAM_DEPRECATED_NODE_PUBLISH_SECRET_NAMESPACE: &str = "csiNodePublishSecretNamespace";
 
 // === Event reasons ===
 

@@ -190,7 +190,10 @@ mod tests {
         assert_eq!(delay_after(S, max, 31), max);
         assert_eq!(delay_after(S, max, 32), max);
         assert_eq!(delay_after(S, max, u32::MAX), max);
-        assert_eq!(delay_after(Duration::from_millis(10), max, 3), Duration::from_millis(80));
+        assert_eq!(
+            delay_after(Duration::from_millis(10), max, 3),
+            Duration::from_millis(80)
+        );
     }
 
     #[test]
