@@ -1,6 +1,11 @@
 //! CSI connection: the generated `csi.v1` types, the Unix-socket gRPC channel with wait/reconnect,
 //! the start-up handshake (Probe, plugin info and capabilities), per-call deadlines, secret redaction
 //! for logs, the `csi_sidecar_operations_seconds` metric and gRPC error classification.
+//!
+//! ```text
+//!  --csi-address ─► Endpoint::parse ─► connect() ─► Channel ─► handshake() ─► DriverInfo
+//!                                                      └────► GrpcCsi ─► Arc<dyn CsiController>
+//! ```
 
 /// Generated CSI v1 messages, clients (`identity_client`, `controller_client`, `node_client`) and
 /// servers, from `proto/csi.proto`.
@@ -8,3 +13,20 @@
 pub mod v1 {
     tonic::include_proto!("csi.v1");
 }
+
+pub mod client;
+pub mod connect;
+pub mod endpoint;
+pub mod metrics;
+pub mod probe;
+pub mod redact;
+
+pub use client::{CsiController, CsiFuture, CsiResult, GrpcCsi};
+pub use connect::{ConnectError, ConnectOptions, connect};
+pub use endpoint::{Endpoint, EndpointError};
+pub use metrics::OperationMetrics;
+pub use probe::{
+    ControllerCapabilities, DriverInfo, HandshakeError, HandshakeOptions, NodeInfo, PluginCapabilities,
+    handshake,
+};
+pub use redact::{Redact, redacted};

@@ -1,0 +1,268 @@
+//! CSI calls over a gRPC channel: the `--timeout` deadline, redacted debug logs and the operations
+//! metric on every call, behind the narrow [`CsiController`] trait the controllers depend on.
+
+use std::error::Error as _;
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tonic::transport::Channel;
+use tonic::{Code, Status};
+use tracing::debug;
+
+use super::metrics::{OperationMetrics, Outcome};
+use super::redact::{Redact, redacted};
+use super::v1;
+use super::v1::controller_client::ControllerClient;
+use super::v1::identity_client::IdentityClient;
+use super::v1::node_client::NodeClient;
+
+/// Result of one CSI call. Failures are always a gRPC [`Status`], even transport failures
+/// (code `Unavailable`) and our own deadline (code `DeadlineExceeded`), so callers classify one type.
+pub type CsiResult<T> = Result<T, Status>;
+
+/// Boxed future of a CSI call, so [`CsiController`] stays object safe.
+pub type CsiFuture<'a, T> = Pin<Box<dyn Future<Output = CsiResult<T>> + Send + 'a>>;
+
+/// Full gRPC method names, as they appear in the `method_name` metric label and in logs.
+pub mod method {
+    /// `Identity.Probe`.
+    pub const PROBE: &str = "/csi.v1.Identity/Probe";
+    /// `Identity.GetPluginInfo`.
+    pub const GET_PLUGIN_INFO: &str = "/csi.v1.Identity/GetPluginInfo";
+    /// `Identity.GetPluginCapabilities`.
+    pub const GET_PLUGIN_CAPABILITIES: &str = "/csi.v1.Identity/GetPluginCapabilities";
+    /// `Controller.CreateVolume`.
+    pub const CREATE_VOLUME: &str = "/csi.v1.Controller/CreateVolume";
+    /// `Controller.DeleteVolume`.
+    pub const DELETE_VOLUME: &str = "/csi.v1.Controller/DeleteVolume";
+    /// `Controller.GetCapacity`.
+    pub const GET_CAPACITY: &str = "/csi.v1.Controller/GetCapacity";
+    /// `Controller.ListVolumes`.
+    pub const LIST_VOLUMES: &str = "/csi.v1.Controller/ListVolumes";
+    /// `Controller.ControllerGetCapabilities`.
+    pub const CONTROLLER_GET_CAPABILITIES: &str = "/csi.v1.Controller/ControllerGetCapabilities";
+    /// `Node.NodeGetInfo`.
+    pub const NODE_GET_INFO: &str = "/csi.v1.Node/NodeGetInfo";
+}
+
+/// The Controller-service calls the provisioner makes. Production uses [`GrpcCsi`]; unit tests use
+/// an in-memory fake. Object safe: hold it as `Arc<dyn CsiController>`.
+pub trait CsiController: Send + Sync {
+    /// `CreateVolume`.
+    fn create_volume(&self, request: v1::CreateVolumeRequest) -> CsiFuture<'_, v1::CreateVolumeResponse>;
+    /// `DeleteVolume`.
+    fn delete_volume(&self, request: v1::DeleteVolumeRequest) -> CsiFuture<'_, v1::DeleteVolumeResponse>;
+    /// `GetCapacity`.
+    fn get_capacity(&self, request: v1::GetCapacityRequest) -> CsiFuture<'_, v1::GetCapacityResponse>;
+    /// `ListVolumes`.
+    fn list_volumes(&self, request: v1::ListVolumesRequest) -> CsiFuture<'_, v1::ListVolumesResponse>;
+    /// `ControllerGetCapabilities`.
+    fn controller_get_capabilities(&self) -> CsiFuture<'_, v1::ControllerGetCapabilitiesResponse>;
+}
+
+/// CSI over a tonic [`Channel`]. Cheap to clone; clones share the connection.
+#[derive(Clone, Debug)]
+pub struct GrpcCsi {
+    channel: Channel,
+    timeout: Duration,
+    metrics: OperationMetrics,
+}
+
+impl GrpcCsi {
+    /// `timeout` is `--timeout`: every call gets it as its gRPC deadline and is cut off after it.
+    pub fn new(channel: Channel, timeout: Duration, metrics: OperationMetrics) -> Self {
+        Self {
+            channel,
+            timeout,
+            metrics,
+        }
+    }
+
+    /// The per-call deadline.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// The metrics handle calls are recorded in.
+    pub fn metrics(&self) -> &OperationMetrics {
+        &self.metrics
+    }
+
+    /// `Identity.Probe`.
+    pub async fn probe(&self) -> CsiResult<v1::ProbeResponse> {
+        self.unary(method::PROBE, v1::ProbeRequest {}, |channel, request| async move {
+            IdentityClient::new(channel).probe(request).await
+        })
+        .await
+    }
+
+    /// `Identity.GetPluginInfo`.
+    pub async fn get_plugin_info(&self) -> CsiResult<v1::GetPluginInfoResponse> {
+        let request = v1::GetPluginInfoRequest {};
+        self.unary(method::GET_PLUGIN_INFO, request, |channel, request| async move {
+            IdentityClient::new(channel).get_plugin_info(request).await
+        })
+        .await
+    }
+
+    /// `Identity.GetPluginCapabilities`.
+    pub async fn get_plugin_capabilities(&self) -> CsiResult<v1::GetPluginCapabilitiesResponse> {
+        let request = v1::GetPluginCapabilitiesRequest {};
+        self.unary(method::GET_PLUGIN_CAPABILITIES, request, |channel, request| async move {
+            IdentityClient::new(channel).get_plugin_capabilities(request).await
+        })
+        .await
+    }
+
+    /// `Node.NodeGetInfo`.
+    pub async fn node_get_info(&self) -> CsiResult<v1::NodeGetInfoResponse> {
+        let request = v1::NodeGetInfoRequest {};
+        self.unary(method::NODE_GET_INFO, request, |channel, request| async move {
+            NodeClient::new(channel).node_get_info(request).await
+        })
+        .await
+    }
+
+    /// One unary call with everything every call needs: deadline, logs, metric.
+    async fn unary<Req, Resp, Call, Fut>(&self, method: &'static str, request: Req, call: Call) -> CsiResult<Resp>
+    where
+        Req: Redact + Send,
+        Resp: Redact + Send,
+        Call: FnOnce(Channel, tonic::Request<Req>) -> Fut + Send,
+        Fut: Future<Output = Result<tonic::Response<Resp>, Status>> + Send,
+    {
+        debug!(method, "GRPC call: {method}");
+        debug!(method, "GRPC request: {}", redacted(&request));
+
+        let mut request = tonic::Request::new(request);
+        // Sent as grpc-timeout so the driver knows the deadline, as grpc-go does with a context deadline.
+        request.set_timeout(self.timeout);
+        let started = Instant::now();
+        // Our own bound as well: the header alone does not stop a call whose connection hangs.
+        let result = match tokio::time::timeout(self.timeout, call(self.channel.clone(), request)).await {
+            Ok(result) => result.map(tonic::Response::into_inner),
+            Err(_elapsed) => Err(deadline_exceeded(method, self.timeout)),
+        };
+        let elapsed = started.elapsed();
+        let result = result.map_err(|status| normalize(method, status, elapsed, self.timeout));
+
+        let outcome = match &result {
+            Ok(_) => Outcome::Code(Code::Ok),
+            Err(status) => Outcome::Code(status.code()),
+        };
+        self.metrics.observe(method, outcome, elapsed);
+
+        match &result {
+            Ok(response) => debug!(method, ?elapsed, "GRPC response: {}", redacted(response)),
+            Err(status) => debug!(
+                method,
+                ?elapsed,
+                code = ?status.code(),
+                "GRPC error: {}",
+                status.message()
+            ),
+        }
+        result
+    }
+}
+
+impl CsiController for GrpcCsi {
+    fn create_volume(&self, request: v1::CreateVolumeRequest) -> CsiFuture<'_, v1::CreateVolumeResponse> {
+        Box::pin(self.unary(method::CREATE_VOLUME, request, |channel, request| async move {
+            ControllerClient::new(channel).create_volume(request).await
+        }))
+    }
+
+    fn delete_volume(&self, request: v1::DeleteVolumeRequest) -> CsiFuture<'_, v1::DeleteVolumeResponse> {
+        Box::pin(self.unary(method::DELETE_VOLUME, request, |channel, request| async move {
+            ControllerClient::new(channel).delete_volume(request).await
+        }))
+    }
+
+    fn get_capacity(&self, request: v1::GetCapacityRequest) -> CsiFuture<'_, v1::GetCapacityResponse> {
+        Box::pin(self.unary(method::GET_CAPACITY, request, |channel, request| async move {
+            ControllerClient::new(channel).get_capacity(request).await
+        }))
+    }
+
+    fn list_volumes(&self, request: v1::ListVolumesRequest) -> CsiFuture<'_, v1::ListVolumesResponse> {
+        Box::pin(self.unary(method::LIST_VOLUMES, request, |channel, request| async move {
+            ControllerClient::new(channel).list_volumes(request).await
+        }))
+    }
+
+    fn controller_get_capabilities(&self) -> CsiFuture<'_, v1::ControllerGetCapabilitiesResponse> {
+        let request = v1::ControllerGetCapabilitiesRequest {};
+        Box::pin(self.unary(method::CONTROLLER_GET_CAPABILITIES, request, |channel, request| async move {
+            ControllerClient::new(channel).controller_get_capabilities(request).await
+        }))
+    }
+}
+
+/// Our deadline, reported the way grpc-go reports an expired context, so error classification and
+/// the metric see what upstream sees.
+fn deadline_exceeded(method: &str, timeout: Duration) -> Status {
+    Status::deadline_exceeded(format!(
+        "{method} did not finish within {timeout:?} (--timeout); the driver may still be working on it"
+    ))
+}
+
+/// Turns tonic's local failures into the statuses upstream would see:
+/// - tonic's own timer (it also enforces the grpc-timeout we set) answers `Cancelled`; any expiry at
+///   or after our deadline becomes our `DeadlineExceeded`;
+/// - transport failures (socket gone, connection reset) become `Unavailable` with the cause spelled out.
+///
+/// Statuses the driver sent are returned untouched.
+fn normalize(method: &str, status: Status, elapsed: Duration, timeout: Duration) -> Status {
+    let expired = matches!(status.code(), Code::Cancelled | Code::DeadlineExceeded) && elapsed >= timeout;
+    if expired {
+        return deadline_exceeded(method, timeout);
+    }
+    // Only locally generated statuses carry a source error; a driver's status comes off the wire.
+    match status.source() {
+        Some(cause) => Status::unavailable(format!(
+            "{method}: cannot reach the CSI driver: {}",
+            super::connect::describe_error(cause)
+        )),
+        None => status,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TIMEOUT: Duration = Duration::from_secs(10);
+
+    #[test]
+    fn expiry_at_the_deadline_is_reported_as_deadline_exceeded() {
+        for code in [Code::Cancelled, Code::DeadlineExceeded] {
+            let status = normalize(method::CREATE_VOLUME, Status::new(code, "Timeout expired"), TIMEOUT, TIMEOUT);
+            assert_eq!(status.code(), Code::DeadlineExceeded);
+            assert!(status.message().contains("CreateVolume did not finish within 10s"), "{status:?}");
+        }
+    }
+
+    #[test]
+    fn driver_statuses_pass_through_untouched() {
+        let early = Duration::from_secs(1);
+        for code in [Code::DeadlineExceeded, Code::Cancelled, Code::InvalidArgument, Code::Unavailable] {
+            let status = normalize(method::CREATE_VOLUME, Status::new(code, "from driver"), early, TIMEOUT);
+            assert_eq!((status.code(), status.message()), (code, "from driver"));
+        }
+    }
+
+    #[test]
+    fn transport_failures_become_unavailable_with_the_cause() {
+        let io = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "Connection refused (os error 111)");
+        let local = Status::from_error(Box::new(io));
+        let status = normalize(method::DELETE_VOLUME, local, Duration::ZERO, TIMEOUT);
+        assert_eq!(status.code(), Code::Unavailable);
+        assert_eq!(
+            status.message(),
+            "/csi.v1.Controller/DeleteVolume: cannot reach the CSI driver: Connection refused"
+        );
+    }
+}

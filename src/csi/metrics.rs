@@ -1,0 +1,187 @@
+//! `csi_sidecar_operations_seconds`: the duration of every CSI call, labelled as upstream's csi-lib-utils does.
+
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+
+/// Metric name exactly as upstream exposes it (subsystem `csi_sidecar`, name `operations_seconds`).
+pub const OPERATIONS_SECONDS: &str = "csi_sidecar_operations_seconds";
+
+const HELP: &str =
+    "[ALPHA] Container Storage Interface operation duration with gRPC error code status total";
+
+/// Upstream's bucket boundaries, in seconds.
+pub const BUCKETS: [f64; 13] = [
+    0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 15.0, 25.0, 50.0, 120.0, 300.0, 600.0,
+];
+
+/// Label value for a failure that carries no gRPC status at all.
+pub const NON_GRPC: &str = "unknown-non-grpc";
+
+// Fields in alphabetical order so the exposition reads like Go's client, which sorts labels.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OperationLabels {
+    driver_name: String,
+    grpc_status_code: String,
+    method_name: String,
+}
+
+type Histograms = Family<OperationLabels, Histogram, fn() -> Histogram>;
+
+fn new_histogram() -> Histogram {
+    Histogram::new(BUCKETS)
+}
+
+/// A clone-able handle on the operations histogram. Clones share the family and the driver name.
+#[derive(Clone, Debug)]
+pub struct OperationMetrics {
+    histograms: Histograms,
+    // Unknown until GetPluginInfo answers; calls before that (Probe) are labelled "", as upstream.
+    driver_name: Arc<RwLock<String>>,
+}
+
+impl Default for OperationMetrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl OperationMetrics {
+    /// A handle not attached to any registry (observations are kept but never exposed).
+    pub fn new() -> Self {
+        Self {
+            histograms: Family::new_with_constructor(new_histogram as fn() -> Histogram),
+            driver_name: Arc::default(),
+        }
+    }
+
+    /// Creates the histogram and registers it in `registry` under its upstream name.
+    pub fn register(registry: &mut Registry) -> Self {
+        let metrics = Self::new();
+        registry.register(OPERATIONS_SECONDS, HELP, metrics.histograms.clone());
+        metrics
+    }
+
+    /// Sets the `driver_name` label for later observations (called once the driver told its name).
+    pub fn set_driver_name(&self, name: &str) {
+        let mut guard = self
+            .driver_name
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        name.clone_into(&mut guard);
+    }
+
+    /// The current `driver_name` label value.
+    pub fn driver_name(&self) -> String {
+        self.driver_name
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
+    }
+
+    /// Records one finished call. `method` is the full gRPC path (`/csi.v1.Controller/CreateVolume`).
+    pub fn observe(&self, method: &str, outcome: Outcome, elapsed: Duration) {
+        let labels = OperationLabels {
+            driver_name: self.driver_name(),
+            grpc_status_code: outcome.label().to_owned(),
+            method_name: method.to_owned(),
+        };
+        self.histograms
+            .get_or_create(&labels)
+            .observe(elapsed.as_secs_f64());
+    }
+}
+
+/// How a call ended, for the `grpc_status_code` label.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// A gRPC status code (`Ok` for success).
+    Code(tonic::Code),
+    /// The failure carried no gRPC status.
+    NonGrpc,
+}
+
+impl Outcome {
+    /// The label value: the code name as Go's `codes.Code.String()` prints it, or `unknown-non-grpc`.
+    pub fn label(self) -> &'static str {
+        match self {
+            Outcome::Code(code) => go_code_name(code),
+            Outcome::NonGrpc => NON_GRPC,
+        }
+    }
+}
+
+/// gRPC code names spelled as grpc-go prints them (note `Canceled` with one `l`), so dashboards and
+/// alerts written for upstream keep matching.
+pub fn go_code_name(code: tonic::Code) -> &'static str {
+    use tonic::Code;
+    match code {
+        Code::Ok => "OK",
+        Code::Cancelled => "Canceled",
+        Code::Unknown => "Unknown",
+        Code::InvalidArgument => "InvalidArgument",
+        Code::DeadlineExceeded => "DeadlineExceeded",
+        Code::NotFound => "NotFound",
+        Code::AlreadyExists => "AlreadyExists",
+        Code::PermissionDenied => "PermissionDenied",
+        Code::ResourceExhausted => "ResourceExhausted",
+        Code::FailedPrecondition => "FailedPrecondition",
+        Code::Aborted => "Aborted",
+        Code::OutOfRange => "OutOfRange",
+        Code::Unimplemented => "Unimplemented",
+        Code::Internal => "Internal",
+        Code::Unavailable => "Unavailable",
+        Code::DataLoss => "DataLoss",
+        Code::Unauthenticated => "Unauthenticated",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use prometheus_client::encoding::text::encode;
+
+    fn exposition(registry: &Registry) -> String {
+        let mut text = String::new();
+        encode(&mut text, registry).unwrap();
+        text
+    }
+
+    #[test]
+    fn exposes_upstream_name_labels_and_buckets() {
+        let mut registry = Registry::default();
+        let metrics = OperationMetrics::register(&mut registry);
+        metrics.observe("/csi.v1.Identity/Probe", Outcome::Code(tonic::Code::Ok), Duration::ZERO);
+        metrics.set_driver_name("hostpath.csi.k8s.io");
+        metrics.observe(
+            "/csi.v1.Controller/CreateVolume",
+            Outcome::Code(tonic::Code::DeadlineExceeded),
+            Duration::from_millis(300),
+        );
+        let text = exposition(&registry);
+
+        assert!(text.contains("# TYPE csi_sidecar_operations_seconds histogram"), "{text}");
+        assert!(
+            text.contains(r#"csi_sidecar_operations_seconds_count{driver_name="",grpc_status_code="OK",method_name="/csi.v1.Identity/Probe"} 1"#),
+            "{text}"
+        );
+        let labels = r#"driver_name="hostpath.csi.k8s.io",grpc_status_code="DeadlineExceeded",method_name="/csi.v1.Controller/CreateVolume""#;
+        assert!(text.contains(&format!("csi_sidecar_operations_seconds_count{{{labels}}} 1")), "{text}");
+        // 0.3 s falls in the 0.5 bucket but not in 0.25.
+        assert!(text.contains(&format!(r#"csi_sidecar_operations_seconds_bucket{{le="0.25",{labels}}} 0"#)), "{text}");
+        assert!(text.contains(&format!(r#"csi_sidecar_operations_seconds_bucket{{le="0.5",{labels}}} 1"#)), "{text}");
+        assert!(text.contains(&format!(r#"csi_sidecar_operations_seconds_bucket{{le="600.0",{labels}}} 1"#)), "{text}");
+    }
+
+    #[test]
+    fn code_labels_are_spelled_like_grpc_go() {
+        assert_eq!(Outcome::Code(tonic::Code::Ok).label(), "OK");
+        assert_eq!(Outcome::Code(tonic::Code::Cancelled).label(), "Canceled");
+        assert_eq!(Outcome::Code(tonic::Code::InvalidArgument).label(), "InvalidArgument");
+        assert_eq!(Outcome::NonGrpc.label(), "unknown-non-grpc");
+    }
+}
