@@ -1,1 +1,508 @@
 //! Event recorder: core/v1 Events with upstream reasons, messages and source component, aggregated on repeat.
+//!
+//! Upstream writes core/v1 Events through client-go's recorder, so `kubectl describe` shows its
+//! reasons with a `count`; we write the same objects the same way:
+//! - name `<object-name>.<hex nanoseconds>`, in the object's namespace (`default` for cluster-scoped
+//!   objects such as PVs), `source.component` + `reportingComponent` from [`EventSource`];
+//! - a repeat of the same (source, object, type, reason, message) within [`AGGREGATION_WINDOW`]
+//!   PATCHes `count` and `lastTimestamp` of the existing Event instead of creating a new one
+//!   (client-go's EventLogger), remembered in a bounded in-memory cache;
+//! - an event carrying a [`EventSpec::dedupe_key`] is sent once per episode (e.g. "PV waits for
+//!   detach"): repeats are dropped until [`Recorder::end_episode`], except one refresh of the same
+//!   Event every [`EPISODE_REFRESH`] so a long wait stays visible after the server's event TTL.
+//!
+//! Events are fire-and-forget: a failure is logged and never reaches the caller. Messages are
+//! shown to every user who can read Events: callers build them from our own error types, which
+//! never carry secret values.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use jiff::{SignedDuration, Timestamp};
+use k8s_openapi::api::core::v1::{Event, EventSource as K8sEventSource, ObjectReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use kube::api::{Patch, PatchParams, PostParams};
+use kube::{Api, Client, Resource, ResourceExt};
+use serde_json::json;
+
+use super::errors::{ApiErrorClass, classify};
+use crate::names;
+
+/// Repeats within this time of the previous one update the existing Event (the API server keeps
+/// Events for `--event-ttl`, 1h by default; an expired one is simply created again).
+pub const AGGREGATION_WINDOW: SignedDuration = SignedDuration::from_hours(1);
+/// While an episode lasts, its Event is refreshed (count + 1, lastTimestamp) at most this often.
+pub const EPISODE_REFRESH: SignedDuration = SignedDuration::from_mins(10);
+/// Remembered Events (and episodes); the oldest is forgotten first. client-go uses 4096 too.
+pub const CACHE_CAPACITY: usize = 4096;
+/// Longest message we send; longer ones are cut (the events API refuses notes over 1 kB).
+pub const MAX_MESSAGE_BYTES: usize = 1024;
+
+/// Event severity, as in `kubectl describe`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum EventType {
+    /// Something happened as expected.
+    Normal,
+    /// Something needs a human's attention.
+    Warning,
+}
+
+impl EventType {
+    /// The wire value (`Normal` / `Warning`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Normal => "Normal",
+            Self::Warning => "Warning",
+        }
+    }
+}
+
+/// Who reports the events (`source.component`, `source.host`).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct EventSource {
+    /// `source.component` and `reportingComponent`.
+    pub component: String,
+    /// `source.host` and `reportingInstance`, when known.
+    pub host: Option<String>,
+}
+
+impl EventSource {
+    /// The component upstream's CSI-specific code reports as: `external-provisioner`.
+    pub fn csi_provisioner() -> Self {
+        Self {
+            component: names::EVENT_COMPONENT.to_owned(),
+            host: None,
+        }
+    }
+
+    /// The component upstream's provisioning library reports as (Provisioning,
+    /// ProvisioningSucceeded, ProvisioningFailed, VolumeFailedDelete):
+    /// `<driverName>_<hostname>_<id>`, `id` being a per-process UUID.
+    pub fn provisioner_lib(driver: &str, hostname: &str, id: &str) -> Self {
+        Self {
+            component: format!("{driver}_{hostname}_{id}"),
+            host: None,
+        }
+    }
+}
+
+/// A random RFC 4122 version-4 UUID, for [`EventSource::provisioner_lib`]'s per-process id.
+pub fn random_uuid() -> String {
+    let mut b: [u8; 16] = rand::random();
+    b[6] = (b[6] & 0x0f) | 0x40;
+    b[8] = (b[8] & 0x3f) | 0x80;
+    let h = |r: std::ops::Range<usize>| b[r].iter().map(|x| format!("{x:02x}")).collect::<String>();
+    format!(
+        "{}-{}-{}-{}-{}",
+        h(0..4),
+        h(4..6),
+        h(6..8),
+        h(8..10),
+        h(10..16)
+    )
+}
+
+/// One event to record about an object.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EventSpec {
+    /// Normal or Warning.
+    pub type_: EventType,
+    /// Upstream's reason string ([`crate::names`] `EVENT_*`).
+    pub reason: String,
+    /// Human-readable message; never a secret value.
+    pub message: String,
+    /// When set, record this only once per episode with this key (see [`Recorder::end_episode`]).
+    pub dedupe_key: Option<String>,
+}
+
+impl EventSpec {
+    /// A Normal event.
+    pub fn normal(reason: &str, message: impl Into<String>) -> Self {
+        Self::new(EventType::Normal, reason, message)
+    }
+
+    /// A Warning event.
+    pub fn warning(reason: &str, message: impl Into<String>) -> Self {
+        Self::new(EventType::Warning, reason, message)
+    }
+
+    fn new(type_: EventType, reason: &str, message: impl Into<String>) -> Self {
+        Self {
+            type_,
+            reason: reason.to_owned(),
+            message: truncate(message.into()),
+            dedupe_key: None,
+        }
+    }
+
+    /// Records this once per episode `key` (e.g. `wait-detach/<pv uid>`), not once per retry.
+    pub fn once_per(mut self, key: impl Into<String>) -> Self {
+        self.dedupe_key = Some(key.into());
+        self
+    }
+}
+
+fn truncate(mut message: String) -> String {
+    if message.len() > MAX_MESSAGE_BYTES {
+        let mut cut = MAX_MESSAGE_BYTES - 3;
+        while !message.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        message.truncate(cut);
+        message.push_str("...");
+    }
+    message
+}
+
+/// The `involvedObject` reference for `obj`: kind, apiVersion, namespace, name, uid, resourceVersion.
+pub fn reference_to<K: Resource<DynamicType = ()>>(obj: &K) -> ObjectReference {
+    ObjectReference {
+        api_version: Some(K::api_version(&()).into_owned()),
+        kind: Some(K::kind(&()).into_owned()),
+        namespace: obj.namespace(),
+        name: Some(obj.name_any()),
+        uid: obj.uid(),
+        resource_version: obj.resource_version(),
+        field_path: None,
+    }
+}
+
+// === Aggregation (pure) ===
+
+/// What makes two events "the same" (client-go's `getEventKey` minus the fields we never set).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct AggregationKey {
+    component: String,
+    host: Option<String>,
+    kind: Option<String>,
+    namespace: Option<String>,
+    name: Option<String>,
+    uid: Option<String>,
+    api_version: Option<String>,
+    type_: EventType,
+    reason: String,
+    message: String,
+}
+
+impl AggregationKey {
+    fn new(source: &EventSource, object: &ObjectReference, spec: &EventSpec) -> Self {
+        Self {
+            component: source.component.clone(),
+            host: source.host.clone(),
+            kind: object.kind.clone(),
+            namespace: object.namespace.clone(),
+            name: object.name.clone(),
+            uid: object.uid.clone(),
+            api_version: object.api_version.clone(),
+            type_: spec.type_,
+            reason: spec.reason.clone(),
+            message: spec.message.clone(),
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Seen {
+    name: String,
+    count: i32,
+    first: Timestamp,
+    last: Timestamp,
+}
+
+/// What to send for one observed event.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Decision {
+    /// Create a new Event with this name, count and times.
+    Create {
+        name: String,
+        count: i32,
+        first: Timestamp,
+        last: Timestamp,
+    },
+    /// Update the existing Event `name` to this count and lastTimestamp.
+    Update {
+        name: String,
+        count: i32,
+        first: Timestamp,
+        last: Timestamp,
+    },
+    /// Nothing: the episode already has its event.
+    Suppress,
+}
+
+/// The bounded memory behind aggregation and episodes.
+#[derive(Debug, Default)]
+pub(crate) struct Correlator {
+    seen: HashMap<AggregationKey, Seen>,
+    episodes: HashMap<String, Timestamp>,
+}
+
+impl Correlator {
+    fn observe(
+        &mut self,
+        key: AggregationKey,
+        dedupe_key: Option<&str>,
+        now: Timestamp,
+        fresh_name: impl FnOnce() -> String,
+    ) -> Decision {
+        if let Some(episode) = dedupe_key {
+            match self.episodes.get(episode) {
+                Some(&at) if now.duration_since(at) < EPISODE_REFRESH => return Decision::Suppress,
+                _ => {
+                    evict_oldest(&mut self.episodes, |t| *t);
+                    self.episodes.insert(episode.to_owned(), now);
+                }
+            }
+        }
+        match self.seen.get_mut(&key) {
+            Some(seen) if now.duration_since(seen.last) < AGGREGATION_WINDOW => {
+                seen.count = seen.count.saturating_add(1);
+                seen.last = now;
+                Decision::Update {
+                    name: seen.name.clone(),
+                    count: seen.count,
+                    first: seen.first,
+                    last: now,
+                }
+            }
+            _ => {
+                let name = fresh_name();
+                evict_oldest(&mut self.seen, |s| s.last);
+                self.seen.insert(
+                    key,
+                    Seen {
+                        name: name.clone(),
+                        count: 1,
+                        first: now,
+                        last: now,
+                    },
+                );
+                Decision::Create {
+                    name,
+                    count: 1,
+                    first: now,
+                    last: now,
+                }
+            }
+        }
+    }
+
+    fn end_episode(&mut self, key: &str) {
+        self.episodes.remove(key);
+    }
+}
+
+/// Makes room for one more entry when the map is full, forgetting the least recently used one.
+fn evict_oldest<K: Clone + Eq + std::hash::Hash, V>(
+    map: &mut HashMap<K, V>,
+    at: impl Fn(&V) -> Timestamp,
+) {
+    if map.len() < CACHE_CAPACITY {
+        return;
+    }
+    if let Some(oldest) = map
+        .iter()
+        .min_by_key(|(_, v)| at(v))
+        .map(|(k, _)| k.clone())
+    {
+        map.remove(&oldest);
+    }
+}
+
+/// `<object-name>.<hex>`: client-go's `<name>.<hex UnixNano>`, made strictly increasing within the
+/// process so two events in the same nanosecond never collide.
+fn event_name(object_name: &str, now: Timestamp) -> String {
+    static LAST: AtomicU64 = AtomicU64::new(0);
+    let nanos = u64::try_from(now.as_nanosecond()).unwrap_or(0);
+    let mut prev = LAST.load(Ordering::Relaxed);
+    let unique = loop {
+        let next = nanos.max(prev + 1);
+        match LAST.compare_exchange_weak(prev, next, Ordering::Relaxed, Ordering::Relaxed) {
+            Ok(_) => break next,
+            Err(actual) => prev = actual,
+        }
+    };
+    format!("{object_name}.{unique:x}")
+}
+
+/// The namespace an Event about `object` lives in (`default` for cluster-scoped objects).
+fn event_namespace(object: &ObjectReference) -> String {
+    object
+        .namespace
+        .clone()
+        .filter(|ns| !ns.is_empty())
+        .unwrap_or_else(|| "default".to_owned())
+}
+
+/// The core/v1 Event object as client-go's `makeEvent` builds it.
+pub(crate) fn build_event(
+    source: &EventSource,
+    object: &ObjectReference,
+    spec: &EventSpec,
+    name: &str,
+    count: i32,
+    first: Timestamp,
+    last: Timestamp,
+) -> Event {
+    Event {
+        metadata: ObjectMeta {
+            name: Some(name.to_owned()),
+            namespace: Some(event_namespace(object)),
+            ..ObjectMeta::default()
+        },
+        involved_object: object.clone(),
+        reason: Some(spec.reason.clone()),
+        message: Some(spec.message.clone()),
+        type_: Some(spec.type_.as_str().to_owned()),
+        first_timestamp: Some(Time(first)),
+        last_timestamp: Some(Time(last)),
+        count: Some(count),
+        source: Some(K8sEventSource {
+            component: Some(source.component.clone()),
+            host: source.host.clone(),
+        }),
+        reporting_component: Some(source.component.clone()),
+        reporting_instance: source.host.clone(),
+        ..Event::default()
+    }
+}
+
+// === The recorder ===
+
+/// Writes Events; cheap to clone (clones share the client and the aggregation cache).
+#[derive(Clone)]
+pub struct Recorder {
+    client: Client,
+    source: Arc<EventSource>,
+    correlator: Arc<Mutex<Correlator>>,
+}
+
+impl std::fmt::Debug for Recorder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Recorder")
+            .field("source", &self.source)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Recorder {
+    /// A recorder reporting as `source`.
+    pub fn new(client: Client, source: EventSource) -> Self {
+        Self {
+            client,
+            source: Arc::new(source),
+            correlator: Arc::default(),
+        }
+    }
+
+    /// The same recorder reporting as another component (shares the cache; the component is part
+    /// of the aggregation key, so the two never merge each other's events).
+    pub fn with_source(&self, source: EventSource) -> Self {
+        Self {
+            client: self.client.clone(),
+            source: Arc::new(source),
+            correlator: self.correlator.clone(),
+        }
+    }
+
+    /// Records `spec` about `object`, awaiting the API call. Never fails: errors are logged.
+    pub async fn publish(&self, object: &ObjectReference, spec: EventSpec) {
+        let now = Timestamp::now();
+        let key = AggregationKey::new(&self.source, object, &spec);
+        let object_name = object.name.clone().unwrap_or_default();
+        let decision = self
+            .correlator
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .observe(key, spec.dedupe_key.as_deref(), now, || {
+                event_name(&object_name, now)
+            });
+        let api: Api<Event> = Api::namespaced(self.client.clone(), &event_namespace(object));
+        let result = match decision {
+            Decision::Suppress => return,
+            Decision::Create {
+                name,
+                count,
+                first,
+                last,
+            } => {
+                self.create(&api, object, &spec, &name, count, first, last)
+                    .await
+            }
+            Decision::Update {
+                name,
+                count,
+                first,
+                last,
+            } => {
+                let patch = json!({
+                    "count": count,
+                    "lastTimestamp": Time(last),
+                    "message": spec.message,
+                });
+                match api
+                    .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await
+                {
+                    Ok(_) => Ok(()),
+                    // Expired or deleted meanwhile: write it again under the same name.
+                    Err(err) if classify(&err) == ApiErrorClass::NotFound => {
+                        self.create(&api, object, &spec, &name, count, first, last)
+                            .await
+                    }
+                    Err(err) => Err(err),
+                }
+            }
+        };
+        if let Err(err) = result {
+            tracing::warn!(
+                reason = %spec.reason,
+                kind = object.kind.as_deref().unwrap_or_default(),
+                namespace = object.namespace.as_deref().unwrap_or_default(),
+                name = object.name.as_deref().unwrap_or_default(),
+                class = %classify(&err),
+                error = %err,
+                "could not record event (not retried)"
+            );
+        }
+    }
+
+    /// Records `spec` about `object` in a background task and returns at once.
+    pub fn emit(&self, object: ObjectReference, spec: EventSpec) {
+        let recorder = self.clone();
+        tokio::spawn(async move { recorder.publish(&object, spec).await });
+    }
+
+    /// Ends the episode `key`: the next event carrying that key is recorded again.
+    pub fn end_episode(&self, key: &str) {
+        self.correlator
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .end_episode(key);
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn create(
+        &self,
+        api: &Api<Event>,
+        object: &ObjectReference,
+        spec: &EventSpec,
+        name: &str,
+        count: i32,
+        first: Timestamp,
+        last: Timestamp,
+    ) -> Result<(), kube::Error> {
+        let event = build_event(&self.source, object, spec, name, count, first, last);
+        match api.create(&PostParams::default(), &event).await {
+            Ok(_) => Ok(()),
+            // A concurrent publish of the same event created it first: nothing lost.
+            Err(err) if classify(&err) == ApiErrorClass::AlreadyExists => Ok(()),
+            Err(err) => Err(err),
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "events_tests.rs"]
+mod tests;

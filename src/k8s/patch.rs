@@ -1,1 +1,447 @@
 //! Conflict-free finalizer and annotation patches that never depend on a stale cached copy.
+//!
+//! Upstream lost PVs to these bugs: finalizers removed with an Update of the informer's (stale) copy,
+//! 409 conflicts, a retry cap of 6, and a PV stuck Terminating forever (external-provisioner issues
+//! 1217, 1235, 1184; lib issue 87). Here every write is a JSON patch whose `test` ops state exactly
+//! what the write relies on, so a stale input can only make the write *fail*, never do the wrong
+//! thing; a failure re-reads the object and tries again, without a cap, with a short jittered
+//! backoff:
+//!
+//! - remove finalizer: `test /metadata/finalizers/<i> == ours` + `remove /metadata/finalizers/<i>`.
+//!   Someone else removing or inserting a finalizer moves ours; the `test` then fails (422) instead
+//!   of removing theirs.
+//! - add finalizer: `test /metadata/finalizers == <the list we read>` + `add /metadata/finalizers/-`
+//!   (or, with no list yet, `test /metadata/resourceVersion` + `add /metadata/finalizers [ours]`,
+//!   since `add` on a missing member would *replace* a list someone just created). A strategic
+//!   merge patch would not need the read, but it is not supported by every API implementation we
+//!   test against (kube-sim) and would still need a read to tell "being deleted" apart.
+//! - annotations: `add`/`remove` of the single key; the key's own path is the only thing touched.
+//! - every patch also `test`s `/metadata/uid` when we know it: a PV deleted and re-created under the
+//!   same name is another object and is reported [`PatchOutcome::Gone`].
+//!
+//! The caller's (possibly cached) copy seeds the *first* attempt, which saves a GET in the common
+//! case. Only a write may be based on it (the `test` ops guard it); a "nothing to do" or "being
+//! deleted" conclusion is always confirmed on a fresh GET first.
+
+use std::fmt::Debug;
+use std::time::Duration;
+
+use backon::{BackoffBuilder, ExponentialBuilder};
+use json_patch::jsonptr::{PointerBuf, Token};
+use json_patch::{AddOperation, PatchOperation, RemoveOperation, TestOperation};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
+use kube::{Api, Resource, ResourceExt};
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use super::errors::{ApiErrorClass, classify};
+
+/// Backoff between attempts that lost a race: short, because the race is with another controller's
+/// single write, jittered so two controllers retrying the same object do not collide again.
+#[cfg(not(test))]
+const RETRY_MIN_DELAY: Duration = Duration::from_millis(10);
+#[cfg(not(test))]
+const RETRY_MAX_DELAY: Duration = Duration::from_secs(1);
+// Unit tests lose dozens of scripted races; keep them fast.
+#[cfg(test)]
+const RETRY_MIN_DELAY: Duration = Duration::from_millis(1);
+#[cfg(test)]
+const RETRY_MAX_DELAY: Duration = Duration::from_millis(2);
+/// After this many lost races in a row, each further retry is logged at warn level.
+const WARN_AFTER_ATTEMPTS: u32 = 10;
+
+/// What one attempt should do, computed from one copy of the object by a pure function.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Step {
+    /// The object already is as wanted.
+    AlreadyDone,
+    /// The object is being deleted and the wanted write is one the server refuses on deleting
+    /// objects (adding a finalizer).
+    ObjectDeleting,
+    /// Send this JSON patch.
+    Write(json_patch::Patch),
+}
+
+/// How a patch call ended (errors other than "gone" are in [`PatchError`]).
+#[derive(Clone, Debug, PartialEq)]
+pub enum PatchOutcome<K> {
+    /// The patch was applied; the object as the server returned it.
+    Patched(K),
+    /// A fresh read showed there was nothing to do; that fresh object.
+    Unchanged(K),
+    /// The object is being deleted, so a finalizer cannot be added any more (the API server
+    /// refuses new finalizers once `deletionTimestamp` is set); that fresh object.
+    Deleting(K),
+    /// The object no longer exists, or a different object (another UID) now has its name.
+    Gone,
+}
+
+impl<K> PatchOutcome<K> {
+    /// The object after the call, if it still exists.
+    pub fn object(&self) -> Option<&K> {
+        match self {
+            Self::Patched(k) | Self::Unchanged(k) | Self::Deleting(k) => Some(k),
+            Self::Gone => None,
+        }
+    }
+}
+
+/// A patch or delete that failed for a reason other than a lost race or a missing object.
+#[derive(Debug, thiserror::Error)]
+#[error("{action} on {kind} {name:?} failed ({class}): {source}")]
+pub struct PatchError {
+    /// What we tried, e.g. `remove finalizer external-provisioner.volume.kubernetes.io/finalizer`.
+    pub action: String,
+    /// Kind of the object (`PersistentVolume`).
+    pub kind: String,
+    /// Name of the object.
+    pub name: String,
+    /// What the failure means for the caller (back off, give up, fix RBAC...).
+    pub class: ApiErrorClass,
+    /// The API error.
+    #[source]
+    pub source: kube::Error,
+}
+
+/// Result of [`delete_with_uid`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DeleteOutcome {
+    /// The DELETE was accepted (the object may stay Terminating while finalizers remain).
+    Deleted,
+    /// The object was already gone, or its name now belongs to another object.
+    Gone,
+}
+
+// === Pure patch builders ===
+
+fn pointer<'t>(tokens: impl IntoIterator<Item = Token<'t>>) -> PointerBuf {
+    PointerBuf::from_tokens(tokens)
+}
+
+fn meta_path(field: &str) -> PointerBuf {
+    pointer([Token::new("metadata"), Token::new(field.to_owned())])
+}
+
+fn test_op(path: PointerBuf, value: Value) -> PatchOperation {
+    PatchOperation::Test(TestOperation { path, value })
+}
+
+fn add_op(path: PointerBuf, value: Value) -> PatchOperation {
+    PatchOperation::Add(AddOperation { path, value })
+}
+
+/// Preconditions every write carries: the UID we read (if known).
+fn guard(meta: &ObjectMeta) -> Vec<PatchOperation> {
+    meta.uid
+        .iter()
+        .map(|uid| test_op(meta_path("uid"), Value::String(uid.clone())))
+        .collect()
+}
+
+/// Guard for creating a whole metadata map/list that is absent in `meta`: `add` would replace a
+/// member created concurrently, so pin the resourceVersion we read.
+fn guard_absent(meta: &ObjectMeta) -> Vec<PatchOperation> {
+    let mut ops = guard(meta);
+    if let Some(rv) = &meta.resource_version {
+        ops.push(test_op(
+            meta_path("resourceVersion"),
+            Value::String(rv.clone()),
+        ));
+    }
+    ops
+}
+
+/// Step that adds `finalizer` to the object described by `meta`.
+pub fn add_finalizer_step(meta: &ObjectMeta, finalizer: &str) -> Step {
+    let current = meta.finalizers.as_deref().unwrap_or_default();
+    if current.iter().any(|f| f == finalizer) {
+        return Step::AlreadyDone;
+    }
+    if meta.deletion_timestamp.is_some() {
+        return Step::ObjectDeleting;
+    }
+    let ours = Value::String(finalizer.to_owned());
+    let ops = if current.is_empty() {
+        let mut ops = guard_absent(meta);
+        ops.push(add_op(meta_path("finalizers"), Value::Array(vec![ours])));
+        ops
+    } else {
+        let mut ops = guard(meta);
+        let list = current.iter().cloned().map(Value::String).collect();
+        ops.push(test_op(meta_path("finalizers"), Value::Array(list)));
+        ops.push(add_op(
+            pointer([
+                Token::new("metadata"),
+                Token::new("finalizers"),
+                Token::new("-"),
+            ]),
+            ours,
+        ));
+        ops
+    };
+    Step::Write(json_patch::Patch(ops))
+}
+
+/// Step that removes `finalizer` from the object described by `meta`.
+pub fn remove_finalizer_step(meta: &ObjectMeta, finalizer: &str) -> Step {
+    let current = meta.finalizers.as_deref().unwrap_or_default();
+    let Some(index) = current.iter().position(|f| f == finalizer) else {
+        return Step::AlreadyDone;
+    };
+    let path = pointer([
+        Token::new("metadata"),
+        Token::new("finalizers"),
+        Token::from(index),
+    ]);
+    let mut ops = guard(meta);
+    ops.push(test_op(path.clone(), Value::String(finalizer.to_owned())));
+    ops.push(PatchOperation::Remove(RemoveOperation { path }));
+    Step::Write(json_patch::Patch(ops))
+}
+
+/// Step that sets annotation `key` to `value`.
+pub fn set_annotation_step(meta: &ObjectMeta, key: &str, value: &str) -> Step {
+    let current = meta.annotations.as_ref();
+    if current.and_then(|a| a.get(key)).map(String::as_str) == Some(value) {
+        return Step::AlreadyDone;
+    }
+    let value = Value::String(value.to_owned());
+    let ops = match current {
+        Some(map) if !map.is_empty() => {
+            let mut ops = guard(meta);
+            // `add` on an existing member replaces it: exactly "set this key", nothing else.
+            ops.push(add_op(
+                pointer([
+                    Token::new("metadata"),
+                    Token::new("annotations"),
+                    Token::new(key.to_owned()),
+                ]),
+                value,
+            ));
+            ops
+        }
+        _ => {
+            let mut ops = guard_absent(meta);
+            let mut map = serde_json::Map::new();
+            map.insert(key.to_owned(), value);
+            ops.push(add_op(meta_path("annotations"), Value::Object(map)));
+            ops
+        }
+    };
+    Step::Write(json_patch::Patch(ops))
+}
+
+/// Step that removes annotation `key`.
+pub fn remove_annotation_step(meta: &ObjectMeta, key: &str) -> Step {
+    if !meta
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key(key))
+    {
+        return Step::AlreadyDone;
+    }
+    let mut ops = guard(meta);
+    ops.push(PatchOperation::Remove(RemoveOperation {
+        path: pointer([
+            Token::new("metadata"),
+            Token::new("annotations"),
+            Token::new(key.to_owned()),
+        ]),
+    }));
+    Step::Write(json_patch::Patch(ops))
+}
+
+// === Effectful shells ===
+
+/// Adds `finalizer` to `obj` (PV, PVC, ...). `obj` may be a cached copy: its name and UID identify
+/// the target, its finalizer list seeds the first attempt. Returns [`PatchOutcome::Deleting`] when
+/// the object is being deleted (the server refuses new finalizers then).
+pub async fn add_finalizer<K>(
+    api: &Api<K>,
+    obj: &K,
+    finalizer: &str,
+) -> Result<PatchOutcome<K>, PatchError>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
+{
+    let action = format!("add finalizer {finalizer}");
+    patch_fresh(api, obj, &action, |m| add_finalizer_step(m, finalizer)).await
+}
+
+/// Removes `finalizer` from `obj`; never removes anyone else's finalizer, whatever happens to the
+/// list concurrently. [`PatchOutcome::Unchanged`] means a fresh read no longer has it.
+pub async fn remove_finalizer<K>(
+    api: &Api<K>,
+    obj: &K,
+    finalizer: &str,
+) -> Result<PatchOutcome<K>, PatchError>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
+{
+    let action = format!("remove finalizer {finalizer}");
+    patch_fresh(api, obj, &action, |m| remove_finalizer_step(m, finalizer)).await
+}
+
+/// Sets annotation `key` to `value` on `obj`.
+pub async fn set_annotation<K>(
+    api: &Api<K>,
+    obj: &K,
+    key: &str,
+    value: &str,
+) -> Result<PatchOutcome<K>, PatchError>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
+{
+    let action = format!("set annotation {key}");
+    patch_fresh(api, obj, &action, |m| set_annotation_step(m, key, value)).await
+}
+
+/// Removes annotation `key` from `obj`.
+pub async fn remove_annotation<K>(
+    api: &Api<K>,
+    obj: &K,
+    key: &str,
+) -> Result<PatchOutcome<K>, PatchError>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
+{
+    let action = format!("remove annotation {key}");
+    patch_fresh(api, obj, &action, |m| remove_annotation_step(m, key)).await
+}
+
+/// The retry loop behind every helper above, for callers that need another guarded write (e.g. a
+/// compare-and-set of an annotation): `build` computes a [`Step`] from one copy of the object's
+/// metadata and must put into the patch's `test` ops everything the write relies on.
+///
+/// - The first attempt uses `seed` (maybe stale); `AlreadyDone`/`ObjectDeleting` conclusions from
+///   it are re-checked on a fresh GET.
+/// - 409 and 422 (a failed `test`) re-read and retry without a cap. A 422 against a fresh read whose
+///   resourceVersion has not moved is not a lost race but a rejected write: returned as an error.
+/// - 404, or another UID under the name: [`PatchOutcome::Gone`]. Any other error is returned.
+pub async fn patch_fresh<K, F>(
+    api: &Api<K>,
+    seed: &K,
+    action: &str,
+    mut build: F,
+) -> Result<PatchOutcome<K>, PatchError>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
+    F: FnMut(&ObjectMeta) -> Step,
+{
+    let name = seed.name_any();
+    let uid = seed.meta().uid.clone();
+    let kind = K::kind(&()).into_owned();
+    let fail = |class, source| PatchError {
+        action: action.to_owned(),
+        kind: kind.clone(),
+        name: name.clone(),
+        class,
+        source,
+    };
+    let mut delays = ExponentialBuilder::new()
+        .with_min_delay(RETRY_MIN_DELAY)
+        .with_max_delay(RETRY_MAX_DELAY)
+        .with_jitter()
+        .without_max_times()
+        .build();
+
+    // (object, whether it comes from a GET made by this call)
+    let mut next: Option<(K, bool)> = Some((seed.clone(), false));
+    // A 422 on a write computed from a fresh read at this resourceVersion (with its error).
+    let mut rejected: Option<(Option<String>, kube::Error)> = None;
+    let mut lost_races = 0u32;
+    loop {
+        let (obj, fresh) = match next.take() {
+            Some(seeded) => seeded,
+            None => match api.get_opt(&name).await {
+                Ok(Some(obj)) => (obj, true),
+                Ok(None) => return Ok(PatchOutcome::Gone),
+                Err(err) => return Err(fail(classify(&err), err)),
+            },
+        };
+        if uid.is_some() && obj.meta().uid != uid {
+            return Ok(PatchOutcome::Gone);
+        }
+        if let Some((rv, err)) = rejected.take()
+            && fresh
+            && obj.meta().resource_version == rv
+        {
+            return Err(fail(ApiErrorClass::Invalid, err));
+        }
+        let patch = match build(obj.meta()) {
+            Step::AlreadyDone if fresh => return Ok(PatchOutcome::Unchanged(obj)),
+            Step::ObjectDeleting if fresh => return Ok(PatchOutcome::Deleting(obj)),
+            // Never conclude "nothing to do" from a possibly stale copy.
+            Step::AlreadyDone | Step::ObjectDeleting => continue,
+            Step::Write(patch) => patch,
+        };
+        let sent = api
+            .patch(
+                &name,
+                &PatchParams::default(),
+                &Patch::Json::<()>(patch.clone()),
+            )
+            .await;
+        let err = match sent {
+            Ok(updated) => return Ok(PatchOutcome::Patched(updated)),
+            Err(err) => err,
+        };
+        match classify(&err) {
+            ApiErrorClass::NotFound => return Ok(PatchOutcome::Gone),
+            ApiErrorClass::Conflict => {}
+            ApiErrorClass::Invalid => {
+                if fresh {
+                    rejected = Some((obj.meta().resource_version.clone(), err));
+                }
+            }
+            class => return Err(fail(class, err)),
+        }
+        lost_races += 1;
+        let delay = delays.next().unwrap_or(RETRY_MAX_DELAY);
+        if lost_races >= WARN_AFTER_ATTEMPTS {
+            tracing::warn!(%action, %kind, %name, attempt = lost_races, ?delay,
+                "write keeps losing races with other writers; retrying on a fresh read");
+        } else {
+            tracing::debug!(%action, %kind, %name, attempt = lost_races, ?delay,
+                "write lost a race; retrying on a fresh read");
+        }
+        tokio::time::sleep(delay).await;
+    }
+}
+
+/// Deletes `name` only if it still has `uid` (a DELETE precondition), so a re-created object of the
+/// same name is never deleted by mistake. A UID mismatch (409) or 404 is [`DeleteOutcome::Gone`].
+pub async fn delete_with_uid<K>(
+    api: &Api<K>,
+    name: &str,
+    uid: &str,
+) -> Result<DeleteOutcome, PatchError>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
+{
+    let params = DeleteParams {
+        preconditions: Some(Preconditions {
+            uid: Some(uid.to_owned()),
+            resource_version: None,
+        }),
+        ..DeleteParams::default()
+    };
+    match api.delete(name, &params).await {
+        Ok(_) => Ok(DeleteOutcome::Deleted),
+        Err(err) => match classify(&err) {
+            ApiErrorClass::NotFound | ApiErrorClass::Conflict => Ok(DeleteOutcome::Gone),
+            class => Err(PatchError {
+                action: "delete".to_owned(),
+                kind: K::kind(&()).into_owned(),
+                name: name.to_owned(),
+                class,
+                source: err,
+            }),
+        },
+    }
+}
+
+#[cfg(test)]
+#[path = "patch_tests.rs"]
+mod tests;

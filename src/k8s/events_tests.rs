@@ -1,0 +1,297 @@
+//! Tests for `k8s::events`: the Event object, the aggregation and episode decisions, and the
+//! requests the recorder sends (against a fake API answering every call).
+
+use std::convert::Infallible;
+use std::sync::{Arc, Mutex};
+
+use http::{Method, Request, Response, StatusCode};
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+use kube::client::Body;
+use serde_json::{Value, json};
+
+use super::*;
+use crate::testing::{pv, pvc};
+
+fn at(seconds: i64) -> Timestamp {
+    Timestamp::from_second(1_800_000_000 + seconds).unwrap()
+}
+
+fn pv_ref() -> ObjectReference {
+    reference_to(&pv("pv-1").resource_version("42").build())
+}
+
+fn key(spec: &EventSpec) -> AggregationKey {
+    AggregationKey::new(&EventSource::csi_provisioner(), &pv_ref(), spec)
+}
+
+fn observe(c: &mut Correlator, spec: &EventSpec, t: Timestamp) -> Decision {
+    c.observe(key(spec), spec.dedupe_key.as_deref(), t, || {
+        format!("pv-1.{:x}", t.as_second())
+    })
+}
+
+#[test]
+fn the_involved_object_names_kind_version_namespace_uid_and_resource_version() {
+    let claim: PersistentVolumeClaim = pvc("ns1", "data").resource_version("9").build();
+    let r = reference_to(&claim);
+    assert_eq!(r.kind.as_deref(), Some("PersistentVolumeClaim"));
+    assert_eq!(r.api_version.as_deref(), Some("v1"));
+    assert_eq!(r.namespace.as_deref(), Some("ns1"));
+    assert_eq!(r.name.as_deref(), Some("data"));
+    assert_eq!(r.uid.as_deref(), Some("uid-ns1-data"));
+    assert_eq!(r.resource_version.as_deref(), Some("9"));
+}
+
+#[test]
+fn an_event_about_a_pv_lives_in_default_with_the_upstream_fields() {
+    let spec = EventSpec::warning(
+        names::EVENT_VOLUME_FAILED_DELETE,
+        "rpc error: code = Unavailable",
+    );
+    let source = EventSource::provisioner_lib("mock.csi.test", "host-a", "1234");
+    let event = build_event(&source, &pv_ref(), &spec, "pv-1.abc", 1, at(0), at(0));
+    let v = serde_json::to_value(&event).unwrap();
+    assert_eq!(v["metadata"]["name"], "pv-1.abc");
+    assert_eq!(v["metadata"]["namespace"], "default");
+    assert_eq!(v["involvedObject"]["kind"], "PersistentVolume");
+    assert_eq!(v["involvedObject"]["name"], "pv-1");
+    assert_eq!(v["involvedObject"]["uid"], "uid-pv-1");
+    assert_eq!(v["involvedObject"]["resourceVersion"], "42");
+    assert_eq!(v["type"], "Warning");
+    assert_eq!(v["reason"], "VolumeFailedDelete");
+    assert_eq!(v["message"], "rpc error: code = Unavailable");
+    assert_eq!(v["count"], 1);
+    assert_eq!(v["source"]["component"], "mock.csi.test_host-a_1234");
+    assert_eq!(v["reportingComponent"], "mock.csi.test_host-a_1234");
+    assert_eq!(v["firstTimestamp"], v["lastTimestamp"]);
+}
+
+#[test]
+fn an_event_about_a_claim_lives_in_the_claims_namespace() {
+    let claim = reference_to(&pvc("ns1", "data").build());
+    let spec = EventSpec::normal(names::EVENT_PROVISIONING, "x");
+    let event = build_event(
+        &EventSource::csi_provisioner(),
+        &claim,
+        &spec,
+        "data.1",
+        1,
+        at(0),
+        at(0),
+    );
+    assert_eq!(event.metadata.namespace.as_deref(), Some("ns1"));
+    assert_eq!(
+        event.source.unwrap().component.as_deref(),
+        Some("external-provisioner")
+    );
+}
+
+#[test]
+fn event_names_are_the_object_name_and_a_unique_hex_suffix() {
+    let t = at(0);
+    let a = event_name("pv-1", t);
+    let b = event_name("pv-1", t);
+    assert_ne!(a, b, "same nanosecond must still give distinct names");
+    for name in [&a, &b] {
+        let suffix = name.strip_prefix("pv-1.").unwrap();
+        assert!(u64::from_str_radix(suffix, 16).is_ok(), "{name}");
+    }
+}
+
+#[test]
+fn a_repeat_within_the_window_updates_the_same_event() {
+    let mut c = Correlator::default();
+    let spec = EventSpec::warning(names::EVENT_VOLUME_FAILED_DELETE, "boom");
+    let Decision::Create { name, count: 1, .. } = observe(&mut c, &spec, at(0)) else {
+        panic!("first sighting creates");
+    };
+    assert_eq!(
+        observe(&mut c, &spec, at(30)),
+        Decision::Update {
+            name: name.clone(),
+            count: 2,
+            first: at(0),
+            last: at(30)
+        }
+    );
+    assert!(matches!(
+        observe(&mut c, &spec, at(90)),
+        Decision::Update { count: 3, .. }
+    ));
+}
+
+#[test]
+fn a_different_message_or_reason_is_a_different_event() {
+    let mut c = Correlator::default();
+    let a = EventSpec::warning(names::EVENT_VOLUME_FAILED_DELETE, "boom");
+    let b = EventSpec::warning(names::EVENT_VOLUME_FAILED_DELETE, "other");
+    let n = EventSpec::normal(names::EVENT_VOLUME_FAILED_DELETE, "boom");
+    assert!(matches!(
+        observe(&mut c, &a, at(0)),
+        Decision::Create { .. }
+    ));
+    assert!(matches!(
+        observe(&mut c, &b, at(1)),
+        Decision::Create { .. }
+    ));
+    assert!(matches!(
+        observe(&mut c, &n, at(2)),
+        Decision::Create { .. }
+    ));
+}
+
+#[test]
+fn a_repeat_after_the_window_creates_a_new_event() {
+    let mut c = Correlator::default();
+    let spec = EventSpec::warning(names::EVENT_VOLUME_FAILED_DELETE, "boom");
+    observe(&mut c, &spec, at(0));
+    let later = at(0) + AGGREGATION_WINDOW + SignedDuration::from_secs(1);
+    assert!(matches!(
+        observe(&mut c, &spec, later),
+        Decision::Create { count: 1, .. }
+    ));
+}
+
+#[test]
+fn an_episode_is_recorded_once_then_only_refreshed_until_it_ends() {
+    let mut c = Correlator::default();
+    let wait = EventSpec::warning(
+        names::EVENT_VOLUME_FAILED_DELETE,
+        "persistentvolume pv-1 is still attached to node n1",
+    )
+    .once_per("wait-detach/uid-pv-1");
+    assert!(matches!(
+        observe(&mut c, &wait, at(0)),
+        Decision::Create { .. }
+    ));
+    for retry in 1..20 {
+        assert_eq!(observe(&mut c, &wait, at(retry * 10)), Decision::Suppress);
+    }
+    let refresh = at(0) + EPISODE_REFRESH;
+    assert!(matches!(
+        observe(&mut c, &wait, refresh),
+        Decision::Update { count: 2, .. }
+    ));
+    c.end_episode("wait-detach/uid-pv-1");
+    assert!(matches!(
+        observe(&mut c, &wait, refresh + SignedDuration::from_secs(1)),
+        Decision::Update { count: 3, .. }
+    ));
+}
+
+#[test]
+fn the_cache_is_bounded_and_forgets_the_least_recently_seen_first() {
+    let mut c = Correlator::default();
+    for i in 0..(CACHE_CAPACITY + 10) {
+        let spec = EventSpec::warning("R", format!("message {i}"));
+        observe(&mut c, &spec, at(i as i64));
+    }
+    assert_eq!(c.seen.len(), CACHE_CAPACITY);
+    let oldest = EventSpec::warning("R", "message 0");
+    assert!(!c.seen.contains_key(&key(&oldest)));
+    let newest = EventSpec::warning("R", format!("message {}", CACHE_CAPACITY + 9));
+    assert!(c.seen.contains_key(&key(&newest)));
+}
+
+#[test]
+fn long_messages_are_cut_at_a_character_boundary() {
+    let spec = EventSpec::warning("R", "é".repeat(MAX_MESSAGE_BYTES));
+    assert!(spec.message.len() <= MAX_MESSAGE_BYTES);
+    assert!(spec.message.ends_with("..."));
+    let short = EventSpec::warning("R", "fine");
+    assert_eq!(short.message, "fine");
+}
+
+#[test]
+fn random_uuids_look_like_version_4_uuids() {
+    let id = random_uuid();
+    assert_eq!(id.len(), 36);
+    assert_eq!(id.as_bytes()[14], b'4');
+    assert_ne!(id, random_uuid());
+}
+
+// === Requests ===
+
+#[derive(Default)]
+struct Log {
+    requests: Vec<(Method, String, Value)>,
+    fail_with: Option<u16>,
+}
+
+fn fake_client() -> (Client, Arc<Mutex<Log>>) {
+    let log = Arc::new(Mutex::new(Log::default()));
+    let shared = log.clone();
+    let service = tower::service_fn(move |req: Request<Body>| {
+        let log = shared.clone();
+        async move {
+            let method = req.method().clone();
+            let path = req.uri().path().to_owned();
+            let body = req.into_body().collect_bytes().await.unwrap();
+            let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+            let mut log = log.lock().unwrap();
+            log.requests.push((method, path, body.clone()));
+            let resp = match log.fail_with {
+                Some(code) => {
+                    let status = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                        "message": "no", "reason": "InternalError", "code": code});
+                    let mut r = Response::new(Body::from(serde_json::to_vec(&status).unwrap()));
+                    *r.status_mut() = StatusCode::from_u16(code).unwrap();
+                    r
+                }
+                None => {
+                    let mut obj = json!({"apiVersion": "v1", "kind": "Event",
+                        "metadata": {"name": "x", "namespace": "default"},
+                        "involvedObject": {}});
+                    if let Value::Object(fields) = body {
+                        for (k, v) in fields {
+                            obj[k] = v;
+                        }
+                    }
+                    Response::new(Body::from(serde_json::to_vec(&obj).unwrap()))
+                }
+            };
+            Ok::<_, Infallible>(resp)
+        }
+    });
+    (Client::new(service, "default"), log)
+}
+
+#[tokio::test]
+async fn repeats_patch_the_count_and_an_episode_is_sent_once() {
+    let (client, log) = fake_client();
+    let recorder = Recorder::new(client, EventSource::csi_provisioner());
+    let failed = EventSpec::warning(names::EVENT_VOLUME_FAILED_DELETE, "boom");
+    recorder.publish(&pv_ref(), failed.clone()).await;
+    recorder.publish(&pv_ref(), failed).await;
+    let waiting =
+        EventSpec::warning(names::EVENT_VOLUME_FAILED_DELETE, "attached").once_per("wait/pv-1");
+    for _ in 0..5 {
+        recorder.publish(&pv_ref(), waiting.clone()).await;
+    }
+
+    let log = log.lock().unwrap();
+    let methods: Vec<_> = log.requests.iter().map(|(m, ..)| m.clone()).collect();
+    assert_eq!(methods, [Method::POST, Method::PATCH, Method::POST]);
+    let (_, create_path, created) = &log.requests[0];
+    assert_eq!(create_path, "/api/v1/namespaces/default/events");
+    let name = created["metadata"]["name"].as_str().unwrap();
+    let (_, patch_path, patch) = &log.requests[1];
+    assert_eq!(
+        patch_path,
+        &format!("/api/v1/namespaces/default/events/{name}")
+    );
+    assert_eq!(patch["count"], 2);
+    assert_eq!(log.requests[2].2["message"], "attached");
+}
+
+#[tokio::test]
+async fn a_failing_api_never_reaches_the_caller() {
+    let (client, log) = fake_client();
+    log.lock().unwrap().fail_with = Some(500);
+    let recorder = Recorder::new(client, EventSource::csi_provisioner());
+    // Returns (unit) even though every request fails.
+    recorder
+        .publish(&pv_ref(), EventSpec::normal(names::EVENT_PROVISIONING, "x"))
+        .await;
+    assert_eq!(log.lock().unwrap().requests.len(), 1);
+}
