@@ -1,2 +1,691 @@
 //! Command line: every upstream flag with its name, type and default; Go-style `-flag=value` forms;
 //! Go durations.
+//!
+//! Existing manifests were written for Go's flag parsing, so argv is first normalised by
+//! [`normalize_args`] (a pure function) into the one form clap is configured for, `--name=value`:
+//! `-flag=value`, `-flag value`, `--flag value`, `-v5` and `-v 5` all become `--flag=value`, while a
+//! boolean never takes the following argument as its value (as in Go: `--flag false` sets the flag
+//! and leaves `false` as a stray argument, which is rejected).
+
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::time::Duration;
+
+use clap::{ArgAction, CommandFactory, Parser};
+
+use crate::config::FeatureGate;
+use crate::telemetry::LogFormat;
+
+/// The version printed by `--version`.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// Program name used in `--version` and `--help`, as upstream's image names its binary.
+pub const PROGRAM: &str = "csi-provisioner";
+
+/// Every command-line flag. Names, types and defaults follow the upstream Go sidecar
+/// (`shared/reference/upstream-external-provisioner.md` §1); only the last two flags of the
+/// "Deleted nodes" group are ours.
+#[derive(Debug, Clone, PartialEq, Parser)]
+#[command(
+    name = PROGRAM,
+    about = "Drop-in Rust replacement for the Kubernetes CSI external-provisioner sidecar",
+    disable_version_flag = true,
+    // Go flag semantics: repeating a flag replaces its earlier value.
+    args_override_self = true,
+    max_term_width = 110
+)]
+pub struct Args {
+    /// Print "csi-provisioner <version>" and exit.
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true,
+          default_value = "false", default_missing_value = "true", value_parser = parse_go_bool,
+          action = ArgAction::Set)]
+    pub version: bool,
+
+    // === CSI driver ===
+    /// CSI endpoint: a socket path or unix:///path.
+    #[arg(long, default_value = "/run/csi/socket", help_heading = "CSI driver")]
+    pub csi_address: String,
+
+    /// Deadline of every CSI call (CreateVolume, DeleteVolume, Probe, ...).
+    #[arg(long, default_value = "10s", value_parser = parse_go_duration, help_heading = "CSI driver")]
+    pub timeout: Duration,
+
+    // === Provisioning ===
+    /// Prefix of PV names: <prefix>-<PVC UID>.
+    #[arg(long, default_value = "pvc", help_heading = "Provisioning")]
+    pub volume_name_prefix: String,
+
+    /// -1 keeps the full PVC UID in PV names; 1..32 strips dashes and keeps that many characters.
+    #[arg(long, default_value_t = -1, allow_negative_numbers = true, help_heading = "Provisioning")]
+    pub volume_name_uuid_length: i64,
+
+    /// First retry delay after a failed provision or delete; doubles on each failure.
+    #[arg(long, default_value = "1s", value_parser = parse_go_duration, help_heading = "Provisioning")]
+    pub retry_interval_start: Duration,
+
+    /// Cap on the retry delay.
+    #[arg(long, default_value = "5m0s", value_parser = parse_go_duration, help_heading = "Provisioning")]
+    pub retry_interval_max: Duration,
+
+    /// Concurrent provision workers, and as many delete workers.
+    #[arg(long, default_value_t = 100, help_heading = "Provisioning")]
+    pub worker_threads: u64,
+
+    /// With delayed binding, request only the selected node's topology.
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true,
+          default_value = "false", default_missing_value = "true", value_parser = parse_go_bool,
+          action = ArgAction::Set, help_heading = "Provisioning")]
+    pub strict_topology: bool,
+
+    /// With immediate binding, request the aggregated cluster topology (false: no requirements).
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true,
+          default_value = "true", default_missing_value = "true", value_parser = parse_go_bool,
+          action = ArgAction::Set, help_heading = "Provisioning")]
+    pub immediate_topology: bool,
+
+    /// Pass PVC and PV names and namespace to CreateVolume as parameters.
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true,
+          default_value = "false", default_missing_value = "true", value_parser = parse_go_bool,
+          action = ArgAction::Set, help_heading = "Provisioning")]
+    pub extra_create_metadata: bool,
+
+    /// fsType used when the StorageClass names none (empty: none).
+    #[arg(
+        long,
+        default_value = "",
+        hide_default_value = true,
+        help_heading = "Provisioning"
+    )]
+    pub default_fstype: String,
+
+    /// Set the PV's spec.csi.readOnly when the PVC's only access mode is ReadOnlyMany.
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true,
+          default_value = "false", default_missing_value = "true", value_parser = parse_go_bool,
+          action = ArgAction::Set, help_heading = "Provisioning")]
+    pub controller_publish_readonly: bool,
+
+    /// Refuse snapshot restores that change the volume mode unless the snapshot content allows it.
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true,
+          default_value = "true", default_missing_value = "true", value_parser = parse_go_bool,
+          action = ArgAction::Set, help_heading = "Provisioning")]
+    pub prevent_volume_mode_conversion: bool,
+
+    /// Workers removing the clone-source protection finalizer. [not yet supported]
+    #[arg(long, default_value_t = 1, help_heading = "Provisioning")]
+    pub cloning_protection_threads: u64,
+
+    /// Period of the sweep for orphaned snapshot protection finalizers; 0 disables it.
+    /// [not yet supported]
+    #[arg(long, default_value = "5m0s", value_parser = parse_go_duration, help_heading = "Provisioning")]
+    pub snapshot_orphan_sweep_interval: Duration,
+
+    /// Feature gates, Key=bool,... (Topology, VolumeAttributesClass, CrossNamespaceVolumeDataSource,
+    /// ReleaseLeaderElectionOnExit, MutableCSINodeAllocatableCount, HonorPVReclaimPolicy=true,
+    /// AllAlpha, AllBeta).
+    #[arg(long, value_name = "GATES", value_parser = parse_feature_gates, action = ArgAction::Append,
+          help_heading = "Provisioning")]
+    pub feature_gates: Vec<FeatureGateList>,
+
+    // === Node deployment ===
+    /// Run one instance per node (local volumes). Requires the NODE_NAME environment variable.
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true,
+          default_value = "false", default_missing_value = "true", value_parser = parse_go_bool,
+          action = ArgAction::Set, help_heading = "Node deployment")]
+    pub node_deployment: bool,
+
+    /// In node mode, compete for PVCs whose StorageClass uses Immediate binding.
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true,
+          default_value = "true", default_missing_value = "true", value_parser = parse_go_bool,
+          action = ArgAction::Set, help_heading = "Node deployment")]
+    pub node_deployment_immediate_binding: bool,
+
+    /// Initial wait (and jitter range) before claiming an immediate-binding PVC in node mode.
+    #[arg(long, default_value = "20s", value_parser = parse_go_duration, help_heading = "Node deployment")]
+    pub node_deployment_base_delay: Duration,
+
+    /// Cap on that wait.
+    #[arg(long, default_value = "1m0s", value_parser = parse_go_duration, help_heading = "Node deployment")]
+    pub node_deployment_max_delay: Duration,
+
+    // === Deleted nodes (ours) ===
+    /// How long a node must have been gone before DeleteVolume for its volumes is answered as
+    /// already deleted.
+    #[arg(long, default_value = "5m0s", value_parser = parse_go_duration, help_heading = "Deleted nodes")]
+    pub deleted_node_grace_period: Duration,
+
+    /// Also delete PVCs still bound to PVs whose node is gone.
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true,
+          default_value = "false", default_missing_value = "true", value_parser = parse_go_bool,
+          action = ArgAction::Set, help_heading = "Deleted nodes")]
+    pub deleted_node_pvc_cleanup: bool,
+
+    // === Kubernetes API ===
+    /// Path to a kubeconfig (out of cluster). The KUBECONFIG environment variable overrides it.
+    #[arg(
+        long,
+        default_value = "",
+        hide_default_value = true,
+        help_heading = "Kubernetes API"
+    )]
+    pub kubeconfig: String,
+
+    /// API server URL (out of cluster), alone or with --kubeconfig.
+    #[arg(
+        long,
+        default_value = "",
+        hide_default_value = true,
+        help_heading = "Kubernetes API"
+    )]
+    pub master: String,
+
+    /// Client-side rate limit (queries per second) of API requests.
+    #[arg(
+        long,
+        default_value_t = 5.0,
+        allow_negative_numbers = true,
+        help_heading = "Kubernetes API"
+    )]
+    pub kube_api_qps: f64,
+
+    /// Burst of that rate limit.
+    #[arg(
+        long,
+        default_value_t = 10,
+        allow_negative_numbers = true,
+        help_heading = "Kubernetes API"
+    )]
+    pub kube_api_burst: i64,
+
+    // === HTTP ===
+    /// Address of the HTTP server for metrics and health checks (e.g. :8080); empty disables it.
+    #[arg(
+        long,
+        default_value = "",
+        hide_default_value = true,
+        help_heading = "HTTP"
+    )]
+    pub http_endpoint: String,
+
+    /// Deprecated metrics-only address; cannot be combined with --http-endpoint.
+    #[arg(
+        long,
+        default_value = "",
+        hide_default_value = true,
+        help_heading = "HTTP"
+    )]
+    pub metrics_address: String,
+
+    /// HTTP path of the Prometheus metrics.
+    #[arg(long, default_value = "/metrics", help_heading = "HTTP")]
+    pub metrics_path: String,
+
+    /// Serve /debug/pprof on the HTTP endpoint. [not yet supported]
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true,
+          default_value = "false", default_missing_value = "true", value_parser = parse_go_bool,
+          action = ArgAction::Set, help_heading = "HTTP")]
+    pub enable_pprof: bool,
+
+    // === Leader election ===
+    /// Elect a leader through a Lease so that only one replica works. [not yet supported]
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true,
+          default_value = "false", default_missing_value = "true", value_parser = parse_go_bool,
+          action = ArgAction::Set, help_heading = "Leader election")]
+    pub leader_election: bool,
+
+    /// Namespace of the Lease (default: POD_NAMESPACE, then the pod's own namespace).
+    #[arg(
+        long,
+        default_value = "",
+        hide_default_value = true,
+        help_heading = "Leader election"
+    )]
+    pub leader_election_namespace: String,
+
+    /// How long non-leaders wait before taking over an unrenewed Lease.
+    #[arg(long, default_value = "15s", value_parser = parse_go_duration, help_heading = "Leader election")]
+    pub leader_election_lease_duration: Duration,
+
+    /// How long the leader retries renewing before it gives up.
+    #[arg(long, default_value = "10s", value_parser = parse_go_duration, help_heading = "Leader election")]
+    pub leader_election_renew_deadline: Duration,
+
+    /// Interval between leader-election attempts.
+    #[arg(long, default_value = "5s", value_parser = parse_go_duration, help_heading = "Leader election")]
+    pub leader_election_retry_period: Duration,
+
+    /// Labels put on the Lease, key:value,key2:value2.
+    #[arg(long, value_name = "LABELS", value_parser = parse_labels, action = ArgAction::Append,
+          help_heading = "Leader election")]
+    pub leader_election_labels: Vec<LabelList>,
+
+    // === Storage capacity ===
+    /// Publish CSIStorageCapacity objects. [not yet supported]
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true,
+          default_value = "false", default_missing_value = "true", value_parser = parse_go_bool,
+          action = ArgAction::Set, help_heading = "Storage capacity")]
+    pub enable_capacity: bool,
+
+    /// Workers of the capacity controller.
+    #[arg(long, default_value_t = 1, help_heading = "Storage capacity")]
+    pub capacity_threads: u64,
+
+    /// Also publish capacity for StorageClasses with Immediate binding.
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true,
+          default_value = "false", default_missing_value = "true", value_parser = parse_go_bool,
+          action = ArgAction::Set, help_heading = "Storage capacity")]
+    pub capacity_for_immediate_binding: bool,
+
+    /// How often capacity is polled from the driver.
+    #[arg(long, default_value = "1m0s", value_parser = parse_go_duration, help_heading = "Storage capacity")]
+    pub capacity_poll_interval: Duration,
+
+    /// Owner of capacity objects: -1 none, 0 the pod, 1 its controller, 2 that one's controller, ...
+    #[arg(
+        long,
+        default_value_t = 1,
+        allow_negative_numbers = true,
+        help_heading = "Storage capacity"
+    )]
+    pub capacity_ownerref_level: i64,
+
+    /// QPS of the capacity controller's own API client.
+    #[arg(
+        long,
+        default_value_t = 1.0,
+        allow_negative_numbers = true,
+        help_heading = "Storage capacity"
+    )]
+    pub kube_api_capacity_qps: f32,
+
+    /// Burst of the capacity controller's own API client.
+    #[arg(
+        long,
+        default_value_t = 5,
+        allow_negative_numbers = true,
+        help_heading = "Storage capacity"
+    )]
+    pub kube_api_capacity_burst: i64,
+
+    // === Logging and runtime ===
+    /// Log verbosity: 0-3 info, 4-5 debug (CSI requests and responses), 6+ trace. RUST_LOG overrides.
+    #[arg(
+        short = 'v',
+        long = "v",
+        value_name = "LEVEL",
+        default_value_t = 0,
+        help_heading = "Logging"
+    )]
+    pub v: u32,
+
+    /// Log format: text or json.
+    #[arg(long, value_name = "FORMAT", default_value = "text", value_parser = parse_log_format,
+          help_heading = "Logging")]
+    pub logging_format: LogFormat,
+
+    /// Per-file verbosity (pattern=N,...). [not yet supported]
+    #[arg(
+        long,
+        default_value = "",
+        hide_default_value = true,
+        help_heading = "Logging"
+    )]
+    pub vmodule: String,
+
+    /// Maximum time between log flushes. [not yet supported: logs are written unbuffered]
+    #[arg(long, default_value = "5s", value_parser = parse_go_duration, help_heading = "Logging")]
+    pub log_flush_frequency: Duration,
+
+    /// Text format: info messages to stdout, errors to stderr. [not yet supported]
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true,
+          default_value = "false", default_missing_value = "true", value_parser = parse_go_bool,
+          action = ArgAction::Set, help_heading = "Logging")]
+    pub log_text_split_stream: bool,
+
+    /// Text format: buffer size of info messages with --log-text-split-stream. [not yet supported]
+    #[arg(
+        long,
+        value_name = "QUANTITY",
+        default_value = "0",
+        help_heading = "Logging"
+    )]
+    pub log_text_info_buffer_size: String,
+
+    /// JSON format: info messages to stdout, errors to stderr. [not yet supported]
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true,
+          default_value = "false", default_missing_value = "true", value_parser = parse_go_bool,
+          action = ArgAction::Set, help_heading = "Logging")]
+    pub log_json_split_stream: bool,
+
+    /// JSON format: buffer size of info messages with --log-json-split-stream. [not yet supported]
+    #[arg(
+        long,
+        value_name = "QUANTITY",
+        default_value = "0",
+        help_heading = "Logging"
+    )]
+    pub log_json_info_buffer_size: String,
+
+    /// Size GOMAXPROCS from the cgroup CPU quota. Accepted; the Rust runtime always does this.
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true,
+          default_value = "false", default_missing_value = "true", value_parser = parse_go_bool,
+          action = ArgAction::Set, help_heading = "Logging")]
+    pub automaxprocs: bool,
+}
+
+impl Args {
+    /// Parses a Go-style command line (argv[0] first). On a usage error, `--help` or a bad value,
+    /// clap's error is returned: [`clap::Error::exit`] prints it and exits 2 (0 for `--help`).
+    pub fn try_parse_go_style<I, T>(argv: I) -> Result<Self, clap::Error>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<OsString>,
+    {
+        let mut command = Self::command();
+        command.build();
+        let normalized = normalize_args(argv.into_iter().map(Into::into), |name| {
+            command
+                .get_arguments()
+                .find(|arg| arg.get_long() == Some(name))
+                .map(|arg| {
+                    let optional_value = arg.get_num_args().is_some_and(|n| n.min_values() == 0);
+                    if !arg.get_action().takes_values() || optional_value {
+                        FlagKind::Switch
+                    } else {
+                        FlagKind::Value
+                    }
+                })
+        });
+        Self::try_parse_from(normalized)
+    }
+
+    /// The values a command line without flags yields: upstream's defaults.
+    pub fn defaults() -> Self {
+        // The parse of an empty command line only fails if a default string above does not parse,
+        // which the unit tests rule out.
+        Self::try_parse_from([PROGRAM]).unwrap_or_else(|err| panic!("invalid flag default: {err}"))
+    }
+
+    /// All `--feature-gates` occurrences, in command-line order.
+    pub fn feature_gate_settings(&self) -> impl Iterator<Item = (FeatureGate, bool)> + '_ {
+        self.feature_gates
+            .iter()
+            .flat_map(|list| list.0.iter().copied())
+    }
+
+    /// All `--leader-election-labels` occurrences merged; a later key wins, as upstream's map does.
+    pub fn leader_election_label_map(&self) -> BTreeMap<String, String> {
+        self.leader_election_labels
+            .iter()
+            .flat_map(|list| list.0.iter().cloned())
+            .collect()
+    }
+}
+
+/// How a flag consumes values, for [`normalize_args`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FlagKind {
+    /// Booleans and `--help`: the value, if any, is attached with `=`; the next argument is never
+    /// taken.
+    Switch,
+    /// The value is attached with `=` or is the next argument (whatever it looks like, as in Go).
+    Value,
+}
+
+/// Rewrites a Go-style argv into `--name=value` form. `kind_of` tells whether a long flag name is
+/// known and how it takes values; unknown single-dash flags become `--name` so that clap's error
+/// names them. Arguments after `--` and non-UTF-8 arguments are left alone.
+pub fn normalize_args<I>(argv: I, kind_of: impl Fn(&str) -> Option<FlagKind>) -> Vec<OsString>
+where
+    I: IntoIterator<Item = OsString>,
+{
+    let mut argv = argv.into_iter();
+    let mut out: Vec<OsString> = argv.next().into_iter().collect();
+    while let Some(arg) = argv.next() {
+        let Some(text) = arg.to_str() else {
+            out.push(arg);
+            continue;
+        };
+        if text == "--" {
+            out.push(arg);
+            out.extend(argv);
+            break;
+        }
+        let body = match text.strip_prefix("--").or_else(|| text.strip_prefix('-')) {
+            Some(body) if !body.is_empty() && !text.starts_with("---") => body,
+            _ => {
+                out.push(arg);
+                continue;
+            }
+        };
+        let single_dash = !text.starts_with("--");
+        let (mut name, mut value) = match body.split_once('=') {
+            Some((name, value)) => (name, Some(value)),
+            None => (body, None),
+        };
+        let mut kind = kind_of(name);
+        if kind.is_none() && single_dash {
+            if name.len() == 1 {
+                // A genuine short flag such as `-h`: clap knows it.
+                out.push(arg);
+                continue;
+            }
+            // `-v5`, the klog shorthand with the level attached.
+            if let Some(level) = name.strip_prefix('v')
+                && value.is_none()
+                && level.bytes().all(|b| b.is_ascii_digit())
+            {
+                (name, value, kind) = ("v", Some(level), kind_of("v"));
+            }
+        }
+        let normalized = match (kind, value) {
+            (_, Some(value)) => format!("--{name}={value}"),
+            (Some(FlagKind::Value), None) => match argv.next() {
+                Some(next) => {
+                    let mut joined = OsString::from(format!("--{name}="));
+                    joined.push(next);
+                    out.push(joined);
+                    continue;
+                }
+                // clap reports the missing value.
+                None => format!("--{name}"),
+            },
+            (_, None) => format!("--{name}"),
+        };
+        out.push(normalized.into());
+    }
+    out
+}
+
+/// Parses a boolean as Go's `strconv.ParseBool` does.
+pub fn parse_go_bool(text: &str) -> Result<bool, String> {
+    match text {
+        "1" | "t" | "T" | "TRUE" | "true" | "True" => Ok(true),
+        "0" | "f" | "F" | "FALSE" | "false" | "False" => Ok(false),
+        _ => Err(format!(
+            "invalid boolean {text:?} (use true or false; 1, t, T, TRUE, True, 0, f, F, FALSE, False also work)"
+        )),
+    }
+}
+
+/// Parses a duration as Go's `time.ParseDuration` does (`300ms`, `1.5h`, `1m30s`, `0`), except
+/// that negative durations are rejected: no flag of this program has a meaning for them.
+pub fn parse_go_duration(text: &str) -> Result<Duration, String> {
+    const UNITS: [(&str, u128); 9] = [
+        ("ns", 1),
+        ("us", 1_000),
+        ("µs", 1_000),
+        ("μs", 1_000),
+        ("ms", 1_000_000),
+        ("s", 1_000_000_000),
+        ("m", 60_000_000_000),
+        ("h", 3_600_000_000_000),
+        ("", 0),
+    ];
+    let invalid =
+        |why: &str| format!("invalid duration {text:?}: {why} (examples: 15s, 5m, 1m30s, 300ms)");
+    let (negative, mut rest) = match text.as_bytes().first() {
+        Some(b'-') => (true, &text[1..]),
+        Some(b'+') => (false, &text[1..]),
+        _ => (false, text),
+    };
+    if rest == "0" {
+        return Ok(Duration::ZERO);
+    }
+    if rest.is_empty() {
+        return Err(invalid("empty"));
+    }
+    let mut total: u128 = 0;
+    while !rest.is_empty() {
+        let int_len = rest.bytes().take_while(u8::is_ascii_digit).count();
+        let (int_part, after_int) = rest.split_at(int_len);
+        let (frac_part, after_number) = match after_int.strip_prefix('.') {
+            Some(after_dot) => {
+                let frac_len = after_dot.bytes().take_while(u8::is_ascii_digit).count();
+                after_dot.split_at(frac_len)
+            }
+            None => ("", after_int),
+        };
+        if int_part.is_empty() && frac_part.is_empty() {
+            return Err(invalid("expected a number"));
+        }
+        let unit_len = after_number
+            .char_indices()
+            .find(|&(_, c)| c == '.' || c.is_ascii_digit())
+            .map_or(after_number.len(), |(i, _)| i);
+        let (unit, after_unit) = after_number.split_at(unit_len);
+        let scale = match UNITS.iter().find(|(name, _)| *name == unit) {
+            Some((_, 0)) => return Err(invalid("missing unit")),
+            Some((_, scale)) => *scale,
+            None => {
+                return Err(invalid(&format!(
+                    "unknown unit {unit:?} (use ns, us, ms, s, m or h)"
+                )));
+            }
+        };
+        let int: u128 = if int_part.is_empty() {
+            0
+        } else {
+            int_part.parse().map_err(|_| invalid("out of range"))?
+        };
+        // Digits past the 18th are below a nanosecond for every unit, so they are dropped.
+        let frac_digits = &frac_part[..frac_part.len().min(18)];
+        let frac: u128 = if frac_digits.is_empty() {
+            0
+        } else {
+            frac_digits.parse().map_err(|_| invalid("bad fraction"))?
+        };
+        let frac_ns = frac * scale / 10u128.pow(frac_digits.len() as u32);
+        total = int
+            .checked_mul(scale)
+            .and_then(|v| v.checked_add(frac_ns))
+            .and_then(|v| v.checked_add(total))
+            .filter(|&v| v <= i64::MAX as u128)
+            .ok_or_else(|| invalid("out of range"))?;
+        rest = after_unit;
+    }
+    if negative && total > 0 {
+        return Err(invalid("negative durations are not allowed"));
+    }
+    let secs = (total / 1_000_000_000) as u64;
+    let nanos = (total % 1_000_000_000) as u32;
+    Ok(Duration::new(secs, nanos))
+}
+
+/// Formats a duration as Go's `time.Duration.String` does (`5m0s`, `1.5s`, `300ms`), so that
+/// messages quote values the way users wrote them in manifests.
+pub fn format_go_duration(duration: Duration) -> String {
+    fn trimmed(whole: u128, frac: u128, frac_digits: u32) -> String {
+        let frac = format!("{frac:0width$}", width = frac_digits as usize);
+        let frac = frac.trim_end_matches('0');
+        if frac.is_empty() {
+            whole.to_string()
+        } else {
+            format!("{whole}.{frac}")
+        }
+    }
+    let ns = duration.as_nanos();
+    if ns == 0 {
+        return "0s".to_owned();
+    }
+    if ns < 1_000 {
+        return format!("{ns}ns");
+    }
+    if ns < 1_000_000 {
+        return format!("{}µs", trimmed(ns / 1_000, ns % 1_000, 3));
+    }
+    if ns < 1_000_000_000 {
+        return format!("{}ms", trimmed(ns / 1_000_000, ns % 1_000_000, 6));
+    }
+    let hours = ns / 3_600_000_000_000;
+    let minutes = ns / 60_000_000_000 % 60;
+    let seconds = trimmed(ns / 1_000_000_000 % 60, ns % 1_000_000_000, 9);
+    match (hours, minutes) {
+        (0, 0) => format!("{seconds}s"),
+        (0, m) => format!("{m}m{seconds}s"),
+        (h, m) => format!("{h}h{m}m{seconds}s"),
+    }
+}
+
+/// One `--feature-gates` value: the gates it sets, in order.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct FeatureGateList(pub Vec<(FeatureGate, bool)>);
+
+/// Parses `Key=bool,Key2=bool` as component-base's feature gate flag does; an unknown gate is an
+/// error (as upstream). `HonorPVReclaimPolicy=true` is accepted as a no-op (the behaviour is always
+/// on; older manifests still set it), `=false` is refused because it cannot be honoured.
+pub fn parse_feature_gates(text: &str) -> Result<FeatureGateList, String> {
+    let mut gates = Vec::new();
+    for item in text
+        .split(',')
+        .map(str::trim)
+        .filter(|item| !item.is_empty())
+    {
+        let (key, value) = item.split_once('=').ok_or_else(|| {
+            format!("missing bool value for {item} (expected {item}=true or {item}=false)")
+        })?;
+        let (key, value) = (key.trim(), value.trim());
+        let gate: FeatureGate = key.parse().map_err(|_| {
+            format!(
+                "unrecognized feature gate: {key} (known: {})",
+                FeatureGate::ALL.map(FeatureGate::name).join(", ")
+            )
+        })?;
+        let enabled =
+            parse_go_bool(value).map_err(|err| format!("invalid value of {key}={value}: {err}"))?;
+        if gate == FeatureGate::HonorPvReclaimPolicy && !enabled {
+            return Err(
+                "cannot set feature gate HonorPVReclaimPolicy to false, feature is locked to true \
+                 (PV reclaim policy is always honoured; remove the gate)"
+                    .to_owned(),
+            );
+        }
+        gates.push((gate, enabled));
+    }
+    Ok(FeatureGateList(gates))
+}
+
+/// One `--leader-election-labels` value.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct LabelList(pub Vec<(String, String)>);
+
+/// Parses `key:value,key2:value2` as csi-lib-utils does: every item must have exactly one `:`.
+/// An empty key is refused too (the API server would reject the Lease later).
+pub fn parse_labels(text: &str) -> Result<LabelList, String> {
+    text.split(',')
+        .map(|item| match item.split(':').collect::<Vec<_>>()[..] {
+            [key, value] if !key.is_empty() => Ok((key.to_owned(), value.to_owned())),
+            _ => Err(format!(
+                "malformed item in list of labels: {item:?} (expected key:value)"
+            )),
+        })
+        .collect::<Result<_, _>>()
+        .map(LabelList)
+}
+
+fn parse_log_format(text: &str) -> Result<LogFormat, String> {
+    text.parse()
+}
+
+#[cfg(test)]
+#[path = "cli_tests.rs"]
+mod tests;

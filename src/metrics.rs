@@ -1,1 +1,299 @@
 //! Metrics registry with the upstream metric names and labels.
+//!
+//! [`Metrics`] owns the one `prometheus_client` registry. It registers the provisioning and
+//! deletion families of upstream's vendored provisioner library; other modules register their
+//! own families (e.g. `csi_sidecar_operations_seconds`) through [`Metrics::registry_mut`] at
+//! start-up, before the registry is shared with the HTTP server.
+//!
+//! prometheus-client appends `_total` to counter names itself, so counters are registered without
+//! it; the exposed names are checked in the tests below.
+
+use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+
+/// Content type of [`Metrics::encode`]'s output (OpenMetrics text, which Prometheus scrapes).
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// Prometheus client_golang's `DefBuckets`, which upstream's duration histograms use.
+pub const DEFAULT_BUCKETS: [f64; 11] = [
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+
+/// Labels of the PVC provisioning families.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ClaimLabels {
+    /// The PVC's `spec.storageClassName`.
+    pub class: String,
+    /// The PVC's `spec.dataSource.kind`, or empty.
+    pub source: String,
+}
+
+/// Labels of the PV deletion families.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct VolumeLabels {
+    /// The PV's `spec.storageClassName`.
+    pub class: String,
+}
+
+type DurationFamily<L> = Family<L, Histogram, fn() -> Histogram>;
+
+fn default_histogram() -> Histogram {
+    Histogram::new(DEFAULT_BUCKETS)
+}
+
+/// `controller_persistentvolumeclaim_provision_*`.
+#[derive(Debug, Clone)]
+pub struct ProvisionMetrics {
+    total: Family<ClaimLabels, Counter>,
+    failed: Family<ClaimLabels, Counter>,
+    duration: DurationFamily<ClaimLabels>,
+}
+
+impl Default for ProvisionMetrics {
+    fn default() -> Self {
+        Self {
+            total: Family::default(),
+            failed: Family::default(),
+            duration: Family::new_with_constructor(default_histogram),
+        }
+    }
+}
+
+impl ProvisionMetrics {
+    /// A volume was provisioned for a claim in `duration` (from the first attempt).
+    pub fn succeeded(&self, class: &str, source: &str, duration: Duration) {
+        let labels = ClaimLabels {
+            class: class.to_owned(),
+            source: source.to_owned(),
+        };
+        self.total.get_or_create(&labels).inc();
+        self.duration
+            .get_or_create(&labels)
+            .observe(duration.as_secs_f64());
+    }
+
+    /// A provisioning attempt failed (it will be retried).
+    pub fn failed(&self, class: &str, source: &str) {
+        let labels = ClaimLabels {
+            class: class.to_owned(),
+            source: source.to_owned(),
+        };
+        self.failed.get_or_create(&labels).inc();
+    }
+}
+
+/// `controller_persistentvolume_delete_*`.
+#[derive(Debug, Clone)]
+pub struct DeleteMetrics {
+    total: Family<VolumeLabels, Counter>,
+    failed: Family<VolumeLabels, Counter>,
+    duration: DurationFamily<VolumeLabels>,
+}
+
+impl Default for DeleteMetrics {
+    fn default() -> Self {
+        Self {
+            total: Family::default(),
+            failed: Family::default(),
+            duration: Family::new_with_constructor(default_histogram),
+        }
+    }
+}
+
+impl DeleteMetrics {
+    /// A volume was deleted in `duration`.
+    pub fn succeeded(&self, class: &str, duration: Duration) {
+        let labels = VolumeLabels {
+            class: class.to_owned(),
+        };
+        self.total.get_or_create(&labels).inc();
+        self.duration
+            .get_or_create(&labels)
+            .observe(duration.as_secs_f64());
+    }
+
+    /// A deletion attempt failed (it will be retried).
+    pub fn failed(&self, class: &str) {
+        self.failed
+            .get_or_create(&VolumeLabels {
+                class: class.to_owned(),
+            })
+            .inc();
+    }
+}
+
+/// The process's metrics: the registry and the handles of the families registered here.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    /// PVC provisioning outcomes.
+    pub provision: ProvisionMetrics,
+    /// PV deletion outcomes.
+    pub delete: DeleteMetrics,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// A registry with the provisioning and deletion families registered.
+    pub fn new() -> Self {
+        let mut registry = Registry::default();
+        let provision = ProvisionMetrics::default();
+        let delete = DeleteMetrics::default();
+        // Help strings are upstream's, byte for byte: dashboards and alerts may show them.
+        registry.register(
+            "controller_persistentvolumeclaim_provision",
+            "Total number of persistent volumes provisioned successfully. Broken down by storage class name and source of the claim.",
+            provision.total.clone(),
+        );
+        registry.register(
+            "controller_persistentvolumeclaim_provision_failed",
+            "Total number of persistent volume provision failed attempts. Broken down by storage class name and source of the claim.",
+            provision.failed.clone(),
+        );
+        registry.register(
+            "controller_persistentvolumeclaim_provision_duration_seconds",
+            "Latency in seconds to provision persistent volumes. Failed provisioning attempts are ignored. Broken down by storage class name and source of the claim.",
+            provision.duration.clone(),
+        );
+        registry.register(
+            "controller_persistentvolume_delete",
+            "Total number of persistent volumes deleted successfully. Broken down by storage class name.",
+            delete.total.clone(),
+        );
+        registry.register(
+            "controller_persistentvolume_delete_failed",
+            "Total number of persistent volume delete failed attempts. Broken down by storage class name.",
+            delete.failed.clone(),
+        );
+        registry.register(
+            "controller_persistentvolume_delete_duration_seconds",
+            "Latency in seconds to delete persistent volumes. Failed deletion attempts are ignored. Broken down by storage class name.",
+            delete.duration.clone(),
+        );
+        Self {
+            registry,
+            provision,
+            delete,
+        }
+    }
+
+    /// The registry, for other modules to register their families at start-up.
+    pub fn registry_mut(&mut self) -> &mut Registry {
+        &mut self.registry
+    }
+
+    /// The registry, read-only.
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    /// Every family in OpenMetrics text format (see [`CONTENT_TYPE`]), ending with `# EOF`.
+    pub fn encode(&self) -> Result<String, std::fmt::Error> {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.registry)?;
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample_lines(text: &str) -> Vec<&str> {
+        text.lines().filter(|line| !line.starts_with('#')).collect()
+    }
+
+    #[test]
+    fn families_are_exposed_with_upstream_names_and_labels() {
+        let metrics = Metrics::new();
+        metrics
+            .provision
+            .succeeded("fast", "", Duration::from_millis(300));
+        metrics.provision.failed("fast", "VolumeSnapshot");
+        metrics.delete.succeeded("slow", Duration::from_secs(2));
+        metrics.delete.failed("slow");
+        let text = metrics.encode().unwrap();
+        let samples = sample_lines(&text);
+        for expected in [
+            r#"controller_persistentvolumeclaim_provision_total{class="fast",source=""} 1"#,
+            r#"controller_persistentvolumeclaim_provision_failed_total{class="fast",source="VolumeSnapshot"} 1"#,
+            r#"controller_persistentvolumeclaim_provision_duration_seconds_count{class="fast",source=""} 1"#,
+            r#"controller_persistentvolumeclaim_provision_duration_seconds_sum{class="fast",source=""} 0.3"#,
+            r#"controller_persistentvolume_delete_total{class="slow"} 1"#,
+            r#"controller_persistentvolume_delete_failed_total{class="slow"} 1"#,
+            r#"controller_persistentvolume_delete_duration_seconds_count{class="slow"} 1"#,
+        ] {
+            assert!(
+                samples.contains(&expected),
+                "missing {expected} in:\n{text}"
+            );
+        }
+        assert!(!text.contains("_total_total"), "{text}");
+        assert!(text.contains(
+            "# TYPE controller_persistentvolumeclaim_provision_duration_seconds histogram"
+        ));
+        assert!(text.ends_with("# EOF\n"));
+    }
+
+    #[test]
+    fn duration_histograms_use_prometheus_default_buckets() {
+        let metrics = Metrics::new();
+        metrics.delete.succeeded("c", Duration::from_millis(30));
+        let text = metrics.encode().unwrap();
+        let buckets: Vec<&str> = sample_lines(&text)
+            .into_iter()
+            .filter(|line| {
+                line.starts_with("controller_persistentvolume_delete_duration_seconds_bucket")
+            })
+            .collect();
+        let expected = [
+            ("0.005", 0),
+            ("0.01", 0),
+            ("0.025", 0),
+            ("0.05", 1),
+            ("0.1", 1),
+            ("0.25", 1),
+            ("0.5", 1),
+            ("1.0", 1),
+            ("2.5", 1),
+            ("5.0", 1),
+            ("10.0", 1),
+            ("+Inf", 1),
+        ];
+        assert_eq!(buckets.len(), expected.len(), "{text}");
+        for (line, (le, count)) in buckets.iter().zip(expected) {
+            assert_eq!(
+                *line,
+                format!(
+                    r#"controller_persistentvolume_delete_duration_seconds_bucket{{le="{le}",class="c"}} {count}"#
+                )
+            );
+        }
+    }
+
+    #[test]
+    fn other_modules_can_register_families() {
+        let mut metrics = Metrics::new();
+        let counter: Counter = Counter::default();
+        metrics
+            .registry_mut()
+            .register("csi_sidecar_example", "Example.", counter.clone());
+        counter.inc();
+        assert!(sample_lines(&metrics.encode().unwrap()).contains(&"csi_sidecar_example_total 1"));
+    }
+
+    #[test]
+    fn families_without_observations_are_omitted_as_client_golang_does() {
+        assert_eq!(Metrics::new().encode().unwrap(), "# EOF\n");
+    }
+}
