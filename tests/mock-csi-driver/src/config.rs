@@ -1,0 +1,838 @@
+//! Typed driver configuration and the parsers behind every flag value (capabilities, faults,
+//! latencies, durations, byte quantities, secrets); no clap and no gRPC types past this point.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// Default topology key of the node segment (`{topology.mock.csi/node: <node id>}`).
+pub const DEFAULT_TOPOLOGY_KEY: &str = "topology.mock.csi/node";
+/// Default driver name; the same as the csi-test mock driver, so manifests written for it work.
+pub const DEFAULT_DRIVER_NAME: &str = "io.kubernetes.storage.mock";
+/// Size of a volume whose request has no capacity range: 1 GiB.
+pub const DEFAULT_VOLUME_SIZE: i64 = 1 << 30;
+/// Default size of each node's storage pool: 1 TiB.
+pub const DEFAULT_POOL_SIZE: i64 = 1 << 40;
+/// Exit code of the process when a `crash-after-create` fault fires, so tests can tell a planned
+/// crash from a real one.
+pub const CRASH_EXIT_CODE: i32 = 86;
+
+/// Every gRPC method the mock serves, by its CSI name; fault and latency switches take these.
+pub const METHODS: &[&str] = &[
+    "GetPluginInfo",
+    "GetPluginCapabilities",
+    "Probe",
+    "CreateVolume",
+    "DeleteVolume",
+    "ControllerPublishVolume",
+    "ControllerUnpublishVolume",
+    "ValidateVolumeCapabilities",
+    "ListVolumes",
+    "GetCapacity",
+    "ControllerGetCapabilities",
+    "CreateSnapshot",
+    "DeleteSnapshot",
+    "ListSnapshots",
+    "GetSnapshot",
+    "ControllerExpandVolume",
+    "ControllerGetVolume",
+    "ControllerModifyVolume",
+    "NodeStageVolume",
+    "NodeUnstageVolume",
+    "NodePublishVolume",
+    "NodeUnpublishVolume",
+    "NodeGetVolumeStats",
+    "NodeExpandVolume",
+    "NodeGetCapabilities",
+    "NodeGetInfo",
+];
+
+/// Looks a method name up (case-insensitively) and returns its canonical spelling; `*` means all.
+pub fn canonical_method(name: &str) -> Result<&'static str, ConfigError> {
+    if name == "*" {
+        return Ok("*");
+    }
+    METHODS
+        .iter()
+        .find(|m| m.eq_ignore_ascii_case(name))
+        .copied()
+        .ok_or_else(|| ConfigError::UnknownMethod(name.to_owned()))
+}
+
+/// Why a flag or control-socket value was rejected; each message says what a valid value is.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum ConfigError {
+    #[error("unknown CSI method {0:?}; use one of {list} or *", list = METHODS.join(", "))]
+    UnknownMethod(String),
+    #[error("unknown controller capability {0:?}; use one of {list}", list = ControllerCap::names().join(", "))]
+    UnknownCapability(String),
+    #[error("unknown misbehaviour {0:?}; use one of {list}", list = Misbehaviour::names().join(", "))]
+    UnknownMisbehaviour(String),
+    #[error("unknown gRPC code {0:?}; use a name like UNAVAILABLE or a number 1-16")]
+    UnknownCode(String),
+    #[error("invalid duration {0:?}; use Go syntax like 500ms, 2s, 1m30s")]
+    Duration(String),
+    #[error("invalid size {0:?}; use bytes or a quantity like 10Gi, 500Mi, 1G")]
+    Quantity(String),
+    #[error(
+        "invalid fault {0:?}; use METHOD=CODE[:COUNT|:RATE][:after], e.g. CreateVolume=UNAVAILABLE:3 or DeleteVolume=INTERNAL:0.5"
+    )]
+    Fault(String),
+    #[error("invalid {what} {value:?}; use {expected}")]
+    Pair {
+        what: &'static str,
+        value: String,
+        expected: &'static str,
+    },
+    #[error(
+        "invalid driver name {0:?}: it must be 1-63 characters, start and end with [a-z0-9A-Z], with only dashes, dots and alphanumerics between (CSI GetPluginInfo rules)"
+    )]
+    DriverName(String),
+    #[error("invalid node id: it must not be empty")]
+    NodeId,
+}
+
+/// Controller capabilities the mock can advertise (CSI `ControllerServiceCapability.RPC.Type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum ControllerCap {
+    CreateDeleteVolume,
+    PublishUnpublishVolume,
+    ListVolumes,
+    GetCapacity,
+    CreateDeleteSnapshot,
+    ListSnapshots,
+    CloneVolume,
+    ExpandVolume,
+    GetVolume,
+    ModifyVolume,
+    GetSnapshot,
+}
+
+impl ControllerCap {
+    /// All capabilities, in proto enum order.
+    pub const ALL: [ControllerCap; 11] = [
+        ControllerCap::CreateDeleteVolume,
+        ControllerCap::PublishUnpublishVolume,
+        ControllerCap::ListVolumes,
+        ControllerCap::GetCapacity,
+        ControllerCap::CreateDeleteSnapshot,
+        ControllerCap::ListSnapshots,
+        ControllerCap::CloneVolume,
+        ControllerCap::ExpandVolume,
+        ControllerCap::GetVolume,
+        ControllerCap::ModifyVolume,
+        ControllerCap::GetSnapshot,
+    ];
+
+    /// The CSI spelling, e.g. `CREATE_DELETE_VOLUME`.
+    pub fn name(self) -> &'static str {
+        match self {
+            ControllerCap::CreateDeleteVolume => "CREATE_DELETE_VOLUME",
+            ControllerCap::PublishUnpublishVolume => "PUBLISH_UNPUBLISH_VOLUME",
+            ControllerCap::ListVolumes => "LIST_VOLUMES",
+            ControllerCap::GetCapacity => "GET_CAPACITY",
+            ControllerCap::CreateDeleteSnapshot => "CREATE_DELETE_SNAPSHOT",
+            ControllerCap::ListSnapshots => "LIST_SNAPSHOTS",
+            ControllerCap::CloneVolume => "CLONE_VOLUME",
+            ControllerCap::ExpandVolume => "EXPAND_VOLUME",
+            ControllerCap::GetVolume => "GET_VOLUME",
+            ControllerCap::ModifyVolume => "MODIFY_VOLUME",
+            ControllerCap::GetSnapshot => "GET_SNAPSHOT",
+        }
+    }
+
+    fn names() -> Vec<&'static str> {
+        Self::ALL.iter().map(|c| c.name()).collect()
+    }
+}
+
+impl fmt::Display for ControllerCap {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for ControllerCap {
+    type Err = ConfigError;
+    /// Accepts `CLONE_VOLUME`, `clone-volume`, `clone_volume`.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let wanted = s.trim().replace('-', "_");
+        Self::ALL
+            .into_iter()
+            .find(|c| c.name().eq_ignore_ascii_case(&wanted))
+            .ok_or_else(|| ConfigError::UnknownCapability(s.to_owned()))
+    }
+}
+
+/// Deliberate spec violations, so tests can show that csi-sanity (or the provisioner) notices.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Misbehaviour {
+    /// A repeated CreateVolume with the same name provisions a second volume.
+    NonIdempotentCreate,
+    /// DeleteVolume of an unknown id answers NOT_FOUND instead of OK.
+    DeleteUnknownNotFound,
+    /// ListVolumes/ListSnapshots treat an invalid starting token as "from the start".
+    AcceptBadListToken,
+    /// CreateVolume reports half the requested capacity.
+    UndersizedVolumes,
+    /// CreateVolume from a snapshot or volume omits `content_source` in the response.
+    DropContentSource,
+}
+
+impl Misbehaviour {
+    /// All misbehaviours.
+    pub const ALL: [Misbehaviour; 5] = [
+        Misbehaviour::NonIdempotentCreate,
+        Misbehaviour::DeleteUnknownNotFound,
+        Misbehaviour::AcceptBadListToken,
+        Misbehaviour::UndersizedVolumes,
+        Misbehaviour::DropContentSource,
+    ];
+
+    /// The flag spelling, e.g. `non-idempotent-create`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Misbehaviour::NonIdempotentCreate => "non-idempotent-create",
+            Misbehaviour::DeleteUnknownNotFound => "delete-unknown-not-found",
+            Misbehaviour::AcceptBadListToken => "accept-bad-list-token",
+            Misbehaviour::UndersizedVolumes => "undersized-volumes",
+            Misbehaviour::DropContentSource => "drop-content-source",
+        }
+    }
+
+    fn names() -> Vec<&'static str> {
+        Self::ALL.iter().map(|m| m.name()).collect()
+    }
+}
+
+impl FromStr for Misbehaviour {
+    type Err = ConfigError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let wanted = s.trim().replace('_', "-");
+        Self::ALL
+            .into_iter()
+            .find(|m| m.name().eq_ignore_ascii_case(&wanted))
+            .ok_or_else(|| ConfigError::UnknownMisbehaviour(s.to_owned()))
+    }
+}
+
+/// Canonical gRPC code names, indexed by code number.
+const CODE_NAMES: [&str; 17] = [
+    "OK",
+    "CANCELLED",
+    "UNKNOWN",
+    "INVALID_ARGUMENT",
+    "DEADLINE_EXCEEDED",
+    "NOT_FOUND",
+    "ALREADY_EXISTS",
+    "PERMISSION_DENIED",
+    "RESOURCE_EXHAUSTED",
+    "FAILED_PRECONDITION",
+    "ABORTED",
+    "OUT_OF_RANGE",
+    "UNIMPLEMENTED",
+    "INTERNAL",
+    "UNAVAILABLE",
+    "DATA_LOSS",
+    "UNAUTHENTICATED",
+];
+
+/// Parses a non-OK gRPC code from `UNAVAILABLE`, `Unavailable`, `unavailable` or `14`.
+pub fn parse_code(s: &str) -> Result<tonic::Code, ConfigError> {
+    let s = s.trim();
+    let number = match s.parse::<i32>() {
+        Ok(n) => n,
+        Err(_) => {
+            let wanted: String = s.chars().filter(|c| *c != '_' && *c != '-').collect();
+            let found = CODE_NAMES
+                .iter()
+                .position(|n| n.replace('_', "").eq_ignore_ascii_case(&wanted))
+                // "CANCELED" is Go's spelling.
+                .or_else(|| wanted.eq_ignore_ascii_case("canceled").then_some(1));
+            found.and_then(|i| i32::try_from(i).ok()).unwrap_or(-1)
+        }
+    };
+    if (1..=16).contains(&number) {
+        Ok(tonic::Code::from_i32(number))
+    } else {
+        Err(ConfigError::UnknownCode(s.to_owned()))
+    }
+}
+
+/// The canonical name of a gRPC code, e.g. `RESOURCE_EXHAUSTED`.
+pub fn code_name(code: tonic::Code) -> &'static str {
+    usize::try_from(code as i32)
+        .ok()
+        .and_then(|i| CODE_NAMES.get(i))
+        .copied()
+        .unwrap_or("UNKNOWN")
+}
+
+/// When an injected error fires.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case", tag = "kind")]
+pub enum Trigger {
+    /// Every call.
+    #[default]
+    Always,
+    /// The next `remaining` calls, then the rule switches itself off.
+    Count { remaining: u64 },
+    /// Each call with this probability (0.0-1.0).
+    Rate { rate: f64 },
+}
+
+/// An injected gRPC error for one method.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct FaultRule {
+    /// The code returned, by its canonical name.
+    #[serde(with = "code_serde")]
+    pub code: tonic::Code,
+    /// When it fires.
+    #[serde(default)]
+    pub trigger: Trigger,
+    /// Run the operation first and then fail (the effect happens, the caller sees an error),
+    /// instead of failing before anything changes.
+    #[serde(default)]
+    pub after: bool,
+}
+
+impl FaultRule {
+    /// Fails every call with `code`.
+    pub fn always(code: tonic::Code) -> Self {
+        FaultRule {
+            code,
+            trigger: Trigger::Always,
+            after: false,
+        }
+    }
+    /// Fails the next `count` calls with `code`.
+    pub fn times(code: tonic::Code, count: u64) -> Self {
+        FaultRule {
+            code,
+            trigger: Trigger::Count { remaining: count },
+            after: false,
+        }
+    }
+    /// Fails each call with probability `rate`.
+    pub fn rate(code: tonic::Code, rate: f64) -> Self {
+        FaultRule {
+            code,
+            trigger: Trigger::Rate { rate },
+            after: false,
+        }
+    }
+    /// Lets the operation take effect before the error is returned.
+    #[must_use]
+    pub fn after_effect(mut self) -> Self {
+        self.after = true;
+        self
+    }
+}
+
+mod code_serde {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(code: &tonic::Code, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(super::code_name(*code))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<tonic::Code, D::Error> {
+        let s = String::deserialize(d)?;
+        super::parse_code(&s).map_err(serde::de::Error::custom)
+    }
+}
+
+/// Parses `METHOD=CODE[:COUNT|:RATE][:after]`; a trigger with `.` or `%` is a rate.
+pub fn parse_fault(s: &str) -> Result<(&'static str, FaultRule), ConfigError> {
+    let bad = || ConfigError::Fault(s.to_owned());
+    let (method, rest) = s.split_once('=').ok_or_else(bad)?;
+    let method = canonical_method(method.trim())?;
+    let mut parts = rest.split(':');
+    let code = parse_code(parts.next().ok_or_else(bad)?)?;
+    let mut rule = FaultRule::always(code);
+    for part in parts {
+        let part = part.trim();
+        if part.eq_ignore_ascii_case("after") {
+            rule.after = true;
+        } else if let Some(percent) = part.strip_suffix('%') {
+            let p: f64 = percent.parse().map_err(|_| bad())?;
+            rule.trigger = Trigger::Rate { rate: p / 100.0 };
+        } else if part.contains('.') {
+            rule.trigger = Trigger::Rate {
+                rate: part.parse().map_err(|_| bad())?,
+            };
+        } else {
+            rule.trigger = Trigger::Count {
+                remaining: part.parse().map_err(|_| bad())?,
+            };
+        }
+    }
+    if let Trigger::Rate { rate } = rule.trigger
+        && !(0.0..=1.0).contains(&rate)
+    {
+        return Err(bad());
+    }
+    Ok((method, rule))
+}
+
+/// Parses `METHOD=DURATION`.
+pub fn parse_latency(s: &str) -> Result<(&'static str, Duration), ConfigError> {
+    let (method, d) = s.split_once('=').ok_or_else(|| ConfigError::Pair {
+        what: "latency",
+        value: s.to_owned(),
+        expected: "METHOD=DURATION, e.g. CreateVolume=2s",
+    })?;
+    Ok((canonical_method(method.trim())?, parse_duration(d)?))
+}
+
+/// Parses `KEY=VALUE` (secrets, parameters).
+pub fn parse_key_value(what: &'static str, s: &str) -> Result<(String, String), ConfigError> {
+    match s.split_once('=') {
+        Some((k, v)) if !k.trim().is_empty() => Ok((k.trim().to_owned(), v.to_owned())),
+        _ => Err(ConfigError::Pair {
+            what,
+            value: redact_value(s),
+            expected: "KEY=VALUE",
+        }),
+    }
+}
+
+/// Keeps only the key of a `KEY=VALUE` string, so a malformed secret flag never echoes its value.
+fn redact_value(s: &str) -> String {
+    match s.split_once('=') {
+        Some((k, _)) => format!("{k}=<redacted>"),
+        None => "<redacted>".to_owned(),
+    }
+}
+
+/// Parses a Go-style duration: `1h2m3s`, `500ms`, `1.5s`, `250us`, `0`.
+pub fn parse_duration(s: &str) -> Result<Duration, ConfigError> {
+    let bad = || ConfigError::Duration(s.to_owned());
+    let s = s.trim();
+    if s == "0" {
+        return Ok(Duration::ZERO);
+    }
+    if s.is_empty() {
+        return Err(bad());
+    }
+    let mut total = 0f64;
+    let mut rest = s;
+    while !rest.is_empty() {
+        let num_len = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .ok_or_else(bad)?;
+        if num_len == 0 {
+            return Err(bad());
+        }
+        let value: f64 = rest[..num_len].parse().map_err(|_| bad())?;
+        rest = &rest[num_len..];
+        let unit_len = rest
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(rest.len());
+        let seconds = match &rest[..unit_len] {
+            "ns" => 1e-9,
+            "us" | "µs" => 1e-6,
+            "ms" => 1e-3,
+            "s" => 1.0,
+            "m" => 60.0,
+            "h" => 3600.0,
+            _ => return Err(bad()),
+        };
+        total += value * seconds;
+        rest = &rest[unit_len..];
+    }
+    Duration::try_from_secs_f64(total).map_err(|_| bad())
+}
+
+/// Parses a byte count: `1073741824`, `10Gi`, `500Mi`, `1G`, `100k`.
+pub fn parse_quantity(s: &str) -> Result<i64, ConfigError> {
+    let bad = || ConfigError::Quantity(s.to_owned());
+    let s = s.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (num, suffix) = s.split_at(split);
+    let n: i64 = num.parse().map_err(|_| bad())?;
+    let mult: i64 = match suffix {
+        "" => 1,
+        "k" | "K" => 1_000,
+        "M" => 1_000_000,
+        "G" => 1_000_000_000,
+        "T" => 1_000_000_000_000,
+        "P" => 1_000_000_000_000_000,
+        "Ki" => 1 << 10,
+        "Mi" => 1 << 20,
+        "Gi" => 1 << 30,
+        "Ti" => 1 << 40,
+        "Pi" => 1 << 50,
+        _ => return Err(bad()),
+    };
+    n.checked_mul(mult).ok_or_else(bad)
+}
+
+/// CSI rule for plugin names (GetPluginInfo): domain-name-like, 63 characters or less.
+pub fn valid_driver_name(name: &str) -> bool {
+    let bytes = name.as_bytes();
+    let (Some(first), Some(last)) = (bytes.first(), bytes.last()) else {
+        return false;
+    };
+    bytes.len() <= 63
+        && first.is_ascii_alphanumeric()
+        && last.is_ascii_alphanumeric()
+        && bytes
+            .iter()
+            .all(|b| b.is_ascii_alphanumeric() || *b == b'-' || *b == b'.')
+}
+
+/// What the process does when a `crash-after-create` fault fires.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CrashAction {
+    /// Exit the process with [`CRASH_EXIT_CODE`] (the binary).
+    #[default]
+    ExitProcess,
+    /// Stop serving and drop every connection without answering (in-process drivers, where
+    /// exiting would end the test itself).
+    StopServer,
+}
+
+/// Probe readiness at start-up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ProbeNotReady {
+    /// Answer `ready: false` to this many probes first.
+    pub count: u64,
+    /// Answer `ready: false` until this long after start.
+    pub duration: Duration,
+}
+
+/// Everything a mock driver instance needs; build with [`Config::new`] and the `with_*` setters.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Unix socket path the CSI services are served on.
+    pub endpoint: PathBuf,
+    /// GetPluginInfo name.
+    pub driver_name: String,
+    /// GetPluginInfo vendor_version.
+    pub vendor_version: String,
+    /// NodeGetInfo node id; the node new volumes live on unless `extra_nodes` offer others.
+    pub node_id: String,
+    /// Advertise VOLUME_ACCESSIBILITY_CONSTRAINTS and place volumes by topology.
+    pub topology: bool,
+    /// Key of the node segment.
+    pub topology_key: String,
+    /// Further nodes this instance may place volumes on (a central controller in front of
+    /// several simulated nodes); each has its own pool.
+    pub extra_nodes: Vec<String>,
+    /// Persist volumes and snapshots here (atomic writes) and load them at start.
+    pub state_file: Option<PathBuf>,
+    /// Control socket path.
+    pub control: Option<PathBuf>,
+    /// Advertised (and served) controller capabilities.
+    pub capabilities: BTreeSet<ControllerCap>,
+    /// Size of each node's pool in bytes.
+    pub capacity_total: i64,
+    /// Largest volume CreateVolume accepts (OUT_OF_RANGE above it); reported by GetCapacity.
+    pub max_volume_size: Option<i64>,
+    /// Size of a volume created without a capacity range.
+    pub default_volume_size: i64,
+    /// Secrets CreateVolume and DeleteVolume must carry (UNAUTHENTICATED otherwise).
+    pub required_secrets: BTreeMap<String, String>,
+    /// Mutable parameter keys CreateVolume/ControllerModifyVolume accept; empty means any.
+    pub mutable_parameter_keys: BTreeSet<String>,
+    /// Probe readiness at start.
+    pub probe_not_ready: ProbeNotReady,
+    /// Injected errors per method (or `*`).
+    pub faults: BTreeMap<String, FaultRule>,
+    /// Injected latency per method (or `*`).
+    pub latencies: BTreeMap<String, Duration>,
+    /// Crash after the Nth newly created volume was persisted, before answering.
+    pub crash_after_create: Option<u64>,
+    /// What "crash" means.
+    pub crash_action: CrashAction,
+    /// Deliberate spec violations.
+    pub misbehaviours: BTreeSet<Misbehaviour>,
+}
+
+impl Config {
+    /// A spec-correct driver with every controller capability, serving on `endpoint`, for node
+    /// `node_id`, without topology, state file or faults.
+    pub fn new(endpoint: impl Into<PathBuf>, node_id: impl Into<String>) -> Self {
+        Config {
+            endpoint: endpoint.into(),
+            driver_name: DEFAULT_DRIVER_NAME.to_owned(),
+            vendor_version: env!("CARGO_PKG_VERSION").to_owned(),
+            node_id: node_id.into(),
+            topology: false,
+            topology_key: DEFAULT_TOPOLOGY_KEY.to_owned(),
+            extra_nodes: Vec::new(),
+            state_file: None,
+            control: None,
+            capabilities: ControllerCap::ALL.into_iter().collect(),
+            capacity_total: DEFAULT_POOL_SIZE,
+            max_volume_size: None,
+            default_volume_size: DEFAULT_VOLUME_SIZE,
+            required_secrets: BTreeMap::new(),
+            mutable_parameter_keys: BTreeSet::new(),
+            probe_not_ready: ProbeNotReady::default(),
+            faults: BTreeMap::new(),
+            latencies: BTreeMap::new(),
+            crash_after_create: None,
+            crash_action: CrashAction::StopServer,
+            misbehaviours: BTreeSet::new(),
+        }
+    }
+
+    /// Sets the driver name.
+    #[must_use]
+    pub fn with_driver_name(mut self, name: impl Into<String>) -> Self {
+        self.driver_name = name.into();
+        self
+    }
+
+    /// Turns topology on (node segment under the default key).
+    #[must_use]
+    pub fn with_topology(mut self) -> Self {
+        self.topology = true;
+        self
+    }
+
+    /// Persists state in `path`.
+    #[must_use]
+    pub fn with_state_file(mut self, path: impl Into<PathBuf>) -> Self {
+        self.state_file = Some(path.into());
+        self
+    }
+
+    /// Serves the control socket on `path`.
+    #[must_use]
+    pub fn with_control(mut self, path: impl Into<PathBuf>) -> Self {
+        self.control = Some(path.into());
+        self
+    }
+
+    /// Stops advertising and serving `cap`.
+    #[must_use]
+    pub fn without_capability(mut self, cap: ControllerCap) -> Self {
+        self.capabilities.remove(&cap);
+        self
+    }
+
+    /// Requires a secret on CreateVolume and DeleteVolume.
+    #[must_use]
+    pub fn with_required_secret(
+        mut self,
+        key: impl Into<String>,
+        value: impl Into<String>,
+    ) -> Self {
+        self.required_secrets.insert(key.into(), value.into());
+        self
+    }
+
+    /// Injects a fault.
+    #[must_use]
+    pub fn with_fault(mut self, method: &str, rule: FaultRule) -> Self {
+        self.faults.insert(method.to_owned(), rule);
+        self
+    }
+
+    /// Turns a misbehaviour on.
+    #[must_use]
+    pub fn with_misbehaviour(mut self, m: Misbehaviour) -> Self {
+        self.misbehaviours.insert(m);
+        self
+    }
+
+    /// Checks the cross-field rules (driver name format, non-empty node id, sizes).
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if !valid_driver_name(&self.driver_name) {
+            return Err(ConfigError::DriverName(self.driver_name.clone()));
+        }
+        if self.node_id.is_empty() || self.extra_nodes.iter().any(String::is_empty) {
+            return Err(ConfigError::NodeId);
+        }
+        for (what, v) in [
+            ("capacity-total", Some(self.capacity_total)),
+            ("max-volume-size", self.max_volume_size),
+            ("default-volume-size", Some(self.default_volume_size)),
+        ] {
+            if v.is_some_and(|v| v < 0) {
+                return Err(ConfigError::Pair {
+                    what,
+                    value: v.unwrap_or_default().to_string(),
+                    expected: "a size of 0 bytes or more",
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Every node this instance places volumes on: `node_id` first, then `extra_nodes`.
+    pub fn nodes(&self) -> Vec<String> {
+        let mut nodes = vec![self.node_id.clone()];
+        for n in &self.extra_nodes {
+            if !nodes.contains(n) {
+                nodes.push(n.clone());
+            }
+        }
+        nodes
+    }
+
+    /// The topology segment of `node` (empty without topology).
+    pub fn segment_of(&self, node: &str) -> BTreeMap<String, String> {
+        if self.topology {
+            BTreeMap::from([(self.topology_key.clone(), node.to_owned())])
+        } else {
+            BTreeMap::new()
+        }
+    }
+}
+
+/// Strips `unix://` (and `unix:`) from an endpoint, as the CSI sidecars accept both forms.
+pub fn socket_path(endpoint: &str) -> PathBuf {
+    let path = endpoint
+        .strip_prefix("unix://")
+        .or_else(|| endpoint.strip_prefix("unix:"))
+        .unwrap_or(endpoint);
+    PathBuf::from(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn faults_parse_count_rate_and_after() {
+        assert_eq!(
+            parse_fault("CreateVolume=UNAVAILABLE:3").unwrap(),
+            (
+                "CreateVolume",
+                FaultRule::times(tonic::Code::Unavailable, 3)
+            )
+        );
+        assert_eq!(
+            parse_fault("deletevolume=internal:0.25").unwrap(),
+            ("DeleteVolume", FaultRule::rate(tonic::Code::Internal, 0.25))
+        );
+        assert_eq!(
+            parse_fault("CreateVolume=4:50%:after").unwrap(),
+            (
+                "CreateVolume",
+                FaultRule::rate(tonic::Code::DeadlineExceeded, 0.5).after_effect()
+            )
+        );
+        assert_eq!(
+            parse_fault("Probe=FAILED_PRECONDITION").unwrap(),
+            ("Probe", FaultRule::always(tonic::Code::FailedPrecondition))
+        );
+    }
+
+    #[test]
+    fn bad_faults_are_rejected_with_the_reason() {
+        assert!(matches!(
+            parse_fault("CreateVolum=INTERNAL"),
+            Err(ConfigError::UnknownMethod(_))
+        ));
+        assert!(matches!(
+            parse_fault("CreateVolume=NOPE"),
+            Err(ConfigError::UnknownCode(_))
+        ));
+        assert!(matches!(
+            parse_fault("CreateVolume=OK"),
+            Err(ConfigError::UnknownCode(_))
+        ));
+        assert!(matches!(
+            parse_fault("CreateVolume=INTERNAL:1.5"),
+            Err(ConfigError::Fault(_))
+        ));
+        assert!(matches!(
+            parse_fault("CreateVolume"),
+            Err(ConfigError::Fault(_))
+        ));
+    }
+
+    #[test]
+    fn codes_parse_in_every_common_spelling() {
+        assert_eq!(
+            parse_code("RESOURCE_EXHAUSTED").unwrap(),
+            tonic::Code::ResourceExhausted
+        );
+        assert_eq!(
+            parse_code("ResourceExhausted").unwrap(),
+            tonic::Code::ResourceExhausted
+        );
+        assert_eq!(parse_code("8").unwrap(), tonic::Code::ResourceExhausted);
+        assert_eq!(parse_code("Canceled").unwrap(), tonic::Code::Cancelled);
+        assert_eq!(code_name(tonic::Code::Unauthenticated), "UNAUTHENTICATED");
+    }
+
+    #[test]
+    fn durations_follow_go_syntax() {
+        assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
+        assert_eq!(parse_duration("1m30s").unwrap(), Duration::from_secs(90));
+        assert_eq!(parse_duration("1.5s").unwrap(), Duration::from_millis(1500));
+        assert_eq!(parse_duration("0").unwrap(), Duration::ZERO);
+        assert!(parse_duration("5").is_err());
+        assert!(parse_duration("s").is_err());
+        assert!(parse_duration("1x").is_err());
+    }
+
+    #[test]
+    fn quantities_accept_binary_and_decimal_suffixes() {
+        assert_eq!(parse_quantity("10Gi").unwrap(), 10 << 30);
+        assert_eq!(parse_quantity("1G").unwrap(), 1_000_000_000);
+        assert_eq!(parse_quantity("4096").unwrap(), 4096);
+        assert!(parse_quantity("10GB").is_err());
+        assert!(parse_quantity("99999999999Pi").is_err());
+    }
+
+    #[test]
+    fn capabilities_and_misbehaviours_accept_flag_spellings() {
+        assert_eq!(
+            "clone-volume".parse::<ControllerCap>().unwrap(),
+            ControllerCap::CloneVolume
+        );
+        assert_eq!(
+            "LIST_VOLUMES".parse::<ControllerCap>().unwrap(),
+            ControllerCap::ListVolumes
+        );
+        assert!("CLONE".parse::<ControllerCap>().is_err());
+        assert_eq!(
+            "non_idempotent_create".parse::<Misbehaviour>().unwrap(),
+            Misbehaviour::NonIdempotentCreate
+        );
+    }
+
+    #[test]
+    fn a_malformed_secret_flag_never_echoes_its_value() {
+        let err = parse_key_value("secret", "password")
+            .unwrap_err()
+            .to_string();
+        assert!(!err.contains("password"), "{err}");
+        let err = parse_key_value("secret", "=hunter2")
+            .unwrap_err()
+            .to_string();
+        assert!(!err.contains("hunter2"), "{err}");
+    }
+
+    #[test]
+    fn driver_names_follow_the_csi_rule() {
+        assert!(valid_driver_name("io.kubernetes.storage.mock"));
+        assert!(valid_driver_name("a"));
+        assert!(!valid_driver_name(""));
+        assert!(!valid_driver_name("-mock"));
+        assert!(!valid_driver_name("mock_driver"));
+        assert!(!valid_driver_name(&"a".repeat(64)));
+    }
+
+    #[test]
+    fn endpoints_accept_unix_urls_and_bare_paths() {
+        assert_eq!(
+            socket_path("unix:///tmp/csi.sock"),
+            PathBuf::from("/tmp/csi.sock")
+        );
+        assert_eq!(socket_path("/tmp/csi.sock"), PathBuf::from("/tmp/csi.sock"));
+    }
+}

@@ -1,0 +1,280 @@
+//! The driver core shared by the gRPC services, the control socket and in-process handles: the
+//! store, the switchboard, the per-call wrapper (latency, injected errors, counting) and crashing.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, MutexGuard};
+
+use serde::{Deserialize, Serialize};
+use tokio::sync::Notify;
+use tonic::Status;
+
+use crate::config::{CRASH_EXIT_CODE, Config, CrashAction, FaultRule, code_name};
+use crate::csi::v1::{Topology, Volume, VolumeContentSource, volume_content_source};
+use crate::faults::{CallStats, Faults, FaultsDump};
+use crate::store::{ContentSource, SnapshotRecord, Store, StoreError, VolumeRecord};
+
+/// Pool usage of one node.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PoolDump {
+    /// Node name.
+    pub node: String,
+    /// Topology segment of the node (empty without topology).
+    pub segment: BTreeMap<String, String>,
+    /// Pool size in bytes.
+    pub total_bytes: i64,
+    /// Bytes held by volumes.
+    pub used_bytes: i64,
+    /// Bytes free for new volumes.
+    pub available_bytes: i64,
+}
+
+/// Everything the driver knows, as tests see it (`state` on the control socket). Holds secret
+/// keys only, never secret values.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StateDump {
+    /// GetPluginInfo name.
+    pub driver_name: String,
+    /// NodeGetInfo node id.
+    pub node_id: String,
+    /// Pools of the nodes this instance places volumes on.
+    pub pools: Vec<PoolDump>,
+    /// Volumes in creation order.
+    pub volumes: Vec<VolumeRecord>,
+    /// Snapshots in creation order.
+    pub snapshots: Vec<SnapshotRecord>,
+    /// Calls per CSI method since start or the last `reset_counts`.
+    pub calls: BTreeMap<String, CallStats>,
+    /// Current fault, capability and misbehaviour switches.
+    pub switches: FaultsDump,
+}
+
+impl StateDump {
+    /// Calls received by `method` (0 if never called).
+    pub fn calls(&self, method: &str) -> u64 {
+        self.calls.get(method).map_or(0, |c| c.total)
+    }
+
+    /// Calls of `method` answered OK.
+    pub fn ok_calls(&self, method: &str) -> u64 {
+        self.calls.get(method).map_or(0, |c| c.ok)
+    }
+
+    /// The volume created under CreateVolume name `name`.
+    pub fn volume_by_name(&self, name: &str) -> Option<&VolumeRecord> {
+        self.volumes.iter().find(|v| v.name == name)
+    }
+
+    /// The volume with id `id`.
+    pub fn volume(&self, id: &str) -> Option<&VolumeRecord> {
+        self.volumes.iter().find(|v| v.id == id)
+    }
+}
+
+/// The shared driver.
+#[derive(Debug)]
+pub struct Driver {
+    /// Static configuration (run-time switches live in `faults`).
+    pub config: Config,
+    /// Run-time switches and call counts.
+    pub faults: Faults,
+    store: Mutex<Store>,
+    crashed: AtomicBool,
+    crash_notify: Notify,
+}
+
+impl Driver {
+    /// A driver with the state file loaded (or empty state).
+    pub fn new(config: Config) -> Result<Driver, StoreError> {
+        let store = match &config.state_file {
+            Some(path) => Store::load(path)?,
+            None => Store::default(),
+        };
+        Ok(Driver {
+            faults: Faults::new(&config),
+            config,
+            store: Mutex::new(store),
+            crashed: AtomicBool::new(false),
+            crash_notify: Notify::new(),
+        })
+    }
+
+    /// The store, locked. Every change is followed by [`Driver::persist`] under the same lock, so
+    /// the file always matches a state the driver really had.
+    pub fn store(&self) -> MutexGuard<'_, Store> {
+        // Updates are applied to a record before it is put back, so a poisoned lock still holds a
+        // consistent store.
+        self.store.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Writes the state file (when configured); INTERNAL if that fails.
+    pub fn persist(&self, store: &Store) -> Result<(), Status> {
+        match &self.config.state_file {
+            Some(path) => store
+                .save(path)
+                .map_err(|e| Status::internal(e.to_string())),
+            None => Ok(()),
+        }
+    }
+
+    /// Runs one RPC: counts it, applies injected latency and errors, runs `op` on a separate task
+    /// (so the effect completes even when the caller gives up, as a real backend would), and
+    /// never answers once the driver has crashed.
+    pub async fn call<T, F>(
+        self: &std::sync::Arc<Self>,
+        method: &'static str,
+        op: F,
+    ) -> Result<T, Status>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Driver) -> Result<T, Status> + Send + 'static,
+    {
+        let driver = std::sync::Arc::clone(self);
+        let task = tokio::spawn(async move {
+            driver.hang_if_crashed().await;
+            let plan = driver.faults.begin(method);
+            if !plan.latency.is_zero() {
+                tokio::time::sleep(plan.latency).await;
+            }
+            let result = match plan.fail {
+                Some(rule) if !rule.after => Err(injected(method, rule)),
+                fail => {
+                    let result = op(&driver);
+                    match (result, fail) {
+                        (Ok(_), Some(rule)) => Err(injected(method, rule)),
+                        (result, _) => result,
+                    }
+                }
+            };
+            driver.hang_if_crashed().await;
+            driver.faults.finish(method, result.is_ok());
+            if let Err(status) = &result {
+                tracing::info!(
+                    method,
+                    code = code_name(status.code()),
+                    message = status.message(),
+                    "call failed"
+                );
+            }
+            result
+        });
+        task.await
+            .unwrap_or_else(|e| Err(Status::internal(format!("mock driver task failed: {e}"))))
+    }
+
+    async fn hang_if_crashed(&self) {
+        if self.has_crashed() {
+            std::future::pending::<()>().await;
+        }
+    }
+
+    /// Called right after a new volume was persisted: crashes when the countdown says so.
+    pub fn maybe_crash_after_create(&self, volume: &VolumeRecord) {
+        if !self.faults.crash_due() {
+            return;
+        }
+        tracing::warn!(volume_id = %volume.id, name = %volume.name, "crash-after-create fired: volume persisted, not answering");
+        match self.config.crash_action {
+            CrashAction::ExitProcess => std::process::exit(CRASH_EXIT_CODE),
+            CrashAction::StopServer => {
+                self.crashed.store(true, Ordering::SeqCst);
+                // notify_one keeps a permit if nobody waits yet.
+                self.crash_notify.notify_one();
+            }
+        }
+    }
+
+    /// Whether a crash fault fired (in-process drivers only; the binary exits instead).
+    pub fn has_crashed(&self) -> bool {
+        self.crashed.load(Ordering::SeqCst)
+    }
+
+    /// Resolves when the driver crashes.
+    pub async fn crashed(&self) {
+        if !self.has_crashed() {
+            self.crash_notify.notified().await;
+        }
+    }
+
+    /// The proto form of a volume.
+    pub fn volume_proto(&self, v: &VolumeRecord) -> Volume {
+        Volume {
+            capacity_bytes: v.capacity_bytes,
+            volume_id: v.id.clone(),
+            volume_context: v
+                .volume_context
+                .iter()
+                .map(|(k, val)| (k.clone(), val.clone()))
+                .collect(),
+            content_source: v.content_source.as_ref().map(content_source_proto),
+            accessible_topology: if self.config.topology {
+                vec![Topology {
+                    segments: v
+                        .segment
+                        .iter()
+                        .map(|(k, val)| (k.clone(), val.clone()))
+                        .collect(),
+                }]
+            } else {
+                vec![]
+            },
+        }
+    }
+
+    /// Pool usage per node.
+    pub fn pools(&self, store: &Store) -> Vec<PoolDump> {
+        self.config
+            .nodes()
+            .into_iter()
+            .map(|node| {
+                let used = store.used_on(&node);
+                PoolDump {
+                    segment: self.config.segment_of(&node),
+                    total_bytes: self.config.capacity_total,
+                    used_bytes: used,
+                    available_bytes: (self.config.capacity_total - used).max(0),
+                    node,
+                }
+            })
+            .collect()
+    }
+
+    /// Everything, for tests.
+    pub fn dump(&self) -> StateDump {
+        let store = self.store();
+        StateDump {
+            driver_name: self.config.driver_name.clone(),
+            node_id: self.config.node_id.clone(),
+            pools: self.pools(&store),
+            volumes: store.volumes().cloned().collect(),
+            snapshots: store.snapshots().cloned().collect(),
+            calls: self.faults.calls(),
+            switches: self.faults.dump(),
+        }
+    }
+}
+
+/// The proto form of a content source.
+pub fn content_source_proto(s: &ContentSource) -> VolumeContentSource {
+    use volume_content_source::{SnapshotSource, Type, VolumeSource};
+    VolumeContentSource {
+        r#type: Some(match s {
+            ContentSource::Snapshot(id) => Type::Snapshot(SnapshotSource {
+                snapshot_id: id.clone(),
+            }),
+            ContentSource::Volume(id) => Type::Volume(VolumeSource {
+                volume_id: id.clone(),
+            }),
+        }),
+    }
+}
+
+fn injected(method: &str, rule: FaultRule) -> Status {
+    Status::new(
+        rule.code,
+        format!(
+            "injected fault: {} from {method} (mock-csi-driver fault switch)",
+            code_name(rule.code)
+        ),
+    )
+}
