@@ -51,13 +51,25 @@ pub mod method {
 /// an in-memory fake. Object safe: hold it as `Arc<dyn CsiController>`.
 pub trait CsiController: Send + Sync {
     /// `CreateVolume`.
-    fn create_volume(&self, request: v1::CreateVolumeRequest) -> CsiFuture<'_, v1::CreateVolumeResponse>;
+    fn create_volume(
+        &self,
+        request: v1::CreateVolumeRequest,
+    ) -> CsiFuture<'_, v1::CreateVolumeResponse>;
     /// `DeleteVolume`.
-    fn delete_volume(&self, request: v1::DeleteVolumeRequest) -> CsiFuture<'_, v1::DeleteVolumeResponse>;
+    fn delete_volume(
+        &self,
+        request: v1::DeleteVolumeRequest,
+    ) -> CsiFuture<'_, v1::DeleteVolumeResponse>;
     /// `GetCapacity`.
-    fn get_capacity(&self, request: v1::GetCapacityRequest) -> CsiFuture<'_, v1::GetCapacityResponse>;
+    fn get_capacity(
+        &self,
+        request: v1::GetCapacityRequest,
+    ) -> CsiFuture<'_, v1::GetCapacityResponse>;
     /// `ListVolumes`.
-    fn list_volumes(&self, request: v1::ListVolumesRequest) -> CsiFuture<'_, v1::ListVolumesResponse>;
+    fn list_volumes(
+        &self,
+        request: v1::ListVolumesRequest,
+    ) -> CsiFuture<'_, v1::ListVolumesResponse>;
     /// `ControllerGetCapabilities`.
     fn controller_get_capabilities(&self) -> CsiFuture<'_, v1::ControllerGetCapabilitiesResponse>;
 }
@@ -92,41 +104,60 @@ impl GrpcCsi {
 
     /// `Identity.Probe`.
     pub async fn probe(&self) -> CsiResult<v1::ProbeResponse> {
-        self.unary(method::PROBE, v1::ProbeRequest {}, |channel, request| async move {
-            IdentityClient::new(channel).probe(request).await
-        })
+        self.unary(
+            method::PROBE,
+            v1::ProbeRequest {},
+            |channel, request| async move { IdentityClient::new(channel).probe(request).await },
+        )
         .await
     }
 
     /// `Identity.GetPluginInfo`.
     pub async fn get_plugin_info(&self) -> CsiResult<v1::GetPluginInfoResponse> {
         let request = v1::GetPluginInfoRequest {};
-        self.unary(method::GET_PLUGIN_INFO, request, |channel, request| async move {
-            IdentityClient::new(channel).get_plugin_info(request).await
-        })
+        self.unary(
+            method::GET_PLUGIN_INFO,
+            request,
+            |channel, request| async move {
+                IdentityClient::new(channel).get_plugin_info(request).await
+            },
+        )
         .await
     }
 
     /// `Identity.GetPluginCapabilities`.
     pub async fn get_plugin_capabilities(&self) -> CsiResult<v1::GetPluginCapabilitiesResponse> {
         let request = v1::GetPluginCapabilitiesRequest {};
-        self.unary(method::GET_PLUGIN_CAPABILITIES, request, |channel, request| async move {
-            IdentityClient::new(channel).get_plugin_capabilities(request).await
-        })
+        self.unary(
+            method::GET_PLUGIN_CAPABILITIES,
+            request,
+            |channel, request| async move {
+                IdentityClient::new(channel)
+                    .get_plugin_capabilities(request)
+                    .await
+            },
+        )
         .await
     }
 
     /// `Node.NodeGetInfo`.
     pub async fn node_get_info(&self) -> CsiResult<v1::NodeGetInfoResponse> {
         let request = v1::NodeGetInfoRequest {};
-        self.unary(method::NODE_GET_INFO, request, |channel, request| async move {
-            NodeClient::new(channel).node_get_info(request).await
-        })
+        self.unary(
+            method::NODE_GET_INFO,
+            request,
+            |channel, request| async move { NodeClient::new(channel).node_get_info(request).await },
+        )
         .await
     }
 
     /// One unary call with everything every call needs: deadline, logs, metric.
-    async fn unary<Req, Resp, Call, Fut>(&self, method: &'static str, request: Req, call: Call) -> CsiResult<Resp>
+    async fn unary<Req, Resp, Call, Fut>(
+        &self,
+        method: &'static str,
+        request: Req,
+        call: Call,
+    ) -> CsiResult<Resp>
     where
         Req: Redact + Send,
         Resp: Redact + Send,
@@ -141,10 +172,11 @@ impl GrpcCsi {
         request.set_timeout(self.timeout);
         let started = Instant::now();
         // Our own bound as well: the header alone does not stop a call whose connection hangs.
-        let result = match tokio::time::timeout(self.timeout, call(self.channel.clone(), request)).await {
-            Ok(result) => result.map(tonic::Response::into_inner),
-            Err(_elapsed) => Err(deadline_exceeded(method, self.timeout)),
-        };
+        let result =
+            match tokio::time::timeout(self.timeout, call(self.channel.clone(), request)).await {
+                Ok(result) => result.map(tonic::Response::into_inner),
+                Err(_elapsed) => Err(deadline_exceeded(method, self.timeout)),
+            };
         let elapsed = started.elapsed();
         let result = result.map_err(|status| normalize(method, status, elapsed, self.timeout));
 
@@ -169,35 +201,73 @@ impl GrpcCsi {
 }
 
 impl CsiController for GrpcCsi {
-    fn create_volume(&self, request: v1::CreateVolumeRequest) -> CsiFuture<'_, v1::CreateVolumeResponse> {
-        Box::pin(self.unary(method::CREATE_VOLUME, request, |channel, request| async move {
-            ControllerClient::new(channel).create_volume(request).await
-        }))
+    fn create_volume(
+        &self,
+        request: v1::CreateVolumeRequest,
+    ) -> CsiFuture<'_, v1::CreateVolumeResponse> {
+        Box::pin(self.unary(
+            method::CREATE_VOLUME,
+            request,
+            |channel, request| async move {
+                ControllerClient::new(channel).create_volume(request).await
+            },
+        ))
     }
 
-    fn delete_volume(&self, request: v1::DeleteVolumeRequest) -> CsiFuture<'_, v1::DeleteVolumeResponse> {
-        Box::pin(self.unary(method::DELETE_VOLUME, request, |channel, request| async move {
-            ControllerClient::new(channel).delete_volume(request).await
-        }))
+    fn delete_volume(
+        &self,
+        request: v1::DeleteVolumeRequest,
+    ) -> CsiFuture<'_, v1::DeleteVolumeResponse> {
+        Box::pin(self.unary(
+            method::DELETE_VOLUME,
+            request,
+            |channel, request| async move {
+                ControllerClient::new(channel).delete_volume(request).await
+            },
+        ))
     }
 
-    fn get_capacity(&self, request: v1::GetCapacityRequest) -> CsiFuture<'_, v1::GetCapacityResponse> {
-        Box::pin(self.unary(method::GET_CAPACITY, request, |channel, request| async move {
-            ControllerClient::new(channel).get_capacity(request).await
-        }))
+    fn get_capacity(
+        &self,
+        request: v1::GetCapacityRequest,
+    ) -> CsiFuture<'_, v1::GetCapacityResponse> {
+        Box::pin(
+            self.unary(
+                method::GET_CAPACITY,
+                request,
+                |channel, request| async move {
+                    ControllerClient::new(channel).get_capacity(request).await
+                },
+            ),
+        )
     }
 
-    fn list_volumes(&self, request: v1::ListVolumesRequest) -> CsiFuture<'_, v1::ListVolumesResponse> {
-        Box::pin(self.unary(method::LIST_VOLUMES, request, |channel, request| async move {
-            ControllerClient::new(channel).list_volumes(request).await
-        }))
+    fn list_volumes(
+        &self,
+        request: v1::ListVolumesRequest,
+    ) -> CsiFuture<'_, v1::ListVolumesResponse> {
+        Box::pin(
+            self.unary(
+                method::LIST_VOLUMES,
+                request,
+                |channel, request| async move {
+                    ControllerClient::new(channel).list_volumes(request).await
+                },
+            ),
+        )
     }
 
     fn controller_get_capabilities(&self) -> CsiFuture<'_, v1::ControllerGetCapabilitiesResponse> {
         let request = v1::ControllerGetCapabilitiesRequest {};
-        Box::pin(self.unary(method::CONTROLLER_GET_CAPABILITIES, request, |channel, request| async move {
-            ControllerClient::new(channel).controller_get_capabilities(request).await
-        }))
+        Box::pin(self.unary(
+            method::CONTROLLER_GET_CAPABILITIES,
+            request,
+            |channel, request| async move {
+                ControllerClient::new(channel)
+                    .controller_get_capabilities(request)
+                    .await
+            },
+        ))
     }
 }
 
@@ -216,7 +286,8 @@ fn deadline_exceeded(method: &str, timeout: Duration) -> Status {
 ///
 /// Statuses the driver sent are returned untouched.
 fn normalize(method: &str, status: Status, elapsed: Duration, timeout: Duration) -> Status {
-    let expired = matches!(status.code(), Code::Cancelled | Code::DeadlineExceeded) && elapsed >= timeout;
+    let expired =
+        matches!(status.code(), Code::Cancelled | Code::DeadlineExceeded) && elapsed >= timeout;
     if expired {
         return deadline_exceeded(method, timeout);
     }
@@ -239,24 +310,47 @@ mod tests {
     #[test]
     fn expiry_at_the_deadline_is_reported_as_deadline_exceeded() {
         for code in [Code::Cancelled, Code::DeadlineExceeded] {
-            let status = normalize(method::CREATE_VOLUME, Status::new(code, "Timeout expired"), TIMEOUT, TIMEOUT);
+            let status = normalize(
+                method::CREATE_VOLUME,
+                Status::new(code, "Timeout expired"),
+                TIMEOUT,
+                TIMEOUT,
+            );
             assert_eq!(status.code(), Code::DeadlineExceeded);
-            assert!(status.message().contains("CreateVolume did not finish within 10s"), "{status:?}");
+            assert!(
+                status
+                    .message()
+                    .contains("CreateVolume did not finish within 10s"),
+                "{status:?}"
+            );
         }
     }
 
     #[test]
     fn driver_statuses_pass_through_untouched() {
         let early = Duration::from_secs(1);
-        for code in [Code::DeadlineExceeded, Code::Cancelled, Code::InvalidArgument, Code::Unavailable] {
-            let status = normalize(method::CREATE_VOLUME, Status::new(code, "from driver"), early, TIMEOUT);
+        for code in [
+            Code::DeadlineExceeded,
+            Code::Cancelled,
+            Code::InvalidArgument,
+            Code::Unavailable,
+        ] {
+            let status = normalize(
+                method::CREATE_VOLUME,
+                Status::new(code, "from driver"),
+                early,
+                TIMEOUT,
+            );
             assert_eq!((status.code(), status.message()), (code, "from driver"));
         }
     }
 
     #[test]
     fn transport_failures_become_unavailable_with_the_cause() {
-        let io = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "Connection refused (os error 111)");
+        let io = std::io::Error::new(
+            std::io::ErrorKind::ConnectionRefused,
+            "Connection refused (os error 111)",
+        );
         let local = Status::from_error(Box::new(io));
         let status = normalize(method::DELETE_VOLUME, local, Duration::ZERO, TIMEOUT);
         assert_eq!(status.code(), Code::Unavailable);

@@ -54,7 +54,7 @@ pub enum ConnectError {
 /// While the socket is missing or refuses, it retries with capped exponential backoff and logs at
 /// info, about every `log_interval`, what it waits for. The returned channel dials the same path again
 /// whenever its connection breaks, so calls made after a driver restart reach the new driver.
-pub async fn connect(endpoint: &Endpoint, options: ConnectOptions) -> Result<Channel, ConnectError> {
+pub async fn connect(endpoint: Endpoint, options: ConnectOptions) -> Result<Channel, ConnectError> {
     let ConnectOptions {
         mut shutdown,
         log_interval,
@@ -168,12 +168,18 @@ mod tests {
         #[derive(Debug, thiserror::Error)]
         #[error("transport error")]
         struct Outer(#[source] Inner);
-        assert_eq!(describe_error(&Outer(Inner)), "transport error: h2 protocol error: connection reset");
+        assert_eq!(
+            describe_error(&Outer(Inner)),
+            "transport error: h2 protocol error: connection reset"
+        );
     }
 
     #[test]
     fn strips_only_a_trailing_os_error() {
-        assert_eq!(strip_os_error_suffix("Connection refused (os error 111)"), "Connection refused");
+        assert_eq!(
+            strip_os_error_suffix("Connection refused (os error 111)"),
+            "Connection refused"
+        );
         assert_eq!(strip_os_error_suffix("plain"), "plain");
     }
 
@@ -182,9 +188,12 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (stop, shutdown) = watch::channel(false);
         let endpoint = Endpoint::from_path(dir.path().join("never.sock"));
-        let waiting = tokio::spawn(async move { connect(&endpoint, ConnectOptions::new(shutdown)).await });
+        let waiting = tokio::spawn(connect(endpoint, ConnectOptions::new(shutdown)));
         stop.send(true).unwrap();
-        let result = tokio::time::timeout(Duration::from_secs(10), waiting).await.unwrap().unwrap();
+        let result = tokio::time::timeout(Duration::from_secs(10), waiting)
+            .await
+            .unwrap()
+            .unwrap();
         assert!(matches!(result, Err(ConnectError::Cancelled(p)) if p.ends_with("never.sock")));
     }
 }

@@ -26,7 +26,7 @@ pub use connect::{ConnectError, ConnectOptions, connect};
 pub use endpoint::{Endpoint, EndpointError};
 pub use metrics::OperationMetrics;
 pub use probe::{
-    ControllerCapabilities, DriverInfo, HandshakeError, HandshakeOptions, NodeInfo, PluginCapabilities,
-    handshake,
+    ControllerCapabilities, DriverInfo, HandshakeError, HandshakeOptions, NodeInfo,
+    PluginCapabilities, handshake,
 };
 pub use redact::{Redact, redacted};

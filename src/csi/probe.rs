@@ -212,10 +212,14 @@ impl DriverInfo {
     /// Refuses drivers that cannot provision: no CONTROLLER_SERVICE or no CREATE_DELETE_VOLUME.
     pub fn require_provisioning(&self) -> Result<(), HandshakeError> {
         if !self.plugin.controller_service {
-            return Err(HandshakeError::NotAProvisioner(MissingCapability::ControllerService));
+            return Err(HandshakeError::NotAProvisioner(
+                MissingCapability::ControllerService,
+            ));
         }
         if !self.controller.create_delete_volume {
-            return Err(HandshakeError::NotAProvisioner(MissingCapability::CreateDeleteVolume));
+            return Err(HandshakeError::NotAProvisioner(
+                MissingCapability::CreateDeleteVolume,
+            ));
         }
         Ok(())
     }
@@ -233,15 +237,21 @@ impl PluginCapabilities {
                     Ok(service::Type::VolumeAccessibilityConstraints) => {
                         caps.volume_accessibility_constraints = true;
                     }
-                    Ok(service::Type::GroupControllerService) => caps.group_controller_service = true,
-                    Ok(service::Type::SnapshotMetadataService) => caps.snapshot_metadata_service = true,
+                    Ok(service::Type::GroupControllerService) => {
+                        caps.group_controller_service = true
+                    }
+                    Ok(service::Type::SnapshotMetadataService) => {
+                        caps.snapshot_metadata_service = true
+                    }
                     Ok(service::Type::Unknown) | Err(_) => {}
                 },
-                Some(Capability::VolumeExpansion(e)) => match volume_expansion::Type::try_from(e.r#type) {
-                    Ok(volume_expansion::Type::Online) => caps.online_expansion = true,
-                    Ok(volume_expansion::Type::Offline) => caps.offline_expansion = true,
-                    Ok(volume_expansion::Type::Unknown) | Err(_) => {}
-                },
+                Some(Capability::VolumeExpansion(e)) => {
+                    match volume_expansion::Type::try_from(e.r#type) {
+                        Ok(volume_expansion::Type::Online) => caps.online_expansion = true,
+                        Ok(volume_expansion::Type::Offline) => caps.offline_expansion = true,
+                        Ok(volume_expansion::Type::Unknown) | Err(_) => {}
+                    }
+                }
                 None => {}
             }
         }
@@ -306,7 +316,10 @@ impl NodeInfo {
 /// Then GetPluginInfo (an empty name is fatal), GetPluginCapabilities, ControllerGetCapabilities (only
 /// when the plugin has a controller service, as upstream) and, in node-deployment mode, NodeGetInfo.
 /// It does not check provisioning support: call [`DriverInfo::require_provisioning`].
-pub async fn handshake(channel: Channel, options: HandshakeOptions) -> Result<DriverInfo, HandshakeError> {
+pub async fn handshake(
+    channel: Channel,
+    options: HandshakeOptions,
+) -> Result<DriverInfo, HandshakeError> {
     let csi = GrpcCsi::new(channel, options.timeout, options.metrics.clone());
     let mut shutdown = options.shutdown.clone();
     wait_until_ready(&csi, &options, &mut shutdown).await?;
@@ -360,7 +373,10 @@ enum Readiness {
     Ready,
     /// Not yet; the text says why, for the log.
     NotYet(String),
-    Failed { code: Code, message: String },
+    Failed {
+        code: Code,
+        message: String,
+    },
 }
 
 fn readiness(result: Result<v1::ProbeResponse, Status>) -> Readiness {
@@ -371,7 +387,11 @@ fn readiness(result: Result<v1::ProbeResponse, Status>) -> Readiness {
         }
         Ok(_) => Readiness::Ready,
         Err(status) if matches!(status.code(), Code::DeadlineExceeded | Code::Unavailable) => {
-            Readiness::NotYet(format!("Probe failed with {}: {}", go_code_name(status.code()), status.message()))
+            Readiness::NotYet(format!(
+                "Probe failed with {}: {}",
+                go_code_name(status.code()),
+                status.message()
+            ))
         }
         Err(status) => Readiness::Failed {
             code: status.code(),
@@ -396,7 +416,9 @@ async fn wait_until_ready(
         };
         match readiness(probe) {
             Readiness::Ready => return Ok(()),
-            Readiness::Failed { code, message } => return Err(HandshakeError::Probe { code, message }),
+            Readiness::Failed { code, message } => {
+                return Err(HandshakeError::Probe { code, message });
+            }
             Readiness::NotYet(why) => {
                 if last_logged.is_none_or(|at| at.elapsed() >= options.log_interval) {
                     info!("waiting for CSI driver to become ready: {why}");
@@ -421,13 +443,17 @@ mod tests {
         let mut capabilities: Vec<_> = services
             .iter()
             .map(|t| v1::PluginCapability {
-                r#type: Some(v1::plugin_capability::Type::Service(Service { r#type: *t as i32 })),
+                r#type: Some(v1::plugin_capability::Type::Service(Service {
+                    r#type: *t as i32,
+                })),
             })
             .collect();
         capabilities.push(v1::PluginCapability {
-            r#type: Some(v1::plugin_capability::Type::VolumeExpansion(VolumeExpansion {
-                r#type: volume_expansion::Type::Online as i32,
-            })),
+            r#type: Some(v1::plugin_capability::Type::VolumeExpansion(
+                VolumeExpansion {
+                    r#type: volume_expansion::Type::Online as i32,
+                },
+            )),
         });
         // A value from a newer spec must not break parsing.
         capabilities.push(v1::PluginCapability {
@@ -441,7 +467,9 @@ mod tests {
             capabilities: rpcs
                 .iter()
                 .map(|t| v1::ControllerServiceCapability {
-                    r#type: Some(v1::controller_service_capability::Type::Rpc(Rpc { r#type: *t as i32 })),
+                    r#type: Some(v1::controller_service_capability::Type::Rpc(Rpc {
+                        r#type: *t as i32,
+                    })),
                 })
                 .collect(),
         }
@@ -494,7 +522,10 @@ mod tests {
 
         info.plugin.controller_service = true;
         let err = info.require_provisioning().unwrap_err().to_string();
-        assert!(err.contains("controller CREATE_DELETE_VOLUME capability is not reported"), "{err}");
+        assert!(
+            err.contains("controller CREATE_DELETE_VOLUME capability is not reported"),
+            "{err}"
+        );
 
         info.controller.create_delete_volume = true;
         assert!(info.require_provisioning().is_ok());
@@ -520,16 +551,35 @@ mod tests {
         assert_eq!(info.node_id, "n1");
         assert_eq!(info.max_volumes_per_node, 7);
         assert_eq!(info.accessible_topology["topology.example.com/zone"], "z1");
-        assert!(NodeInfo::from_response(Default::default()).accessible_topology.is_empty());
+        assert!(
+            NodeInfo::from_response(Default::default())
+                .accessible_topology
+                .is_empty()
+        );
     }
 
     #[test]
     fn probe_answers_that_mean_not_yet() {
-        assert_eq!(readiness(Ok(v1::ProbeResponse { ready: None })), Readiness::Ready);
-        assert_eq!(readiness(Ok(v1::ProbeResponse { ready: Some(true) })), Readiness::Ready);
-        assert!(matches!(readiness(Ok(v1::ProbeResponse { ready: Some(false) })), Readiness::NotYet(_)));
-        assert!(matches!(readiness(Err(Status::deadline_exceeded("slow"))), Readiness::NotYet(_)));
-        assert!(matches!(readiness(Err(Status::unavailable("restarting"))), Readiness::NotYet(_)));
+        assert_eq!(
+            readiness(Ok(v1::ProbeResponse { ready: None })),
+            Readiness::Ready
+        );
+        assert_eq!(
+            readiness(Ok(v1::ProbeResponse { ready: Some(true) })),
+            Readiness::Ready
+        );
+        assert!(matches!(
+            readiness(Ok(v1::ProbeResponse { ready: Some(false) })),
+            Readiness::NotYet(_)
+        ));
+        assert!(matches!(
+            readiness(Err(Status::deadline_exceeded("slow"))),
+            Readiness::NotYet(_)
+        ));
+        assert!(matches!(
+            readiness(Err(Status::unavailable("restarting"))),
+            Readiness::NotYet(_)
+        ));
         assert_eq!(
             readiness(Err(Status::failed_precondition("no backend"))),
             Readiness::Failed {

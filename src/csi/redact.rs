@@ -192,11 +192,21 @@ mod tests {
             .collect();
         let marked: BTreeSet<String> = csi_messages
             .iter()
-            .flat_map(|m| m.fields().filter(is_secret).map(|f| f.full_name().to_owned()))
+            .flat_map(|m| {
+                m.fields()
+                    .filter(is_secret)
+                    .map(|f| f.full_name().to_owned())
+            })
             .collect();
         let stripped: BTreeSet<String> = SECRET_FIELDS.iter().map(|s| (*s).to_owned()).collect();
-        assert!(!marked.is_empty(), "no csi_secret field found: were the options parsed?");
-        assert_eq!(marked, stripped, "redact.rs must strip exactly the csi_secret fields");
+        assert!(
+            !marked.is_empty(),
+            "no csi_secret field found: were the options parsed?"
+        );
+        assert_eq!(
+            marked, stripped,
+            "redact.rs must strip exactly the csi_secret fields"
+        );
 
         // Stripping is per top-level message: no message may carry secrets inside a sub-message.
         for message in &csi_messages {
