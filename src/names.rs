@@ -186,3 +186,20 @@ pub const LABEL_MANAGED_BY: &str = "csi.storage.k8s.io/managed-by";
 
 /// Node name in node-deployment mode.
 pub const ENV_NODE_NAME: &str = "NODE_NAME";
+
+// === Kubernetes API values the reclaim path compares against ===
+
+/// PV phase: bound to a claim.
+pub const PV_PHASE_BOUND: &str = "Bound";
+/// PV phase: its claim was deleted; the reclaim policy applies.
+pub const PV_PHASE_RELEASED: &str = "Released";
+/// PV phase: automatic reclamation failed.
+pub const PV_PHASE_FAILED: &str = "Failed";
+/// Reclaim policy: delete the backend volume once released.
+pub const RECLAIM_DELETE: &str = "Delete";
+/// Reclaim policy: keep the backend volume (also the API default).
+pub const RECLAIM_RETAIN: &str = "Retain";
+/// Reclaim policy: scrub and reuse (deprecated; never deleted by a provisioner).
+pub const RECLAIM_RECYCLE: &str = "Recycle";
+/// Namespace of Events about cluster-scoped objects (client-go's `metav1.NamespaceDefault`).
+pub const EVENT_NAMESPACE_CLUSTER_SCOPED: &str = "default";

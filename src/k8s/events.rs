@@ -332,7 +332,7 @@ fn event_namespace(object: &ObjectReference) -> String {
         .namespace
         .clone()
         .filter(|ns| !ns.is_empty())
-        .unwrap_or_else(|| "default".to_owned())
+        .unwrap_or_else(|| names::EVENT_NAMESPACE_CLUSTER_SCOPED.to_owned())
 }
 
 /// The core/v1 Event object as client-go's `makeEvent` builds it.

@@ -82,6 +82,8 @@ pub(crate) struct Inner {
     paused: tokio::sync::watch::Sender<bool>,
     cfg: SimConfig,
     addr: SocketAddr,
+    /// Highest resourceVersion whose changes the controllers have fully processed.
+    controllers_seen: tokio::sync::watch::Sender<u64>,
 }
 
 impl Inner {
@@ -152,6 +154,7 @@ impl Sim {
             paused,
             cfg: cfg.clone(),
             addr,
+            controllers_seen: tokio::sync::watch::channel(0).0,
         });
         let (shutdown, mut shutdown_rx) = tokio::sync::watch::channel(false);
         let app = server::router(inner.clone());
@@ -262,6 +265,26 @@ impl Sim {
     /// The current cluster-wide resourceVersion.
     pub fn resource_version(&self) -> u64 {
         self.inner.lock().resource_version()
+    }
+
+    /// Waits until the controllers have processed every change so far and made no new one
+    /// (returns at once without controllers). Use it before asserting that something did
+    /// *not* happen. Errors after `timeout` (e.g. while paused).
+    pub async fn settle(&self, timeout: Duration) -> anyhow::Result<()> {
+        if !self.inner.cfg.controllers {
+            return Ok(());
+        }
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut seen = self.inner.controllers_seen.subscribe();
+        loop {
+            let rv = self.resource_version();
+            tokio::time::timeout_at(deadline, seen.wait_for(|s| *s >= rv))
+                .await
+                .map_err(|_| anyhow::anyhow!("controllers did not settle within {timeout:?}"))??;
+            if self.resource_version() == rv {
+                return Ok(());
+            }
+        }
     }
 
     /// Open watch streams right now.

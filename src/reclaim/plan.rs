@@ -1,0 +1,604 @@
+//! Pure reclaim decisions: for one PV and what the shell looked up about it, the single next step
+//! (add/remove our deletion-protection finalizer, DeleteVolume, delete the PV object, wait, skip).
+//!
+//! The shell calls [`decide`] on every PV event and after each step it executes, so a PV moves
+//! through these states one write at a time. Everything needed to resume after a crash is in the
+//! PV itself (finalizer, phase, claimRef, deletionTimestamp), never only in memory:
+//!
+//! ```text
+//!  ours, reclaim Delete, no finalizer, not deleting ──► AddFinalizer
+//!  ours, Retain/Recycle, finalizer ──────────────────► RemoveFinalizer(Retain|Recycle)
+//!  finalizer, released (phase Released, or claim gone) ─► DeleteVolume ─► (shell) DELETE PV ─► remove finalizer
+//!  finalizer, claim still there (even if Terminating) ─► Skip(ClaimInUse): PV protection, wait
+//!  deletionTimestamp but no finalizer ─────────────────► Skip: not ours to act on
+//! ```
+//!
+//! DeleteVolume is never "remembered" on the PV: after it succeeds the shell deletes the PV object
+//! and removes the finalizer. If the process dies in between, the PV looks exactly as before the
+//! call, so DeleteVolume is simply sent again; CSI requires it to be idempotent (OK for a volume
+//! that no longer exists). Within one process the shell passes
+//! [`ReclaimContext::volume_deleted`] so that the PV update caused by its own DELETE (the
+//! deletionTimestamp appearing) does not send a second DeleteVolume (upstream issue 1235): then
+//! [`ReclaimAction::DeletePvObject`] finishes the job.
+
+use std::fmt;
+
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::api::storage::v1::StorageClass;
+
+use crate::names;
+use crate::provision::secrets::{SecretError, SecretRef, resolve_provisioner_secret_for_delete};
+
+// === Inputs ===
+
+/// Whether the claim named by the PV's `claimRef` still exists (see [`claim_state`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ClaimState {
+    /// A PVC with that namespace/name (and UID, when the claimRef has one) exists.
+    Exists,
+    /// No such PVC, or one with another UID. From a cache this must be confirmed by a live GET
+    /// before it is passed here: a lagging cache would otherwise get a volume in use deleted.
+    Gone,
+    /// Not known (cache not synced, the GET failed). Nothing is deleted on an unknown claim.
+    Unknown,
+}
+
+/// Whether a VolumeAttachment still names the PV (looked up in the shell's index by PV name).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AttachmentState {
+    /// No VolumeAttachment names the PV.
+    Detached,
+    /// A VolumeAttachment names the PV; `spec.nodeName` of one of them.
+    AttachedTo(String),
+    /// The index is not synced yet.
+    Unknown,
+}
+
+/// Which deployment this instance is, and for node deployments whether this node is the one that
+/// may delete the volume. The hook for node-deployment ownership rules.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Locality {
+    /// Central (controller) deployment: every volume of our driver is ours to delete.
+    Central,
+    /// Node deployment: `accessible` is upstream's `VolumeIsAccessible(pv.nodeAffinity, own
+    /// NodeGetInfo topology)` (true when the PV has no affinity or the driver reports no topology).
+    Node {
+        /// Whether this node's instance deletes the volume.
+        accessible: bool,
+    },
+}
+
+/// The StorageClass named by the PV, as far as the shell's store knows.
+#[derive(Clone, Copy, Debug)]
+pub enum StorageClassLookup<'a> {
+    /// Found.
+    Found(&'a StorageClass),
+    /// Not in the (synced) store: deleted meanwhile.
+    Missing,
+    /// The store is not synced yet.
+    Unknown,
+}
+
+/// Everything [`decide`] needs besides the PV; the shell fills it from its stores.
+#[derive(Clone, Debug)]
+pub struct ReclaimContext<'a> {
+    /// Our driver name (`GetPluginInfo`).
+    pub driver_name: &'a str,
+    /// Whether the PV's claim still exists; only read when [`claim_to_check`] returns a claim.
+    pub claim: ClaimState,
+    /// Whether the driver has the `PUBLISH_UNPUBLISH_VOLUME` controller capability (only then are
+    /// VolumeAttachments consulted, as upstream).
+    pub publish_unpublish: bool,
+    /// VolumeAttachments naming this PV; only read when `publish_unpublish`.
+    pub attachment: AttachmentState,
+    /// Central or node deployment.
+    pub locality: Locality,
+    /// The PV's StorageClass ([`storage_class_name`]); only read when the PV lacks the
+    /// deletion-secret annotations ([`needs_storage_class`]).
+    pub storage_class: StorageClassLookup<'a>,
+    /// This process already got OK from DeleteVolume for this PV UID (in-memory only).
+    pub volume_deleted: bool,
+}
+
+// === Outputs ===
+
+/// The one next step for a PV.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ReclaimAction {
+    /// Add our deletion-protection finalizer (a patch; see `k8s::patch::add_finalizer`).
+    AddFinalizer,
+    /// Remove our finalizer without touching the backend volume.
+    RemoveFinalizer(RemoveReason),
+    /// Call DeleteVolume; on OK delete the PV object (UID precondition) and remove our finalizer.
+    DeleteVolume {
+        /// `spec.csi.volumeHandle`.
+        volume_id: String,
+        /// Which provisioner secret to send.
+        secrets: DeletionSecrets,
+    },
+    /// DeleteVolume already returned OK in this process: delete the PV object (only if
+    /// `issue_delete`, i.e. it has no deletionTimestamp yet), then remove our finalizer.
+    DeletePvObject {
+        /// Whether the PV still needs a DELETE call.
+        issue_delete: bool,
+    },
+    /// A VolumeAttachment still names the PV: retry later. Emit one event per waiting episode
+    /// ([`detach_message`], [`wait_for_detach_episode`]), not one per retry.
+    WaitForDetach {
+        /// `spec.nodeName` of the VolumeAttachment.
+        node: String,
+    },
+    /// Deleting the volume failed before reaching the driver: VolumeFailedDelete event with the
+    /// error's text, retry with backoff (the StorageClass may be fixed meanwhile).
+    Fail(ReclaimError),
+    /// Nothing to do now.
+    Skip(SkipReason),
+}
+
+/// Why our finalizer is removed without deleting the volume.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RemoveReason {
+    /// Reclaim policy Retain (or unset, which the API defaults to Retain): the volume is kept.
+    ReclaimRetain,
+    /// Reclaim policy Recycle: never deleted by a provisioner.
+    ReclaimRecycle,
+    /// A PV of our driver that is no longer ours to protect: a static PV that is not bound any
+    /// more (KEP-2644 protects only bound static PVs). Only PVs no other provisioner can claim
+    /// (no `provisioned-by`, our driver) lose the finalizer this way: the finalizer name is shared
+    /// by every external-provisioner in the cluster, so another driver's PV is never touched.
+    NotOursAnyMore,
+}
+
+/// Why nothing is done.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SkipReason {
+    /// Another provisioner's PV, or not a CSI PV of our driver.
+    NotOurs,
+    /// A static PV of our driver that has never been bound: no finalizer (KEP-2644).
+    NeverBound,
+    /// Reclaim policy is not Delete and our finalizer is already gone.
+    NotDeletePolicy,
+    /// Being deleted without our finalizer: already handled, or never protected by us.
+    DeletingWithoutFinalizer,
+    /// Its claim still exists: never deleted from the backend, even while the PV is Terminating
+    /// (it waits until released).
+    ClaimInUse {
+        /// The PV already has a deletionTimestamp (deleted before its PVC).
+        deleting: bool,
+    },
+    /// Not released and no claim to wait for (Available, Pending without claim, Failed).
+    NotReleased,
+    /// The claim's existence is unknown; retry.
+    ClaimUnknown,
+    /// Node deployment: another node's instance deletes this volume.
+    NotOnThisNode,
+    /// The StorageClass store is not synced and the secret has to come from the class; retry.
+    StorageClassUnknown,
+    /// The VolumeAttachment index is not synced; retry.
+    AttachmentsUnknown,
+}
+
+/// The provisioner secret for DeleteVolume (upstream `handleSecretsForDeletion`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DeletionSecrets {
+    /// Send no secret.
+    None,
+    /// Fetch this Secret and send its data. If the fetch fails, log it and delete without
+    /// secrets (upstream: the secret may have been deleted already).
+    Fetch(SecretRef),
+    /// Delete without secrets, and log this warning (upstream logs it too).
+    NoneWithWarning(SecretWarning),
+}
+
+impl DeletionSecrets {
+    /// The Secret to fetch, if any.
+    pub fn secret_ref(&self) -> Option<&SecretRef> {
+        match self {
+            Self::Fetch(r) => Some(r),
+            Self::None | Self::NoneWithWarning(_) => None,
+        }
+    }
+}
+
+/// Why a PV without deletion-secret annotations is deleted without secrets.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SecretWarning {
+    /// Its StorageClass no longer exists.
+    StorageClassMissing {
+        /// The class name.
+        class: String,
+    },
+    /// It has no claimRef to resolve the templates with.
+    NoClaimRef,
+}
+
+impl fmt::Display for SecretWarning {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::StorageClassMissing { class } => write!(
+                f,
+                "failed to get storageclass: {class}, proceeding to delete without secrets"
+            ),
+            Self::NoClaimRef => f.write_str(
+                "claim reference does not exist in volume, proceeding to delete without secrets",
+            ),
+        }
+    }
+}
+
+/// Why the volume cannot be deleted before even calling the driver. `Display` is the event text.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ReclaimError {
+    /// The PV has no `spec.csi` (upstream's text).
+    #[error("invalid CSI PV")]
+    InvalidCsiPv,
+    /// An in-tree PV migrated to our driver: deleting it needs in-tree-to-CSI translation.
+    #[error(
+        "invalid CSI PV: in-tree volume migrated to {driver} cannot be deleted, CSI migration is not supported by this provisioner"
+    )]
+    MigrationUnsupported {
+        /// Our driver name.
+        driver: String,
+    },
+    /// The StorageClass's provisioner secret templates cannot be resolved (upstream's text).
+    #[error("failed to get secretreference for volume {pv}: {source}")]
+    Secret {
+        /// PV name.
+        pv: String,
+        /// The template error.
+        #[source]
+        source: SecretError,
+    },
+}
+
+// === Reading the PV ===
+
+fn annotation<'a>(pv: &'a PersistentVolume, key: &str) -> Option<&'a str> {
+    pv.metadata
+        .annotations
+        .as_ref()?
+        .get(key)
+        .map(String::as_str)
+}
+
+fn phase(pv: &PersistentVolume) -> Option<&str> {
+    pv.status.as_ref()?.phase.as_deref()
+}
+
+fn has_our_finalizer(pv: &PersistentVolume) -> bool {
+    pv.metadata
+        .finalizers
+        .as_deref()
+        .unwrap_or_default()
+        .iter()
+        .any(|f| f == names::FINALIZER_PV_DELETION_PROTECTION)
+}
+
+fn claim_uid(pv: &PersistentVolume) -> Option<&str> {
+    let claim_ref = pv.spec.as_ref()?.claim_ref.as_ref()?;
+    claim_ref.uid.as_deref().filter(|uid| !uid.is_empty())
+}
+
+/// The PV's reclaim policy; unset or unknown counts as Retain (the API default, and the safe side).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ReclaimPolicy {
+    Delete,
+    Retain,
+    Recycle,
+}
+
+fn reclaim_policy(pv: &PersistentVolume) -> ReclaimPolicy {
+    let policy = pv
+        .spec
+        .as_ref()
+        .and_then(|s| s.persistent_volume_reclaim_policy.as_deref());
+    match policy {
+        Some(names::RECLAIM_DELETE) => ReclaimPolicy::Delete,
+        Some(names::RECLAIM_RECYCLE) => ReclaimPolicy::Recycle,
+        _ => ReclaimPolicy::Retain,
+    }
+}
+
+/// How a PV relates to our driver.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ownership {
+    /// Ours: provisioned by our driver (`dynamic`), or a static PV of our driver that has been
+    /// bound to a claim.
+    Ours {
+        /// `pv.kubernetes.io/provisioned-by` names our driver (or it was migrated to it).
+        dynamic: bool,
+    },
+    /// A static PV of our driver that has never been bound (or is unbound again): not protected.
+    OurDriverUnbound,
+    /// Another provisioner's, or not ours at all.
+    NotOurs,
+}
+
+/// Upstream's `isProvisionerForVolume`, with KEP-2644's rule that a static PV is protected only
+/// once bound:
+/// - with `pv.kubernetes.io/provisioned-by`: ours iff it, or `pv.kubernetes.io/migrated-to`, names
+///   our driver;
+/// - without (static): ours iff `spec.csi.driver` (or, for in-tree PVs, `migrated-to`) names our
+///   driver and the PV is (or was) bound: phase Bound, Released or Failed.
+pub fn ownership(pv: &PersistentVolume, driver_name: &str) -> Ownership {
+    let migrated_to = annotation(pv, names::ANN_MIGRATED_TO);
+    if let Some(provisioner) = annotation(pv, names::ANN_PROVISIONED_BY) {
+        return if provisioner == driver_name || migrated_to == Some(driver_name) {
+            Ownership::Ours { dynamic: true }
+        } else {
+            Ownership::NotOurs
+        };
+    }
+    let driver = match pv.spec.as_ref().and_then(|s| s.csi.as_ref()) {
+        Some(csi) => Some(csi.driver.as_str()),
+        None => migrated_to,
+    };
+    if driver != Some(driver_name) {
+        return Ownership::NotOurs;
+    }
+    let bound = matches!(
+        phase(pv),
+        Some(names::PV_PHASE_BOUND | names::PV_PHASE_RELEASED | names::PV_PHASE_FAILED)
+    );
+    if bound {
+        Ownership::Ours { dynamic: false }
+    } else {
+        Ownership::OurDriverUnbound
+    }
+}
+
+/// Whether this sidecar owns `pv` (see [`ownership`]).
+pub fn is_ours(pv: &PersistentVolume, driver_name: &str) -> bool {
+    matches!(ownership(pv, driver_name), Ownership::Ours { .. })
+}
+
+/// The PV's StorageClass name: the beta annotation wins over `spec.storageClassName` (lib
+/// `GetPersistentVolumeClass`). `None` when neither is set (or both are empty).
+pub fn storage_class_name(pv: &PersistentVolume) -> Option<&str> {
+    annotation(pv, names::ANN_BETA_STORAGE_CLASS)
+        .or_else(|| pv.spec.as_ref()?.storage_class_name.as_deref())
+        .filter(|name| !name.is_empty())
+}
+
+/// Whether the deletion secret must come from the StorageClass (the PV lacks one of the two
+/// deletion-secret annotations, as PVs made by old sidecars do).
+pub fn needs_storage_class(pv: &PersistentVolume) -> bool {
+    annotation(pv, names::ANN_DELETION_SECRET_NAME).is_none()
+        || annotation(pv, names::ANN_DELETION_SECRET_NAMESPACE).is_none()
+}
+
+/// The claim whose existence decides whether `pv` counts as released although its phase is not
+/// `Released` yet: `(namespace, name, uid)` of a claimRef carrying a UID. `None`: nothing to look
+/// up (phase already Released, never bound, or Failed).
+pub fn claim_to_check(pv: &PersistentVolume) -> Option<(&str, &str, &str)> {
+    if matches!(
+        phase(pv),
+        Some(names::PV_PHASE_RELEASED | names::PV_PHASE_FAILED)
+    ) {
+        return None;
+    }
+    let claim_ref = pv.spec.as_ref()?.claim_ref.as_ref()?;
+    Some((
+        claim_ref.namespace.as_deref().unwrap_or_default(),
+        claim_ref.name.as_deref()?,
+        claim_uid(pv)?,
+    ))
+}
+
+/// [`ClaimState`] from a lookup of [`claim_to_check`]'s claim: `found` is the PVC with that
+/// namespace/name, if any. A PVC re-created under the same name (another UID) is not our claim.
+pub fn claim_state(pv: &PersistentVolume, found: Option<&PersistentVolumeClaim>) -> ClaimState {
+    let (Some(want), Some(found)) = (claim_uid(pv), found) else {
+        return if found.is_some() {
+            ClaimState::Exists
+        } else {
+            ClaimState::Gone
+        };
+    };
+    if found.metadata.uid.as_deref() == Some(want) {
+        ClaimState::Exists
+    } else {
+        ClaimState::Gone
+    }
+}
+
+/// Whether the PV's claim is gone, so its reclaim policy applies.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Release {
+    Released,
+    ClaimInUse,
+    NotReleased,
+    Unknown,
+}
+
+fn release(pv: &PersistentVolume, claim: ClaimState) -> Release {
+    match phase(pv) {
+        Some(names::PV_PHASE_RELEASED) => return Release::Released,
+        // Upstream never deletes a Failed PV; an admin has to look at it.
+        Some(names::PV_PHASE_FAILED) => return Release::NotReleased,
+        _ => {}
+    }
+    if claim_to_check(pv).is_some() {
+        // Bound to (or created for) a specific claim: released iff that claim is gone, even if the
+        // PV controller has not updated the phase yet.
+        return match claim {
+            ClaimState::Exists => Release::ClaimInUse,
+            ClaimState::Gone => Release::Released,
+            ClaimState::Unknown => Release::Unknown,
+        };
+    }
+    let has_claim_ref = pv.spec.as_ref().is_some_and(|s| s.claim_ref.is_some());
+    if has_claim_ref {
+        // Pre-bound to a claim by name only: waiting for that claim.
+        return Release::ClaimInUse;
+    }
+    // No claim at all. Nothing can be using it (pods reach PVs only through claims), so once an
+    // admin deletes it the reclaim policy applies, instead of leaving it Terminating forever.
+    if pv.metadata.deletion_timestamp.is_some() {
+        Release::Released
+    } else {
+        Release::NotReleased
+    }
+}
+
+/// Upstream `handleSecretsForDeletion`, minus the fetch.
+pub fn deletion_secrets(
+    pv: &PersistentVolume,
+    storage_class: StorageClassLookup<'_>,
+) -> Result<Option<DeletionSecrets>, ReclaimError> {
+    let pv_name = pv.metadata.name.as_deref().unwrap_or_default();
+    let name = annotation(pv, names::ANN_DELETION_SECRET_NAME);
+    let namespace = annotation(pv, names::ANN_DELETION_SECRET_NAMESPACE);
+    if let (Some(name), Some(namespace)) = (name, namespace) {
+        // Both annotations present: they are the answer, whatever the class says now. A half-empty
+        // pair means no secret, as upstream.
+        return Ok(Some(if name.is_empty() || namespace.is_empty() {
+            DeletionSecrets::None
+        } else {
+            DeletionSecrets::Fetch(SecretRef::new(name, namespace))
+        }));
+    }
+    let Some(class_name) = storage_class_name(pv) else {
+        return Ok(Some(DeletionSecrets::None));
+    };
+    let class = match storage_class {
+        StorageClassLookup::Found(class) => class,
+        StorageClassLookup::Missing => {
+            return Ok(Some(DeletionSecrets::NoneWithWarning(
+                SecretWarning::StorageClassMissing {
+                    class: class_name.to_owned(),
+                },
+            )));
+        }
+        StorageClassLookup::Unknown => return Ok(None),
+    };
+    let Some(claim_ref) = pv.spec.as_ref().and_then(|s| s.claim_ref.as_ref()) else {
+        return Ok(Some(DeletionSecrets::NoneWithWarning(
+            SecretWarning::NoClaimRef,
+        )));
+    };
+    let empty = Default::default();
+    let params = class.parameters.as_ref().unwrap_or(&empty);
+    let resolved = resolve_provisioner_secret_for_delete(
+        params,
+        pv_name,
+        claim_ref.name.as_deref().unwrap_or_default(),
+        claim_ref.namespace.as_deref().unwrap_or_default(),
+    )
+    .map_err(|source| ReclaimError::Secret {
+        pv: pv_name.to_owned(),
+        source,
+    })?;
+    Ok(Some(
+        resolved.map_or(DeletionSecrets::None, DeletionSecrets::Fetch),
+    ))
+}
+
+/// The next step for `pv`.
+pub fn decide(pv: &PersistentVolume, ctx: &ReclaimContext<'_>) -> ReclaimAction {
+    let has_finalizer = has_our_finalizer(pv);
+    let deleting = pv.metadata.deletion_timestamp.is_some();
+
+    match ownership(pv, ctx.driver_name) {
+        Ownership::Ours { .. } => {}
+        Ownership::OurDriverUnbound if has_finalizer => {
+            return ReclaimAction::RemoveFinalizer(RemoveReason::NotOursAnyMore);
+        }
+        Ownership::OurDriverUnbound => return ReclaimAction::Skip(SkipReason::NeverBound),
+        Ownership::NotOurs => return ReclaimAction::Skip(SkipReason::NotOurs),
+    }
+
+    match reclaim_policy(pv) {
+        ReclaimPolicy::Delete => {}
+        ReclaimPolicy::Retain if has_finalizer => {
+            return ReclaimAction::RemoveFinalizer(RemoveReason::ReclaimRetain);
+        }
+        ReclaimPolicy::Recycle if has_finalizer => {
+            return ReclaimAction::RemoveFinalizer(RemoveReason::ReclaimRecycle);
+        }
+        ReclaimPolicy::Retain | ReclaimPolicy::Recycle => {
+            return ReclaimAction::Skip(SkipReason::NotDeletePolicy);
+        }
+    }
+
+    if !has_finalizer {
+        // Protect first, even a PV that is already Released: if an admin deleted it while we wait
+        // (for the driver, a detach...), the volume would otherwise leak.
+        return if deleting {
+            ReclaimAction::Skip(SkipReason::DeletingWithoutFinalizer)
+        } else {
+            ReclaimAction::AddFinalizer
+        };
+    }
+
+    match release(pv, ctx.claim) {
+        Release::Released => {}
+        Release::ClaimInUse => return ReclaimAction::Skip(SkipReason::ClaimInUse { deleting }),
+        Release::NotReleased => return ReclaimAction::Skip(SkipReason::NotReleased),
+        Release::Unknown => return ReclaimAction::Skip(SkipReason::ClaimUnknown),
+    }
+
+    if ctx.volume_deleted {
+        return ReclaimAction::DeletePvObject {
+            issue_delete: !deleting,
+        };
+    }
+    if ctx.locality == (Locality::Node { accessible: false }) {
+        return ReclaimAction::Skip(SkipReason::NotOnThisNode);
+    }
+    let Some(csi) = pv.spec.as_ref().and_then(|s| s.csi.as_ref()) else {
+        return ReclaimAction::Fail(if annotation(pv, names::ANN_MIGRATED_TO).is_some() {
+            ReclaimError::MigrationUnsupported {
+                driver: ctx.driver_name.to_owned(),
+            }
+        } else {
+            ReclaimError::InvalidCsiPv
+        });
+    };
+    let secrets = match deletion_secrets(pv, ctx.storage_class) {
+        Ok(Some(secrets)) => secrets,
+        Ok(None) => return ReclaimAction::Skip(SkipReason::StorageClassUnknown),
+        Err(err) => return ReclaimAction::Fail(err),
+    };
+    if ctx.publish_unpublish {
+        match &ctx.attachment {
+            AttachmentState::Detached => {}
+            AttachmentState::AttachedTo(node) => {
+                return ReclaimAction::WaitForDetach { node: node.clone() };
+            }
+            AttachmentState::Unknown => {
+                return ReclaimAction::Skip(SkipReason::AttachmentsUnknown);
+            }
+        }
+    }
+    ReclaimAction::DeleteVolume {
+        volume_id: csi.volume_handle.clone(),
+        secrets,
+    }
+}
+
+/// Upstream's text for a PV that waits for detach (the VolumeFailedDelete event message).
+pub fn detach_message(pv_name: &str, node: &str) -> String {
+    format!("persistentvolume {pv_name} is still attached to node {node}")
+}
+
+/// Event dedupe key of one "waiting for detach" episode of a PV (by UID: a re-created PV of the
+/// same name starts a new episode). End it when the PV is deleted or the wait is over.
+pub fn wait_for_detach_episode(pv: &PersistentVolume) -> String {
+    format!(
+        "wait-for-detach/{}",
+        pv.metadata
+            .uid
+            .as_deref()
+            .or(pv.metadata.name.as_deref())
+            .unwrap_or_default()
+    )
+}
+
+#[cfg(test)]
+#[path = "plan_tests.rs"]
+mod tests;
+
+#[cfg(test)]
+#[path = "plan_secrets_tests.rs"]
+mod secrets_tests;
