@@ -1,1 +1,379 @@
 //! HTTP server on `--http-endpoint`: metrics and health endpoints.
+//!
+//! - `GET <--metrics-path>`: every registered family, OpenMetrics text.
+//! - `GET /healthz`: `ok` while the process serves.
+//! - `GET /healthz/leader-election`: only with `--leader-election` and `--http-endpoint` (not the
+//!   deprecated `--metrics-address`), as upstream: `ok`, or 500 `internal server error: <reason>`
+//!   once the leader-election code reports a failure through [`Health`].
+//!
+//! The server is started before leader election and served by every replica; failing to listen
+//! is fatal (the caller turns [`HttpError::Listen`] into an exit).
+
+use std::future::Future;
+use std::io;
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::sync::{Arc, PoisonError, RwLock};
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::{Method, StatusCode, Uri, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use tokio::net::TcpListener;
+
+use crate::config::HttpOptions;
+use crate::metrics::{CONTENT_TYPE, Metrics};
+
+/// Health state shared between the HTTP server and the code that knows it (leader election).
+/// Cloning shares the state.
+#[derive(Debug, Clone, Default)]
+pub struct Health {
+    /// `None` while healthy, else why not.
+    leader_election: Arc<RwLock<Option<String>>>,
+}
+
+impl Health {
+    /// A healthy state.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Leader election works (or this replica is not leading, which is fine).
+    pub fn set_leader_election_healthy(&self) {
+        *self
+            .leader_election
+            .write()
+            .unwrap_or_else(PoisonError::into_inner) = None;
+    }
+
+    /// The leader failed to renew its Lease in time; `/healthz/leader-election` reports `reason`.
+    pub fn set_leader_election_unhealthy(&self, reason: impl Into<String>) {
+        *self
+            .leader_election
+            .write()
+            .unwrap_or_else(PoisonError::into_inner) = Some(reason.into());
+    }
+
+    fn leader_election_problem(&self) -> Option<String> {
+        self.leader_election
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+}
+
+/// The HTTP server failed.
+#[derive(Debug, thiserror::Error)]
+pub enum HttpError {
+    /// The listen address is taken, not local, or not resolvable.
+    #[error("cannot listen on {flag}={address:?}: {source}; choose a free address or unset {flag}")]
+    Listen {
+        flag: &'static str,
+        address: String,
+        #[source]
+        source: io::Error,
+    },
+    /// Serving stopped with an I/O error.
+    #[error("the HTTP server on {address} failed: {source}")]
+    Serve {
+        address: String,
+        #[source]
+        source: io::Error,
+    },
+}
+
+/// A bound, not yet serving, HTTP server. Binding first lets the caller fail fast on a taken port
+/// and learn the port of `:0`.
+#[derive(Debug)]
+pub struct HttpServer {
+    listener: TcpListener,
+    router: Router,
+}
+
+#[derive(Clone)]
+struct AppState {
+    metrics: Arc<Metrics>,
+    metrics_path: Arc<str>,
+    health: Health,
+}
+
+/// Binds the listen address of `options`.
+pub async fn bind(
+    options: &HttpOptions,
+    metrics: Arc<Metrics>,
+    health: Health,
+) -> Result<HttpServer, HttpError> {
+    let listen_error = |source| HttpError::Listen {
+        flag: options.address_flag,
+        address: options.address.clone(),
+        source,
+    };
+    let listener = match options.address.strip_prefix(':') {
+        // Go's `:port` means every interface: IPv6 (dual stack) where available, else IPv4.
+        Some(port) => {
+            let port: u16 = port.parse().map_err(|_| {
+                listen_error(io::Error::new(io::ErrorKind::InvalidInput, "invalid port"))
+            })?;
+            let any = [
+                SocketAddr::from((Ipv6Addr::UNSPECIFIED, port)),
+                SocketAddr::from((Ipv4Addr::UNSPECIFIED, port)),
+            ];
+            TcpListener::bind(&any[..]).await
+        }
+        None => TcpListener::bind(options.address.as_str()).await,
+    }
+    .map_err(listen_error)?;
+    Ok(HttpServer {
+        listener,
+        router: router(options, metrics, health),
+    })
+}
+
+/// Binds and serves until `shutdown` completes.
+pub async fn serve(
+    options: &HttpOptions,
+    metrics: Arc<Metrics>,
+    health: Health,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), HttpError> {
+    bind(options, metrics, health).await?.run(shutdown).await
+}
+
+impl HttpServer {
+    /// The bound address (with the actual port when `:0` was asked for).
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    /// Serves until `shutdown` completes, then lets in-flight requests finish.
+    pub async fn run(
+        self,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> Result<(), HttpError> {
+        let address = self
+            .listener
+            .local_addr()
+            .map_or_else(|_| "?".to_owned(), |a| a.to_string());
+        tracing::info!(%address, "HTTP server listening");
+        axum::serve(self.listener, self.router)
+            .with_graceful_shutdown(shutdown)
+            .await
+            .map_err(|source| HttpError::Serve { address, source })
+    }
+}
+
+fn router(options: &HttpOptions, metrics: Arc<Metrics>, health: Health) -> Router {
+    let mut router = Router::new().route("/healthz", get(|| async { "ok" }));
+    if options.leader_election_health {
+        router = router.route("/healthz/leader-election", get(leader_election_health));
+    }
+    // The metrics path is matched in the fallback rather than as a route: a user-chosen path may
+    // contain characters axum's route syntax gives a meaning to (`{`, `*`).
+    router.fallback(metrics_or_not_found).with_state(AppState {
+        metrics,
+        metrics_path: options.metrics_path.as_str().into(),
+        health,
+    })
+}
+
+async fn leader_election_health(State(state): State<AppState>) -> Response {
+    match state.health.leader_election_problem() {
+        None => "ok".into_response(),
+        Some(reason) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("internal server error: {reason}"),
+        )
+            .into_response(),
+    }
+}
+
+async fn metrics_or_not_found(State(state): State<AppState>, method: Method, uri: Uri) -> Response {
+    if uri.path() != &*state.metrics_path {
+        return (StatusCode::NOT_FOUND, "404 page not found\n").into_response();
+    }
+    if method != Method::GET && method != Method::HEAD {
+        return StatusCode::METHOD_NOT_ALLOWED.into_response();
+    }
+    match state.metrics.encode() {
+        Ok(body) => ([(header::CONTENT_TYPE, CONTENT_TYPE)], body).into_response(),
+        Err(err) => {
+            tracing::error!(error = %err, "encoding metrics failed");
+            (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "encoding metrics failed\n",
+            )
+                .into_response()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpStream;
+
+    use super::*;
+
+    fn options(leader_election_health: bool, metrics_path: &str) -> HttpOptions {
+        HttpOptions {
+            address: "127.0.0.1:0".into(),
+            address_flag: "--http-endpoint",
+            metrics_path: metrics_path.into(),
+            enable_pprof: false,
+            leader_election_health,
+        }
+    }
+
+    /// Starts a server; returns its address and the sender that shuts it down.
+    async fn start(
+        options: &HttpOptions,
+        metrics: Arc<Metrics>,
+        health: Health,
+    ) -> (
+        SocketAddr,
+        tokio::sync::oneshot::Sender<()>,
+        tokio::task::JoinHandle<Result<(), HttpError>>,
+    ) {
+        let server = bind(options, metrics, health).await.unwrap();
+        let address = server.local_addr().unwrap();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(server.run(async {
+            let _ = stopped.await;
+        }));
+        (address, stop, task)
+    }
+
+    /// A minimal HTTP/1.1 GET: (status, raw headers, body).
+    async fn get(address: SocketAddr, path: &str) -> (u16, String, String) {
+        let mut stream = TcpStream::connect(address).await.unwrap();
+        let request = format!("GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n");
+        stream.write_all(request.as_bytes()).await.unwrap();
+        let mut response = String::new();
+        stream.read_to_string(&mut response).await.unwrap();
+        let (head, body) = response.split_once("\r\n\r\n").unwrap();
+        let status = head.split(' ').nth(1).unwrap().parse().unwrap();
+        (status, head.to_owned(), body.to_owned())
+    }
+
+    #[tokio::test]
+    async fn serves_metrics_and_healthz() {
+        let metrics = Arc::new(Metrics::new());
+        metrics
+            .provision
+            .succeeded("fast", "", Duration::from_secs(1));
+        let (address, stop, task) =
+            start(&options(false, "/metrics"), metrics.clone(), Health::new()).await;
+
+        let (status, head, body) = get(address, "/metrics").await;
+        assert_eq!(status, 200);
+        assert!(
+            head.to_ascii_lowercase()
+                .contains("content-type: application/openmetrics-text"),
+            "{head}"
+        );
+        assert!(
+            body.contains(
+                r#"controller_persistentvolumeclaim_provision_total{class="fast",source=""} 1"#
+            ),
+            "{body}"
+        );
+        // Families registered later by other modules, and new observations, show up on the next scrape.
+        metrics.delete.failed("slow");
+        assert!(
+            get(address, "/metrics")
+                .await
+                .2
+                .contains(r#"controller_persistentvolume_delete_failed_total{class="slow"} 1"#)
+        );
+
+        let (status, _, body) = get(address, "/healthz").await;
+        assert_eq!((status, body.as_str()), (200, "ok"));
+        assert_eq!(
+            get(address, "/healthz/leader-election").await.0,
+            404,
+            "only with leader election"
+        );
+        assert_eq!(get(address, "/other").await.0, 404);
+
+        stop.send(()).unwrap();
+        tokio::time::timeout(Duration::from_secs(10), task)
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+    }
+
+    #[tokio::test]
+    async fn custom_metrics_path_replaces_the_default() {
+        let (address, _stop, _task) = start(
+            &options(false, "/custom/{x}"),
+            Arc::new(Metrics::new()),
+            Health::new(),
+        )
+        .await;
+        assert_eq!(get(address, "/custom/{x}").await.0, 200);
+        assert_eq!(get(address, "/metrics").await.0, 404);
+    }
+
+    #[tokio::test]
+    async fn leader_election_health_reflects_the_reported_state() {
+        let health = Health::new();
+        let (address, _stop, _task) = start(
+            &options(true, "/metrics"),
+            Arc::new(Metrics::new()),
+            health.clone(),
+        )
+        .await;
+        assert_eq!(get(address, "/healthz/leader-election").await.2, "ok");
+
+        health.set_leader_election_unhealthy("failed to renew the lease for 35s");
+        let (status, _, body) = get(address, "/healthz/leader-election").await;
+        assert_eq!(
+            (status, body.as_str()),
+            (
+                500,
+                "internal server error: failed to renew the lease for 35s"
+            )
+        );
+        assert_eq!(
+            get(address, "/healthz").await.0,
+            200,
+            "the process itself is still healthy"
+        );
+
+        health.set_leader_election_healthy();
+        assert_eq!(get(address, "/healthz/leader-election").await.0, 200);
+    }
+
+    #[tokio::test]
+    async fn a_taken_address_is_a_listen_error_naming_the_flag() {
+        let taken = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let mut opts = options(false, "/metrics");
+        opts.address = taken.local_addr().unwrap().to_string();
+        opts.address_flag = "--metrics-address";
+        let err = bind(&opts, Arc::new(Metrics::new()), Health::new())
+            .await
+            .unwrap_err();
+        assert!(matches!(err, HttpError::Listen { .. }));
+        let message = err.to_string();
+        assert!(
+            message.starts_with(&format!(
+                "cannot listen on --metrics-address={:?}",
+                opts.address
+            )),
+            "{message}"
+        );
+    }
+
+    #[tokio::test]
+    async fn colon_port_listens_on_every_interface() {
+        let mut opts = options(false, "/metrics");
+        opts.address = ":0".into();
+        let server = bind(&opts, Arc::new(Metrics::new()), Health::new())
+            .await
+            .unwrap();
+        assert!(server.local_addr().unwrap().ip().is_unspecified());
+    }
+}

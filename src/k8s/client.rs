@@ -1,1 +1,241 @@
-//! Kubernetes client construction (--kubeconfig / --master / in-cluster) with the --kube-api-qps/--kube-api-burst token bucket.
+//! Kubernetes client construction (--kubeconfig / --master / in-cluster) with the
+//! --kube-api-qps/--kube-api-burst token bucket.
+//!
+//! The limiter works like client-go's `flowcontrol.NewTokenBucketRateLimiter`: the bucket starts
+//! full (`burst` requests pass at once), refills at `qps` tokens per second, and a request without
+//! a token waits for one. Watches count as one request each, as in client-go.
+
+use std::future::Future;
+use std::num::NonZeroU32;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, ready};
+use std::time::Duration;
+
+use governor::clock::Clock;
+use governor::middleware::NoOpMiddleware;
+use governor::state::{InMemoryState, NotKeyed};
+use governor::{Quota, RateLimiter};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use tower::{Layer, Service};
+
+use crate::config::{KubeOptions, RateLimit};
+
+/// A Kubernetes client could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// The kubeconfig file is missing or invalid.
+    #[error("cannot load kubeconfig {path:?} (from KUBECONFIG or --kubeconfig): {source}")]
+    Kubeconfig {
+        path: String,
+        #[source]
+        source: kube::config::KubeconfigError,
+    },
+    /// `--master` is not a URL.
+    #[error("--master={master:?} is not a valid URL (e.g. https://10.0.0.1:6443): {source}")]
+    InvalidMaster {
+        master: String,
+        #[source]
+        source: http::uri::InvalidUri,
+    },
+    /// Neither flag is set and this is not a pod.
+    #[error(
+        "cannot use the in-cluster configuration ({source}); outside a cluster, set --kubeconfig \
+         (or the KUBECONFIG environment variable) or --master"
+    )]
+    NotInCluster {
+        #[source]
+        source: kube::config::InClusterError,
+    },
+    /// The HTTP client could not be set up (e.g. bad TLS material).
+    #[error("cannot create the Kubernetes client: {0}")]
+    Build(#[source] kube::Error),
+}
+
+/// Builds the API client: `--kubeconfig` (with `--master` overriding its server) or `--master`
+/// alone, else the in-cluster configuration; every request passes the `--kube-api-qps` /
+/// `--kube-api-burst` token bucket.
+pub async fn build_client(options: &KubeOptions) -> Result<kube::Client, ClientError> {
+    let config = kube_config(options).await?;
+    let builder = kube::client::ClientBuilder::try_from(config).map_err(ClientError::Build)?;
+    Ok(match options.rate_limit {
+        Some(limit) => builder.with_layer(&TokenBucketLayer::new(limit)).build(),
+        None => builder.build(),
+    })
+}
+
+/// The client configuration `options` select (upstream: `BuildConfigFromFlags` or
+/// `InClusterConfig`).
+pub async fn kube_config(options: &KubeOptions) -> Result<kube::Config, ClientError> {
+    let master = |default_scheme: &str| -> Option<Result<http::Uri, ClientError>> {
+        let master = options.master.as_deref()?;
+        // client-go accepts a bare host:port: plain HTTP without TLS material, HTTPS with it.
+        let url = if master.contains("://") {
+            master.to_owned()
+        } else {
+            format!("{default_scheme}://{master}")
+        };
+        Some(url.parse().map_err(|source| ClientError::InvalidMaster {
+            master: master.to_owned(),
+            source,
+        }))
+    };
+    match &options.kubeconfig {
+        Some(path) => {
+            let kubeconfig_error = |source| ClientError::Kubeconfig {
+                path: path.display().to_string(),
+                source,
+            };
+            let kubeconfig = Kubeconfig::read_from(path).map_err(kubeconfig_error)?;
+            let mut config =
+                kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+                    .await
+                    .map_err(kubeconfig_error)?;
+            if let Some(url) = master("https") {
+                config.cluster_url = url?;
+            }
+            Ok(config)
+        }
+        None => match master("http") {
+            Some(url) => Ok(kube::Config::new(url?)),
+            None => {
+                kube::Config::incluster().map_err(|source| ClientError::NotInCluster { source })
+            }
+        },
+    }
+}
+
+/// governor's clock on tokio's time, so that waiting (tokio timers) and accounting agree.
+#[derive(Debug, Clone, Copy)]
+pub struct TokioClock {
+    origin: tokio::time::Instant,
+}
+
+impl Default for TokioClock {
+    fn default() -> Self {
+        Self {
+            origin: tokio::time::Instant::now(),
+        }
+    }
+}
+
+impl Clock for TokioClock {
+    type Instant = Duration;
+
+    fn now(&self) -> Duration {
+        tokio::time::Instant::now().saturating_duration_since(self.origin)
+    }
+}
+
+/// A token bucket of `burst` tokens refilled at `qps` per second (GCRA, equivalent to client-go's
+/// token bucket), over any governor clock.
+#[derive(Debug)]
+pub struct TokenBucket<C: Clock = TokioClock> {
+    limiter: RateLimiter<NotKeyed, InMemoryState, C, NoOpMiddleware<C::Instant>>,
+    clock: C,
+}
+
+impl<C: Clock + Clone> TokenBucket<C> {
+    /// A full bucket.
+    pub fn with_clock(limit: RateLimit, clock: C) -> Self {
+        let burst = NonZeroU32::new(limit.burst).unwrap_or(NonZeroU32::MIN);
+        // A rate above 1e9/s would need a sub-nanosecond period; treat it as 1ns (no practical limit).
+        let period = Duration::from_secs_f64(1.0 / limit.qps).max(Duration::from_nanos(1));
+        let quota = Quota::with_period(period)
+            .unwrap_or_else(|| Quota::per_second(NonZeroU32::MAX))
+            .allow_burst(burst);
+        Self {
+            limiter: RateLimiter::direct_with_clock(quota, clock.clone()),
+            clock,
+        }
+    }
+
+    /// Takes a token, or says how long until one is available.
+    pub fn try_acquire(&self) -> Result<(), Duration> {
+        self.limiter
+            .check()
+            .map_err(|not_until| not_until.wait_time_from(self.clock.now()))
+    }
+}
+
+/// Tower layer that makes every request take a token from one shared bucket first.
+#[derive(Debug, Clone)]
+pub struct TokenBucketLayer {
+    bucket: Arc<TokenBucket>,
+}
+
+impl TokenBucketLayer {
+    /// A layer over a fresh, full bucket.
+    pub fn new(limit: RateLimit) -> Self {
+        Self {
+            bucket: Arc::new(TokenBucket::with_clock(limit, TokioClock::default())),
+        }
+    }
+}
+
+impl<S> Layer<S> for TokenBucketLayer {
+    type Service = TokenBucketService<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        TokenBucketService {
+            inner,
+            bucket: self.bucket.clone(),
+            wait: None,
+            has_token: false,
+        }
+    }
+}
+
+/// The service of [`TokenBucketLayer`]. The token is taken in `poll_ready`, so callers queue in
+/// order (kube's client drives it through a `Buffer`, one request at a time) instead of all
+/// waking at once when a token arrives.
+pub struct TokenBucketService<S> {
+    inner: S,
+    bucket: Arc<TokenBucket>,
+    wait: Option<Pin<Box<tokio::time::Sleep>>>,
+    has_token: bool,
+}
+
+impl<S: Clone> Clone for TokenBucketService<S> {
+    fn clone(&self) -> Self {
+        // A clone starts without a token: tokens are never duplicated.
+        Self {
+            inner: self.inner.clone(),
+            bucket: self.bucket.clone(),
+            wait: None,
+            has_token: false,
+        }
+    }
+}
+
+impl<S, Request> Service<Request> for TokenBucketService<S>
+where
+    S: Service<Request>,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = S::Future;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        while !self.has_token {
+            if let Some(wait) = self.wait.as_mut() {
+                ready!(wait.as_mut().poll(cx));
+                self.wait = None;
+            }
+            match self.bucket.try_acquire() {
+                Ok(()) => self.has_token = true,
+                Err(delay) => self.wait = Some(Box::pin(tokio::time::sleep(delay))),
+            }
+        }
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request) -> Self::Future {
+        self.has_token = false;
+        self.inner.call(request)
+    }
+}
+
+#[cfg(test)]
+#[path = "client_tests.rs"]
+mod tests;
