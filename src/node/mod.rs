@@ -1,1 +1,19 @@
 //! Node ownership in node-deployment mode, and volumes whose node no longer exists.
+//!
+//! Everything here is pure (no API calls, no clocks read, no tasks): the controller shells look
+//! objects up, call these functions, and execute what they return.
+//!
+//! - [`ownership`]: which claims this instance provisions (upstream `checkNode`), the immediate-binding
+//!   competition, clearing a selected node that has no instance of our driver, and which PVs this
+//!   instance may delete.
+//! - [`scope`]: what each node-mode instance lists and watches (label and field selectors, metadata
+//!   stripping, the interesting-claims index) so its memory does not grow with the cluster.
+//! - [`gone`]: the per-PV state machine that answers volumes of deleted nodes as deleted, safely.
+//! - [`rendezvous`]: deterministic choice of one acting instance among many (highest random weight).
+//! - [`metrics`]: the dead-node metrics.
+
+pub mod gone;
+pub mod metrics;
+pub mod ownership;
+pub mod rendezvous;
+pub mod scope;

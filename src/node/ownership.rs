@@ -1,0 +1,818 @@
+//! Which claims and volumes a node-deployment instance owns: upstream's `checkNode` table, the
+//! immediate-binding competition (`becomeOwner`), clearing a selected node that has no instance of
+//! our driver (upstream issue 544, in both modes), and the node-mode deletion check.
+//!
+//! The claim table ([`check_node`], reference §6.2):
+//!
+//! | `volume.kubernetes.io/selected-node` | decision |
+//! |---|---|
+//! | our node | [`Ownership::Owned`] |
+//! | another node | [`Ownership::NotOwned`], silently: no event, no error (upstream issue 669) — unless that node has no instance of our driver, see below |
+//! | empty | immediate-binding path: class binding mode `Immediate`, `--node-deployment-immediate-binding`, and `allowedTopologies` compatible with our segments → [`Ownership::Compete`]; otherwise not owned |
+//!
+//! Competing ([`Competition`], [`compete_delay`], [`recheck_before_claiming`], [`become_owner_patch`]):
+//! wait a jittered exponential delay per claim UID, re-read the claim, then write our node into
+//! `selected-node` with the claim's resourceVersion as a precondition. Exactly one instance's write
+//! succeeds; the others get 409 Conflict, call [`Competition::next_delay`] again and re-check (by
+//! then the claim names the winner and they stop). The winner's own later PVC update makes the
+//! claim [`Ownership::Owned`].
+//!
+//! A claim whose selected node has no CSINode entry for our driver would stay Pending forever (no
+//! instance will ever provision it there): [`selected_node_check`] returns [`ClearSelectedNode`],
+//! whose patch removes the annotation (again with a resourceVersion precondition) so the scheduler
+//! picks another node, plus the event saying which node and why.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, TopologySelectorTerm};
+use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
+use serde_json::{Value, json};
+
+use crate::names;
+use crate::provision::topology::{self, AffinityError, Term};
+
+/// Upstream's IgnoredError text when a node-mode instance is asked to delete another node's volume.
+pub const NOT_PROVISIONED_HERE: &str = "PV was not provisioned on this node";
+
+/// What a node-mode instance does with a claim.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Ownership {
+    /// The claim's selected node is ours: provision it.
+    Owned,
+    /// Unselected claim of an Immediate class we could serve: start competing for it
+    /// ([`Competition::next_delay`], then [`recheck_before_claiming`]). Not owned *yet*: the claim
+    /// becomes [`Ownership::Owned`] when the PVC update carrying our node arrives.
+    Compete,
+    /// Not ours. Silent: log at debug level at most, no event (upstream issue 669).
+    NotOwned(NotOwned),
+    /// The selected node has no instance of our driver: clear the annotation (see [`selected_node_check`]).
+    ClearSelectedNode(ClearSelectedNode),
+}
+
+/// Why a claim is not this instance's (for debug logs; never an event).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NotOwned {
+    /// Another node is selected (the normal case for most claims on a large cluster).
+    SelectedOtherNode(String),
+    /// Neither `spec.storageClassName` nor the beta class annotation names a class.
+    NoStorageClassName,
+    /// The named class is not in the cache. Retry with backoff: it may not have arrived yet.
+    StorageClassNotFound(String),
+    /// The class binds `WaitForFirstConsumer` (or the mode is unset): wait for the scheduler.
+    NotImmediateBinding,
+    /// `--node-deployment-immediate-binding=false`.
+    ImmediateBindingDisabled,
+    /// The class's `allowedTopologies` exclude this node ("allowed topologies is not compatible").
+    AllowedTopologiesIncompatible,
+}
+
+impl NotOwned {
+    /// Whether the same claim may become ours without itself changing (a class that arrives later).
+    pub fn should_retry(&self) -> bool {
+        matches!(self, Self::StorageClassNotFound(_))
+    }
+}
+
+/// This instance's node as the ownership decisions need it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NodeIdentity {
+    /// `NODE_NAME`.
+    pub name: String,
+    /// `NodeGetInfo.accessible_topology.segments` (empty when the driver reports none).
+    pub segments: HashMap<String, String>,
+}
+
+/// What the shell looks up before calling [`check_node`].
+#[derive(Clone, Copy, Debug)]
+pub struct OwnershipInputs<'a> {
+    /// This instance's node.
+    pub me: &'a NodeIdentity,
+    /// Our driver's name (for the clear-selected-node message).
+    pub driver: &'a str,
+    /// Topology gate on and the plugin has `VOLUME_ACCESSIBILITY_CONSTRAINTS`.
+    pub topology_supported: bool,
+    /// `--node-deployment-immediate-binding`.
+    pub immediate_binding: bool,
+    /// The claim's class from the cache (named by [`claim_class_name`]); `None` when not found.
+    /// Only read for unselected claims.
+    pub storage_class: Option<&'a StorageClass>,
+    /// Only read when another node is selected: whether that node runs our driver. The shell passes
+    /// [`CsiNodeLookup::Unknown`] unless this instance is the one chosen to clear (rendezvous rank 0
+    /// of the claim UID among live instances) and the CSINode cache has synced.
+    pub selected_node_driver: CsiNodeLookup,
+}
+
+/// Upstream `checkNode` (reference §6.2) plus the clear-selected-node rule.
+pub fn check_node(pvc: &PersistentVolumeClaim, inputs: &OwnershipInputs<'_>) -> Ownership {
+    match selected_node(pvc) {
+        Some(node) if node == inputs.me.name => Ownership::Owned,
+        Some(node) => match selected_node_check(pvc, inputs.driver, inputs.selected_node_driver) {
+            Some(clear) => Ownership::ClearSelectedNode(clear),
+            None => Ownership::NotOwned(NotOwned::SelectedOtherNode(node.to_owned())),
+        },
+        None => immediate_binding_path(pvc, inputs),
+    }
+}
+
+fn immediate_binding_path(pvc: &PersistentVolumeClaim, inputs: &OwnershipInputs<'_>) -> Ownership {
+    let Some(class_name) = claim_class_name(pvc) else {
+        // Upstream dereferences a nil class name here and crashes; not owned is the safe answer.
+        return Ownership::NotOwned(NotOwned::NoStorageClassName);
+    };
+    let Some(class) = inputs.storage_class else {
+        return Ownership::NotOwned(NotOwned::StorageClassNotFound(class_name.to_owned()));
+    };
+    if class.volume_binding_mode.as_deref() != Some("Immediate") {
+        return Ownership::NotOwned(NotOwned::NotImmediateBinding);
+    }
+    if !inputs.immediate_binding {
+        return Ownership::NotOwned(NotOwned::ImmediateBindingDisabled);
+    }
+    if inputs.topology_supported
+        && let Some(allowed) = class.allowed_topologies.as_deref()
+        && !allowed_topologies_admit(allowed, &inputs.me.segments)
+    {
+        return Ownership::NotOwned(NotOwned::AllowedTopologiesIncompatible);
+    }
+    Ownership::Compete
+}
+
+/// The non-empty `volume.kubernetes.io/selected-node` of a claim.
+pub fn selected_node(pvc: &PersistentVolumeClaim) -> Option<&str> {
+    pvc.metadata
+        .annotations
+        .as_ref()?
+        .get(names::ANN_SELECTED_NODE)
+        .map(String::as_str)
+        .filter(|n| !n.is_empty())
+}
+
+/// The claim's class: the beta annotation wins over `spec.storageClassName` (lib
+/// `GetPersistentVolumeClaimClass`); `None` when neither names one.
+pub fn claim_class_name(pvc: &PersistentVolumeClaim) -> Option<&str> {
+    let from_annotation = pvc
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(names::ANN_BETA_STORAGE_CLASS));
+    from_annotation
+        .or(pvc.spec.as_ref()?.storage_class_name.as_ref())
+        .map(String::as_str)
+        .filter(|c| !c.is_empty())
+}
+
+/// Whether a class's `allowedTopologies` admit a node with these segments: the outcome of upstream
+/// running `GenerateAccessibilityRequirements` against its own node, where some flattened allowed
+/// term must be a subset of the node's term. Flattening is upstream's, quirks included
+/// ([`topology::flatten`]); when it yields no term at all there is no requirement and every node
+/// is admitted.
+pub fn allowed_topologies_admit(
+    allowed: &[TopologySelectorTerm],
+    segments: &HashMap<String, String>,
+) -> bool {
+    let terms = topology::flatten(allowed);
+    let node_term = Term::new(segments.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+    terms.is_empty() || terms.iter().any(|t| t.is_subset_of(&node_term))
+}
+
+// === Clearing a selected node without our driver ===
+
+/// Whether a node runs an instance of our driver, as its CSINode says.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum CsiNodeLookup {
+    /// Not looked up, cache not synced, or the lookup failed: never clear on this.
+    #[default]
+    Unknown,
+    /// The CSINode lists our driver.
+    HasDriver,
+    /// The CSINode exists but does not list our driver.
+    LacksDriver,
+    /// No CSINode object for that node.
+    NotFound,
+}
+
+impl CsiNodeLookup {
+    /// Classifies a CSINode from a synced cache or a live GET (`None` = absent / 404).
+    pub fn of(csinode: Option<&CSINode>, driver: &str) -> Self {
+        match csinode {
+            None => Self::NotFound,
+            Some(c) if csinode_lists_driver(c, driver) => Self::HasDriver,
+            Some(_) => Self::LacksDriver,
+        }
+    }
+}
+
+/// Whether a CSINode lists `driver` (an instance of our driver runs on that node).
+pub fn csinode_lists_driver(csinode: &CSINode, driver: &str) -> bool {
+    csinode.spec.drivers.iter().any(|d| d.name == driver)
+}
+
+/// The decision to clear a claim's selected node, with its event and patch.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClearSelectedNode {
+    /// The selected node being cleared.
+    pub node: String,
+    /// Warning event reason on the PVC ([`names::EVENT_SELECTED_NODE_CLEARED`]).
+    pub reason: &'static str,
+    /// Event message: which node and why.
+    pub message: String,
+}
+
+/// In either mode: a claim whose selected node has no instance of `driver` gets its selected node
+/// cleared so the scheduler picks again (upstream issue 544). `None` when a node is not selected,
+/// the node runs our driver, or nothing is known ([`CsiNodeLookup::Unknown`]).
+///
+/// The shell removes the annotation with [`clear_selected_node_patch`] (409 on a concurrent change:
+/// re-read and decide again) and records the Warning event on the PVC.
+pub fn selected_node_check(
+    pvc: &PersistentVolumeClaim,
+    driver: &str,
+    lookup: CsiNodeLookup,
+) -> Option<ClearSelectedNode> {
+    let node = selected_node(pvc)?;
+    let why = match lookup {
+        CsiNodeLookup::Unknown | CsiNodeLookup::HasDriver => return None,
+        CsiNodeLookup::NotFound => "the node has no CSINode object",
+        CsiNodeLookup::LacksDriver => "the node's CSINode does not list the driver",
+    };
+    Some(ClearSelectedNode {
+        node: node.to_owned(),
+        reason: names::EVENT_SELECTED_NODE_CLEARED,
+        message: format!(
+            "selected node {node:?} has no instance of driver {driver:?} ({why}); removed the {} \
+             annotation so that the scheduler picks another node",
+            names::ANN_SELECTED_NODE
+        ),
+    })
+}
+
+/// Merge patch removing the selected node, valid only against `resource_version` (the API server
+/// answers 409 Conflict if the claim changed since it was read).
+pub fn clear_selected_node_patch(resource_version: &str) -> Value {
+    json!({
+        "metadata": {
+            "resourceVersion": resource_version,
+            "annotations": { names::ANN_SELECTED_NODE: Value::Null },
+        }
+    })
+}
+
+// === The immediate-binding competition (upstream becomeOwner) ===
+
+/// `becomeOwner`'s delay before attempt `attempt` (0 for the first): `base·2^attempt` capped at
+/// `max`, minus `jitter·base` where `jitter` is a uniform sample in `[0, 1)`, floored at zero. So
+/// the first attempt waits in `(0, base]` and instances rarely write at the same moment.
+pub fn compete_delay(attempt: u32, base: Duration, max: Duration, jitter: f64) -> Duration {
+    let exponential = base
+        .checked_mul(2u32.saturating_pow(attempt.min(31)))
+        .unwrap_or(max)
+        .min(max);
+    let jitter = if jitter.is_finite() {
+        jitter.clamp(0.0, 1.0)
+    } else {
+        0.0
+    };
+    exponential.saturating_sub(base.mul_f64(jitter))
+}
+
+/// How often to re-read the claim while waiting out a competition delay (upstream
+/// `max(base/100, 10ms)`), to stop early when another node wins.
+pub fn compete_poll_interval(base: Duration) -> Duration {
+    (base / 100).max(Duration::from_millis(10))
+}
+
+/// Per-claim-UID attempt counts of the competition (upstream's per-UID exponential limiter).
+#[derive(Clone, Debug)]
+pub struct Competition {
+    base: Duration,
+    max: Duration,
+    attempts: HashMap<String, u32>,
+}
+
+impl Competition {
+    /// `--node-deployment-base-delay`, `--node-deployment-max-delay`.
+    pub fn new(base: Duration, max: Duration) -> Self {
+        Self {
+            base,
+            max,
+            attempts: HashMap::new(),
+        }
+    }
+
+    /// The delay before the next attempt for claim `uid`, counting this attempt. `jitter` is a
+    /// uniform sample in `[0, 1)` (the shell draws it; tests pass fixed values).
+    pub fn next_delay(&mut self, uid: &str, jitter: f64) -> Duration {
+        let attempt = self.attempts.entry(uid.to_owned()).or_insert(0);
+        let delay = compete_delay(*attempt, self.base, self.max, jitter);
+        *attempt = attempt.saturating_add(1);
+        delay
+    }
+
+    /// Attempts made so far for `uid`.
+    pub fn attempts(&self, uid: &str) -> u32 {
+        self.attempts.get(uid).copied().unwrap_or(0)
+    }
+
+    /// Forgets `uid`: after a win, when another node was selected, or when the claim is deleted.
+    pub fn forget(&mut self, uid: &str) {
+        self.attempts.remove(uid);
+    }
+
+    /// Number of claims being competed for (for a gauge or a test).
+    pub fn len(&self) -> usize {
+        self.attempts.len()
+    }
+
+    /// Whether no claim is being competed for.
+    pub fn is_empty(&self) -> bool {
+        self.attempts.is_empty()
+    }
+}
+
+/// What to do after the competition delay, from a fresh read of the claim.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Recheck {
+    /// Still unselected: write [`become_owner_patch`] with this resourceVersion.
+    Claim {
+        /// The claim's resourceVersion, the write's precondition.
+        resource_version: String,
+    },
+    /// Our node is already selected (our earlier write landed): forget the UID, it is owned.
+    AlreadyOurs,
+    /// Stop competing and forget the UID.
+    Abandon(Abandon),
+}
+
+/// Why a competition ends without a write.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Abandon {
+    /// The claim is gone (upstream error `PVC not found`).
+    ClaimGone,
+    /// A claim of the same name with another UID (upstream error `PVC was replaced`).
+    ClaimReplaced,
+    /// Another node won.
+    TakenBy(String),
+    /// The claim is bound or being deleted.
+    NoLongerPending,
+    /// The claim has no resourceVersion, so the write could not be made conditional.
+    NoResourceVersion,
+}
+
+/// Re-checks a claim (`current`, freshly read; `None` = 404) before writing our node into it.
+pub fn recheck_before_claiming(
+    current: Option<&PersistentVolumeClaim>,
+    uid: &str,
+    me: &str,
+) -> Recheck {
+    let Some(pvc) = current else {
+        return Recheck::Abandon(Abandon::ClaimGone);
+    };
+    if pvc.metadata.uid.as_deref() != Some(uid) {
+        return Recheck::Abandon(Abandon::ClaimReplaced);
+    }
+    match selected_node(pvc) {
+        Some(node) if node == me => return Recheck::AlreadyOurs,
+        Some(node) => return Recheck::Abandon(Abandon::TakenBy(node.to_owned())),
+        None => {}
+    }
+    let bound = pvc
+        .spec
+        .as_ref()
+        .and_then(|s| s.volume_name.as_deref())
+        .is_some_and(|v| !v.is_empty());
+    if bound || pvc.metadata.deletion_timestamp.is_some() {
+        return Recheck::Abandon(Abandon::NoLongerPending);
+    }
+    match pvc.metadata.resource_version.as_deref() {
+        Some(rv) if !rv.is_empty() => Recheck::Claim {
+            resource_version: rv.to_owned(),
+        },
+        _ => Recheck::Abandon(Abandon::NoResourceVersion),
+    }
+}
+
+/// Upstream's capacity pre-check before claiming: a zero request passes; a failed `GetCapacity`
+/// (`None`) passes too, so that provisioning surfaces the error in an event; otherwise some answer
+/// must be at least the request. `answers` holds one `available_capacity` per requisite term (or
+/// one without topology). `false`: give up silently, another node may take the claim.
+pub fn capacity_allows<I>(requested_bytes: i64, answers: I) -> bool
+where
+    I: IntoIterator<Item = Option<i64>>,
+{
+    if requested_bytes <= 0 {
+        return true;
+    }
+    answers
+        .into_iter()
+        .any(|available| available.is_none_or(|a| a >= requested_bytes))
+}
+
+/// Merge patch writing our node into `selected-node`, valid only against `resource_version`: the
+/// optimistic-concurrency write that decides the competition (409 Conflict for every loser).
+pub fn become_owner_patch(node: &str, resource_version: &str) -> Value {
+    json!({
+        "metadata": {
+            "resourceVersion": resource_version,
+            "annotations": { names::ANN_SELECTED_NODE: node },
+        }
+    })
+}
+
+// === Deletion in node mode ===
+
+/// Whether this node-mode instance may delete `pv` (upstream §6.4): its node affinity must be
+/// satisfied by our `NodeGetInfo` segments. A PV without node affinity, or a driver reporting no
+/// topology (empty `segments`), counts as accessible everywhere, so every instance may ask its
+/// driver, which decides. `Ok(false)`: the delete path ends silently with [`NOT_PROVISIONED_HERE`]
+/// (upstream IgnoredError: no event, no retry). An error (an invalid affinity) is a delete failure.
+pub fn may_delete_here(
+    pv: &PersistentVolume,
+    segments: &HashMap<String, String>,
+) -> Result<bool, AffinityError> {
+    let affinity = pv.spec.as_ref().and_then(|s| s.node_affinity.as_ref());
+    let topology = (!segments.is_empty()).then_some(segments);
+    topology::volume_is_accessible(affinity, topology)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::{csinode, pv, pvc, sc};
+
+    fn me() -> NodeIdentity {
+        NodeIdentity {
+            name: "n1".to_owned(),
+            segments: [
+                ("topology.example.com/node".to_owned(), "n1".to_owned()),
+                ("topology.example.com/zone".to_owned(), "z1".to_owned()),
+            ]
+            .into(),
+        }
+    }
+
+    fn decide(
+        claim: &PersistentVolumeClaim,
+        class: Option<&StorageClass>,
+        immediate: bool,
+    ) -> Ownership {
+        let me = me();
+        check_node(
+            claim,
+            &OwnershipInputs {
+                me: &me,
+                driver: "d.example.com",
+                topology_supported: true,
+                immediate_binding: immediate,
+                storage_class: class,
+                selected_node_driver: CsiNodeLookup::Unknown,
+            },
+        )
+    }
+
+    #[test]
+    fn a_claim_selected_to_our_node_is_owned() {
+        let claim = pvc("ns", "c").class("fast").selected_node("n1").build();
+        assert_eq!(decide(&claim, None, true), Ownership::Owned);
+    }
+
+    #[test]
+    fn a_claim_selected_to_another_node_is_silently_not_owned() {
+        let claim = pvc("ns", "c").class("fast").selected_node("n2").build();
+        let class = sc("fast").binding_immediate().build();
+        assert_eq!(
+            decide(&claim, Some(&class), true),
+            Ownership::NotOwned(NotOwned::SelectedOtherNode("n2".to_owned()))
+        );
+    }
+
+    #[test]
+    fn an_unselected_claim_of_an_immediate_class_is_competed_for() {
+        let claim = pvc("ns", "c").class("fast").build();
+        let class = sc("fast").binding_immediate().build();
+        assert_eq!(decide(&claim, Some(&class), true), Ownership::Compete);
+    }
+
+    #[test]
+    fn an_unselected_claim_is_not_competed_for_when_immediate_binding_is_off() {
+        let claim = pvc("ns", "c").class("fast").build();
+        let class = sc("fast").binding_immediate().build();
+        assert_eq!(
+            decide(&claim, Some(&class), false),
+            Ownership::NotOwned(NotOwned::ImmediateBindingDisabled)
+        );
+    }
+
+    #[test]
+    fn an_unselected_claim_of_a_wait_for_first_consumer_class_waits_for_the_scheduler() {
+        let claim = pvc("ns", "c").class("fast").build();
+        let wffc = sc("fast").binding_wffc().build();
+        assert_eq!(
+            decide(&claim, Some(&wffc), true),
+            Ownership::NotOwned(NotOwned::NotImmediateBinding)
+        );
+        let unset = sc("fast").build();
+        assert_eq!(
+            decide(&claim, Some(&unset), true),
+            Ownership::NotOwned(NotOwned::NotImmediateBinding),
+            "an unset binding mode is not Immediate upstream"
+        );
+    }
+
+    #[test]
+    fn a_missing_class_is_retried_and_a_missing_class_name_is_not_owned() {
+        let claim = pvc("ns", "c").class("fast").build();
+        let decision = decide(&claim, None, true);
+        assert_eq!(
+            decision,
+            Ownership::NotOwned(NotOwned::StorageClassNotFound("fast".to_owned()))
+        );
+        assert!(matches!(decision, Ownership::NotOwned(r) if r.should_retry()));
+
+        let classless = pvc("ns", "c").build();
+        assert_eq!(
+            decide(&classless, None, true),
+            Ownership::NotOwned(NotOwned::NoStorageClassName)
+        );
+    }
+
+    #[test]
+    fn the_beta_class_annotation_names_the_class_of_an_unselected_claim() {
+        let claim = pvc("ns", "c").beta_class("old").build();
+        assert_eq!(claim_class_name(&claim), Some("old"));
+        assert_eq!(
+            decide(&claim, None, true),
+            Ownership::NotOwned(NotOwned::StorageClassNotFound("old".to_owned()))
+        );
+    }
+
+    #[test]
+    fn allowed_topologies_that_exclude_our_node_mean_not_owned() {
+        let claim = pvc("ns", "c").class("fast").build();
+        let elsewhere = sc("fast")
+            .binding_immediate()
+            .allowed_topology([("topology.example.com/zone", vec!["z2", "z3"])])
+            .build();
+        assert_eq!(
+            decide(&claim, Some(&elsewhere), true),
+            Ownership::NotOwned(NotOwned::AllowedTopologiesIncompatible)
+        );
+        let here = sc("fast")
+            .binding_immediate()
+            .allowed_topology([("topology.example.com/zone", vec!["z2", "z3"])])
+            .allowed_topology([
+                ("topology.example.com/zone", vec!["z1"]),
+                ("topology.example.com/node", vec!["n0", "n1"]),
+            ])
+            .build();
+        assert_eq!(decide(&claim, Some(&here), true), Ownership::Compete);
+    }
+
+    #[test]
+    fn allowed_topologies_are_ignored_without_topology_support() {
+        let claim = pvc("ns", "c").class("fast").build();
+        let elsewhere = sc("fast")
+            .binding_immediate()
+            .allowed_topology([("topology.example.com/zone", vec!["z2"])])
+            .build();
+        let me = me();
+        let decision = check_node(
+            &claim,
+            &OwnershipInputs {
+                me: &me,
+                driver: "d",
+                topology_supported: false,
+                immediate_binding: true,
+                storage_class: Some(&elsewhere),
+                selected_node_driver: CsiNodeLookup::Unknown,
+            },
+        );
+        assert_eq!(decision, Ownership::Compete);
+    }
+
+    #[test]
+    fn allowed_topology_terms_without_values_impose_no_requirement() {
+        let segments = me().segments;
+        let empty = TopologySelectorTerm {
+            match_label_expressions: None,
+        };
+        assert!(allowed_topologies_admit(
+            std::slice::from_ref(&empty),
+            &segments
+        ));
+        assert!(allowed_topologies_admit(&[], &segments));
+        let other = sc("x")
+            .allowed_topology([("topology.example.com/zone", vec!["z9"])])
+            .build()
+            .allowed_topologies
+            .unwrap();
+        let mixed = vec![empty, other[0].clone()];
+        assert!(
+            !allowed_topologies_admit(&mixed, &segments),
+            "an empty term contributes nothing; the other term still excludes us"
+        );
+    }
+
+    fn clear_inputs<'a>(me: &'a NodeIdentity, lookup: CsiNodeLookup) -> OwnershipInputs<'a> {
+        OwnershipInputs {
+            me,
+            driver: "d.example.com",
+            topology_supported: true,
+            immediate_binding: true,
+            storage_class: None,
+            selected_node_driver: lookup,
+        }
+    }
+
+    #[test]
+    fn a_selected_node_without_our_driver_is_cleared_with_an_event_naming_it() {
+        let claim = pvc("ns", "c").class("fast").selected_node("gpu-7").build();
+        let me = me();
+        let no_driver = csinode("gpu-7").driver("other.csi", "x", ["k"]).build();
+        let lookup = CsiNodeLookup::of(Some(&no_driver), "d.example.com");
+        assert_eq!(lookup, CsiNodeLookup::LacksDriver);
+        let Ownership::ClearSelectedNode(clear) = check_node(&claim, &clear_inputs(&me, lookup))
+        else {
+            panic!("expected the selected node to be cleared");
+        };
+        assert_eq!(clear.node, "gpu-7");
+        assert_eq!(clear.reason, "SelectedNodeCleared");
+        assert!(clear.message.contains("\"gpu-7\""), "{}", clear.message);
+        assert!(clear.message.contains("does not list the driver"));
+
+        let missing = CsiNodeLookup::of(None, "d.example.com");
+        let decision = check_node(&claim, &clear_inputs(&me, missing));
+        assert!(
+            matches!(&decision, Ownership::ClearSelectedNode(c) if c.message.contains("no CSINode")),
+            "{decision:?}"
+        );
+    }
+
+    #[test]
+    fn a_selected_node_running_our_driver_or_an_unknown_one_is_left_alone() {
+        let claim = pvc("ns", "c").class("fast").selected_node("n2").build();
+        let me = me();
+        let with_driver = csinode("n2").driver("d.example.com", "n2", ["k"]).build();
+        for lookup in [
+            CsiNodeLookup::of(Some(&with_driver), "d.example.com"),
+            CsiNodeLookup::Unknown,
+        ] {
+            assert_eq!(
+                check_node(&claim, &clear_inputs(&me, lookup)),
+                Ownership::NotOwned(NotOwned::SelectedOtherNode("n2".to_owned()))
+            );
+        }
+    }
+
+    #[test]
+    fn our_own_node_is_never_cleared_even_before_our_driver_registers() {
+        let claim = pvc("ns", "c").selected_node("n1").build();
+        let me = me();
+        assert_eq!(
+            check_node(&claim, &clear_inputs(&me, CsiNodeLookup::NotFound)),
+            Ownership::Owned
+        );
+    }
+
+    #[test]
+    fn controller_mode_uses_the_same_clear_check() {
+        let claim = pvc("ns", "c").selected_node("n9").build();
+        assert!(selected_node_check(&claim, "d", CsiNodeLookup::NotFound).is_some());
+        let unselected = pvc("ns", "c").build();
+        assert!(selected_node_check(&unselected, "d", CsiNodeLookup::NotFound).is_none());
+    }
+
+    #[test]
+    fn clearing_and_claiming_patches_carry_the_resource_version_precondition() {
+        assert_eq!(
+            clear_selected_node_patch("42"),
+            json!({"metadata": {"resourceVersion": "42",
+                "annotations": {"volume.kubernetes.io/selected-node": null}}})
+        );
+        assert_eq!(
+            become_owner_patch("n1", "7"),
+            json!({"metadata": {"resourceVersion": "7",
+                "annotations": {"volume.kubernetes.io/selected-node": "n1"}}})
+        );
+    }
+
+    #[test]
+    fn the_competition_delay_doubles_up_to_the_maximum_minus_jitter() {
+        let base = Duration::from_secs(20);
+        let max = Duration::from_secs(60);
+        assert_eq!(compete_delay(0, base, max, 0.0), Duration::from_secs(20));
+        assert_eq!(compete_delay(1, base, max, 0.0), Duration::from_secs(40));
+        assert_eq!(compete_delay(2, base, max, 0.0), Duration::from_secs(60));
+        assert_eq!(compete_delay(30, base, max, 0.0), Duration::from_secs(60));
+        assert_eq!(compete_delay(u32::MAX, base, max, 0.0), max);
+        assert_eq!(compete_delay(0, base, max, 0.5), Duration::from_secs(10));
+        assert_eq!(compete_delay(2, base, max, 0.5), Duration::from_secs(50));
+        // The first attempt never waits longer than base, and never a negative time.
+        assert!(compete_delay(0, base, max, 0.999_999) < Duration::from_millis(1));
+        let tight = Duration::from_secs(5);
+        assert_eq!(compete_delay(3, base, tight, 0.9), Duration::ZERO);
+        assert_eq!(compete_delay(0, base, max, f64::NAN), base);
+    }
+
+    #[test]
+    fn competition_attempts_count_per_claim_and_are_forgotten() {
+        let mut c = Competition::new(Duration::from_secs(1), Duration::from_secs(8));
+        assert_eq!(c.next_delay("a", 0.0), Duration::from_secs(1));
+        assert_eq!(
+            c.next_delay("a", 0.0),
+            Duration::from_secs(2),
+            "a lost race waits longer"
+        );
+        assert_eq!(
+            c.next_delay("b", 0.0),
+            Duration::from_secs(1),
+            "other claims are independent"
+        );
+        assert_eq!(c.attempts("a"), 2);
+        c.forget("a");
+        assert_eq!(c.attempts("a"), 0);
+        assert_eq!(c.next_delay("a", 0.0), Duration::from_secs(1));
+        assert_eq!(c.len(), 2);
+        assert_eq!(
+            compete_poll_interval(Duration::from_secs(20)),
+            Duration::from_millis(200)
+        );
+        assert_eq!(
+            compete_poll_interval(Duration::from_millis(100)),
+            Duration::from_millis(10)
+        );
+    }
+
+    #[test]
+    fn the_recheck_claims_only_a_still_pending_unselected_claim_with_the_same_uid() {
+        let claim = pvc("ns", "c").class("fast").resource_version("9").build();
+        let uid = claim.metadata.uid.clone().unwrap();
+        assert_eq!(
+            recheck_before_claiming(Some(&claim), &uid, "n1"),
+            Recheck::Claim {
+                resource_version: "9".to_owned()
+            }
+        );
+        assert_eq!(
+            recheck_before_claiming(None, &uid, "n1"),
+            Recheck::Abandon(Abandon::ClaimGone)
+        );
+        assert_eq!(
+            recheck_before_claiming(Some(&claim), "other-uid", "n1"),
+            Recheck::Abandon(Abandon::ClaimReplaced)
+        );
+        let won = pvc("ns", "c").selected_node("n2").build();
+        assert_eq!(
+            recheck_before_claiming(Some(&won), &uid, "n1"),
+            Recheck::Abandon(Abandon::TakenBy("n2".to_owned()))
+        );
+        let ours = pvc("ns", "c").selected_node("n1").build();
+        assert_eq!(
+            recheck_before_claiming(Some(&ours), &uid, "n1"),
+            Recheck::AlreadyOurs
+        );
+        let bound = pvc("ns", "c").volume_name("pv-1").build();
+        assert_eq!(
+            recheck_before_claiming(Some(&bound), &uid, "n1"),
+            Recheck::Abandon(Abandon::NoLongerPending)
+        );
+        let deleting = pvc("ns", "c").deleting().build();
+        assert_eq!(
+            recheck_before_claiming(Some(&deleting), &uid, "n1"),
+            Recheck::Abandon(Abandon::NoLongerPending)
+        );
+    }
+
+    #[test]
+    fn the_capacity_precheck_passes_zero_requests_errors_and_any_term_with_room() {
+        assert!(capacity_allows(0, []));
+        assert!(capacity_allows(10, [Some(5), Some(10)]));
+        assert!(capacity_allows(10, [Some(5), None]), "an error proceeds");
+        assert!(!capacity_allows(10, [Some(5), Some(9)]));
+        assert!(!capacity_allows(10, []));
+    }
+
+    #[test]
+    fn a_node_mode_instance_deletes_only_volumes_its_segments_satisfy() {
+        let segments = me().segments;
+        let here = pv("pv-1")
+            .node_affinity([("topology.example.com/node", "n1")])
+            .build();
+        let there = pv("pv-2")
+            .node_affinity([("topology.example.com/node", "n2")])
+            .build();
+        let anywhere = pv("pv-3").build();
+        assert_eq!(may_delete_here(&here, &segments), Ok(true));
+        assert_eq!(may_delete_here(&there, &segments), Ok(false));
+        assert_eq!(
+            may_delete_here(&anywhere, &segments),
+            Ok(true),
+            "no affinity: every instance may ask"
+        );
+        assert_eq!(
+            may_delete_here(&there, &HashMap::new()),
+            Ok(true),
+            "a driver without topology: accessible everywhere"
+        );
+    }
+}

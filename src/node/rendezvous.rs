@@ -1,0 +1,194 @@
+//! Rendezvous (highest-random-weight) hashing: every instance computes the same ranking of live
+//! instances for a key, without talking to the others, so exactly one acts first and the next ones
+//! take over in a known order if it does not.
+//!
+//! The weight of instance `i` for key `k` is `mix64(fnv1a64(k ++ [0xFF] ++ i))`: FNV-1a 64-bit
+//! (offset basis `0xcbf29ce484222325`, prime `0x100000001b3`) over the UTF-8 bytes of the key, one
+//! `0xFF` separator byte (never part of UTF-8, so `("ab","c")` and `("a","bc")` differ), then the
+//! instance name; then the 64-bit finalizer of MurmurHash3 (`fmix64`), because FNV alone spreads
+//! names that differ only in their last characters (`node-1`, `node-2`) poorly. Ties (practically
+//! impossible) go to the smaller name. The function is fixed forever: instances of different
+//! versions must agree during a rolling upgrade.
+//!
+//! Removing an instance only moves the keys it ranked first to their second choice; adding one only
+//! takes keys away from others for which it now ranks first (the property that makes rendezvous
+//! hashing suitable here: membership changes as nodes come and go).
+
+const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+const FNV_PRIME: u64 = 0x0000_0100_0000_01b3;
+
+fn fnv1a64(parts: &[&[u8]]) -> u64 {
+    let mut hash = FNV_OFFSET;
+    for byte in parts.iter().flat_map(|p| p.iter()) {
+        hash ^= u64::from(*byte);
+        hash = hash.wrapping_mul(FNV_PRIME);
+    }
+    hash
+}
+
+/// FNV-1a 64-bit of a string (also the hashed label values of `node::scope`).
+pub(crate) fn fnv1a64_str(s: &str) -> u64 {
+    fnv1a64(&[s.as_bytes()])
+}
+
+/// MurmurHash3's 64-bit finalizer: full avalanche, so nearby inputs get unrelated weights.
+fn fmix64(mut h: u64) -> u64 {
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    h ^= h >> 33;
+    h
+}
+
+/// The weight of `instance` for `key` (higher ranks first). Stable across processes and versions.
+pub fn weight(key: &str, instance: &str) -> u64 {
+    fmix64(fnv1a64(&[key.as_bytes(), &[0xFF], instance.as_bytes()]))
+}
+
+/// All `instances` ordered by their weight for `key`, highest first: element 0 acts, element 1
+/// takes over if 0 does not, and so on. Duplicate names are kept once.
+pub fn rendezvous_order<'a, I>(key: &str, instances: I) -> Vec<&'a str>
+where
+    I: IntoIterator<Item = &'a str>,
+{
+    let mut ranked: Vec<(u64, &'a str)> = instances
+        .into_iter()
+        .map(|instance| (weight(key, instance), instance))
+        .collect();
+    ranked.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(b.1)));
+    ranked.dedup_by(|a, b| a.1 == b.1);
+    ranked.into_iter().map(|(_, instance)| instance).collect()
+}
+
+/// Position of `me` in [`rendezvous_order`] for `key`, or `None` when `me` is not among the live
+/// instances (then it must not act at all: an instance whose own driver is not registered is not
+/// live).
+pub fn rank_of<'a, I>(key: &str, me: &str, instances: I) -> Option<usize>
+where
+    I: IntoIterator<Item = &'a str>,
+{
+    let instances: Vec<&str> = instances.into_iter().collect();
+    if !instances.contains(&me) {
+        return None;
+    }
+    let mine = weight(key, me);
+    // Counting who outranks us is O(n) and allocates nothing per key beyond the input.
+    let mut ahead = 0;
+    let mut seen: Vec<&str> = Vec::with_capacity(instances.len());
+    for other in instances {
+        if other == me || seen.contains(&other) {
+            continue;
+        }
+        seen.push(other);
+        let w = weight(key, other);
+        if w > mine || (w == mine && other < me) {
+            ahead += 1;
+        }
+    }
+    Some(ahead)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn nodes(n: usize) -> Vec<String> {
+        (0..n).map(|i| format!("node-{i}")).collect()
+    }
+
+    #[test]
+    fn the_same_key_and_instances_always_give_the_same_order() {
+        let names = nodes(20);
+        let a = rendezvous_order("pvc-1", names.iter().map(String::as_str));
+        let mut reversed: Vec<&str> = names.iter().map(String::as_str).collect();
+        reversed.reverse();
+        let b = rendezvous_order("pvc-1", reversed);
+        assert_eq!(
+            a, b,
+            "the order must not depend on the order instances were listed in"
+        );
+        assert_eq!(a.len(), 20);
+    }
+
+    #[test]
+    fn weights_are_pinned_so_every_version_agrees() {
+        // If this changes, instances of two versions would pick different actors during an upgrade.
+        assert_eq!(weight("", ""), fmix64(fnv1a64(&[&[0xFF]])));
+        assert_eq!(fnv1a64(&[b"a"]), 0xaf63_dc4c_8601_ec8c);
+        assert_ne!(weight("ab", "c"), weight("a", "bc"));
+    }
+
+    #[test]
+    fn keys_spread_evenly_over_instances() {
+        let names = nodes(10);
+        let mut first: HashMap<&str, usize> = HashMap::new();
+        for i in 0..10_000 {
+            let key = format!("pvc-{i:08x}-volume");
+            let order = rendezvous_order(&key, names.iter().map(String::as_str));
+            *first.entry(order[0]).or_default() += 1;
+        }
+        assert_eq!(
+            first.len(),
+            10,
+            "every instance must be chosen for some keys"
+        );
+        for (instance, count) in first {
+            assert!(
+                (700..=1300).contains(&count),
+                "{instance} was chosen for {count} of 10000 keys; expected about 1000"
+            );
+        }
+    }
+
+    #[test]
+    fn removing_an_instance_moves_only_its_keys_to_their_second_choice() {
+        let names = nodes(8);
+        let all: Vec<&str> = names.iter().map(String::as_str).collect();
+        let without: Vec<&str> = all.iter().copied().filter(|n| *n != "node-3").collect();
+        for i in 0..2_000 {
+            let key = format!("pv-{i}");
+            let before = rendezvous_order(&key, all.iter().copied());
+            let after = rendezvous_order(&key, without.iter().copied());
+            if before[0] == "node-3" {
+                assert_eq!(after[0], before[1], "the fallback is the next in order");
+            } else {
+                assert_eq!(after[0], before[0], "keys of other instances must not move");
+            }
+        }
+    }
+
+    #[test]
+    fn rank_of_matches_the_position_in_the_order() {
+        let names = nodes(12);
+        for key in ["pv-a", "pv-b", "csi.example.com/deleted-node-cleanup"] {
+            let order = rendezvous_order(key, names.iter().map(String::as_str));
+            for (pos, instance) in order.iter().enumerate() {
+                assert_eq!(
+                    rank_of(key, instance, names.iter().map(String::as_str)),
+                    Some(pos)
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn an_instance_that_is_not_live_has_no_rank() {
+        let names = nodes(3);
+        assert_eq!(
+            rank_of("pv", "node-9", names.iter().map(String::as_str)),
+            None
+        );
+        assert_eq!(rank_of("pv", "node-0", std::iter::empty()), None);
+    }
+
+    #[test]
+    fn duplicate_instance_names_count_once() {
+        let order = rendezvous_order("k", ["a", "b", "a", "b"]);
+        assert_eq!(order.len(), 2);
+        let rank_a = rank_of("k", "a", ["a", "b", "b"]).unwrap();
+        let rank_b = rank_of("k", "b", ["a", "b", "a"]).unwrap();
+        assert_eq!(rank_a + rank_b, 1);
+    }
+}

@@ -1,0 +1,790 @@
+//! What each node-deployment instance lists and watches, so that its memory stays flat as the
+//! cluster grows: selectors, watcher configurations, metadata stripping, PV scoping labels, and the
+//! small index of claims an instance may act on.
+//!
+//! Upstream gives every instance of a DaemonSet a full cache of every PVC, PV, StorageClass and
+//! VolumeAttachment of the cluster (hundreds of MiB per node on large clusters, upstream issue
+//! 712). Here each instance holds only what it may act on:
+//!
+//! | resource | how | kept in memory | why |
+//! |---|---|---|---|
+//! | PersistentVolumeClaims | metadata-only watch (`PartialObjectMetadata`), all namespaces, paginated list ([`PAGE_SIZE`]) | only claims of our driver that are still pending and either selected to this node, unselected (immediate binding), or selected to another node; stripped to name, UID, resourceVersion, deletion time, our finalizers and the few annotations read ([`KEPT_CLAIM_ANNOTATIONS`]) — [`InterestingClaims`] | the selected-node and provisioner annotations decide ownership; the full claim is read with a GET only for claims this instance acts on |
+//! | PersistentVolumes | full watch with label selector [`own_pv_selector`] | this node's PVs and PVs not pinned to any single node | each instance deletes only volumes its node can reach; PVs we create carry [`names::LABEL_PV_DRIVER`] and [`names::LABEL_PV_NODE`] ([`new_pv_labels`]) |
+//! | StorageClasses | full watch | all (a handful of small objects) | binding mode and allowed topologies of unselected claims |
+//! | CSINodes | full watch, stripped to our driver's entry ([`strip_csinode`]) | a few dozen bytes per node | the live instances (rendezvous) and "does the selected node run our driver?" |
+//! | Nodes | metadata-only watch, stripped to name, UID and the per-node labels ([`strip_node_metadata`]) | a few dozen bytes per node | first notice that a volume's node is gone (always confirmed by a live GET) |
+//! | VolumeAttachments | only when the driver attaches (`PUBLISH_UNPUBLISH_VOLUME`), as upstream, through the PV→node index | two names per attachment | the "still attached" delete guard |
+//!
+//! Per-node state is a name, a UID and a few labels (tens of bytes): against upstream's full
+//! objects of every kind, memory now grows with this node's own volumes and pending claims, not
+//! with the cluster's.
+//!
+//! The dead-node clean-up runs in at most [`crate::node::gone::MAX_ACTOR_RANKS`] instances (the
+//! first ones in rendezvous order for [`crate::node::gone::janitor_key`]). Those list PVs of dead
+//! nodes with [`node_pv_selector`] when a Node disappears, and sweep all of the driver's PVs
+//! ([`driver_pv_selector`], metadata only, paginated, nothing cached) at start and every
+//! [`SWEEP_INTERVAL`] for nodes that vanished while no instance was watching. The first sweep also
+//! labels PVs written by upstream or by an older version ([`unlabelled_pv_selector`],
+//! [`existing_pv_labels`], [`label_patch`]): until then such PVs are seen only by that sweep.
+//!
+//! Labels only narrow what is watched; every decision still reads the PV's affinity and
+//! annotations, so a wrong or missing label can delay work but never misdirect it.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::fmt;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, VolumeNodeAffinity};
+use k8s_openapi::api::storage::v1::CSINode;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::core::PartialObjectMeta;
+use kube::runtime::watcher;
+use serde_json::{Value, json};
+
+use crate::names;
+use crate::node::gone::{Mode, PerNodeKeys, Pin, node_query, pin_of};
+use crate::node::ownership::csinode_lists_driver;
+
+/// Page size of every list (initial watch lists and sweeps): bounded memory while listing.
+pub const PAGE_SIZE: u32 = 500;
+/// How often the clean-up instance sweeps all of the driver's PVs for nodes that vanished unseen.
+pub const SWEEP_INTERVAL: Duration = Duration::from_secs(30 * 60);
+
+/// Claim annotations kept in the claim index; every other annotation is dropped.
+pub const KEPT_CLAIM_ANNOTATIONS: [&str; 5] = [
+    names::ANN_SELECTED_NODE,
+    names::ANN_STORAGE_PROVISIONER,
+    names::ANN_BETA_STORAGE_PROVISIONER,
+    names::ANN_BIND_COMPLETED,
+    names::ANN_BETA_STORAGE_CLASS,
+];
+
+/// Claim finalizers of ours kept in the claim index (the claim needs us while they are there).
+pub const KEPT_CLAIM_FINALIZERS: [&str; 2] = [
+    names::FINALIZER_PROVISIONING_INTENT,
+    names::FINALIZER_CLONING_PROTECTION,
+];
+
+// === Label values ===
+
+/// Whether `s` is a valid label value: at most 63 characters of `[A-Za-z0-9._-]`, starting and
+/// ending with an alphanumeric (empty is valid too).
+pub fn is_valid_label_value(s: &str) -> bool {
+    let bytes = s.as_bytes();
+    let edge_ok = |b: Option<&u8>| b.is_none_or(u8::is_ascii_alphanumeric);
+    s.len() <= 63
+        && bytes
+            .iter()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+        && edge_ok(bytes.first())
+        && edge_ok(bytes.last())
+}
+
+/// The label value standing for a node (or driver) name: the name itself when it is a valid label
+/// value (every node name of up to 63 characters is), else `hash_` and 16 hex digits of its
+/// FNV-1a 64-bit hash. The underscore keeps it apart from real names; a collision could only add a
+/// PV to an instance's watch, never remove one.
+pub fn label_value(name: &str) -> String {
+    if is_valid_label_value(name) {
+        name.to_owned()
+    } else {
+        format!("hash_{:016x}", crate::node::rendezvous::fnv1a64_str(name))
+    }
+}
+
+/// The [`names::LABEL_PV_NODE`] values an instance watches: its node name, its host name label
+/// when different (PVs pinned by `kubernetes.io/hostname` are labelled with it), and
+/// [`names::LABEL_VALUE_ANY_NODE`].
+pub fn instance_label_values(node_name: &str, hostname: Option<&str>) -> Vec<String> {
+    let mut values = vec![label_value(node_name)];
+    if let Some(h) = hostname.map(label_value).filter(|h| !values.contains(h)) {
+        values.push(h);
+    }
+    values.push(names::LABEL_VALUE_ANY_NODE.to_owned());
+    values
+}
+
+// === PV labels ===
+
+/// Labels for a PV this node-mode instance creates: our driver, and our node when the PV's
+/// affinity pins it to one node (otherwise [`names::LABEL_VALUE_ANY_NODE`]: every instance may
+/// reach it, as upstream).
+pub fn new_pv_labels(
+    driver: &str,
+    node_name: &str,
+    affinity: Option<&VolumeNodeAffinity>,
+    keys: &PerNodeKeys,
+) -> BTreeMap<String, String> {
+    let node = match pin_of(affinity, keys, Some(node_name)) {
+        Pin::Node(_) => label_value(node_name),
+        Pin::NoAffinity | Pin::Spread => names::LABEL_VALUE_ANY_NODE.to_owned(),
+    };
+    [
+        (names::LABEL_PV_DRIVER.to_owned(), label_value(driver)),
+        (names::LABEL_PV_NODE.to_owned(), node),
+    ]
+    .into()
+}
+
+/// For the upgrade sweep: the labels an existing PV of `driver` should carry, or `None` when it is
+/// not ours or already carries them. The node comes from our node-name annotation, else the node
+/// pinned by its affinity; volumes of no single node get [`names::LABEL_VALUE_ANY_NODE`].
+pub fn existing_pv_labels(
+    pv: &PersistentVolume,
+    driver: &str,
+    keys: &PerNodeKeys,
+) -> Option<BTreeMap<String, String>> {
+    let csi_driver = pv.spec.as_ref()?.csi.as_ref()?.driver.as_str();
+    if csi_driver != driver {
+        return None;
+    }
+    let node = node_query(pv, Mode::Node, keys).map_or_else(
+        |_| names::LABEL_VALUE_ANY_NODE.to_owned(),
+        |q| label_value(q.node_name()),
+    );
+    let wanted: BTreeMap<String, String> = [
+        (names::LABEL_PV_DRIVER.to_owned(), label_value(driver)),
+        (names::LABEL_PV_NODE.to_owned(), node),
+    ]
+    .into();
+    let current = pv.metadata.labels.as_ref();
+    let done = wanted
+        .iter()
+        .all(|(k, v)| current.and_then(|l| l.get(k)) == Some(v));
+    (!done).then_some(wanted)
+}
+
+/// Merge patch setting `labels` (only those keys; nobody else writes them).
+pub fn label_patch(labels: &BTreeMap<String, String>) -> Value {
+    json!({ "metadata": { "labels": labels } })
+}
+
+// === Selectors and watcher configurations ===
+
+/// The PVs an instance watches: its driver's PVs labelled with one of `values`
+/// ([`instance_label_values`]).
+pub fn own_pv_selector(driver: &str, values: &[String]) -> String {
+    format!(
+        "{}={},{}",
+        names::LABEL_PV_DRIVER,
+        label_value(driver),
+        in_set(names::LABEL_PV_NODE, values.iter().map(String::as_str))
+    )
+}
+
+/// The PVs of some (dead) nodes, by their node names (label-selected LIST or watch).
+pub fn node_pv_selector<'a, I>(driver: &str, node_names: I) -> String
+where
+    I: IntoIterator<Item = &'a str>,
+{
+    let values: Vec<String> = node_names.into_iter().map(label_value).collect();
+    format!(
+        "{}={},{}",
+        names::LABEL_PV_DRIVER,
+        label_value(driver),
+        in_set(names::LABEL_PV_NODE, values.iter().map(String::as_str))
+    )
+}
+
+/// All PVs of the driver (the clean-up sweep).
+pub fn driver_pv_selector(driver: &str) -> String {
+    format!("{}={}", names::LABEL_PV_DRIVER, label_value(driver))
+}
+
+/// PVs without our labels (written by upstream or an older version): the upgrade sweep lists
+/// these and labels those of our driver.
+pub fn unlabelled_pv_selector() -> String {
+    format!("!{}", names::LABEL_PV_DRIVER)
+}
+
+fn in_set<'a>(key: &str, values: impl Iterator<Item = &'a str>) -> String {
+    let unique: BTreeSet<&str> = values.collect();
+    let list: Vec<&str> = unique.into_iter().collect();
+    format!("{key} in ({})", list.join(","))
+}
+
+/// Watcher configuration of this instance's PV watch.
+pub fn own_pv_watch(driver: &str, node_name: &str, hostname: Option<&str>) -> watcher::Config {
+    let values = instance_label_values(node_name, hostname);
+    watcher::Config::default()
+        .labels(&own_pv_selector(driver, &values))
+        .page_size(PAGE_SIZE)
+}
+
+/// Watcher configuration of the metadata-only claim, Node and CSINode watches (no selector: the
+/// API cannot filter them by annotation; stripping and [`InterestingClaims`] keep memory small).
+pub fn paged_watch() -> watcher::Config {
+    watcher::Config::default().page_size(PAGE_SIZE)
+}
+
+// === Stripping before caching ===
+
+/// Keeps only what the claim decisions read: identity, resourceVersion, deletion time, the
+/// [`KEPT_CLAIM_ANNOTATIONS`] and [`KEPT_CLAIM_FINALIZERS`].
+pub fn strip_claim_metadata(meta: &mut ObjectMeta) {
+    let annotations = meta.annotations.take().map(|mut a| {
+        a.retain(|k, _| KEPT_CLAIM_ANNOTATIONS.contains(&k.as_str()));
+        a
+    });
+    let finalizers = meta.finalizers.take().map(|mut f| {
+        f.retain(|f| KEPT_CLAIM_FINALIZERS.contains(&f.as_str()));
+        f
+    });
+    *meta = ObjectMeta {
+        name: meta.name.take(),
+        namespace: meta.namespace.take(),
+        uid: meta.uid.take(),
+        resource_version: meta.resource_version.take(),
+        deletion_timestamp: meta.deletion_timestamp.take(),
+        annotations: annotations.filter(|a| !a.is_empty()),
+        finalizers: finalizers.filter(|f| !f.is_empty()),
+        ..ObjectMeta::default()
+    };
+}
+
+/// Keeps a Node's name, UID, resourceVersion, deletion time and the labels in `keys` (the per-node
+/// keys the dead-node lookups match on). Readiness is deliberately not kept: NotReady is not gone.
+pub fn strip_node_metadata(meta: &mut ObjectMeta, keys: &PerNodeKeys) {
+    let labels = meta.labels.take().map(|mut l| {
+        l.retain(|k, _| keys.contains(k));
+        l
+    });
+    *meta = ObjectMeta {
+        name: meta.name.take(),
+        uid: meta.uid.take(),
+        resource_version: meta.resource_version.take(),
+        deletion_timestamp: meta.deletion_timestamp.take(),
+        labels: labels.filter(|l| !l.is_empty()),
+        ..ObjectMeta::default()
+    };
+}
+
+/// Keeps a CSINode's identity and our driver's entry only (without allocatable counts).
+pub fn strip_csinode(csinode: &mut CSINode, driver: &str) {
+    let meta = &mut csinode.metadata;
+    *meta = ObjectMeta {
+        name: meta.name.take(),
+        uid: meta.uid.take(),
+        resource_version: meta.resource_version.take(),
+        ..ObjectMeta::default()
+    };
+    csinode.spec.drivers.retain(|d| d.name == driver);
+    for d in &mut csinode.spec.drivers {
+        d.allocatable = None;
+    }
+}
+
+/// The live instances: names of the nodes whose CSINode lists `driver`, sorted.
+pub fn live_instances<'a, I>(csinodes: I, driver: &str) -> Vec<String>
+where
+    I: IntoIterator<Item = &'a CSINode>,
+{
+    let set: BTreeSet<String> = csinodes
+        .into_iter()
+        .filter(|c| csinode_lists_driver(c, driver))
+        .filter_map(|c| c.metadata.name.clone())
+        .collect();
+    set.into_iter().collect()
+}
+
+// === Claims an instance may act on ===
+
+/// Why a claim is in an instance's index.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ClaimInterest {
+    /// Not this instance's business: not kept.
+    Ignore,
+    /// Selected to this node (or carrying one of our finalizers while selected here): provision.
+    Provision,
+    /// Ours, pending and unselected: maybe compete (immediate binding).
+    Compete,
+    /// Ours, pending, selected to another node: the rendezvous-chosen instance checks that node
+    /// runs our driver ([`crate::node::ownership::selected_node_check`]).
+    SelectedElsewhere(String),
+}
+
+/// Classifies a claim from its metadata alone (`driver`: ours; `me`: `NODE_NAME`).
+pub fn claim_interest(meta: &ObjectMeta, driver: &str, me: &str) -> ClaimInterest {
+    let annotation = |key: &str| {
+        meta.annotations
+            .as_ref()
+            .and_then(|a| a.get(key))
+            .map(String::as_str)
+            .filter(|v| !v.is_empty())
+    };
+    let has_our_finalizer = meta
+        .finalizers
+        .iter()
+        .flatten()
+        .any(|f| KEPT_CLAIM_FINALIZERS.contains(&f.as_str()));
+    let bound = annotation(names::ANN_BIND_COMPLETED).is_some();
+    let selected = annotation(names::ANN_SELECTED_NODE);
+    if selected == Some(me) {
+        return if bound && !has_our_finalizer {
+            ClaimInterest::Ignore
+        } else {
+            ClaimInterest::Provision
+        };
+    }
+    let provisioner = annotation(names::ANN_STORAGE_PROVISIONER)
+        .or_else(|| annotation(names::ANN_BETA_STORAGE_PROVISIONER));
+    if provisioner != Some(driver) || bound || meta.deletion_timestamp.is_some() {
+        return ClaimInterest::Ignore;
+    }
+    match selected {
+        None => ClaimInterest::Compete,
+        Some(node) => ClaimInterest::SelectedElsewhere(node.to_owned()),
+    }
+}
+
+/// Namespace and name of a claim.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ClaimKey {
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+}
+
+impl ClaimKey {
+    fn of(meta: &ObjectMeta) -> Option<Self> {
+        Some(Self {
+            namespace: meta.namespace.clone()?,
+            name: meta.name.clone()?,
+        })
+    }
+}
+
+impl fmt::Display for ClaimKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
+/// One indexed claim.
+#[derive(Clone, Debug, PartialEq)]
+pub struct IndexedClaim {
+    /// Stripped metadata ([`strip_claim_metadata`]).
+    pub meta: ObjectMeta,
+    /// Why it is kept.
+    pub interest: ClaimInterest,
+}
+
+/// The claims this instance may act on, fed by the metadata-only claim watch; everything else is
+/// dropped as it streams by, so memory follows the pending claims, not all claims.
+#[derive(Clone, Debug)]
+pub struct InterestingClaims {
+    driver: String,
+    me: String,
+    claims: HashMap<ClaimKey, IndexedClaim>,
+    relist: Option<HashMap<ClaimKey, IndexedClaim>>,
+    ready: bool,
+}
+
+impl InterestingClaims {
+    /// An empty index for `driver` on node `me`.
+    pub fn new(driver: &str, me: &str) -> Self {
+        Self {
+            driver: driver.to_owned(),
+            me: me.to_owned(),
+            claims: HashMap::new(),
+            relist: None,
+            ready: false,
+        }
+    }
+
+    /// Applies one watcher event; returns the claims to (re)queue: those kept now, and those
+    /// dropped that were kept before (so their work can be cancelled).
+    pub fn apply(
+        &mut self,
+        event: watcher::Event<PartialObjectMeta<PersistentVolumeClaim>>,
+    ) -> Vec<ClaimKey> {
+        match event {
+            watcher::Event::Init => {
+                self.relist = Some(HashMap::new());
+                Vec::new()
+            }
+            watcher::Event::InitApply(obj) => {
+                if let Some((key, claim)) = self.index(obj.metadata)
+                    && let Some(relist) = self.relist.as_mut()
+                {
+                    relist.insert(key, claim);
+                }
+                Vec::new()
+            }
+            watcher::Event::InitDone => {
+                let fresh = self.relist.take().unwrap_or_default();
+                let mut keys: BTreeSet<ClaimKey> = self.claims.keys().cloned().collect();
+                keys.extend(fresh.keys().cloned());
+                self.claims = fresh;
+                self.ready = true;
+                keys.into_iter().collect()
+            }
+            watcher::Event::Apply(obj) => {
+                let Some(key) = ClaimKey::of(&obj.metadata) else {
+                    return Vec::new();
+                };
+                let was_kept = self.claims.remove(&key).is_some();
+                match self.index(obj.metadata) {
+                    Some((key, claim)) => {
+                        self.claims.insert(key.clone(), claim);
+                        vec![key]
+                    }
+                    None if was_kept => vec![key],
+                    None => Vec::new(),
+                }
+            }
+            watcher::Event::Delete(obj) => match ClaimKey::of(&obj.metadata) {
+                Some(key) if self.claims.remove(&key).is_some() => vec![key],
+                _ => Vec::new(),
+            },
+        }
+    }
+
+    fn index(&self, mut meta: ObjectMeta) -> Option<(ClaimKey, IndexedClaim)> {
+        let interest = claim_interest(&meta, &self.driver, &self.me);
+        if interest == ClaimInterest::Ignore {
+            return None;
+        }
+        strip_claim_metadata(&mut meta);
+        let key = ClaimKey::of(&meta)?;
+        Some((key, IndexedClaim { meta, interest }))
+    }
+
+    /// The indexed claim, if kept.
+    pub fn get(&self, key: &ClaimKey) -> Option<&IndexedClaim> {
+        self.claims.get(key)
+    }
+
+    /// Kept claims.
+    pub fn iter(&self) -> impl Iterator<Item = (&ClaimKey, &IndexedClaim)> {
+        self.claims.iter()
+    }
+
+    /// Number of kept claims.
+    pub fn len(&self) -> usize {
+        self.claims.len()
+    }
+
+    /// Whether no claim is kept.
+    pub fn is_empty(&self) -> bool {
+        self.claims.is_empty()
+    }
+
+    /// Whether the initial list has completed (before that, absence means nothing).
+    pub fn is_ready(&self) -> bool {
+        self.ready
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::node::gone::HOSTNAME_LABEL;
+    use crate::testing::{DRIVER, csinode, node, pv, pvc};
+
+    fn meta_of(claim: PersistentVolumeClaim) -> PartialObjectMeta<PersistentVolumeClaim> {
+        PartialObjectMeta {
+            types: None,
+            metadata: claim.metadata,
+            _phantom: std::marker::PhantomData,
+        }
+    }
+
+    #[test]
+    fn node_names_are_label_values_and_overlong_names_are_hashed() {
+        assert_eq!(
+            label_value("ip-10-0-0-1.ec2.internal"),
+            "ip-10-0-0-1.ec2.internal"
+        );
+        let long = format!("{}.example.com", "a".repeat(60));
+        let hashed = label_value(&long);
+        assert!(
+            hashed.starts_with("hash_") && hashed.len() == 21,
+            "{hashed}"
+        );
+        assert!(is_valid_label_value(&hashed));
+        assert_eq!(hashed, label_value(&long), "stable");
+        assert!(!is_valid_label_value("-x") && !is_valid_label_value("x/y"));
+        assert!(is_valid_label_value(names::LABEL_VALUE_ANY_NODE));
+    }
+
+    #[test]
+    fn an_instance_watches_its_node_its_host_name_and_unpinned_pvs() {
+        let values = instance_label_values("n1", Some("n1.internal"));
+        assert_eq!(values, vec!["n1", "n1.internal", "any_node"]);
+        assert_eq!(
+            instance_label_values("n1", Some("n1")),
+            vec!["n1", "any_node"]
+        );
+        assert_eq!(
+            own_pv_selector(DRIVER, &values),
+            "csi-provisioner.rs/driver=mock.csi.test,csi-provisioner.rs/node in (any_node,n1,n1.internal)"
+        );
+        assert_eq!(
+            node_pv_selector(DRIVER, ["dead-1"]),
+            "csi-provisioner.rs/driver=mock.csi.test,csi-provisioner.rs/node in (dead-1)"
+        );
+        assert_eq!(
+            driver_pv_selector(DRIVER),
+            "csi-provisioner.rs/driver=mock.csi.test"
+        );
+        assert_eq!(unlabelled_pv_selector(), "!csi-provisioner.rs/driver");
+        let config = own_pv_watch(DRIVER, "n1", None);
+        assert_eq!(config.page_size, Some(PAGE_SIZE));
+        assert_eq!(
+            config.label_selector.as_deref(),
+            Some(
+                "csi-provisioner.rs/driver=mock.csi.test,csi-provisioner.rs/node in (any_node,n1)"
+            )
+        );
+    }
+
+    #[test]
+    fn new_pvs_are_labelled_with_our_node_only_when_pinned_to_it() {
+        let keys = PerNodeKeys::new(["topology.hostpath.csi/node"]);
+        let pinned = pv("p")
+            .node_affinity([("topology.hostpath.csi/node", "n1")])
+            .build();
+        let labels = new_pv_labels(
+            DRIVER,
+            "n1",
+            pinned.spec.as_ref().unwrap().node_affinity.as_ref(),
+            &keys,
+        );
+        assert_eq!(labels[names::LABEL_PV_NODE], "n1");
+        assert_eq!(labels[names::LABEL_PV_DRIVER], DRIVER);
+        let zonal = pv("p")
+            .node_affinity([("topology.kubernetes.io/zone", "z")])
+            .build();
+        let labels = new_pv_labels(
+            DRIVER,
+            "n1",
+            zonal.spec.as_ref().unwrap().node_affinity.as_ref(),
+            &keys,
+        );
+        assert_eq!(labels[names::LABEL_PV_NODE], "any_node");
+        assert_eq!(
+            new_pv_labels(DRIVER, "n1", None, &keys)[names::LABEL_PV_NODE],
+            "any_node"
+        );
+    }
+
+    #[test]
+    fn the_upgrade_sweep_labels_only_our_unlabelled_pvs() {
+        let keys = PerNodeKeys::default();
+        let legacy = pv("p").node_affinity([(HOSTNAME_LABEL, "host-3")]).build();
+        let labels = existing_pv_labels(&legacy, DRIVER, &keys).unwrap();
+        assert_eq!(labels[names::LABEL_PV_NODE], "host-3");
+        assert_eq!(
+            label_patch(&labels),
+            json!({"metadata": {"labels": {
+                "csi-provisioner.rs/driver": DRIVER,
+                "csi-provisioner.rs/node": "host-3"}}})
+        );
+        let recorded = pv("p")
+            .annotation(names::ANN_NODE_NAME, "n5")
+            .node_affinity([(HOSTNAME_LABEL, "host-5")])
+            .build();
+        assert_eq!(
+            existing_pv_labels(&recorded, DRIVER, &keys).unwrap()[names::LABEL_PV_NODE],
+            "n5"
+        );
+        let done = pv("p")
+            .node_affinity([(HOSTNAME_LABEL, "host-3")])
+            .label(names::LABEL_PV_DRIVER, DRIVER)
+            .label(names::LABEL_PV_NODE, "host-3")
+            .build();
+        assert_eq!(existing_pv_labels(&done, DRIVER, &keys), None);
+        let foreign = pv("p").driver("other.csi").build();
+        assert_eq!(existing_pv_labels(&foreign, DRIVER, &keys), None);
+        let shared = pv("p").build();
+        assert_eq!(
+            existing_pv_labels(&shared, DRIVER, &keys).unwrap()[names::LABEL_PV_NODE],
+            "any_node"
+        );
+    }
+
+    #[test]
+    fn stripping_keeps_only_what_decisions_read() {
+        let mut claim = pvc("ns", "c")
+            .selected_node("n1")
+            .provisioner(DRIVER)
+            .annotation("kubectl.kubernetes.io/last-applied-configuration", "{...}")
+            .label("app", "db")
+            .finalizer(names::FINALIZER_PVC_PROTECTION)
+            .finalizer(names::FINALIZER_PROVISIONING_INTENT)
+            .build()
+            .metadata;
+        strip_claim_metadata(&mut claim);
+        let ann = claim.annotations.as_ref().unwrap();
+        assert_eq!(ann.len(), 2);
+        assert!(ann.contains_key(names::ANN_SELECTED_NODE));
+        assert_eq!(claim.labels, None);
+        assert_eq!(
+            claim.finalizers,
+            Some(vec![names::FINALIZER_PROVISIONING_INTENT.to_owned()])
+        );
+        assert_eq!(claim.uid.as_deref(), Some("uid-ns-c"));
+
+        let keys = PerNodeKeys::default();
+        let mut n = node("n1")
+            .labels([
+                (HOSTNAME_LABEL, "n1"),
+                ("node.kubernetes.io/instance-type", "big"),
+            ])
+            .build()
+            .metadata;
+        strip_node_metadata(&mut n, &keys);
+        assert_eq!(n.labels.unwrap().len(), 1);
+        assert_eq!(n.uid.as_deref(), Some("uid-n1"));
+
+        let mut c = csinode("n1")
+            .driver("other.csi", "x", ["k"])
+            .driver(DRIVER, "n1", ["topology.hostpath.csi/node"])
+            .build();
+        strip_csinode(&mut c, DRIVER);
+        assert_eq!(c.spec.drivers.len(), 1);
+        assert_eq!(c.spec.drivers[0].name, DRIVER);
+    }
+
+    #[test]
+    fn live_instances_are_the_nodes_whose_csinode_lists_our_driver() {
+        let nodes = [
+            csinode("b").driver(DRIVER, "b", ["k"]).build(),
+            csinode("a").driver(DRIVER, "a", ["k"]).build(),
+            csinode("c").driver("other.csi", "c", ["k"]).build(),
+            csinode("d").build(),
+        ];
+        assert_eq!(live_instances(&nodes, DRIVER), vec!["a", "b"]);
+    }
+
+    #[test]
+    fn claim_interest_follows_the_selected_node_and_the_provisioner() {
+        let me = "n1";
+        let mine = pvc("ns", "a")
+            .selected_node("n1")
+            .provisioner(DRIVER)
+            .build();
+        assert_eq!(
+            claim_interest(&mine.metadata, DRIVER, me),
+            ClaimInterest::Provision
+        );
+        let unselected = pvc("ns", "b").provisioner(DRIVER).build();
+        assert_eq!(
+            claim_interest(&unselected.metadata, DRIVER, me),
+            ClaimInterest::Compete
+        );
+        let beta = pvc("ns", "b").beta_provisioner(DRIVER).build();
+        assert_eq!(
+            claim_interest(&beta.metadata, DRIVER, me),
+            ClaimInterest::Compete
+        );
+        let elsewhere = pvc("ns", "c")
+            .selected_node("n2")
+            .provisioner(DRIVER)
+            .build();
+        assert_eq!(
+            claim_interest(&elsewhere.metadata, DRIVER, me),
+            ClaimInterest::SelectedElsewhere("n2".into())
+        );
+        let foreign = pvc("ns", "d").provisioner("other.csi").build();
+        assert_eq!(
+            claim_interest(&foreign.metadata, DRIVER, me),
+            ClaimInterest::Ignore
+        );
+        let waiting_for_consumer = pvc("ns", "e").build();
+        assert_eq!(
+            claim_interest(&waiting_for_consumer.metadata, DRIVER, me),
+            ClaimInterest::Ignore
+        );
+        let bound = pvc("ns", "f")
+            .provisioner(DRIVER)
+            .selected_node("n1")
+            .annotation(names::ANN_BIND_COMPLETED, "yes")
+            .build();
+        assert_eq!(
+            claim_interest(&bound.metadata, DRIVER, me),
+            ClaimInterest::Ignore
+        );
+        let bound_with_intent = pvc("ns", "f")
+            .selected_node("n1")
+            .annotation(names::ANN_BIND_COMPLETED, "yes")
+            .finalizer(names::FINALIZER_PROVISIONING_INTENT)
+            .build();
+        assert_eq!(
+            claim_interest(&bound_with_intent.metadata, DRIVER, me),
+            ClaimInterest::Provision
+        );
+    }
+
+    #[test]
+    fn the_claim_index_keeps_only_interesting_claims_and_reports_changes() {
+        let mut index = InterestingClaims::new(DRIVER, "n1");
+        index.apply(watcher::Event::Init);
+        index.apply(watcher::Event::InitApply(meta_of(
+            pvc("ns", "mine")
+                .selected_node("n1")
+                .provisioner(DRIVER)
+                .build(),
+        )));
+        for i in 0..100 {
+            let other = pvc("ns", &format!("bound-{i}"))
+                .provisioner(DRIVER)
+                .selected_node("n2")
+                .annotation(names::ANN_BIND_COMPLETED, "yes")
+                .build();
+            index.apply(watcher::Event::InitApply(meta_of(other)));
+        }
+        assert!(!index.is_ready());
+        let queued = index.apply(watcher::Event::InitDone);
+        assert!(index.is_ready());
+        assert_eq!(index.len(), 1, "bound claims of other nodes are not kept");
+        assert_eq!(queued.len(), 1);
+
+        let mine = ClaimKey {
+            namespace: "ns".into(),
+            name: "mine".into(),
+        };
+        assert_eq!(index.get(&mine).unwrap().interest, ClaimInterest::Provision);
+
+        // Once bound it is dropped and reported, so its queued work can end.
+        let bound = pvc("ns", "mine")
+            .selected_node("n1")
+            .provisioner(DRIVER)
+            .annotation(names::ANN_BIND_COMPLETED, "yes")
+            .build();
+        assert_eq!(
+            index.apply(watcher::Event::Apply(meta_of(bound.clone()))),
+            vec![mine.clone()]
+        );
+        assert!(index.is_empty());
+        assert_eq!(
+            index.apply(watcher::Event::Apply(meta_of(bound.clone()))),
+            vec![]
+        );
+        assert_eq!(index.apply(watcher::Event::Delete(meta_of(bound))), vec![]);
+
+        let fresh = pvc("ns", "new").provisioner(DRIVER).build();
+        let key = ClaimKey {
+            namespace: "ns".into(),
+            name: "new".into(),
+        };
+        assert_eq!(
+            index.apply(watcher::Event::Apply(meta_of(fresh.clone()))),
+            vec![key.clone()]
+        );
+        assert_eq!(
+            index.apply(watcher::Event::Delete(meta_of(fresh))),
+            vec![key]
+        );
+
+        // A re-list drops claims deleted while disconnected, and reports them.
+        let gone = pvc("ns", "gone").provisioner(DRIVER).build();
+        index.apply(watcher::Event::Apply(meta_of(gone)));
+        index.apply(watcher::Event::Init);
+        let queued = index.apply(watcher::Event::InitDone);
+        assert_eq!(queued.len(), 1);
+        assert!(index.is_empty());
+    }
+}
