@@ -1,7 +1,11 @@
 //! Provisioning: PVC -> CreateVolume -> PV. Pure decisions (which claims, the request, secrets,
 //! topology, the PV object) plus the controller shell that executes them.
 
+pub mod classify;
 pub(crate) mod gofmt;
 pub mod params;
+pub mod pv;
+pub mod quantity;
+pub mod request;
 pub mod secrets;
 pub mod topology;

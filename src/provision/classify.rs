@@ -1,0 +1,165 @@
+//! What a failed CreateVolume means for the claim (upstream `checkError`, reference §4.5): may the
+//! volume still be in the making, should the scheduler pick another node, or is it a final answer.
+
+use tonic::Code;
+
+/// Upstream's provisioning states. Only [`ProvisioningState::InBackground`] says the volume may
+/// exist or still appear; with the durable intent on the claim, the shell keeps the intent for
+/// every state except a success.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ProvisioningState {
+    /// The operation ended (failed for sure, nothing in progress). Still retried with backoff.
+    Finished,
+    /// The driver may still be creating the volume: retry the same request, even if the claim
+    /// is deleted meanwhile.
+    InBackground,
+    /// Failed before anything reached the driver; the previous state stands.
+    NoChange,
+    /// Give up on this node: clear `volume.kubernetes.io/selected-node` so the scheduler picks again.
+    Reschedule,
+}
+
+impl ProvisioningState {
+    /// Upstream's string for the state (logs and metrics).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProvisioningState::Finished => "Finished",
+            ProvisioningState::InBackground => "Background",
+            ProvisioningState::NoChange => "NoChange",
+            ProvisioningState::Reschedule => "Reschedule",
+        }
+    }
+}
+
+/// `may_reschedule` as upstream computes it: the driver supports topology and a node is selected.
+pub fn may_reschedule(topology_supported: bool, selected_node: Option<&str>) -> bool {
+    topology_supported && selected_node.is_some_and(|n| !n.is_empty())
+}
+
+/// The state of a CreateVolume that failed with gRPC `code`. Our own `--timeout` expiring shows
+/// up as `Cancelled` or `DeadlineExceeded`: both mean the driver may still be working.
+pub fn provisioning_state(code: Code, may_reschedule: bool) -> ProvisioningState {
+    use ProvisioningState::*;
+    match code {
+        // CSI: no capacity in the requested topology; another node may have some.
+        Code::ResourceExhausted if may_reschedule => Reschedule,
+        Code::ResourceExhausted => Finished,
+        // Client-side cancel/timeout, server going away, or CSI "operation pending".
+        Code::Cancelled | Code::DeadlineExceeded | Code::Unavailable | Code::Aborted => {
+            InBackground
+        }
+        // The driver answered: nothing is in progress.
+        Code::Ok
+        | Code::Unknown
+        | Code::InvalidArgument
+        | Code::NotFound
+        | Code::AlreadyExists
+        | Code::PermissionDenied
+        | Code::FailedPrecondition
+        | Code::OutOfRange
+        | Code::Unimplemented
+        | Code::Internal
+        | Code::DataLoss
+        | Code::Unauthenticated => Finished,
+    }
+}
+
+/// The state of a CreateVolume failure that may not be a gRPC status at all (transport failure
+/// before or during the call): upstream treats those as possibly in progress.
+pub fn state_of_failure(status: Option<&tonic::Status>, may_reschedule: bool) -> ProvisioningState {
+    status.map_or(ProvisioningState::InBackground, |s| {
+        provisioning_state(s.code(), may_reschedule)
+    })
+}
+
+/// `InvalidArgument` is "infeasible": the claim is held back for 5 minutes unless its
+/// StorageClass changes (see [`crate::retry::InfeasibleHold`]).
+pub fn is_infeasible(code: Code) -> bool {
+    code == Code::InvalidArgument
+}
+
+/// Upstream's ProvisioningFailed message for an infeasible failure.
+pub fn infeasible_event_message(error: &str) -> String {
+    format!("Volume provisioning failed with infeasible error. Retries will be delayed. {error}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ProvisioningState::*;
+
+    const ALL_CODES: [Code; 17] = [
+        Code::Ok,
+        Code::Cancelled,
+        Code::Unknown,
+        Code::InvalidArgument,
+        Code::DeadlineExceeded,
+        Code::NotFound,
+        Code::AlreadyExists,
+        Code::PermissionDenied,
+        Code::ResourceExhausted,
+        Code::FailedPrecondition,
+        Code::Aborted,
+        Code::OutOfRange,
+        Code::Unimplemented,
+        Code::Internal,
+        Code::Unavailable,
+        Code::DataLoss,
+        Code::Unauthenticated,
+    ];
+
+    /// Upstream `TestProvisionErrorHandling`: every code × (topology, node selected).
+    #[test]
+    fn every_grpc_code_maps_to_upstreams_state() {
+        for code in ALL_CODES {
+            for topology in [false, true] {
+                for node in [None, Some("n1")] {
+                    let may = may_reschedule(topology, node);
+                    let want = match code {
+                        Code::ResourceExhausted if topology && node.is_some() => Reschedule,
+                        Code::Cancelled
+                        | Code::DeadlineExceeded
+                        | Code::Unavailable
+                        | Code::Aborted => InBackground,
+                        _ => Finished,
+                    };
+                    assert_eq!(
+                        provisioning_state(code, may),
+                        want,
+                        "{code:?} topology={topology} node={node:?}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn failures_without_a_grpc_status_may_still_be_in_progress() {
+        assert_eq!(state_of_failure(None, true), InBackground);
+        let status = tonic::Status::invalid_argument("bad");
+        assert_eq!(state_of_failure(Some(&status), true), Finished);
+    }
+
+    #[test]
+    fn an_empty_selected_node_never_reschedules() {
+        assert!(!may_reschedule(true, Some("")));
+        assert!(!may_reschedule(false, Some("n1")));
+    }
+
+    #[test]
+    fn only_invalid_argument_is_infeasible() {
+        for code in ALL_CODES {
+            assert_eq!(is_infeasible(code), code == Code::InvalidArgument);
+        }
+        assert_eq!(
+            infeasible_event_message("rpc error: bad size"),
+            "Volume provisioning failed with infeasible error. Retries will be delayed. rpc error: bad size"
+        );
+    }
+
+    #[test]
+    fn state_strings_are_upstreams() {
+        let all = [Finished, InBackground, NoChange, Reschedule].map(ProvisioningState::as_str);
+        assert_eq!(all, ["Finished", "Background", "NoChange", "Reschedule"]);
+    }
+}

@@ -1,0 +1,487 @@
+//! The PersistentVolume for a created volume (reference §4.7), and the checks on the driver's
+//! answer that must pass before a PV is written (§4.6): a missing volume, an empty id, too little
+//! capacity or a missing content source are errors, and the volume is deleted again by the shell.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{
+    CSIPersistentVolumeSource, ObjectReference, PersistentVolume, PersistentVolumeClaim,
+    PersistentVolumeSpec, SecretReference,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+use super::quantity::bytes_to_quantity;
+use super::secrets::{SecretRef, SecretRefs};
+use super::topology::volume_node_affinity;
+use crate::csi::v1::{CreateVolumeResponse, Topology};
+use crate::names;
+
+/// Everything about the PV that is known before CreateVolume (built by the plan).
+#[derive(Debug, Clone, PartialEq)]
+pub struct PvTemplate {
+    /// PV name = volume name.
+    pub name: String,
+    /// `spec.csi.driver`.
+    pub driver: String,
+    /// `pv.kubernetes.io/provisioned-by`: the StorageClass provisioner.
+    pub provisioned_by: String,
+    /// Stored under `storage.kubernetes.io/csiProvisionerIdentity` in the volume attributes.
+    pub provisioner_identity: String,
+    /// `spec.claimRef`.
+    pub claim_ref: ObjectReference,
+    /// `spec.storageClassName`.
+    pub class_name: String,
+    /// `spec.accessModes` (the claim's).
+    pub access_modes: Vec<String>,
+    /// `spec.mountOptions` (the class's).
+    pub mount_options: Option<Vec<String>>,
+    /// `spec.persistentVolumeReclaimPolicy` (the class's; the API server defaults it to Delete).
+    pub reclaim_policy: Option<String>,
+    /// `spec.volumeMode` (the claim's, if set).
+    pub volume_mode: Option<String>,
+    /// Block volumes carry no fsType.
+    pub block: bool,
+    /// `spec.csi.fsType` for mount volumes (omitted when empty).
+    pub fs_type: String,
+    /// The resolved secret references of the class.
+    pub secrets: SecretRefs,
+    /// `spec.csi.readOnly`.
+    pub read_only: bool,
+    /// Whether to write `spec.nodeAffinity` from the driver's accessible topology.
+    pub topology: bool,
+    /// `spec.volumeAttributesClassName`.
+    pub volume_attributes_class: Option<String>,
+    /// Requested bytes (used when the driver reports capacity 0).
+    pub required_bytes: i64,
+    /// The claim has a data source, so the answer must report a content source.
+    pub expects_content_source: bool,
+    /// Node mode: the node the volume lives on, as `(name, uid)` annotations.
+    pub node: Option<(String, Option<String>)>,
+}
+
+/// A driver answer that was accepted.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CreatedVolume {
+    /// The volume id (PV `volumeHandle`).
+    pub volume_id: String,
+    /// Capacity to record: the driver's, or the request when it reported 0 ("unknown").
+    pub capacity_bytes: i64,
+    /// The driver's volume context.
+    pub volume_context: BTreeMap<String, String>,
+    /// The driver's accessible topology.
+    pub accessible_topology: Vec<Topology>,
+}
+
+/// A CreateVolume answer that cannot become a PV. `Display` is upstream's text where upstream
+/// has one.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AnswerError {
+    /// `CreateVolumeResponse.volume` is missing (upstream panics).
+    #[error(
+        "CreateVolume for {name} succeeded without returning a volume, which violates the CSI spec: report this to the driver's maintainers"
+    )]
+    NoVolume {
+        /// The volume name.
+        name: String,
+    },
+    /// The volume id is empty, so the volume can be neither recorded nor deleted.
+    #[error(
+        "CreateVolume for {name} returned an empty volume_id, which violates the CSI spec: check the driver for a volume named {name} and report this to the driver's maintainers"
+    )]
+    EmptyVolumeId {
+        /// The volume name.
+        name: String,
+    },
+    /// The volume is smaller than requested.
+    #[error("created volume capacity {capacity} less than requested capacity {requested}")]
+    CapacityTooSmall {
+        /// The id of the volume to delete again.
+        volume_id: String,
+        /// Reported bytes.
+        capacity: i64,
+        /// Requested bytes.
+        requested: i64,
+    },
+    /// The claim has a data source but the driver did not say it used it.
+    #[error("volume content source missing")]
+    ContentSourceMissing {
+        /// The id of the volume to delete again.
+        volume_id: String,
+    },
+}
+
+impl AnswerError {
+    /// The volume the shell must delete before reporting the error (upstream's cleanup).
+    pub fn volume_to_delete(&self) -> Option<&str> {
+        match self {
+            AnswerError::CapacityTooSmall { volume_id, .. }
+            | AnswerError::ContentSourceMissing { volume_id } => Some(volume_id),
+            AnswerError::NoVolume { .. } | AnswerError::EmptyVolumeId { .. } => None,
+        }
+    }
+
+    /// Upstream's message when deleting the volume again failed as well.
+    pub fn with_failed_cleanup(&self, pv_name: &str, cleanup_error: &str) -> String {
+        // Upstream capitalises only the capacity case.
+        let cleanup = match self {
+            AnswerError::ContentSourceMissing { .. } => "cleanup",
+            _ => "Cleanup",
+        };
+        format!("{self}. {cleanup} of volume {pv_name} failed, volume is orphaned: {cleanup_error}")
+    }
+}
+
+/// Checks the driver's answer against the request.
+pub fn accept_answer(
+    template: &PvTemplate,
+    response: &CreateVolumeResponse,
+) -> Result<CreatedVolume, AnswerError> {
+    let name = template.name.clone();
+    let volume = response
+        .volume
+        .as_ref()
+        .ok_or(AnswerError::NoVolume { name: name.clone() })?;
+    if volume.volume_id.is_empty() {
+        return Err(AnswerError::EmptyVolumeId { name });
+    }
+    let capacity_bytes = match volume.capacity_bytes {
+        // CSI: 0 means unknown; the API server needs a size, so record the request.
+        0 => template.required_bytes,
+        c if c < template.required_bytes => {
+            return Err(AnswerError::CapacityTooSmall {
+                volume_id: volume.volume_id.clone(),
+                capacity: c,
+                requested: template.required_bytes,
+            });
+        }
+        c => c,
+    };
+    if template.expects_content_source && volume.content_source.is_none() {
+        return Err(AnswerError::ContentSourceMissing {
+            volume_id: volume.volume_id.clone(),
+        });
+    }
+    Ok(CreatedVolume {
+        volume_id: volume.volume_id.clone(),
+        capacity_bytes,
+        volume_context: volume
+            .volume_context
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
+        accessible_topology: volume.accessible_topology.clone(),
+    })
+}
+
+/// The claimRef upstream writes: kind, apiVersion, namespace, name, uid and resourceVersion.
+pub fn claim_ref(claim: &PersistentVolumeClaim) -> ObjectReference {
+    ObjectReference {
+        api_version: Some("v1".to_owned()),
+        kind: Some("PersistentVolumeClaim".to_owned()),
+        namespace: claim.metadata.namespace.clone(),
+        name: claim.metadata.name.clone(),
+        uid: claim.metadata.uid.clone(),
+        resource_version: claim.metadata.resource_version.clone(),
+        ..ObjectReference::default()
+    }
+}
+
+fn secret_ref(r: &Option<SecretRef>) -> Option<SecretReference> {
+    r.as_ref().map(SecretReference::from)
+}
+
+/// The PV object to create.
+pub fn build_pv(template: &PvTemplate, volume: &CreatedVolume) -> PersistentVolume {
+    let t = template;
+    let mut annotations = BTreeMap::new();
+    annotations.insert(
+        names::ANN_PROVISIONED_BY.to_owned(),
+        t.provisioned_by.clone(),
+    );
+    // Always present (possibly empty): their presence tells the deleter not to consult the class.
+    let deletion = t.secrets.provisioner.clone().unwrap_or(SecretRef {
+        name: String::new(),
+        namespace: String::new(),
+    });
+    annotations.insert(names::ANN_DELETION_SECRET_NAME.to_owned(), deletion.name);
+    annotations.insert(
+        names::ANN_DELETION_SECRET_NAMESPACE.to_owned(),
+        deletion.namespace,
+    );
+    if let Some(modify) = &t.secrets.controller_modify {
+        annotations.insert(
+            names::ANN_MODIFY_SECRET_NAME.to_owned(),
+            modify.name.clone(),
+        );
+        annotations.insert(
+            names::ANN_MODIFY_SECRET_NAMESPACE.to_owned(),
+            modify.namespace.clone(),
+        );
+    }
+    if let Some((node, uid)) = &t.node {
+        annotations.insert(names::ANN_NODE_NAME.to_owned(), node.clone());
+        if let Some(uid) = uid {
+            annotations.insert(names::ANN_NODE_UID.to_owned(), uid.clone());
+        }
+    }
+
+    let mut attributes = BTreeMap::new();
+    attributes.insert(
+        names::VOLUME_ATTR_PROVISIONER_IDENTITY.to_owned(),
+        t.provisioner_identity.clone(),
+    );
+    attributes.extend(volume.volume_context.clone());
+
+    let mut capacity = BTreeMap::new();
+    capacity.insert(
+        "storage".to_owned(),
+        Quantity(bytes_to_quantity(volume.capacity_bytes)),
+    );
+
+    PersistentVolume {
+        metadata: ObjectMeta {
+            name: Some(t.name.clone()),
+            annotations: Some(annotations),
+            finalizers: Some(vec![names::FINALIZER_PV_DELETION_PROTECTION.to_owned()]),
+            ..ObjectMeta::default()
+        },
+        spec: Some(PersistentVolumeSpec {
+            access_modes: Some(t.access_modes.clone()),
+            mount_options: t.mount_options.clone(),
+            capacity: Some(capacity),
+            csi: Some(CSIPersistentVolumeSource {
+                driver: t.driver.clone(),
+                volume_handle: volume.volume_id.clone(),
+                volume_attributes: Some(attributes),
+                read_only: t.read_only.then_some(true),
+                fs_type: (!t.block && !t.fs_type.is_empty()).then(|| t.fs_type.clone()),
+                controller_publish_secret_ref: secret_ref(&t.secrets.controller_publish),
+                node_stage_secret_ref: secret_ref(&t.secrets.node_stage),
+                node_publish_secret_ref: secret_ref(&t.secrets.node_publish),
+                controller_expand_secret_ref: secret_ref(&t.secrets.controller_expand),
+                node_expand_secret_ref: secret_ref(&t.secrets.node_expand),
+            }),
+            persistent_volume_reclaim_policy: t.reclaim_policy.clone(),
+            node_affinity: if t.topology {
+                volume_node_affinity(&volume.accessible_topology)
+            } else {
+                None
+            },
+            volume_mode: t.volume_mode.clone(),
+            claim_ref: Some(t.claim_ref.clone()),
+            storage_class_name: Some(t.class_name.clone()),
+            volume_attributes_class_name: t.volume_attributes_class.clone(),
+            ..PersistentVolumeSpec::default()
+        }),
+        status: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::csi::v1::{Volume, VolumeContentSource};
+    use crate::testing::{DRIVER, pvc};
+
+    fn template() -> PvTemplate {
+        let claim = pvc("ns", "data")
+            .uid("uid-1")
+            .resource_version("42")
+            .build();
+        PvTemplate {
+            name: "pvc-uid-1".to_owned(),
+            driver: DRIVER.to_owned(),
+            provisioned_by: DRIVER.to_owned(),
+            provisioner_identity: "1700000000000-1234-mock.csi.test".to_owned(),
+            claim_ref: claim_ref(&claim),
+            class_name: "fast".to_owned(),
+            access_modes: vec!["ReadWriteOnce".to_owned()],
+            mount_options: None,
+            reclaim_policy: None,
+            volume_mode: None,
+            block: false,
+            fs_type: String::new(),
+            secrets: SecretRefs::default(),
+            read_only: false,
+            topology: false,
+            volume_attributes_class: None,
+            required_bytes: 1 << 30,
+            expects_content_source: false,
+            node: None,
+        }
+    }
+
+    fn answer(capacity: i64, id: &str) -> CreateVolumeResponse {
+        CreateVolumeResponse {
+            volume: Some(Volume {
+                capacity_bytes: capacity,
+                volume_id: id.to_owned(),
+                volume_context: [("k".to_owned(), "v".to_owned())].into(),
+                content_source: None,
+                accessible_topology: vec![],
+            }),
+        }
+    }
+
+    #[test]
+    fn normal_provision_writes_upstreams_pv() {
+        let t = template();
+        let v = accept_answer(&t, &answer(1 << 30, "vol-1")).unwrap();
+        let pv = build_pv(&t, &v);
+        let ann = pv.metadata.annotations.as_ref().unwrap();
+        assert_eq!(pv.metadata.name.as_deref(), Some("pvc-uid-1"));
+        assert_eq!(ann[names::ANN_PROVISIONED_BY], DRIVER);
+        assert_eq!(ann[names::ANN_DELETION_SECRET_NAME], "");
+        assert_eq!(ann[names::ANN_DELETION_SECRET_NAMESPACE], "");
+        assert!(!ann.contains_key(names::ANN_MODIFY_SECRET_NAME));
+        assert_eq!(
+            pv.metadata.finalizers,
+            Some(vec![names::FINALIZER_PV_DELETION_PROTECTION.to_owned()])
+        );
+        let spec = pv.spec.unwrap();
+        assert_eq!(spec.capacity.unwrap()["storage"].0, "1Gi");
+        let csi = spec.csi.unwrap();
+        assert_eq!(csi.volume_handle, "vol-1");
+        assert_eq!(csi.driver, DRIVER);
+        assert_eq!(csi.fs_type, None);
+        assert_eq!(csi.read_only, None);
+        let attrs = csi.volume_attributes.unwrap();
+        assert_eq!(
+            attrs[names::VOLUME_ATTR_PROVISIONER_IDENTITY],
+            "1700000000000-1234-mock.csi.test"
+        );
+        assert_eq!(attrs["k"], "v");
+        let claim_ref = spec.claim_ref.unwrap();
+        assert_eq!(claim_ref.uid.as_deref(), Some("uid-1"));
+        assert_eq!(claim_ref.resource_version.as_deref(), Some("42"));
+        assert_eq!(claim_ref.kind.as_deref(), Some("PersistentVolumeClaim"));
+        assert_eq!(spec.storage_class_name.as_deref(), Some("fast"));
+        assert_eq!(spec.persistent_volume_reclaim_policy, None);
+        assert_eq!(spec.node_affinity, None);
+    }
+
+    #[test]
+    fn class_settings_secrets_and_mode_reach_the_pv() {
+        let mut t = template();
+        t.mount_options = Some(vec!["noatime".to_owned()]);
+        t.reclaim_policy = Some("Retain".to_owned());
+        t.fs_type = "xfs".to_owned();
+        t.read_only = true;
+        t.volume_attributes_class = Some("gold".to_owned());
+        t.secrets.provisioner = Some(SecretRef::new("prov", "ns1"));
+        t.secrets.node_stage = Some(SecretRef::new("stage", "ns2"));
+        t.secrets.controller_modify = Some(SecretRef::new("mod", "ns3"));
+        t.node = Some(("n1".to_owned(), Some("uid-n1".to_owned())));
+        let pv = build_pv(&t, &accept_answer(&t, &answer(2 << 30, "vol-1")).unwrap());
+        let ann = pv.metadata.annotations.unwrap();
+        assert_eq!(ann[names::ANN_DELETION_SECRET_NAME], "prov");
+        assert_eq!(ann[names::ANN_DELETION_SECRET_NAMESPACE], "ns1");
+        assert_eq!(ann[names::ANN_MODIFY_SECRET_NAME], "mod");
+        assert_eq!(ann[names::ANN_MODIFY_SECRET_NAMESPACE], "ns3");
+        assert_eq!(ann[names::ANN_NODE_NAME], "n1");
+        assert_eq!(ann[names::ANN_NODE_UID], "uid-n1");
+        let spec = pv.spec.unwrap();
+        assert_eq!(spec.mount_options, Some(vec!["noatime".to_owned()]));
+        assert_eq!(
+            spec.persistent_volume_reclaim_policy.as_deref(),
+            Some("Retain")
+        );
+        assert_eq!(spec.volume_attributes_class_name.as_deref(), Some("gold"));
+        assert_eq!(spec.capacity.unwrap()["storage"].0, "2Gi");
+        let csi = spec.csi.unwrap();
+        assert_eq!(csi.fs_type.as_deref(), Some("xfs"));
+        assert_eq!(csi.read_only, Some(true));
+        assert_eq!(
+            csi.node_stage_secret_ref,
+            Some(SecretReference {
+                name: Some("stage".to_owned()),
+                namespace: Some("ns2".to_owned())
+            })
+        );
+        assert_eq!(csi.node_publish_secret_ref, None);
+        assert_eq!(csi.controller_publish_secret_ref, None);
+    }
+
+    #[test]
+    fn block_volumes_carry_no_fs_type() {
+        let mut t = template();
+        t.block = true;
+        t.fs_type = "ext4".to_owned();
+        t.volume_mode = Some("Block".to_owned());
+        let spec = build_pv(&t, &accept_answer(&t, &answer(0, "v")).unwrap())
+            .spec
+            .unwrap();
+        assert_eq!(spec.volume_mode.as_deref(), Some("Block"));
+        assert_eq!(spec.csi.unwrap().fs_type, None);
+    }
+
+    #[test]
+    fn topology_answer_becomes_node_affinity_only_with_topology() {
+        let mut t = template();
+        let mut resp = answer(0, "v");
+        resp.volume.as_mut().unwrap().accessible_topology = vec![Topology {
+            segments: [("zone".to_owned(), "z1".to_owned())].into(),
+        }];
+        let v = accept_answer(&t, &resp).unwrap();
+        assert_eq!(build_pv(&t, &v).spec.unwrap().node_affinity, None);
+        t.topology = true;
+        let expected = crate::testing::pv("x")
+            .node_affinity([("zone", "z1")])
+            .build();
+        assert_eq!(
+            build_pv(&t, &v).spec.unwrap().node_affinity,
+            expected.spec.unwrap().node_affinity
+        );
+    }
+
+    /// "provision with size 0" and "fail vol with less capacity".
+    #[test]
+    fn capacity_zero_means_the_request_and_less_is_an_error() {
+        let t = template();
+        let v = accept_answer(&t, &answer(0, "v")).unwrap();
+        assert_eq!(v.capacity_bytes, 1 << 30);
+        let err = accept_answer(&t, &answer(100, "vol-small")).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "created volume capacity 100 less than requested capacity 1073741824"
+        );
+        assert_eq!(err.volume_to_delete(), Some("vol-small"));
+        assert_eq!(
+            err.with_failed_cleanup("pvc-uid-1", "rpc error: boom"),
+            "created volume capacity 100 less than requested capacity 1073741824. Cleanup of volume pvc-uid-1 failed, volume is orphaned: rpc error: boom"
+        );
+        assert_eq!(
+            accept_answer(&t, &answer((1 << 30) + 1, "v"))
+                .unwrap()
+                .capacity_bytes,
+            (1 << 30) + 1
+        );
+    }
+
+    #[test]
+    fn broken_answers_are_errors_not_panics() {
+        let t = template();
+        let err = accept_answer(&t, &CreateVolumeResponse { volume: None }).unwrap_err();
+        assert_eq!(err.volume_to_delete(), None);
+        assert!(err.to_string().contains("pvc-uid-1"));
+        let err = accept_answer(&t, &answer(1 << 30, "")).unwrap_err();
+        assert!(matches!(err, AnswerError::EmptyVolumeId { .. }));
+        assert_eq!(err.volume_to_delete(), None);
+    }
+
+    #[test]
+    fn a_cloned_or_restored_volume_must_report_its_source() {
+        let mut t = template();
+        t.expects_content_source = true;
+        let err = accept_answer(&t, &answer(1 << 30, "v")).unwrap_err();
+        assert_eq!(err.to_string(), "volume content source missing");
+        assert_eq!(
+            err.with_failed_cleanup("p", "e"),
+            "volume content source missing. cleanup of volume p failed, volume is orphaned: e"
+        );
+        let mut resp = answer(1 << 30, "v");
+        resp.volume.as_mut().unwrap().content_source = Some(VolumeContentSource { r#type: None });
+        assert!(accept_answer(&t, &resp).is_ok());
+    }
+}

@@ -1,0 +1,193 @@
+//! Kubernetes resource quantities for storage sizes: parsing a claim's request to bytes (rounded
+//! up, as `Quantity.Value()`), and printing bytes the way `resource.NewQuantity(n, BinarySI)`
+//! does, so PV capacities read exactly like upstream's.
+
+/// Why a quantity string is not a usable size.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum QuantityError {
+    /// Not of the form `<number><suffix>` (e.g. `10Gi`, `500M`, `1.5Ti`, `1e9`).
+    #[error(
+        "quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"
+    )]
+    Syntax,
+    /// A negative size.
+    #[error("size must not be negative")]
+    Negative,
+    /// Larger than 2^63-1 bytes.
+    #[error("size is too large")]
+    TooLarge,
+}
+
+/// Bytes of a quantity string, rounded up to a whole byte.
+pub fn parse_quantity(s: &str) -> Result<i64, QuantityError> {
+    let (negative, rest) = match s.as_bytes().first() {
+        Some(b'+') => (false, &s[1..]),
+        Some(b'-') => (true, &s[1..]),
+        _ => (false, s),
+    };
+    let number_len = rest
+        .bytes()
+        .take_while(|b| b.is_ascii_digit() || *b == b'.')
+        .count();
+    let (number, suffix) = rest.split_at(number_len);
+    let (int_part, frac_part) = number.split_once('.').unwrap_or((number, ""));
+    if frac_part.contains('.') || (int_part.is_empty() && frac_part.is_empty()) {
+        return Err(QuantityError::Syntax);
+    }
+    let (binary_shift, decimal_exp) = parse_suffix(suffix)?;
+
+    // mantissa · 2^binary_shift · 10^(decimal_exp − fraction digits), rounded up.
+    let digits = format!("{int_part}{frac_part}");
+    let digits = digits.trim_start_matches('0');
+    if digits.is_empty() {
+        return Ok(0);
+    }
+    if negative {
+        return Err(QuantityError::Negative);
+    }
+    if digits.len() > 38 {
+        return Err(QuantityError::TooLarge);
+    }
+    let mantissa: u128 = digits.parse().map_err(|_| QuantityError::Syntax)?;
+    let scaled = mantissa
+        .checked_mul(1u128 << binary_shift)
+        .ok_or(QuantityError::TooLarge)?;
+    let exp = decimal_exp - i64::try_from(frac_part.len()).map_err(|_| QuantityError::Syntax)?;
+    let value = if exp >= 0 {
+        let factor = u32::try_from(exp)
+            .ok()
+            .and_then(|e| 10u128.checked_pow(e))
+            .ok_or(QuantityError::TooLarge)?;
+        scaled.checked_mul(factor).ok_or(QuantityError::TooLarge)?
+    } else {
+        match u32::try_from(-exp).ok().and_then(|e| 10u128.checked_pow(e)) {
+            Some(divisor) => scaled.div_ceil(divisor),
+            // Smaller than one byte, but not zero: rounds up to one.
+            None => 1,
+        }
+    };
+    i64::try_from(value).map_err(|_| QuantityError::TooLarge)
+}
+
+/// `(binary shift, decimal exponent)` of a suffix.
+fn parse_suffix(suffix: &str) -> Result<(u32, i64), QuantityError> {
+    Ok(match suffix {
+        "" => (0, 0),
+        "Ki" => (10, 0),
+        "Mi" => (20, 0),
+        "Gi" => (30, 0),
+        "Ti" => (40, 0),
+        "Pi" => (50, 0),
+        "Ei" => (60, 0),
+        "n" => (0, -9),
+        "u" => (0, -6),
+        "m" => (0, -3),
+        "k" => (0, 3),
+        "M" => (0, 6),
+        "G" => (0, 9),
+        "T" => (0, 12),
+        "P" => (0, 15),
+        "E" => (0, 18),
+        _ => {
+            let exp = suffix
+                .strip_prefix('e')
+                .or_else(|| suffix.strip_prefix('E'))
+                .ok_or(QuantityError::Syntax)?;
+            let digits = exp.strip_prefix(['+', '-']).unwrap_or(exp);
+            if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+                return Err(QuantityError::Syntax);
+            }
+            (0, exp.parse().map_err(|_| QuantityError::TooLarge)?)
+        }
+    })
+}
+
+/// `resource.NewQuantity(bytes, BinarySI).String()`: the largest binary suffix that divides the
+/// value exactly (`5Gi`, `1536Ki`), no suffix otherwise (`1500`); values below 1024 print in
+/// decimal SI, as upstream (`1000` is `1k`).
+pub fn bytes_to_quantity(bytes: i64) -> String {
+    if bytes.unsigned_abs() < 1024 {
+        return if bytes != 0 && bytes % 1000 == 0 {
+            format!("{}k", bytes / 1000)
+        } else {
+            bytes.to_string()
+        };
+    }
+    let mut amount = bytes;
+    let mut exponent = 0;
+    while amount % 1024 == 0 && exponent < 6 {
+        amount /= 1024;
+        exponent += 1;
+    }
+    let suffix = ["", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei"][exponent];
+    format!("{amount}{suffix}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn claim_sizes_parse_to_bytes_rounding_up() {
+        let cases = [
+            ("1Gi", 1 << 30),
+            ("10Gi", 10 << 30),
+            ("1.5Gi", 3 << 29),
+            ("500M", 500_000_000),
+            ("1G", 1_000_000_000),
+            ("1e3", 1000),
+            ("1E3", 1000),
+            ("2k", 2000),
+            ("100", 100),
+            ("+5Ki", 5120),
+            ("0", 0),
+            ("0.0", 0),
+            (".5Ki", 512),
+            ("1.", 1),
+            ("100m", 1),
+            ("1500m", 2),
+            ("1n", 1),
+            ("1e-20", 1),
+            ("7Ei", 7 << 60),
+        ];
+        for (input, want) in cases {
+            assert_eq!(parse_quantity(input), Ok(want), "{input}");
+        }
+    }
+
+    #[test]
+    fn malformed_sizes_are_rejected() {
+        for bad in [
+            "", "abc", "1Gb", "1..5", "Gi", "1 Gi", "1e", "1e+", "--1", "1Zi",
+        ] {
+            assert_eq!(parse_quantity(bad), Err(QuantityError::Syntax), "{bad:?}");
+        }
+        assert_eq!(parse_quantity("-1Gi"), Err(QuantityError::Negative));
+        assert_eq!(parse_quantity("-0"), Ok(0));
+        assert_eq!(parse_quantity("8Ei"), Err(QuantityError::TooLarge));
+        assert_eq!(parse_quantity("1e30"), Err(QuantityError::TooLarge));
+        assert_eq!(parse_quantity("1e400"), Err(QuantityError::TooLarge));
+    }
+
+    /// Upstream `TestBytesToQuantity`-style expectations.
+    #[test]
+    fn bytes_print_as_binary_si_quantities() {
+        let cases = [
+            (5 << 30, "5Gi"),
+            ((11 << 30) / 2, "5632Mi"),
+            ((11 << 20) / 2, "5632Ki"),
+            (1 << 20, "1Mi"),
+            (1024, "1Ki"),
+            (1500, "1500"),
+            (2000, "2000"),
+            (1000, "1k"),
+            (999, "999"),
+            (1, "1"),
+            (0, "0"),
+            (7 << 60, "7Ei"),
+        ];
+        for (bytes, want) in cases {
+            assert_eq!(bytes_to_quantity(bytes), want, "{bytes}");
+        }
+    }
+}
