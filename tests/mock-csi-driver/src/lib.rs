@@ -22,6 +22,7 @@ pub mod csi {
 }
 
 pub mod cli;
+pub mod client;
 pub mod config;
 pub mod control;
 pub mod controller;
@@ -33,6 +34,7 @@ pub mod server;
 pub mod service;
 pub mod store;
 
+pub use client::connect;
 pub use config::{CRASH_EXIT_CODE, Config, ControllerCap, FaultRule, Misbehaviour, Trigger};
 pub use control::{ControlClient, ControlError, ControlRequest, ControlResponse};
 pub use driver::{PoolDump, StateDump};

@@ -77,26 +77,50 @@ impl MockDriverProcess {
         control: &Path,
         args: &[String],
     ) -> Result<Self, ProcessError> {
+        Self::spawn_inner(endpoint, control, args, None).await
+    }
+
+    /// Like [`MockDriverProcess::spawn`], with stdout and stderr appended to `log`.
+    pub async fn spawn_logging_to(
+        endpoint: &Path,
+        control: &Path,
+        args: &[String],
+        log: &Path,
+    ) -> Result<Self, ProcessError> {
+        Self::spawn_inner(endpoint, control, args, Some(log)).await
+    }
+
+    async fn spawn_inner(
+        endpoint: &Path,
+        control: &Path,
+        args: &[String],
+        log: Option<&Path>,
+    ) -> Result<Self, ProcessError> {
         let binary = binary_path()?;
-        let mut child = tokio::process::Command::new(&binary)
-            .arg("--endpoint")
+        let io_err = |source| ProcessError::Spawn {
+            binary: binary.clone(),
+            source,
+        };
+        let mut cmd = tokio::process::Command::new(&binary);
+        cmd.arg("--endpoint")
             .arg(format!("unix://{}", endpoint.display()))
             .arg("--control")
             .arg(control)
             .args(args)
             .stdin(Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
-            .map_err(|source| ProcessError::Spawn {
-                binary: binary.clone(),
-                source,
-            })?;
+            .kill_on_drop(true);
+        if let Some(log) = log {
+            let file = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(log)
+                .map_err(io_err)?;
+            cmd.stdout(file.try_clone().map_err(io_err)?).stderr(file);
+        }
+        let mut child = cmd.spawn().map_err(io_err)?;
         let deadline = tokio::time::Instant::now() + START_TIMEOUT;
         let control = loop {
-            if let Some(status) = child.try_wait().map_err(|source| ProcessError::Spawn {
-                binary: binary.clone(),
-                source,
-            })? {
+            if let Some(status) = child.try_wait().map_err(io_err)? {
                 return Err(ProcessError::ExitedEarly(status));
             }
             // A stale socket file from an earlier run may still exist: only a driver that answers
