@@ -514,3 +514,89 @@ async fn delete_with_uid_never_deletes_a_recreated_object() {
         DeleteOutcome::Gone
     );
 }
+
+// === Against kube-sim (the API server semantics the e2e tests run on) ===
+
+mod against_kube_sim {
+    use k8s_openapi::api::core::v1::PersistentVolume;
+    use kube::Api;
+    use kube::api::{DeleteParams, PostParams};
+    use kube_sim::{Sim, SimConfig};
+
+    use super::{ATTACHER, OURS};
+    use crate::k8s::patch::*;
+    use crate::testing::pv;
+
+    async fn sim_with(obj: PersistentVolume) -> (Sim, Api<PersistentVolume>, PersistentVolume) {
+        let sim = Sim::start(SimConfig::bare()).await.unwrap();
+        let api: Api<PersistentVolume> = Api::all(sim.client());
+        let mut obj = obj;
+        obj.metadata.uid = None;
+        obj.metadata.resource_version = None;
+        let created = api.create(&PostParams::default(), &obj).await.unwrap();
+        (sim, api, created)
+    }
+
+    fn finalizers(obj: &PersistentVolume) -> Vec<String> {
+        obj.metadata.finalizers.clone().unwrap_or_default()
+    }
+
+    #[tokio::test]
+    async fn a_stale_copy_never_removes_the_attachers_finalizer_on_a_real_api() {
+        let (_sim, api, created) =
+            sim_with(pv("pv-1").finalizer(ATTACHER).finalizer(OURS).build()).await;
+        // The attacher removes its finalizer after our cache saw the object.
+        let attacher_done = remove_finalizer(&api, &created, ATTACHER).await.unwrap();
+        assert!(matches!(attacher_done, PatchOutcome::Patched(_)));
+        // We act on the stale copy (ours at index 1, now at index 0).
+        let out = remove_finalizer(&api, &created, OURS).await.unwrap();
+        let PatchOutcome::Patched(after) = out else {
+            panic!("expected a patch, got {out:?}");
+        };
+        assert!(finalizers(&after).is_empty());
+    }
+
+    #[tokio::test]
+    async fn adding_a_finalizer_to_a_pv_being_deleted_is_reported_not_retried() {
+        let (_sim, api, created) = sim_with(pv("pv-1").finalizer(ATTACHER).build()).await;
+        api.delete("pv-1", &DeleteParams::default()).await.unwrap();
+        // Our cached copy predates the deletion: the server's refusal is recognised on re-read.
+        let out = add_finalizer(&api, &created, OURS).await.unwrap();
+        let PatchOutcome::Deleting(fresh) = out else {
+            panic!("expected Deleting, got {out:?}");
+        };
+        assert_eq!(finalizers(&fresh), [ATTACHER]);
+    }
+
+    #[tokio::test]
+    async fn finalizers_and_annotations_round_trip_on_a_real_api() {
+        let (_sim, api, created) = sim_with(pv("pv-1").build()).await;
+        let PatchOutcome::Patched(with) = add_finalizer(&api, &created, OURS).await.unwrap() else {
+            panic!("expected a patch");
+        };
+        assert_eq!(finalizers(&with), [OURS]);
+        assert!(matches!(
+            add_finalizer(&api, &with, OURS).await.unwrap(),
+            PatchOutcome::Unchanged(_)
+        ));
+        let PatchOutcome::Patched(annotated) = set_annotation(&api, &with, "example.com/a", "1")
+            .await
+            .unwrap()
+        else {
+            panic!("expected a patch");
+        };
+        assert_eq!(
+            annotated.metadata.annotations.as_ref().unwrap()["example.com/a"],
+            "1"
+        );
+        api.delete("pv-1", &DeleteParams::default()).await.unwrap();
+        let out = remove_finalizer(&api, &annotated, OURS).await.unwrap();
+        // Removing the last finalizer of a deleting object lets the server delete it.
+        assert!(matches!(out, PatchOutcome::Patched(_)), "{out:?}");
+        assert!(api.get_opt("pv-1").await.unwrap().is_none());
+        assert_eq!(
+            remove_finalizer(&api, &annotated, OURS).await.unwrap(),
+            PatchOutcome::Gone
+        );
+    }
+}
