@@ -47,7 +47,7 @@ pub struct Args {
     pub csi_address: String,
 
     /// Deadline of every CSI call (CreateVolume, DeleteVolume, Probe, ...).
-    #[arg(long, default_value = "10s", value_parser = parse_go_duration, help_heading = "CSI driver")]
+    #[arg(long, default_value = "10s", value_name = "DURATION", value_parser = parse_go_duration, help_heading = "CSI driver")]
     pub timeout: Duration,
 
     // === Provisioning ===
@@ -60,11 +60,11 @@ pub struct Args {
     pub volume_name_uuid_length: i64,
 
     /// First retry delay after a failed provision or delete; doubles on each failure.
-    #[arg(long, default_value = "1s", value_parser = parse_go_duration, help_heading = "Provisioning")]
+    #[arg(long, default_value = "1s", value_name = "DURATION", value_parser = parse_go_duration, help_heading = "Provisioning")]
     pub retry_interval_start: Duration,
 
     /// Cap on the retry delay.
-    #[arg(long, default_value = "5m0s", value_parser = parse_go_duration, help_heading = "Provisioning")]
+    #[arg(long, default_value = "5m0s", value_name = "DURATION", value_parser = parse_go_duration, help_heading = "Provisioning")]
     pub retry_interval_max: Duration,
 
     /// Concurrent provision workers, and as many delete workers.
@@ -116,7 +116,7 @@ pub struct Args {
 
     /// Period of the sweep for orphaned snapshot protection finalizers; 0 disables it.
     /// [not yet supported]
-    #[arg(long, default_value = "5m0s", value_parser = parse_go_duration, help_heading = "Provisioning")]
+    #[arg(long, default_value = "5m0s", value_name = "DURATION", value_parser = parse_go_duration, help_heading = "Provisioning")]
     pub snapshot_orphan_sweep_interval: Duration,
 
     /// Feature gates, Key=bool,... (Topology, VolumeAttributesClass, CrossNamespaceVolumeDataSource,
@@ -140,17 +140,17 @@ pub struct Args {
     pub node_deployment_immediate_binding: bool,
 
     /// Initial wait (and jitter range) before claiming an immediate-binding PVC in node mode.
-    #[arg(long, default_value = "20s", value_parser = parse_go_duration, help_heading = "Node deployment")]
+    #[arg(long, default_value = "20s", value_name = "DURATION", value_parser = parse_go_duration, help_heading = "Node deployment")]
     pub node_deployment_base_delay: Duration,
 
     /// Cap on that wait.
-    #[arg(long, default_value = "1m0s", value_parser = parse_go_duration, help_heading = "Node deployment")]
+    #[arg(long, default_value = "1m0s", value_name = "DURATION", value_parser = parse_go_duration, help_heading = "Node deployment")]
     pub node_deployment_max_delay: Duration,
 
     // === Deleted nodes (ours) ===
     /// How long a node must have been gone before DeleteVolume for its volumes is answered as
     /// already deleted.
-    #[arg(long, default_value = "5m0s", value_parser = parse_go_duration, help_heading = "Deleted nodes")]
+    #[arg(long, default_value = "5m0s", value_name = "DURATION", value_parser = parse_go_duration, help_heading = "Deleted nodes")]
     pub deleted_node_grace_period: Duration,
 
     /// Also delete PVCs still bound to PVs whose node is gone.
@@ -242,15 +242,15 @@ pub struct Args {
     pub leader_election_namespace: String,
 
     /// How long non-leaders wait before taking over an unrenewed Lease.
-    #[arg(long, default_value = "15s", value_parser = parse_go_duration, help_heading = "Leader election")]
+    #[arg(long, default_value = "15s", value_name = "DURATION", value_parser = parse_go_duration, help_heading = "Leader election")]
     pub leader_election_lease_duration: Duration,
 
     /// How long the leader retries renewing before it gives up.
-    #[arg(long, default_value = "10s", value_parser = parse_go_duration, help_heading = "Leader election")]
+    #[arg(long, default_value = "10s", value_name = "DURATION", value_parser = parse_go_duration, help_heading = "Leader election")]
     pub leader_election_renew_deadline: Duration,
 
     /// Interval between leader-election attempts.
-    #[arg(long, default_value = "5s", value_parser = parse_go_duration, help_heading = "Leader election")]
+    #[arg(long, default_value = "5s", value_name = "DURATION", value_parser = parse_go_duration, help_heading = "Leader election")]
     pub leader_election_retry_period: Duration,
 
     /// Labels put on the Lease, key:value,key2:value2.
@@ -276,7 +276,7 @@ pub struct Args {
     pub capacity_for_immediate_binding: bool,
 
     /// How often capacity is polled from the driver.
-    #[arg(long, default_value = "1m0s", value_parser = parse_go_duration, help_heading = "Storage capacity")]
+    #[arg(long, default_value = "1m0s", value_name = "DURATION", value_parser = parse_go_duration, help_heading = "Storage capacity")]
     pub capacity_poll_interval: Duration,
 
     /// Owner of capacity objects: -1 none, 0 the pod, 1 its controller, 2 that one's controller, ...
@@ -332,7 +332,7 @@ pub struct Args {
     pub vmodule: String,
 
     /// Maximum time between log flushes. [not yet supported: logs are written unbuffered]
-    #[arg(long, default_value = "5s", value_parser = parse_go_duration, help_heading = "Logging")]
+    #[arg(long, default_value = "5s", value_name = "DURATION", value_parser = parse_go_duration, help_heading = "Logging")]
     pub log_flush_frequency: Duration,
 
     /// Text format: info messages to stdout, errors to stderr. [not yet supported]

@@ -1,1 +1,37 @@
-fn main() {}
+//! Binary entry point: parse the Go-style command line, validate it, start logging, run the sidecar.
+
+use std::process::ExitCode;
+
+use csi_provisioner::{app, cli, config::Config, telemetry};
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    // Usage errors exit 2 and --help exits 0, both inside `exit`.
+    let args = cli::Args::try_parse_go_style(std::env::args_os()).unwrap_or_else(|err| err.exit());
+    if args.version {
+        println!("{} {}", cli::PROGRAM, cli::VERSION);
+        return ExitCode::SUCCESS;
+    }
+    let config = match Config::from_args(args, |name| std::env::var(name).ok()) {
+        Ok(config) => config,
+        Err(err) => return fail(&err),
+    };
+    if let Err(err) = telemetry::init(config.logging.verbosity, config.logging.format) {
+        return fail(&err);
+    }
+    for flag in config.not_yet_supported() {
+        tracing::warn!("flag {flag} is not yet supported, ignored");
+    }
+    match app::run(config).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            tracing::error!("{err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn fail(err: &dyn std::fmt::Display) -> ExitCode {
+    eprintln!("error: {err}");
+    ExitCode::FAILURE
+}
