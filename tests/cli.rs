@@ -258,3 +258,20 @@ fn json_logging_format_writes_json_lines() {
         "flag --enable-pprof is not yet supported, ignored"
     );
 }
+
+#[test]
+fn readme_flags_table_has_a_row_for_every_flag() {
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    for flag in UPSTREAM_FLAGS
+        .iter()
+        .chain(&["deleted-node-grace-period", "deleted-node-pvc-cleanup"])
+    {
+        let row = format!("| `--{flag}` |");
+        let v_row = *flag == "v" && readme.contains("| `-v`, `--v` |");
+        assert!(
+            readme.contains(&row) || v_row,
+            "README.md has no flags-table row {row}"
+        );
+    }
+}
