@@ -27,7 +27,12 @@ const PV_CONTROLLER: &str = "persistentvolume-controller";
 pub(crate) fn spawn(inner: Arc<Inner>, mut rx: UnboundedReceiver<Arc<Record>>) -> JoinHandle<()> {
     tokio::spawn(async move {
         let mut ctl = Controllers::default();
-        let mut resync = tokio::time::interval(inner.cfg.resync_interval.max(std::time::Duration::from_millis(50)));
+        let mut resync = tokio::time::interval(
+            inner
+                .cfg
+                .resync_interval
+                .max(std::time::Duration::from_millis(50)),
+        );
         loop {
             let mut dirty = Dirty::default();
             tokio::select! {
@@ -85,7 +90,10 @@ fn pod_claims(pod: &Value) -> Vec<String> {
         .map(|vols| {
             vols.iter()
                 .filter_map(|v| {
-                    if let Some(c) = v.pointer("/persistentVolumeClaim/claimName").and_then(Value::as_str) {
+                    if let Some(c) = v
+                        .pointer("/persistentVolumeClaim/claimName")
+                        .and_then(Value::as_str)
+                    {
                         Some(c.to_string())
                     } else if v.get("ephemeral").is_some() {
                         Some(format!("{pod_name}-{}", s(v, "/name")))
@@ -160,7 +168,13 @@ fn pvc_rd() -> &'static resources::ResourceDef {
 }
 
 /// Writes `new` over `old` if anything changed; logs (does not fail) on rejection.
-fn write(st: &mut Store, rd: &'static resources::ResourceDef, old: &Value, new: Value, sub: Sub) -> Option<Value> {
+fn write(
+    st: &mut Store,
+    rd: &'static resources::ResourceDef,
+    old: &Value,
+    new: Value,
+    sub: Sub,
+) -> Option<Value> {
     if *old == new {
         return Some(old.clone());
     }
@@ -178,7 +192,10 @@ fn with_annotation(v: &Value, key: &str, val: Option<&str>) -> Value {
     match val {
         Some(val) => ops::set_annotation(&mut n, key, val),
         None => {
-            if let Some(a) = n.pointer_mut("/metadata/annotations").and_then(Value::as_object_mut) {
+            if let Some(a) = n
+                .pointer_mut("/metadata/annotations")
+                .and_then(Value::as_object_mut)
+            {
                 a.remove(key);
             }
         }
@@ -186,8 +203,16 @@ fn with_annotation(v: &Value, key: &str, val: Option<&str>) -> Value {
     n
 }
 
-fn set_phase(st: &mut Store, rd: &'static resources::ResourceDef, ns: &str, name: &str, phase: &str) {
-    let Some(cur) = st.get(rd.storage, ns, name) else { return };
+fn set_phase(
+    st: &mut Store,
+    rd: &'static resources::ResourceDef,
+    ns: &str,
+    name: &str,
+    phase: &str,
+) {
+    let Some(cur) = st.get(rd.storage, ns, name) else {
+        return;
+    };
     if s(&cur, "/status/phase") == phase {
         return;
     }
@@ -201,14 +226,20 @@ fn set_phase(st: &mut Store, rd: &'static resources::ResourceDef, ns: &str, name
 
 fn remove_finalizer(st: &mut Store, rd: &'static resources::ResourceDef, obj: &Value, f: &str) {
     let mut n = obj.clone();
-    if let Some(a) = n.pointer_mut("/metadata/finalizers").and_then(Value::as_array_mut) {
+    if let Some(a) = n
+        .pointer_mut("/metadata/finalizers")
+        .and_then(Value::as_array_mut)
+    {
         a.retain(|x| x != f);
     }
     write(st, rd, obj, n, Sub::Main);
 }
 
 fn access_modes(v: &Value) -> Vec<&str> {
-    v.pointer("/spec/accessModes").and_then(Value::as_array).map(|a| a.iter().filter_map(Value::as_str).collect()).unwrap_or_default()
+    v.pointer("/spec/accessModes")
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default()
 }
 
 fn volume_mode(v: &Value) -> &str {
@@ -219,10 +250,16 @@ fn volume_mode(v: &Value) -> &str {
 }
 
 fn selector_matches(pvc: &Value, pv: &Value) -> bool {
-    let Some(ml) = pvc.pointer("/spec/selector/matchLabels").and_then(Value::as_object) else {
-        return pvc.pointer("/spec/selector").is_none_or(|sel| sel.as_object().is_none_or(|m| m.is_empty()));
+    let Some(ml) = pvc
+        .pointer("/spec/selector/matchLabels")
+        .and_then(Value::as_object)
+    else {
+        return pvc
+            .pointer("/spec/selector")
+            .is_none_or(|sel| sel.as_object().is_none_or(|m| m.is_empty()));
     };
-    ml.iter().all(|(k, v)| pv.pointer("/metadata/labels").and_then(|l| l.get(k)) == Some(v))
+    ml.iter()
+        .all(|(k, v)| pv.pointer("/metadata/labels").and_then(|l| l.get(k)) == Some(v))
 }
 
 impl Controllers {
@@ -230,17 +267,40 @@ impl Controllers {
         {
             let st = inner.lock();
             if d.all {
-                d.pvs.extend(st.list(PV, None).iter().map(|v| meta_str(v, "name").to_string()));
-                d.pods.extend(st.list(PODS, None).iter().map(|v| (meta_str(v, "namespace").to_string(), meta_str(v, "name").to_string())));
-                d.namespaces.extend(st.list(NAMESPACES, None).iter().map(|v| meta_str(v, "name").to_string()));
+                d.pvs.extend(
+                    st.list(PV, None)
+                        .iter()
+                        .map(|v| meta_str(v, "name").to_string()),
+                );
+                d.pods.extend(st.list(PODS, None).iter().map(|v| {
+                    (
+                        meta_str(v, "namespace").to_string(),
+                        meta_str(v, "name").to_string(),
+                    )
+                }));
+                d.namespaces.extend(
+                    st.list(NAMESPACES, None)
+                        .iter()
+                        .map(|v| meta_str(v, "name").to_string()),
+                );
                 d.unbound_claims = true;
-                d.pvcs.extend(st.list(PVC, None).iter().map(|v| (meta_str(v, "namespace").to_string(), meta_str(v, "name").to_string())));
+                d.pvcs.extend(st.list(PVC, None).iter().map(|v| {
+                    (
+                        meta_str(v, "namespace").to_string(),
+                        meta_str(v, "name").to_string(),
+                    )
+                }));
             } else if d.unbound_claims {
                 d.pvcs.extend(
                     st.list(PVC, None)
                         .iter()
                         .filter(|v| s(v, "/spec/volumeName").is_empty())
-                        .map(|v| (meta_str(v, "namespace").to_string(), meta_str(v, "name").to_string())),
+                        .map(|v| {
+                            (
+                                meta_str(v, "namespace").to_string(),
+                                meta_str(v, "name").to_string(),
+                            )
+                        }),
                 );
             }
             // PVs pointing at a changed claim must learn about it (Released, binding).
@@ -252,7 +312,11 @@ impl Controllers {
                 }
             }
             for ns in &d.pod_namespaces {
-                d.pods.extend(st.list(PODS, Some(ns)).iter().map(|v| (ns.clone(), meta_str(v, "name").to_string())));
+                d.pods.extend(
+                    st.list(PODS, Some(ns))
+                        .iter()
+                        .map(|v| (ns.clone(), meta_str(v, "name").to_string())),
+                );
             }
         }
         for (ns, name) in &d.pods {
@@ -300,45 +364,85 @@ impl Controllers {
             "source": {"component": PV_CONTROLLER}, "firstTimestamp": t, "lastTimestamp": t, "count": 1, "type": ty,
             "reportingComponent": PV_CONTROLLER, "reportingInstance": "",
         });
-        let policy = Policy { protection_finalizers: false };
-        if let Err(e) = ops::create(st, &policy, resources::core(resources::EVENTS), ns, ev, false) {
+        let policy = Policy {
+            protection_finalizers: false,
+        };
+        if let Err(e) = ops::create(
+            st,
+            &policy,
+            resources::core(resources::EVENTS),
+            ns,
+            ev,
+            false,
+        ) {
             tracing::debug!(error = %e, "controller event not recorded");
         }
     }
 
     fn sync_claim(&mut self, st: &mut Store, ns: &str, name: &str) {
-        let Some(pvc) = st.get(PVC, ns, name) else { return };
+        let Some(pvc) = st.get(PVC, ns, name) else {
+            return;
+        };
         if is_deleting(&pvc) {
             pvc_protection(st, &pvc);
             return;
         }
         let vol = s(&pvc, "/spec/volumeName").to_string();
         if vol.is_empty() {
-            let prebound = st.list(PV, None).into_iter().find(|pv| claim_ref_matches(pv, &pvc));
+            let prebound = st
+                .list(PV, None)
+                .into_iter()
+                .find(|pv| claim_ref_matches(pv, &pvc));
             if let Some(pv) = prebound {
                 bind(st, &pv, &pvc);
                 return;
             }
             let class = s(&pvc, "/spec/storageClassName").to_string();
-            let sc = if class.is_empty() { None } else { st.get(STORAGE_CLASSES, "", &class) };
-            let delay = sc.as_ref().is_some_and(|c| s(c, "/volumeBindingMode") == "WaitForFirstConsumer");
+            let sc = if class.is_empty() {
+                None
+            } else {
+                st.get(STORAGE_CLASSES, "", &class)
+            };
+            let delay = sc
+                .as_ref()
+                .is_some_and(|c| s(c, "/volumeBindingMode") == "WaitForFirstConsumer");
             if !delay && let Some(pv) = best_match(st, &pvc) {
                 bind(st, &pv, &pvc);
                 return;
             }
             if delay && annotation(&pvc, ANN_SELECTED_NODE).is_none() {
-                self.event(st, &pvc, "Normal", "WaitForFirstConsumer", "waiting for first consumer to be created before binding");
+                self.event(
+                    st,
+                    &pvc,
+                    "Normal",
+                    "WaitForFirstConsumer",
+                    "waiting for first consumer to be created before binding",
+                );
             } else if !class.is_empty() {
                 match sc {
-                    None => self.event(st, &pvc, "Warning", "ProvisioningFailed", &format!("storageclass.storage.k8s.io {class:?} not found")),
+                    None => self.event(
+                        st,
+                        &pvc,
+                        "Warning",
+                        "ProvisioningFailed",
+                        &format!("storageclass.storage.k8s.io {class:?} not found"),
+                    ),
                     Some(sc) => {
                         let prov = s(&sc, "/provisioner").to_string();
                         if prov.starts_with("kubernetes.io/") {
-                            self.event(st, &pvc, "Warning", "ProvisioningFailed", &format!("no volume plugin matched name: {prov}"));
+                            self.event(
+                                st,
+                                &pvc,
+                                "Warning",
+                                "ProvisioningFailed",
+                                &format!("no volume plugin matched name: {prov}"),
+                            );
                         } else {
-                            let n = with_annotation(&pvc, ANN_BETA_STORAGE_PROVISIONER, Some(&prov));
+                            let n =
+                                with_annotation(&pvc, ANN_BETA_STORAGE_PROVISIONER, Some(&prov));
                             let n = with_annotation(&n, ANN_STORAGE_PROVISIONER, Some(&prov));
-                            let written = write(st, pvc_rd(), &pvc, n, Sub::Main).unwrap_or_else(|| (*pvc).clone());
+                            let written = write(st, pvc_rd(), &pvc, n, Sub::Main)
+                                .unwrap_or_else(|| (*pvc).clone());
                             self.event(
                                 st,
                                 &written,
@@ -350,7 +454,13 @@ impl Controllers {
                     }
                 }
             } else {
-                self.event(st, &pvc, "Normal", "FailedBinding", "no persistent volumes available for this claim and no storage class is set");
+                self.event(
+                    st,
+                    &pvc,
+                    "Normal",
+                    "FailedBinding",
+                    "no persistent volumes available for this claim and no storage class is set",
+                );
             }
             set_phase(st, pvc_rd(), ns, name, "Pending");
             return;
@@ -385,7 +495,10 @@ impl Controllers {
     /// Returns a claim that should be synced next (binding of a pre-bound volume).
     fn sync_volume(&mut self, st: &mut Store, name: &str) -> Option<NsName> {
         let pv = st.get(PV, "", name)?;
-        if is_deleting(&pv) && s(&pv, "/status/phase") != "Bound" && finalizers(&pv).iter().any(|f| f == ops::PV_PROTECTION) {
+        if is_deleting(&pv)
+            && s(&pv, "/status/phase") != "Bound"
+            && finalizers(&pv).iter().any(|f| f == ops::PV_PROTECTION)
+        {
             remove_finalizer(st, pv_rd(), &pv, ops::PV_PROTECTION);
         }
         let pv = st.get(PV, "", name)?;
@@ -400,7 +513,9 @@ impl Controllers {
             set_phase(st, pv_rd(), "", name, "Available");
             return Some((cns, cname));
         }
-        let claim = st.get(PVC, &cns, &cname).filter(|c| meta_str(c, "uid") == ref_uid);
+        let claim = st
+            .get(PVC, &cns, &cname)
+            .filter(|c| meta_str(c, "uid") == ref_uid);
         let Some(claim) = claim else {
             if !matches!(s(&pv, "/status/phase"), "Released" | "Failed") {
                 set_phase(st, pv_rd(), "", name, "Released");
@@ -428,7 +543,10 @@ impl Controllers {
                 spec.remove("claimRef");
             }
             n = with_annotation(&n, ANN_BOUND_BY_CONTROLLER, None);
-        } else if let Some(c) = n.pointer_mut("/spec/claimRef").and_then(Value::as_object_mut) {
+        } else if let Some(c) = n
+            .pointer_mut("/spec/claimRef")
+            .and_then(Value::as_object_mut)
+        {
             c.remove("uid");
         }
         write(st, pv_rd(), &pv, n, Sub::Main);
@@ -438,30 +556,49 @@ impl Controllers {
 
     /// Recycle is gone from Kubernetes; a Released volume with that policy fails as upstream.
     fn after_release(&mut self, st: &mut Store, name: &str) {
-        let Some(pv) = st.get(PV, "", name) else { return };
-        if s(&pv, "/spec/persistentVolumeReclaimPolicy") == "Recycle" && s(&pv, "/status/phase") == "Released" {
+        let Some(pv) = st.get(PV, "", name) else {
+            return;
+        };
+        if s(&pv, "/spec/persistentVolumeReclaimPolicy") == "Recycle"
+            && s(&pv, "/status/phase") == "Released"
+        {
             set_phase(st, pv_rd(), "", name, "Failed");
             if let Some(p) = st.get(PV, "", name) {
-                self.event(st, &p, "Warning", "VolumeFailedRecycle", "No recycler plugin found for the volume!");
+                self.event(
+                    st,
+                    &p,
+                    "Warning",
+                    "VolumeFailedRecycle",
+                    "No recycler plugin found for the volume!",
+                );
             }
         }
     }
 
     /// Scheduler stand-in: a pod on a node selects that node for its unbound delayed claims.
     fn sync_pod_volumes(&mut self, st: &mut Store, ns: &str, name: &str) {
-        let Some(pod) = st.get(PODS, ns, name) else { return };
+        let Some(pod) = st.get(PODS, ns, name) else {
+            return;
+        };
         let node = s(&pod, "/spec/nodeName").to_string();
         if node.is_empty() || pod_terminated(&pod) || is_deleting(&pod) {
             return;
         }
         for claim in pod_claims(&pod) {
-            let Some(pvc) = st.get(PVC, ns, &claim) else { continue };
-            if !s(&pvc, "/spec/volumeName").is_empty() || annotation(&pvc, ANN_SELECTED_NODE).is_some() || is_deleting(&pvc) {
+            let Some(pvc) = st.get(PVC, ns, &claim) else {
+                continue;
+            };
+            if !s(&pvc, "/spec/volumeName").is_empty()
+                || annotation(&pvc, ANN_SELECTED_NODE).is_some()
+                || is_deleting(&pvc)
+            {
                 continue;
             }
             let class = s(&pvc, "/spec/storageClassName");
             let delayed = !class.is_empty()
-                && st.get(STORAGE_CLASSES, "", class).is_some_and(|c| s(&c, "/volumeBindingMode") == "WaitForFirstConsumer");
+                && st
+                    .get(STORAGE_CLASSES, "", class)
+                    .is_some_and(|c| s(&c, "/volumeBindingMode") == "WaitForFirstConsumer");
             if delayed {
                 let n = with_annotation(&pvc, ANN_SELECTED_NODE, Some(&node));
                 write(st, pvc_rd(), &pvc, n, Sub::Main);
@@ -472,7 +609,8 @@ impl Controllers {
 
 fn claim_ref_matches(pv: &Value, pvc: &Value) -> bool {
     let uid = s(pv, "/spec/claimRef/uid");
-    claim_ref(pv).is_some_and(|(ns, name)| ns == meta_str(pvc, "namespace") && name == meta_str(pvc, "name"))
+    claim_ref(pv)
+        .is_some_and(|(ns, name)| ns == meta_str(pvc, "namespace") && name == meta_str(pvc, "name"))
         && (uid.is_empty() || uid == meta_str(pvc, "uid"))
 }
 
@@ -502,12 +640,19 @@ fn best_match(st: &Store, pvc: &Value) -> Option<Arc<Value>> {
 /// Binds volume and claim the way the PV controller does: PV claimRef, PV phase, PVC
 /// volumeName and annotations, PVC status; each a separate write like the real API calls.
 fn bind(st: &mut Store, pv: &Value, pvc: &Value) {
-    let (ns, name) = (meta_str(pvc, "namespace").to_string(), meta_str(pvc, "name").to_string());
+    let (ns, name) = (
+        meta_str(pvc, "namespace").to_string(),
+        meta_str(pvc, "name").to_string(),
+    );
     let pv_name = meta_str(pv, "name").to_string();
     let want_ref = json!({"kind": "PersistentVolumeClaim", "namespace": ns, "name": name, "uid": meta_str(pvc, "uid"),
                           "apiVersion": "v1", "resourceVersion": meta_str(pvc, "resourceVersion")});
     let same_ref = |r: Option<&Value>| {
-        r.is_some_and(|r| ["kind", "namespace", "name", "uid", "apiVersion"].iter().all(|k| r.get(*k) == want_ref.get(*k)))
+        r.is_some_and(|r| {
+            ["kind", "namespace", "name", "uid", "apiVersion"]
+                .iter()
+                .all(|k| r.get(*k) == want_ref.get(*k))
+        })
     };
     if !same_ref(pv.pointer("/spec/claimRef")) {
         let mut n = pv.clone();
@@ -521,7 +666,9 @@ fn bind(st: &mut Store, pv: &Value, pvc: &Value) {
         }
     }
     set_phase(st, pv_rd(), "", &pv_name, "Bound");
-    let Some(cur) = st.get(PVC, &ns, &name) else { return };
+    let Some(cur) = st.get(PVC, &ns, &name) else {
+        return;
+    };
     let mut n = (*cur).clone();
     if s(&cur, "/spec/volumeName").is_empty() {
         n["spec"]["volumeName"] = json!(pv_name);
@@ -531,15 +678,25 @@ fn bind(st: &mut Store, pv: &Value, pvc: &Value) {
     if write(st, pvc_rd(), &cur, n, Sub::Main).is_none() {
         return;
     }
-    let Some(cur) = st.get(PVC, &ns, &name) else { return };
-    let Some(pv_now) = st.get(PV, "", &pv_name) else { return };
+    let Some(cur) = st.get(PVC, &ns, &name) else {
+        return;
+    };
+    let Some(pv_now) = st.get(PV, "", &pv_name) else {
+        return;
+    };
     let mut n = (*cur).clone();
     if !n.get("status").is_some_and(Value::is_object) {
         n["status"] = json!({});
     }
     n["status"]["phase"] = json!("Bound");
-    n["status"]["accessModes"] = pv_now.pointer("/spec/accessModes").cloned().unwrap_or(json!([]));
-    n["status"]["capacity"] = pv_now.pointer("/spec/capacity").cloned().unwrap_or(json!({}));
+    n["status"]["accessModes"] = pv_now
+        .pointer("/spec/accessModes")
+        .cloned()
+        .unwrap_or(json!([]));
+    n["status"]["capacity"] = pv_now
+        .pointer("/spec/capacity")
+        .cloned()
+        .unwrap_or(json!({}));
     write(st, pvc_rd(), &cur, n, Sub::Status);
 }
 
@@ -549,7 +706,10 @@ fn pvc_protection(st: &mut Store, pvc: &Value) {
         return;
     }
     let (ns, name) = (meta_str(pvc, "namespace"), meta_str(pvc, "name"));
-    let in_use = st.list(PODS, Some(ns)).iter().any(|p| !pod_terminated(p) && pod_claims(p).iter().any(|c| c == name));
+    let in_use = st
+        .list(PODS, Some(ns))
+        .iter()
+        .any(|p| !pod_terminated(p) && pod_claims(p).iter().any(|c| c == name));
     if !in_use {
         remove_finalizer(st, pvc_rd(), pvc, ops::PVC_PROTECTION);
     }
@@ -557,11 +717,19 @@ fn pvc_protection(st: &mut Store, pvc: &Value) {
 
 /// kubelet stand-in: a pod on a node whose claims are all Bound goes Running.
 fn sync_pod_phase(st: &mut Store, ns: &str, name: &str) {
-    let Some(pod) = st.get(PODS, ns, name) else { return };
-    if s(&pod, "/spec/nodeName").is_empty() || s(&pod, "/status/phase") != "Pending" || is_deleting(&pod) {
+    let Some(pod) = st.get(PODS, ns, name) else {
+        return;
+    };
+    if s(&pod, "/spec/nodeName").is_empty()
+        || s(&pod, "/status/phase") != "Pending"
+        || is_deleting(&pod)
+    {
         return;
     }
-    let ready = pod_claims(&pod).iter().all(|c| st.get(PVC, ns, c).is_some_and(|p| s(&p, "/status/phase") == "Bound"));
+    let ready = pod_claims(&pod).iter().all(|c| {
+        st.get(PVC, ns, c)
+            .is_some_and(|p| s(&p, "/status/phase") == "Bound")
+    });
     if ready {
         let mut n = (*pod).clone();
         n["status"]["phase"] = json!("Running");
@@ -572,22 +740,39 @@ fn sync_pod_phase(st: &mut Store, ns: &str, name: &str) {
 
 /// Namespace controller: delete the contents of a terminating namespace, then the namespace.
 fn sync_namespace(st: &mut Store, _policy: &Policy, name: &str) {
-    let Some(nsobj) = st.get(NAMESPACES, "", name) else { return };
+    let Some(nsobj) = st.get(NAMESPACES, "", name) else {
+        return;
+    };
     if !is_deleting(&nsobj) {
         return;
     }
     let mut remaining = 0;
-    let storages: BTreeSet<&'static str> = RESOURCES.iter().filter(|r| r.namespaced).map(|r| r.storage).collect();
+    let storages: BTreeSet<&'static str> = RESOURCES
+        .iter()
+        .filter(|r| r.namespaced)
+        .map(|r| r.storage)
+        .collect();
     for storage in storages {
-        let Some(rd) = resources::by_storage(storage) else { continue };
+        let Some(rd) = resources::by_storage(storage) else {
+            continue;
+        };
         for obj in st.list(storage, Some(name)) {
             remaining += 1;
             if !is_deleting(&obj) {
-                let _ = ops::delete(st, rd, name, meta_str(&obj, "name"), &ops::DeleteOpts::default());
+                let _ = ops::delete(
+                    st,
+                    rd,
+                    name,
+                    meta_str(&obj, "name"),
+                    &ops::DeleteOpts::default(),
+                );
             }
         }
     }
-    let left = RESOURCES.iter().filter(|r| r.namespaced).any(|r| !st.list(r.storage, Some(name)).is_empty());
+    let left = RESOURCES
+        .iter()
+        .filter(|r| r.namespaced)
+        .any(|r| !st.list(r.storage, Some(name)).is_empty());
     if !left || remaining == 0 {
         st.commit(NAMESPACES, "", name, None);
     }

@@ -15,7 +15,16 @@ const EVENT_FIELDS: &[(&str, &str)] = &[
     ("lastTimestamp", "deprecatedLastTimestamp"),
     ("count", "deprecatedCount"),
 ];
-const EVENT_SAME: &[&str] = &["metadata", "eventTime", "series", "action", "reason", "related", "type", "reportingInstance"];
+const EVENT_SAME: &[&str] = &[
+    "metadata",
+    "eventTime",
+    "series",
+    "action",
+    "reason",
+    "related",
+    "type",
+    "reportingInstance",
+];
 
 fn rename(obj: &Value, from_core: bool) -> Map<String, Value> {
     let mut out = Map::new();
@@ -87,9 +96,14 @@ pub fn shape_from_accept(accept: &str) -> Shape {
         }
         let as_ = params.iter().find_map(|p| p.strip_prefix("as="));
         match as_ {
-            Some("PartialObjectMetadata") | Some("PartialObjectMetadataList") => return Shape::Metadata,
+            Some("PartialObjectMetadata") | Some("PartialObjectMetadataList") => {
+                return Shape::Metadata;
+            }
             Some("Table") => {
-                let v = params.iter().find_map(|p| p.strip_prefix("v=")).unwrap_or("v1");
+                let v = params
+                    .iter()
+                    .find_map(|p| p.strip_prefix("v="))
+                    .unwrap_or("v1");
                 if v == "v1" {
                     return Shape::Table;
                 }
@@ -111,17 +125,29 @@ pub fn human_duration(secs: i64) -> String {
         format!("{secs}s")
     } else if m < 10 {
         let s = secs % 60;
-        if s == 0 { format!("{m}m") } else { format!("{m}m{s}s") }
+        if s == 0 {
+            format!("{m}m")
+        } else {
+            format!("{m}m{s}s")
+        }
     } else if m < 180 {
         format!("{m}m")
     } else if h < 8 {
         let mm = m % 60;
-        if mm == 0 { format!("{h}h") } else { format!("{h}h{mm}m") }
+        if mm == 0 {
+            format!("{h}h")
+        } else {
+            format!("{h}h{mm}m")
+        }
     } else if h < 48 {
         format!("{h}h")
     } else if h < 24 * 8 {
         let hh = h % 24;
-        if hh == 0 { format!("{d}d") } else { format!("{d}d{hh}h") }
+        if hh == 0 {
+            format!("{d}d")
+        } else {
+            format!("{d}d{hh}h")
+        }
     } else if h < 24 * 365 * 2 {
         format!("{d}d")
     } else {
@@ -130,7 +156,9 @@ pub fn human_duration(secs: i64) -> String {
 }
 
 pub fn age(ts: Option<&str>) -> String {
-    let Some(ts) = ts else { return "<unknown>".into() };
+    let Some(ts) = ts else {
+        return "<unknown>".into();
+    };
     match ts.parse::<jiff::Timestamp>() {
         Ok(t) => human_duration(jiff::Timestamp::now().as_second() - t.as_second()),
         Err(_) => "<unknown>".into(),
@@ -162,32 +190,70 @@ fn modes(v: &Value) -> String {
 }
 
 fn deleting(v: &Value) -> bool {
-    v.pointer("/metadata/deletionTimestamp").is_some_and(|t| !t.is_null())
+    v.pointer("/metadata/deletionTimestamp")
+        .is_some_and(|t| !t.is_null())
 }
 
 fn created(v: &Value) -> String {
-    age(v.pointer("/metadata/creationTimestamp").and_then(Value::as_str))
+    age(v
+        .pointer("/metadata/creationTimestamp")
+        .and_then(Value::as_str))
 }
 
 fn columns(rd: &ResourceDef) -> Vec<(&'static str, &'static str)> {
     let c: &[(&str, &str)] = match (rd.group, rd.plural) {
         ("", "persistentvolumes") => &[
-            ("Name", "string"), ("Capacity", "string"), ("Access Modes", "string"), ("Reclaim Policy", "string"),
-            ("Status", "string"), ("Claim", "string"), ("StorageClass", "string"), ("VolumeAttributesClass", "string"),
-            ("Reason", "string"), ("Age", "string"),
+            ("Name", "string"),
+            ("Capacity", "string"),
+            ("Access Modes", "string"),
+            ("Reclaim Policy", "string"),
+            ("Status", "string"),
+            ("Claim", "string"),
+            ("StorageClass", "string"),
+            ("VolumeAttributesClass", "string"),
+            ("Reason", "string"),
+            ("Age", "string"),
         ],
         ("", "persistentvolumeclaims") => &[
-            ("Name", "string"), ("Status", "string"), ("Volume", "string"), ("Capacity", "string"),
-            ("Access Modes", "string"), ("StorageClass", "string"), ("VolumeAttributesClass", "string"), ("Age", "string"),
+            ("Name", "string"),
+            ("Status", "string"),
+            ("Volume", "string"),
+            ("Capacity", "string"),
+            ("Access Modes", "string"),
+            ("StorageClass", "string"),
+            ("VolumeAttributesClass", "string"),
+            ("Age", "string"),
         ],
         ("storage.k8s.io", "storageclasses") => &[
-            ("Name", "string"), ("Provisioner", "string"), ("ReclaimPolicy", "string"), ("VolumeBindingMode", "string"),
-            ("AllowVolumeExpansion", "string"), ("Age", "string"),
+            ("Name", "string"),
+            ("Provisioner", "string"),
+            ("ReclaimPolicy", "string"),
+            ("VolumeBindingMode", "string"),
+            ("AllowVolumeExpansion", "string"),
+            ("Age", "string"),
         ],
-        (_, "events") => &[("Last Seen", "string"), ("Type", "string"), ("Reason", "string"), ("Object", "string"), ("Message", "string")],
-        ("", "pods") => &[("Name", "string"), ("Ready", "string"), ("Status", "string"), ("Restarts", "string"), ("Age", "string")],
+        (_, "events") => &[
+            ("Last Seen", "string"),
+            ("Type", "string"),
+            ("Reason", "string"),
+            ("Object", "string"),
+            ("Message", "string"),
+        ],
+        ("", "pods") => &[
+            ("Name", "string"),
+            ("Ready", "string"),
+            ("Status", "string"),
+            ("Restarts", "string"),
+            ("Age", "string"),
+        ],
         ("", "namespaces") => &[("Name", "string"), ("Status", "string"), ("Age", "string")],
-        ("", "nodes") => &[("Name", "string"), ("Status", "string"), ("Roles", "string"), ("Age", "string"), ("Version", "string")],
+        ("", "nodes") => &[
+            ("Name", "string"),
+            ("Status", "string"),
+            ("Roles", "string"),
+            ("Age", "string"),
+            ("Version", "string"),
+        ],
         _ => &[("Name", "string"), ("Age", "string")],
     };
     c.to_vec()
@@ -197,57 +263,134 @@ fn cells(rd: &ResourceDef, v: &Value) -> Vec<Value> {
     let name = s(v, "/metadata/name").to_string();
     match (rd.group, rd.plural) {
         ("", "persistentvolumes") => {
-            let status = if deleting(v) { "Terminating" } else { s(v, "/status/phase") };
+            let status = if deleting(v) {
+                "Terminating"
+            } else {
+                s(v, "/status/phase")
+            };
             let claim = if v.pointer("/spec/claimRef").is_some() {
-                format!("{}/{}", s(v, "/spec/claimRef/namespace"), s(v, "/spec/claimRef/name"))
+                format!(
+                    "{}/{}",
+                    s(v, "/spec/claimRef/namespace"),
+                    s(v, "/spec/claimRef/name")
+                )
             } else {
                 String::new()
             };
             let vac = s(v, "/spec/volumeAttributesClassName");
             vec![
-                json!(name), json!(s(v, "/spec/capacity/storage")), json!(modes(v)),
-                json!(s(v, "/spec/persistentVolumeReclaimPolicy")), json!(status), json!(claim),
-                json!(s(v, "/spec/storageClassName")), json!(if vac.is_empty() { "<unset>" } else { vac }),
-                json!(s(v, "/status/reason")), json!(created(v)),
+                json!(name),
+                json!(s(v, "/spec/capacity/storage")),
+                json!(modes(v)),
+                json!(s(v, "/spec/persistentVolumeReclaimPolicy")),
+                json!(status),
+                json!(claim),
+                json!(s(v, "/spec/storageClassName")),
+                json!(if vac.is_empty() { "<unset>" } else { vac }),
+                json!(s(v, "/status/reason")),
+                json!(created(v)),
             ]
         }
         ("", "persistentvolumeclaims") => {
-            let status = if deleting(v) { "Terminating" } else { s(v, "/status/phase") };
+            let status = if deleting(v) {
+                "Terminating"
+            } else {
+                s(v, "/status/phase")
+            };
             let vac = s(v, "/spec/volumeAttributesClassName");
             let bound = !s(v, "/spec/volumeName").is_empty();
             let (cap, am) = if bound {
-                (s(v, "/status/capacity/storage").to_string(), status_modes(v))
+                (
+                    s(v, "/status/capacity/storage").to_string(),
+                    status_modes(v),
+                )
             } else {
                 (String::new(), String::new())
             };
             vec![
-                json!(name), json!(status), json!(s(v, "/spec/volumeName")), json!(cap), json!(am),
-                json!(s(v, "/spec/storageClassName")), json!(if vac.is_empty() { "<unset>" } else { vac }), json!(created(v)),
+                json!(name),
+                json!(status),
+                json!(s(v, "/spec/volumeName")),
+                json!(cap),
+                json!(am),
+                json!(s(v, "/spec/storageClassName")),
+                json!(if vac.is_empty() { "<unset>" } else { vac }),
+                json!(created(v)),
             ]
         }
         ("storage.k8s.io", "storageclasses") => {
-            let default = s(v, "/metadata/annotations/storageclass.kubernetes.io~1is-default-class") == "true";
-            let shown = if default { format!("{name} (default)") } else { name };
+            let default = s(
+                v,
+                "/metadata/annotations/storageclass.kubernetes.io~1is-default-class",
+            ) == "true";
+            let shown = if default {
+                format!("{name} (default)")
+            } else {
+                name
+            };
             vec![
-                json!(shown), json!(s(v, "/provisioner")), json!(s(v, "/reclaimPolicy")), json!(s(v, "/volumeBindingMode")),
-                json!(v.get("allowVolumeExpansion").and_then(Value::as_bool).unwrap_or(false).to_string()), json!(created(v)),
+                json!(shown),
+                json!(s(v, "/provisioner")),
+                json!(s(v, "/reclaimPolicy")),
+                json!(s(v, "/volumeBindingMode")),
+                json!(
+                    v.get("allowVolumeExpansion")
+                        .and_then(Value::as_bool)
+                        .unwrap_or(false)
+                        .to_string()
+                ),
+                json!(created(v)),
             ]
         }
         (_, "events") => {
-            let last = [s(v, "/series/lastObservedTime"), s(v, "/lastTimestamp"), s(v, "/eventTime"), s(v, "/metadata/creationTimestamp")]
-                .into_iter()
-                .find(|t| !t.is_empty());
-            let obj = format!("{}/{}", s(v, "/involvedObject/kind").to_lowercase(), s(v, "/involvedObject/name"));
-            vec![json!(age(last)), json!(s(v, "/type")), json!(s(v, "/reason")), json!(obj), json!(s(v, "/message"))]
+            let last = [
+                s(v, "/series/lastObservedTime"),
+                s(v, "/lastTimestamp"),
+                s(v, "/eventTime"),
+                s(v, "/metadata/creationTimestamp"),
+            ]
+            .into_iter()
+            .find(|t| !t.is_empty());
+            let obj = format!(
+                "{}/{}",
+                s(v, "/involvedObject/kind").to_lowercase(),
+                s(v, "/involvedObject/name")
+            );
+            vec![
+                json!(age(last)),
+                json!(s(v, "/type")),
+                json!(s(v, "/reason")),
+                json!(obj),
+                json!(s(v, "/message")),
+            ]
         }
         ("", "pods") => {
-            let n = v.pointer("/spec/containers").and_then(Value::as_array).map_or(0, Vec::len);
+            let n = v
+                .pointer("/spec/containers")
+                .and_then(Value::as_array)
+                .map_or(0, Vec::len);
             let running = s(v, "/status/phase") == "Running";
-            let status = if deleting(v) { "Terminating" } else { s(v, "/status/phase") };
-            vec![json!(name), json!(format!("{}/{n}", if running { n } else { 0 })), json!(status), json!(0), json!(created(v))]
+            let status = if deleting(v) {
+                "Terminating"
+            } else {
+                s(v, "/status/phase")
+            };
+            vec![
+                json!(name),
+                json!(format!("{}/{n}", if running { n } else { 0 })),
+                json!(status),
+                json!(0),
+                json!(created(v)),
+            ]
         }
         ("", "namespaces") => vec![json!(name), json!(s(v, "/status/phase")), json!(created(v))],
-        ("", "nodes") => vec![json!(name), json!("Ready"), json!("<none>"), json!(created(v)), json!("v1.34.0")],
+        ("", "nodes") => vec![
+            json!(name),
+            json!("Ready"),
+            json!("<none>"),
+            json!(created(v)),
+            json!("v1.34.0"),
+        ],
         _ => vec![json!(name), json!(created(v))],
     }
 }
@@ -266,7 +409,8 @@ pub fn table(rd: &ResourceDef, items: &[Value], list_meta: Value) -> Value {
         .into_iter()
         .enumerate()
         .map(|(i, (n, t))| {
-            let mut c = json!({"name": n, "type": t, "format": "", "description": "", "priority": 0});
+            let mut c =
+                json!({"name": n, "type": t, "format": "", "description": "", "priority": 0});
             if i == 0 && n == "Name" {
                 c["format"] = json!("name");
             }
@@ -298,9 +442,18 @@ mod tests {
 
     #[test]
     fn accept_header_shapes() {
-        assert_eq!(shape_from_accept("application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"), Shape::Metadata);
-        assert_eq!(shape_from_accept("application/json;as=Table;v=v1;g=meta.k8s.io,application/json"), Shape::Table);
-        assert_eq!(shape_from_accept("application/vnd.kubernetes.protobuf,application/json"), Shape::Full);
+        assert_eq!(
+            shape_from_accept("application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"),
+            Shape::Metadata
+        );
+        assert_eq!(
+            shape_from_accept("application/json;as=Table;v=v1;g=meta.k8s.io,application/json"),
+            Shape::Table
+        );
+        assert_eq!(
+            shape_from_accept("application/vnd.kubernetes.protobuf,application/json"),
+            Shape::Full
+        );
         assert_eq!(human_duration(3725), "62m");
         assert_eq!(human_duration(65), "65s");
     }

@@ -62,7 +62,10 @@ fn resource_entry(r: &ResourceDef) -> Value {
 }
 
 pub fn resource_list(group: &str, version: &str) -> Option<Value> {
-    let rs: Vec<&ResourceDef> = RESOURCES.iter().filter(|r| r.group == group && r.version == version).collect();
+    let rs: Vec<&ResourceDef> = RESOURCES
+        .iter()
+        .filter(|r| r.group == group && r.version == version)
+        .collect();
     if rs.is_empty() {
         return None;
     }
@@ -74,6 +77,12 @@ pub fn resource_list(group: &str, version: &str) -> Option<Value> {
                             "kind": r.kind, "verbs": ["get", "patch", "update"]}));
         }
     }
-    let gv = if group.is_empty() { version.to_string() } else { format!("{group}/{version}") };
-    Some(json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": out}))
+    let gv = if group.is_empty() {
+        version.to_string()
+    } else {
+        format!("{group}/{version}")
+    };
+    Some(
+        json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": out}),
+    )
 }

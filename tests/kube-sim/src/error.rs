@@ -37,7 +37,11 @@ impl Cause {
         Self::new(CauseKind::Required, field, detail)
     }
     pub fn invalid(field: &str, value: &Value, detail: &str) -> Self {
-        Self::new(CauseKind::Invalid, field, &format!("{}: {detail}", go_value(value)))
+        Self::new(
+            CauseKind::Invalid,
+            field,
+            &format!("{}: {detail}", go_value(value)),
+        )
     }
     pub fn forbidden(field: &str, detail: &str) -> Self {
         Self::new(CauseKind::Forbidden, field, detail)
@@ -51,7 +55,11 @@ impl Cause {
         )
     }
     pub fn new(kind: CauseKind, field: &str, detail: &str) -> Self {
-        Self { kind, field: field.to_string(), detail: detail.to_string() }
+        Self {
+            kind,
+            field: field.to_string(),
+            detail: detail.to_string(),
+        }
     }
 
     fn type_text(&self) -> &'static str {
@@ -100,7 +108,13 @@ fn go_value(v: &Value) -> String {
 
 impl ApiError {
     pub fn new(code: u16, reason: &'static str, message: impl Into<String>) -> Self {
-        Self { code, reason, message: message.into(), details: json!({}), retry_after: None }
+        Self {
+            code,
+            reason,
+            message: message.into(),
+            details: json!({}),
+            retry_after: None,
+        }
     }
 
     fn with_details(mut self, rd: &ResourceDef, name: &str) -> Self {
@@ -117,7 +131,12 @@ impl ApiError {
     }
 
     pub fn not_found(rd: &ResourceDef, name: &str) -> Self {
-        Self::new(404, "NotFound", format!("{} {name:?} not found", rd.qualified())).with_details(rd, name)
+        Self::new(
+            404,
+            "NotFound",
+            format!("{} {name:?} not found", rd.qualified()),
+        )
+        .with_details(rd, name)
     }
 
     pub fn namespace_not_found(ns: &str) -> Self {
@@ -125,15 +144,22 @@ impl ApiError {
     }
 
     pub fn already_exists(rd: &ResourceDef, name: &str) -> Self {
-        Self::new(409, "AlreadyExists", format!("{} {name:?} already exists", rd.qualified()))
-            .with_details(rd, name)
+        Self::new(
+            409,
+            "AlreadyExists",
+            format!("{} {name:?} already exists", rd.qualified()),
+        )
+        .with_details(rd, name)
     }
 
     pub fn conflict(rd: &ResourceDef, name: &str, why: &str) -> Self {
         Self::new(
             409,
             "Conflict",
-            format!("Operation cannot be fulfilled on {} {name:?}: {why}", rd.qualified()),
+            format!(
+                "Operation cannot be fulfilled on {} {name:?}: {why}",
+                rd.qualified()
+            ),
         )
         .with_details(rd, name)
     }
@@ -150,9 +176,20 @@ impl ApiError {
         let summary = if causes.len() == 1 {
             causes[0].full()
         } else {
-            format!("[{}]", causes.iter().map(Cause::full).collect::<Vec<_>>().join(", "))
+            format!(
+                "[{}]",
+                causes
+                    .iter()
+                    .map(Cause::full)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
         };
-        let mut e = Self::new(422, "Invalid", format!("{} {name:?} is invalid: {summary}", rd.kind));
+        let mut e = Self::new(
+            422,
+            "Invalid",
+            format!("{} {name:?} is invalid: {summary}", rd.kind),
+        );
         let causes: Vec<Value> = causes
             .iter()
             .map(|c| json!({"reason": c.reason(), "message": c.body(), "field": c.field}))
@@ -177,11 +214,19 @@ impl ApiError {
     }
 
     pub fn method_not_allowed() -> Self {
-        Self::new(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
+        Self::new(
+            405,
+            "MethodNotAllowed",
+            "the server does not allow this method on the requested resource",
+        )
     }
 
     pub fn unknown_path() -> Self {
-        Self::new(404, "NotFound", "the server could not find the requested resource")
+        Self::new(
+            404,
+            "NotFound",
+            "the server could not find the requested resource",
+        )
     }
 
     pub fn expired(message: impl Into<String>) -> Self {
@@ -189,7 +234,11 @@ impl ApiError {
     }
 
     pub fn internal(message: &str) -> Self {
-        let mut e = Self::new(500, "InternalError", format!("Internal error occurred: {message}"));
+        let mut e = Self::new(
+            500,
+            "InternalError",
+            format!("Internal error occurred: {message}"),
+        );
         e.details = json!({"causes": [{"message": message}]});
         e
     }

@@ -46,11 +46,17 @@ pub struct FaultRule {
 impl FaultRule {
     /// Answer matching requests with `status`.
     pub fn error(status: u16) -> Self {
-        Self { status: Some(status), ..Self::default() }
+        Self {
+            status: Some(status),
+            ..Self::default()
+        }
     }
     /// Delay matching requests.
     pub fn latency(d: Duration) -> Self {
-        Self { latency_ms: Some(d.as_millis() as u64), ..Self::default() }
+        Self {
+            latency_ms: Some(d.as_millis() as u64),
+            ..Self::default()
+        }
     }
     pub fn verb(mut self, verb: &str) -> Self {
         self.verb = Some(verb.to_string());
@@ -89,7 +95,9 @@ impl FaultRule {
         let res_ok = self.resource.as_deref().is_none_or(|r| {
             r == resource || (!r.contains('/') && resource.split('/').next() == Some(r))
         });
-        self.verb.as_deref().is_none_or(|v| v == verb) && res_ok && self.name.as_deref().is_none_or(|n| n == name)
+        self.verb.as_deref().is_none_or(|v| v == verb)
+            && res_ok
+            && self.name.as_deref().is_none_or(|n| n == name)
     }
 }
 
@@ -141,14 +149,25 @@ impl Faults {
     }
     /// Hits of rule `id` so far (0 if unknown).
     pub fn hits(&self, id: u64) -> u64 {
-        self.lock().rules.iter().find(|r| r.id == id).map_or(0, |r| r.hits)
+        self.lock()
+            .rules
+            .iter()
+            .find(|r| r.id == id)
+            .map_or(0, |r| r.hits)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    pub(crate) fn decide(&self, verb: &str, resource: &str, plural: &str, qualified: &str, name: &str) -> Decision {
+    pub(crate) fn decide(
+        &self,
+        verb: &str,
+        resource: &str,
+        plural: &str,
+        qualified: &str,
+        name: &str,
+    ) -> Decision {
         use rand::Rng;
         let mut d = Decision::default();
         let mut s = self.lock();
@@ -209,11 +228,42 @@ mod tests {
     #[test]
     fn count_limits_hits_and_status_subresource_matches_plural() {
         let f = Faults::default();
-        let id = f.add(FaultRule::error(503).verb("update").resource("persistentvolumes").times(1));
-        assert!(f.decide("get", "persistentvolumes", "persistentvolumes", "persistentvolumes", "a").error.is_none());
-        let d = f.decide("update", "persistentvolumes/status", "persistentvolumes", "persistentvolumes", "a");
+        let id = f.add(
+            FaultRule::error(503)
+                .verb("update")
+                .resource("persistentvolumes")
+                .times(1),
+        );
+        assert!(
+            f.decide(
+                "get",
+                "persistentvolumes",
+                "persistentvolumes",
+                "persistentvolumes",
+                "a"
+            )
+            .error
+            .is_none()
+        );
+        let d = f.decide(
+            "update",
+            "persistentvolumes/status",
+            "persistentvolumes",
+            "persistentvolumes",
+            "a",
+        );
         assert_eq!(d.error.unwrap().code, 503);
-        assert!(f.decide("update", "persistentvolumes", "persistentvolumes", "persistentvolumes", "a").error.is_none());
+        assert!(
+            f.decide(
+                "update",
+                "persistentvolumes",
+                "persistentvolumes",
+                "persistentvolumes",
+                "a"
+            )
+            .error
+            .is_none()
+        );
         assert_eq!(f.hits(id), 1);
     }
 }

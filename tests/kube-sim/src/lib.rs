@@ -70,7 +70,11 @@ impl Default for SimConfig {
 impl SimConfig {
     /// An API server alone: no control loops and no protection finalizers.
     pub fn bare() -> Self {
-        Self { controllers: false, protection_finalizers: false, ..Self::default() }
+        Self {
+            controllers: false,
+            protection_finalizers: false,
+            ..Self::default()
+        }
     }
 }
 
@@ -130,16 +134,25 @@ impl Sim {
 
     /// Starts on `addr` (port 0 picks a free one; see [`Sim::addr`]).
     pub async fn start_on(addr: SocketAddr, cfg: SimConfig) -> anyhow::Result<Sim> {
-        let listener = tokio::net::TcpListener::bind(addr)
-            .await
-            .map_err(|e| anyhow::anyhow!("kube-sim cannot listen on {addr}: {e}; pick another address or port 0"))?;
+        let listener = tokio::net::TcpListener::bind(addr).await.map_err(|e| {
+            anyhow::anyhow!("kube-sim cannot listen on {addr}: {e}; pick another address or port 0")
+        })?;
         let addr = listener.local_addr()?;
         let mut store = Store::new(cfg.history_window);
         for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
             let rd = resources::core(resources::NAMESPACES);
-            let policy = Policy { protection_finalizers: false };
-            ops::create(&mut store, &policy, rd, "", json!({"metadata": {"name": ns}}), false)
-                .map_err(|e| anyhow::anyhow!("creating namespace {ns}: {e}"))?;
+            let policy = Policy {
+                protection_finalizers: false,
+            };
+            ops::create(
+                &mut store,
+                &policy,
+                rd,
+                "",
+                json!({"metadata": {"name": ns}}),
+                false,
+            )
+            .map_err(|e| anyhow::anyhow!("creating namespace {ns}: {e}"))?;
         }
         let (change_tx, change_rx) = tokio::sync::mpsc::unbounded_channel();
         if cfg.controllers {
@@ -148,7 +161,9 @@ impl Sim {
         let (paused, _) = tokio::sync::watch::channel(false);
         let inner = Arc::new(Inner {
             store: Mutex::new(store),
-            policy: Policy { protection_finalizers: cfg.protection_finalizers },
+            policy: Policy {
+                protection_finalizers: cfg.protection_finalizers,
+            },
             faults: Faults::default(),
             counters: counters::Live::default(),
             paused,
@@ -162,7 +177,10 @@ impl Sim {
             let stop = async move {
                 let _ = shutdown_rx.wait_for(|s| *s).await;
             };
-            if let Err(e) = axum::serve(listener, app).with_graceful_shutdown(stop).await {
+            if let Err(e) = axum::serve(listener, app)
+                .with_graceful_shutdown(stop)
+                .await
+            {
                 tracing::error!(error = %e, "kube-sim server stopped");
             }
         });
@@ -183,7 +201,11 @@ impl Sim {
         tracing::info!(%addr, controllers = cfg.controllers, "kube-sim listening");
         Ok(Sim {
             inner,
-            tasks: Arc::new(Tasks { server: Mutex::new(Some(server)), background: Mutex::new(background), shutdown }),
+            tasks: Arc::new(Tasks {
+                server: Mutex::new(Some(server)),
+                background: Mutex::new(background),
+                shutdown,
+            }),
         })
     }
 
@@ -221,7 +243,8 @@ impl Sim {
 
     /// Writes a kubeconfig (JSON, which is valid YAML) for kubectl and other clients.
     pub fn write_kubeconfig(&self, path: &std::path::Path) -> std::io::Result<()> {
-        let text = serde_json::to_string_pretty(&self.kubeconfig()).map_err(std::io::Error::other)?;
+        let text =
+            serde_json::to_string_pretty(&self.kubeconfig()).map_err(std::io::Error::other)?;
         std::fs::write(path, text)
     }
 
@@ -295,18 +318,39 @@ impl Sim {
     /// Reads an object straight from the store (no request, not counted). `plural` is a
     /// resource plural such as `persistentvolumes`; `ns` is "" for cluster-scoped objects.
     pub fn object(&self, plural: &str, ns: &str, name: &str) -> Option<Value> {
-        self.inner.lock().get(plural, ns, name).map(|v| (*v).clone())
+        self.inner
+            .lock()
+            .get(plural, ns, name)
+            .map(|v| (*v).clone())
     }
 
     /// All objects of one resource plural (stored form, key order), not counted.
     pub fn objects(&self, plural: &str) -> Vec<Value> {
-        self.inner.lock().list(plural, None).iter().map(|v| (**v).clone()).collect()
+        self.inner
+            .lock()
+            .list(plural, None)
+            .iter()
+            .map(|v| (**v).clone())
+            .collect()
     }
 
     /// Creates an object directly (same validation and admission as a POST, not counted).
-    pub fn create(&self, group: &str, plural: &str, ns: &str, obj: Value) -> Result<Value, ApiError> {
+    pub fn create(
+        &self,
+        group: &str,
+        plural: &str,
+        ns: &str,
+        obj: Value,
+    ) -> Result<Value, ApiError> {
         let rd = resources::find(group, "v1", plural).ok_or_else(ApiError::unknown_path)?;
-        ops::create(&mut self.inner.lock(), &self.inner.policy, rd, ns, obj, false)
+        ops::create(
+            &mut self.inner.lock(),
+            &self.inner.policy,
+            rd,
+            ns,
+            obj,
+            false,
+        )
     }
 
     /// Stops serving: ends watches, stops the server and the control loops.
@@ -314,13 +358,26 @@ impl Sim {
         self.inner.lock().drop_watches();
         self.inner.paused.send_replace(false);
         self.tasks.shutdown.send_replace(true);
-        let server = self.tasks.server.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let server = self
+            .tasks
+            .server
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
         if let Some(mut h) = server
-            && tokio::time::timeout(Duration::from_secs(5), &mut h).await.is_err()
+            && tokio::time::timeout(Duration::from_secs(5), &mut h)
+                .await
+                .is_err()
         {
             h.abort();
         }
-        for h in self.tasks.background.lock().unwrap_or_else(|e| e.into_inner()).drain(..) {
+        for h in self
+            .tasks
+            .background
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .drain(..)
+        {
             h.abort();
         }
     }

@@ -54,7 +54,8 @@ struct Args {
 async fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
         .with_writer(std::io::stderr)
         .init();
@@ -67,8 +68,12 @@ async fn main() -> anyhow::Result<()> {
     };
     let sim = Sim::start_on(args.listen, cfg).await?;
     if let Some(path) = &args.kubeconfig {
-        sim.write_kubeconfig(path)
-            .map_err(|e| anyhow::anyhow!("cannot write kubeconfig {}: {e}; check the directory exists and is writable", path.display()))?;
+        sim.write_kubeconfig(path).map_err(|e| {
+            anyhow::anyhow!(
+                "cannot write kubeconfig {}: {e}; check the directory exists and is writable",
+                path.display()
+            )
+        })?;
         tracing::info!(path = %path.display(), "kubeconfig written");
     }
     println!("kube-sim listening on {}", sim.url());

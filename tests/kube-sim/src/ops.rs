@@ -52,19 +52,29 @@ pub fn meta_mut(v: &mut Value) -> &mut Map<String, Value> {
 }
 
 pub fn is_deleting(v: &Value) -> bool {
-    meta(v).get("deletionTimestamp").is_some_and(|t| !t.is_null())
+    meta(v)
+        .get("deletionTimestamp")
+        .is_some_and(|t| !t.is_null())
 }
 
 pub fn finalizers(v: &Value) -> Vec<String> {
     meta(v)
         .get("finalizers")
         .and_then(Value::as_array)
-        .map(|a| a.iter().filter_map(Value::as_str).map(String::from).collect())
+        .map(|a| {
+            a.iter()
+                .filter_map(Value::as_str)
+                .map(String::from)
+                .collect()
+        })
         .unwrap_or_default()
 }
 
 pub fn annotation<'a>(v: &'a Value, key: &str) -> Option<&'a str> {
-    meta(v).get("annotations").and_then(|a| a.get(key)).and_then(Value::as_str)
+    meta(v)
+        .get("annotations")
+        .and_then(|a| a.get(key))
+        .and_then(Value::as_str)
 }
 
 pub fn set_annotation(v: &mut Value, key: &str, val: &str) {
@@ -104,7 +114,8 @@ fn expect_object(rd: &ResourceDef, body: Value) -> Result<Value, ApiError> {
 }
 
 pub fn get(st: &Store, rd: &ResourceDef, ns: &str, name: &str) -> Result<Arc<Value>, ApiError> {
-    st.get(rd.storage, ns, name).ok_or_else(|| ApiError::not_found(rd, name))
+    st.get(rd.storage, ns, name)
+        .ok_or_else(|| ApiError::not_found(rd, name))
 }
 
 fn check_namespace(st: &Store, rd: &ResourceDef, ns: &str) -> Result<(), ApiError> {
@@ -149,10 +160,16 @@ fn apply_defaults(rd: &ResourceDef, v: &mut Value) {
     };
     match (rd.group, rd.plural) {
         ("", "persistentvolumes") => {
-            set_default(v, &["spec", "persistentVolumeReclaimPolicy"], json!("Retain"));
+            set_default(
+                v,
+                &["spec", "persistentVolumeReclaimPolicy"],
+                json!("Retain"),
+            );
             set_default(v, &["spec", "volumeMode"], json!("Filesystem"));
         }
-        ("", "persistentvolumeclaims") => set_default(v, &["spec", "volumeMode"], json!("Filesystem")),
+        ("", "persistentvolumeclaims") => {
+            set_default(v, &["spec", "volumeMode"], json!("Filesystem"))
+        }
         ("storage.k8s.io", "storageclasses") => {
             set_default(v, &["reclaimPolicy"], json!("Delete"));
             set_default(v, &["volumeBindingMode"], json!("Immediate"));
@@ -179,13 +196,19 @@ fn initial_status(rd: &ResourceDef, v: &mut Value) {
     let Some(m) = v.as_object_mut() else { return };
     match (rd.group, rd.plural) {
         ("", "persistentvolumes") => {
-            m.insert("status".into(), json!({"phase": "Pending", "lastPhaseTransitionTime": now()}));
+            m.insert(
+                "status".into(),
+                json!({"phase": "Pending", "lastPhaseTransitionTime": now()}),
+            );
         }
         ("", "persistentvolumeclaims") => {
             m.insert("status".into(), json!({"phase": "Pending"}));
         }
         ("", "pods") => {
-            m.insert("status".into(), json!({"phase": "Pending", "qosClass": "BestEffort"}));
+            m.insert(
+                "status".into(),
+                json!({"phase": "Pending", "qosClass": "BestEffort"}),
+            );
         }
         ("", "namespaces") => {
             m.insert("status".into(), json!({"phase": "Active"}));
@@ -212,7 +235,11 @@ pub fn default_storage_class(st: &Store) -> Option<String> {
     let mut defaults: Vec<Arc<Value>> = st
         .list(resources::STORAGE_CLASSES, None)
         .into_iter()
-        .filter(|sc| annotation(sc, DEFAULT_CLASS_ANN) == Some("true") || annotation(sc, "storageclass.beta.kubernetes.io/is-default-class") == Some("true"))
+        .filter(|sc| {
+            annotation(sc, DEFAULT_CLASS_ANN) == Some("true")
+                || annotation(sc, "storageclass.beta.kubernetes.io/is-default-class")
+                    == Some("true")
+        })
         .collect();
     defaults.sort_by(|a, b| {
         meta_str(b, "creationTimestamp")
@@ -229,7 +256,8 @@ fn admit_create(st: &Store, pol: &Policy, rd: &ResourceDef, v: &mut Value) {
             if pol.protection_finalizers {
                 add_finalizer(v, PVC_PROTECTION);
             }
-            if v.pointer("/spec/storageClassName").is_none_or(Value::is_null)
+            if v.pointer("/spec/storageClassName")
+                .is_none_or(Value::is_null)
                 && let Some(sc) = default_storage_class(st)
             {
                 v["spec"]["storageClassName"] = json!(sc);
@@ -239,9 +267,20 @@ fn admit_create(st: &Store, pol: &Policy, rd: &ResourceDef, v: &mut Value) {
     }
 }
 
-pub fn create(st: &mut Store, pol: &Policy, rd: &'static ResourceDef, ns: &str, body: Value, dry: bool) -> Result<Value, ApiError> {
+pub fn create(
+    st: &mut Store,
+    pol: &Policy,
+    rd: &'static ResourceDef,
+    ns: &str,
+    body: Value,
+    dry: bool,
+) -> Result<Value, ApiError> {
     let body = expect_object(rd, body)?;
-    let ext_causes = if rd.is_events_v1() { validate::object_causes(rd, &to_internal(rd, body.clone())) } else { Vec::new() };
+    let ext_causes = if rd.is_events_v1() {
+        validate::object_causes(rd, &to_internal(rd, body.clone()))
+    } else {
+        Vec::new()
+    };
     let mut v = to_internal(rd, body);
     stamp_type(rd, &mut v);
     {
@@ -260,15 +299,27 @@ pub fn create(st: &mut Store, pol: &Policy, rd: &'static ResourceDef, ns: &str, 
         } else {
             m.remove("namespace");
         }
-        if m.get("resourceVersion").and_then(Value::as_str).is_some_and(|s| !s.is_empty()) {
-            return Err(ApiError::internal("resourceVersion should not be set on objects to be created"));
+        if m.get("resourceVersion")
+            .and_then(Value::as_str)
+            .is_some_and(|s| !s.is_empty())
+        {
+            return Err(ApiError::internal(
+                "resourceVersion should not be set on objects to be created",
+            ));
         }
     }
     let mut name = meta_str(&v, "name").to_string();
     let generate = meta_str(&v, "generateName").to_string();
     if name.is_empty() {
         if generate.is_empty() {
-            return Err(ApiError::invalid(rd, "", &[Cause::required("metadata.name", "name or generateName is required")]));
+            return Err(ApiError::invalid(
+                rd,
+                "",
+                &[Cause::required(
+                    "metadata.name",
+                    "name or generateName is required",
+                )],
+            ));
         }
         name = format!("{generate}{}", name_suffix());
         for _ in 0..8 {
@@ -297,7 +348,11 @@ pub fn create(st: &mut Store, pol: &Policy, rd: &'static ResourceDef, ns: &str, 
     apply_defaults(rd, &mut v);
     admit_create(st, pol, rd, &mut v);
     let mut causes = validate::name_causes(rd, &name);
-    causes.extend(if rd.is_events_v1() { ext_causes } else { validate::object_causes(rd, &v) });
+    causes.extend(if rd.is_events_v1() {
+        ext_causes
+    } else {
+        validate::object_causes(rd, &v)
+    });
     if !causes.is_empty() {
         return Err(ApiError::invalid(rd, &name, &causes));
     }
@@ -340,7 +395,16 @@ fn keep_system_fields(rd: &ResourceDef, old: &Value, new: &mut Value, sub: Sub) 
     }
     let om = meta(old).clone();
     let nm = meta_mut(new);
-    for k in ["uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "generation", "name", "namespace", "generateName"] {
+    for k in [
+        "uid",
+        "creationTimestamp",
+        "deletionTimestamp",
+        "deletionGracePeriodSeconds",
+        "generation",
+        "name",
+        "namespace",
+        "generateName",
+    ] {
         match om.get(k) {
             Some(v) => nm.insert(k.into(), v.clone()),
             None => nm.remove(k),
@@ -368,7 +432,14 @@ fn without_rv(v: &Value) -> Value {
 }
 
 /// Shared tail of update and patch: preconditions, system fields, validation and commit.
-pub fn apply_update(st: &mut Store, rd: &'static ResourceDef, old: &Value, mut new: Value, sub: Sub, dry: bool) -> Result<Value, ApiError> {
+pub fn apply_update(
+    st: &mut Store,
+    rd: &'static ResourceDef,
+    old: &Value,
+    mut new: Value,
+    sub: Sub,
+    dry: bool,
+) -> Result<Value, ApiError> {
     let name = meta_str(old, "name").to_string();
     let ns = meta_str(old, "namespace").to_string();
     let new_rv = meta_str(&new, "resourceVersion");
@@ -381,19 +452,26 @@ pub fn apply_update(st: &mut Store, rd: &'static ResourceDef, old: &Value, mut n
         return Err(ApiError::conflict(
             rd,
             &name,
-            &format!("Precondition failed: UID in precondition: {new_uid}, UID in object meta: {old_uid}"),
+            &format!(
+                "Precondition failed: UID in precondition: {new_uid}, UID in object meta: {old_uid}"
+            ),
         ));
     }
     keep_system_fields(rd, old, &mut new, sub);
     if rd.plural == resources::PV && rd.group.is_empty() {
         let phase_changed = old.pointer("/status/phase") != new.pointer("/status/phase");
-        let time_kept = new.pointer("/status/lastPhaseTransitionTime") == old.pointer("/status/lastPhaseTransitionTime");
+        let time_kept = new.pointer("/status/lastPhaseTransitionTime")
+            == old.pointer("/status/lastPhaseTransitionTime");
         if phase_changed && time_kept && new.get("status").is_some_and(Value::is_object) {
             new["status"]["lastPhaseTransitionTime"] = json!(now());
         }
     }
     if (rd.custom || rd.plural == resources::PODS) && spec_part(old) != spec_part(&new) {
-        let g = meta(old).get("generation").and_then(Value::as_i64).unwrap_or(0) + 1;
+        let g = meta(old)
+            .get("generation")
+            .and_then(Value::as_i64)
+            .unwrap_or(0)
+            + 1;
         meta_mut(&mut new).insert("generation".into(), json!(g));
     }
     let mut causes = validate::update_causes(rd, old, &new);
@@ -435,7 +513,15 @@ fn check_name(body: &Value, name: &str, ns: &str, rd: &ResourceDef) -> Result<()
     Ok(())
 }
 
-pub fn update(st: &mut Store, rd: &'static ResourceDef, ns: &str, name: &str, body: Value, sub: Sub, dry: bool) -> Result<Value, ApiError> {
+pub fn update(
+    st: &mut Store,
+    rd: &'static ResourceDef,
+    ns: &str,
+    name: &str,
+    body: Value,
+    sub: Sub,
+    dry: bool,
+) -> Result<Value, ApiError> {
     let body = expect_object(rd, body)?;
     check_name(&body, name, ns, rd)?;
     let old = get(st, rd, ns, name)?;
@@ -481,12 +567,15 @@ pub fn patch(
     dry: bool,
 ) -> Result<Value, ApiError> {
     let old = get(st, rd, ns, name)?;
-    let p: Value = serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?;
+    let p: Value = serde_json::from_slice(body)
+        .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?;
     let mut doc = to_external(rd, &old);
     match ptype {
         PatchType::Merge => {
             if !p.is_object() {
-                return Err(ApiError::bad_request("json: cannot unmarshal into Go value of type map[string]interface {}"));
+                return Err(ApiError::bad_request(
+                    "json: cannot unmarshal into Go value of type map[string]interface {}",
+                ));
             }
             crate::patch::merge_patch(&mut doc, &p);
         }
@@ -495,14 +584,18 @@ pub fn patch(
             Err(crate::patch::JsonPatchError::Decode(e)) => return Err(ApiError::bad_request(e)),
             Err(crate::patch::JsonPatchError::Apply(_)) => {
                 // Same as the real server: 422 with the generic message (jsonpatch's text is dropped).
-                return Err(ApiError::new(422, "Invalid", "the server rejected our request due to an error in our request"));
+                return Err(ApiError::new(
+                    422,
+                    "Invalid",
+                    "the server rejected our request due to an error in our request",
+                ));
             }
         },
         PatchType::Strategic => {
             if rd.custom {
-                return Err(ApiError::unsupported_media(format!(
-                    "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml"
-                )));
+                return Err(ApiError::unsupported_media(
+                    "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml",
+                ));
             }
             crate::patch::strategic_merge(&mut doc, &p).map_err(ApiError::bad_request)?;
         }
@@ -531,12 +624,16 @@ impl DeleteOpts {
         if body.iter().all(u8::is_ascii_whitespace) {
             return Ok(Self::default());
         }
-        let v: Value = serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("error decoding DeleteOptions: {e}")))?;
+        let v: Value = serde_json::from_slice(body)
+            .map_err(|e| ApiError::bad_request(format!("error decoding DeleteOptions: {e}")))?;
         let s = |p: &str| v.pointer(p).and_then(Value::as_str).map(String::from);
         Ok(Self {
             uid: s("/preconditions/uid"),
             resource_version: s("/preconditions/resourceVersion"),
-            dry: v.get("dryRun").and_then(Value::as_array).is_some_and(|a| !a.is_empty()),
+            dry: v
+                .get("dryRun")
+                .and_then(Value::as_array)
+                .is_some_and(|a| !a.is_empty()),
         })
     }
 }
@@ -548,7 +645,13 @@ pub enum Deleted {
     Pending(Value),
 }
 
-pub fn delete(st: &mut Store, rd: &'static ResourceDef, ns: &str, name: &str, opts: &DeleteOpts) -> Result<Deleted, ApiError> {
+pub fn delete(
+    st: &mut Store,
+    rd: &'static ResourceDef,
+    ns: &str,
+    name: &str,
+    opts: &DeleteOpts,
+) -> Result<Deleted, ApiError> {
     let old = get(st, rd, ns, name)?;
     if let Some(uid) = &opts.uid
         && uid != meta_str(&old, "uid")
@@ -556,7 +659,10 @@ pub fn delete(st: &mut Store, rd: &'static ResourceDef, ns: &str, name: &str, op
         return Err(ApiError::conflict(
             rd,
             name,
-            &format!("Precondition failed: UID in precondition: {uid}, UID in object meta: {}", meta_str(&old, "uid")),
+            &format!(
+                "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
+                meta_str(&old, "uid")
+            ),
         ));
     }
     if let Some(rv) = &opts.resource_version
@@ -628,42 +734,63 @@ fn decode_continue(tok: &str) -> Result<(u64, String, String), ApiError> {
     let raw = b64_decode(tok).ok_or_else(|| bad("illegal base64 data"))?;
     let v: Value = serde_json::from_slice(&raw).map_err(|e| bad(&e.to_string()))?;
     if v.get("v").and_then(Value::as_str) != Some("meta.k8s.io/v1") {
-        return Err(bad("incorrect encoded start resourceVersion (version meta.k8s.io/v1)"));
+        return Err(bad(
+            "incorrect encoded start resourceVersion (version meta.k8s.io/v1)",
+        ));
     }
-    let rv = v.get("rv").and_then(Value::as_u64).ok_or_else(|| bad("incorrect encoded start resourceVersion"))?;
-    let start = v.get("start").and_then(Value::as_str).ok_or_else(|| bad("no start key"))?;
+    let rv = v
+        .get("rv")
+        .and_then(Value::as_u64)
+        .ok_or_else(|| bad("incorrect encoded start resourceVersion"))?;
+    let start = v
+        .get("start")
+        .and_then(Value::as_str)
+        .ok_or_else(|| bad("no start key"))?;
     let start = start.trim_end_matches('\u{0}');
-    let (ns, name) = start.split_once('/').ok_or_else(|| bad("start key is malformed"))?;
+    let (ns, name) = start
+        .split_once('/')
+        .ok_or_else(|| bad("start key is malformed"))?;
     Ok((rv, ns.to_string(), name.to_string()))
 }
 
 fn parse_rv(s: &str) -> Result<u64, ApiError> {
-    s.parse::<u64>().map_err(|_| ApiError::bad_request(format!("invalid resource version: {s}")))
+    s.parse::<u64>()
+        .map_err(|_| ApiError::bad_request(format!("invalid resource version: {s}")))
 }
 
 /// Lists objects, newest state, in key order, paginated with `limit`/`continue`.
 ///
 /// Pages after the first read the live state (not a snapshot at the first page's
 /// resourceVersion); a watch from the list's resourceVersion replays what changed meanwhile.
-pub fn list(st: &Store, rd: &ResourceDef, ns: Option<&str>, o: &ListOpts) -> Result<ListResult, ApiError> {
+pub fn list(
+    st: &Store,
+    rd: &ResourceDef,
+    ns: Option<&str>,
+    o: &ListOpts,
+) -> Result<ListResult, ApiError> {
     let current = st.resource_version();
-    let (list_rv, candidates) = if let Some(tok) = o.continue_token.as_deref().filter(|t| !t.is_empty()) {
-        let (rv, cns, cname) = decode_continue(tok)?;
-        if rv < st.history_floor(rd.storage) {
-            return Err(ApiError::expired(CONTINUE_TOO_OLD));
-        }
-        (rv, st.list_after(rd.storage, &(cns, cname)))
-    } else {
-        if let (Some("Exact"), Some(rv)) = (o.version_match.as_deref(), o.resource_version.as_deref()) {
-            let rv = parse_rv(rv)?;
-            if rv != current {
-                return Err(ApiError::expired(format!("too old resource version: {rv} ({current})")));
+    let (list_rv, candidates) =
+        if let Some(tok) = o.continue_token.as_deref().filter(|t| !t.is_empty()) {
+            let (rv, cns, cname) = decode_continue(tok)?;
+            if rv < st.history_floor(rd.storage) {
+                return Err(ApiError::expired(CONTINUE_TOO_OLD));
             }
-        } else if let Some(rv) = o.resource_version.as_deref().filter(|r| !r.is_empty()) {
-            parse_rv(rv)?;
-        }
-        (current, st.list(rd.storage, None))
-    };
+            (rv, st.list_after(rd.storage, &(cns, cname)))
+        } else {
+            if let (Some("Exact"), Some(rv)) =
+                (o.version_match.as_deref(), o.resource_version.as_deref())
+            {
+                let rv = parse_rv(rv)?;
+                if rv != current {
+                    return Err(ApiError::expired(format!(
+                        "too old resource version: {rv} ({current})"
+                    )));
+                }
+            } else if let Some(rv) = o.resource_version.as_deref().filter(|r| !r.is_empty()) {
+                parse_rv(rv)?;
+            }
+            (current, st.list(rd.storage, None))
+        };
     let mut items = Vec::new();
     let mut continue_token = None;
     let mut remaining = None;
@@ -678,7 +805,15 @@ pub fn list(st: &Store, rd: &ResourceDef, ns: Option<&str>, o: &ListOpts) -> Res
             && items.len() >= limit
             && iter.peek().is_some()
         {
-            let last = items.last().map(|l| (meta_str(l, "namespace").to_string(), meta_str(l, "name").to_string())).unwrap_or_default();
+            let last = items
+                .last()
+                .map(|l| {
+                    (
+                        meta_str(l, "namespace").to_string(),
+                        meta_str(l, "name").to_string(),
+                    )
+                })
+                .unwrap_or_default();
             continue_token = Some(encode_continue(list_rv, &last.0, &last.1));
             if o.labels.is_empty() && o.fields.is_empty() {
                 remaining = Some(iter.count() as u64);
@@ -686,7 +821,12 @@ pub fn list(st: &Store, rd: &ResourceDef, ns: Option<&str>, o: &ListOpts) -> Res
             break;
         }
     }
-    Ok(ListResult { items, resource_version: list_rv, continue_token, remaining })
+    Ok(ListResult {
+        items,
+        resource_version: list_rv,
+        continue_token,
+        remaining,
+    })
 }
 
 #[cfg(test)]
@@ -696,7 +836,10 @@ mod tests {
     #[test]
     fn continue_token_round_trip() {
         let t = encode_continue(42, "ns", "a.b");
-        assert_eq!(decode_continue(&t).unwrap(), (42, "ns".into(), "a.b".into()));
+        assert_eq!(
+            decode_continue(&t).unwrap(),
+            (42, "ns".into(), "a.b".into())
+        );
         assert_eq!(decode_continue("!!").unwrap_err().code, 400);
     }
 }

@@ -6,7 +6,12 @@ use serde_json::{Map, Value};
 /// Merge key of lists of objects that Kubernetes merges by key, by field name.
 fn merge_key(field: &str) -> Option<&'static str> {
     Some(match field {
-        "containers" | "initContainers" | "ephemeralContainers" | "volumes" | "env" | "imagePullSecrets"
+        "containers"
+        | "initContainers"
+        | "ephemeralContainers"
+        | "volumes"
+        | "env"
+        | "imagePullSecrets"
         | "resourceClaims" => "name",
         "ports" => "containerPort",
         "volumeMounts" => "mountPath",
@@ -29,7 +34,8 @@ pub fn merge_patch(target: &mut Value, patch: &Value) {
 }
 
 pub fn json_patch(target: &mut Value, patch: &Value) -> Result<(), JsonPatchError> {
-    let p: json_patch::Patch = serde_json::from_value(patch.clone()).map_err(|e| JsonPatchError::Decode(e.to_string()))?;
+    let p: json_patch::Patch =
+        serde_json::from_value(patch.clone()).map_err(|e| JsonPatchError::Decode(e.to_string()))?;
     json_patch::patch(target, &p).map_err(|e| JsonPatchError::Apply(e.to_string()))
 }
 
@@ -37,8 +43,8 @@ pub fn json_patch(target: &mut Value, patch: &Value) -> Result<(), JsonPatchErro
 pub enum JsonPatchError {
     /// The body is not a JSON patch document (400).
     Decode(String),
-    /// An operation failed, e.g. a `test` (422).
-    Apply(String),
+    /// An operation failed, e.g. a `test` (422); the text is for logs.
+    Apply(#[allow(dead_code)] String),
 }
 
 /// Applies a strategic merge patch to `target` in place.
@@ -53,7 +59,11 @@ fn merge_map(target: &mut Map<String, Value>, patch: &Map<String, Value>) -> Res
     if let Some(d) = patch.get("$patch").and_then(Value::as_str) {
         match d {
             "replace" => {
-                *target = patch.iter().filter(|(k, _)| !k.starts_with('$')).map(|(k, v)| (k.clone(), v.clone())).collect();
+                *target = patch
+                    .iter()
+                    .filter(|(k, _)| !k.starts_with('$'))
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect();
                 return Ok(());
             }
             "delete" => {
@@ -116,9 +126,15 @@ fn merge_map(target: &mut Map<String, Value>, patch: &Map<String, Value>) -> Res
 }
 
 fn merge_list(field: &str, target: &mut Vec<Value>, patch: &[Value]) -> Result<(), String> {
-    let replace = patch.iter().any(|v| v.get("$patch").and_then(Value::as_str) == Some("replace"));
+    let replace = patch
+        .iter()
+        .any(|v| v.get("$patch").and_then(Value::as_str) == Some("replace"));
     if replace {
-        *target = patch.iter().filter(|v| v.get("$patch").is_none()).cloned().collect();
+        *target = patch
+            .iter()
+            .filter(|v| v.get("$patch").is_none())
+            .cloned()
+            .collect();
         return Ok(());
     }
     if is_primitive_merge(field) {
@@ -135,10 +151,14 @@ fn merge_list(field: &str, target: &mut Vec<Value>, patch: &[Value]) -> Result<(
     };
     for item in patch {
         let Some(pm) = item.as_object() else {
-            return Err(format!("list {field} must contain objects with merge key {key}"));
+            return Err(format!(
+                "list {field} must contain objects with merge key {key}"
+            ));
         };
         let Some(kv) = pm.get(key) else {
-            return Err(format!("map: {item} does not contain declared merge key: {key}"));
+            return Err(format!(
+                "map: {item} does not contain declared merge key: {key}"
+            ));
         };
         let pos = target.iter().position(|t| t.get(key) == Some(kv));
         let delete = pm.get("$patch").and_then(Value::as_str) == Some("delete");
@@ -172,7 +192,11 @@ mod tests {
         let mut o = json!({"metadata": {"finalizers": ["a", "b"]}});
         strategic_merge(&mut o, &json!({"metadata": {"finalizers": ["b", "c"]}})).unwrap();
         assert_eq!(o["metadata"]["finalizers"], json!(["a", "b", "c"]));
-        strategic_merge(&mut o, &json!({"metadata": {"$deleteFromPrimitiveList/finalizers": ["a"]}})).unwrap();
+        strategic_merge(
+            &mut o,
+            &json!({"metadata": {"$deleteFromPrimitiveList/finalizers": ["a"]}}),
+        )
+        .unwrap();
         assert_eq!(o["metadata"]["finalizers"], json!(["b", "c"]));
     }
 
@@ -186,15 +210,22 @@ mod tests {
                     "spec": {"accessModes": ["ReadOnlyMany"]}}),
         )
         .unwrap();
-        assert_eq!(o["status"]["conditions"], json!([{"type": "B", "status": "True"}]));
+        assert_eq!(
+            o["status"]["conditions"],
+            json!([{"type": "B", "status": "True"}])
+        );
         assert_eq!(o["spec"]["accessModes"], json!(["ReadOnlyMany"]));
     }
 
     #[test]
     fn null_deletes_and_retain_keys() {
-        let mut o = json!({"metadata": {"annotations": {"a": "1", "b": "2"}}, "spec": {"x": 1, "y": 2}});
+        let mut o =
+            json!({"metadata": {"annotations": {"a": "1", "b": "2"}}, "spec": {"x": 1, "y": 2}});
         strategic_merge(&mut o, &json!({"metadata": {"annotations": {"a": null}}, "spec": {"$retainKeys": ["y"], "y": 3}}))
             .unwrap();
-        assert_eq!(o, json!({"metadata": {"annotations": {"b": "2"}}, "spec": {"y": 3}}));
+        assert_eq!(
+            o,
+            json!({"metadata": {"annotations": {"b": "2"}}, "spec": {"y": 3}})
+        );
     }
 }

@@ -37,7 +37,10 @@ fn split_top(s: &str) -> Vec<String> {
         cur.push(c);
     }
     out.push(cur);
-    out.into_iter().map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect()
+    out.into_iter()
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .collect()
 }
 
 fn set_values(s: &str) -> Result<Vec<String>, ApiError> {
@@ -45,8 +48,16 @@ fn set_values(s: &str) -> Result<Vec<String>, ApiError> {
     let inner = s
         .strip_prefix('(')
         .and_then(|x| x.strip_suffix(')'))
-        .ok_or_else(|| ApiError::bad_request(format!("unable to parse requirement: found '{s}', expected: '('")))?;
-    Ok(inner.split(',').map(|v| v.trim().to_string()).filter(|v| !v.is_empty()).collect())
+        .ok_or_else(|| {
+            ApiError::bad_request(format!(
+                "unable to parse requirement: found '{s}', expected: '('"
+            ))
+        })?;
+    Ok(inner
+        .split(',')
+        .map(|v| v.trim().to_string())
+        .filter(|v| !v.is_empty())
+        .collect())
 }
 
 impl LabelSelector {
@@ -125,7 +136,9 @@ fn supported_fields(rd: &ResourceDef) -> &'static [&'static str] {
             "source",
             "type",
         ],
-        ("", "persistentvolumeclaims") | ("", "namespaces") | ("", "persistentvolumes") => &["status.phase"],
+        ("", "persistentvolumeclaims") | ("", "namespaces") | ("", "persistentvolumes") => {
+            &["status.phase"]
+        }
         ("", "secrets") => &["type"],
         ("", "nodes") => &["spec.unschedulable"],
         _ => &[],
@@ -143,7 +156,9 @@ impl FieldSelector {
             } else if let Some((k, v)) = part.split_once('=') {
                 (k, true, v)
             } else {
-                return Err(ApiError::bad_request(format!("invalid selector: '{s}'; can't understand '{part}'")));
+                return Err(ApiError::bad_request(format!(
+                    "invalid selector: '{s}'; can't understand '{part}'"
+                )));
             };
             let mut k = k.trim().to_string();
             // events.k8s.io field labels are converted to the core names the store uses.
@@ -154,8 +169,13 @@ impl FieldSelector {
                     k = "reportingComponent".into();
                 }
             }
-            if k != "metadata.name" && k != "metadata.namespace" && !supported_fields(rd).contains(&k.as_str()) {
-                return Err(ApiError::bad_request(format!("field label not supported: {k}")));
+            if k != "metadata.name"
+                && k != "metadata.namespace"
+                && !supported_fields(rd).contains(&k.as_str())
+            {
+                return Err(ApiError::bad_request(format!(
+                    "field label not supported: {k}"
+                )));
             }
             out.push((k, eq, v.trim().to_string()));
         }
@@ -207,7 +227,11 @@ mod tests {
             ("!c", true),
             ("a,b in (2),!c", true),
         ] {
-            assert_eq!(LabelSelector::parse(sel).unwrap().matches(&o), want, "{sel}");
+            assert_eq!(
+                LabelSelector::parse(sel).unwrap().matches(&o),
+                want,
+                "{sel}"
+            );
         }
     }
 

@@ -13,6 +13,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde_json::{Value, json};
 
+use crate::Inner;
 use crate::convert::{Shape, partial_metadata, shape_from_accept, table, to_external};
 use crate::error::ApiError;
 use crate::faults::FaultRule;
@@ -20,14 +21,21 @@ use crate::ops::{self, DeleteOpts, Deleted, ListOpts, PatchType, Sub};
 use crate::resources::{self, ResourceDef};
 use crate::selectors::{FieldSelector, LabelSelector};
 use crate::store::{EventType, WatchItem};
-use crate::Inner;
 
 pub(crate) fn router(inner: Arc<Inner>) -> Router {
     Router::new()
         .route("/sim/counters", get(admin_counters))
         .route("/sim/counters/reset", post(admin_counters_reset))
-        .route("/sim/faults", get(admin_faults_list).post(admin_faults_add).delete(admin_faults_clear))
-        .route("/sim/faults/{id}", axum::routing::delete(admin_faults_remove))
+        .route(
+            "/sim/faults",
+            get(admin_faults_list)
+                .post(admin_faults_add)
+                .delete(admin_faults_clear),
+        )
+        .route(
+            "/sim/faults/{id}",
+            axum::routing::delete(admin_faults_remove),
+        )
         .route("/sim/drop-watches", post(admin_drop_watches))
         .route("/sim/compact", post(admin_compact))
         .route("/sim/pause", post(admin_pause))
@@ -38,8 +46,15 @@ pub(crate) fn router(inner: Arc<Inner>) -> Router {
 }
 
 fn json_response(code: u16, v: &Value) -> Response {
-    let mut r = (StatusCode::from_u16(code).unwrap_or(StatusCode::OK), v.to_string()).into_response();
-    r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    let mut r = (
+        StatusCode::from_u16(code).unwrap_or(StatusCode::OK),
+        v.to_string(),
+    )
+        .into_response();
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
     r
 }
 
@@ -68,7 +83,10 @@ async fn admin_faults_list(State(i): State<Arc<Inner>>) -> Response {
 async fn admin_faults_add(State(i): State<Arc<Inner>>, body: Bytes) -> Response {
     match serde_json::from_slice::<FaultRule>(&body) {
         Ok(rule) => json_response(200, &json!({"id": i.faults.add(rule)})),
-        Err(e) => json_response(400, &json!({"error": format!("invalid fault rule: {e}; see `kube-sim --help` for the fields")})),
+        Err(e) => json_response(
+            400,
+            &json!({"error": format!("invalid fault rule: {e}; see `kube-sim --help` for the fields")}),
+        ),
     }
 }
 async fn admin_faults_clear(State(i): State<Arc<Inner>>) -> Response {
@@ -85,7 +103,10 @@ async fn admin_drop_watches(State(i): State<Arc<Inner>>) -> Response {
 async fn admin_compact(State(i): State<Arc<Inner>>) -> Response {
     let mut st = i.lock();
     st.compact();
-    json_response(200, &json!({"compactedAt": st.resource_version().to_string()}))
+    json_response(
+        200,
+        &json!({"compactedAt": st.resource_version().to_string()}),
+    )
 }
 async fn admin_pause(State(i): State<Arc<Inner>>) -> Response {
     i.paused.send_replace(true);
@@ -118,7 +139,11 @@ enum Parsed {
 }
 
 fn parse_path(path: &str, server: &str) -> Parsed {
-    let segs: Vec<&str> = path.trim_matches('/').split('/').filter(|s| !s.is_empty()).collect();
+    let segs: Vec<&str> = path
+        .trim_matches('/')
+        .split('/')
+        .filter(|s| !s.is_empty())
+        .collect();
     let (group, version, rest): (&str, &str, &[&str]) = match segs.as_slice() {
         ["version"] => return Parsed::Doc(crate::discovery::version()),
         ["api"] => return Parsed::Doc(crate::discovery::api_versions(server)),
@@ -137,7 +162,9 @@ fn parse_path(path: &str, server: &str) -> Parsed {
         r => (false, r),
     };
     let (ns, rest) = match rest {
-        ["namespaces", ns, plural, r @ ..] if resources::find(group, version, plural).is_some_and(|d| d.namespaced) => {
+        ["namespaces", ns, plural, r @ ..]
+            if resources::find(group, version, plural).is_some_and(|d| d.namespaced) =>
+        {
             (Some(ns.to_string()), {
                 let mut v = vec![*plural];
                 v.extend_from_slice(r);
@@ -146,8 +173,12 @@ fn parse_path(path: &str, server: &str) -> Parsed {
         }
         r => (None, r.to_vec()),
     };
-    let Some(plural) = rest.first() else { return Parsed::NotFound };
-    let Some(rd) = resources::find(group, version, plural) else { return Parsed::NotFound };
+    let Some(plural) = rest.first() else {
+        return Parsed::NotFound;
+    };
+    let Some(rd) = resources::find(group, version, plural) else {
+        return Parsed::NotFound;
+    };
     if !rd.namespaced && ns.is_some() {
         return Parsed::NotFound;
     }
@@ -157,11 +188,18 @@ fn parse_path(path: &str, server: &str) -> Parsed {
         return Parsed::NotFound;
     }
     if let Some(s) = &sub
-        && !((s == "status" && rd.has_status) || (s == "finalize" && rd.plural == resources::NAMESPACES))
+        && !((s == "status" && rd.has_status)
+            || (s == "finalize" && rd.plural == resources::NAMESPACES))
     {
         return Parsed::NotFound;
     }
-    Parsed::Resource(Route { rd, ns, name, sub, legacy_watch })
+    Parsed::Resource(Route {
+        rd,
+        ns,
+        name,
+        sub,
+        legacy_watch,
+    })
 }
 
 type Query = HashMap<String, String>;
@@ -224,7 +262,13 @@ async fn api(State(inner): State<Arc<Inner>>, req: Request<Body>) -> Response {
     };
     inner.wait_unpaused().await;
     let name = route.name.clone().unwrap_or_default();
-    let decision = inner.faults.decide(verb, &resource, route.rd.plural, &route.rd.qualified(), &name);
+    let decision = inner.faults.decide(
+        verb,
+        &resource,
+        route.rd.plural,
+        &route.rd.qualified(),
+        &name,
+    );
     if !decision.latency.is_zero() {
         tokio::time::sleep(decision.latency).await;
     }
@@ -233,12 +277,23 @@ async fn api(State(inner): State<Arc<Inner>>, req: Request<Body>) -> Response {
         inner.counters.record(verb, &resource, e.code);
         return error_response(&e);
     }
-    let accept = parts.headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or("application/json");
+    let accept = parts
+        .headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("application/json");
     let shape = shape_from_accept(accept);
-    let content_type = parts.headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
+    let content_type = parts
+        .headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_string();
     let body = match axum::body::to_bytes(body, 64 << 20).await {
         Ok(b) => b,
-        Err(e) => return error_response(&ApiError::bad_request(format!("reading request body: {e}"))),
+        Err(e) => {
+            return error_response(&ApiError::bad_request(format!("reading request body: {e}")));
+        }
     };
     let result = if verb == "watch" {
         watch(&inner, &route, &q, shape)
@@ -277,14 +332,30 @@ fn list_meta(res: &ops::ListResult) -> Value {
     m
 }
 
-fn serve(inner: &Inner, r: &Route, verb: &str, q: &Query, shape: Shape, content_type: &str, body: &[u8]) -> Result<Response, ApiError> {
+fn serve(
+    inner: &Inner,
+    r: &Route,
+    verb: &str,
+    q: &Query,
+    shape: Shape,
+    content_type: &str,
+    body: &[u8],
+) -> Result<Response, ApiError> {
     let rd = r.rd;
     let ns = r.ns.clone().unwrap_or_default();
     let name = r.name.clone().unwrap_or_default();
-    let sub = if r.sub.as_deref() == Some("status") { Sub::Status } else { Sub::Main };
+    let sub = if r.sub.as_deref() == Some("status") {
+        Sub::Status
+    } else {
+        Sub::Main
+    };
     let dry = q.get("dryRun").is_some_and(|d| !d.is_empty());
     let parse_body = || -> Result<Value, ApiError> {
-        serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("the body of the request could not be decoded as JSON: {e}")))
+        serde_json::from_slice(body).map_err(|e| {
+            ApiError::bad_request(format!(
+                "the body of the request could not be decoded as JSON: {e}"
+            ))
+        })
     };
     if rd.namespaced && r.ns.is_none() && !matches!(verb, "list" | "watch") {
         return Err(ApiError::method_not_allowed());
@@ -294,7 +365,14 @@ fn serve(inner: &Inner, r: &Route, verb: &str, q: &Query, shape: Shape, content_
             let st = inner.lock();
             let obj = ops::get(&st, rd, &ns, &name)?;
             if shape == Shape::Table {
-                return Ok(json_response(200, &table(rd, &[(*obj).clone()], json!({"resourceVersion": st.resource_version().to_string()}))));
+                return Ok(json_response(
+                    200,
+                    &table(
+                        rd,
+                        &[(*obj).clone()],
+                        json!({"resourceVersion": st.resource_version().to_string()}),
+                    ),
+                ));
             }
             Ok(json_response(200, &render(rd, &obj, shape)))
         }
@@ -309,10 +387,14 @@ fn serve(inner: &Inner, r: &Route, verb: &str, q: &Query, shape: Shape, content_
                     let items: Vec<Value> = res.items.iter().map(|v| (**v).clone()).collect();
                     table(rd, &items, meta)
                 }
-                Shape::Metadata => json!({"kind": "PartialObjectMetadataList", "apiVersion": "meta.k8s.io/v1", "metadata": meta,
-                                          "items": res.items.iter().map(|v| partial_metadata(v)).collect::<Vec<_>>()}),
-                Shape::Full => json!({"kind": format!("{}List", rd.kind), "apiVersion": rd.api_version(), "metadata": meta,
-                                      "items": res.items.iter().map(|v| to_external(rd, v)).collect::<Vec<_>>()}),
+                Shape::Metadata => {
+                    json!({"kind": "PartialObjectMetadataList", "apiVersion": "meta.k8s.io/v1", "metadata": meta,
+                                          "items": res.items.iter().map(|v| partial_metadata(v)).collect::<Vec<_>>()})
+                }
+                Shape::Full => {
+                    json!({"kind": format!("{}List", rd.kind), "apiVersion": rd.api_version(), "metadata": meta,
+                                      "items": res.items.iter().map(|v| to_external(rd, v)).collect::<Vec<_>>()})
+                }
             };
             Ok(json_response(200, &doc))
         }
@@ -345,11 +427,15 @@ fn serve(inner: &Inner, r: &Route, verb: &str, q: &Query, shape: Shape, content_
             match ops::delete(&mut inner.lock(), rd, &ns, &name, &opts)? {
                 Deleted::Pending(obj) => Ok(json_response(200, &render(rd, &obj, shape))),
                 Deleted::Gone(obj) => {
-                    let mut details = json!({"name": name, "kind": rd.plural, "uid": ops::meta_str(&obj, "uid")});
+                    let mut details =
+                        json!({"name": name, "kind": rd.plural, "uid": ops::meta_str(&obj, "uid")});
                     if !rd.group.is_empty() {
                         details["group"] = json!(rd.group);
                     }
-                    Ok(json_response(200, &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "details": details})))
+                    Ok(json_response(
+                        200,
+                        &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "details": details}),
+                    ))
                 }
             }
         }
@@ -360,19 +446,36 @@ fn serve(inner: &Inner, r: &Route, verb: &str, q: &Query, shape: Shape, content_
             opts.uid = None;
             opts.resource_version = None;
             let mut st = inner.lock();
-            let res = ops::list(&st, rd, r.ns.as_deref(), &ListOpts { limit: None, continue_token: None, ..o })?;
+            let res = ops::list(
+                &st,
+                rd,
+                r.ns.as_deref(),
+                &ListOpts {
+                    limit: None,
+                    continue_token: None,
+                    ..o
+                },
+            )?;
             let mut items = Vec::new();
             for v in res.items {
-                let (ins, iname) = (ops::meta_str(&v, "namespace").to_string(), ops::meta_str(&v, "name").to_string());
+                let (ins, iname) = (
+                    ops::meta_str(&v, "namespace").to_string(),
+                    ops::meta_str(&v, "name").to_string(),
+                );
                 match ops::delete(&mut st, rd, &ins, &iname, &opts) {
-                    Ok(Deleted::Gone(o)) | Ok(Deleted::Pending(o)) => items.push(render(rd, &o, shape)),
+                    Ok(Deleted::Gone(o)) | Ok(Deleted::Pending(o)) => {
+                        items.push(render(rd, &o, shape))
+                    }
                     Err(e) if e.code == 404 => {}
                     Err(e) => return Err(e),
                 }
             }
             let rv = st.resource_version();
-            Ok(json_response(200, &json!({"kind": format!("{}List", rd.kind), "apiVersion": rd.api_version(),
-                                          "metadata": {"resourceVersion": rv.to_string()}, "items": items})))
+            Ok(json_response(
+                200,
+                &json!({"kind": format!("{}List", rd.kind), "apiVersion": rd.api_version(),
+                                          "metadata": {"resourceVersion": rv.to_string()}, "items": items}),
+            ))
         }
         _ => Err(ApiError::method_not_allowed()),
     }
@@ -395,12 +498,20 @@ struct WatchStream {
 
 impl WatchStream {
     fn visible(&self, obj: &Value) -> bool {
-        self.ns.as_deref().is_none_or(|n| ops::meta_str(obj, "namespace") == n) && self.labels.matches(obj) && self.fields.matches(obj)
+        self.ns
+            .as_deref()
+            .is_none_or(|n| ops::meta_str(obj, "namespace") == n)
+            && self.labels.matches(obj)
+            && self.fields.matches(obj)
     }
 
     fn line(&self, ty: &str, obj: &Value) -> Bytes {
         let o = match self.shape {
-            Shape::Table => table(self.rd, std::slice::from_ref(obj), json!({"resourceVersion": ops::meta_str(obj, "resourceVersion")})),
+            Shape::Table => table(
+                self.rd,
+                std::slice::from_ref(obj),
+                json!({"resourceVersion": ops::meta_str(obj, "resourceVersion")}),
+            ),
             s => render(self.rd, obj, s),
         };
         let mut s = json!({"type": ty, "object": o}).to_string();
@@ -431,7 +542,10 @@ impl WatchStream {
                     return None;
                 }
                 let (kind, api_version) = match self.shape {
-                    Shape::Metadata => ("PartialObjectMetadata".to_string(), "meta.k8s.io/v1".to_string()),
+                    Shape::Metadata => (
+                        "PartialObjectMetadata".to_string(),
+                        "meta.k8s.io/v1".to_string(),
+                    ),
                     _ => (self.rd.kind.to_string(), self.rd.api_version()),
                 };
                 let mut meta = json!({"resourceVersion": rv.to_string()});
@@ -460,9 +574,14 @@ fn watch(inner: &Arc<Inner>, r: &Route, q: &Query, shape: Shape) -> Result<Respo
     let from = match q.get("resourceVersion").map(String::as_str) {
         None | Some("") | Some("0") => None,
         Some(_) if send_initial => None,
-        Some(s) => Some(s.parse::<u64>().map_err(|_| ApiError::bad_request(format!("invalid resource version: {s}")))?),
+        Some(s) => Some(
+            s.parse::<u64>()
+                .map_err(|_| ApiError::bad_request(format!("invalid resource version: {s}")))?,
+        ),
     };
-    let started = inner.lock().watch(rd.storage, from, bookmarks, send_initial);
+    let started = inner
+        .lock()
+        .watch(rd.storage, from, bookmarks, send_initial);
     let mut ws = WatchStream {
         inner: inner.clone(),
         rd,
@@ -479,7 +598,11 @@ fn watch(inner: &Arc<Inner>, r: &Route, q: &Query, shape: Shape) -> Result<Respo
         Ok(rx) => ws.rx = Some(rx),
         Err(too_old) => {
             // The real server answers 200 and reports the expiry as the stream's only event.
-            let status = ApiError::expired(format!("too old resource version: {} ({})", too_old.requested, too_old.oldest)).to_status();
+            let status = ApiError::expired(format!(
+                "too old resource version: {} ({})",
+                too_old.requested, too_old.oldest
+            ))
+            .to_status();
             let mut s = json!({"type": "ERROR", "object": status}).to_string();
             s.push('\n');
             ws.first = Some(Bytes::from(s));
@@ -502,7 +625,13 @@ fn watch(inner: &Arc<Inner>, r: &Route, q: &Query, shape: Shape) -> Result<Respo
         }
     });
     let mut resp = Response::new(Body::from_stream(stream));
-    resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    resp.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache, private"));
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    resp.headers_mut().insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static("no-cache, private"),
+    );
     Ok(resp)
 }

@@ -15,16 +15,6 @@ pub enum EventType {
     Deleted,
 }
 
-impl EventType {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            EventType::Added => "ADDED",
-            EventType::Modified => "MODIFIED",
-            EventType::Deleted => "DELETED",
-        }
-    }
-}
-
 /// One committed change. `prev` lets selector-filtered watches turn a change that leaves
 /// the selection into DELETED and one that enters it into ADDED, as the real server does.
 #[derive(Debug)]
@@ -43,7 +33,10 @@ pub enum WatchItem {
     /// Synthetic ADDED for the initial state of a watch started without a resourceVersion.
     Initial(Arc<Value>),
     /// A bookmark at this resourceVersion; `initial_end` marks the end of sendInitialEvents.
-    Bookmark { rv: u64, initial_end: bool },
+    Bookmark {
+        rv: u64,
+        initial_end: bool,
+    },
 }
 
 struct Watcher {
@@ -131,10 +124,6 @@ impl Store {
             .collect()
     }
 
-    pub fn count(&self, storage: &str) -> usize {
-        self.objects.get(storage).map_or(0, BTreeMap::len)
-    }
-
     pub fn storages(&self) -> Vec<&'static str> {
         let mut v: Vec<_> = self.objects.keys().copied().collect();
         v.sort_unstable();
@@ -143,7 +132,13 @@ impl Store {
 
     /// Writes `new` (or removes the object when `None`), stamping a fresh resourceVersion
     /// and fanning the change out to history, watches and controllers.
-    pub fn commit(&mut self, storage: &'static str, ns: &str, name: &str, new: Option<Value>) -> Arc<Value> {
+    pub fn commit(
+        &mut self,
+        storage: &'static str,
+        ns: &str,
+        name: &str,
+        new: Option<Value>,
+    ) -> Arc<Value> {
         self.rv += 1;
         let rv = self.rv;
         let key = (ns.to_string(), name.to_string());
@@ -154,7 +149,11 @@ impl Store {
                 set_rv(&mut v, rv);
                 let obj = Arc::new(v);
                 map.insert(key, obj.clone());
-                let kind = if prev.is_some() { EventType::Modified } else { EventType::Added };
+                let kind = if prev.is_some() {
+                    EventType::Modified
+                } else {
+                    EventType::Added
+                };
                 (kind, obj)
             }
             None => {
@@ -164,7 +163,13 @@ impl Store {
                 (EventType::Deleted, Arc::new(last))
             }
         };
-        let rec = Arc::new(Record { rv, storage, kind, obj: obj.clone(), prev });
+        let rec = Arc::new(Record {
+            rv,
+            storage,
+            kind,
+            obj: obj.clone(),
+            prev,
+        });
         let window = self.history_window;
         let h = self.history.entry(storage).or_default();
         h.events.push_back(rec.clone());
@@ -197,20 +202,30 @@ impl Store {
                     let _ = tx.send(WatchItem::Initial(obj));
                 }
                 if initial_end_bookmark {
-                    let _ = tx.send(WatchItem::Bookmark { rv: self.rv, initial_end: true });
+                    let _ = tx.send(WatchItem::Bookmark {
+                        rv: self.rv,
+                        initial_end: true,
+                    });
                 }
             }
             Some(from) => {
                 let h = self.history.entry(storage).or_default();
                 if from < h.floor {
-                    return Err(TooOld { requested: from, oldest: h.floor });
+                    return Err(TooOld {
+                        requested: from,
+                        oldest: h.floor,
+                    });
                 }
                 for rec in h.events.iter().filter(|r| r.rv > from) {
                     let _ = tx.send(WatchItem::Event(rec.clone()));
                 }
             }
         }
-        self.watchers.push(Watcher { storage, bookmarks, tx });
+        self.watchers.push(Watcher {
+            storage,
+            bookmarks,
+            tx,
+        });
         Ok(rx)
     }
 
@@ -223,7 +238,13 @@ impl Store {
     pub fn send_bookmarks(&mut self) {
         let rv = self.rv;
         self.watchers.retain(|w| {
-            !w.bookmarks || w.tx.send(WatchItem::Bookmark { rv, initial_end: false }).is_ok()
+            !w.bookmarks
+                || w.tx
+                    .send(WatchItem::Bookmark {
+                        rv,
+                        initial_end: false,
+                    })
+                    .is_ok()
         });
     }
 
@@ -254,7 +275,9 @@ impl Store {
 
 pub fn set_rv(v: &mut Value, rv: u64) {
     if let Some(obj) = v.as_object_mut() {
-        let meta = obj.entry("metadata").or_insert_with(|| Value::Object(Default::default()));
+        let meta = obj
+            .entry("metadata")
+            .or_insert_with(|| Value::Object(Default::default()));
         if let Some(m) = meta.as_object_mut() {
             m.insert("resourceVersion".into(), Value::String(rv.to_string()));
         }

@@ -5,19 +5,17 @@ use serde_json::Value;
 /// `metav1.Time`: RFC 3339 in UTC with whole seconds.
 pub fn now() -> String {
     let t = jiff::Timestamp::now();
-    jiff::Timestamp::from_second(t.as_second()).unwrap_or(t).to_string()
-}
-
-/// `metav1.MicroTime`: RFC 3339 with microseconds.
-pub fn now_micro() -> String {
-    let t = jiff::Timestamp::now();
-    t.strftime("%Y-%m-%dT%H:%M:%S.%6fZ").to_string()
+    jiff::Timestamp::from_second(t.as_second())
+        .unwrap_or(t)
+        .to_string()
 }
 
 /// Parses a resource quantity (`10Gi`, `1G`, `500M`, `1.5e3`, `100m`) into bytes/units.
 pub fn parse_quantity(q: &str) -> Option<f64> {
     let q = q.trim();
-    let split = q.find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '+' || c == '-')).unwrap_or(q.len());
+    let split = q
+        .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '+' || c == '-'))
+        .unwrap_or(q.len());
     let (num, suffix) = q.split_at(split);
     let n: f64 = num.parse().ok()?;
     let mult = match suffix {
@@ -56,7 +54,9 @@ pub fn name_suffix() -> String {
     use rand::Rng;
     const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
     let mut rng = rand::rng();
-    (0..5).map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char).collect()
+    (0..5)
+        .map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char)
+        .collect()
 }
 
 const B64: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
@@ -64,7 +64,11 @@ const B64: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456
 pub fn b64_encode(data: &[u8]) -> String {
     let mut out = String::new();
     for chunk in data.chunks(3) {
-        let b = [chunk[0], *chunk.get(1).unwrap_or(&0), *chunk.get(2).unwrap_or(&0)];
+        let b = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
         let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
         for i in 0..4 {
             if i <= chunk.len() {
@@ -109,7 +113,13 @@ mod tests {
 
     #[test]
     fn base64_round_trip() {
-        for s in ["", "a", "ab", "abc", "{\"rv\":12,\"start\":\"ns/name\\u0000\"}"] {
+        for s in [
+            "",
+            "a",
+            "ab",
+            "abc",
+            "{\"rv\":12,\"start\":\"ns/name\\u0000\"}",
+        ] {
             assert_eq!(b64_decode(&b64_encode(s.as_bytes())).unwrap(), s.as_bytes());
         }
         assert_eq!(b64_encode(b"ab"), "YWI=");

@@ -11,13 +11,10 @@ const LABEL_MSG: &str = "a lowercase RFC 1123 label must consist of lower case a
 fn is_label(s: &str) -> bool {
     let b = s.as_bytes();
     !b.is_empty()
-        && b.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+        && b.iter()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
         && b[0] != b'-'
         && b[b.len() - 1] != b'-'
-}
-
-pub fn is_subdomain(s: &str) -> bool {
-    s.len() <= 253 && s.split('.').all(is_label)
 }
 
 /// Name rules: namespaces are DNS labels, everything else DNS subdomains.
@@ -26,14 +23,22 @@ pub fn name_causes(rd: &ResourceDef, name: &str) -> Vec<Cause> {
     let mut out = Vec::new();
     if rd.plural == crate::resources::NAMESPACES {
         if name.len() > 63 {
-            out.push(Cause::invalid("metadata.name", &v, "must be no more than 63 characters"));
+            out.push(Cause::invalid(
+                "metadata.name",
+                &v,
+                "must be no more than 63 characters",
+            ));
         }
         if !is_label(name) {
             out.push(Cause::invalid("metadata.name", &v, LABEL_MSG));
         }
     } else {
         if name.len() > 253 {
-            out.push(Cause::invalid("metadata.name", &v, "must be no more than 253 characters"));
+            out.push(Cause::invalid(
+                "metadata.name",
+                &v,
+                "must be no more than 253 characters",
+            ));
         }
         if !name.split('.').all(is_label) {
             out.push(Cause::invalid("metadata.name", &v, SUBDOMAIN_MSG));
@@ -42,11 +47,35 @@ pub fn name_causes(rd: &ResourceDef, name: &str) -> Vec<Cause> {
     out
 }
 
-const ACCESS_MODES: &[&str] = &["ReadOnlyMany", "ReadWriteMany", "ReadWriteOnce", "ReadWriteOncePod"];
+const ACCESS_MODES: &[&str] = &[
+    "ReadOnlyMany",
+    "ReadWriteMany",
+    "ReadWriteOnce",
+    "ReadWriteOncePod",
+];
 const PV_SOURCES: &[&str] = &[
-    "hostPath", "gcePersistentDisk", "awsElasticBlockStore", "nfs", "iscsi", "glusterfs", "rbd", "cinder", "cephfs",
-    "fc", "flocker", "flexVolume", "azureFile", "vsphereVolume", "quobyte", "azureDisk", "photonPersistentDisk",
-    "portworxVolume", "scaleIO", "local", "storageos", "csi",
+    "hostPath",
+    "gcePersistentDisk",
+    "awsElasticBlockStore",
+    "nfs",
+    "iscsi",
+    "glusterfs",
+    "rbd",
+    "cinder",
+    "cephfs",
+    "fc",
+    "flocker",
+    "flexVolume",
+    "azureFile",
+    "vsphereVolume",
+    "quobyte",
+    "azureDisk",
+    "photonPersistentDisk",
+    "portworxVolume",
+    "scaleIO",
+    "local",
+    "storageos",
+    "csi",
 ];
 
 fn str_at<'a>(v: &'a Value, ptr: &str) -> &'a str {
@@ -73,17 +102,27 @@ fn pv(obj: &Value, out: &mut Vec<Cause>) {
         Some(c) if c.is_empty() => out.push(Cause::required("spec.capacity", "")),
         Some(c) => {
             if !c.contains_key("storage") || c.len() > 1 {
-                out.push(Cause::not_supported("spec.capacity", &Value::Object(c.clone()), &["storage"]));
+                out.push(Cause::not_supported(
+                    "spec.capacity",
+                    &Value::Object(c.clone()),
+                    &["storage"],
+                ));
             }
         }
     }
     access_modes(obj, out, "");
     let spec = obj.get("spec").and_then(Value::as_object);
-    let sources: Vec<&&str> = PV_SOURCES.iter().filter(|s| spec.is_some_and(|m| m.contains_key(**s))).collect();
+    let sources: Vec<&&str> = PV_SOURCES
+        .iter()
+        .filter(|s| spec.is_some_and(|m| m.contains_key(**s)))
+        .collect();
     match sources.len() {
         0 => out.push(Cause::required("spec", "must specify a volume type")),
         1 => {}
-        _ => out.push(Cause::forbidden(&format!("spec.{}", sources[1]), "may not specify more than 1 volume type")),
+        _ => out.push(Cause::forbidden(
+            &format!("spec.{}", sources[1]),
+            "may not specify more than 1 volume type",
+        )),
     }
     if sources.first().is_some_and(|s| **s == "csi") {
         if str_at(obj, "/spec/csi/driver").is_empty() {
@@ -93,22 +132,39 @@ fn pv(obj: &Value, out: &mut Vec<Cause>) {
             out.push(Cause::required("spec.csi.volumeHandle", ""));
         }
     }
-    if sources.first().is_some_and(|s| **s == "local") && obj.pointer("/spec/nodeAffinity").is_none() {
-        out.push(Cause::required("spec.nodeAffinity", "Local volume requires node affinity"));
+    if sources.first().is_some_and(|s| **s == "local")
+        && obj.pointer("/spec/nodeAffinity").is_none()
+    {
+        out.push(Cause::required(
+            "spec.nodeAffinity",
+            "Local volume requires node affinity",
+        ));
     }
     if let Some(p) = obj.pointer("/spec/persistentVolumeReclaimPolicy")
-        && !p.as_str().is_some_and(|s| ["Delete", "Recycle", "Retain"].contains(&s))
+        && !p
+            .as_str()
+            .is_some_and(|s| ["Delete", "Recycle", "Retain"].contains(&s))
     {
-        out.push(Cause::not_supported("spec.persistentVolumeReclaimPolicy", p, &["Delete", "Recycle", "Retain"]));
+        out.push(Cause::not_supported(
+            "spec.persistentVolumeReclaimPolicy",
+            p,
+            &["Delete", "Recycle", "Retain"],
+        ));
     }
     volume_mode(obj, out);
 }
 
 fn volume_mode(obj: &Value, out: &mut Vec<Cause>) {
     if let Some(m) = obj.pointer("/spec/volumeMode")
-        && !m.as_str().is_some_and(|s| s == "Block" || s == "Filesystem")
+        && !m
+            .as_str()
+            .is_some_and(|s| s == "Block" || s == "Filesystem")
     {
-        out.push(Cause::not_supported("spec.volumeMode", m, &["Block", "Filesystem"]));
+        out.push(Cause::not_supported(
+            "spec.volumeMode",
+            m,
+            &["Block", "Filesystem"],
+        ));
     }
 }
 
@@ -127,12 +183,22 @@ fn storage_class(obj: &Value, out: &mut Vec<Cause>) {
     if let Some(p) = obj.get("reclaimPolicy")
         && !p.as_str().is_some_and(|s| s == "Delete" || s == "Retain")
     {
-        out.push(Cause::not_supported("reclaimPolicy", p, &["Delete", "Retain"]));
+        out.push(Cause::not_supported(
+            "reclaimPolicy",
+            p,
+            &["Delete", "Retain"],
+        ));
     }
     if let Some(m) = obj.get("volumeBindingMode")
-        && !m.as_str().is_some_and(|s| s == "Immediate" || s == "WaitForFirstConsumer")
+        && !m
+            .as_str()
+            .is_some_and(|s| s == "Immediate" || s == "WaitForFirstConsumer")
     {
-        out.push(Cause::not_supported("volumeBindingMode", m, &["Immediate", "WaitForFirstConsumer"]));
+        out.push(Cause::not_supported(
+            "volumeBindingMode",
+            m,
+            &["Immediate", "WaitForFirstConsumer"],
+        ));
     }
 }
 
@@ -164,20 +230,40 @@ fn event(obj: &Value, events_v1: bool, out: &mut Vec<Cause>) {
         }
         let ty = obj.get("type").cloned().unwrap_or(Value::Null);
         if !ty.as_str().is_some_and(|t| t == "Normal" || t == "Warning") {
-            out.push(Cause::invalid("type", &Value::String(String::new()), &format!("has invalid value: {}", ty.as_str().unwrap_or(""))));
+            out.push(Cause::invalid(
+                "type",
+                &Value::String(String::new()),
+                &format!("has invalid value: {}", ty.as_str().unwrap_or("")),
+            ));
         }
     }
     if !has_time {
-        let ok = if inv_ns.is_empty() { ns.is_empty() || ns == "default" } else { ns == inv_ns };
+        let ok = if inv_ns.is_empty() {
+            ns.is_empty() || ns == "default"
+        } else {
+            ns == inv_ns
+        };
         if !ok {
-            out.push(Cause::invalid("involvedObject.namespace", &inv_ns_v, "does not match event.namespace"));
+            out.push(Cause::invalid(
+                "involvedObject.namespace",
+                &inv_ns_v,
+                "does not match event.namespace",
+            ));
         }
         return;
     }
     if inv_ns.is_empty() && ns != "default" && ns != "kube-system" {
-        out.push(Cause::invalid("involvedObject.namespace", &inv_ns_v, "does not match event.namespace"));
+        out.push(Cause::invalid(
+            "involvedObject.namespace",
+            &inv_ns_v,
+            "does not match event.namespace",
+        ));
     }
-    let ctl = if events_v1 { "reportingController" } else { "reportingComponent" };
+    let ctl = if events_v1 {
+        "reportingController"
+    } else {
+        "reportingComponent"
+    };
     if str_at(obj, "/reportingComponent").is_empty() {
         out.push(Cause::required(ctl, ""));
     }
@@ -193,7 +279,11 @@ fn event(obj: &Value, events_v1: bool, out: &mut Vec<Cause>) {
     let note = str_at(obj, "/message");
     if note.len() > 1024 {
         let f = if events_v1 { "note" } else { "message" };
-        out.push(Cause::invalid(f, &Value::String(String::new()), "can have at most 1024 characters"));
+        out.push(Cause::invalid(
+            f,
+            &Value::String(String::new()),
+            "can have at most 1024 characters",
+        ));
     }
 }
 
@@ -215,12 +305,24 @@ pub fn object_causes(rd: &ResourceDef, obj: &Value) -> Vec<Cause> {
 /// Rules that compare an update with the stored object.
 pub fn update_causes(rd: &ResourceDef, old: &Value, new: &Value) -> Vec<Cause> {
     let mut out = Vec::new();
-    if old.pointer("/metadata/deletionTimestamp").is_some_and(|t| !t.is_null()) {
-        let before: Vec<&Value> = old.pointer("/metadata/finalizers").and_then(Value::as_array).map(|a| a.iter().collect()).unwrap_or_default();
+    if old
+        .pointer("/metadata/deletionTimestamp")
+        .is_some_and(|t| !t.is_null())
+    {
+        let before: Vec<&Value> = old
+            .pointer("/metadata/finalizers")
+            .and_then(Value::as_array)
+            .map(|a| a.iter().collect())
+            .unwrap_or_default();
         let added: Vec<String> = new
             .pointer("/metadata/finalizers")
             .and_then(Value::as_array)
-            .map(|a| a.iter().filter(|f| !before.contains(f)).map(|f| format!("{:?}", f.as_str().unwrap_or(""))).collect())
+            .map(|a| {
+                a.iter()
+                    .filter(|f| !before.contains(f))
+                    .map(|f| format!("{:?}", f.as_str().unwrap_or("")))
+                    .collect()
+            })
             .unwrap_or_default();
         if !added.is_empty() {
             out.push(Cause::forbidden(
@@ -241,12 +343,10 @@ pub fn update_causes(rd: &ResourceDef, old: &Value, new: &Value) -> Vec<Cause> {
                         None => om.remove("volumeName"),
                     };
                 }
-                for k in ["volumeAttributesClassName"] {
-                    match nm.get(k) {
-                        Some(v) => om.insert(k.into(), v.clone()),
-                        None => om.remove(k),
-                    };
-                }
+                match nm.get("volumeAttributesClassName") {
+                    Some(v) => om.insert("volumeAttributesClassName".into(), v.clone()),
+                    None => om.remove("volumeAttributesClassName"),
+                };
                 if let (Some(r), Some(nr)) = (om.get_mut("resources"), nm.get("resources")) {
                     *r = nr.clone();
                 }
@@ -260,21 +360,35 @@ pub fn update_causes(rd: &ResourceDef, old: &Value, new: &Value) -> Vec<Cause> {
         }
         ("", "persistentvolumes") => {
             let src = |v: &Value| -> Option<Value> {
-                PV_SOURCES.iter().find_map(|s| v.pointer(&format!("/spec/{s}")).cloned())
+                PV_SOURCES
+                    .iter()
+                    .find_map(|s| v.pointer(&format!("/spec/{s}")).cloned())
             };
             if src(old) != src(new) {
-                out.push(Cause::forbidden("spec.persistentvolumesource", "spec.persistentvolumesource is immutable after creation"));
+                out.push(Cause::forbidden(
+                    "spec.persistentvolumesource",
+                    "spec.persistentvolumesource is immutable after creation",
+                ));
             }
         }
         ("storage.k8s.io", "storageclasses") => {
             if old.get("parameters") != new.get("parameters") {
-                out.push(Cause::forbidden("parameters", "updates to parameters are forbidden."));
+                out.push(Cause::forbidden(
+                    "parameters",
+                    "updates to parameters are forbidden.",
+                ));
             }
             if old.get("provisioner") != new.get("provisioner") {
-                out.push(Cause::forbidden("provisioner", "updates to provisioner are forbidden."));
+                out.push(Cause::forbidden(
+                    "provisioner",
+                    "updates to provisioner are forbidden.",
+                ));
             }
             if old.get("reclaimPolicy") != new.get("reclaimPolicy") {
-                out.push(Cause::forbidden("reclaimPolicy", "updates to reclaimPolicy are forbidden."));
+                out.push(Cause::forbidden(
+                    "reclaimPolicy",
+                    "updates to reclaimPolicy are forbidden.",
+                ));
             }
             if old.get("volumeBindingMode") != new.get("volumeBindingMode") {
                 out.push(Cause::forbidden("volumeBindingMode", "field is immutable"));
@@ -295,7 +409,14 @@ mod tests {
         let rd = crate::resources::core("persistentvolumes");
         let c = object_causes(rd, &json!({"spec": {}}));
         let fields: Vec<_> = c.iter().map(Cause::full).collect();
-        assert_eq!(fields, ["spec.capacity: Required value", "spec.accessModes: Required value", "spec: Required value: must specify a volume type"]);
+        assert_eq!(
+            fields,
+            [
+                "spec.capacity: Required value",
+                "spec.accessModes: Required value",
+                "spec: Required value: must specify a volume type"
+            ]
+        );
         assert!(object_causes(rd, &json!({"spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"], "csi": {"driver": "d", "volumeHandle": "h"}}})).is_empty());
     }
 
@@ -304,6 +425,9 @@ mod tests {
         let rd = crate::resources::core("persistentvolumes");
         assert!(name_causes(rd, "pvc-1.a").is_empty());
         assert_eq!(name_causes(rd, "Bad_Name").len(), 1);
-        assert_eq!(name_causes(crate::resources::core("namespaces"), "a.b").len(), 1);
+        assert_eq!(
+            name_causes(crate::resources::core("namespaces"), "a.b").len(),
+            1
+        );
     }
 }

@@ -22,7 +22,10 @@ where
         if let Some(v) = f().await {
             return v;
         }
-        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for {what}");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
@@ -36,8 +39,10 @@ fn sc(name: &str, provisioner: &str, mode: &str) -> StorageClass {
 }
 
 fn pvc(name: &str, class: &str) -> PersistentVolumeClaim {
-    obj(json!({"metadata": {"name": name}, "spec": {"storageClassName": class, "accessModes": ["ReadWriteOnce"],
-                                                    "resources": {"requests": {"storage": "1Gi"}}}}))
+    obj(
+        json!({"metadata": {"name": name}, "spec": {"storageClassName": class, "accessModes": ["ReadWriteOnce"],
+                                                    "resources": {"requests": {"storage": "1Gi"}}}}),
+    )
 }
 
 fn pv(name: &str, class: &str, claim: Option<(&str, &str)>) -> PersistentVolume {
@@ -56,10 +61,16 @@ fn ann(m: &kube::api::ObjectMeta, k: &str) -> Option<String> {
 }
 
 fn phase_pv(p: &PersistentVolume) -> String {
-    p.status.as_ref().and_then(|s| s.phase.clone()).unwrap_or_default()
+    p.status
+        .as_ref()
+        .and_then(|s| s.phase.clone())
+        .unwrap_or_default()
 }
 fn phase_pvc(p: &PersistentVolumeClaim) -> String {
-    p.status.as_ref().and_then(|s| s.phase.clone()).unwrap_or_default()
+    p.status
+        .as_ref()
+        .and_then(|s| s.phase.clone())
+        .unwrap_or_default()
 }
 
 struct Apis {
@@ -71,7 +82,12 @@ struct Apis {
 
 fn apis(sim: &Sim) -> Apis {
     let c = sim.client();
-    Apis { pvs: Api::all(c.clone()), pvcs: Api::namespaced(c.clone(), "default"), scs: Api::all(c.clone()), pods: Api::namespaced(c, "default") }
+    Apis {
+        pvs: Api::all(c.clone()),
+        pvcs: Api::namespaced(c.clone(), "default"),
+        scs: Api::all(c.clone()),
+        pods: Api::namespaced(c, "default"),
+    }
 }
 
 #[tokio::test]
@@ -79,29 +95,60 @@ async fn dynamic_provisioning_flow_binds_and_releases() {
     let sim = Sim::start(SimConfig::default()).await.unwrap();
     let a = apis(&sim);
     let pp = PostParams::default();
-    a.scs.create(&pp, &sc("fast", "d.example.com", "Immediate")).await.unwrap();
+    a.scs
+        .create(&pp, &sc("fast", "d.example.com", "Immediate"))
+        .await
+        .unwrap();
     let claim = a.pvcs.create(&pp, &pvc("c1", "fast")).await.unwrap();
-    assert_eq!(claim.metadata.finalizers.as_deref(), Some(&["kubernetes.io/pvc-protection".to_string()][..]));
+    assert_eq!(
+        claim.metadata.finalizers.as_deref(),
+        Some(&["kubernetes.io/pvc-protection".to_string()][..])
+    );
     let claim = wait_for("provisioner annotations", || async {
         let c = a.pvcs.get("c1").await.unwrap();
-        (ann(&c.metadata, "volume.kubernetes.io/storage-provisioner").as_deref() == Some("d.example.com")).then_some(c)
+        (ann(&c.metadata, "volume.kubernetes.io/storage-provisioner").as_deref()
+            == Some("d.example.com"))
+        .then_some(c)
     })
     .await;
-    assert_eq!(ann(&claim.metadata, "volume.beta.kubernetes.io/storage-provisioner").as_deref(), Some("d.example.com"));
+    assert_eq!(
+        ann(
+            &claim.metadata,
+            "volume.beta.kubernetes.io/storage-provisioner"
+        )
+        .as_deref(),
+        Some("d.example.com")
+    );
     assert_eq!(phase_pvc(&claim), "Pending");
 
     // What the external provisioner does: a PV pre-bound to the claim (with its uid).
     let uid = claim.metadata.uid.clone().unwrap();
-    let vol = a.pvs.create(&pp, &pv("pv-c1", "fast", Some(("c1", &uid)))).await.unwrap();
-    assert_eq!(vol.metadata.finalizers.as_deref(), Some(&["kubernetes.io/pv-protection".to_string()][..]));
+    let vol = a
+        .pvs
+        .create(&pp, &pv("pv-c1", "fast", Some(("c1", &uid))))
+        .await
+        .unwrap();
+    assert_eq!(
+        vol.metadata.finalizers.as_deref(),
+        Some(&["kubernetes.io/pv-protection".to_string()][..])
+    );
     let bound = wait_for("claim bound", || async {
         let c = a.pvcs.get("c1").await.unwrap();
         (phase_pvc(&c) == "Bound").then_some(c)
     })
     .await;
-    assert_eq!(bound.spec.as_ref().unwrap().volume_name.as_deref(), Some("pv-c1"));
-    assert_eq!(ann(&bound.metadata, "pv.kubernetes.io/bind-completed").as_deref(), Some("yes"));
-    assert_eq!(ann(&bound.metadata, "pv.kubernetes.io/bound-by-controller").as_deref(), Some("yes"));
+    assert_eq!(
+        bound.spec.as_ref().unwrap().volume_name.as_deref(),
+        Some("pv-c1")
+    );
+    assert_eq!(
+        ann(&bound.metadata, "pv.kubernetes.io/bind-completed").as_deref(),
+        Some("yes")
+    );
+    assert_eq!(
+        ann(&bound.metadata, "pv.kubernetes.io/bound-by-controller").as_deref(),
+        Some("yes")
+    );
     let st = bound.status.unwrap();
     assert_eq!(st.capacity.unwrap()["storage"].0, "2Gi");
     assert_eq!(st.access_modes.unwrap(), ["ReadWriteOnce"]);
@@ -111,7 +158,10 @@ async fn dynamic_provisioning_flow_binds_and_releases() {
     })
     .await;
     // The provisioner set the claimRef, so the controller did not mark the PV.
-    assert_eq!(ann(&vol.metadata, "pv.kubernetes.io/bound-by-controller"), None);
+    assert_eq!(
+        ann(&vol.metadata, "pv.kubernetes.io/bound-by-controller"),
+        None
+    );
 
     a.pvcs.delete("c1", &DeleteParams::default()).await.unwrap();
     let released = wait_for("volume released", || async {
@@ -119,7 +169,10 @@ async fn dynamic_provisioning_flow_binds_and_releases() {
         (phase_pv(&v) == "Released").then_some(v)
     })
     .await;
-    assert_eq!(released.spec.unwrap().claim_ref.unwrap().uid.as_deref(), Some(uid.as_str()));
+    assert_eq!(
+        released.spec.unwrap().claim_ref.unwrap().uid.as_deref(),
+        Some(uid.as_str())
+    );
     assert!(matches!(a.pvcs.get("c1").await, Err(kube::Error::Api(s)) if s.code == 404));
     sim.shutdown().await;
 }
@@ -130,20 +183,39 @@ async fn static_volume_matches_claim_of_class_without_provisioner() {
     let a = apis(&sim);
     let pp = PostParams::default();
     let mut small = pv("small", "manual", None);
-    small.spec.as_mut().unwrap().capacity = Some([("storage".to_string(), k8s_openapi::apimachinery::pkg::api::resource::Quantity("512Mi".into()))].into());
+    small.spec.as_mut().unwrap().capacity = Some(
+        [(
+            "storage".to_string(),
+            k8s_openapi::apimachinery::pkg::api::resource::Quantity("512Mi".into()),
+        )]
+        .into(),
+    );
     a.pvs.create(&pp, &small).await.unwrap();
     a.pvs.create(&pp, &pv("big", "manual", None)).await.unwrap();
-    wait_for("volume available", || async { (phase_pv(&a.pvs.get("big").await.unwrap()) == "Available").then_some(()) }).await;
+    wait_for("volume available", || async {
+        (phase_pv(&a.pvs.get("big").await.unwrap()) == "Available").then_some(())
+    })
+    .await;
     a.pvcs.create(&pp, &pvc("c2", "manual")).await.unwrap();
     let c = wait_for("claim bound", || async {
         let c = a.pvcs.get("c2").await.unwrap();
         (phase_pvc(&c) == "Bound").then_some(c)
     })
     .await;
-    assert_eq!(c.spec.unwrap().volume_name.as_deref(), Some("big"), "the only volume large enough");
+    assert_eq!(
+        c.spec.unwrap().volume_name.as_deref(),
+        Some("big"),
+        "the only volume large enough"
+    );
     let v = a.pvs.get("big").await.unwrap();
-    assert_eq!(ann(&v.metadata, "pv.kubernetes.io/bound-by-controller").as_deref(), Some("yes"));
-    assert_eq!(v.spec.unwrap().claim_ref.unwrap().name.as_deref(), Some("c2"));
+    assert_eq!(
+        ann(&v.metadata, "pv.kubernetes.io/bound-by-controller").as_deref(),
+        Some("yes")
+    );
+    assert_eq!(
+        v.spec.unwrap().claim_ref.unwrap().name.as_deref(),
+        Some("c2")
+    );
     assert_eq!(phase_pv(&a.pvs.get("small").await.unwrap()), "Available");
 }
 
@@ -153,13 +225,36 @@ async fn protection_keeps_bound_volume_until_claim_is_gone_and_claim_until_pod_i
     let a = apis(&sim);
     let pp = PostParams::default();
     let claim = a.pvcs.create(&pp, &pvc("c3", "")).await.unwrap();
-    a.pvs.create(&pp, &pv("pv3", "", Some(("c3", claim.metadata.uid.as_deref().unwrap())))).await.unwrap();
-    wait_for("claim bound", || async { (phase_pvc(&a.pvcs.get("c3").await.unwrap()) == "Bound").then_some(()) }).await;
-    let pod: Pod = obj(json!({"metadata": {"name": "user"}, "spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "i"}],
-                               "volumes": [{"name": "v", "persistentVolumeClaim": {"claimName": "c3"}}]}}));
+    a.pvs
+        .create(
+            &pp,
+            &pv(
+                "pv3",
+                "",
+                Some(("c3", claim.metadata.uid.as_deref().unwrap())),
+            ),
+        )
+        .await
+        .unwrap();
+    wait_for("claim bound", || async {
+        (phase_pvc(&a.pvcs.get("c3").await.unwrap()) == "Bound").then_some(())
+    })
+    .await;
+    let pod: Pod = obj(
+        json!({"metadata": {"name": "user"}, "spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "i"}],
+                               "volumes": [{"name": "v", "persistentVolumeClaim": {"claimName": "c3"}}]}}),
+    );
     a.pods.create(&pp, &pod).await.unwrap();
     wait_for("pod running", || async {
-        (a.pods.get("user").await.unwrap().status.and_then(|s| s.phase).as_deref() == Some("Running")).then_some(())
+        (a.pods
+            .get("user")
+            .await
+            .unwrap()
+            .status
+            .and_then(|s| s.phase)
+            .as_deref()
+            == Some("Running"))
+        .then_some(())
     })
     .await;
 
@@ -170,11 +265,23 @@ async fn protection_keeps_bound_volume_until_claim_is_gone_and_claim_until_pod_i
     let v = a.pvs.get("pv3").await.unwrap();
     assert!(v.metadata.deletion_timestamp.is_some());
     assert_eq!(phase_pv(&v), "Bound");
-    assert!(a.pvcs.get("c3").await.unwrap().metadata.deletion_timestamp.is_some());
+    assert!(
+        a.pvcs
+            .get("c3")
+            .await
+            .unwrap()
+            .metadata
+            .deletion_timestamp
+            .is_some()
+    );
 
-    a.pods.delete("user", &DeleteParams::default()).await.unwrap();
+    a.pods
+        .delete("user", &DeleteParams::default())
+        .await
+        .unwrap();
     wait_for("claim and volume gone", || async {
-        let claim_gone = matches!(a.pvcs.get("c3").await, Err(kube::Error::Api(s)) if s.code == 404);
+        let claim_gone =
+            matches!(a.pvcs.get("c3").await, Err(kube::Error::Api(s)) if s.code == 404);
         let vol_gone = matches!(a.pvs.get("pv3").await, Err(kube::Error::Api(s)) if s.code == 404);
         (claim_gone && vol_gone).then_some(())
     })
@@ -187,12 +294,35 @@ async fn volume_gone_while_bound_makes_claim_lost() {
     let a = apis(&sim);
     let pp = PostParams::default();
     let claim = a.pvcs.create(&pp, &pvc("c4", "")).await.unwrap();
-    a.pvs.create(&pp, &pv("pv4", "", Some(("c4", claim.metadata.uid.as_deref().unwrap())))).await.unwrap();
-    wait_for("claim bound", || async { (phase_pvc(&a.pvcs.get("c4").await.unwrap()) == "Bound").then_some(()) }).await;
+    a.pvs
+        .create(
+            &pp,
+            &pv(
+                "pv4",
+                "",
+                Some(("c4", claim.metadata.uid.as_deref().unwrap())),
+            ),
+        )
+        .await
+        .unwrap();
+    wait_for("claim bound", || async {
+        (phase_pvc(&a.pvcs.get("c4").await.unwrap()) == "Bound").then_some(())
+    })
+    .await;
     a.pvs.delete("pv4", &DeleteParams::default()).await.unwrap();
     // An admin forcing it: drop the protection finalizer.
-    a.pvs.patch("pv4", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"finalizers": null}}))).await.unwrap();
-    wait_for("claim lost", || async { (phase_pvc(&a.pvcs.get("c4").await.unwrap()) == "Lost").then_some(()) }).await;
+    a.pvs
+        .patch(
+            "pv4",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+        )
+        .await
+        .unwrap();
+    wait_for("claim lost", || async {
+        (phase_pvc(&a.pvcs.get("c4").await.unwrap()) == "Lost").then_some(())
+    })
+    .await;
 }
 
 #[tokio::test]
@@ -200,22 +330,39 @@ async fn wait_for_first_consumer_gets_selected_node_then_provisioner() {
     let sim = Sim::start(SimConfig::default()).await.unwrap();
     let a = apis(&sim);
     let pp = PostParams::default();
-    a.scs.create(&pp, &sc("late", "d.example.com", "WaitForFirstConsumer")).await.unwrap();
+    a.scs
+        .create(&pp, &sc("late", "d.example.com", "WaitForFirstConsumer"))
+        .await
+        .unwrap();
     a.pvcs.create(&pp, &pvc("c5", "late")).await.unwrap();
     let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(sim.client(), "default");
     wait_for("WaitForFirstConsumer event", || async {
         let l = events.list(&Default::default()).await.unwrap();
-        l.items.iter().any(|e| e.reason.as_deref() == Some("WaitForFirstConsumer")).then_some(())
+        l.items
+            .iter()
+            .any(|e| e.reason.as_deref() == Some("WaitForFirstConsumer"))
+            .then_some(())
     })
     .await;
-    assert_eq!(ann(&a.pvcs.get("c5").await.unwrap().metadata, "volume.kubernetes.io/storage-provisioner"), None);
-    let pod: Pod = obj(json!({"metadata": {"name": "consumer"}, "spec": {"nodeName": "node-7", "containers": [{"name": "c", "image": "i"}],
-                               "volumes": [{"name": "v", "persistentVolumeClaim": {"claimName": "c5"}}]}}));
+    assert_eq!(
+        ann(
+            &a.pvcs.get("c5").await.unwrap().metadata,
+            "volume.kubernetes.io/storage-provisioner"
+        ),
+        None
+    );
+    let pod: Pod = obj(
+        json!({"metadata": {"name": "consumer"}, "spec": {"nodeName": "node-7", "containers": [{"name": "c", "image": "i"}],
+                               "volumes": [{"name": "v", "persistentVolumeClaim": {"claimName": "c5"}}]}}),
+    );
     a.pods.create(&pp, &pod).await.unwrap();
     let c = wait_for("selected node and provisioner", || async {
         let c = a.pvcs.get("c5").await.unwrap();
         ann(&c.metadata, "volume.kubernetes.io/storage-provisioner").map(|_| c)
     })
     .await;
-    assert_eq!(ann(&c.metadata, "volume.kubernetes.io/selected-node").as_deref(), Some("node-7"));
+    assert_eq!(
+        ann(&c.metadata, "volume.kubernetes.io/selected-node").as_deref(),
+        Some("node-7")
+    );
 }

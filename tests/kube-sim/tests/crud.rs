@@ -1,7 +1,7 @@
 //! CRUD, conflicts, finalizers, patch types, pagination and selectors through kube-rs.
 
 use k8s_openapi::api::core::v1::{Namespace, PersistentVolume, PersistentVolumeClaim};
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::api::{Api, DeleteParams, PostParams};
 use kube_sim::{Sim, SimConfig};
 use serde_json::json;
 
@@ -32,20 +32,44 @@ async fn create_get_update_conflict_delete() {
     assert!(meta.creation_timestamp.is_some());
     let rv1: u64 = meta.resource_version.as_deref().unwrap().parse().unwrap();
     assert_eq!(created.status.unwrap().phase.as_deref(), Some("Pending"));
-    assert_eq!(created.spec.unwrap().persistent_volume_reclaim_policy.as_deref(), Some("Retain"));
+    assert_eq!(
+        created
+            .spec
+            .unwrap()
+            .persistent_volume_reclaim_policy
+            .as_deref(),
+        Some("Retain")
+    );
 
-    let e = api_err(pvs.create(&PostParams::default(), &pv("a")).await.unwrap_err());
+    let e = api_err(
+        pvs.create(&PostParams::default(), &pv("a"))
+            .await
+            .unwrap_err(),
+    );
     assert_eq!((e.code, e.reason.as_str()), (409, "AlreadyExists"));
     assert_eq!(e.message, "persistentvolumes \"a\" already exists");
 
     let mut got = pvs.get("a").await.unwrap();
     got.metadata.labels = Some([("x".to_string(), "y".to_string())].into());
-    let updated = pvs.replace("a", &PostParams::default(), &got).await.unwrap();
-    let rv2: u64 = updated.metadata.resource_version.as_deref().unwrap().parse().unwrap();
+    let updated = pvs
+        .replace("a", &PostParams::default(), &got)
+        .await
+        .unwrap();
+    let rv2: u64 = updated
+        .metadata
+        .resource_version
+        .as_deref()
+        .unwrap()
+        .parse()
+        .unwrap();
     assert!(rv2 > rv1);
 
     // `got` still carries the old resourceVersion: a stale write.
-    let e = api_err(pvs.replace("a", &PostParams::default(), &got).await.unwrap_err());
+    let e = api_err(
+        pvs.replace("a", &PostParams::default(), &got)
+            .await
+            .unwrap_err(),
+    );
     assert_eq!((e.code, e.reason.as_str()), (409, "Conflict"));
     assert_eq!(
         e.message,
@@ -53,7 +77,10 @@ async fn create_get_update_conflict_delete() {
     );
 
     let e = api_err(pvs.get("missing").await.unwrap_err());
-    assert_eq!((e.code, e.reason.as_str(), e.message.as_str()), (404, "NotFound", "persistentvolumes \"missing\" not found"));
+    assert_eq!(
+        (e.code, e.reason.as_str(), e.message.as_str()),
+        (404, "NotFound", "persistentvolumes \"missing\" not found")
+    );
 
     pvs.delete("a", &DeleteParams::default()).await.unwrap();
     assert_eq!(api_err(pvs.get("a").await.unwrap_err()).code, 404);
@@ -64,7 +91,9 @@ async fn create_get_update_conflict_delete() {
 async fn two_racing_writers_exactly_one_conflicts() {
     let sim = Sim::start(SimConfig::bare()).await.unwrap();
     let pvs: Api<PersistentVolume> = Api::all(sim.client());
-    pvs.create(&PostParams::default(), &pv("race")).await.unwrap();
+    pvs.create(&PostParams::default(), &pv("race"))
+        .await
+        .unwrap();
     let base = pvs.get("race").await.unwrap();
     let writers = (0..2).map(|i| {
         let pvs = pvs.clone();
@@ -72,11 +101,17 @@ async fn two_racing_writers_exactly_one_conflicts() {
         obj.metadata.annotations = Some([("writer".to_string(), i.to_string())].into());
         tokio::spawn(async move { pvs.replace("race", &PostParams::default(), &obj).await })
     });
-    let results: Vec<_> = futures::future::join_all(writers).await.into_iter().map(|r| r.unwrap()).collect();
+    let results: Vec<_> = futures::future::join_all(writers)
+        .await
+        .into_iter()
+        .map(|r| r.unwrap())
+        .collect();
     let ok = results.iter().filter(|r| r.is_ok()).count();
     let conflicts = results
         .iter()
-        .filter(|r| matches!(r, Err(kube::Error::Api(s)) if s.code == 409 && s.reason == "Conflict"))
+        .filter(
+            |r| matches!(r, Err(kube::Error::Api(s)) if s.code == 409 && s.reason == "Conflict"),
+        )
         .count();
     assert_eq!((ok, conflicts), (1, 1), "{results:?}");
 }
@@ -85,21 +120,43 @@ async fn two_racing_writers_exactly_one_conflicts() {
 async fn validation_rejects_with_field_causes() {
     let sim = Sim::start(SimConfig::bare()).await.unwrap();
     let pvs: Api<PersistentVolume> = Api::all(sim.client());
-    let bad: PersistentVolume = serde_json::from_value(json!({"metadata": {"name": "Bad_Name"}, "spec": {}})).unwrap();
+    let bad: PersistentVolume =
+        serde_json::from_value(json!({"metadata": {"name": "Bad_Name"}, "spec": {}})).unwrap();
     let e = api_err(pvs.create(&PostParams::default(), &bad).await.unwrap_err());
     assert_eq!((e.code, e.reason.as_str()), (422, "Invalid"));
     assert!(e.message.starts_with("PersistentVolume \"Bad_Name\" is invalid: [metadata.name: Invalid value: \"Bad_Name\": a lowercase RFC 1123 subdomain"), "{}", e.message);
-    let fields: Vec<String> = e.details.unwrap().causes.into_iter().map(|c| c.field).collect();
-    assert_eq!(fields, ["metadata.name", "spec.capacity", "spec.accessModes", "spec"]);
+    let fields: Vec<String> = e
+        .details
+        .unwrap()
+        .causes
+        .into_iter()
+        .map(|c| c.field)
+        .collect();
+    assert_eq!(
+        fields,
+        ["metadata.name", "spec.capacity", "spec.accessModes", "spec"]
+    );
 
     let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(sim.client(), "default");
-    let bad: PersistentVolumeClaim = serde_json::from_value(json!({"metadata": {"name": "c"}, "spec": {}})).unwrap();
+    let bad: PersistentVolumeClaim =
+        serde_json::from_value(json!({"metadata": {"name": "c"}, "spec": {}})).unwrap();
     let e = api_err(pvcs.create(&PostParams::default(), &bad).await.unwrap_err());
-    assert_eq!(e.message, "PersistentVolumeClaim \"c\" is invalid: [spec.accessModes: Required value: at least 1 access mode is required, spec.resources[storage]: Required value]");
+    assert_eq!(
+        e.message,
+        "PersistentVolumeClaim \"c\" is invalid: [spec.accessModes: Required value: at least 1 access mode is required, spec.resources[storage]: Required value]"
+    );
 
     let nowhere: Api<PersistentVolumeClaim> = Api::namespaced(sim.client(), "nowhere");
-    let e = api_err(nowhere.create(&PostParams::default(), &bad).await.unwrap_err());
-    assert_eq!((e.code, e.message.as_str()), (404, "namespaces \"nowhere\" not found"));
+    let e = api_err(
+        nowhere
+            .create(&PostParams::default(), &bad)
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(
+        (e.code, e.message.as_str()),
+        (404, "namespaces \"nowhere\" not found")
+    );
     let nss: Api<Namespace> = Api::all(sim.client());
     assert!(nss.get("default").await.is_ok());
 }
