@@ -369,13 +369,12 @@ pub fn needs_storage_class(pv: &PersistentVolume) -> bool {
 
 /// The claim whose existence decides whether `pv` counts as released although its phase is not
 /// `Released` yet: `(namespace, name, uid)` of a claimRef carrying a UID. `None`: nothing to look
-/// up (phase already Released, never bound, or Failed).
+/// up (phase already Released, no claim UID, or Failed and not being deleted).
 pub fn claim_to_check(pv: &PersistentVolume) -> Option<(&str, &str, &str)> {
-    if matches!(
-        phase(pv),
-        Some(names::PV_PHASE_RELEASED | names::PV_PHASE_FAILED)
-    ) {
-        return None;
+    match phase(pv) {
+        Some(names::PV_PHASE_RELEASED) => return None,
+        Some(names::PV_PHASE_FAILED) if pv.metadata.deletion_timestamp.is_none() => return None,
+        _ => {}
     }
     let claim_ref = pv.spec.as_ref()?.claim_ref.as_ref()?;
     Some((
@@ -412,10 +411,12 @@ enum Release {
 }
 
 fn release(pv: &PersistentVolume, claim: ClaimState) -> Release {
+    let deleting = pv.metadata.deletion_timestamp.is_some();
     match phase(pv) {
         Some(names::PV_PHASE_RELEASED) => return Release::Released,
-        // Upstream never deletes a Failed PV; an admin has to look at it.
-        Some(names::PV_PHASE_FAILED) => return Release::NotReleased,
+        // Upstream never deletes a Failed PV: an admin has to look at it. Once the admin deletes
+        // it, the rules below apply, so it does not stay Terminating forever.
+        Some(names::PV_PHASE_FAILED) if !deleting => return Release::NotReleased,
         _ => {}
     }
     if claim_to_check(pv).is_some() {
@@ -434,7 +435,7 @@ fn release(pv: &PersistentVolume, claim: ClaimState) -> Release {
     }
     // No claim at all. Nothing can be using it (pods reach PVs only through claims), so once an
     // admin deletes it the reclaim policy applies, instead of leaving it Terminating forever.
-    if pv.metadata.deletion_timestamp.is_some() {
+    if deleting {
         Release::Released
     } else {
         Release::NotReleased

@@ -383,11 +383,32 @@ fn a_non_delete_reclaim_policy_never_deletes() {
 }
 
 #[test]
-fn a_failed_pv_is_not_deleted() {
+fn a_failed_pv_is_not_deleted_until_an_admin_deletes_it() {
     // "failed: shouldn't delete".
+    let failed = dynamic().phase("Failed").finalizer(OURS);
     assert_eq!(
-        d(dynamic().phase("Failed").finalizer(OURS)),
+        d(failed.clone()),
         ReclaimAction::Skip(SkipReason::NotReleased)
+    );
+    assert_eq!(claim_to_check(&failed.clone().build()), None);
+    // Deleted by an admin: like any other PV, it waits for its claim, then is reclaimed.
+    let deleted = failed.deleting().build();
+    assert_eq!(claim_to_check(&deleted), Some(("ns", "c", "uid-c")));
+    let exists = ReclaimContext {
+        claim: ClaimState::Exists,
+        ..ctx()
+    };
+    assert_eq!(
+        decide_with(&deleted, &exists),
+        ReclaimAction::Skip(SkipReason::ClaimInUse { deleting: true })
+    );
+    let gone = ReclaimContext {
+        claim: ClaimState::Gone,
+        ..ctx()
+    };
+    assert_eq!(
+        decide_with(&deleted, &gone),
+        delete_volume(DeletionSecrets::None)
     );
 }
 
@@ -433,7 +454,6 @@ fn a_claim_recreated_under_the_same_name_is_not_the_pvs_claim() {
 #[test]
 fn no_claim_lookup_is_needed_once_the_phase_says_released() {
     assert_eq!(claim_to_check(&released().build()), None);
-    assert_eq!(claim_to_check(&dynamic().phase("Failed").build()), None);
     let pre_bound_by_name = {
         let mut v = dynamic().phase("Available").build();
         if let Some(r) = v.spec.as_mut().and_then(|s| s.claim_ref.as_mut()) {
