@@ -8,12 +8,16 @@
 //!   instance may delete.
 //! - [`scope`]: what each node-mode instance lists and watches (label and field selectors, metadata
 //!   stripping, the interesting-claims index) so its memory does not grow with the cluster.
+//! - [`locate`]: where a volume lives (the node its affinity pins or its annotations record) and
+//!   how to look that node up.
 //! - [`gone`]: the per-PV state machine that answers volumes of deleted nodes as deleted, safely.
 //! - [`rendezvous`]: deterministic choice of one acting instance among many (highest random weight).
 //! - [`metrics`]: the dead-node metrics.
 
 pub mod gone;
+pub mod locate;
 pub mod metrics;
 pub mod ownership;
 pub mod rendezvous;
 pub mod scope;
+pub mod controller;

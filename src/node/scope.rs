@@ -42,7 +42,8 @@ use kube::runtime::watcher;
 use serde_json::{Value, json};
 
 use crate::names;
-use crate::node::gone::{Mode, PerNodeKeys, Pin, node_query, pin_of};
+use crate::node::gone::node_query;
+use crate::node::locate::{Mode, PerNodeKeys, Pin, pin_of};
 use crate::node::ownership::csinode_lists_driver;
 
 /// Page size of every list (initial watch lists and sweeps): bounded memory while listing.
@@ -480,7 +481,7 @@ impl InterestingClaims {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::node::gone::HOSTNAME_LABEL;
+    use crate::node::locate::HOSTNAME_LABEL;
     use crate::testing::{DRIVER, csinode, node, pv, pvc};
 
     fn meta_of(claim: PersistentVolumeClaim) -> PartialObjectMeta<PersistentVolumeClaim> {
