@@ -186,6 +186,45 @@ fn annotation_steps_that_change_nothing_are_already_done() {
     );
 }
 
+#[test]
+fn the_steps_cover_upstreams_add_and_remove_finalizer_cases() {
+    // TestRemoveFinalizer / TestAddFinalizer, as (list before, step, list after or None = no write).
+    type Case = (
+        &'static [&'static str],
+        fn(&ObjectMeta) -> Step,
+        Option<&'static [&'static str]>,
+    );
+    let remove: fn(&ObjectMeta) -> Step = |m| remove_finalizer_step(m, OURS);
+    let add: fn(&ObjectMeta) -> Step = |m| add_finalizer_step(m, OURS);
+    let cases: &[Case] = &[
+        (&[OURS], remove, Some(&[])),
+        (&["dummy"], remove, None),
+        (&["dummy", OURS], remove, Some(&["dummy"])),
+        (&[], remove, None),
+        (&[OURS], add, None),
+        (&[], add, Some(&[OURS])),
+        (&["dummy"], add, Some(&["dummy", OURS])),
+    ];
+    for (i, (before, step, after)) in cases.iter().enumerate() {
+        let obj = before
+            .iter()
+            .fold(pv("pv-1"), |b, f| b.finalizer(f))
+            .build();
+        let step = step(&obj.metadata);
+        match after {
+            None => assert_eq!(step, Step::AlreadyDone, "case {i}"),
+            Some(after) => assert_eq!(finalizers(&apply(&obj, &step).unwrap()), *after, "case {i}"),
+        }
+    }
+    // An explicitly empty list is handled like a missing one.
+    let mut empty = pv("pv-1").build();
+    empty.metadata.finalizers = Some(vec![]);
+    assert_eq!(
+        finalizers(&apply(&empty, &add_finalizer_step(&empty.metadata, OURS)).unwrap()),
+        [OURS]
+    );
+}
+
 // === Retry loop against a fake API server ===
 
 type Interference = Box<dyn FnMut(&mut Option<Value>) + Send>;
@@ -566,6 +605,25 @@ mod against_kube_sim {
             panic!("expected Deleting, got {out:?}");
         };
         assert_eq!(finalizers(&fresh), [ATTACHER]);
+    }
+
+    #[tokio::test]
+    async fn claims_are_patched_in_their_namespace() {
+        use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+        let sim = Sim::start(SimConfig::bare()).await.unwrap();
+        let api: Api<PersistentVolumeClaim> = Api::namespaced(sim.client(), "default");
+        let mut claim = crate::testing::pvc("default", "data").build();
+        claim.metadata.uid = None;
+        claim.metadata.resource_version = None;
+        let created = api.create(&PostParams::default(), &claim).await.unwrap();
+        let key = crate::names::ANN_SELECTED_NODE;
+        let out = set_annotation(&api, &created, key, "node-1").await.unwrap();
+        assert!(matches!(out, PatchOutcome::Patched(_)), "{out:?}");
+        let out = remove_annotation(&api, &created, key).await.unwrap();
+        let PatchOutcome::Patched(after) = out else {
+            panic!("expected a patch, got {out:?}");
+        };
+        assert!(after.metadata.annotations.unwrap_or_default().is_empty());
     }
 
     #[tokio::test]
