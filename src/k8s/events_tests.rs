@@ -295,3 +295,23 @@ async fn a_failing_api_never_reaches_the_caller() {
         .await;
     assert_eq!(log.lock().unwrap().requests.len(), 1);
 }
+
+#[tokio::test]
+async fn kube_sim_accepts_the_event_and_its_aggregated_update() {
+    let sim = kube_sim::Sim::start(kube_sim::SimConfig::bare())
+        .await
+        .unwrap();
+    let recorder = Recorder::new(sim.client(), EventSource::csi_provisioner());
+    let spec = EventSpec::warning(names::EVENT_VOLUME_FAILED_DELETE, "rpc error: boom");
+    recorder.publish(&pv_ref(), spec.clone()).await;
+    recorder.publish(&pv_ref(), spec).await;
+
+    let events: Api<Event> = Api::namespaced(sim.client(), "default");
+    let list = events.list(&Default::default()).await.unwrap();
+    assert_eq!(list.items.len(), 1, "{:?}", list.items);
+    let event = &list.items[0];
+    assert_eq!(event.count, Some(2));
+    assert_eq!(event.reason.as_deref(), Some("VolumeFailedDelete"));
+    assert_eq!(event.involved_object.name.as_deref(), Some("pv-1"));
+    assert!(event.last_timestamp >= event.first_timestamp);
+}
