@@ -20,12 +20,14 @@
 //! with the cluster's.
 //!
 //! The dead-node clean-up runs in at most [`crate::node::gone::MAX_ACTOR_RANKS`] instances (the
-//! first ones in rendezvous order for [`crate::node::gone::janitor_key`]). Those list PVs of dead
-//! nodes with [`node_pv_selector`] when a Node disappears, and sweep all of the driver's PVs
-//! ([`driver_pv_selector`], metadata only, paginated, nothing cached) at start and every
-//! [`SWEEP_INTERVAL`] for nodes that vanished while no instance was watching. The first sweep also
-//! labels PVs written by upstream or by an older version ([`unlabelled_pv_selector`],
-//! [`existing_pv_labels`], [`label_patch`]): until then such PVs are seen only by that sweep.
+//! first ones in rendezvous order for [`crate::node::gone::janitor_key`]; all of them in controller
+//! mode is the one instance). They list the PVs of a Node that disappears ([`node_pv_selector`]),
+//! and at start and every [`SWEEP_INTERVAL`] sweep the driver's PVs for nodes that vanished while no
+//! instance was watching: a metadata-only, paginated list ([`driver_pv_selector`]) of which nothing
+//! is kept, a full GET only for the suspects ([`sweep_suspect`]). The first sweep also labels PVs
+//! written by upstream or an older version: a paginated list of PVs without our driver label
+//! ([`unlabelled_pv_selector`]; full objects, since static PVs name their driver only in the spec),
+//! [`existing_pv_labels`], [`label_patch`]. Until then such PVs are seen by that sweep only.
 //!
 //! Labels only narrow what is watched; every decision still reads the PV's affinity and
 //! annotations, so a wrong or missing label can delay work but never misdirect it.
@@ -43,7 +45,7 @@ use serde_json::{Value, json};
 
 use crate::names;
 use crate::node::gone::node_query;
-use crate::node::locate::{Mode, PerNodeKeys, Pin, pin_of};
+use crate::node::locate::{Mode, PerNodeKeys, Pin, annotation, pin_of};
 use crate::node::ownership::csinode_lists_driver;
 
 /// Page size of every list (initial watch lists and sweeps): bounded memory while listing.
@@ -158,6 +160,26 @@ pub fn existing_pv_labels(
 /// Merge patch setting `labels` (only those keys; nobody else writes them).
 pub fn label_patch(labels: &BTreeMap<String, String>) -> Value {
     json!({ "metadata": { "labels": labels } })
+}
+
+/// For the clean-up sweep over PV metadata: whether this PV may belong to a node that no longer
+/// exists, so that its full object is worth a GET. The node is our node-name annotation, else the
+/// node label; `node_exists` answers from the Node cache (by name or host name). PVs of no single
+/// node are never suspects; hashed label values (overlong names) always are.
+pub fn sweep_suspect(meta: &ObjectMeta, node_exists: impl Fn(&str) -> bool) -> bool {
+    if let Some(name) = annotation(meta, names::ANN_NODE_NAME) {
+        return !node_exists(name);
+    }
+    match meta
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(names::LABEL_PV_NODE))
+    {
+        None => false,
+        Some(v) if v == names::LABEL_VALUE_ANY_NODE => false,
+        Some(v) if v.starts_with("hash_") => true,
+        Some(v) => !node_exists(v),
+    }
 }
 
 // === Selectors and watcher configurations ===
@@ -604,6 +626,23 @@ mod tests {
             existing_pv_labels(&shared, DRIVER, &keys).unwrap()[names::LABEL_PV_NODE],
             "any_node"
         );
+    }
+
+    #[test]
+    fn the_sweep_fetches_only_pvs_whose_node_is_not_in_the_cache() {
+        let exists = |n: &str| n == "alive";
+        let recorded = |n: &str| pv("p").annotation(names::ANN_NODE_NAME, n).build().metadata;
+        let labelled = |v: &str| pv("p").label(names::LABEL_PV_NODE, v).build().metadata;
+        assert!(sweep_suspect(&recorded("dead"), exists));
+        assert!(!sweep_suspect(&recorded("alive"), exists));
+        assert!(sweep_suspect(&labelled("dead"), exists));
+        assert!(!sweep_suspect(&labelled("alive"), exists));
+        assert!(!sweep_suspect(
+            &labelled(names::LABEL_VALUE_ANY_NODE),
+            exists
+        ));
+        assert!(sweep_suspect(&labelled("hash_0123456789abcdef"), exists));
+        assert!(!sweep_suspect(&pv("p").build().metadata, exists));
     }
 
     #[test]
