@@ -2,8 +2,10 @@
 //! topology, the PV object) plus the controller shell that executes them.
 
 pub mod classify;
+pub mod controller;
 pub(crate) mod gofmt;
 pub mod params;
+pub mod plan;
 pub mod pv;
 pub mod quantity;
 pub mod request;

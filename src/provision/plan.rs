@@ -1,0 +1,983 @@
+//! The claim decision: given a PVC and everything the shell read from its caches, what to do now
+//! ([`decide_claim`] → [`ClaimDecision`]). Pure: no API calls, no clocks, no CSI.
+//!
+//! Checks run in upstream's order (reference §4.2-4.3), so the first problem reported is the one
+//! upstream reports. Silent outcomes are [`ClaimDecision::Ignore`]; bad input is
+//! [`ClaimDecision::Fail`] (a `ProvisioningFailed` event, retried with backoff).
+//!
+//! # Durable provisioning intent
+//!
+//! Upstream keeps in-flight claims in memory only, so a claim deleted while CreateVolume hangs, or
+//! while the sidecar is down, leaks its volume (upstream issues 486, 1469). We record the intent on
+//! the PVC itself: before the first CreateVolume the shell adds the finalizer
+//! [`names::FINALIZER_PROVISIONING_INTENT`] with the volume name (and the provisioner secret used)
+//! as annotations; after CreateVolume answers it adds the volume id; once the PV exists it removes
+//! them all. The claim therefore cannot disappear while a volume may exist without a PV.
+//!
+//! | intent finalizer | PV of the intent exists | claim | decision |
+//! |---|---|---|---|
+//! | no | – | being deleted | `Ignore(ClaimDeleting)`: nothing was ever started, nothing can leak |
+//! | no | yes | – | `Ignore(PvExists)` |
+//! | no | no | pending | normal checks, then `Provision` (the shell writes the intent first) |
+//! | yes | yes (or the claim is bound to it) | any | `FinishIntent`: remove finalizer and annotations |
+//! | yes | no | being deleted, or bound to another PV | `CleanupIntent`: DeleteVolume (after replaying CreateVolume to learn the id if unknown), then remove the finalizer |
+//! | yes | no | pending | normal checks with the intent's volume name, then `Provision` (retry, same name) |
+//!
+//! In node mode the intent belongs to the selected node's instance: another selected node means
+//! `Ignore`; no selected node means the last CreateVolume gave a final answer (only a reschedule
+//! clears the node), so there is nothing to delete and the intent is finished.
+//!
+//! The shell must confirm "no PV" with a live GET before deleting a volume (caches lag behind a PV
+//! it just created), and never run a claim's CreateVolume and a PV's DeleteVolume for the same
+//! volume name at the same time.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+use k8s_openapi::api::storage::v1::{StorageClass, VolumeAttributesClass};
+
+use super::classify::{ProvisioningState, may_reschedule};
+use super::gofmt;
+use super::params::{self, ParamError};
+use super::pv::{PvTemplate, claim_ref};
+use super::request::{
+    self, ContentSource, RequestError, RequestParts, create_volume_request, is_block,
+    make_volume_name, requested_bytes,
+};
+use super::secrets::{ClaimIdentity, SecretError, SecretRef, TemplateContext, resolve_all};
+use super::topology::{
+    TopologyError, TopologyParams, TopologyView, generate_accessibility_requirements,
+};
+use crate::csi::probe::{ControllerCapabilities, PluginCapabilities};
+use crate::csi::v1::CreateVolumeRequest;
+use crate::csi::v1::volume_capability::access_mode::Mode;
+use crate::names;
+use crate::node::ownership::{
+    self, ClearSelectedNode, CsiNodeLookup, NodeIdentity, NotOwned, Ownership, OwnershipInputs,
+};
+
+pub use crate::node::ownership::{claim_class_name, selected_node};
+
+/// Process-wide settings (from flags, gates and the driver handshake).
+#[derive(Debug, Clone, Default)]
+#[allow(clippy::struct_excessive_bools)]
+pub struct ProvisionSettings {
+    /// Our driver name (GetPluginInfo).
+    pub driver: String,
+    /// Provisioner identity written into every PV's volume attributes.
+    pub provisioner_identity: String,
+    /// `--volume-name-prefix`.
+    pub volume_name_prefix: String,
+    /// `--volume-name-uuid-length` (`None` for the default -1).
+    pub volume_name_uuid_length: Option<usize>,
+    /// `--default-fstype` (`""` when unset).
+    pub default_fs_type: String,
+    /// `--extra-create-metadata`.
+    pub extra_create_metadata: bool,
+    /// `--strict-topology`.
+    pub strict_topology: bool,
+    /// `--immediate-topology`.
+    pub immediate_topology: bool,
+    /// `--controller-publish-readonly`.
+    pub controller_publish_read_only: bool,
+    /// `Topology` gate on and the plugin reports VOLUME_ACCESSIBILITY_CONSTRAINTS.
+    pub topology: bool,
+    /// `VolumeAttributesClass` gate (after start-up auto-disabling).
+    pub volume_attributes_class: bool,
+    /// `CrossNamespaceVolumeDataSource` gate.
+    pub cross_namespace_data_source: bool,
+    /// Plugin capabilities.
+    pub plugin: PluginCapabilities,
+    /// Controller capabilities.
+    pub controller: ControllerCapabilities,
+    /// Node-deployment mode, when on.
+    pub node: Option<NodeMode>,
+}
+
+/// Node-deployment settings.
+#[derive(Debug, Clone, Default)]
+pub struct NodeMode {
+    /// Our node (`NODE_NAME`) and its NodeGetInfo segments.
+    pub me: NodeIdentity,
+    /// `--node-deployment-immediate-binding`.
+    pub immediate_binding: bool,
+}
+
+/// A lookup the shell did (or did not) make for the claim.
+#[derive(Debug, Default)]
+pub enum Lookup<'a, T> {
+    /// Not looked up (not needed, or not known yet).
+    #[default]
+    NotLookedUp,
+    /// Found.
+    Found(&'a T),
+    /// Does not exist.
+    Missing,
+    /// The lookup failed with this error text.
+    Failed(&'a str),
+}
+
+// Manual impls: a derive would demand `T: Copy`, but only references are stored.
+impl<T> Clone for Lookup<'_, T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<T> Copy for Lookup<'_, T> {}
+
+/// The claim's data source, as resolved by the shell (snapshot/clone resolution is a later issue;
+/// this is the extension point).
+#[derive(Debug, Clone, Default)]
+pub enum SourceLookup {
+    /// Not resolved.
+    #[default]
+    NotResolved,
+    /// Resolved to a content source.
+    Resolved(ContentSource),
+    /// Resolution failed with this error text.
+    Failed(String),
+}
+
+/// What the shell read before calling [`decide_claim`].
+#[derive(Clone, Copy)]
+pub struct ClaimContext<'a> {
+    /// Process-wide settings.
+    pub settings: &'a ProvisionSettings,
+    /// The StorageClass named by [`claim_class_name`], from the cache.
+    pub class: Option<&'a StorageClass>,
+    /// Whether a PV named [`claim_volume_name`] exists (cache; see the module doc on lag).
+    pub pv_exists: bool,
+    /// Nodes and CSINodes (reflector stores; node mode: its fixed view of its own node).
+    pub topology: &'a dyn TopologyView,
+    /// Whether the selected node runs our driver, when known (`node::ownership` decides who may
+    /// clear a selected node; pass `Unknown` otherwise).
+    pub selected_node_driver: CsiNodeLookup,
+    /// UID of the selected Node, when cached (recorded on the PV).
+    pub selected_node_uid: Option<&'a str>,
+    /// The VolumeAttributesClass named by the claim (needed when the gate is on and one is named).
+    pub vac: Lookup<'a, VolumeAttributesClass>,
+    /// The claim's data source (needed for VolumeSnapshot and PersistentVolumeClaim sources).
+    pub source: &'a SourceLookup,
+}
+
+/// What to do with a claim.
+#[derive(Debug, Clone)]
+pub enum ClaimDecision {
+    /// Nothing to do; no event.
+    Ignore(IgnoreReason),
+    /// Provision: write the intent if needed, fetch the secret, call CreateVolume, create the PV.
+    Provision(Box<ProvisionPlan>),
+    /// Bad input: a `ProvisioningFailed` event with this error, retried with backoff.
+    Fail(PlanError),
+    /// Remove `volume.kubernetes.io/selected-node` so the scheduler picks another node.
+    ClearSelectedNode(ClearReason),
+    /// Node mode: an unselected Immediate-binding claim this node could serve; run the
+    /// competition (`node::ownership`).
+    Compete,
+    /// The claim is gone (or bound elsewhere) but its volume may exist: delete it.
+    CleanupIntent(Box<IntentCleanup>),
+    /// The PV exists: remove the intent finalizer and annotations.
+    FinishIntent {
+        /// The intent's volume name.
+        volume_name: String,
+    },
+}
+
+/// Why a claim is left alone (debug logs only).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum IgnoreReason {
+    /// The claim is being deleted and no provisioning was ever started.
+    ClaimDeleting,
+    /// `spec.volumeName` is set: bound or pre-bound.
+    AlreadyBound(String),
+    /// The provisioner annotation names another provisioner (or none).
+    NotOurs(Option<String>),
+    /// Node mode: another instance's claim (or not ours yet).
+    NotThisNode(NotOwned),
+    /// `WaitForFirstConsumer` and no node selected yet.
+    WaitingForFirstConsumer,
+    /// The claim's PV exists already.
+    PvExists(String),
+    /// A data source kind for an external populator; the shell emits upstream's Normal
+    /// `Provisioning` event "Assuming an external populator will provision the volume".
+    ExternalPopulator(String),
+}
+
+/// Why the selected node is cleared.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClearReason {
+    /// The node has no instance of our driver (`node::ownership`; event `SelectedNodeCleared`).
+    NoDriverInstance(ClearSelectedNode),
+    /// Upstream's reschedule: the selected node's CSINode is missing (event `ProvisioningFailed`).
+    Reschedule(TopologyError),
+}
+
+impl ClearReason {
+    /// The event reason.
+    pub fn event_reason(&self) -> &'static str {
+        match self {
+            ClearReason::NoDriverInstance(c) => c.reason,
+            ClearReason::Reschedule(_) => names::EVENT_PROVISIONING_FAILED,
+        }
+    }
+
+    /// The event message.
+    pub fn message(&self) -> String {
+        match self {
+            ClearReason::NoDriverInstance(c) => c.message.clone(),
+            ClearReason::Reschedule(e) => e.to_string(),
+        }
+    }
+}
+
+/// Everything the shell needs to provision.
+#[derive(Debug, Clone)]
+pub struct ProvisionPlan {
+    /// The volume (and PV) name.
+    pub volume_name: String,
+    /// CreateVolume request without secrets; add the provisioner secret's data before sending.
+    pub request: CreateVolumeRequest,
+    /// The secret whose data goes into `request.secrets` (upstream: a fetch error is NoChange,
+    /// `error getting secret <name> in namespace <ns>: <err>`).
+    pub provisioner_secret: Option<SecretRef>,
+    /// The PV, minus what the driver answers ([`super::pv::accept_answer`], [`super::pv::build_pv`]).
+    pub pv: PvTemplate,
+    /// The selected node, if any.
+    pub selected_node: Option<String>,
+    /// Whether `ResourceExhausted` means reschedule ([`super::classify::provisioning_state`]).
+    pub may_reschedule: bool,
+    /// UID of the StorageClass, for the infeasible hold-back ([`crate::retry::InfeasibleHold`]).
+    pub class_uid: String,
+    /// Whether the claim still needs the intent (finalizer and annotations) written before the
+    /// first CreateVolume.
+    pub needs_intent_write: bool,
+    /// Upstream's deprecation warnings for the class's parameters (log them once per class).
+    pub warnings: Vec<String>,
+}
+
+impl ProvisionPlan {
+    /// The intent annotations to write with the finalizer (`None` removes a stale key).
+    pub fn intent_annotations(&self) -> BTreeMap<&'static str, Option<String>> {
+        intent_annotations(&self.volume_name, self.provisioner_secret.as_ref())
+    }
+}
+
+/// Intent annotations for a volume name and provisioner secret.
+pub fn intent_annotations(
+    volume_name: &str,
+    secret: Option<&SecretRef>,
+) -> BTreeMap<&'static str, Option<String>> {
+    BTreeMap::from([
+        (names::ANN_INTENT_VOLUME_NAME, Some(volume_name.to_owned())),
+        (
+            names::ANN_INTENT_SECRET_NAME,
+            secret.map(|s| s.name.clone()),
+        ),
+        (
+            names::ANN_INTENT_SECRET_NAMESPACE,
+            secret.map(|s| s.namespace.clone()),
+        ),
+    ])
+}
+
+/// A volume to delete because its claim no longer wants it.
+#[derive(Debug, Clone)]
+pub struct IntentCleanup {
+    /// The intent's volume name.
+    pub volume_name: String,
+    /// The volume id, when CreateVolume's answer was recorded.
+    pub volume_id: Option<String>,
+    /// The provisioner secret recorded with the intent (for CreateVolume replay and DeleteVolume).
+    pub secret: Option<SecretRef>,
+    /// Without a volume id: the CreateVolume to replay (same name) to learn it. The driver answers
+    /// with the existing volume, or creates it, which is then deleted just the same.
+    pub replay: Option<CreateVolumeRequest>,
+    /// Whether `replay` is the exact original request; otherwise a minimal one (class or nodes
+    /// gone), which a driver may refuse: then report it and keep the finalizer.
+    pub replay_is_exact: bool,
+    /// Why the volume is no longer wanted.
+    pub reason: CleanupReason,
+}
+
+/// Why an intent's volume is deleted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CleanupReason {
+    /// The claim is being deleted.
+    ClaimDeleted,
+    /// The claim got bound to another PV.
+    BoundElsewhere(String),
+}
+
+/// A driver capability a claim needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Capability {
+    /// Plugin CONTROLLER_SERVICE.
+    ControllerService,
+    /// CREATE_DELETE_VOLUME.
+    CreateDeleteVolume,
+    /// CREATE_DELETE_SNAPSHOT (restore from a snapshot).
+    CreateDeleteSnapshot,
+    /// CLONE_VOLUME.
+    CloneVolume,
+    /// MODIFY_VOLUME (a VolumeAttributesClass).
+    ModifyVolume,
+}
+
+/// Bad input. `Display` is the `ProvisioningFailed` event message (upstream's text where it has one).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PlanError {
+    /// No class named.
+    #[error(
+        "the claim names no StorageClass: set spec.storageClassName to a class provisioned by {driver}"
+    )]
+    NoClassName {
+        /// Our driver.
+        driver: String,
+    },
+    /// The class does not exist.
+    #[error(
+        "storageclass.storage.k8s.io {} not found: create the StorageClass or correct spec.storageClassName of the claim",
+        gofmt::quote(.0)
+    )]
+    ClassNotFound(String),
+    /// The class belongs to another provisioner.
+    #[error(
+        "StorageClass {class:?} is provisioned by {provisioner:?}, not by {driver:?}: the claim's storage-provisioner annotation and its class disagree; correct spec.storageClassName"
+    )]
+    ClassOfOtherDriver {
+        /// Class name.
+        class: String,
+        /// The class's provisioner.
+        provisioner: String,
+        /// Our driver.
+        driver: String,
+    },
+    /// The driver lacks a capability.
+    #[error("{}", capability_message(*.0))]
+    MissingCapability(Capability),
+    /// `spec.selector` is set.
+    #[error("claim Selector is not supported")]
+    Selector,
+    /// `spec.dataSource(Ref)` has an empty name.
+    #[error("the PVC source not found for PVC {0}")]
+    EmptySourceName(String),
+    /// A VolumeSnapshot source of another API group.
+    #[error(
+        "the PVC source does not belong to the right APIGroup. Expected snapshot.storage.k8s.io, Got {0}"
+    )]
+    SnapshotApiGroup(String),
+    /// `dataSourceRef.namespace` with the gate off.
+    #[error(
+        "dataSourceRef namespace specified but the CrossNamespaceVolumeDataSource feature is disabled"
+    )]
+    CrossNamespaceDisabled,
+    /// The data source could not be resolved to a handle.
+    #[error("error getting handle for DataSource Type {kind} by Name {name}: {reason}")]
+    SourceUnresolved {
+        /// Source kind.
+        kind: String,
+        /// Source name.
+        name: String,
+        /// Why.
+        reason: String,
+    },
+    /// Volume name, size or access modes.
+    #[error(transparent)]
+    Request(#[from] RequestError),
+    /// StorageClass parameters.
+    #[error(transparent)]
+    Params(#[from] ParamError),
+    /// Secret references.
+    #[error(transparent)]
+    Secret(#[from] SecretError),
+    /// Topology.
+    #[error("error generating accessibility requirements: {0}")]
+    Topology(TopologyError),
+    /// The VolumeAttributesClass does not exist.
+    #[error("volumeattributesclasses.storage.k8s.io {} not found", gofmt::quote(.0))]
+    VacNotFound(String),
+    /// The VolumeAttributesClass lookup failed.
+    #[error("{0}")]
+    VacLookupFailed(String),
+    /// The VolumeAttributesClass is another driver's.
+    #[error(
+        "VAC {name} referenced in PVC is for driver {vac_driver} which does not match driver name {driver}"
+    )]
+    VacOtherDriver {
+        /// VAC name.
+        name: String,
+        /// Its driver.
+        vac_driver: String,
+        /// Our driver.
+        driver: String,
+    },
+}
+
+fn capability_message(c: Capability) -> &'static str {
+    match c {
+        Capability::ControllerService => {
+            "CSI driver does not support dynamic provisioning: plugin CONTROLLER_SERVICE capability is not reported"
+        }
+        Capability::CreateDeleteVolume => {
+            "CSI driver does not support dynamic provisioning: controller CREATE_DELETE_VOLUME capability is not reported"
+        }
+        Capability::CreateDeleteSnapshot => {
+            "CSI driver does not support snapshot restore: controller CREATE_DELETE_SNAPSHOT capability is not reported"
+        }
+        Capability::CloneVolume => {
+            "CSI driver does not support clone operations: controller CLONE_VOLUME capability is not reported"
+        }
+        Capability::ModifyVolume => {
+            "CSI driver does not support VolumeAttributesClass: controller MODIFY_VOLUME capability is not reported"
+        }
+    }
+}
+
+impl PlanError {
+    /// Upstream's provisioning state for the error (metrics and logs): input errors are
+    /// `Finished`, lookups that may succeed later are `NoChange`.
+    pub fn state(&self) -> ProvisioningState {
+        match self {
+            PlanError::SourceUnresolved { .. }
+            | PlanError::Secret(_)
+            | PlanError::Topology(_)
+            | PlanError::VacNotFound(_)
+            | PlanError::VacLookupFailed(_) => ProvisioningState::NoChange,
+            _ => ProvisioningState::Finished,
+        }
+    }
+
+    /// Whether upstream emits its Normal `Provisioning` event before this error (errors found by
+    /// the CSI part rather than the generic controller): emit it too, for identical event streams.
+    pub fn follows_provisioning_event(&self) -> bool {
+        !matches!(
+            self,
+            PlanError::NoClassName { .. }
+                | PlanError::ClassNotFound(_)
+                | PlanError::ClassOfOtherDriver { .. }
+        )
+    }
+}
+
+/// Whether the claim carries the provisioning intent.
+pub fn has_intent(pvc: &PersistentVolumeClaim) -> bool {
+    pvc.metadata
+        .finalizers
+        .as_ref()
+        .is_some_and(|f| f.iter().any(|x| x == names::FINALIZER_PROVISIONING_INTENT))
+}
+
+fn annotation<'p>(pvc: &'p PersistentVolumeClaim, key: &str) -> Option<&'p str> {
+    pvc.metadata
+        .annotations
+        .as_ref()?
+        .get(key)
+        .map(String::as_str)
+        .filter(|v| !v.is_empty())
+}
+
+/// The volume name of a claim: the intent's when recorded (so a changed `--volume-name-prefix`
+/// never forks a claim into two volumes), else `<prefix>-<uid>`. The shell checks whether a PV of
+/// this name exists ([`ClaimContext::pv_exists`]).
+pub fn claim_volume_name(
+    pvc: &PersistentVolumeClaim,
+    settings: &ProvisionSettings,
+) -> Result<String, RequestError> {
+    if let Some(name) = annotation(pvc, names::ANN_INTENT_VOLUME_NAME) {
+        return Ok(name.to_owned());
+    }
+    make_volume_name(
+        &settings.volume_name_prefix,
+        pvc.metadata.uid.as_deref().unwrap_or_default(),
+        settings.volume_name_uuid_length,
+    )
+}
+
+fn intent_secret(pvc: &PersistentVolumeClaim) -> Option<SecretRef> {
+    Some(SecretRef::new(
+        annotation(pvc, names::ANN_INTENT_SECRET_NAME)?,
+        annotation(pvc, names::ANN_INTENT_SECRET_NAMESPACE)?,
+    ))
+}
+
+fn provisioner_annotation(pvc: &PersistentVolumeClaim) -> Option<&str> {
+    let ann = pvc.metadata.annotations.as_ref()?;
+    ann.get(names::ANN_STORAGE_PROVISIONER)
+        .or_else(|| ann.get(names::ANN_BETA_STORAGE_PROVISIONER))
+        .map(String::as_str)
+}
+
+fn is_ours(pvc: &PersistentVolumeClaim, driver: &str) -> bool {
+    provisioner_annotation(pvc) == Some(driver)
+        || annotation(pvc, names::ANN_MIGRATED_TO) == Some(driver)
+}
+
+/// Who acts on an intent: in node mode only the selected node's instance.
+enum IntentOwner {
+    Me,
+    Nobody,
+    Other,
+}
+
+fn intent_owner(pvc: &PersistentVolumeClaim, settings: &ProvisionSettings) -> IntentOwner {
+    match (&settings.node, selected_node(pvc)) {
+        (None, _) => IntentOwner::Me,
+        (Some(mode), Some(node)) if node == mode.me.name => IntentOwner::Me,
+        (Some(_), Some(_)) => IntentOwner::Other,
+        (Some(_), None) => IntentOwner::Nobody,
+    }
+}
+
+/// Decides what to do with `pvc`.
+pub fn decide_claim(pvc: &PersistentVolumeClaim, ctx: &ClaimContext<'_>) -> ClaimDecision {
+    let settings = ctx.settings;
+    let deleting = pvc.metadata.deletion_timestamp.is_some();
+    let bound_to = pvc
+        .spec
+        .as_ref()
+        .and_then(|s| s.volume_name.as_deref())
+        .filter(|v| !v.is_empty());
+    let intent = has_intent(pvc);
+
+    if intent {
+        let volume_name = match claim_volume_name(pvc, settings) {
+            Ok(name) => name,
+            Err(e) => return ClaimDecision::Fail(e.into()),
+        };
+        if ctx.pv_exists || bound_to == Some(volume_name.as_str()) {
+            return ClaimDecision::FinishIntent { volume_name };
+        }
+        let reason = match bound_to {
+            Some(other) => Some(CleanupReason::BoundElsewhere(other.to_owned())),
+            None if deleting => Some(CleanupReason::ClaimDeleted),
+            None => None,
+        };
+        if let Some(reason) = reason {
+            return match intent_owner(pvc, settings) {
+                IntentOwner::Me => cleanup(pvc, ctx, volume_name, reason),
+                IntentOwner::Nobody => ClaimDecision::FinishIntent { volume_name },
+                IntentOwner::Other => ClaimDecision::Ignore(IgnoreReason::NotThisNode(
+                    NotOwned::SelectedOtherNode(selected_node(pvc).unwrap_or_default().to_owned()),
+                )),
+            };
+        }
+    } else {
+        if deleting {
+            return ClaimDecision::Ignore(IgnoreReason::ClaimDeleting);
+        }
+        if let Some(pv) = bound_to {
+            return ClaimDecision::Ignore(IgnoreReason::AlreadyBound(pv.to_owned()));
+        }
+        if !is_ours(pvc, &settings.driver) {
+            return ClaimDecision::Ignore(IgnoreReason::NotOurs(
+                provisioner_annotation(pvc).map(str::to_owned),
+            ));
+        }
+    }
+
+    if let Some(mode) = &settings.node {
+        let inputs = OwnershipInputs {
+            me: &mode.me,
+            driver: &settings.driver,
+            topology_supported: settings.topology,
+            immediate_binding: mode.immediate_binding,
+            storage_class: ctx.class,
+            selected_node_driver: ctx.selected_node_driver,
+        };
+        match ownership::check_node(pvc, &inputs) {
+            Ownership::Owned => {}
+            Ownership::Compete => return ClaimDecision::Compete,
+            Ownership::NotOwned(why) => {
+                return ClaimDecision::Ignore(IgnoreReason::NotThisNode(why));
+            }
+            Ownership::ClearSelectedNode(c) => {
+                return ClaimDecision::ClearSelectedNode(ClearReason::NoDriverInstance(c));
+            }
+        }
+    }
+
+    let class = match (claim_class_name(pvc), ctx.class) {
+        (None, _) => {
+            return ClaimDecision::Fail(PlanError::NoClassName {
+                driver: settings.driver.clone(),
+            });
+        }
+        (Some(name), None) => {
+            return ClaimDecision::Fail(PlanError::ClassNotFound(name.to_owned()));
+        }
+        (Some(_), Some(class)) => class,
+    };
+    if class.provisioner != settings.driver {
+        return ClaimDecision::Fail(PlanError::ClassOfOtherDriver {
+            class: class.metadata.name.clone().unwrap_or_default(),
+            provisioner: class.provisioner.clone(),
+            driver: settings.driver.clone(),
+        });
+    }
+    let node = selected_node(pvc);
+    if class.volume_binding_mode.as_deref() == Some("WaitForFirstConsumer") && node.is_none() {
+        return ClaimDecision::Ignore(IgnoreReason::WaitingForFirstConsumer);
+    }
+    if ctx.pv_exists {
+        let name = claim_volume_name(pvc, settings).unwrap_or_default();
+        return ClaimDecision::Ignore(IgnoreReason::PvExists(name));
+    }
+    if settings.node.is_none()
+        && let Some(clear) =
+            ownership::selected_node_check(pvc, &settings.driver, ctx.selected_node_driver)
+    {
+        return ClaimDecision::ClearSelectedNode(ClearReason::NoDriverInstance(clear));
+    }
+
+    match plan(pvc, ctx, class, intent) {
+        Ok(plan) => ClaimDecision::Provision(Box::new(plan)),
+        Err(Stop::Fail(e)) => ClaimDecision::Fail(e),
+        Err(Stop::Ignore(r)) => ClaimDecision::Ignore(r),
+        Err(Stop::Reschedule(e)) => ClaimDecision::ClearSelectedNode(ClearReason::Reschedule(e)),
+    }
+}
+
+/// Why [`plan`] stopped.
+enum Stop {
+    Fail(PlanError),
+    Ignore(IgnoreReason),
+    Reschedule(TopologyError),
+}
+
+impl From<PlanError> for Stop {
+    fn from(e: PlanError) -> Self {
+        Stop::Fail(e)
+    }
+}
+
+impl From<RequestError> for Stop {
+    fn from(e: RequestError) -> Self {
+        Stop::Fail(e.into())
+    }
+}
+
+impl From<ParamError> for Stop {
+    fn from(e: ParamError) -> Self {
+        Stop::Fail(e.into())
+    }
+}
+
+impl From<SecretError> for Stop {
+    fn from(e: SecretError) -> Self {
+        Stop::Fail(e.into())
+    }
+}
+
+/// The claim's data source (dataSource, else dataSourceRef) as `(kind, api_group, name)`.
+fn data_source(
+    pvc: &PersistentVolumeClaim,
+    settings: &ProvisionSettings,
+) -> Result<Option<(String, String, String)>, PlanError> {
+    let Some(spec) = pvc.spec.as_ref() else {
+        return Ok(None);
+    };
+    if let Some(ds) = &spec.data_source {
+        return Ok(Some((
+            ds.kind.clone(),
+            ds.api_group.clone().unwrap_or_default(),
+            ds.name.clone(),
+        )));
+    }
+    if let Some(r) = &spec.data_source_ref {
+        if r.namespace.as_deref().is_some_and(|ns| !ns.is_empty())
+            && !settings.cross_namespace_data_source
+        {
+            return Err(PlanError::CrossNamespaceDisabled);
+        }
+        return Ok(Some((
+            r.kind.clone(),
+            r.api_group.clone().unwrap_or_default(),
+            r.name.clone(),
+        )));
+    }
+    Ok(None)
+}
+
+/// The CSI part of provisioning (upstream `prepareProvision`), in upstream's order.
+fn plan(
+    pvc: &PersistentVolumeClaim,
+    ctx: &ClaimContext<'_>,
+    class: &StorageClass,
+    intent: bool,
+) -> Result<ProvisionPlan, Stop> {
+    let settings = ctx.settings;
+    let claim_name = pvc.metadata.name.as_deref().unwrap_or_default();
+    let claim_namespace = pvc.metadata.namespace.as_deref().unwrap_or_default();
+    let spec = pvc.spec.clone().unwrap_or_default();
+
+    // Data source kind and the capabilities it needs.
+    let source = data_source(pvc, settings)?;
+    let mut needs = vec![
+        Capability::ControllerService,
+        Capability::CreateDeleteVolume,
+    ];
+    if let Some((kind, group, name)) = &source {
+        if name.is_empty() {
+            return Err(PlanError::EmptySourceName(claim_name.to_owned()).into());
+        }
+        match kind.as_str() {
+            "VolumeSnapshot" if group != "snapshot.storage.k8s.io" => {
+                return Err(PlanError::SnapshotApiGroup(group.clone()).into());
+            }
+            "VolumeSnapshot" => needs.push(Capability::CreateDeleteSnapshot),
+            "PersistentVolumeClaim" => needs.push(Capability::CloneVolume),
+            other => {
+                return Err(Stop::Ignore(IgnoreReason::ExternalPopulator(
+                    other.to_owned(),
+                )));
+            }
+        }
+    }
+    let vac_name = spec
+        .volume_attributes_class_name
+        .clone()
+        .filter(|n| settings.volume_attributes_class && !n.is_empty());
+    if vac_name.is_some() {
+        needs.push(Capability::ModifyVolume);
+    }
+    for cap in needs {
+        let present = match cap {
+            Capability::ControllerService => settings.plugin.controller_service,
+            Capability::CreateDeleteVolume => settings.controller.create_delete_volume,
+            Capability::CreateDeleteSnapshot => settings.controller.create_delete_snapshot,
+            Capability::CloneVolume => settings.controller.clone_volume,
+            Capability::ModifyVolume => settings.controller.modify_volume,
+        };
+        if !present {
+            return Err(PlanError::MissingCapability(cap).into());
+        }
+    }
+    if spec.selector.is_some() {
+        return Err(PlanError::Selector.into());
+    }
+
+    let volume_name = claim_volume_name(pvc, settings)?;
+    let class_params = class.parameters.clone().unwrap_or_default();
+    let fs_type = params::resolve_fs_type(&class_params, &settings.default_fs_type)?;
+    let required_bytes = requested_bytes(pvc)?;
+    let block = is_block(pvc);
+    let access_modes = spec.access_modes.clone().unwrap_or_default();
+    let mount_options = class.mount_options.clone();
+    let capabilities = request::volume_capabilities(
+        &access_modes,
+        block,
+        &fs_type,
+        mount_options.as_deref().unwrap_or_default(),
+        settings.controller.single_node_multi_writer,
+    )?;
+
+    let content_source = match &source {
+        None => None,
+        Some((kind, _, name)) => match ctx.source {
+            SourceLookup::Resolved(cs) => Some(cs.clone()),
+            SourceLookup::Failed(reason) => {
+                return Err(source_error(kind, name, reason).into());
+            }
+            SourceLookup::NotResolved => {
+                return Err(source_error(
+                    kind,
+                    name,
+                    "restoring from snapshots and cloning are not implemented in this version of the provisioner; remove spec.dataSource or use the upstream sidecar",
+                )
+                .into());
+            }
+        },
+    };
+
+    let node = selected_node(pvc);
+    let accessibility = if settings.topology {
+        let params = TopologyParams {
+            driver: &settings.driver,
+            claim_name,
+            allowed_topologies: class.allowed_topologies.as_deref().unwrap_or_default(),
+            selected_node: node,
+            strict: settings.strict_topology,
+            immediate: settings.immediate_topology,
+        };
+        match generate_accessibility_requirements(&params, ctx.topology) {
+            Ok(req) => req,
+            Err(e) if e.is_reschedule() => return Err(Stop::Reschedule(e)),
+            Err(e) => return Err(PlanError::Topology(e).into()),
+        }
+    } else {
+        None
+    };
+
+    let empty = BTreeMap::new();
+    let template_ctx = TemplateContext {
+        pv_name: &volume_name,
+        claim: Some(ClaimIdentity {
+            name: claim_name,
+            namespace: claim_namespace,
+            annotations: Some(pvc.metadata.annotations.as_ref().unwrap_or(&empty)),
+        }),
+    };
+    let secrets = resolve_all(&class_params, &template_ctx)?;
+
+    let mut parameters = params::strip_prefixed_parameters(&class_params)?;
+    if settings.extra_create_metadata {
+        params::add_extra_create_metadata(
+            &mut parameters,
+            claim_name,
+            claim_namespace,
+            &volume_name,
+        );
+    }
+
+    let mutable_parameters = match &vac_name {
+        None => None,
+        Some(name) => match ctx.vac {
+            Lookup::Found(vac) if vac.driver_name != settings.driver => {
+                return Err(PlanError::VacOtherDriver {
+                    name: name.clone(),
+                    vac_driver: vac.driver_name.clone(),
+                    driver: settings.driver.clone(),
+                }
+                .into());
+            }
+            Lookup::Found(vac) => Some(vac.parameters.clone().unwrap_or_default()),
+            Lookup::Missing | Lookup::NotLookedUp => {
+                return Err(PlanError::VacNotFound(name.clone()).into());
+            }
+            Lookup::Failed(e) => return Err(PlanError::VacLookupFailed(e.to_owned()).into()),
+        },
+    };
+
+    // Upstream: the PV is read-only only for a single ReadOnlyMany capability and the flag.
+    let read_only = settings.controller_publish_read_only
+        && capabilities.len() == 1
+        && capabilities[0].access_mode.as_ref().map(|m| m.mode)
+            == Some(Mode::MultiNodeReaderOnly as i32);
+
+    let request = create_volume_request(RequestParts {
+        name: volume_name.clone(),
+        required_bytes,
+        capabilities,
+        parameters,
+        content_source,
+        accessibility,
+        mutable_parameters,
+    });
+
+    let node_annotation = match (&settings.node, node) {
+        (Some(mode), _) => Some((
+            mode.me.name.clone(),
+            ctx.selected_node_uid.map(str::to_owned),
+        )),
+        (None, Some(n)) => Some((n.to_owned(), ctx.selected_node_uid.map(str::to_owned))),
+        (None, None) => None,
+    };
+    let pv = PvTemplate {
+        name: volume_name.clone(),
+        driver: settings.driver.clone(),
+        provisioned_by: class.provisioner.clone(),
+        provisioner_identity: settings.provisioner_identity.clone(),
+        claim_ref: claim_ref(pvc),
+        class_name: claim_class_name(pvc).unwrap_or_default().to_owned(),
+        access_modes,
+        mount_options,
+        reclaim_policy: class.reclaim_policy.clone(),
+        volume_mode: spec.volume_mode.clone(),
+        block,
+        fs_type,
+        secrets: secrets.clone(),
+        read_only,
+        topology: settings.topology,
+        volume_attributes_class: vac_name,
+        required_bytes,
+        expects_content_source: source.is_some(),
+        node: node_annotation,
+    };
+
+    let recorded = intent
+        && annotation(pvc, names::ANN_INTENT_VOLUME_NAME) == Some(volume_name.as_str())
+        && intent_secret(pvc) == secrets.provisioner;
+    Ok(ProvisionPlan {
+        volume_name,
+        request,
+        provisioner_secret: secrets.provisioner,
+        pv,
+        selected_node: node.map(str::to_owned),
+        may_reschedule: may_reschedule(settings.topology, node),
+        class_uid: class.metadata.uid.clone().unwrap_or_default(),
+        needs_intent_write: !recorded,
+        warnings: params::deprecation_warnings(&class_params),
+    })
+}
+
+fn source_error(kind: &str, name: &str, reason: &str) -> PlanError {
+    PlanError::SourceUnresolved {
+        kind: kind.to_owned(),
+        name: name.to_owned(),
+        reason: reason.to_owned(),
+    }
+}
+
+fn cleanup(
+    pvc: &PersistentVolumeClaim,
+    ctx: &ClaimContext<'_>,
+    volume_name: String,
+    reason: CleanupReason,
+) -> ClaimDecision {
+    let volume_id = annotation(pvc, names::ANN_INTENT_VOLUME_ID).map(str::to_owned);
+    let secret = intent_secret(pvc);
+    let (replay, replay_is_exact) = if volume_id.is_some() {
+        (None, false)
+    } else {
+        let exact = ctx
+            .class
+            .and_then(|class| plan(pvc, ctx, class, true).ok())
+            .filter(|p| p.volume_name == volume_name)
+            .map(|p| p.request);
+        match exact {
+            Some(req) => (Some(req), true),
+            None => (Some(minimal_request(pvc, &volume_name)), false),
+        }
+    };
+    ClaimDecision::CleanupIntent(Box::new(IntentCleanup {
+        volume_name,
+        volume_id,
+        secret,
+        replay,
+        replay_is_exact,
+        reason,
+    }))
+}
+
+/// A CreateVolume with only what the claim itself says (no class, no topology), for replaying
+/// when the original inputs are gone.
+fn minimal_request(pvc: &PersistentVolumeClaim, volume_name: &str) -> CreateVolumeRequest {
+    let modes = pvc
+        .spec
+        .as_ref()
+        .and_then(|s| s.access_modes.clone())
+        .filter(|m| !m.is_empty())
+        .unwrap_or_else(|| vec!["ReadWriteOnce".to_owned()]);
+    let capabilities = request::volume_capabilities(&modes, is_block(pvc), "", &[], false)
+        .or_else(|_| {
+            request::volume_capabilities(
+                &["ReadWriteOnce".to_owned()],
+                is_block(pvc),
+                "",
+                &[],
+                false,
+            )
+        })
+        .unwrap_or_default();
+    create_volume_request(RequestParts {
+        name: volume_name.to_owned(),
+        required_bytes: requested_bytes(pvc).unwrap_or(0),
+        capabilities,
+        ..RequestParts::default()
+    })
+}
+
+#[cfg(test)]
+#[path = "plan_tests.rs"]
+mod tests;

@@ -1,0 +1,774 @@
+//! Tests of `plan`: upstream `TestProvision`/`TestShouldProvision` cases (names kept in comments)
+//! and the durable-intent state machine.
+
+use std::sync::Arc;
+
+use k8s_openapi::api::storage::v1::{StorageClass, VolumeAttributesClass};
+
+use super::*;
+use crate::csi::v1::volume_capability::AccessType;
+use crate::provision::topology::StaticTopology;
+use crate::testing::{DRIVER, PvcBuilder, csinode, node, pvc, sc, vac};
+
+const UID: &str = "11111111-2222-3333-4444-555555555555";
+const ZONE: &str = "topology.mock.csi/zone";
+
+/// One scenario's world: settings and what the shell found in its caches.
+struct World {
+    settings: ProvisionSettings,
+    class: Option<StorageClass>,
+    pv_exists: bool,
+    view: StaticTopology,
+    selected_node_driver: CsiNodeLookup,
+    selected_node_uid: Option<String>,
+    vac: Option<VolumeAttributesClass>,
+    vac_missing: bool,
+    source: SourceLookup,
+}
+
+impl World {
+    fn new() -> Self {
+        let mut settings = ProvisionSettings {
+            driver: DRIVER.to_owned(),
+            provisioner_identity: "identity-1".to_owned(),
+            volume_name_prefix: "pvc".to_owned(),
+            immediate_topology: true,
+            volume_attributes_class: true,
+            ..ProvisionSettings::default()
+        };
+        settings.plugin.controller_service = true;
+        settings.controller.create_delete_volume = true;
+        World {
+            settings,
+            class: Some(sc("fast").build()),
+            pv_exists: false,
+            view: StaticTopology::default(),
+            selected_node_driver: CsiNodeLookup::Unknown,
+            selected_node_uid: None,
+            vac: None,
+            vac_missing: false,
+            source: SourceLookup::NotResolved,
+        }
+    }
+
+    fn class(mut self, class: crate::testing::ScBuilder) -> Self {
+        self.class = Some(class.build());
+        self
+    }
+
+    fn topology(mut self) -> Self {
+        self.settings.topology = true;
+        self
+    }
+
+    fn decide(&self, claim: PvcBuilder) -> ClaimDecision {
+        let claim = claim.build();
+        let ctx = ClaimContext {
+            settings: &self.settings,
+            class: self.class.as_ref(),
+            pv_exists: self.pv_exists,
+            topology: &self.view,
+            selected_node_driver: self.selected_node_driver,
+            selected_node_uid: self.selected_node_uid.as_deref(),
+            vac: match (&self.vac, self.vac_missing) {
+                (Some(v), _) => Lookup::Found(v),
+                (None, true) => Lookup::Missing,
+                (None, false) => Lookup::NotLookedUp,
+            },
+            source: &self.source,
+        };
+        decide_claim(&claim, &ctx)
+    }
+
+    fn provision(&self, claim: PvcBuilder) -> ProvisionPlan {
+        match self.decide(claim) {
+            ClaimDecision::Provision(p) => *p,
+            other => panic!("expected Provision, got {other:?}"),
+        }
+    }
+
+    fn fail(&self, claim: PvcBuilder) -> PlanError {
+        match self.decide(claim) {
+            ClaimDecision::Fail(e) => e,
+            other => panic!("expected Fail, got {other:?}"),
+        }
+    }
+
+    fn ignore(&self, claim: PvcBuilder) -> IgnoreReason {
+        match self.decide(claim) {
+            ClaimDecision::Ignore(r) => r,
+            other => panic!("expected Ignore, got {other:?}"),
+        }
+    }
+}
+
+/// A pending claim of ours in class `fast`.
+fn claim() -> PvcBuilder {
+    pvc("ns", "data").uid(UID).provisioner(DRIVER).class("fast")
+}
+
+fn mount(plan: &ProvisionPlan) -> (String, Vec<String>) {
+    match plan.request.volume_capabilities[0].access_type.as_ref() {
+        Some(AccessType::Mount(m)) => (m.fs_type.clone(), m.mount_flags.clone()),
+        other => panic!("expected a mount capability, got {other:?}"),
+    }
+}
+
+// === Upstream TestProvision / TestShouldProvision ===
+
+#[test]
+fn normal_provision() {
+    let w = World::new().class(sc("fast").param("fstype", "ext3").param("other", "x"));
+    let plan = w.provision(claim());
+    let name = format!("pvc-{UID}");
+    assert_eq!(plan.volume_name, name);
+    assert_eq!(plan.request.name, name);
+    assert_eq!(
+        plan.request.capacity_range.as_ref().unwrap().required_bytes,
+        1 << 30
+    );
+    assert_eq!(plan.request.capacity_range.as_ref().unwrap().limit_bytes, 0);
+    assert_eq!(
+        plan.request.parameters.len(),
+        2,
+        "deprecated fstype is passed on"
+    );
+    assert!(plan.request.secrets.is_empty());
+    assert_eq!(plan.request.accessibility_requirements, None);
+    assert_eq!(mount(&plan).0, "ext3");
+    assert_eq!(plan.provisioner_secret, None);
+    assert!(plan.needs_intent_write);
+    assert_eq!(
+        plan.intent_annotations()[names::ANN_INTENT_VOLUME_NAME],
+        Some(name.clone())
+    );
+    assert_eq!(plan.pv.class_name, "fast");
+    assert_eq!(plan.pv.claim_ref.uid.as_deref(), Some(UID));
+    assert_eq!(plan.pv.provisioner_identity, "identity-1");
+    assert_eq!(plan.class_uid, "uid-fast");
+    assert!(!plan.may_reschedule);
+    assert_eq!(
+        plan.warnings.len(),
+        1,
+        "deprecated fstype key is warned about"
+    );
+}
+
+#[test]
+fn normal_provision_with_extra_metadata() {
+    let mut w = World::new();
+    w.settings.extra_create_metadata = true;
+    let plan = w.provision(claim());
+    let p = &plan.request.parameters;
+    assert_eq!(p[names::PARAM_PVC_NAME], "data");
+    assert_eq!(p[names::PARAM_PVC_NAMESPACE], "ns");
+    assert_eq!(p[names::PARAM_PV_NAME], format!("pvc-{UID}"));
+}
+
+#[test]
+fn multiple_fs_type_provision() {
+    let w = World::new().class(
+        sc("fast")
+            .param("fstype", "ext3")
+            .param(names::PARAM_FSTYPE, "xfs"),
+    );
+    assert_eq!(
+        w.fail(claim()).to_string(),
+        "fstype specified in parameters with both \"fstype\" and \"csi.storage.k8s.io/fstype\" keys"
+    );
+}
+
+#[test]
+fn provision_with_prefixed_fs_type_key_and_default_fs_type() {
+    let w = World::new().class(sc("fast").param(names::PARAM_FSTYPE, "xfs"));
+    let plan = w.provision(claim());
+    assert_eq!(mount(&plan).0, "xfs");
+    assert!(
+        plan.request.parameters.is_empty(),
+        "reserved keys are stripped"
+    );
+    assert_eq!(plan.pv.fs_type, "xfs");
+    let mut w = World::new();
+    w.settings.default_fs_type = "ext4".to_owned();
+    assert_eq!(mount(&w.provision(claim())).0, "ext4");
+}
+
+#[test]
+fn provision_with_access_mode_multi_node_multi_readonly_with_sidecar_arg() {
+    let rox = || claim().access_modes(["ReadOnlyMany"]);
+    let mut w = World::new();
+    assert!(!w.provision(rox()).pv.read_only);
+    w.settings.controller_publish_read_only = true;
+    assert!(w.provision(rox()).pv.read_only);
+    // Only a single ReadOnlyMany mode makes the PV read-only.
+    assert!(
+        !w.provision(claim().access_modes(["ReadOnlyMany", "ReadWriteOnce"]))
+            .pv
+            .read_only
+    );
+}
+
+#[test]
+fn provision_with_single_node_multi_writer_capability() {
+    let mut w = World::new();
+    w.settings.controller.single_node_multi_writer = true;
+    let plan = w.provision(claim().access_modes(["ReadWriteOncePod"]));
+    assert_eq!(
+        plan.request.volume_capabilities[0]
+            .access_mode
+            .as_ref()
+            .unwrap()
+            .mode,
+        Mode::SingleNodeSingleWriter as i32
+    );
+}
+
+#[test]
+fn provision_with_secrets_and_default_secrets_with_template() {
+    let w = World::new().class(
+        sc("fast")
+            .param(names::PARAM_PROVISIONER_SECRET_NAME, "prov-${pvc.name}")
+            .param(
+                names::PARAM_PROVISIONER_SECRET_NAMESPACE,
+                "${pvc.namespace}",
+            )
+            .param(names::PARAM_SECRET_NAME, "${pvc.annotations['team']}")
+            .param(names::PARAM_SECRET_NAMESPACE, "default"),
+    );
+    let plan = w.provision(claim().annotation("team", "blue"));
+    assert_eq!(
+        plan.provisioner_secret,
+        Some(SecretRef::new("prov-data", "ns"))
+    );
+    assert_eq!(plan.pv.secrets.provisioner, plan.provisioner_secret);
+    assert_eq!(
+        plan.pv.secrets.node_stage,
+        Some(SecretRef::new("blue", "default"))
+    );
+    let ann = plan.intent_annotations();
+    assert_eq!(
+        ann[names::ANN_INTENT_SECRET_NAME].as_deref(),
+        Some("prov-data")
+    );
+    assert_eq!(
+        ann[names::ANN_INTENT_SECRET_NAMESPACE].as_deref(),
+        Some("ns")
+    );
+    assert!(plan.request.parameters.is_empty());
+}
+
+#[test]
+fn fail_to_get_secret_reference() {
+    let w = World::new().class(
+        sc("fast")
+            .param(
+                names::PARAM_NODE_STAGE_SECRET_NAME,
+                "${pvc.annotations['missing']}",
+            )
+            .param(names::PARAM_NODE_STAGE_SECRET_NAMESPACE, "ns"),
+    );
+    let err = w.fail(claim());
+    assert!(matches!(err, PlanError::Secret(_)));
+    assert_eq!(
+        err.to_string(),
+        r#"error resolving value "${pvc.annotations['missing']}": invalid tokens: ["pvc.annotations['missing']"]"#
+    );
+}
+
+#[test]
+fn fail_not_nil_selector() {
+    let err = World::new().fail(claim().selector("tier", "gold"));
+    assert_eq!(err.to_string(), "claim Selector is not supported");
+    assert!(err.follows_provisioning_event());
+}
+
+#[test]
+fn fail_to_make_volume_name() {
+    let err = World::new().fail(claim().no_uid());
+    assert_eq!(err.to_string(), "corrupted PVC object, it is missing UID");
+    let mut w = World::new();
+    w.settings.volume_name_prefix = String::new();
+    assert_eq!(
+        w.fail(claim()).to_string(),
+        "volume name prefix cannot be of length 0"
+    );
+}
+
+#[test]
+fn volume_name_uuid_length_truncates() {
+    let mut w = World::new();
+    w.settings.volume_name_prefix = "vol".to_owned();
+    w.settings.volume_name_uuid_length = Some(8);
+    assert_eq!(w.provision(claim()).volume_name, "vol-11111111");
+}
+
+#[test]
+fn provision_with_volume_mode_block_and_filesystem() {
+    let w = World::new().class(sc("fast").param(names::PARAM_FSTYPE, "ext4"));
+    let plan = w.provision(claim().volume_mode_block());
+    assert!(matches!(
+        plan.request.volume_capabilities[0].access_type,
+        Some(AccessType::Block(_))
+    ));
+    assert!(plan.pv.block);
+    assert_eq!(plan.pv.volume_mode.as_deref(), Some("Block"));
+    let plan = w.provision(claim().volume_mode_filesystem());
+    assert_eq!(mount(&plan).0, "ext4");
+    assert_eq!(plan.pv.volume_mode.as_deref(), Some("Filesystem"));
+}
+
+#[test]
+fn provision_with_mount_options_and_class_settings() {
+    let w = World::new().class(
+        sc("fast")
+            .mount_options(["noatime", "discard"])
+            .reclaim_retain(),
+    );
+    let plan = w.provision(claim());
+    assert_eq!(mount(&plan).1, vec!["noatime", "discard"]);
+    assert_eq!(
+        plan.pv.mount_options,
+        Some(vec!["noatime".to_owned(), "discard".to_owned()])
+    );
+    assert_eq!(plan.pv.reclaim_policy.as_deref(), Some("Retain"));
+}
+
+#[test]
+fn provision_with_any_volume_data_source() {
+    let r = World::new().ignore(claim().data_source(Some("populator.example.com"), "Blob", "b1"));
+    assert_eq!(r, IgnoreReason::ExternalPopulator("Blob".to_owned()));
+}
+
+#[test]
+fn snapshot_and_clone_sources_need_capabilities_then_a_resolved_handle() {
+    let snap = || claim().data_source(Some("snapshot.storage.k8s.io"), "VolumeSnapshot", "s1");
+    let clone = || claim().data_source(None, "PersistentVolumeClaim", "src");
+    let mut w = World::new();
+    assert_eq!(
+        w.fail(snap()).to_string(),
+        "CSI driver does not support snapshot restore: controller CREATE_DELETE_SNAPSHOT capability is not reported"
+    );
+    assert_eq!(
+        w.fail(clone()).to_string(),
+        "CSI driver does not support clone operations: controller CLONE_VOLUME capability is not reported"
+    );
+    w.settings.controller.create_delete_snapshot = true;
+    w.settings.controller.clone_volume = true;
+    let err = w.fail(snap());
+    assert!(
+        err.to_string()
+            .starts_with("error getting handle for DataSource Type VolumeSnapshot by Name s1: ")
+    );
+    assert_eq!(err.state(), ProvisioningState::NoChange);
+    w.source = SourceLookup::Resolved(ContentSource::Snapshot {
+        snapshot_id: "snap-handle".to_owned(),
+    });
+    let plan = w.provision(snap());
+    assert!(plan.request.volume_content_source.is_some());
+    assert!(plan.pv.expects_content_source);
+    w.source = SourceLookup::Failed("snapshot s1 is not Ready".to_owned());
+    assert_eq!(
+        w.fail(snap()).to_string(),
+        "error getting handle for DataSource Type VolumeSnapshot by Name s1: snapshot s1 is not Ready"
+    );
+    assert_eq!(
+        w.fail(claim().data_source(Some("example.com"), "VolumeSnapshot", "s1"))
+            .to_string(),
+        "the PVC source does not belong to the right APIGroup. Expected snapshot.storage.k8s.io, Got example.com"
+    );
+    assert_eq!(
+        w.fail(claim().data_source(None, "PersistentVolumeClaim", ""))
+            .to_string(),
+        "the PVC source not found for PVC data"
+    );
+}
+
+#[test]
+fn cross_namespace_data_source_needs_the_gate() {
+    let c = claim().data_source_ref(None, "PersistentVolumeClaim", "src", Some("other"));
+    assert_eq!(
+        World::new().fail(c).to_string(),
+        "dataSourceRef namespace specified but the CrossNamespaceVolumeDataSource feature is disabled"
+    );
+}
+
+#[test]
+fn normal_provision_with_volume_attributes_class() {
+    let mut w = World::new();
+    w.settings.controller.modify_volume = true;
+    w.vac = Some(vac("gold").param("iops", "3000").build());
+    let plan = w.provision(claim().vac("gold"));
+    assert_eq!(plan.request.mutable_parameters["iops"], "3000");
+    assert_eq!(plan.pv.volume_attributes_class.as_deref(), Some("gold"));
+}
+
+#[test]
+fn normal_provision_with_volume_attributes_class_but_feature_gate_is_disabled() {
+    let mut w = World::new();
+    w.settings.volume_attributes_class = false;
+    let plan = w.provision(claim().vac("gold"));
+    assert!(plan.request.mutable_parameters.is_empty());
+    assert_eq!(plan.pv.volume_attributes_class, None);
+}
+
+#[test]
+fn fail_with_volume_attributes_class_cases() {
+    let mut w = World::new();
+    // "... but driver does not support MODIFY_VOLUME"
+    assert_eq!(
+        w.fail(claim().vac("gold")).to_string(),
+        "CSI driver does not support VolumeAttributesClass: controller MODIFY_VOLUME capability is not reported"
+    );
+    w.settings.controller.modify_volume = true;
+    // "... but VAC does not exist"
+    w.vac_missing = true;
+    assert_eq!(
+        w.fail(claim().vac("gold")).to_string(),
+        "volumeattributesclasses.storage.k8s.io \"gold\" not found"
+    );
+    // "... but driver name does not match"
+    w.vac = Some(vac("gold").driver("other.csi").build());
+    assert_eq!(
+        w.fail(claim().vac("gold")).to_string(),
+        format!(
+            "VAC gold referenced in PVC is for driver other.csi which does not match driver name {DRIVER}"
+        )
+    );
+}
+
+#[test]
+fn distributed_right_node_selected() {
+    let mut w = World::new();
+    w.settings.node = Some(NodeMode {
+        me: NodeIdentity {
+            name: "n1".to_owned(),
+            segments: Default::default(),
+        },
+        immediate_binding: true,
+    });
+    w.selected_node_uid = Some("uid-n1".to_owned());
+    let plan = w.provision(claim().selected_node("n1"));
+    assert_eq!(
+        plan.pv.node,
+        Some(("n1".to_owned(), Some("uid-n1".to_owned())))
+    );
+    assert_eq!(plan.selected_node.as_deref(), Some("n1"));
+    // "distributed, wrong node selected": silent.
+    assert_eq!(
+        w.ignore(claim().selected_node("n2")),
+        IgnoreReason::NotThisNode(NotOwned::SelectedOtherNode("n2".to_owned()))
+    );
+    // "distributed, no node selected": Immediate class → compete; otherwise not ours.
+    assert!(matches!(
+        w.decide(claim()),
+        ClaimDecision::Ignore(IgnoreReason::NotThisNode(NotOwned::NotImmediateBinding))
+    ));
+    let w = w.class(sc("fast").binding_immediate());
+    assert!(matches!(w.decide(claim()), ClaimDecision::Compete));
+}
+
+#[test]
+fn fail_with_selected_node_but_node_does_not_exist() {
+    let w = World::new().topology().class(sc("fast").binding_wffc());
+    match w.decide(claim().selected_node("gone")) {
+        ClaimDecision::ClearSelectedNode(reason) => {
+            assert_eq!(reason.event_reason(), names::EVENT_PROVISIONING_FAILED);
+            assert_eq!(
+                reason.message(),
+                r#"failed to get selected CSINode gone: csinode.storage.k8s.io "gone" not found"#
+            );
+        }
+        other => panic!("expected ClearSelectedNode, got {other:?}"),
+    }
+}
+
+#[test]
+fn selected_node_without_our_driver_is_cleared() {
+    let mut w = World::new().class(sc("fast").binding_wffc());
+    w.selected_node_driver = CsiNodeLookup::LacksDriver;
+    match w.decide(claim().selected_node("n9")) {
+        ClaimDecision::ClearSelectedNode(reason) => {
+            assert_eq!(reason.event_reason(), names::EVENT_SELECTED_NODE_CLEARED);
+            assert!(reason.message().contains("n9"));
+        }
+        other => panic!("expected ClearSelectedNode, got {other:?}"),
+    }
+}
+
+#[test]
+fn delayed_binding_waits_for_the_scheduler_then_uses_the_node_topology() {
+    let mut w = World::new().topology().class(sc("fast").binding_wffc());
+    assert_eq!(w.ignore(claim()), IgnoreReason::WaitingForFirstConsumer);
+    w.view = StaticTopology {
+        csinodes: vec![Arc::new(
+            csinode("n1").driver(DRIVER, "id-1", [ZONE]).build(),
+        )],
+        nodes: vec![Arc::new(node("n1").label(ZONE, "z1").build())],
+    };
+    let plan = w.provision(claim().selected_node("n1"));
+    let req = plan.request.accessibility_requirements.as_ref().unwrap();
+    assert_eq!(req.requisite.len(), 1);
+    assert_eq!(req.requisite[0].segments[ZONE], "z1");
+    assert!(plan.may_reschedule);
+    assert!(plan.pv.topology);
+    // Topology errors other than a missing CSINode are retried, with upstream's wrapper.
+    w.view.nodes.clear();
+    let err = w.fail(claim().selected_node("n1"));
+    assert!(err.to_string().starts_with(
+        "error generating accessibility requirements: topology labels from selected node map[]"
+    ));
+}
+
+#[test]
+fn claims_of_other_provisioners_are_ignored_silently() {
+    let w = World::new();
+    assert_eq!(
+        w.ignore(claim().provisioner("other.csi")),
+        IgnoreReason::NotOurs(Some("other.csi".to_owned()))
+    );
+    assert_eq!(
+        w.ignore(pvc("ns", "data").class("fast")),
+        IgnoreReason::NotOurs(None)
+    );
+    // The beta annotation and the migrated-to annotation also make a claim ours.
+    assert!(matches!(
+        w.decide(
+            pvc("ns", "data")
+                .uid(UID)
+                .beta_provisioner(DRIVER)
+                .class("fast")
+        ),
+        ClaimDecision::Provision(_)
+    ));
+    assert!(matches!(
+        w.decide(
+            pvc("ns", "data")
+                .uid(UID)
+                .provisioner("kubernetes.io/aws-ebs")
+                .annotation(names::ANN_MIGRATED_TO, DRIVER)
+                .class("fast")
+        ),
+        ClaimDecision::Provision(_)
+    ));
+}
+
+#[test]
+fn bound_and_deleting_claims_are_left_alone() {
+    let w = World::new();
+    assert_eq!(
+        w.ignore(claim().volume_name("pv-static")),
+        IgnoreReason::AlreadyBound("pv-static".to_owned())
+    );
+    assert_eq!(w.ignore(claim().deleting()), IgnoreReason::ClaimDeleting);
+}
+
+#[test]
+fn class_problems_name_the_class_and_the_fix() {
+    let mut w = World::new();
+    w.class = None;
+    let err = w.fail(claim());
+    assert_eq!(
+        err.to_string(),
+        "storageclass.storage.k8s.io \"fast\" not found: create the StorageClass or correct spec.storageClassName of the claim"
+    );
+    assert!(!err.follows_provisioning_event());
+    assert!(matches!(
+        w.fail(pvc("ns", "data").uid(UID).provisioner(DRIVER)),
+        PlanError::NoClassName { .. }
+    ));
+    let w = World::new().class(sc("fast").provisioner("other.csi"));
+    assert_eq!(
+        w.fail(claim()).to_string(),
+        format!(
+            "StorageClass \"fast\" is provisioned by \"other.csi\", not by \"{DRIVER}\": the claim's storage-provisioner annotation and its class disagree; correct spec.storageClassName"
+        )
+    );
+    // The beta class annotation wins over spec.storageClassName.
+    let plan = World::new()
+        .class(sc("beta"))
+        .provision(claim().beta_class("beta"));
+    assert_eq!(plan.pv.class_name, "beta");
+}
+
+#[test]
+fn an_existing_pv_stops_provisioning() {
+    let mut w = World::new();
+    w.pv_exists = true;
+    assert_eq!(
+        w.ignore(claim()),
+        IgnoreReason::PvExists(format!("pvc-{UID}"))
+    );
+}
+
+#[test]
+fn bad_parameters_and_sizes_fail_before_any_call() {
+    let w = World::new().class(sc("fast").param("csi.storage.k8s.io/typo", "x"));
+    assert_eq!(
+        w.fail(claim()).to_string(),
+        "failed to strip CSI Parameters of prefixed keys: found unknown parameter key \"csi.storage.k8s.io/typo\" with reserved namespace csi.storage.k8s.io/"
+    );
+    let err = World::new().fail(claim().request("ten gigs"));
+    assert!(err.to_string().contains("spec.resources.requests.storage"));
+}
+
+#[test]
+fn missing_controller_capabilities_fail_with_upstream_text() {
+    let mut w = World::new();
+    w.settings.controller.create_delete_volume = false;
+    assert_eq!(
+        w.fail(claim()).to_string(),
+        "CSI driver does not support dynamic provisioning: controller CREATE_DELETE_VOLUME capability is not reported"
+    );
+    w.settings.plugin.controller_service = false;
+    assert_eq!(
+        w.fail(claim()).to_string(),
+        "CSI driver does not support dynamic provisioning: plugin CONTROLLER_SERVICE capability is not reported"
+    );
+}
+
+// === Durable intent ===
+
+fn with_intent(c: PvcBuilder, name: &str) -> PvcBuilder {
+    c.finalizer(names::FINALIZER_PROVISIONING_INTENT)
+        .annotation(names::ANN_INTENT_VOLUME_NAME, name)
+}
+
+#[test]
+fn intent_with_an_existing_pv_is_finished() {
+    let mut w = World::new();
+    w.pv_exists = true;
+    for c in [
+        with_intent(claim(), "pvc-x"),
+        with_intent(claim(), "pvc-x").deleting(),
+    ] {
+        assert!(matches!(
+            w.decide(c),
+            ClaimDecision::FinishIntent { volume_name } if volume_name == "pvc-x"
+        ));
+    }
+    // The PV controller may bind the claim before our PV cache sees the PV.
+    w.pv_exists = false;
+    assert!(matches!(
+        w.decide(with_intent(claim(), "pvc-x").volume_name("pvc-x")),
+        ClaimDecision::FinishIntent { .. }
+    ));
+}
+
+#[test]
+fn deleted_claim_with_a_known_volume_id_deletes_it() {
+    let c = with_intent(claim(), "pvc-x")
+        .annotation(names::ANN_INTENT_VOLUME_ID, "vol-7")
+        .annotation(names::ANN_INTENT_SECRET_NAME, "s")
+        .annotation(names::ANN_INTENT_SECRET_NAMESPACE, "kube-system")
+        .deleting();
+    match World::new().decide(c) {
+        ClaimDecision::CleanupIntent(c) => {
+            assert_eq!(c.volume_name, "pvc-x");
+            assert_eq!(c.volume_id.as_deref(), Some("vol-7"));
+            assert_eq!(c.secret, Some(SecretRef::new("s", "kube-system")));
+            assert!(c.replay.is_none());
+            assert_eq!(c.reason, CleanupReason::ClaimDeleted);
+        }
+        other => panic!("expected CleanupIntent, got {other:?}"),
+    }
+}
+
+#[test]
+fn deleted_claim_without_a_volume_id_replays_the_original_request() {
+    let w = World::new().class(sc("fast").param("tier", "gold"));
+    match w.decide(with_intent(claim(), "pvc-x").deleting()) {
+        ClaimDecision::CleanupIntent(c) => {
+            let replay = c.replay.unwrap();
+            assert!(c.replay_is_exact);
+            assert_eq!(replay.name, "pvc-x");
+            assert_eq!(replay.parameters["tier"], "gold");
+        }
+        other => panic!("expected CleanupIntent, got {other:?}"),
+    }
+    // Class gone: a minimal request with the same name, flagged as such.
+    let mut w = World::new();
+    w.class = None;
+    match w.decide(with_intent(claim(), "pvc-x").deleting()) {
+        ClaimDecision::CleanupIntent(c) => {
+            assert!(!c.replay_is_exact);
+            let replay = c.replay.unwrap();
+            assert_eq!(replay.name, "pvc-x");
+            assert_eq!(replay.capacity_range.unwrap().required_bytes, 1 << 30);
+            assert_eq!(replay.volume_capabilities.len(), 1);
+        }
+        other => panic!("expected CleanupIntent, got {other:?}"),
+    }
+}
+
+#[test]
+fn claim_bound_to_another_pv_gives_up_its_intent_volume() {
+    match World::new().decide(with_intent(claim(), "pvc-x").volume_name("pv-static")) {
+        ClaimDecision::CleanupIntent(c) => {
+            assert_eq!(
+                c.reason,
+                CleanupReason::BoundElsewhere("pv-static".to_owned())
+            );
+        }
+        other => panic!("expected CleanupIntent, got {other:?}"),
+    }
+}
+
+#[test]
+fn pending_claim_with_intent_retries_with_the_recorded_name() {
+    let mut w = World::new();
+    // A changed prefix must not fork the claim into a second volume.
+    w.settings.volume_name_prefix = "new".to_owned();
+    let plan = w.provision(with_intent(claim(), "pvc-old"));
+    assert_eq!(plan.volume_name, "pvc-old");
+    assert_eq!(plan.request.name, "pvc-old");
+    assert!(!plan.needs_intent_write);
+    // A provisioner secret not yet recorded must be written before CreateVolume.
+    let w = World::new().class(
+        sc("fast")
+            .param(names::PARAM_PROVISIONER_SECRET_NAME, "s")
+            .param(names::PARAM_PROVISIONER_SECRET_NAMESPACE, "ns"),
+    );
+    assert!(
+        w.provision(with_intent(claim(), "pvc-old"))
+            .needs_intent_write
+    );
+    let recorded = with_intent(claim(), "pvc-old")
+        .annotation(names::ANN_INTENT_SECRET_NAME, "s")
+        .annotation(names::ANN_INTENT_SECRET_NAMESPACE, "ns");
+    assert!(!w.provision(recorded).needs_intent_write);
+}
+
+#[test]
+fn node_mode_intents_belong_to_the_selected_node() {
+    let mut w = World::new();
+    w.settings.node = Some(NodeMode {
+        me: NodeIdentity {
+            name: "n1".to_owned(),
+            segments: Default::default(),
+        },
+        immediate_binding: true,
+    });
+    let deleted = || with_intent(claim(), "pvc-x").deleting();
+    assert!(matches!(
+        w.decide(deleted().selected_node("n1")),
+        ClaimDecision::CleanupIntent(_)
+    ));
+    assert!(matches!(
+        w.decide(deleted().selected_node("n2")),
+        ClaimDecision::Ignore(IgnoreReason::NotThisNode(_))
+    ));
+    // Only a reschedule clears the node, and it follows a final answer: nothing to delete.
+    assert!(matches!(
+        w.decide(deleted()),
+        ClaimDecision::FinishIntent { .. }
+    ));
+}
+
+#[test]
+fn plan_error_states_follow_upstream() {
+    assert_eq!(PlanError::Selector.state(), ProvisioningState::Finished);
+    assert_eq!(
+        PlanError::VacLookupFailed("x".to_owned()).state(),
+        ProvisioningState::NoChange
+    );
+}
