@@ -1,7 +1,360 @@
 //! Composition root: clients, driver handshake, controllers, HTTP server, graceful shutdown.
+//!
+//! Start-up follows upstream's order (kube client, CSI connection, Probe until ready, plugin info and
+//! capabilities, NodeGetInfo in node mode, then caches and controllers), so logs read the same. On
+//! SIGTERM/SIGINT the controllers stop taking work and let in-flight CSI calls finish or time out.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use anyhow::Context as _;
+use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::api::storage::v1::{CSINode, StorageClass, VolumeAttachment};
+use kube::runtime::reflector::Store;
+use kube::runtime::watcher;
+use kube::{Api, Client};
+use tokio::sync::watch;
+use tracing::{info, warn};
+
+use crate::config::Config;
+use crate::csi::{
+    self, ConnectOptions, CsiController, DriverInfo, Endpoint, GrpcCsi, HandshakeOptions,
+    OperationMetrics,
+};
+use crate::http::{self, Health};
+use crate::k8s::events::{EventSource, Recorder};
+use crate::k8s::watch::{AttachmentIndex, Watched, watch_shared};
+use crate::metrics::Metrics;
+use crate::node::metrics::NodeGoneMetrics;
+
+/// Everything the controllers share: clients, the driver, caches and process-wide settings.
+pub struct Context {
+    /// Validated flags.
+    pub config: Arc<Config>,
+    /// Rate-limited Kubernetes client.
+    pub client: Client,
+    /// The driver's controller service, with `--timeout` on every call.
+    pub csi: Arc<dyn CsiController>,
+    /// What the handshake learned about the driver.
+    pub driver: Arc<DriverInfo>,
+    /// Written into every PV's volume attributes (upstream's provisioner identity).
+    pub identity: String,
+    /// Whether the VolumeAttributesClass gate is on after start-up auto-disabling.
+    pub volume_attributes_class: bool,
+    /// Events with upstream's source component.
+    pub events: Recorder,
+    /// Upstream provisioning/deletion metrics.
+    pub metrics: Arc<Metrics>,
+    /// Dead-node metrics.
+    pub node_metrics: NodeGoneMetrics,
+    /// Caches.
+    pub stores: Stores,
+    /// Volume names with a CreateVolume or DeleteVolume in flight in this process.
+    pub volume_locks: VolumeLocks,
+}
+
+/// Reflector stores the controllers read from.
+#[derive(Clone)]
+pub struct Stores {
+    /// PersistentVolumeClaims.
+    pub pvcs: Store<PersistentVolumeClaim>,
+    /// PersistentVolumes.
+    pub pvs: Store<PersistentVolume>,
+    /// StorageClasses.
+    pub classes: Store<StorageClass>,
+    /// Nodes (topology or dead-node handling only).
+    pub nodes: Option<Store<Node>>,
+    /// CSINodes (topology or dead-node handling only).
+    pub csinodes: Option<Store<CSINode>>,
+    /// VolumeAttachments by PV (drivers with PUBLISH_UNPUBLISH_VOLUME only).
+    pub attachments: Option<AttachmentIndex>,
+}
+
+/// Names of volumes with a CreateVolume or DeleteVolume in flight, so a claim's create and a PV's
+/// delete for the same volume never overlap (upstream issue 1469).
+#[derive(Clone, Default)]
+pub struct VolumeLocks(Arc<Mutex<HashSet<String>>>);
+
+/// Held while an operation on one volume name runs; released on drop.
+pub struct VolumeLock {
+    locks: VolumeLocks,
+    name: String,
+}
+
+impl VolumeLocks {
+    /// Takes the lock for `name`, or `None` when another operation on it is in flight.
+    pub fn try_lock(&self, name: &str) -> Option<VolumeLock> {
+        let mut held = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        held.insert(name.to_owned()).then(|| VolumeLock {
+            locks: self.clone(),
+            name: name.to_owned(),
+        })
+    }
+}
+
+impl Drop for VolumeLock {
+    fn drop(&mut self) {
+        let mut held = self.locks.0.lock().unwrap_or_else(|p| p.into_inner());
+        held.remove(&self.name);
+    }
+}
+
+/// A shutdown signal every task can wait on.
+#[derive(Clone)]
+pub struct Shutdown(watch::Receiver<bool>);
+
+impl Shutdown {
+    /// Completes once shutdown was requested.
+    pub async fn requested(mut self) {
+        // An error means the sender is gone, which only happens at process exit: stop as well.
+        let _ = self.0.wait_for(|stop| *stop).await;
+    }
+
+    /// The raw receiver, for APIs that take one.
+    pub fn receiver(&self) -> watch::Receiver<bool> {
+        self.0.clone()
+    }
+}
+
+/// Installs SIGTERM/SIGINT handlers; the first signal requests a graceful shutdown.
+fn install_signal_handlers() -> anyhow::Result<Shutdown> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (tx, rx) = watch::channel(false);
+    let mut term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
+    let mut int = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
+    tokio::spawn(async move {
+        let name = tokio::select! {
+            _ = term.recv() => "SIGTERM",
+            _ = int.recv() => "SIGINT",
+        };
+        info!("{name} received: finishing in-flight operations, then exiting");
+        let _ = tx.send(true);
+        // A second signal means the operator does not want to wait.
+        tokio::select! {
+            _ = term.recv() => {},
+            _ = int.recv() => {},
+        }
+        warn!("second signal: exiting now");
+        std::process::exit(1);
+    });
+    Ok(Shutdown(rx))
+}
+
+/// Upstream's provisioner identity: `<unix-millis>-<rand 0..9999>-<driver>[-<node>]`.
+fn provisioner_identity(driver: &str, node: Option<&str>) -> String {
+    let millis = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis());
+    let salt = rand::random_range(0..10_000);
+    match node {
+        Some(node) => format!("{millis}-{salt}-{driver}-{node}"),
+        None => format!("{millis}-{salt}-{driver}"),
+    }
+}
+
+/// Whether the API server serves VolumeAttributesClass in storage.k8s.io/v1 (upstream turns the gate
+/// off at start-up when it was not set explicitly and the kind is missing).
+async fn serves_volume_attributes_class(client: &Client) -> bool {
+    match client.list_api_group_resources("storage.k8s.io/v1").await {
+        Ok(list) => list
+            .resources
+            .iter()
+            .any(|r| r.kind == "VolumeAttributesClass"),
+        Err(e) => {
+            warn!(error = %e, "discovery of storage.k8s.io/v1 failed; assuming VolumeAttributesClass is served");
+            true
+        }
+    }
+}
+
+/// Waits until every store has seen its initial list, so no decision is taken on a half-filled cache
+/// (e.g. "no PV exists for this claim" before the PV list arrived).
+async fn wait_ready(stores: &Stores, shutdown: &Shutdown) -> anyhow::Result<()> {
+    let all = async {
+        stores.pvcs.wait_until_ready().await?;
+        stores.pvs.wait_until_ready().await?;
+        stores.classes.wait_until_ready().await?;
+        if let Some(nodes) = &stores.nodes {
+            nodes.wait_until_ready().await?;
+        }
+        if let Some(csinodes) = &stores.csinodes {
+            csinodes.wait_until_ready().await?;
+        }
+        Ok::<_, kube::runtime::reflector::store::WriterDropped>(())
+    };
+    let mut logged = tokio::time::interval(Duration::from_secs(10));
+    logged.tick().await;
+    tokio::pin!(all);
+    loop {
+        tokio::select! {
+            r = &mut all => return r.context("a watch stopped before its first list completed"),
+            _ = logged.tick() => info!("waiting for the first list of PVCs, PVs and StorageClasses from the API server"),
+            _ = shutdown.clone().requested() => anyhow::bail!("shutdown requested while waiting for caches"),
+        }
+    }
+}
 
 /// Runs the sidecar until shutdown.
-pub async fn run(_config: crate::config::Config) -> anyhow::Result<()> {
-    // TODO(lead): compose clients, driver handshake, controllers, HTTP server and shutdown.
+pub async fn run(config: Config) -> anyhow::Result<()> {
+    let shutdown = install_signal_handlers()?;
+    let config = Arc::new(config);
+
+    let mut metrics = Metrics::new();
+    let operations = OperationMetrics::register(metrics.registry_mut());
+    let node_metrics = NodeGoneMetrics::register(metrics.registry_mut());
+    let metrics = Arc::new(metrics);
+    let health = Health::new();
+    if let Some(options) = &config.http {
+        // Bound before the driver handshake, as upstream: the endpoint answers while we wait.
+        let server = http::bind(options, metrics.clone(), health.clone()).await?;
+        tokio::spawn(server.run(shutdown.clone().requested()));
+    }
+
+    let client = crate::k8s::client::build_client(&config.kube)
+        .await
+        .context("building the Kubernetes client")?;
+
+    let endpoint = Endpoint::parse(&config.csi.address)?;
+    let channel = csi::connect(endpoint, ConnectOptions::new(shutdown.receiver())).await?;
+    let mut handshake = HandshakeOptions::new(config.csi.timeout, shutdown.receiver());
+    handshake.node_deployment = config.node_deployment.is_some();
+    handshake.metrics = operations.clone();
+    let driver = csi::handshake(channel.clone(), handshake).await?;
+    driver.require_provisioning()?;
+    info!(driver = %driver.name, version = %driver.vendor_version, "CSI driver ready");
+    let csi: Arc<dyn CsiController> =
+        Arc::new(GrpcCsi::new(channel, config.csi.timeout, operations));
+
+    let gates = &config.feature_gates;
+    let volume_attributes_class = gates.volume_attributes_class
+        && (gates.volume_attributes_class_explicit
+            || serves_volume_attributes_class(&client).await);
+    let node_name = config
+        .node_deployment
+        .as_ref()
+        .map(|n| n.node_name.as_str());
+    let identity = provisioner_identity(&driver.name, node_name);
+    let hostname = std::env::var("HOSTNAME").unwrap_or_else(|_| "localhost".to_owned());
+    let events = Recorder::new(
+        client.clone(),
+        EventSource::provisioner_lib(&driver.name, &hostname, &crate::k8s::events::random_uuid()),
+    );
+
+    let mut watches = start_watches(&client, &config, &driver);
+    let stores = watches.stores.clone();
+    wait_ready(&stores, &shutdown).await?;
+    info!("caches filled; starting controllers");
+
+    let ctx = Arc::new(Context {
+        config: config.clone(),
+        client,
+        csi,
+        driver: Arc::new(driver),
+        identity,
+        volume_attributes_class,
+        events,
+        metrics,
+        node_metrics,
+        stores,
+        volume_locks: VolumeLocks::default(),
+    });
+
+    let provision = crate::provision::controller::run(
+        ctx.clone(),
+        watches.pvcs.subscribe(),
+        watches.pvs.subscribe(),
+        watches.classes.subscribe(),
+        shutdown.clone(),
+    );
+    let reclaim = crate::reclaim::controller::run(
+        ctx.clone(),
+        watches.pvs.subscribe(),
+        watches.pvcs.subscribe(),
+        shutdown.clone(),
+    );
+    let gone = crate::node::controller::run(ctx.clone(), shutdown.clone());
+    tokio::join!(provision, reclaim, gone);
+    info!("controllers stopped; exiting");
     Ok(())
+}
+
+/// The running watches.
+struct Watches {
+    pvcs: Watched<PersistentVolumeClaim>,
+    pvs: Watched<PersistentVolume>,
+    classes: Watched<StorageClass>,
+    stores: Stores,
+}
+
+fn start_watches(client: &Client, config: &Config, driver: &DriverInfo) -> Watches {
+    let wc = watcher::Config::default();
+    // Subscribers: PVCs feed the provisioning and reclaim controllers, PVs both as well, classes the
+    // provisioning controller.
+    let pvcs = watch_shared(
+        Api::all(client.clone()),
+        wc.clone(),
+        "persistentvolumeclaims",
+        2,
+    );
+    let pvs = watch_shared(Api::all(client.clone()), wc.clone(), "persistentvolumes", 2);
+    let classes = watch_shared(Api::all(client.clone()), wc.clone(), "storageclasses", 1);
+    // Nodes and CSINodes feed topology (central mode with a topology-aware driver) and the dead-node
+    // checks; node mode learns its own topology from NodeGetInfo instead (as upstream).
+    let topology = config.feature_gates.topology && driver.supports_topology();
+    let want_nodes = topology || config.node_deployment.is_some();
+    let (nodes, csinodes) = if want_nodes {
+        let nodes: Watched<Node> = watch_shared(Api::all(client.clone()), wc.clone(), "nodes", 0);
+        let csinodes: Watched<CSINode> =
+            watch_shared(Api::all(client.clone()), wc.clone(), "csinodes", 0);
+        (Some(nodes.store.clone()), Some(csinodes.store.clone()))
+    } else {
+        (None, None)
+    };
+    let attachments = driver.controller.publish_unpublish_volume.then(|| {
+        let index = AttachmentIndex::default();
+        index.spawn(Api::<VolumeAttachment>::all(client.clone()));
+        index
+    });
+    let stores = Stores {
+        pvcs: pvcs.store.clone(),
+        pvs: pvs.store.clone(),
+        classes: classes.store.clone(),
+        nodes,
+        csinodes,
+        attachments,
+    };
+    Watches {
+        pvcs,
+        pvs,
+        classes,
+        stores,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_volume_name_is_locked_once_until_its_guard_drops() {
+        let locks = VolumeLocks::default();
+        let first = locks.try_lock("pvc-1");
+        assert!(first.is_some());
+        assert!(locks.try_lock("pvc-1").is_none());
+        assert!(locks.try_lock("pvc-2").is_some());
+        drop(first);
+        assert!(locks.try_lock("pvc-1").is_some());
+    }
+
+    #[test]
+    fn provisioner_identity_has_upstreams_shape() {
+        let id = provisioner_identity("drv.example.com", None);
+        let parts: Vec<&str> = id.splitn(3, '-').collect();
+        assert_eq!(parts.len(), 3);
+        assert!(parts[0].parse::<u128>().is_ok());
+        assert!(parts[1].parse::<u32>().unwrap() < 10_000);
+        assert_eq!(parts[2], "drv.example.com");
+        assert!(provisioner_identity("d", Some("n1")).ends_with("-d-n1"));
+    }
 }

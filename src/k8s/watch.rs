@@ -25,7 +25,7 @@ const SHARED_BUFFER: usize = 1024;
 /// Annotation `kubectl apply` writes; a full copy of the object we never read.
 const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
-/// A watched resource: its store and a way to subscribe controllers to its changes.
+/// A watched resource: its store and one change stream per controller that asked for one.
 pub struct Watched<K>
 where
     K: Resource + Clone + 'static,
@@ -33,8 +33,10 @@ where
 {
     /// Read side of the cache.
     pub store: Store<K>,
-    handle: ReflectHandle<K>,
-    /// The task driving the watch; it ends when every subscriber and the store are dropped or on abort.
+    // Every handle must be polled by its controller: an idle subscriber fills the dispatcher's buffer
+    // and then stalls the watch, so exactly as many are made as are asked for.
+    handles: Vec<ReflectHandle<K>>,
+    /// The task driving the watch.
     pub task: JoinHandle<()>,
 }
 
@@ -43,9 +45,14 @@ where
     K: Resource + Clone + Send + Sync + 'static,
     K::DynamicType: Eq + Hash + Clone + Default,
 {
-    /// A stream of changed objects for one more controller.
-    pub fn subscribe(&self) -> impl Stream<Item = Arc<K>> + Send + 'static {
-        self.handle.clone()
+    /// Takes one of the change streams asked for in [`watch_shared`].
+    ///
+    /// # Panics
+    /// When more streams are taken than were asked for (a wiring bug caught at start-up).
+    pub fn subscribe(&mut self) -> impl Stream<Item = Arc<K>> + Send + 'static {
+        self.handles
+            .pop()
+            .expect("more subscriptions taken than watch_shared was asked for")
     }
 }
 
@@ -58,17 +65,22 @@ pub fn strip<K: Resource>(obj: &mut K) {
     }
 }
 
-/// Starts a shared, stripped, auto-retrying watch of `api` and returns its store and subscriptions.
-pub fn watch_shared<K>(api: Api<K>, config: watcher::Config, what: &'static str) -> Watched<K>
+/// Starts a shared, stripped, auto-retrying watch of `api` with `subscribers` change streams.
+pub fn watch_shared<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    what: &'static str,
+    subscribers: usize,
+) -> Watched<K>
 where
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
     K::DynamicType: Eq + Hash + Clone + Default,
 {
     let (store, writer) = reflector::store_shared(SHARED_BUFFER);
-    // The writer was created with a dispatcher, so subscribe cannot fail.
-    let handle = writer
-        .subscribe()
-        .expect("store_shared always has a dispatcher");
+    // A writer made by store_shared always has a dispatcher, so subscribe yields a handle.
+    let handles = (0..subscribers)
+        .filter_map(|_| writer.subscribe())
+        .collect();
     let stream = watcher(api, config)
         .default_backoff()
         .modify(strip::<K>)
@@ -87,7 +99,7 @@ where
     );
     Watched {
         store,
-        handle,
+        handles,
         task,
     }
 }
@@ -176,7 +188,10 @@ impl AttachmentIndex {
 
 impl AttachmentState {
     fn insert(&mut self, va: String, pv: String, node: String) {
-        self.by_pv.entry(pv.clone()).or_default().insert(va.clone(), node);
+        self.by_pv
+            .entry(pv.clone())
+            .or_default()
+            .insert(va.clone(), node);
         self.pv_of.insert(va, pv);
     }
 

@@ -14,10 +14,10 @@
 //! - [`rendezvous`]: deterministic choice of one acting instance among many (highest random weight).
 //! - [`metrics`]: the dead-node metrics.
 
+pub mod controller;
 pub mod gone;
 pub mod locate;
 pub mod metrics;
 pub mod ownership;
 pub mod rendezvous;
 pub mod scope;
-pub mod controller;

@@ -1,0 +1,986 @@
+//! The provisioning controller shell: reads a claim's context from the caches, asks
+//! [`plan::decide_claim`] what to do and executes it (intent finalizer, secrets, CreateVolume, PV,
+//! events, metrics, per-claim backoff). Every decision lives in the pure modules next to this one.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::{Stream, StreamExt};
+use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Secret};
+use k8s_openapi::api::storage::v1::{CSINode, StorageClass, VolumeAttributesClass};
+use kube::api::{Patch, PatchParams, PostParams};
+use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::{Api, ResourceExt};
+use serde_json::{Value, json};
+use tracing::{Instrument, debug, info, info_span, warn};
+
+use super::classify::{
+    ProvisioningState, infeasible_event_message, is_infeasible, provisioning_state,
+};
+use super::plan::{
+    self, ClaimContext, ClaimDecision, IgnoreReason, IntentCleanup, Lookup, NodeMode,
+    ProvisionPlan, ProvisionSettings, SourceLookup,
+};
+use super::pv::{accept_answer, build_pv};
+use super::secrets::SecretRef;
+use super::topology::{StaticTopology, TopologyView};
+use crate::app::{Context, Shutdown};
+use crate::csi::v1;
+use crate::k8s::errors::{ApiErrorClass, classify};
+use crate::k8s::events::{EventSpec, reference_to};
+use crate::k8s::patch::{self, PatchOutcome, Step};
+use crate::names;
+use crate::node::ownership::{
+    self, Competition, CsiNodeLookup, NodeIdentity, Recheck, recheck_before_claiming,
+};
+use crate::retry::{Backoff, InfeasibleHold};
+
+/// Upstream keeps a claim that failed with InvalidArgument out of the queue for 5 minutes.
+const INFEASIBLE_RETENTION: Duration = Duration::from_secs(5 * 60);
+/// Re-check every claim this often even without changes (upstream's resync is 15 minutes).
+const RESYNC: Duration = Duration::from_secs(10 * 60);
+/// Retry delay when the volume name is busy with a delete in this process.
+const LOCK_RETRY: Duration = Duration::from_millis(500);
+/// Attempts to create the PV object before the claim is requeued (and CreateVolume replayed).
+const PV_CREATE_ATTEMPTS: u32 = 5;
+
+/// Why a reconcile failed; the claim is retried with its backoff.
+#[derive(Debug, thiserror::Error)]
+pub enum ProvisionError {
+    /// Reported to the user in a `ProvisioningFailed` event already.
+    #[error("{0}")]
+    Reported(String),
+    /// A Kubernetes write failed.
+    #[error(transparent)]
+    Patch(#[from] patch::PatchError),
+    /// A Kubernetes call failed.
+    #[error("{what}: {source}")]
+    Kube {
+        /// What was attempted.
+        what: String,
+        /// The error.
+        #[source]
+        source: kube::Error,
+    },
+}
+
+/// State shared by every reconcile of this controller.
+struct Provisioner {
+    ctx: Arc<Context>,
+    settings: ProvisionSettings,
+    backoff: Mutex<Backoff<String>>,
+    infeasible: Mutex<InfeasibleHold<String>>,
+    /// Node mode: the competition for unselected Immediate-binding claims.
+    competition: Mutex<Competition>,
+    /// Node mode: when each competing claim may be claimed (UID -> instant).
+    compete_at: Mutex<HashMap<String, Instant>>,
+    /// Node mode: the fixed topology view built from NodeGetInfo (as upstream).
+    node_topology: Option<StaticTopology>,
+}
+
+fn settings_of(ctx: &Context) -> ProvisionSettings {
+    let c = &ctx.config.provisioning;
+    let driver = &ctx.driver;
+    ProvisionSettings {
+        driver: driver.name.clone(),
+        provisioner_identity: ctx.identity.clone(),
+        volume_name_prefix: c.volume_name_prefix.clone(),
+        volume_name_uuid_length: c.volume_name_uuid_length,
+        default_fs_type: c.default_fstype.clone().unwrap_or_default(),
+        extra_create_metadata: c.extra_create_metadata,
+        strict_topology: c.strict_topology,
+        immediate_topology: c.immediate_topology,
+        controller_publish_read_only: c.controller_publish_readonly,
+        topology: ctx.config.feature_gates.topology && driver.supports_topology(),
+        volume_attributes_class: ctx.volume_attributes_class,
+        cross_namespace_data_source: ctx.config.feature_gates.cross_namespace_volume_data_source,
+        plugin: driver.plugin,
+        controller: driver.controller,
+        node: ctx.config.node_deployment.as_ref().map(|n| NodeMode {
+            me: NodeIdentity {
+                name: n.node_name.clone(),
+                segments: driver
+                    .node
+                    .as_ref()
+                    .map(|i| i.accessible_topology.clone().into_iter().collect())
+                    .unwrap_or_default(),
+            },
+            immediate_binding: n.immediate_binding,
+        }),
+    }
+}
+
+/// Runs the provisioning controller until shutdown.
+pub async fn run(
+    ctx: Arc<Context>,
+    pvcs: impl Stream<Item = Arc<PersistentVolumeClaim>> + Send + 'static,
+    pvs: impl Stream<Item = Arc<PersistentVolume>> + Send + 'static,
+    classes: impl Stream<Item = Arc<StorageClass>> + Send + 'static,
+    shutdown: Shutdown,
+) {
+    let settings = settings_of(&ctx);
+    let node_topology = settings.node.as_ref().map(|mode| {
+        let node_id = ctx
+            .driver
+            .node
+            .as_ref()
+            .map(|n| n.node_id.clone())
+            .unwrap_or_default();
+        StaticTopology::single_node(&mode.me.name, &settings.driver, &node_id, &mode.me.segments)
+    });
+    let competition = ctx.config.node_deployment.as_ref().map_or_else(
+        || Competition::new(Duration::from_secs(20), Duration::from_secs(60)),
+        |n| Competition::new(n.base_delay, n.max_delay),
+    );
+    let p = &ctx.config.provisioning;
+    let state = Arc::new(Provisioner {
+        backoff: Mutex::new(Backoff::new(p.retry_interval_start, p.retry_interval_max)),
+        infeasible: Mutex::new(InfeasibleHold::new(INFEASIBLE_RETENTION)),
+        competition: Mutex::new(competition),
+        compete_at: Mutex::new(HashMap::new()),
+        node_topology,
+        settings,
+        ctx: ctx.clone(),
+    });
+
+    let claims = ctx.stores.pvcs.clone();
+    let class_index = claims.clone();
+    let workers = u16::try_from(p.worker_threads.max(1)).unwrap_or(u16::MAX);
+    Controller::for_shared_stream(pvcs, claims)
+        // A PV created, bound or deleted changes what its claim needs (finish or clean up the intent).
+        .watches_shared_stream(pvs, |pv| {
+            pv.spec
+                .as_ref()
+                .and_then(|s| s.claim_ref.as_ref())
+                .and_then(|r| {
+                    Some(ObjectRef::new(r.name.as_deref()?).within(r.namespace.as_deref()?))
+                })
+        })
+        // A class created or changed can unblock every pending claim of that class.
+        .watches_shared_stream(classes, move |class| {
+            let name = class.name_any();
+            class_index
+                .state()
+                .into_iter()
+                .filter(|c| {
+                    plan::claim_class_name(c) == Some(name.as_str())
+                        && c.spec
+                            .as_ref()
+                            .and_then(|s| s.volume_name.as_ref())
+                            .is_none()
+                })
+                .map(|c| ObjectRef::from_obj(c.as_ref()))
+                .collect::<Vec<_>>()
+        })
+        .reconcile_all_on(
+            tokio_stream::wrappers::IntervalStream::new(resync_interval()).map(|_| ()),
+        )
+        .with_config(ControllerConfig::default().concurrency(workers))
+        .graceful_shutdown_on(shutdown.requested())
+        .run(reconcile, error_policy, state)
+        .for_each(|result| async move {
+            if let Err(e) = result {
+                debug!(error = %e, "claim reconcile ended with an error");
+            }
+        })
+        .instrument(info_span!("provisioning"))
+        .await;
+}
+
+fn resync_interval() -> tokio::time::Interval {
+    let mut interval = tokio::time::interval_at(tokio::time::Instant::now() + RESYNC, RESYNC);
+    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    interval
+}
+
+fn claim_key(pvc: &PersistentVolumeClaim) -> String {
+    pvc.metadata
+        .uid
+        .clone()
+        .unwrap_or_else(|| format!("{}/{}", pvc.namespace().unwrap_or_default(), pvc.name_any()))
+}
+
+fn error_policy(
+    pvc: Arc<PersistentVolumeClaim>,
+    error: &ProvisionError,
+    state: Arc<Provisioner>,
+) -> Action {
+    let delay = state
+        .backoff
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .failed(&claim_key(&pvc));
+    debug!(claim = %claim_name(&pvc), error = %error, ?delay, "will retry");
+    Action::requeue(delay)
+}
+
+fn claim_name(pvc: &PersistentVolumeClaim) -> String {
+    format!("{}/{}", pvc.namespace().unwrap_or_default(), pvc.name_any())
+}
+
+/// Reads `Store` state as a topology view.
+struct StoreTopology<'a> {
+    nodes: Option<&'a Store<Node>>,
+    csinodes: Option<&'a Store<CSINode>>,
+}
+
+impl TopologyView for StoreTopology<'_> {
+    fn csinode(&self, name: &str) -> Option<Arc<CSINode>> {
+        self.csinodes?.get(&ObjectRef::new(name))
+    }
+    fn node(&self, name: &str) -> Option<Arc<Node>> {
+        self.nodes?.get(&ObjectRef::new(name))
+    }
+    fn csinodes(&self) -> Vec<Arc<CSINode>> {
+        self.csinodes.map(Store::state).unwrap_or_default()
+    }
+    fn nodes(&self) -> Vec<Arc<Node>> {
+        self.nodes.map(Store::state).unwrap_or_default()
+    }
+}
+
+async fn reconcile(
+    pvc: Arc<PersistentVolumeClaim>,
+    state: Arc<Provisioner>,
+) -> Result<Action, ProvisionError> {
+    let ctx = &state.ctx;
+    let stores = &ctx.stores;
+    let settings = &state.settings;
+    let vac_name = pvc
+        .spec
+        .as_ref()
+        .and_then(|s| s.volume_attributes_class_name.clone())
+        .filter(|n| settings.volume_attributes_class && !n.is_empty());
+    let vac_result = match &vac_name {
+        Some(name) => Some(
+            Api::<VolumeAttributesClass>::all(ctx.client.clone())
+                .get_opt(name)
+                .await
+                .map_err(|e| e.to_string()),
+        ),
+        None => None,
+    };
+    let class =
+        plan::claim_class_name(&pvc).and_then(|name| stores.classes.get(&ObjectRef::new(name)));
+    // The topology view is not Sync: decide in a block that ends before the next await.
+    let decision = {
+        let pv_exists = plan::claim_volume_name(&pvc, settings)
+            .is_ok_and(|name| stores.pvs.get(&ObjectRef::new(&name)).is_some());
+        let store_topology = StoreTopology {
+            nodes: stores.nodes.as_ref(),
+            csinodes: stores.csinodes.as_ref(),
+        };
+        let topology: &dyn TopologyView = match &state.node_topology {
+            Some(fixed) => fixed,
+            None => &store_topology,
+        };
+        let selected = ownership::selected_node(&pvc).map(str::to_owned);
+        let selected_node_driver = match (&selected, &stores.csinodes) {
+            (Some(node), Some(csinodes)) => CsiNodeLookup::of(
+                csinodes.get(&ObjectRef::new(node)).as_deref(),
+                &settings.driver,
+            ),
+            _ => CsiNodeLookup::Unknown,
+        };
+        let selected_node_uid = match (&selected, &stores.nodes) {
+            (Some(node), Some(nodes)) => nodes
+                .get(&ObjectRef::new(node))
+                .and_then(|n| n.metadata.uid.clone()),
+            _ => None,
+        };
+        let vac = match &vac_result {
+            None => Lookup::NotLookedUp,
+            Some(Ok(Some(v))) => Lookup::Found(v),
+            Some(Ok(None)) => Lookup::Missing,
+            Some(Err(e)) => Lookup::Failed(e.as_str()),
+        };
+        let source = SourceLookup::NotResolved;
+        let claim_ctx = ClaimContext {
+            settings,
+            class: class.as_deref(),
+            pv_exists,
+            topology,
+            selected_node_driver,
+            selected_node_uid: selected_node_uid.as_deref(),
+            vac,
+            source: &source,
+        };
+        plan::decide_claim(&pvc, &claim_ctx)
+    };
+    let key = claim_key(&pvc);
+    let result = match decision {
+        ClaimDecision::Ignore(reason) => {
+            ignore(&state, &pvc, &reason);
+            Ok(Action::await_change())
+        }
+        ClaimDecision::Fail(err) => {
+            if err.follows_provisioning_event() {
+                provisioning_event(&state, &pvc);
+            }
+            Err(fail(&state, &pvc, err.to_string()))
+        }
+        ClaimDecision::Provision(plan) => provision(&state, &pvc, *plan).await,
+        ClaimDecision::ClearSelectedNode(reason) => {
+            let object = reference_to(pvc.as_ref());
+            ctx.events.emit(
+                object,
+                EventSpec::warning(reason.event_reason(), reason.message()),
+            );
+            clear_selected_node(&state, &pvc).await?;
+            Ok(Action::await_change())
+        }
+        ClaimDecision::Compete => compete(&state, &pvc).await,
+        ClaimDecision::CleanupIntent(cleanup) => cleanup_intent(&state, &pvc, *cleanup).await,
+        ClaimDecision::FinishIntent { volume_name } => {
+            finish_intent(&state, &pvc, &volume_name).await?;
+            Ok(Action::await_change())
+        }
+    };
+    if result.is_ok() {
+        state
+            .backoff
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .reset(&key);
+    }
+    result
+}
+
+fn ignore(state: &Provisioner, pvc: &PersistentVolumeClaim, reason: &IgnoreReason) {
+    debug!(claim = %claim_name(pvc), ?reason, "nothing to do for claim");
+    if let IgnoreReason::ExternalPopulator(_) = reason {
+        state.ctx.events.emit(
+            reference_to(pvc),
+            EventSpec::normal(
+                names::EVENT_PROVISIONING,
+                "Assuming an external populator will provision the volume",
+            ),
+        );
+    }
+    // The competition is over for a claim that is bound, deleted or not ours.
+    if !matches!(reason, IgnoreReason::NotThisNode(_)) {
+        state
+            .competition
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .forget(&claim_key(pvc));
+    }
+}
+
+fn provisioning_event(state: &Provisioner, pvc: &PersistentVolumeClaim) {
+    state.ctx.events.emit(
+        reference_to(pvc),
+        EventSpec::normal(
+            names::EVENT_PROVISIONING,
+            format!(
+                "External provisioner is provisioning volume for claim \"{}\"",
+                claim_name(pvc)
+            ),
+        ),
+    );
+}
+
+fn class_label(pvc: &PersistentVolumeClaim) -> String {
+    pvc.spec
+        .as_ref()
+        .and_then(|s| s.storage_class_name.clone())
+        .unwrap_or_default()
+}
+
+fn source_label(pvc: &PersistentVolumeClaim) -> String {
+    pvc.spec
+        .as_ref()
+        .and_then(|s| s.data_source.as_ref())
+        .map(|d| d.kind.clone())
+        .unwrap_or_default()
+}
+
+/// Reports a failure: `ProvisioningFailed` event, failure metric; returns the error to requeue with.
+fn fail(state: &Provisioner, pvc: &PersistentVolumeClaim, message: String) -> ProvisionError {
+    warn!(claim = %claim_name(pvc), "provisioning failed: {message}");
+    state.ctx.events.emit(
+        reference_to(pvc),
+        EventSpec::warning(names::EVENT_PROVISIONING_FAILED, message.clone()),
+    );
+    state
+        .ctx
+        .metrics
+        .provision
+        .failed(&class_label(pvc), &source_label(pvc));
+    ProvisionError::Reported(message)
+}
+
+fn kube_err(what: impl Into<String>) -> impl FnOnce(kube::Error) -> ProvisionError {
+    let what = what.into();
+    move |source| ProvisionError::Kube { what, source }
+}
+
+/// Reads the provisioner secret's data for the request.
+async fn secret_data(
+    state: &Provisioner,
+    secret: &SecretRef,
+) -> Result<HashMap<String, String>, String> {
+    let api: Api<Secret> = Api::namespaced(state.ctx.client.clone(), &secret.namespace);
+    match api.get(&secret.name).await {
+        Ok(s) => Ok(s
+            .data
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(k, v)| (k, String::from_utf8_lossy(&v.0).into_owned()))
+            .collect()),
+        Err(e) => Err(format!(
+            "error getting secret {} in namespace {}: {}",
+            secret.name, secret.namespace, e
+        )),
+    }
+}
+
+async fn provision(
+    state: &Provisioner,
+    pvc: &Arc<PersistentVolumeClaim>,
+    plan: ProvisionPlan,
+) -> Result<Action, ProvisionError> {
+    let ctx = &state.ctx;
+    let key = claim_key(pvc);
+    if let Err(held) = state
+        .infeasible
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .check(&key, &plan.class_uid, Instant::now())
+    {
+        debug!(claim = %claim_name(pvc), "skipping volume provisioning for pvc {key}, because provisioning previously failed with infeasible error");
+        return Ok(Action::requeue(held.remaining));
+    }
+    for warning in &plan.warnings {
+        debug!("{warning}");
+    }
+    let Some(_lock) = ctx.volume_locks.try_lock(&plan.volume_name) else {
+        debug!(volume = %plan.volume_name, "volume busy with another operation; retrying shortly");
+        return Ok(Action::requeue(LOCK_RETRY));
+    };
+    // The cache may lag behind a PV created moments ago (or by an earlier run): never call
+    // CreateVolume again for a volume whose PV exists.
+    let pvs: Api<PersistentVolume> = Api::all(ctx.client.clone());
+    if pvs
+        .get_opt(&plan.volume_name)
+        .await
+        .map_err(kube_err(format!("reading PV {}", plan.volume_name)))?
+        .is_some()
+    {
+        return Ok(Action::await_change());
+    }
+    provisioning_event(state, pvc);
+
+    if plan.needs_intent_write {
+        match write_intent(state, pvc, &plan).await? {
+            PatchOutcome::Patched(_) | PatchOutcome::Unchanged(_) => {}
+            // Deleted meanwhile: nothing was started, so nothing can leak.
+            PatchOutcome::Deleting(_) | PatchOutcome::Gone => return Ok(Action::await_change()),
+        }
+    }
+
+    let mut request = plan.request.clone();
+    if let Some(secret) = &plan.provisioner_secret {
+        match secret_data(state, secret).await {
+            Ok(data) => request.secrets = data,
+            Err(message) => return Err(fail(state, pvc, message)),
+        }
+    }
+
+    let started = Instant::now();
+    let answer = ctx.csi.create_volume(request).await;
+    let response = match answer {
+        Ok(response) => response,
+        Err(status) => return create_failed(state, pvc, &plan, status).await,
+    };
+    let created = match accept_answer(&plan.pv, &response) {
+        Ok(created) => created,
+        Err(bad) => {
+            let mut message = bad.to_string();
+            if let Some(volume_id) = bad.volume_to_delete()
+                && let Err(e) =
+                    delete_volume(state, volume_id, plan.provisioner_secret.as_ref()).await
+            {
+                message = bad.with_failed_cleanup(&plan.volume_name, &e);
+            }
+            return Err(fail(state, pvc, message));
+        }
+    };
+    info!(claim = %claim_name(pvc), volume = %plan.volume_name, volume_id = %created.volume_id, "volume created");
+
+    let pv = build_pv(&plan.pv, &created);
+    if let Err(message) = create_pv(state, &pv).await {
+        return Err(fail(state, pvc, message));
+    }
+    state
+        .infeasible
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .remove(&key);
+    finish_intent(state, pvc, &plan.volume_name).await?;
+    ctx.events.emit(
+        reference_to(pvc.as_ref()),
+        EventSpec::normal(
+            names::EVENT_PROVISIONING_SUCCEEDED,
+            format!("Successfully provisioned volume {}", plan.volume_name),
+        ),
+    );
+    ctx.metrics
+        .provision
+        .succeeded(&class_label(pvc), &source_label(pvc), started.elapsed());
+    Ok(Action::await_change())
+}
+
+/// CreateVolume failed: classify as upstream does and act on the state.
+async fn create_failed(
+    state: &Provisioner,
+    pvc: &Arc<PersistentVolumeClaim>,
+    plan: &ProvisionPlan,
+    status: tonic::Status,
+) -> Result<Action, ProvisionError> {
+    let outcome = provisioning_state(status.code(), plan.may_reschedule);
+    let message = format!(
+        "rpc error: code = {:?} desc = {}",
+        status.code(),
+        status.message()
+    );
+    if is_infeasible(status.code()) {
+        state
+            .infeasible
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .record(claim_key(pvc), &plan.class_uid, Instant::now());
+        return Err(fail(state, pvc, infeasible_event_message(&message)));
+    }
+    match outcome {
+        ProvisioningState::Reschedule => {
+            let error = fail(state, pvc, message);
+            clear_selected_node(state, pvc).await?;
+            debug!(claim = %claim_name(pvc), "selected node cleared for rescheduling: {error}");
+            Ok(Action::await_change())
+        }
+        // InBackground keeps the intent (the volume may still appear); Finished and NoChange are
+        // retried with backoff too, as upstream does.
+        ProvisioningState::InBackground
+        | ProvisioningState::Finished
+        | ProvisioningState::NoChange => Err(fail(state, pvc, message)),
+    }
+}
+
+/// Creates the PV, retrying transient API errors. `AlreadyExists` for the same volume is success.
+async fn create_pv(state: &Provisioner, pv: &PersistentVolume) -> Result<(), String> {
+    let api: Api<PersistentVolume> = Api::all(state.ctx.client.clone());
+    let name = pv.name_any();
+    let handle = pv
+        .spec
+        .as_ref()
+        .and_then(|s| s.csi.as_ref())
+        .map(|c| c.volume_handle.clone());
+    let mut delay = Duration::from_millis(100);
+    let mut last = String::new();
+    for attempt in 1..=PV_CREATE_ATTEMPTS {
+        match api.create(&PostParams::default(), pv).await {
+            Ok(_) => {
+                info!(pv = %name, "PV created");
+                return Ok(());
+            }
+            Err(e) => match classify(&e) {
+                ApiErrorClass::AlreadyExists => {
+                    let existing = api.get_opt(&name).await.ok().flatten();
+                    let same = existing
+                        .as_ref()
+                        .and_then(|p| p.spec.as_ref()?.csi.as_ref())
+                        .map(|c| c.volume_handle.clone());
+                    if same.is_some() && same == handle {
+                        return Ok(());
+                    }
+                    return Err(format!(
+                        "PV {name} already exists for another volume; the created volume was kept for the next attempt"
+                    ));
+                }
+                ApiErrorClass::Invalid => {
+                    // The API server will never accept this PV: delete the volume rather than leak it.
+                    let message = format!("error creating PV {name}: {e}");
+                    let cleanup = match &handle {
+                        Some(id) => delete_volume(state, id, None).await.err(),
+                        None => None,
+                    };
+                    return Err(match cleanup {
+                        None => format!("{message}; the volume was deleted again"),
+                        Some(c) => format!(
+                            "{message}. Cleanup of volume {name} failed, volume is orphaned: {c}"
+                        ),
+                    });
+                }
+                class => {
+                    last = format!("error creating PV {name} ({class}): {e}");
+                    debug!(attempt, "{last}");
+                    if let Some(after) = class.retry_after() {
+                        delay = delay.max(after);
+                    }
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(Duration::from_secs(5));
+                }
+            },
+        }
+    }
+    Err(format!(
+        "{last}; will retry (the volume is kept and reused)"
+    ))
+}
+
+/// DeleteVolume for clean-up, with the provisioner secret when one was used.
+async fn delete_volume(
+    state: &Provisioner,
+    volume_id: &str,
+    secret: Option<&SecretRef>,
+) -> Result<(), String> {
+    let secrets = match secret {
+        Some(s) => secret_data(state, s).await?,
+        None => HashMap::new(),
+    };
+    state
+        .ctx
+        .csi
+        .delete_volume(v1::DeleteVolumeRequest {
+            volume_id: volume_id.to_owned(),
+            secrets,
+        })
+        .await
+        .map(|_| ())
+        .map_err(|s| format!("rpc error: code = {:?} desc = {}", s.code(), s.message()))
+}
+
+fn annotations_of(pvc: &PersistentVolumeClaim) -> BTreeMap<String, String> {
+    pvc.metadata.annotations.clone().unwrap_or_default()
+}
+
+/// Adds the intent finalizer and annotations in one write guarded by the resourceVersion read.
+async fn write_intent(
+    state: &Provisioner,
+    pvc: &PersistentVolumeClaim,
+    plan: &ProvisionPlan,
+) -> Result<PatchOutcome<PersistentVolumeClaim>, ProvisionError> {
+    let api: Api<PersistentVolumeClaim> = Api::namespaced(
+        state.ctx.client.clone(),
+        &pvc.namespace().unwrap_or_default(),
+    );
+    let wanted = plan.intent_annotations();
+    let outcome = patch::patch_fresh(&api, pvc, "record provisioning intent", |meta| {
+        let mut finalizers = meta.finalizers.clone().unwrap_or_default();
+        let mut annotations = meta.annotations.clone().unwrap_or_default();
+        let mut changed = false;
+        if !finalizers
+            .iter()
+            .any(|f| f == names::FINALIZER_PROVISIONING_INTENT)
+        {
+            if meta.deletion_timestamp.is_some() {
+                return Step::ObjectDeleting;
+            }
+            finalizers.push(names::FINALIZER_PROVISIONING_INTENT.to_owned());
+            changed = true;
+        }
+        for (k, v) in &wanted {
+            match v {
+                Some(v) if annotations.get(*k) != Some(v) => {
+                    annotations.insert((*k).to_owned(), v.clone());
+                    changed = true;
+                }
+                None if annotations.remove(*k).is_some() => changed = true,
+                _ => {}
+            }
+        }
+        if !changed {
+            return Step::AlreadyDone;
+        }
+        guarded_replace(meta, &finalizers, &annotations)
+    })
+    .await?;
+    Ok(outcome)
+}
+
+/// A JSON patch replacing finalizers and annotations, valid only against the resourceVersion read.
+fn guarded_replace(
+    meta: &kube::api::ObjectMeta,
+    finalizers: &[String],
+    annotations: &BTreeMap<String, String>,
+) -> Step {
+    let mut ops = vec![];
+    if let Some(uid) = &meta.uid {
+        ops.push(json!({"op": "test", "path": "/metadata/uid", "value": uid}));
+    }
+    if let Some(rv) = &meta.resource_version {
+        ops.push(json!({"op": "test", "path": "/metadata/resourceVersion", "value": rv}));
+    }
+    ops.push(json!({"op": "add", "path": "/metadata/finalizers", "value": finalizers}));
+    ops.push(json!({"op": "add", "path": "/metadata/annotations", "value": annotations}));
+    match serde_json::from_value::<json_patch::Patch>(Value::Array(ops)) {
+        Ok(p) => Step::Write(p),
+        // Built from strings and maps only; cannot fail to deserialize.
+        Err(_) => Step::AlreadyDone,
+    }
+}
+
+/// Removes the intent finalizer and annotations (the PV exists, or the volume is deleted again).
+async fn finish_intent(
+    state: &Provisioner,
+    pvc: &PersistentVolumeClaim,
+    volume_name: &str,
+) -> Result<(), ProvisionError> {
+    if !plan::has_intent(pvc)
+        && annotations_of(pvc)
+            .keys()
+            .all(|k| !k.starts_with(names::OUR_PREFIX))
+    {
+        return Ok(());
+    }
+    let api: Api<PersistentVolumeClaim> = Api::namespaced(
+        state.ctx.client.clone(),
+        &pvc.namespace().unwrap_or_default(),
+    );
+    patch::patch_fresh(&api, pvc, "remove provisioning intent", |meta| {
+        let finalizers: Vec<String> = meta
+            .finalizers
+            .clone()
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|f| f != names::FINALIZER_PROVISIONING_INTENT)
+            .collect();
+        let mut annotations = meta.annotations.clone().unwrap_or_default();
+        let before = annotations.len();
+        annotations.retain(|k, _| {
+            ![
+                names::ANN_INTENT_VOLUME_NAME,
+                names::ANN_INTENT_VOLUME_ID,
+                names::ANN_INTENT_SECRET_NAME,
+                names::ANN_INTENT_SECRET_NAMESPACE,
+            ]
+            .contains(&k.as_str())
+        });
+        let had_finalizer = meta
+            .finalizers
+            .as_ref()
+            .is_some_and(|f| f.len() != finalizers.len());
+        if !had_finalizer && annotations.len() == before {
+            return Step::AlreadyDone;
+        }
+        guarded_replace(meta, &finalizers, &annotations)
+    })
+    .await?;
+    debug!(claim = %claim_name(pvc), volume = %volume_name, "provisioning intent removed");
+    Ok(())
+}
+
+/// Records the volume id on the claim so a later clean-up needs no CreateVolume replay.
+async fn record_volume_id(
+    state: &Provisioner,
+    pvc: &PersistentVolumeClaim,
+    volume_id: &str,
+) -> Result<(), ProvisionError> {
+    let api: Api<PersistentVolumeClaim> = Api::namespaced(
+        state.ctx.client.clone(),
+        &pvc.namespace().unwrap_or_default(),
+    );
+    patch::set_annotation(&api, pvc, names::ANN_INTENT_VOLUME_ID, volume_id).await?;
+    Ok(())
+}
+
+/// The claim no longer wants its volume: learn the id (replaying CreateVolume with the same name if
+/// needed), delete the volume, then drop the intent.
+async fn cleanup_intent(
+    state: &Provisioner,
+    pvc: &Arc<PersistentVolumeClaim>,
+    cleanup: IntentCleanup,
+) -> Result<Action, ProvisionError> {
+    let ctx = &state.ctx;
+    let Some(_lock) = ctx.volume_locks.try_lock(&cleanup.volume_name) else {
+        return Ok(Action::requeue(LOCK_RETRY));
+    };
+    // Never delete a volume whose PV exists: a live read, since the cache may lag.
+    let pvs: Api<PersistentVolume> = Api::all(ctx.client.clone());
+    if pvs
+        .get_opt(&cleanup.volume_name)
+        .await
+        .map_err(kube_err(format!("reading PV {}", cleanup.volume_name)))?
+        .is_some()
+    {
+        finish_intent(state, pvc, &cleanup.volume_name).await?;
+        return Ok(Action::await_change());
+    }
+    let volume_id = match cleanup.volume_id.clone() {
+        Some(id) => Some(id),
+        None => match &cleanup.replay {
+            None => None,
+            Some(request) => {
+                let mut request = request.clone();
+                if let Some(secret) = &cleanup.secret {
+                    match secret_data(state, secret).await {
+                        Ok(data) => request.secrets = data,
+                        Err(message) => return Err(cleanup_failed(state, pvc, message)),
+                    }
+                }
+                match ctx.csi.create_volume(request).await {
+                    Ok(response) => response
+                        .volume
+                        .map(|v| v.volume_id)
+                        .filter(|id| !id.is_empty()),
+                    Err(status) => {
+                        let outcome = provisioning_state(status.code(), false);
+                        let message = format!(
+                            "rpc error: code = {:?} desc = {}",
+                            status.code(),
+                            status.message()
+                        );
+                        if outcome == ProvisioningState::InBackground || !cleanup.replay_is_exact {
+                            // The volume may exist (or a different request cannot tell): keep the
+                            // intent and retry.
+                            return Err(cleanup_failed(
+                                state,
+                                pvc,
+                                format!(
+                                    "cannot find the volume {} of a deleted claim to delete it: {message}",
+                                    cleanup.volume_name
+                                ),
+                            ));
+                        }
+                        // The driver refuses the exact same request: it never created the volume.
+                        None
+                    }
+                }
+            }
+        },
+    };
+    if let Some(volume_id) = &volume_id {
+        if cleanup.volume_id.is_none() {
+            // Remember the id: if the delete fails, the next attempt needs no replay.
+            let _ = record_volume_id(state, pvc, volume_id).await;
+        }
+        if let Err(message) = delete_volume(state, volume_id, cleanup.secret.as_ref()).await {
+            return Err(cleanup_failed(
+                state,
+                pvc,
+                format!("error deleting volume {volume_id} of a deleted claim: {message}"),
+            ));
+        }
+        info!(claim = %claim_name(pvc), volume = %cleanup.volume_name, %volume_id, reason = ?cleanup.reason, "volume of an abandoned provisioning deleted");
+    }
+    finish_intent(state, pvc, &cleanup.volume_name).await?;
+    Ok(Action::await_change())
+}
+
+fn cleanup_failed(
+    state: &Provisioner,
+    pvc: &PersistentVolumeClaim,
+    message: String,
+) -> ProvisionError {
+    warn!(claim = %claim_name(pvc), "{message}");
+    state.ctx.events.emit(
+        reference_to(pvc),
+        EventSpec::warning(names::EVENT_PROVISIONING_CLEANUP_FAILED, message.clone()),
+    );
+    ProvisionError::Reported(message)
+}
+
+/// Removes `volume.kubernetes.io/selected-node` so the scheduler picks again.
+async fn clear_selected_node(
+    state: &Provisioner,
+    pvc: &PersistentVolumeClaim,
+) -> Result<(), ProvisionError> {
+    let api: Api<PersistentVolumeClaim> = Api::namespaced(
+        state.ctx.client.clone(),
+        &pvc.namespace().unwrap_or_default(),
+    );
+    patch::remove_annotation(&api, pvc, names::ANN_SELECTED_NODE).await?;
+    Ok(())
+}
+
+/// Node mode, an unselected Immediate-binding claim: wait our turn, then try to write our node into
+/// `selected-node` with optimistic concurrency; exactly one instance wins.
+async fn compete(
+    state: &Provisioner,
+    pvc: &Arc<PersistentVolumeClaim>,
+) -> Result<Action, ProvisionError> {
+    let Some(mode) = &state.settings.node else {
+        return Ok(Action::await_change());
+    };
+    let uid = claim_key(pvc);
+    let now = Instant::now();
+    let due = {
+        let mut at = state.compete_at.lock().unwrap_or_else(|p| p.into_inner());
+        match at.get(&uid) {
+            Some(due) => *due,
+            None => {
+                let delay = state
+                    .competition
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .next_delay(&uid, rand::random::<f64>());
+                at.insert(uid.clone(), now + delay);
+                now + delay
+            }
+        }
+    };
+    if now < due {
+        return Ok(Action::requeue(due - now));
+    }
+    state
+        .compete_at
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .remove(&uid);
+    let api: Api<PersistentVolumeClaim> = Api::namespaced(
+        state.ctx.client.clone(),
+        &pvc.namespace().unwrap_or_default(),
+    );
+    let fresh = api
+        .get_opt(&pvc.name_any())
+        .await
+        .map_err(kube_err(format!("reading claim {}", claim_name(pvc))))?;
+    let resource_version = match recheck_before_claiming(fresh.as_ref(), &uid, &mode.me.name) {
+        Recheck::Claim { resource_version } => resource_version,
+        Recheck::AlreadyOurs => return Ok(Action::await_change()),
+        Recheck::Abandon(why) => {
+            debug!(claim = %claim_name(pvc), ?why, "not competing for claim any more");
+            state
+                .competition
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .forget(&uid);
+            return Ok(Action::await_change());
+        }
+    };
+    let patch = ownership::become_owner_patch(&mode.me.name, &resource_version);
+    match api
+        .patch(
+            &pvc.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await
+    {
+        Ok(_) => {
+            info!(claim = %claim_name(pvc), node = %mode.me.name, "claim selected for this node");
+            state
+                .competition
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .forget(&uid);
+            Ok(Action::await_change())
+        }
+        Err(e) if classify(&e) == ApiErrorClass::Conflict => {
+            // Another instance (or another writer) got there first: look again after a longer wait.
+            debug!(claim = %claim_name(pvc), "lost the race for the claim");
+            Ok(Action::requeue(Duration::from_millis(1)))
+        }
+        Err(e) => Err(ProvisionError::Kube {
+            what: format!(
+                "selecting node {:?} for PVC {} failed",
+                mode.me.name,
+                claim_name(pvc)
+            ),
+            source: e,
+        }),
+    }
+}

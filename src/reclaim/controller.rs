@@ -1,0 +1,388 @@
+//! The reclaim controller shell: for each PV event, look up what [`plan::decide`] needs (claim,
+//! attachments, class, node locality), execute the one step it returns, and repeat until nothing is
+//! left to do. Finalizer writes go through `k8s::patch` (fresh reads, no retry cap), so a PV never
+//! gets stuck Terminating because of a lost race with another controller.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::{Stream, StreamExt};
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Secret};
+use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
+use kube::runtime::reflector::ObjectRef;
+use kube::{Api, ResourceExt};
+use tracing::{Instrument, debug, info, info_span, warn};
+
+use super::plan::{
+    self, AttachmentState, ClaimState, DeletionSecrets, Locality, ReclaimAction, ReclaimContext,
+    StorageClassLookup,
+};
+use crate::app::{Context, Shutdown};
+use crate::csi::v1;
+use crate::k8s::events::{EventSpec, reference_to};
+use crate::k8s::patch::{self, DeleteOutcome, PatchOutcome};
+use crate::names;
+use crate::node::ownership::may_delete_here;
+use crate::retry::Backoff;
+
+/// Re-check every PV this often even without changes (a claim deleted while a watch was down...).
+const RESYNC: Duration = Duration::from_secs(10 * 60);
+/// Retry delay when the volume name is busy with a create in this process.
+const LOCK_RETRY: Duration = Duration::from_millis(500);
+/// Steps executed in one reconcile before yielding (each step re-reads the PV it wrote).
+const MAX_STEPS: usize = 4;
+
+/// Why a reconcile failed; the PV is retried with its backoff.
+#[derive(Debug, thiserror::Error)]
+pub enum ReclaimFailure {
+    /// Reported in a `VolumeFailedDelete` event already.
+    #[error("{0}")]
+    Reported(String),
+    /// A Kubernetes write failed.
+    #[error(transparent)]
+    Patch(#[from] patch::PatchError),
+    /// A Kubernetes read failed.
+    #[error("{what}: {source}")]
+    Kube {
+        /// What was attempted.
+        what: String,
+        /// The error.
+        #[source]
+        source: kube::Error,
+    },
+}
+
+struct Reclaimer {
+    ctx: Arc<Context>,
+    backoff: Mutex<Backoff<String>>,
+    /// PV UIDs whose DeleteVolume returned OK in this process: the PV update our own DELETE
+    /// causes must not send DeleteVolume again (upstream issue 1235).
+    deleted: Mutex<HashSet<String>>,
+    /// Node mode: our NodeGetInfo segments.
+    segments: Option<HashMap<String, String>>,
+}
+
+/// Runs the reclaim controller until shutdown.
+pub async fn run(
+    ctx: Arc<Context>,
+    pvs: impl Stream<Item = Arc<PersistentVolume>> + Send + 'static,
+    pvcs: impl Stream<Item = Arc<PersistentVolumeClaim>> + Send + 'static,
+    shutdown: Shutdown,
+) {
+    let segments = ctx.config.node_deployment.as_ref().map(|_| {
+        ctx.driver
+            .node
+            .as_ref()
+            .map(|n| n.accessible_topology.clone().into_iter().collect())
+            .unwrap_or_default()
+    });
+    let p = &ctx.config.provisioning;
+    let state = Arc::new(Reclaimer {
+        backoff: Mutex::new(Backoff::new(p.retry_interval_start, p.retry_interval_max)),
+        deleted: Mutex::new(HashSet::new()),
+        segments,
+        ctx: ctx.clone(),
+    });
+    let workers = u16::try_from(p.worker_threads.max(1)).unwrap_or(u16::MAX);
+    Controller::for_shared_stream(pvs, ctx.stores.pvs.clone())
+        // A claim that changes (bound, being deleted) matters to its PV.
+        .watches_shared_stream(pvcs, |pvc| {
+            pvc.spec
+                .as_ref()
+                .and_then(|s| s.volume_name.as_deref())
+                .filter(|v| !v.is_empty())
+                .map(ObjectRef::new)
+        })
+        .reconcile_all_on(tokio_stream::wrappers::IntervalStream::new(resync()).map(|_| ()))
+        .with_config(ControllerConfig::default().concurrency(workers))
+        .graceful_shutdown_on(shutdown.requested())
+        .run(reconcile, error_policy, state)
+        .for_each(|result| async move {
+            if let Err(e) = result {
+                debug!(error = %e, "PV reconcile ended with an error");
+            }
+        })
+        .instrument(info_span!("reclaim"))
+        .await;
+}
+
+fn resync() -> tokio::time::Interval {
+    let mut interval = tokio::time::interval_at(tokio::time::Instant::now() + RESYNC, RESYNC);
+    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    interval
+}
+
+fn error_policy(
+    pv: Arc<PersistentVolume>,
+    error: &ReclaimFailure,
+    state: Arc<Reclaimer>,
+) -> Action {
+    let delay = state
+        .backoff
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .failed(&pv.name_any());
+    debug!(pv = %pv.name_any(), error = %error, ?delay, "will retry");
+    Action::requeue(delay)
+}
+
+fn class_label(pv: &PersistentVolume) -> String {
+    pv.spec
+        .as_ref()
+        .and_then(|s| s.storage_class_name.clone())
+        .unwrap_or_default()
+}
+
+/// Whether the PV's claim exists: the cache first, a live GET to confirm an absence (a lagging
+/// cache must never get a volume in use deleted).
+async fn claim_state(
+    state: &Reclaimer,
+    pv: &PersistentVolume,
+) -> Result<ClaimState, ReclaimFailure> {
+    let Some((namespace, name, _uid)) = plan::claim_to_check(pv) else {
+        return Ok(ClaimState::Unknown);
+    };
+    let cached = state
+        .ctx
+        .stores
+        .pvcs
+        .get(&ObjectRef::new(name).within(namespace));
+    if plan::claim_state(pv, cached.as_deref()) == ClaimState::Exists {
+        return Ok(ClaimState::Exists);
+    }
+    let api: Api<PersistentVolumeClaim> = Api::namespaced(state.ctx.client.clone(), namespace);
+    match api.get_opt(name).await {
+        Ok(found) => Ok(plan::claim_state(pv, found.as_ref())),
+        Err(source) => Err(ReclaimFailure::Kube {
+            what: format!("reading claim {namespace}/{name} of PV {}", pv.name_any()),
+            source,
+        }),
+    }
+}
+
+async fn reconcile(
+    pv: Arc<PersistentVolume>,
+    state: Arc<Reclaimer>,
+) -> Result<Action, ReclaimFailure> {
+    let mut current = pv.as_ref().clone();
+    for _ in 0..MAX_STEPS {
+        match step(&state, &current).await? {
+            Next::Done(action) => {
+                state
+                    .backoff
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .reset(&current.name_any());
+                return Ok(action);
+            }
+            Next::Continue(updated) => current = *updated,
+        }
+    }
+    Ok(Action::requeue(Duration::from_millis(10)))
+}
+
+/// What to do after one step.
+enum Next {
+    /// Stop here with this action.
+    Done(Action),
+    /// The PV changed (here is the fresh copy): decide again.
+    Continue(Box<PersistentVolume>),
+}
+
+async fn step(state: &Reclaimer, pv: &PersistentVolume) -> Result<Next, ReclaimFailure> {
+    let ctx = &state.ctx;
+    let name = pv.name_any();
+    let uid = pv.metadata.uid.clone().unwrap_or_default();
+    let claim = claim_state(state, pv).await?;
+    let attachment = match &ctx.stores.attachments {
+        None => AttachmentState::Detached,
+        Some(index) if !index.is_ready() => AttachmentState::Unknown,
+        Some(index) => index
+            .attached_node(&name)
+            .map_or(AttachmentState::Detached, AttachmentState::AttachedTo),
+    };
+    let class = plan::storage_class_name(pv).map(|c| ctx.stores.classes.get(&ObjectRef::new(c)));
+    let storage_class = match &class {
+        Some(Some(c)) => StorageClassLookup::Found(c.as_ref()),
+        Some(None) | None => StorageClassLookup::Missing,
+    };
+    let locality = match &state.segments {
+        None => Locality::Central,
+        Some(segments) => Locality::Node {
+            accessible: may_delete_here(pv, segments).unwrap_or(false),
+        },
+    };
+    let volume_deleted = state
+        .deleted
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .contains(&uid);
+    let decision = plan::decide(
+        pv,
+        &ReclaimContext {
+            driver_name: &ctx.driver.name,
+            claim,
+            publish_unpublish: ctx.driver.controller.publish_unpublish_volume,
+            attachment,
+            locality,
+            storage_class,
+            volume_deleted,
+        },
+    );
+    let api: Api<PersistentVolume> = Api::all(ctx.client.clone());
+    match decision {
+        ReclaimAction::Skip(reason) => {
+            debug!(pv = %name, ?reason, "nothing to do for PV");
+            if pv.metadata.deletion_timestamp.is_none() {
+                ctx.events.end_episode(&plan::wait_for_detach_episode(pv));
+            }
+            Ok(Next::Done(Action::await_change()))
+        }
+        ReclaimAction::AddFinalizer => {
+            let outcome =
+                patch::add_finalizer(&api, pv, names::FINALIZER_PV_DELETION_PROTECTION).await?;
+            debug!(pv = %name, "deletion-protection finalizer added");
+            Ok(after_patch(outcome))
+        }
+        ReclaimAction::RemoveFinalizer(reason) => {
+            let outcome =
+                patch::remove_finalizer(&api, pv, names::FINALIZER_PV_DELETION_PROTECTION).await?;
+            info!(pv = %name, ?reason, "deletion-protection finalizer removed");
+            Ok(after_patch(outcome))
+        }
+        ReclaimAction::WaitForDetach { node } => {
+            let message = plan::detach_message(&name, &node);
+            debug!(pv = %name, "{message}");
+            // One event per waiting episode, not one per retry (upstream issue 1574).
+            ctx.events.emit(
+                reference_to(pv),
+                EventSpec::warning(names::EVENT_VOLUME_FAILED_DELETE, message.clone())
+                    .once_per(plan::wait_for_detach_episode(pv)),
+            );
+            Err(ReclaimFailure::Reported(message))
+        }
+        ReclaimAction::Fail(err) => {
+            let message = err.to_string();
+            ctx.events.emit(
+                reference_to(pv),
+                EventSpec::warning(names::EVENT_VOLUME_FAILED_DELETE, message.clone()),
+            );
+            ctx.metrics.delete.failed(&class_label(pv));
+            Err(ReclaimFailure::Reported(message))
+        }
+        ReclaimAction::DeleteVolume { volume_id, secrets } => {
+            let Some(_lock) = ctx.volume_locks.try_lock(&name) else {
+                return Ok(Next::Done(Action::requeue(LOCK_RETRY)));
+            };
+            let started = Instant::now();
+            let secret_data = fetch_secrets(state, &name, &secrets).await;
+            let result = ctx
+                .csi
+                .delete_volume(v1::DeleteVolumeRequest {
+                    volume_id: volume_id.clone(),
+                    secrets: secret_data,
+                })
+                .await;
+            if let Err(status) = result {
+                let message = format!(
+                    "rpc error: code = {:?} desc = {}",
+                    status.code(),
+                    status.message()
+                );
+                warn!(pv = %name, %volume_id, "DeleteVolume failed: {message}");
+                ctx.events.emit(
+                    reference_to(pv),
+                    EventSpec::warning(names::EVENT_VOLUME_FAILED_DELETE, message.clone()),
+                );
+                ctx.metrics.delete.failed(&class_label(pv));
+                return Err(ReclaimFailure::Reported(message));
+            }
+            info!(pv = %name, %volume_id, "volume deleted");
+            state
+                .deleted
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(uid.clone());
+            ctx.metrics
+                .delete
+                .succeeded(&class_label(pv), started.elapsed());
+            ctx.events.end_episode(&plan::wait_for_detach_episode(pv));
+            finish(state, &api, pv, pv.metadata.deletion_timestamp.is_none()).await
+        }
+        ReclaimAction::DeletePvObject { issue_delete } => {
+            finish(state, &api, pv, issue_delete).await
+        }
+    }
+}
+
+fn after_patch(outcome: PatchOutcome<PersistentVolume>) -> Next {
+    match outcome {
+        PatchOutcome::Patched(pv) | PatchOutcome::Unchanged(pv) | PatchOutcome::Deleting(pv) => {
+            Next::Continue(Box::new(pv))
+        }
+        PatchOutcome::Gone => Next::Done(Action::await_change()),
+    }
+}
+
+/// After DeleteVolume: delete the PV object (UID precondition), then remove our finalizer.
+async fn finish(
+    state: &Reclaimer,
+    api: &Api<PersistentVolume>,
+    pv: &PersistentVolume,
+    issue_delete: bool,
+) -> Result<Next, ReclaimFailure> {
+    let name = pv.name_any();
+    let uid = pv.metadata.uid.clone().unwrap_or_default();
+    if issue_delete {
+        match patch::delete_with_uid(api, &name, &uid).await? {
+            DeleteOutcome::Deleted => {}
+            DeleteOutcome::Gone => {
+                state.forget(&uid);
+                return Ok(Next::Done(Action::await_change()));
+            }
+        }
+    }
+    let outcome = patch::remove_finalizer(api, pv, names::FINALIZER_PV_DELETION_PROTECTION).await?;
+    state.forget(&uid);
+    debug!(pv = %name, "PV deleted and deletion-protection finalizer removed");
+    let _ = outcome;
+    Ok(Next::Done(Action::await_change()))
+}
+
+impl Reclaimer {
+    fn forget(&self, uid: &str) {
+        self.deleted
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(uid);
+    }
+}
+
+/// The provisioner secret's data for DeleteVolume. A failed fetch is logged and the volume is
+/// deleted without secrets, as upstream does (the secret may be gone with its namespace).
+async fn fetch_secrets(
+    state: &Reclaimer,
+    pv_name: &str,
+    secrets: &DeletionSecrets,
+) -> HashMap<String, String> {
+    if let DeletionSecrets::NoneWithWarning(warning) = secrets {
+        warn!(pv = %pv_name, "{warning}");
+    }
+    let Some(secret) = secrets.secret_ref() else {
+        return HashMap::new();
+    };
+    let api: Api<Secret> = Api::namespaced(state.ctx.client.clone(), &secret.namespace);
+    match api.get(&secret.name).await {
+        Ok(s) => s
+            .data
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(k, v)| (k, String::from_utf8_lossy(&v.0).into_owned()))
+            .collect(),
+        Err(e) => {
+            warn!(pv = %pv_name, "error getting secret {} in namespace {}: {e}; deleting without secrets", secret.name, secret.namespace);
+            HashMap::new()
+        }
+    }
+}
