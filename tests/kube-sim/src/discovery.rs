@@ -7,8 +7,8 @@ use crate::resources::{GROUPS, RESOURCES, ResourceDef};
 pub fn version() -> Value {
     json!({
         "major": "1",
-        "minor": "34",
-        "gitVersion": "v1.34.0-kube-sim",
+        "minor": "33",
+        "gitVersion": "v1.33.0-kube-sim",
         "gitCommit": "0000000000000000000000000000000000000000",
         "gitTreeState": "clean",
         "buildDate": "2025-08-27T00:00:00Z",

@@ -10,6 +10,7 @@ mod counters;
 mod discovery;
 mod error;
 mod faults;
+mod openapi;
 mod ops;
 mod patch;
 pub mod resources;

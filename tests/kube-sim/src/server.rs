@@ -245,6 +245,9 @@ async fn api(State(inner): State<Arc<Inner>>, req: Request<Body>) -> Response {
                 })
         })
         .unwrap_or_default();
+    if let Some(r) = openapi_response(&path, &parts.headers) {
+        return r;
+    }
     let route = match parse_path(&path, &inner.addr.to_string()) {
         Parsed::Doc(d) => return json_response(200, &d),
         Parsed::NotFound => {
@@ -308,6 +311,37 @@ async fn api(State(inner): State<Arc<Inner>>, req: Request<Body>) -> Response {
     tracing::debug!(verb, resource, name, code, "request");
     inner.counters.record(verb, &resource, code);
     resp
+}
+
+fn openapi_response(path: &str, headers: &axum::http::HeaderMap) -> Option<Response> {
+    let rest = path.strip_prefix("/openapi/")?;
+    let doc = match rest.trim_end_matches('/') {
+        "v3" => Some(crate::openapi::v3_index()),
+        "v2" => {
+            let accept = headers
+                .get(header::ACCEPT)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("");
+            if accept.contains("protobuf") {
+                let mut r = Response::new(Body::from(crate::openapi::v2_protobuf()));
+                r.headers_mut().insert(
+                    header::CONTENT_TYPE,
+                    HeaderValue::from_static(
+                        "application/com.github.proto-openapi.spec.v2.v1.0+protobuf",
+                    ),
+                );
+                return Some(r);
+            }
+            Some(crate::openapi::v2_json())
+        }
+        gv => gv
+            .strip_prefix("v3/")
+            .and_then(crate::openapi::v3_group_version),
+    };
+    Some(match doc {
+        Some(d) => json_response(200, &d),
+        None => error_response(&ApiError::unknown_path()),
+    })
 }
 
 fn list_opts(rd: &ResourceDef, q: &Query) -> Result<ListOpts, ApiError> {
