@@ -18,6 +18,8 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::api::{DeleteParams, ListParams, ObjectMeta, PostParams};
 use kube::{Api, Client};
 use kube_sim::{Sim, SimConfig};
+use mock_csi_driver::StateDump;
+use mock_csi_driver::control::ControlClient;
 use tempfile::TempDir;
 use tokio::process::{Child, Command};
 
@@ -386,6 +388,27 @@ impl Driver {
 
     pub fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// A client of the driver's control socket.
+    pub async fn control(&self) -> ControlClient {
+        ControlClient::connect(&self.control)
+            .await
+            .expect("connect to the mock driver's control socket")
+    }
+
+    /// The driver's state: volumes, snapshots, call counts.
+    pub async fn state(&self) -> StateDump {
+        self.control().await.state().await.expect("mock driver state")
+    }
+
+    /// Waits until the driver holds exactly `n` volumes and returns the state.
+    pub async fn wait_volumes(&self, n: usize) -> StateDump {
+        wait_for(&format!("{n} volumes on driver {}", self.node), DEADLINE, || async {
+            let state = self.control().await.state().await.ok()?;
+            (state.volumes.len() == n).then_some(state)
+        })
+        .await
     }
 }
 
