@@ -68,24 +68,20 @@ pub fn rank_of<'a, I>(key: &str, me: &str, instances: I) -> Option<usize>
 where
     I: IntoIterator<Item = &'a str>,
 {
-    let instances: Vec<&str> = instances.into_iter().collect();
-    if !instances.contains(&me) {
+    let live: std::collections::HashSet<&str> = instances.into_iter().collect();
+    if !live.contains(me) {
         return None;
     }
     let mine = weight(key, me);
-    // Counting who outranks us is O(n) and allocates nothing per key beyond the input.
-    let mut ahead = 0;
-    let mut seen: Vec<&str> = Vec::with_capacity(instances.len());
-    for other in instances {
-        if other == me || seen.contains(&other) {
-            continue;
-        }
-        seen.push(other);
-        let w = weight(key, other);
-        if w > mine || (w == mine && other < me) {
-            ahead += 1;
-        }
-    }
+    // Counting who outranks us is O(n) and needs no sort.
+    let ahead = live
+        .into_iter()
+        .filter(|other| *other != me)
+        .filter(|other| {
+            let w = weight(key, other);
+            w > mine || (w == mine && *other < me)
+        })
+        .count();
     Some(ahead)
 }
 
