@@ -78,6 +78,59 @@ pub fn is_infeasible(code: Code) -> bool {
     code == Code::InvalidArgument
 }
 
+/// What a failed CreateVolume *replay* (sent only to learn the id of an intent's volume before
+/// deleting it, see `plan::IntentCleanup`) says about that volume.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReplayVerdict {
+    /// The volume does not exist: the intent can be finished without DeleteVolume.
+    VolumeAbsent,
+    /// Transient, or the driver did not get far enough to tell: retry with backoff.
+    RetryLater,
+    /// Nothing can be concluded (a volume of that name exists with other parameters, or a
+    /// non-exact replay was refused): an administrator must check the backend.
+    NeedsAdmin,
+}
+
+/// Classifies a failed replay. An exact replay (same parameters as the original call) that the
+/// driver refuses for good proves the original was refused too, so no volume exists; a minimal
+/// replay proves nothing. Authentication and internal errors are retried, never taken as proof.
+pub fn replay_verdict(code: Code, exact_replay: bool) -> ReplayVerdict {
+    match code {
+        Code::AlreadyExists => ReplayVerdict::NeedsAdmin,
+        Code::InvalidArgument
+        | Code::NotFound
+        | Code::OutOfRange
+        | Code::ResourceExhausted
+        | Code::FailedPrecondition
+        | Code::Unimplemented => {
+            if exact_replay {
+                ReplayVerdict::VolumeAbsent
+            } else {
+                ReplayVerdict::NeedsAdmin
+            }
+        }
+        Code::Ok
+        | Code::Cancelled
+        | Code::Unknown
+        | Code::DeadlineExceeded
+        | Code::PermissionDenied
+        | Code::Aborted
+        | Code::Internal
+        | Code::Unavailable
+        | Code::DataLoss
+        | Code::Unauthenticated => ReplayVerdict::RetryLater,
+    }
+}
+
+/// The event message when a replay cannot tell whether the intent's volume exists.
+pub fn replay_needs_admin_message(volume_name: &str, error: &str) -> String {
+    format!(
+        "cannot tell whether volume {volume_name} exists: CreateVolume (sent to learn its id before deleting it) failed: {error}; \
+         check the storage backend, delete the volume there if it exists, then remove the finalizer {} from the claim",
+        crate::names::FINALIZER_PROVISIONING_INTENT
+    )
+}
+
 /// Upstream's ProvisioningFailed message for an infeasible failure.
 pub fn infeasible_event_message(error: &str) -> String {
     format!("Volume provisioning failed with infeasible error. Retries will be delayed. {error}")
@@ -154,6 +207,33 @@ mod tests {
         assert_eq!(
             infeasible_event_message("rpc error: bad size"),
             "Volume provisioning failed with infeasible error. Retries will be delayed. rpc error: bad size"
+        );
+    }
+
+    #[test]
+    fn replays_prove_absence_only_when_exact_and_final() {
+        use ReplayVerdict::*;
+        for code in ALL_CODES {
+            let exact = replay_verdict(code, true);
+            let minimal = replay_verdict(code, false);
+            match code {
+                Code::AlreadyExists => assert_eq!((exact, minimal), (NeedsAdmin, NeedsAdmin)),
+                Code::InvalidArgument | Code::ResourceExhausted | Code::NotFound => {
+                    assert_eq!((exact, minimal), (VolumeAbsent, NeedsAdmin));
+                }
+                Code::Unauthenticated | Code::DeadlineExceeded | Code::Internal => {
+                    assert_eq!((exact, minimal), (RetryLater, RetryLater));
+                }
+                _ => {}
+            }
+            // Whatever may still be in progress is never taken as absence.
+            if provisioning_state(code, false) == InBackground {
+                assert_eq!(exact, RetryLater, "{code:?}");
+            }
+        }
+        assert!(
+            replay_needs_admin_message("pvc-1", "already exists")
+                .contains("remove the finalizer csi-provisioner.rs/provisioning-intent")
         );
     }
 

@@ -291,10 +291,12 @@ pub struct IntentCleanup {
     /// The provisioner secret recorded with the intent (for CreateVolume replay and DeleteVolume).
     pub secret: Option<SecretRef>,
     /// Without a volume id: the CreateVolume to replay (same name) to learn it. The driver answers
-    /// with the existing volume, or creates it, which is then deleted just the same.
+    /// with the existing volume, or creates it, which is then deleted just the same. A failed
+    /// replay is judged by [`super::classify::replay_verdict`].
     pub replay: Option<CreateVolumeRequest>,
-    /// Whether `replay` is the exact original request; otherwise a minimal one (class or nodes
-    /// gone), which a driver may refuse: then report it and keep the finalizer.
+    /// Whether `replay` is the request the original call was built from (same class, same
+    /// inputs); otherwise a minimal one (class gone or inputs no longer valid), whose refusal
+    /// proves nothing.
     pub replay_is_exact: bool,
     /// Why the volume is no longer wanted.
     pub reason: CleanupReason,
