@@ -426,3 +426,72 @@ async fn faults_and_counters() {
     sim.resume();
     assert!(pending.await.unwrap().is_ok());
 }
+
+#[tokio::test]
+async fn admin_routes_and_deletecollection() {
+    let sim = Sim::start(SimConfig::bare()).await.unwrap();
+    let client = sim.client();
+    let call = |method: &str, path: &str, body: &str| {
+        let req = http::Request::builder()
+            .method(method)
+            .uri(path)
+            .header("Content-Type", "application/json")
+            .body(body.as_bytes().to_vec())
+            .unwrap();
+        let client = client.clone();
+        async move { serde_json::from_str::<Value>(&client.request_text(req).await.unwrap()).unwrap() }
+    };
+    let added = call(
+        "POST",
+        "/sim/faults",
+        r#"{"verb":"create","resource":"secrets","status":500,"count":1}"#,
+    )
+    .await;
+    assert!(added["id"].as_u64().is_some());
+    let secrets: Api<Secret> = Api::namespaced(sim.client(), "default");
+    let s = |n: &str| -> Secret { obj(json!({"metadata": {"name": n, "labels": {"k": "v"}}})) };
+    assert_eq!(
+        status(
+            secrets
+                .create(&PostParams::default(), &s("a"))
+                .await
+                .unwrap_err()
+        )
+        .code,
+        500
+    );
+    for n in ["a", "b", "c"] {
+        secrets.create(&PostParams::default(), &s(n)).await.unwrap();
+    }
+    let counters = call("GET", "/sim/counters", "").await;
+    let row = counters["requests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["verb"] == "create" && r["code"] == 500)
+        .unwrap()
+        .clone();
+    assert_eq!(row["count"], 1);
+    let dump = call("GET", "/sim/dump", "").await;
+    assert_eq!(dump["objects"]["secrets"].as_array().unwrap().len(), 3);
+
+    let gone = secrets
+        .delete_collection(
+            &DeleteParams::default(),
+            &ListParams::default().labels("k=v"),
+        )
+        .await
+        .unwrap();
+    assert_eq!(gone.left().unwrap().items.len(), 3);
+    assert!(
+        secrets
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    );
+    assert_eq!(call("POST", "/sim/pause", "").await["paused"], true);
+    assert_eq!(call("POST", "/sim/resume", "").await["paused"], false);
+    assert_eq!(call("DELETE", "/sim/faults", "").await["cleared"], true);
+}
