@@ -49,8 +49,8 @@ use super::topology::{
     TopologyError, TopologyParams, TopologyView, generate_accessibility_requirements,
 };
 use crate::csi::probe::{ControllerCapabilities, PluginCapabilities};
-use crate::csi::v1::CreateVolumeRequest;
 use crate::csi::v1::volume_capability::access_mode::Mode;
+use crate::csi::v1::{CreateVolumeRequest, TopologyRequirement};
 use crate::names;
 use crate::node::ownership::{
     self, ClearSelectedNode, CsiNodeLookup, NodeIdentity, NotOwned, Ownership, OwnershipInputs,
@@ -155,6 +155,12 @@ pub struct ClaimContext<'a> {
     pub selected_node_driver: CsiNodeLookup,
     /// UID of the selected Node, when cached (recorded on the PV).
     pub selected_node_uid: Option<&'a str>,
+    /// The accessibility requirement pinned for this claim by an earlier attempt whose
+    /// CreateVolume may still be in progress ([`super::topology::RequirementCache`]): sent again
+    /// as is, without looking at nodes, so a retry is identical even if the node is gone
+    /// (upstream's per-PVC topology cache). While one is pinned, pass
+    /// `selected_node_driver: Unknown` too: the node is settled until the attempt ends.
+    pub pinned_topology: Option<&'a TopologyRequirement>,
     /// The VolumeAttributesClass named by the claim (needed when the gate is on and one is named).
     pub vac: Lookup<'a, VolumeAttributesClass>,
     /// The claim's data source (needed for VolumeSnapshot and PersistentVolumeClaim sources).
@@ -793,7 +799,9 @@ fn plan(
     };
 
     let node = selected_node(pvc);
-    let accessibility = if settings.topology {
+    let accessibility = if let Some(pinned) = ctx.pinned_topology.filter(|_| settings.topology) {
+        Some(pinned.clone())
+    } else if settings.topology {
         let params = TopologyParams {
             driver: &settings.driver,
             claim_name,

@@ -24,6 +24,7 @@ struct World {
     vac: Option<VolumeAttributesClass>,
     vac_missing: bool,
     source: SourceLookup,
+    pinned: Option<crate::csi::v1::TopologyRequirement>,
 }
 
 impl World {
@@ -48,6 +49,7 @@ impl World {
             vac: None,
             vac_missing: false,
             source: SourceLookup::NotResolved,
+            pinned: None,
         }
     }
 
@@ -76,6 +78,7 @@ impl World {
                 (None, false) => Lookup::NotLookedUp,
             },
             source: &self.source,
+            pinned_topology: self.pinned.as_ref(),
         };
         decide_claim(&claim, &ctx)
     }
@@ -770,5 +773,25 @@ fn plan_error_states_follow_upstream() {
     assert_eq!(
         PlanError::VacLookupFailed("x".to_owned()).state(),
         ProvisioningState::NoChange
+    );
+}
+
+#[test]
+fn a_pinned_requirement_is_sent_again_even_when_the_node_is_gone() {
+    let mut w = World::new().topology().class(sc("fast").binding_wffc());
+    w.view = StaticTopology {
+        csinodes: vec![Arc::new(
+            csinode("n1").driver(DRIVER, "id-1", [ZONE]).build(),
+        )],
+        nodes: vec![Arc::new(node("n1").label(ZONE, "z1").build())],
+    };
+    let first = w.provision(claim().selected_node("n1"));
+    // The node and its CSINode disappear while CreateVolume may still be running.
+    w.view = StaticTopology::default();
+    w.pinned = first.request.accessibility_requirements.clone();
+    let retry = w.provision(claim().selected_node("n1"));
+    assert_eq!(
+        retry.request.accessibility_requirements,
+        first.request.accessibility_requirements
     );
 }

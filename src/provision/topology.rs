@@ -509,6 +509,59 @@ fn aggregate(view: &dyn TopologyView, keys: &[String]) -> Result<Vec<Term>, Topo
     Ok(terms)
 }
 
+/// Per-claim pinned accessibility requirements (upstream's per-PVC topology cache, §7.4): once a
+/// CreateVolume was sent, retries must send the identical requirement even if Nodes or CSINodes
+/// change or vanish meanwhile. Keyed by claim UID; in memory only, like upstream's.
+///
+/// Use: pass [`RequirementCache::get`] as `ClaimContext::pinned_topology`; after sending
+/// CreateVolume, [`RequirementCache::pin`] the request's requirement; then
+/// [`RequirementCache::settle`] with the outcome.
+#[derive(Debug, Clone, Default)]
+pub struct RequirementCache {
+    by_uid: HashMap<String, TopologyRequirement>,
+}
+
+impl RequirementCache {
+    /// The requirement pinned for claim `uid`.
+    pub fn get(&self, uid: &str) -> Option<&TopologyRequirement> {
+        self.by_uid.get(uid)
+    }
+
+    /// Pins the requirement a CreateVolume was sent with (nothing to pin when it had none: a
+    /// request without requirements is recomputed identically without looking at nodes).
+    pub fn pin(&mut self, uid: &str, sent: Option<&TopologyRequirement>) {
+        if let Some(req) = sent {
+            self.by_uid.insert(uid.to_owned(), req.clone());
+        }
+    }
+
+    /// After a CreateVolume outcome (`None` = success): upstream forgets the pin on success, on a
+    /// final error and on reschedule, and keeps it while the volume may still be in progress or
+    /// nothing reached the driver.
+    pub fn settle(&mut self, uid: &str, failure: Option<super::classify::ProvisioningState>) {
+        use super::classify::ProvisioningState::*;
+        match failure {
+            None | Some(Finished) | Some(Reschedule) => self.forget(uid),
+            Some(InBackground) | Some(NoChange) => {}
+        }
+    }
+
+    /// Forgets claim `uid` (also when the claim is deleted or its selected node is cleared).
+    pub fn forget(&mut self, uid: &str) {
+        self.by_uid.remove(uid);
+    }
+
+    /// Number of pinned claims.
+    pub fn len(&self) -> usize {
+        self.by_uid.len()
+    }
+
+    /// Whether nothing is pinned.
+    pub fn is_empty(&self) -> bool {
+        self.by_uid.is_empty()
+    }
+}
+
 /// 32-bit FNV-1 (multiply, then xor; not FNV-1a), as Go's `fnv.New32`.
 pub fn fnv1_32(data: &[u8]) -> u32 {
     data.iter().fold(0x811c_9dc5_u32, |hash, b| {
