@@ -123,11 +123,10 @@ impl Dirty {
                         Some(c) => {
                             self.pvcs.insert(c);
                         }
-                        None => self.unbound_claims = true,
+                        // An unclaimed volume may satisfy a pending claim.
+                        None if r.kind != EventType::Deleted => self.unbound_claims = true,
+                        None => {}
                     }
-                }
-                if r.kind == EventType::Deleted {
-                    self.unbound_claims = true;
                 }
             }
             PVC => {

@@ -233,7 +233,6 @@ impl Sim {
     pub fn try_client(&self) -> anyhow::Result<kube::Client> {
         let mut config = kube::Config::new(self.url().parse()?);
         config.default_namespace = "default".into();
-        config.read_timeout = None;
         Ok(kube::Client::try_from(config)?)
     }
 

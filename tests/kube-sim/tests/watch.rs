@@ -296,3 +296,32 @@ async fn reqwest_like_get(sim: &Sim, path: &str, accept: &str) -> String {
         .unwrap();
     sim.client().request_text(req).await.unwrap()
 }
+
+#[tokio::test]
+async fn streaming_list_watcher_uses_send_initial_events() {
+    let sim = Sim::start(SimConfig::bare()).await.unwrap();
+    let pvs: Api<PersistentVolume> = Api::all(sim.client());
+    for i in 0..3 {
+        pvs.create(&PostParams::default(), &pv(&format!("s-{i}")))
+            .await
+            .unwrap();
+    }
+    let (reader, writer) = reflector::store();
+    let cfg = watcher::Config::default().streaming_lists();
+    let stream = reflector(writer, watcher(pvs.clone(), cfg)).default_backoff();
+    let task = tokio::spawn(stream.for_each(|_| futures::future::ready(())));
+    pvs.create(&PostParams::default(), &pv("s-3"))
+        .await
+        .unwrap();
+    wait_for("streaming reflector sees all four", || async {
+        (reader.state().len() == 4).then_some(())
+    })
+    .await;
+    assert_eq!(
+        sim.counters()
+            .count(Some("list"), Some("persistentvolumes"), None),
+        0,
+        "no list call"
+    );
+    task.abort();
+}
