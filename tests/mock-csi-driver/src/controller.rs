@@ -122,7 +122,7 @@ impl Driver {
             seq,
         };
         store.put_volume(record.clone());
-        if let Err(e) = self.persist(&store) {
+        if let Err(e) = self.persist(&mut store) {
             store.remove_volume(&record.id);
             return Err(e);
         }
@@ -230,7 +230,7 @@ impl Driver {
             tracing::info!(volume_id = %req.volume_id, "DeleteVolume: no such volume, nothing to do");
             return Ok(DeleteVolumeResponse {});
         };
-        if let Err(e) = self.persist(&store) {
+        if let Err(e) = self.persist(&mut store) {
             store.put_volume(removed);
             return Err(e);
         }
@@ -440,7 +440,7 @@ impl Driver {
             )));
         }
         store.update_volume(&v.id, |r| r.capacity_bytes = wanted);
-        if let Err(e) = self.persist(&store) {
+        if let Err(e) = self.persist(&mut store) {
             store.update_volume(&v.id, |r| r.capacity_bytes = v.capacity_bytes);
             return Err(e);
         }
@@ -490,7 +490,7 @@ impl Driver {
             v.mutable_parameters
                 .extend(rules::sorted(&req.mutable_parameters))
         });
-        if let Err(e) = self.persist(&store) {
+        if let Err(e) = self.persist(&mut store) {
             store.update_volume(&req.volume_id, |v| v.mutable_parameters = before);
             return Err(e);
         }
@@ -539,7 +539,7 @@ impl Driver {
             seq: store.next_seq(),
         };
         store.put_snapshot(record.clone());
-        if let Err(e) = self.persist(&store) {
+        if let Err(e) = self.persist(&mut store) {
             store.remove_snapshot(&record.id);
             return Err(e);
         }
@@ -558,7 +558,7 @@ impl Driver {
         required("snapshot_id", &req.snapshot_id)?;
         let mut store = self.store();
         if let Some(removed) = store.remove_snapshot(&req.snapshot_id) {
-            if let Err(e) = self.persist(&store) {
+            if let Err(e) = self.persist(&mut store) {
                 store.put_snapshot(removed);
                 return Err(e);
             }

@@ -87,7 +87,7 @@ impl Driver {
     /// A driver with the state file loaded (or empty state).
     pub fn new(config: Config) -> Result<Driver, StoreError> {
         let store = match &config.state_file {
-            Some(path) => Store::load(path)?,
+            Some(path) => Store::open(path)?,
             None => Store::default(),
         };
         Ok(Driver {
@@ -107,14 +107,10 @@ impl Driver {
         self.store.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Writes the state file (when configured); INTERNAL if that fails.
-    pub fn persist(&self, store: &Store) -> Result<(), Status> {
-        match &self.config.state_file {
-            Some(path) => store
-                .save(path)
-                .map_err(|e| Status::internal(e.to_string())),
-            None => Ok(()),
-        }
+    /// Persists the changes just made to `store` (when a state file is configured); INTERNAL if
+    /// that fails, after which the caller undoes its change.
+    pub fn persist(&self, store: &mut Store) -> Result<(), Status> {
+        store.persist().map_err(|e| Status::internal(e.to_string()))
     }
 
     /// Runs one RPC: counts it, applies injected latency and errors, runs `op` on a separate task

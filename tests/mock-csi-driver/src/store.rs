@@ -75,16 +75,43 @@ pub struct SnapshotRecord {
     pub seq: u64,
 }
 
-/// On-disk form of the state file.
-#[derive(Debug, Default, Serialize, Deserialize)]
-struct StateFile {
+/// On-disk form of the state file (the compacted snapshot).
+#[derive(Debug, Serialize, Deserialize)]
+struct StateFile<V, S> {
     version: u32,
     next_seq: u64,
-    volumes: Vec<VolumeRecord>,
-    snapshots: Vec<SnapshotRecord>,
+    volumes: Vec<V>,
+    snapshots: Vec<S>,
 }
 
 const STATE_FILE_VERSION: u32 = 1;
+
+/// One line of the journal next to the state file.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+enum Change {
+    PutVolume { volume: VolumeRecord },
+    RemoveVolume { id: String },
+    PutSnapshot { snapshot: SnapshotRecord },
+    RemoveSnapshot { id: String },
+}
+
+/// The state file and its journal.
+///
+/// Every change appends one JSON line to `<state file>.journal` with a single write, which a
+/// process death cannot tear. The state file itself is only ever replaced atomically (temporary
+/// file + rename): at start-up, and when the journal holds twice as many lines as there are live
+/// records. Replaying a journal over a newer state file is harmless, because each line is a
+/// whole record or a removal. No fsync: the crashes this driver simulates are process deaths,
+/// which the page cache survives.
+#[derive(Debug)]
+struct Persistence {
+    path: PathBuf,
+    journal_path: PathBuf,
+    journal: Option<std::fs::File>,
+    lines: usize,
+    needs_compaction: bool,
+}
 
 /// Why the state file could not be read or written.
 #[derive(Debug, thiserror::Error)]
@@ -135,37 +162,65 @@ pub struct Store {
     snapshot_names: HashMap<String, u64>,
     used: HashMap<String, i64>,
     next_seq: u64,
+    pending: Vec<Change>,
+    persistence: Option<Persistence>,
 }
 
 impl Store {
-    /// Loads `path`, or starts empty when it does not exist yet.
-    pub fn load(path: &Path) -> Result<Store, StoreError> {
-        let text = match std::fs::read_to_string(path) {
-            Ok(text) => text,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Store::default()),
-            Err(source) => {
-                return Err(StoreError::Read {
+    /// Opens the state file `path` (and its journal): loads what an earlier run left, compacts it
+    /// into the state file, and persists every later change (see [`Store::persist`]).
+    pub fn open(path: &Path) -> Result<Store, StoreError> {
+        let mut store = Store::default();
+        let mut next_seq = 0;
+        if let Some(text) = read_if_exists(path)? {
+            let file: StateFile<VolumeRecord, SnapshotRecord> = serde_json::from_str(&text)
+                .map_err(|source| StoreError::Parse {
                     path: path.to_owned(),
                     source,
+                })?;
+            if file.version != STATE_FILE_VERSION {
+                return Err(StoreError::Version {
+                    path: path.to_owned(),
+                    found: file.version,
                 });
             }
-        };
-        let file: StateFile = serde_json::from_str(&text).map_err(|source| StoreError::Parse {
-            path: path.to_owned(),
-            source,
-        })?;
-        if file.version != STATE_FILE_VERSION {
-            return Err(StoreError::Version {
-                path: path.to_owned(),
-                found: file.version,
-            });
+            next_seq = file.next_seq;
+            file.volumes.into_iter().for_each(|v| store.put_volume(v));
+            file.snapshots
+                .into_iter()
+                .for_each(|s| store.put_snapshot(s));
         }
-        let mut store = Store::default();
-        for v in file.volumes {
-            store.put_volume(v);
-        }
-        for s in file.snapshots {
-            store.put_snapshot(s);
+        let journal_path = journal_path(path);
+        if let Some(text) = read_if_exists(&journal_path)? {
+            let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+            for (i, line) in lines.iter().enumerate() {
+                let change = match serde_json::from_str::<Change>(line) {
+                    Ok(c) => c,
+                    // Only the last line can be incomplete (a write cut short by a full disk).
+                    Err(_) if i + 1 == lines.len() && !text.ends_with('\n') => {
+                        tracing::warn!(journal = %journal_path.display(), "ignoring an incomplete last journal line");
+                        break;
+                    }
+                    Err(source) => {
+                        return Err(StoreError::Parse {
+                            path: journal_path.clone(),
+                            source,
+                        });
+                    }
+                };
+                match change {
+                    Change::PutVolume { volume } => {
+                        next_seq = next_seq.max(volume.seq + 1);
+                        store.put_volume(volume);
+                    }
+                    Change::RemoveVolume { id } => drop(store.remove_volume(&id)),
+                    Change::PutSnapshot { snapshot } => {
+                        next_seq = next_seq.max(snapshot.seq + 1);
+                        store.put_snapshot(snapshot);
+                    }
+                    Change::RemoveSnapshot { id } => drop(store.remove_snapshot(&id)),
+                }
+            }
         }
         // Never hand out a sequence number twice, even if the file was edited by hand.
         let highest = store
@@ -174,32 +229,92 @@ impl Store {
             .chain(store.snapshots.keys())
             .max()
             .map_or(0, |s| s + 1);
-        store.next_seq = file.next_seq.max(highest);
+        store.next_seq = next_seq.max(highest);
+        store.persistence = Some(Persistence {
+            path: path.to_owned(),
+            journal_path,
+            journal: None,
+            lines: 0,
+            needs_compaction: true,
+        });
+        store.persist()?;
         Ok(store)
     }
 
-    /// Writes the whole state to `path` atomically: a temporary file in the same directory,
-    /// flushed to disk, then renamed over `path`, so a crash leaves either the old or the new file.
-    pub fn save(&self, path: &Path) -> Result<(), StoreError> {
-        let err = |source| StoreError::Write {
-            path: path.to_owned(),
-            source,
+    /// Writes the changes made since the last call (nothing without a state file). After a
+    /// failed write the next call rewrites the whole state, so the caller may undo its change
+    /// in memory and carry on.
+    pub fn persist(&mut self) -> Result<(), StoreError> {
+        let pending = std::mem::take(&mut self.pending);
+        let live = self.volumes.len() + self.snapshots.len();
+        let Some(p) = self.persistence.as_mut() else {
+            return Ok(());
         };
+        if p.needs_compaction || p.lines + pending.len() > 2 * live + 1024 {
+            return self.compact();
+        }
+        let mut buf = Vec::new();
+        for change in &pending {
+            serde_json::to_writer(&mut buf, change).map_err(|e| StoreError::Write {
+                path: p.journal_path.clone(),
+                source: std::io::Error::other(e),
+            })?;
+            buf.push(b'\n');
+        }
+        let written = match p.journal.as_mut() {
+            Some(f) => f.write_all(&buf),
+            None => Err(std::io::Error::other("journal is not open")),
+        };
+        match written {
+            Ok(()) => {
+                p.lines += pending.len();
+                Ok(())
+            }
+            Err(source) => {
+                p.needs_compaction = true;
+                Err(StoreError::Write {
+                    path: p.journal_path.clone(),
+                    source,
+                })
+            }
+        }
+    }
+
+    /// Replaces the state file atomically with the whole state, then starts an empty journal.
+    fn compact(&mut self) -> Result<(), StoreError> {
         let file = StateFile {
             version: STATE_FILE_VERSION,
             next_seq: self.next_seq,
-            volumes: self.volumes.values().cloned().collect(),
-            snapshots: self.snapshots.values().cloned().collect(),
+            volumes: self.volumes.values().collect(),
+            snapshots: self.snapshots.values().collect(),
         };
-        let bytes = serde_json::to_vec_pretty(&file).map_err(|e| err(std::io::Error::other(e)))?;
-        let mut tmp_name = path.file_name().unwrap_or_default().to_os_string();
+        let Some(p) = self.persistence.as_mut() else {
+            return Ok(());
+        };
+        p.needs_compaction = true;
+        let err = |path: &Path| {
+            let path = path.to_owned();
+            move |source| StoreError::Write { path, source }
+        };
+        let bytes =
+            serde_json::to_vec(&file).map_err(|e| err(&p.path)(std::io::Error::other(e)))?;
+        let mut tmp_name = p.path.file_name().unwrap_or_default().to_os_string();
         tmp_name.push(format!(".tmp.{}", std::process::id()));
-        let tmp = path.with_file_name(tmp_name);
-        let mut f = std::fs::File::create(&tmp).map_err(err)?;
-        f.write_all(&bytes).map_err(err)?;
-        f.sync_all().map_err(err)?;
-        drop(f);
-        std::fs::rename(&tmp, path).map_err(err)
+        let tmp = p.path.with_file_name(tmp_name);
+        std::fs::write(&tmp, &bytes).map_err(err(&tmp))?;
+        std::fs::rename(&tmp, &p.path).map_err(err(&p.path))?;
+        // The state file now holds everything the journal said; start the journal afresh.
+        let journal = std::fs::File::create(&p.journal_path).map_err(err(&p.journal_path))?;
+        p.journal = Some(journal);
+        p.lines = 0;
+        p.needs_compaction = false;
+        Ok(())
+    }
+
+    fn log(&mut self, change: impl FnOnce() -> Change) {
+        if self.persistence.is_some() {
+            self.pending.push(change());
+        }
     }
 
     /// Hands out the next creation sequence number.
@@ -214,6 +329,7 @@ impl Store {
         if let Some(old) = self.remove_volume(&v.id) {
             tracing::debug!(volume_id = %old.id, "replacing volume record");
         }
+        self.log(|| Change::PutVolume { volume: v.clone() });
         *self.used.entry(v.node.clone()).or_default() += v.capacity_bytes;
         self.volume_ids.insert(v.id.clone(), v.seq);
         self.volume_names.insert(v.name.clone(), v.seq);
@@ -224,6 +340,7 @@ impl Store {
     pub fn remove_volume(&mut self, id: &str) -> Option<VolumeRecord> {
         let seq = self.volume_ids.remove(id)?;
         let v = self.volumes.remove(&seq)?;
+        self.log(|| Change::RemoveVolume { id: id.to_owned() });
         if self.volume_names.get(&v.name) == Some(&seq) {
             self.volume_names.remove(&v.name);
         }
@@ -280,6 +397,9 @@ impl Store {
     /// Adds (or replaces) a snapshot.
     pub fn put_snapshot(&mut self, s: SnapshotRecord) {
         self.remove_snapshot(&s.id);
+        self.log(|| Change::PutSnapshot {
+            snapshot: s.clone(),
+        });
         self.snapshot_ids.insert(s.id.clone(), s.seq);
         self.snapshot_names.insert(s.name.clone(), s.seq);
         self.snapshots.insert(s.seq, s);
@@ -289,6 +409,7 @@ impl Store {
     pub fn remove_snapshot(&mut self, id: &str) -> Option<SnapshotRecord> {
         let seq = self.snapshot_ids.remove(id)?;
         let s = self.snapshots.remove(&seq)?;
+        self.log(|| Change::RemoveSnapshot { id: id.to_owned() });
         if self.snapshot_names.get(&s.name) == Some(&seq) {
             self.snapshot_names.remove(&s.name);
         }
@@ -335,6 +456,24 @@ impl Store {
     ) -> Page<'_, SnapshotRecord> {
         page(self.snapshots.range(start..).filter(|(_, s)| keep(s)), max)
     }
+}
+
+fn read_if_exists(path: &Path) -> Result<Option<String>, StoreError> {
+    match std::fs::read_to_string(path) {
+        Ok(text) => Ok(Some(text)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(source) => Err(StoreError::Read {
+            path: path.to_owned(),
+            source,
+        }),
+    }
+}
+
+/// `<state file>.journal`.
+pub fn journal_path(path: &Path) -> PathBuf {
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(".journal");
+    path.with_file_name(name)
 }
 
 fn page<'a, T: 'a>(mut items: impl Iterator<Item = (&'a u64, &'a T)>, max: usize) -> Page<'a, T> {
@@ -426,40 +565,96 @@ mod tests {
         assert_eq!(s.parse_token("-1"), None);
     }
 
-    #[test]
-    fn state_survives_a_save_and_load_and_keeps_sequence_numbers_unique() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("state.json");
-        let mut s = Store::default();
-        vol(&mut s, "a", "n1", 10);
-        let b = vol(&mut s, "b", "n2", 20);
-        s.remove_volume(&b);
-        s.save(&path).unwrap();
-        let mut loaded = Store::load(&path).unwrap();
-        assert_eq!(loaded.volume_count(), 1);
-        assert_eq!(loaded.volume_by_name("a").unwrap().node, "n1");
-        assert_eq!(loaded.used_on("n1"), 10);
-        assert_eq!(loaded.next_seq(), 2);
-        // No temporary file is left behind.
-        let names: Vec<_> = std::fs::read_dir(dir.path())
+    fn files(dir: &Path) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(dir)
             .unwrap()
-            .map(|e| e.unwrap().file_name())
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
             .collect();
-        assert_eq!(names, vec![std::ffi::OsString::from("state.json")]);
+        names.sort();
+        names
     }
 
     #[test]
-    fn a_missing_state_file_starts_empty_and_a_corrupt_one_is_an_error() {
+    fn every_persisted_change_survives_a_process_death_and_sequence_numbers_stay_unique() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.json");
+        let mut s = Store::open(&path).unwrap();
+        let a = vol(&mut s, "a", "n1", 10);
+        let b = vol(&mut s, "b", "n2", 20);
+        s.persist().unwrap();
+        s.remove_volume(&b);
+        s.update_volume(&a, |v| v.capacity_bytes = 15);
+        s.persist().unwrap();
+        // Dropped without any shutdown work, as a killed process would.
+        drop(s);
+        let mut loaded = Store::open(&path).unwrap();
+        assert_eq!(loaded.volume_count(), 1);
+        assert_eq!(loaded.volume_by_name("a").unwrap().capacity_bytes, 15);
+        assert_eq!(loaded.used_on("n1"), 15);
+        assert_eq!(
+            loaded.next_seq(),
+            2,
+            "the deleted volume's sequence number is not reused"
+        );
+        assert_eq!(files(dir.path()), vec!["state.json", "state.json.journal"]);
+        // Opening compacted everything into the state file.
+        assert_eq!(std::fs::read_to_string(journal_path(&path)).unwrap(), "");
+    }
+
+    #[test]
+    fn an_incomplete_last_journal_line_is_ignored_but_a_corrupt_middle_line_is_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.json");
+        let mut s = Store::open(&path).unwrap();
+        vol(&mut s, "a", "n1", 10);
+        s.persist().unwrap();
+        drop(s);
+        let journal = journal_path(&path);
+        let good = std::fs::read_to_string(&journal).unwrap();
+        std::fs::write(&journal, format!("{good}{{\"op\":\"put_vol")).unwrap();
+        assert_eq!(Store::open(&path).unwrap().volume_count(), 1);
+
+        std::fs::write(&journal, format!("{{broken\n{good}")).unwrap();
+        let err = Store::open(&path).unwrap_err().to_string();
+        assert!(
+            err.contains("state.json.journal") && err.contains("delete it"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn the_journal_is_compacted_when_it_outgrows_the_live_records() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.json");
+        let mut s = Store::open(&path).unwrap();
+        for i in 0..3000 {
+            let id = vol(&mut s, &format!("v{i}"), "n", 1);
+            s.remove_volume(&id);
+            s.persist().unwrap();
+        }
+        let lines = std::fs::read_to_string(journal_path(&path))
+            .unwrap()
+            .lines()
+            .count();
+        assert!(lines <= 1024 + 2, "journal has {lines} lines");
+        drop(s);
+        let mut loaded = Store::open(&path).unwrap();
+        assert_eq!(loaded.volume_count(), 0);
+        assert_eq!(loaded.next_seq(), 3000);
+    }
+
+    #[test]
+    fn a_corrupt_state_file_is_an_error_and_no_file_means_empty() {
         let dir = tempfile::tempdir().unwrap();
         assert_eq!(
-            Store::load(&dir.path().join("none.json"))
+            Store::open(&dir.path().join("none.json"))
                 .unwrap()
                 .volume_count(),
             0
         );
         let bad = dir.path().join("bad.json");
         std::fs::write(&bad, "{not json").unwrap();
-        let err = Store::load(&bad).unwrap_err().to_string();
+        let err = Store::open(&bad).unwrap_err().to_string();
         assert!(err.contains("delete it to start empty"), "{err}");
     }
 }
