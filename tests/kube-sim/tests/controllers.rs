@@ -366,3 +366,86 @@ async fn wait_for_first_consumer_gets_selected_node_then_provisioner() {
         Some("node-7")
     );
 }
+
+#[tokio::test]
+async fn provisioned_volume_for_a_claim_bound_elsewhere_is_released() {
+    let sim = Sim::start(SimConfig::default()).await.unwrap();
+    let a = apis(&sim);
+    let pp = PostParams::default();
+    let claim = a.pvcs.create(&pp, &pvc("c6", "")).await.unwrap();
+    let uid = claim.metadata.uid.clone().unwrap();
+    a.pvs
+        .create(&pp, &pv("first", "", Some(("c6", &uid))))
+        .await
+        .unwrap();
+    wait_for("claim bound", || async {
+        (phase_pvc(&a.pvcs.get("c6").await.unwrap()) == "Bound").then_some(())
+    })
+    .await;
+    // A second, duplicate volume provisioned for the same claim is not needed any more.
+    a.pvs
+        .create(&pp, &pv("second", "", Some(("c6", &uid))))
+        .await
+        .unwrap();
+    wait_for("duplicate released", || async {
+        (phase_pv(&a.pvs.get("second").await.unwrap()) == "Released").then_some(())
+    })
+    .await;
+    assert_eq!(
+        a.pvcs
+            .get("c6")
+            .await
+            .unwrap()
+            .spec
+            .unwrap()
+            .volume_name
+            .as_deref(),
+        Some("first")
+    );
+}
+
+#[tokio::test]
+async fn deleting_a_namespace_deletes_its_contents_then_itself() {
+    use k8s_openapi::api::core::v1::{Namespace, Secret};
+    let sim = Sim::start(SimConfig::default()).await.unwrap();
+    let c = sim.client();
+    let nss: Api<Namespace> = Api::all(c.clone());
+    nss.create(
+        &PostParams::default(),
+        &obj(json!({"metadata": {"name": "scratch"}})),
+    )
+    .await
+    .unwrap();
+    let secrets: Api<Secret> = Api::namespaced(c.clone(), "scratch");
+    secrets
+        .create(
+            &PostParams::default(),
+            &obj(json!({"metadata": {"name": "s"}})),
+        )
+        .await
+        .unwrap();
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(c, "scratch");
+    claims
+        .create(&PostParams::default(), &pvc("c", ""))
+        .await
+        .unwrap();
+    let ns = nss
+        .delete("scratch", &DeleteParams::default())
+        .await
+        .unwrap()
+        .left()
+        .expect("namespace terminates first");
+    assert_eq!(ns.status.unwrap().phase.as_deref(), Some("Terminating"));
+    let refused = secrets
+        .create(
+            &PostParams::default(),
+            &obj(json!({"metadata": {"name": "late"}})),
+        )
+        .await;
+    assert!(matches!(refused, Err(kube::Error::Api(s)) if s.code == 403 || s.code == 404));
+    wait_for("namespace gone", || async {
+        matches!(nss.get("scratch").await, Err(kube::Error::Api(s)) if s.code == 404).then_some(())
+    })
+    .await;
+    assert!(sim.objects("persistentvolumeclaims").is_empty() && sim.objects("secrets").is_empty());
+}
