@@ -2,10 +2,11 @@
 //! topology, the PV object) plus the controller shell that executes them.
 
 pub mod classify;
-pub mod controller;
 pub(crate) mod gofmt;
+pub mod intent;
 pub mod params;
 pub mod plan;
+pub mod plan_error;
 pub mod pv;
 pub mod quantity;
 pub mod request;

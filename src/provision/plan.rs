@@ -36,8 +36,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use k8s_openapi::api::storage::v1::{StorageClass, VolumeAttributesClass};
 
-use super::classify::{ProvisioningState, may_reschedule};
-use super::gofmt;
+use super::classify::may_reschedule;
 use super::params::{self, ParamError};
 use super::pv::{PvTemplate, claim_ref};
 use super::request::{
@@ -56,6 +55,9 @@ use crate::node::ownership::{
     self, ClearSelectedNode, CsiNodeLookup, NodeIdentity, NotOwned, Ownership, OwnershipInputs,
 };
 
+pub use super::intent::{CleanupReason, IntentCleanup, has_intent, intent_annotations};
+use super::intent::{IntentOwner, cleanup, intent_owner, intent_secret};
+pub use super::plan_error::{Capability, PlanError};
 pub use crate::node::ownership::{claim_class_name, selected_node};
 
 /// Process-wide settings (from flags, gates and the driver handshake).
@@ -269,214 +271,7 @@ impl ProvisionPlan {
     }
 }
 
-/// Intent annotations for a volume name and provisioner secret.
-pub fn intent_annotations(
-    volume_name: &str,
-    secret: Option<&SecretRef>,
-) -> BTreeMap<&'static str, Option<String>> {
-    BTreeMap::from([
-        (names::ANN_INTENT_VOLUME_NAME, Some(volume_name.to_owned())),
-        (
-            names::ANN_INTENT_SECRET_NAME,
-            secret.map(|s| s.name.clone()),
-        ),
-        (
-            names::ANN_INTENT_SECRET_NAMESPACE,
-            secret.map(|s| s.namespace.clone()),
-        ),
-    ])
-}
-
-/// A volume to delete because its claim no longer wants it.
-#[derive(Debug, Clone)]
-pub struct IntentCleanup {
-    /// The intent's volume name.
-    pub volume_name: String,
-    /// The volume id, when CreateVolume's answer was recorded.
-    pub volume_id: Option<String>,
-    /// The provisioner secret recorded with the intent (for CreateVolume replay and DeleteVolume).
-    pub secret: Option<SecretRef>,
-    /// Without a volume id: the CreateVolume to replay (same name) to learn it. The driver answers
-    /// with the existing volume, or creates it, which is then deleted just the same. A failed
-    /// replay is judged by [`super::classify::replay_verdict`].
-    pub replay: Option<CreateVolumeRequest>,
-    /// Whether `replay` is the request the original call was built from (same class, same
-    /// inputs); otherwise a minimal one (class gone or inputs no longer valid), whose refusal
-    /// proves nothing.
-    pub replay_is_exact: bool,
-    /// Why the volume is no longer wanted.
-    pub reason: CleanupReason,
-}
-
-/// Why an intent's volume is deleted.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum CleanupReason {
-    /// The claim is being deleted.
-    ClaimDeleted,
-    /// The claim got bound to another PV.
-    BoundElsewhere(String),
-}
-
-/// A driver capability a claim needs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Capability {
-    /// Plugin CONTROLLER_SERVICE.
-    ControllerService,
-    /// CREATE_DELETE_VOLUME.
-    CreateDeleteVolume,
-    /// CREATE_DELETE_SNAPSHOT (restore from a snapshot).
-    CreateDeleteSnapshot,
-    /// CLONE_VOLUME.
-    CloneVolume,
-    /// MODIFY_VOLUME (a VolumeAttributesClass).
-    ModifyVolume,
-}
-
-/// Bad input. `Display` is the `ProvisioningFailed` event message (upstream's text where it has one).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum PlanError {
-    /// No class named.
-    #[error(
-        "the claim names no StorageClass: set spec.storageClassName to a class provisioned by {driver}"
-    )]
-    NoClassName {
-        /// Our driver.
-        driver: String,
-    },
-    /// The class does not exist.
-    #[error(
-        "storageclass.storage.k8s.io {} not found: create the StorageClass or correct spec.storageClassName of the claim",
-        gofmt::quote(.0)
-    )]
-    ClassNotFound(String),
-    /// The class belongs to another provisioner.
-    #[error(
-        "StorageClass {class:?} is provisioned by {provisioner:?}, not by {driver:?}: the claim's storage-provisioner annotation and its class disagree; correct spec.storageClassName"
-    )]
-    ClassOfOtherDriver {
-        /// Class name.
-        class: String,
-        /// The class's provisioner.
-        provisioner: String,
-        /// Our driver.
-        driver: String,
-    },
-    /// The driver lacks a capability.
-    #[error("{}", capability_message(*.0))]
-    MissingCapability(Capability),
-    /// `spec.selector` is set.
-    #[error("claim Selector is not supported")]
-    Selector,
-    /// `spec.dataSource(Ref)` has an empty name.
-    #[error("the PVC source not found for PVC {0}")]
-    EmptySourceName(String),
-    /// A VolumeSnapshot source of another API group.
-    #[error(
-        "the PVC source does not belong to the right APIGroup. Expected snapshot.storage.k8s.io, Got {0}"
-    )]
-    SnapshotApiGroup(String),
-    /// `dataSourceRef.namespace` with the gate off.
-    #[error(
-        "dataSourceRef namespace specified but the CrossNamespaceVolumeDataSource feature is disabled"
-    )]
-    CrossNamespaceDisabled,
-    /// The data source could not be resolved to a handle.
-    #[error("error getting handle for DataSource Type {kind} by Name {name}: {reason}")]
-    SourceUnresolved {
-        /// Source kind.
-        kind: String,
-        /// Source name.
-        name: String,
-        /// Why.
-        reason: String,
-    },
-    /// Volume name, size or access modes.
-    #[error(transparent)]
-    Request(#[from] RequestError),
-    /// StorageClass parameters.
-    #[error(transparent)]
-    Params(#[from] ParamError),
-    /// Secret references.
-    #[error(transparent)]
-    Secret(#[from] SecretError),
-    /// Topology.
-    #[error("error generating accessibility requirements: {0}")]
-    Topology(TopologyError),
-    /// The VolumeAttributesClass does not exist.
-    #[error("volumeattributesclasses.storage.k8s.io {} not found", gofmt::quote(.0))]
-    VacNotFound(String),
-    /// The VolumeAttributesClass lookup failed.
-    #[error("{0}")]
-    VacLookupFailed(String),
-    /// The VolumeAttributesClass is another driver's.
-    #[error(
-        "VAC {name} referenced in PVC is for driver {vac_driver} which does not match driver name {driver}"
-    )]
-    VacOtherDriver {
-        /// VAC name.
-        name: String,
-        /// Its driver.
-        vac_driver: String,
-        /// Our driver.
-        driver: String,
-    },
-}
-
-fn capability_message(c: Capability) -> &'static str {
-    match c {
-        Capability::ControllerService => {
-            "CSI driver does not support dynamic provisioning: plugin CONTROLLER_SERVICE capability is not reported"
-        }
-        Capability::CreateDeleteVolume => {
-            "CSI driver does not support dynamic provisioning: controller CREATE_DELETE_VOLUME capability is not reported"
-        }
-        Capability::CreateDeleteSnapshot => {
-            "CSI driver does not support snapshot restore: controller CREATE_DELETE_SNAPSHOT capability is not reported"
-        }
-        Capability::CloneVolume => {
-            "CSI driver does not support clone operations: controller CLONE_VOLUME capability is not reported"
-        }
-        Capability::ModifyVolume => {
-            "CSI driver does not support VolumeAttributesClass: controller MODIFY_VOLUME capability is not reported"
-        }
-    }
-}
-
-impl PlanError {
-    /// Upstream's provisioning state for the error (metrics and logs): input errors are
-    /// `Finished`, lookups that may succeed later are `NoChange`.
-    pub fn state(&self) -> ProvisioningState {
-        match self {
-            PlanError::SourceUnresolved { .. }
-            | PlanError::Secret(_)
-            | PlanError::Topology(_)
-            | PlanError::VacNotFound(_)
-            | PlanError::VacLookupFailed(_) => ProvisioningState::NoChange,
-            _ => ProvisioningState::Finished,
-        }
-    }
-
-    /// Whether upstream emits its Normal `Provisioning` event before this error (errors found by
-    /// the CSI part rather than the generic controller): emit it too, for identical event streams.
-    pub fn follows_provisioning_event(&self) -> bool {
-        !matches!(
-            self,
-            PlanError::NoClassName { .. }
-                | PlanError::ClassNotFound(_)
-                | PlanError::ClassOfOtherDriver { .. }
-        )
-    }
-}
-
-/// Whether the claim carries the provisioning intent.
-pub fn has_intent(pvc: &PersistentVolumeClaim) -> bool {
-    pvc.metadata
-        .finalizers
-        .as_ref()
-        .is_some_and(|f| f.iter().any(|x| x == names::FINALIZER_PROVISIONING_INTENT))
-}
-
-fn annotation<'p>(pvc: &'p PersistentVolumeClaim, key: &str) -> Option<&'p str> {
+pub(super) fn annotation<'p>(pvc: &'p PersistentVolumeClaim, key: &str) -> Option<&'p str> {
     pvc.metadata
         .annotations
         .as_ref()?
@@ -502,13 +297,6 @@ pub fn claim_volume_name(
     )
 }
 
-fn intent_secret(pvc: &PersistentVolumeClaim) -> Option<SecretRef> {
-    Some(SecretRef::new(
-        annotation(pvc, names::ANN_INTENT_SECRET_NAME)?,
-        annotation(pvc, names::ANN_INTENT_SECRET_NAMESPACE)?,
-    ))
-}
-
 fn provisioner_annotation(pvc: &PersistentVolumeClaim) -> Option<&str> {
     let ann = pvc.metadata.annotations.as_ref()?;
     ann.get(names::ANN_STORAGE_PROVISIONER)
@@ -519,22 +307,6 @@ fn provisioner_annotation(pvc: &PersistentVolumeClaim) -> Option<&str> {
 fn is_ours(pvc: &PersistentVolumeClaim, driver: &str) -> bool {
     provisioner_annotation(pvc) == Some(driver)
         || annotation(pvc, names::ANN_MIGRATED_TO) == Some(driver)
-}
-
-/// Who acts on an intent: in node mode only the selected node's instance.
-enum IntentOwner {
-    Me,
-    Nobody,
-    Other,
-}
-
-fn intent_owner(pvc: &PersistentVolumeClaim, settings: &ProvisionSettings) -> IntentOwner {
-    match (&settings.node, selected_node(pvc)) {
-        (None, _) => IntentOwner::Me,
-        (Some(mode), Some(node)) if node == mode.me.name => IntentOwner::Me,
-        (Some(_), Some(_)) => IntentOwner::Other,
-        (Some(_), None) => IntentOwner::Nobody,
-    }
 }
 
 /// Decides what to do with `pvc`.
@@ -647,7 +419,7 @@ pub fn decide_claim(pvc: &PersistentVolumeClaim, ctx: &ClaimContext<'_>) -> Clai
 }
 
 /// Why [`plan`] stopped.
-enum Stop {
+pub(super) enum Stop {
     Fail(PlanError),
     Ignore(IgnoreReason),
     Reschedule(TopologyError),
@@ -708,7 +480,7 @@ fn data_source(
 }
 
 /// The CSI part of provisioning (upstream `prepareProvision`), in upstream's order.
-fn plan(
+pub(super) fn plan(
     pvc: &PersistentVolumeClaim,
     ctx: &ClaimContext<'_>,
     class: &StorageClass,
@@ -927,65 +699,6 @@ fn source_error(kind: &str, name: &str, reason: &str) -> PlanError {
         name: name.to_owned(),
         reason: reason.to_owned(),
     }
-}
-
-fn cleanup(
-    pvc: &PersistentVolumeClaim,
-    ctx: &ClaimContext<'_>,
-    volume_name: String,
-    reason: CleanupReason,
-) -> ClaimDecision {
-    let volume_id = annotation(pvc, names::ANN_INTENT_VOLUME_ID).map(str::to_owned);
-    let secret = intent_secret(pvc);
-    let (replay, replay_is_exact) = if volume_id.is_some() {
-        (None, false)
-    } else {
-        let exact = ctx
-            .class
-            .and_then(|class| plan(pvc, ctx, class, true).ok())
-            .filter(|p| p.volume_name == volume_name)
-            .map(|p| p.request);
-        match exact {
-            Some(req) => (Some(req), true),
-            None => (Some(minimal_request(pvc, &volume_name)), false),
-        }
-    };
-    ClaimDecision::CleanupIntent(Box::new(IntentCleanup {
-        volume_name,
-        volume_id,
-        secret,
-        replay,
-        replay_is_exact,
-        reason,
-    }))
-}
-
-/// A CreateVolume with only what the claim itself says (no class, no topology), for replaying
-/// when the original inputs are gone.
-fn minimal_request(pvc: &PersistentVolumeClaim, volume_name: &str) -> CreateVolumeRequest {
-    let modes = pvc
-        .spec
-        .as_ref()
-        .and_then(|s| s.access_modes.clone())
-        .filter(|m| !m.is_empty())
-        .unwrap_or_else(|| vec!["ReadWriteOnce".to_owned()]);
-    let capabilities = request::volume_capabilities(&modes, is_block(pvc), "", &[], false)
-        .or_else(|_| {
-            request::volume_capabilities(
-                &["ReadWriteOnce".to_owned()],
-                is_block(pvc),
-                "",
-                &[],
-                false,
-            )
-        })
-        .unwrap_or_default();
-    create_volume_request(RequestParts {
-        name: volume_name.to_owned(),
-        required_bytes: requested_bytes(pvc).unwrap_or(0),
-        capabilities,
-        ..RequestParts::default()
-    })
 }
 
 #[cfg(test)]
