@@ -4,8 +4,8 @@
 //! Both are plain data: the caller passes `Instant`s in and wraps the value in a lock if it shares
 //! it between workers. This mirrors upstream's workqueue `ItemExponentialFailureRateLimiter` (one
 //! counter per key, delay `start·2^n` capped at `max`, forgotten on success) and the lib's SlowSet
-//! (reference §10), without upstream's mix-up that made the hold-back ignore `--retry-interval-max`:
-//! the hold-back is [`INFEASIBLE_HOLD_BACK`] and only that, deliberately.
+//! (reference §10), whose retention is effectively fixed at 5 minutes whatever
+//! `--retry-interval-max` says; ours is [`INFEASIBLE_HOLD_BACK`] likewise.
 
 use std::collections::HashMap;
 use std::fmt;
