@@ -2,6 +2,7 @@
 //! topology, the PV object) plus the controller shell that executes them.
 
 pub mod classify;
+pub mod controller;
 pub(crate) mod gofmt;
 pub mod intent;
 pub mod params;
