@@ -11,7 +11,7 @@ use crate::options::{self, Options, OptionsError, Pattern, Secrets};
 /// spec rules the external-provisioner relies on. Prints one line per check (PASS/FAIL/SKIP),
 /// then "N passed, N failed, N skipped"; exits 1 when a check failed, 2 when it could not run.
 #[derive(Debug, Parser)]
-#[command(name = "csi-sanity", version, about, long_about = None)]
+#[command(name = "csi-sanity", version)]
 pub struct Args {
     /// The driver's CSI socket: a path or unix:///path.
     #[arg(long, env = "CSI_ADDRESS", required_unless_present = "list")]
@@ -31,8 +31,8 @@ pub struct Args {
     #[arg(long, value_name = "FILE")]
     pub secrets_file: Option<PathBuf>,
 
-    /// required_bytes of test volumes.
-    #[arg(long, value_name = "BYTES", default_value_t = options::DEFAULT_TEST_VOLUME_SIZE)]
+    /// required_bytes of test volumes: bytes or a quantity like 1Gi, 500Mi, 2G.
+    #[arg(long, value_name = "SIZE", default_value = "10Gi", value_parser = parse_quantity)]
     pub test_volume_size: i64,
 
     /// A CreateVolume parameter for test volumes, KEY=VALUE. Repeatable.
@@ -59,6 +59,10 @@ pub struct Args {
 
 fn parse_duration(s: &str) -> Result<Duration, OptionsError> {
     options::parse_duration(s)
+}
+
+fn parse_quantity(s: &str) -> Result<i64, OptionsError> {
+    options::parse_quantity(s)
 }
 
 fn parse_volume_parameter(s: &str) -> Result<(String, String), OptionsError> {

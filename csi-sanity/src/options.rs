@@ -29,6 +29,8 @@ pub enum OptionsError {
     UnknownSecretSection { path: PathBuf, section: String },
     #[error("invalid duration {0:?}; use Go syntax like 30s, 1m, 500ms")]
     Duration(String),
+    #[error("invalid size {0:?}; use bytes or a quantity like 10Gi, 500Mi, 1G")]
+    Quantity(String),
     #[error("invalid {what} {value:?}; use KEY=VALUE")]
     Pair { what: &'static str, value: String },
 }
@@ -215,6 +217,27 @@ pub fn parse_duration(s: &str) -> Result<Duration, OptionsError> {
     Duration::try_from_secs_f64(total).map_err(|_| bad())
 }
 
+/// Parses a positive byte count: `1073741824`, `10Gi`, `500Mi`, `1G`.
+pub fn parse_quantity(s: &str) -> Result<i64, OptionsError> {
+    let bad = || OptionsError::Quantity(s.to_owned());
+    let t = s.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let n: i64 = t[..split].parse().map_err(|_| bad())?;
+    let unit: i64 = match &t[split..] {
+        "" => 1,
+        "k" | "K" => 1_000,
+        "M" => 1_000_000,
+        "G" => 1_000_000_000,
+        "T" => 1_000_000_000_000,
+        "Ki" => 1 << 10,
+        "Mi" => 1 << 20,
+        "Gi" => 1 << 30,
+        "Ti" => 1 << 40,
+        _ => return Err(bad()),
+    };
+    n.checked_mul(unit).filter(|b| *b > 0).ok_or_else(bad)
+}
+
 /// Parses `KEY=VALUE`.
 pub fn parse_pair(what: &'static str, s: &str) -> Result<(String, String), OptionsError> {
     match s.split_once('=') {
@@ -282,6 +305,13 @@ mod tests {
         assert!(!o.selects("controller/create-volume/idempotent"));
         assert!(o.selects("x/snapshot[1]"));
         assert!(!o.selects("identity/probe"));
+    }
+
+    #[test]
+    fn sizes_accept_bytes_and_quantities() {
+        assert_eq!(parse_quantity("10Gi").unwrap(), 10 << 30);
+        assert_eq!(parse_quantity("1073741824").unwrap(), 1 << 30);
+        assert!(parse_quantity("0").is_err() && parse_quantity("1GB").is_err());
     }
 
     #[test]

@@ -11,7 +11,7 @@ use crate::config::{
 /// A mock CSI driver: real gRPC on a Unix socket, volumes kept in memory (and optionally in a
 /// state file), with switches for capabilities, faults, latency and crashes.
 #[derive(Debug, Parser)]
-#[command(name = "mock-csi-driver", version, about, long_about = None)]
+#[command(name = "mock-csi-driver", version)]
 pub struct Args {
     /// CSI endpoint to serve: unix:///path/to/csi.sock or a bare path.
     #[arg(long, env = "CSI_ENDPOINT")]
@@ -39,8 +39,9 @@ pub struct Args {
     #[arg(long = "topology-node", value_name = "NODE")]
     pub topology_nodes: Vec<String>,
 
-    /// Keep volumes and snapshots in this JSON file (rewritten atomically after every change)
-    /// so a restarted driver still knows them.
+    /// Keep volumes and snapshots in this JSON file and <FILE>.journal (every change is
+    /// written before the call is answered; the file is only replaced atomically), so a
+    /// restarted driver still knows them.
     #[arg(long)]
     pub state_file: Option<std::path::PathBuf>,
 

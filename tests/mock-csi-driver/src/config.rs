@@ -339,7 +339,7 @@ pub struct Config {
     /// Further nodes this instance may place volumes on (a central controller in front of
     /// several simulated nodes); each has its own pool.
     pub extra_nodes: Vec<String>,
-    /// Persist volumes and snapshots here (atomic writes) and load them at start.
+    /// Persist volumes and snapshots here (plus `<file>.journal`) and load them at start.
     pub state_file: Option<PathBuf>,
     /// Control socket path.
     pub control: Option<PathBuf>,
