@@ -3,6 +3,6 @@
 
 pub mod client;
 pub mod errors;
-pub mod patch;
 pub mod events;
+pub mod patch;
 pub mod watch;

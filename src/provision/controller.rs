@@ -78,6 +78,9 @@ struct Provisioner {
     compete_at: Mutex<HashMap<String, Instant>>,
     /// Node mode: the fixed topology view built from NodeGetInfo (as upstream).
     node_topology: Option<StaticTopology>,
+    /// Accessibility requirements of claims whose CreateVolume may still be in progress, so a retry
+    /// sends the identical request even if nodes changed meanwhile (upstream's per-PVC cache).
+    pinned: Mutex<HashMap<String, v1::TopologyRequirement>>,
 }
 
 fn settings_of(ctx: &Context) -> ProvisionSettings {
@@ -141,6 +144,7 @@ pub async fn run(
         competition: Mutex::new(competition),
         compete_at: Mutex::new(HashMap::new()),
         node_topology,
+        pinned: Mutex::new(HashMap::new()),
         settings,
         ctx: ctx.clone(),
     });
@@ -264,6 +268,12 @@ async fn reconcile(
     };
     let class =
         plan::claim_class_name(&pvc).and_then(|name| stores.classes.get(&ObjectRef::new(name)));
+    let pinned = state
+        .pinned
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(&claim_key(&pvc))
+        .cloned();
     // The topology view is not Sync: decide in a block that ends before the next await.
     let decision = {
         let pv_exists = plan::claim_volume_name(&pvc, settings)
@@ -278,6 +288,8 @@ async fn reconcile(
         };
         let selected = ownership::selected_node(&pvc).map(str::to_owned);
         let selected_node_driver = match (&selected, &stores.csinodes) {
+            // While a requirement is pinned the node is settled until the attempt ends.
+            _ if pinned.is_some() => CsiNodeLookup::Unknown,
             (Some(node), Some(csinodes)) => CsiNodeLookup::of(
                 csinodes.get(&ObjectRef::new(node)).as_deref(),
                 &settings.driver,
@@ -304,6 +316,7 @@ async fn reconcile(
             topology,
             selected_node_driver,
             selected_node_uid: selected_node_uid.as_deref(),
+            pinned_topology: pinned.as_ref(),
             vac,
             source: &source,
         };
@@ -516,6 +529,11 @@ async fn provision(
     }
     state
         .infeasible
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .remove(&key);
+    state
+        .pinned
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .remove(&key);

@@ -30,6 +30,8 @@ use crate::retry::Backoff;
 const RESYNC: Duration = Duration::from_secs(10 * 60);
 /// Retry delay when the volume name is busy with a create in this process.
 const LOCK_RETRY: Duration = Duration::from_millis(500);
+/// Size of the deleted-volume memo at which entries of PVs that no longer exist are dropped.
+const PRUNE_AT: usize = 4096;
 /// Steps executed in one reconcile before yielding (each step re-reads the PV it wrote).
 const MAX_STEPS: usize = 4;
 
@@ -335,27 +337,34 @@ async fn finish(
     let name = pv.name_any();
     let uid = pv.metadata.uid.clone().unwrap_or_default();
     if issue_delete {
-        match patch::delete_with_uid(api, &name, &uid).await? {
-            DeleteOutcome::Deleted => {}
-            DeleteOutcome::Gone => {
-                state.forget(&uid);
-                return Ok(Next::Done(Action::await_change()));
-            }
+        if patch::delete_with_uid(api, &name, &uid).await? == DeleteOutcome::Gone {
+            return Ok(Next::Done(Action::await_change()));
         }
     }
-    let outcome = patch::remove_finalizer(api, pv, names::FINALIZER_PV_DELETION_PROTECTION).await?;
-    state.forget(&uid);
+    patch::remove_finalizer(api, pv, names::FINALIZER_PV_DELETION_PROTECTION).await?;
     debug!(pv = %name, "PV deleted and deletion-protection finalizer removed");
-    let _ = outcome;
+    // The UID stays in `deleted` on purpose: a reconcile started from a cache that has not seen
+    // the finalizer removal yet must not send DeleteVolume again. Entries of PVs that are gone are
+    // pruned once the set grows.
+    state.prune_deleted();
     Ok(Next::Done(Action::await_change()))
 }
 
 impl Reclaimer {
-    fn forget(&self, uid: &str) {
-        self.deleted
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(uid);
+    fn prune_deleted(&self) {
+        let mut deleted = self.deleted.lock().unwrap_or_else(|p| p.into_inner());
+        if deleted.len() < PRUNE_AT {
+            return;
+        }
+        let live: HashSet<String> = self
+            .ctx
+            .stores
+            .pvs
+            .state()
+            .iter()
+            .filter_map(|pv| pv.metadata.uid.clone())
+            .collect();
+        deleted.retain(|uid| live.contains(uid));
     }
 }
 
