@@ -107,10 +107,6 @@ async fn latency_past_the_callers_deadline_times_out_but_the_volume_is_still_cre
         matches!(err.code(), Code::DeadlineExceeded | Code::Cancelled),
         "{err:?}"
     );
-    assert!(
-        f.driver.state().volume_by_name("pvc-slow").is_none(),
-        "nothing happens before the latency"
-    );
     // The backend keeps working after the caller gave up, like a real one.
     let id = wait_for("the slow create to finish", PATIENCE, || {
         f.driver
