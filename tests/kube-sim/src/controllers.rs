@@ -3,7 +3,7 @@
 //! (pods go Running). They react to every committed change and resync periodically; their
 //! writes go through the same store path as client writes (new resourceVersion, watch events).
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
 use serde_json::{Value, json};
@@ -37,7 +37,10 @@ pub(crate) fn spawn(inner: Arc<Inner>, mut rx: UnboundedReceiver<Arc<Record>>) -
             let mut dirty = Dirty::default();
             tokio::select! {
                 rec = rx.recv() => match rec {
-                    Some(r) => dirty.add(&r),
+                    Some(r) => {
+                        ctl.index.observe(&r);
+                        dirty.add(&r);
+                    }
                     None => return,
                 },
                 _ = resync.tick() => dirty.all = true,
@@ -48,7 +51,11 @@ pub(crate) fn spawn(inner: Arc<Inner>, mut rx: UnboundedReceiver<Arc<Record>>) -
             let seen = {
                 let st = inner.lock();
                 while let Ok(r) = rx.try_recv() {
+                    ctl.index.observe(&r);
                     dirty.add(&r);
+                }
+                if dirty.all {
+                    ctl.index.rebuild(&st);
                 }
                 st.resource_version()
             };
@@ -153,10 +160,75 @@ impl Dirty {
     }
 }
 
+/// Which PVs name which claim, and which name none, kept from the change feed so that
+/// syncs do not scan every PV. Candidates are re-read from the store before use.
+#[derive(Default)]
+struct PvIndex {
+    by_claim: HashMap<NsName, BTreeSet<String>>,
+    unclaimed: BTreeSet<String>,
+}
+
+impl PvIndex {
+    fn forget(&mut self, name: &str, pv: &Value) {
+        match claim_ref(pv) {
+            Some(c) => {
+                if let Some(set) = self.by_claim.get_mut(&c) {
+                    set.remove(name);
+                    if set.is_empty() {
+                        self.by_claim.remove(&c);
+                    }
+                }
+            }
+            None => {
+                self.unclaimed.remove(name);
+            }
+        }
+    }
+
+    fn insert(&mut self, name: &str, pv: &Value) {
+        match claim_ref(pv) {
+            Some(c) => {
+                self.by_claim.entry(c).or_default().insert(name.to_string());
+            }
+            None => {
+                self.unclaimed.insert(name.to_string());
+            }
+        }
+    }
+
+    fn observe(&mut self, r: &Record) {
+        if r.storage != PV {
+            return;
+        }
+        let name = meta_str(&r.obj, "name").to_string();
+        if let Some(prev) = r.prev.as_deref() {
+            self.forget(&name, prev);
+        }
+        if r.kind != EventType::Deleted {
+            self.insert(&name, &r.obj);
+        }
+    }
+
+    fn rebuild(&mut self, st: &Store) {
+        *self = Self::default();
+        for pv in st.list(PV, None) {
+            self.insert(meta_str(&pv, "name"), &pv);
+        }
+    }
+
+    fn claiming(&self, claim: &NsName) -> Vec<String> {
+        self.by_claim
+            .get(claim)
+            .map(|s| s.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+}
+
 #[derive(Default)]
 struct Controllers {
     /// (object uid, reason) already reported, so repeated syncs do not spam events.
     emitted: HashSet<(String, String)>,
+    index: PvIndex,
 }
 
 fn pv_rd() -> &'static resources::ResourceDef {
@@ -303,13 +375,9 @@ impl Controllers {
                 );
             }
             // PVs pointing at a changed claim must learn about it (Released, binding).
-            if !d.pvcs.is_empty() {
-                for pv in st.list(PV, None) {
-                    if claim_ref(&pv).is_some_and(|c| d.pvcs.contains(&c)) {
-                        d.pvs.insert(meta_str(&pv, "name").to_string());
-                    }
-                }
-            }
+            let pointing: Vec<String> =
+                d.pvcs.iter().flat_map(|c| self.index.claiming(c)).collect();
+            d.pvs.extend(pointing);
             for ns in &d.pod_namespaces {
                 d.pods.extend(
                     st.list(PODS, Some(ns))
@@ -388,9 +456,11 @@ impl Controllers {
         }
         let vol = s(&pvc, "/spec/volumeName").to_string();
         if vol.is_empty() {
-            let prebound = st
-                .list(PV, None)
-                .into_iter()
+            let prebound = self
+                .index
+                .claiming(&(ns.to_string(), name.to_string()))
+                .iter()
+                .filter_map(|n| st.get(PV, "", n))
                 .find(|pv| claim_ref_matches(pv, &pvc));
             if let Some(pv) = prebound {
                 bind(st, &pv, &pvc);
@@ -405,7 +475,7 @@ impl Controllers {
             let delay = sc
                 .as_ref()
                 .is_some_and(|c| s(c, "/volumeBindingMode") == "WaitForFirstConsumer");
-            if !delay && let Some(pv) = best_match(st, &pvc) {
+            if !delay && let Some(pv) = best_match(st, &self.index.unclaimed, &pvc) {
                 bind(st, &pv, &pvc);
                 return;
             }
@@ -614,12 +684,13 @@ fn claim_ref_matches(pv: &Value, pvc: &Value) -> bool {
 }
 
 /// The smallest Available volume that satisfies the claim (class, mode, access modes, size, selector).
-fn best_match(st: &Store, pvc: &Value) -> Option<Arc<Value>> {
+fn best_match(st: &Store, unclaimed: &BTreeSet<String>, pvc: &Value) -> Option<Arc<Value>> {
     let want = quantity_at(pvc, "/spec/resources/requests/storage").unwrap_or(0.0);
     let class = s(pvc, "/spec/storageClassName");
     let modes = access_modes(pvc);
-    st.list(PV, None)
-        .into_iter()
+    unclaimed
+        .iter()
+        .filter_map(|n| st.get(PV, "", n))
         .filter(|pv| {
             claim_ref(pv).is_none()
                 && !is_deleting(pv)

@@ -314,14 +314,17 @@ pub fn update_causes(rd: &ResourceDef, old: &Value, new: &Value) -> Vec<Cause> {
             .and_then(Value::as_array)
             .map(|a| a.iter().collect())
             .unwrap_or_default();
+        // Sorted and de-duplicated, as Go's sets.String.List() prints them.
         let added: Vec<String> = new
             .pointer("/metadata/finalizers")
             .and_then(Value::as_array)
             .map(|a| {
-                a.iter()
+                let set: std::collections::BTreeSet<String> = a
+                    .iter()
                     .filter(|f| !before.contains(f))
                     .map(|f| format!("{:?}", f.as_str().unwrap_or("")))
-                    .collect()
+                    .collect();
+                set.into_iter().collect()
             })
             .unwrap_or_default();
         if !added.is_empty() {
