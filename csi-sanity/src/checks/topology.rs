@@ -44,10 +44,8 @@ pub async fn create_in_topology(ctx: &Ctx) -> Verdict {
         v.volume_id
     );
     ensure!(
-        v.accessible_topology
-            .iter()
-            .any(|t| t.segments == node.segments),
-        "volume {} is accessible from {:?}, none of which is the requisite segment {:?}",
+        v.accessible_topology.iter().any(|t| within(t, &node)),
+        "volume {} is accessible from {:?}, none of which covers the requisite segment {:?}",
         v.volume_id,
         v.accessible_topology
             .iter()
@@ -56,4 +54,39 @@ pub async fn create_in_topology(ctx: &Ctx) -> Verdict {
         node.segments
     );
     Ok(())
+}
+
+/// Whether a volume accessible from `volume` is reachable from the requisite segment `term`:
+/// every key of `volume` has the term's value (a broader segment, e.g. the zone of a
+/// zone+node term, qualifies).
+fn within(volume: &Topology, term: &Topology) -> bool {
+    !volume.segments.is_empty()
+        && volume
+            .segments
+            .iter()
+            .all(|(k, v)| term.segments.get(k) == Some(v))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(pairs: &[(&str, &str)]) -> Topology {
+        Topology {
+            segments: pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn a_volume_segment_must_equal_or_contain_the_requisite_term() {
+        let term = t(&[("zone", "z1"), ("node", "n1")]);
+        assert!(within(&t(&[("zone", "z1"), ("node", "n1")]), &term));
+        assert!(within(&t(&[("zone", "z1")]), &term));
+        assert!(!within(&t(&[("zone", "z2")]), &term));
+        assert!(!within(&t(&[("zone", "z1"), ("rack", "r1")]), &term));
+        assert!(!within(&t(&[]), &term));
+    }
 }
