@@ -191,6 +191,26 @@ fn apply_defaults(rd: &ResourceDef, v: &mut Value) {
     }
 }
 
+/// Conversions the real server applies on every write (Secret `stringData` folds into
+/// base64 `data`, default `type`).
+fn normalize(rd: &ResourceDef, v: &mut Value) {
+    if rd.group.is_empty() && rd.plural == "secrets" {
+        if let Some(sd) = v.as_object_mut().and_then(|m| m.remove("stringData"))
+            && let Some(sd) = sd.as_object()
+        {
+            if !v.get("data").is_some_and(Value::is_object) {
+                v["data"] = json!({});
+            }
+            for (k, val) in sd {
+                v["data"][k] = json!(b64_encode(val.as_str().unwrap_or("").as_bytes()));
+            }
+        }
+        if v.get("type").is_none_or(Value::is_null) {
+            v["type"] = json!("Opaque");
+        }
+    }
+}
+
 /// Status a new object starts with, as each type's PrepareForCreate sets it.
 fn initial_status(rd: &ResourceDef, v: &mut Value) {
     let Some(m) = v.as_object_mut() else { return };
@@ -346,6 +366,7 @@ pub fn create(
     }
     initial_status(rd, &mut v);
     apply_defaults(rd, &mut v);
+    normalize(rd, &mut v);
     admit_create(st, pol, rd, &mut v);
     let mut causes = validate::name_causes(rd, &name);
     causes.extend(if rd.is_events_v1() {
@@ -458,6 +479,7 @@ pub fn apply_update(
         ));
     }
     keep_system_fields(rd, old, &mut new, sub);
+    normalize(rd, &mut new);
     if rd.plural == resources::PV && rd.group.is_empty() {
         let phase_changed = old.pointer("/status/phase") != new.pointer("/status/phase");
         let time_kept = new.pointer("/status/lastPhaseTransitionTime")

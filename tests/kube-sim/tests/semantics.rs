@@ -495,3 +495,14 @@ async fn admin_routes_and_deletecollection() {
     assert_eq!(call("POST", "/sim/resume", "").await["paused"], false);
     assert_eq!(call("DELETE", "/sim/faults", "").await["cleared"], true);
 }
+
+#[tokio::test]
+async fn secret_string_data_is_stored_as_data() {
+    let sim = Sim::start(SimConfig::bare()).await.unwrap();
+    let secrets: Api<Secret> = Api::namespaced(sim.client(), "default");
+    let s: Secret = obj(json!({"metadata": {"name": "creds"}, "stringData": {"user": "admin"}}));
+    let made = secrets.create(&PostParams::default(), &s).await.unwrap();
+    assert_eq!(made.data.unwrap()["user"].0, b"admin");
+    assert_eq!(made.type_.as_deref(), Some("Opaque"));
+    assert!(made.string_data.is_none());
+}
