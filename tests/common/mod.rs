@@ -55,7 +55,14 @@ fn built_bin(name: &str) -> PathBuf {
     static BUILT: OnceLock<()> = OnceLock::new();
     BUILT.get_or_init(|| {
         let status = std::process::Command::new(env!("CARGO"))
-            .args(["build", "-q", "-p", "mock-csi-driver", "--bin", "mock-csi-driver"])
+            .args([
+                "build",
+                "-q",
+                "-p",
+                "mock-csi-driver",
+                "--bin",
+                "mock-csi-driver",
+            ])
             .status()
             .expect("run cargo build for the mock driver");
         assert!(status.success(), "building mock-csi-driver failed");
@@ -135,7 +142,11 @@ impl Cluster {
 
     pub async fn create<K>(&self, api: &Api<K>, obj: &K) -> K
     where
-        K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
+        K: kube::Resource
+            + Clone
+            + serde::de::DeserializeOwned
+            + serde::Serialize
+            + std::fmt::Debug,
     {
         api.create(&PostParams::default(), obj)
             .await
@@ -178,23 +189,31 @@ impl Cluster {
     pub async fn delete_pvc_and_wait(&self, ns: &str, name: &str) {
         let api = self.pvcs(ns);
         let _ = api.delete(name, &DeleteParams::default()).await;
-        wait_for(&format!("PVC {ns}/{name} to disappear"), DEADLINE, || async {
-            match api.get_opt(name).await {
-                Ok(None) => Some(()),
-                _ => None,
-            }
-        })
+        wait_for(
+            &format!("PVC {ns}/{name} to disappear"),
+            DEADLINE,
+            || async {
+                match api.get_opt(name).await {
+                    Ok(None) => Some(()),
+                    _ => None,
+                }
+            },
+        )
         .await;
     }
 
     /// Waits for a PVC to be Bound and returns its PV.
     pub async fn wait_bound(&self, ns: &str, name: &str) -> PersistentVolume {
         let pvcs = self.pvcs(ns);
-        let pv_name = wait_for(&format!("PVC {ns}/{name} to be Bound"), DEADLINE, || async {
-            let pvc = pvcs.get_opt(name).await.ok()??;
-            let bound = pvc.status.as_ref()?.phase.as_deref() == Some("Bound");
-            bound.then(|| pvc.spec.as_ref()?.volume_name.clone())?
-        })
+        let pv_name = wait_for(
+            &format!("PVC {ns}/{name} to be Bound"),
+            DEADLINE,
+            || async {
+                let pvc = pvcs.get_opt(name).await.ok()??;
+                let bound = pvc.status.as_ref()?.phase.as_deref() == Some("Bound");
+                bound.then(|| pvc.spec.as_ref()?.volume_name.clone())?
+            },
+        )
         .await;
         self.pvs().get(&pv_name).await.expect("bound PV")
     }
@@ -224,7 +243,14 @@ impl Cluster {
     }
 
     /// Waits for an event with `reason` whose message contains `needle` on the object.
-    pub async fn wait_event(&self, kind: &str, ns: &str, name: &str, reason: &str, needle: &str) -> String {
+    pub async fn wait_event(
+        &self,
+        kind: &str,
+        ns: &str,
+        name: &str,
+        reason: &str,
+        needle: &str,
+    ) -> String {
         wait_for(
             &format!("event {reason} containing {needle:?} on {kind} {ns}/{name}"),
             DEADLINE,
@@ -272,7 +298,10 @@ pub fn claim(ns: &str, name: &str, class: &str, size: &str) -> PersistentVolumeC
             access_modes: Some(vec!["ReadWriteOnce".into()]),
             storage_class_name: Some(class.into()),
             resources: Some(VolumeResourceRequirements {
-                requests: Some(BTreeMap::from([("storage".to_string(), Quantity(size.into()))])),
+                requests: Some(BTreeMap::from([(
+                    "storage".to_string(),
+                    Quantity(size.into()),
+                )])),
                 ..Default::default()
             }),
             ..Default::default()
@@ -340,6 +369,19 @@ impl Driver {
         driver
     }
 
+    /// A driver that is not running (yet): only its socket path, for a sidecar started before it.
+    pub fn placeholder(node: &str, socket: &Path) -> Self {
+        Self {
+            node: node.into(),
+            socket: socket.to_path_buf(),
+            control: socket.with_file_name("control.sock"),
+            state_file: socket.with_file_name("state.json"),
+            args: Vec::new(),
+            child: None,
+            log: socket.with_file_name("driver.log"),
+        }
+    }
+
     async fn spawn(&mut self) {
         let _ = std::fs::remove_file(&self.control);
         let log = std::fs::OpenOptions::new()
@@ -399,15 +441,23 @@ impl Driver {
 
     /// The driver's state: volumes, snapshots, call counts.
     pub async fn state(&self) -> StateDump {
-        self.control().await.state().await.expect("mock driver state")
+        self.control()
+            .await
+            .state()
+            .await
+            .expect("mock driver state")
     }
 
     /// Waits until the driver holds exactly `n` volumes and returns the state.
     pub async fn wait_volumes(&self, n: usize) -> StateDump {
-        wait_for(&format!("{n} volumes on driver {}", self.node), DEADLINE, || async {
-            let state = self.control().await.state().await.ok()?;
-            (state.volumes.len() == n).then_some(state)
-        })
+        wait_for(
+            &format!("{n} volumes on driver {}", self.node),
+            DEADLINE,
+            || async {
+                let state = self.control().await.state().await.ok()?;
+                (state.volumes.len() == n).then_some(state)
+            },
+        )
         .await
     }
 }
@@ -478,6 +528,22 @@ impl Sidecar {
             .spawn()
             .expect("spawn csi-provisioner");
         self.child = Some(child);
+    }
+
+    /// The process id while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().and_then(Child::id)
+    }
+
+    /// Waits for the sidecar to exit by itself and returns its exit code.
+    pub async fn wait_exit(&mut self) -> Option<i32> {
+        let child = self.child.as_mut()?;
+        let status = tokio::time::timeout(DEADLINE, child.wait())
+            .await
+            .expect("sidecar exit within deadline")
+            .ok()?;
+        self.child = None;
+        status.code()
     }
 
     /// SIGKILL: the crash case, nothing is cleaned up.
