@@ -780,35 +780,38 @@ fn parse_rv(s: &str) -> Result<u64, ApiError> {
         .map_err(|_| ApiError::bad_request(format!("invalid resource version: {s}")))
 }
 
-/// Lists objects, newest state, in key order, paginated with `limit`/`continue`.
-///
-/// Pages after the first read the live state (not a snapshot at the first page's
-/// resourceVersion); a watch from the list's resourceVersion replays what changed meanwhile.
+/// Lists objects in key order, paginated with `limit`/`continue`. Later pages are served from
+/// a snapshot at the first page's resourceVersion (as etcd does), rebuilt from watch history;
+/// when that history is gone the continue token has expired (410).
 pub fn list(
     st: &Store,
     rd: &ResourceDef,
     ns: Option<&str>,
     o: &ListOpts,
 ) -> Result<ListResult, ApiError> {
+    use std::ops::Bound;
     let current = st.resource_version();
-    let (list_rv, candidates) =
+    let (list_rv, candidates): (u64, Vec<Arc<Value>>) =
         if let Some(tok) = o.continue_token.as_deref().filter(|t| !t.is_empty()) {
             let (rv, cns, cname) = decode_continue(tok)?;
-            if rv < st.history_floor(rd.storage) {
-                return Err(ApiError::expired(CONTINUE_TOO_OLD));
-            }
-            (rv, st.list_after(rd.storage, &(cns, cname)))
+            let snap = st
+                .snapshot(rd.storage, rv)
+                .ok_or_else(|| ApiError::expired(CONTINUE_TOO_OLD))?;
+            let after = snap
+                .range((Bound::Excluded((cns, cname)), Bound::Unbounded))
+                .map(|(_, v)| v.clone())
+                .collect();
+            (rv, after)
+        } else if let (Some("Exact"), Some(rv)) =
+            (o.version_match.as_deref(), o.resource_version.as_deref())
+        {
+            let rv = parse_rv(rv)?;
+            let snap = st.snapshot(rd.storage, rv).ok_or_else(|| {
+                ApiError::expired(format!("too old resource version: {rv} ({current})"))
+            })?;
+            (rv, snap.into_values().collect())
         } else {
-            if let (Some("Exact"), Some(rv)) =
-                (o.version_match.as_deref(), o.resource_version.as_deref())
-            {
-                let rv = parse_rv(rv)?;
-                if rv != current {
-                    return Err(ApiError::expired(format!(
-                        "too old resource version: {rv} ({current})"
-                    )));
-                }
-            } else if let Some(rv) = o.resource_version.as_deref().filter(|r| !r.is_empty()) {
+            if let Some(rv) = o.resource_version.as_deref().filter(|r| !r.is_empty()) {
                 parse_rv(rv)?;
             }
             (current, st.list(rd.storage, None))

@@ -113,17 +113,6 @@ impl Store {
         }
     }
 
-    /// Objects after `after` (exclusive) in key order, for paginated lists.
-    pub fn list_after(&self, storage: &str, after: &Key) -> Vec<Arc<Value>> {
-        use std::ops::Bound;
-        let Some(m) = self.objects.get(storage) else {
-            return Vec::new();
-        };
-        m.range((Bound::Excluded(after.clone()), Bound::Unbounded))
-            .map(|(_, v)| v.clone())
-            .collect()
-    }
-
     pub fn storages(&self) -> Vec<&'static str> {
         let mut v: Vec<_> = self.objects.keys().copied().collect();
         v.sort_unstable();
@@ -227,6 +216,39 @@ impl Store {
             tx,
         });
         Ok(rx)
+    }
+
+    /// The objects of `storage` as they were at resourceVersion `at`, rebuilt by undoing the
+    /// history after it; `None` when `at` is older than the history kept (or in the future).
+    pub fn snapshot(&self, storage: &str, at: u64) -> Option<BTreeMap<Key, Arc<Value>>> {
+        if at > self.rv || at < self.history_floor(storage) {
+            return None;
+        }
+        let mut objects = self.objects.get(storage).cloned().unwrap_or_default();
+        if let Some(h) = self.history.get(storage) {
+            for rec in h.events.iter().rev().take_while(|r| r.rv > at) {
+                let src = rec.prev.as_deref().unwrap_or(&rec.obj);
+                let key = (
+                    src.pointer("/metadata/namespace")
+                        .and_then(Value::as_str)
+                        .unwrap_or("")
+                        .to_string(),
+                    src.pointer("/metadata/name")
+                        .and_then(Value::as_str)
+                        .unwrap_or("")
+                        .to_string(),
+                );
+                match &rec.prev {
+                    Some(prev) => {
+                        objects.insert(key, prev.clone());
+                    }
+                    None => {
+                        objects.remove(&key);
+                    }
+                }
+            }
+        }
+        Some(objects)
     }
 
     /// Whether a list/continue at `rv` can still be served consistently for `storage`.

@@ -205,8 +205,26 @@ async fn pagination_and_selectors() {
     let first = pvs.list(&lp).await.unwrap();
     assert_eq!(first.metadata.remaining_item_count, Some(4));
     let list_rv = first.metadata.resource_version.clone();
+    // Changes between pages do not show: later pages come from the first page's snapshot.
+    pvs.delete("p5", &DeleteParams::default()).await.unwrap();
+    pvs.create(&PostParams::default(), &pv("p9")).await.unwrap();
+    pvs.patch(
+        "p4",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"labels": {"parity": "changed"}}})),
+    )
+    .await
+    .unwrap();
     let mut page = first;
+    let mut p4_parity = String::new();
     loop {
+        if let Some(p4) = page
+            .items
+            .iter()
+            .find(|p| p.metadata.name.as_deref() == Some("p4"))
+        {
+            p4_parity = p4.metadata.labels.as_ref().unwrap()["parity"].clone();
+        }
         assert_eq!(
             page.metadata.resource_version, list_rv,
             "every page reports the first page's resourceVersion"
@@ -221,6 +239,36 @@ async fn pagination_and_selectors() {
         }
     }
     assert_eq!(names, ["p0", "p1", "p2", "p3", "p4", "p5", "p6"]);
+    assert_eq!(p4_parity, "even");
+    let exact = pvs
+        .list(
+            &ListParams::default()
+                .at(list_rv.as_deref().unwrap())
+                .matching(kube::api::VersionMatch::Exact),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        exact.items.len(),
+        7,
+        "an exact list at the old resourceVersion sees the old state"
+    );
+    assert!(
+        exact
+            .items
+            .iter()
+            .all(|p| p.metadata.name.as_deref() != Some("p9"))
+    );
+    let now: Vec<_> = pvs
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .map(|p| p.metadata.name.unwrap())
+        .collect();
+    assert_eq!(now, ["p0", "p1", "p2", "p3", "p4", "p6", "p9"]);
+    pvs.delete("p9", &DeleteParams::default()).await.unwrap();
 
     let e = status(
         pvs.list(&ListParams::default().continue_token("garbage"))
@@ -248,12 +296,12 @@ async fn pagination_and_selectors() {
         .list(&ListParams::default().labels("parity=odd"))
         .await
         .unwrap();
-    assert_eq!(odd.items.len(), 3);
+    assert_eq!(odd.items.len(), 2, "p1 and p3 (p5 is deleted)");
     let notin = pvs
         .list(&ListParams::default().labels("parity notin (odd),parity"))
         .await
         .unwrap();
-    assert_eq!(notin.items.len(), 3);
+    assert_eq!(notin.items.len(), 3, "p0, p2 and p4 (relabelled)");
     let one = pvs
         .list(&ListParams::default().fields("metadata.name=p3"))
         .await
