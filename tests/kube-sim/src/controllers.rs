@@ -3,7 +3,7 @@
 //! (pods go Running). They react to every committed change and resync periodically; their
 //! writes go through the same store path as client writes (new resourceVersion, watch events).
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeSet, HashSet};
 use std::sync::Arc;
 
 use serde_json::{Value, json};
@@ -12,6 +12,7 @@ use tokio::task::JoinHandle;
 
 use crate::Inner;
 use crate::ops::{self, Policy, Sub, annotation, finalizers, is_deleting, meta_str};
+use crate::pv_index::{NsName, PvIndex, claim_ref};
 use crate::resources::{self, NAMESPACES, PODS, PV, PVC, RESOURCES, STORAGE_CLASSES};
 use crate::store::{EventType, Record, Store};
 use crate::util::{now, quantity_at};
@@ -66,8 +67,6 @@ pub(crate) fn spawn(inner: Arc<Inner>, mut rx: UnboundedReceiver<Arc<Record>>) -
     })
 }
 
-type NsName = (String, String);
-
 /// What changed since the last pass.
 #[derive(Default)]
 struct Dirty {
@@ -82,12 +81,6 @@ struct Dirty {
 
 fn s<'a>(v: &'a Value, p: &str) -> &'a str {
     v.pointer(p).and_then(Value::as_str).unwrap_or("")
-}
-
-fn claim_ref(pv: &Value) -> Option<NsName> {
-    pv.pointer("/spec/claimRef")
-        .filter(|c| c.is_object())
-        .map(|c| (s(c, "/namespace").to_string(), s(c, "/name").to_string()))
 }
 
 fn pod_claims(pod: &Value) -> Vec<String> {
@@ -157,70 +150,6 @@ impl Dirty {
         if r.kind == EventType::Deleted && !ns.is_empty() {
             self.namespaces.insert(ns);
         }
-    }
-}
-
-/// Which PVs name which claim, and which name none, kept from the change feed so that
-/// syncs do not scan every PV. Candidates are re-read from the store before use.
-#[derive(Default)]
-struct PvIndex {
-    by_claim: HashMap<NsName, BTreeSet<String>>,
-    unclaimed: BTreeSet<String>,
-}
-
-impl PvIndex {
-    fn forget(&mut self, name: &str, pv: &Value) {
-        match claim_ref(pv) {
-            Some(c) => {
-                if let Some(set) = self.by_claim.get_mut(&c) {
-                    set.remove(name);
-                    if set.is_empty() {
-                        self.by_claim.remove(&c);
-                    }
-                }
-            }
-            None => {
-                self.unclaimed.remove(name);
-            }
-        }
-    }
-
-    fn insert(&mut self, name: &str, pv: &Value) {
-        match claim_ref(pv) {
-            Some(c) => {
-                self.by_claim.entry(c).or_default().insert(name.to_string());
-            }
-            None => {
-                self.unclaimed.insert(name.to_string());
-            }
-        }
-    }
-
-    fn observe(&mut self, r: &Record) {
-        if r.storage != PV {
-            return;
-        }
-        let name = meta_str(&r.obj, "name").to_string();
-        if let Some(prev) = r.prev.as_deref() {
-            self.forget(&name, prev);
-        }
-        if r.kind != EventType::Deleted {
-            self.insert(&name, &r.obj);
-        }
-    }
-
-    fn rebuild(&mut self, st: &Store) {
-        *self = Self::default();
-        for pv in st.list(PV, None) {
-            self.insert(meta_str(&pv, "name"), &pv);
-        }
-    }
-
-    fn claiming(&self, claim: &NsName) -> Vec<String> {
-        self.by_claim
-            .get(claim)
-            .map(|s| s.iter().cloned().collect())
-            .unwrap_or_default()
     }
 }
 

@@ -17,7 +17,8 @@ use crate::Inner;
 use crate::convert::{Shape, partial_metadata, shape_from_accept, table, to_external};
 use crate::error::ApiError;
 use crate::faults::FaultRule;
-use crate::ops::{self, DeleteOpts, Deleted, ListOpts, PatchType, Sub};
+use crate::list::{self, ListOpts, ListResult};
+use crate::ops::{self, DeleteOpts, Deleted, PatchType, Sub};
 use crate::resources::{self, ResourceDef};
 use crate::selectors::{FieldSelector, LabelSelector};
 use crate::store::{EventType, WatchItem};
@@ -355,7 +356,7 @@ fn list_opts(rd: &ResourceDef, q: &Query) -> Result<ListOpts, ApiError> {
     })
 }
 
-fn list_meta(res: &ops::ListResult) -> Value {
+fn list_meta(res: &ListResult) -> Value {
     let mut m = json!({"resourceVersion": res.resource_version.to_string()});
     if let Some(c) = &res.continue_token {
         m["continue"] = json!(c);
@@ -413,7 +414,7 @@ fn serve(
         "list" => {
             let o = list_opts(rd, q)?;
             let st = inner.lock();
-            let res = ops::list(&st, rd, r.ns.as_deref(), &o)?;
+            let res = list::list(&st, rd, r.ns.as_deref(), &o)?;
             drop(st);
             let meta = list_meta(&res);
             let doc = match shape {
@@ -480,7 +481,7 @@ fn serve(
             opts.uid = None;
             opts.resource_version = None;
             let mut st = inner.lock();
-            let res = ops::list(
+            let res = list::list(
                 &st,
                 rd,
                 r.ns.as_deref(),
