@@ -241,7 +241,10 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         EventSource::provisioner_lib(&driver.name, &hostname, &crate::k8s::events::random_uuid()),
     );
 
-    let mut watches = start_watches(&client, &config, &driver);
+    let mut watches = match &config.node_deployment {
+        Some(node) => node_mode_watches(&client, &driver, &node.node_name).await,
+        None => start_watches(&client, &config, &driver),
+    };
     let stores = watches.stores.clone();
     wait_ready(&stores, &shutdown).await?;
     info!("caches filled; starting controllers");
@@ -327,6 +330,38 @@ fn start_watches(client: &Client, config: &Config, driver: &DriverInfo) -> Watch
     Watches {
         pvcs,
         pvs,
+        classes,
+        stores,
+    }
+}
+
+/// Node-deployment mode: each instance caches only what it may act on (`node::watches`), so its
+/// memory follows its own node, not the cluster.
+async fn node_mode_watches(client: &Client, driver: &DriverInfo, node_name: &str) -> Watches {
+    // Subscribers as in controller mode: PVCs and PVs feed provisioning and reclaim.
+    let scoped = crate::node::watches::start(client, driver, node_name, 2).await;
+    let classes = watch_shared(
+        Api::all(client.clone()),
+        watcher::Config::default(),
+        "storageclasses",
+        1,
+    );
+    let attachments = driver.controller.publish_unpublish_volume.then(|| {
+        let index = AttachmentIndex::default();
+        index.spawn(Api::<VolumeAttachment>::all(client.clone()));
+        index
+    });
+    let stores = Stores {
+        pvcs: scoped.pvcs.store.clone(),
+        pvs: scoped.pvs.store.clone(),
+        classes: classes.store.clone(),
+        nodes: Some(scoped.nodes.store.clone()),
+        csinodes: Some(scoped.csinodes.store.clone()),
+        attachments,
+    };
+    Watches {
+        pvcs: scoped.pvcs,
+        pvs: scoped.pvs,
         classes,
         stores,
     }

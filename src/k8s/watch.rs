@@ -104,6 +104,63 @@ where
     }
 }
 
+/// Like [`watch_shared`], but `shape` runs on every object after [`strip`]: it may strip more, and
+/// returns whether the object is kept. Objects not kept never enter the store (an update that makes
+/// a cached object uninteresting removes it), so memory follows what the controllers act on, not
+/// what the API server sends (node-deployment scoping, `node::scope`). Subscribers are not told
+/// about removals made this way, as for deletions.
+pub fn watch_shared_scoped<K, F>(
+    api: Api<K>,
+    config: watcher::Config,
+    what: &'static str,
+    subscribers: usize,
+    shape: F,
+) -> Watched<K>
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K::DynamicType: Eq + Hash + Clone + Default,
+    F: Fn(&mut K) -> bool + Send + Sync + 'static,
+{
+    let (store, writer) = reflector::store_shared(SHARED_BUFFER);
+    let handles = (0..subscribers)
+        .filter_map(|_| writer.subscribe())
+        .collect();
+    let stream = watcher(api, config)
+        .default_backoff()
+        .modify(strip::<K>)
+        .filter_map(move |event| {
+            let kept = match event {
+                Ok(watcher::Event::Apply(mut obj)) => Some(Ok(if shape(&mut obj) {
+                    watcher::Event::Apply(obj)
+                } else {
+                    watcher::Event::Delete(obj)
+                })),
+                Ok(watcher::Event::InitApply(mut obj)) => {
+                    shape(&mut obj).then_some(Ok(watcher::Event::InitApply(obj)))
+                }
+                other => Some(other),
+            };
+            std::future::ready(kept)
+        })
+        .reflect_shared(writer);
+    let task = tokio::spawn(
+        async move {
+            futures::pin_mut!(stream);
+            while let Some(event) = stream.next().await {
+                if let Err(e) = event {
+                    warn!(error = %e, "watch of {what} failed; retrying with backoff");
+                }
+            }
+        }
+        .instrument(info_span!("watch", resource = what)),
+    );
+    Watched {
+        store,
+        handles,
+        task,
+    }
+}
+
 /// VolumeAttachments by the PV they attach, so the delete path asks "is this PV attached?" in O(1)
 /// instead of scanning every attachment (upstream lists all of them on every delete).
 #[derive(Clone, Default)]

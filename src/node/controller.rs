@@ -1,12 +1,531 @@
 //! The dead-node controller shell: answers Delete for volumes whose node no longer exists, driving
 //! [`super::gone::NodeGoneTracker`] with cache lookups and live GETs.
+//!
+//! It runs in node-deployment mode, and in controller mode when Nodes and CSINodes are watched
+//! (topology on and supported by the driver); the tracker itself only considers volumes pinned to
+//! one node, so a zonal driver never has a candidate. A pass, every [`check_interval`] of the grace
+//! period (30 s by default), sooner when a timer is due or the set of Nodes or CSINodes changes:
+//!
+//! 1. Rank: controller mode is always the actor; in node mode this instance's rendezvous rank for
+//!    [`janitor_key`] among the live instances (CSINode lists our driver and the Node exists).
+//!    Unranked instances hold no state and make no API calls.
+//! 2. PVs: controller mode reads the shared PV store (it holds every PV). Node mode watches only its
+//!    own node's PVs, so the ranked instances list, page by page, the PVs labelled with a missing
+//!    node ([`super::discover`]): nodes that vanished or were replaced since the last pass, and
+//!    those found by a sweep of the driver's PV *metadata* when the instance becomes ranked and
+//!    every [`scope::SWEEP_INTERVAL`]. The same sweep labels PVs written without our labels.
+//! 3. Each PV: cached Node lookup → [`NodeGoneTracker::observe`]; at the end of the grace period a
+//!    live Node GET (or label LIST) plus a live PV GET, observed again; then the plan is executed:
+//!    PV DELETE with a UID precondition, our finalizer removed, an event, the counter.
+//!
+//! [`janitor_key`]: super::gone::janitor_key
 
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
+use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::api::storage::v1::CSINode;
+use kube::api::ListParams;
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::{Api, ResourceExt};
+use tracing::{Instrument, debug, info, info_span, warn};
+
+use super::discover::{Lists, NodeView};
+use super::gone::{
+    self, CancelReason, GoneAction, GoneConfig, GonePlan, Lookup, NodeGoneTracker, Now,
+    check_interval, claim_bond_matches, classify,
+};
+use super::locate::{HOSTNAME_LABEL, Mode, NodeLookup, NodeQuery, PerNodeKeys};
+use super::scope;
 use crate::app::{Context, Shutdown};
+use crate::k8s::events::{EventSpec, reference_to};
+use crate::k8s::patch::{self, DeleteOutcome};
+use crate::names;
+
+/// How often the Node and CSINode caches are compared with the last pass (cheap: in memory).
+const NODE_POLL: Duration = Duration::from_secs(1);
 
 /// Runs the dead-node controller until shutdown.
 pub async fn run(ctx: Arc<Context>, shutdown: Shutdown) {
-    let _ = ctx;
-    shutdown.requested().await;
+    let (Some(nodes), Some(csinodes)) = (ctx.stores.nodes.clone(), ctx.stores.csinodes.clone())
+    else {
+        debug!(
+            "Nodes are not watched (no topology, controller mode): volumes of deleted nodes are not tracked"
+        );
+        shutdown.requested().await;
+        return;
+    };
+    let mut janitor = Janitor::new(ctx, nodes, csinodes);
+    info!(
+        grace_period = %gone::go_duration(janitor.tracker.config().grace_period),
+        pvc_cleanup = janitor.tracker.config().pvc_cleanup,
+        "tracking volumes whose node no longer exists"
+    );
+    let mut poll = tokio::time::interval(NODE_POLL);
+    poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    async move {
+        loop {
+            let next = janitor.pass().await;
+            let sleep = tokio::time::sleep_until(next.into());
+            tokio::pin!(sleep);
+            loop {
+                tokio::select! {
+                    () = &mut sleep => break,
+                    _ = poll.tick() => if janitor.nodes_changed() { break },
+                    () = shutdown.clone().requested() => return,
+                }
+            }
+        }
+    }
+    .instrument(info_span!("deleted-nodes"))
+    .await;
+}
+
+/// Where a pass gets its PVs.
+enum Source {
+    /// Controller mode: the shared store holds every PV.
+    Store(Store<PersistentVolume>),
+    /// Node mode: label-selected lists of the PVs of missing nodes.
+    Lists(Lists),
+}
+
+struct Janitor {
+    ctx: Arc<Context>,
+    nodes: Store<Node>,
+    csinodes: Store<CSINode>,
+    mode: Mode,
+    /// `NODE_NAME` in node mode.
+    me: String,
+    key: String,
+    tracker: NodeGoneTracker,
+    interval: Duration,
+    source: Source,
+    /// Fingerprint of the Node and CSINode caches at the last pass.
+    fingerprint: u64,
+    /// Whether the last pass was ranked (logs the hand-overs).
+    ranked: Option<usize>,
+}
+
+impl Janitor {
+    fn new(ctx: Arc<Context>, nodes: Store<Node>, csinodes: Store<CSINode>) -> Self {
+        let options = &ctx.config.deleted_node;
+        let (mode, me) = match &ctx.config.node_deployment {
+            Some(n) => (Mode::Node, n.node_name.clone()),
+            None => (Mode::Controller, String::new()),
+        };
+        let mut config = GoneConfig::new(
+            &ctx.driver.name,
+            mode,
+            options.grace_period,
+            options.pvc_cleanup,
+        );
+        let interval = check_interval(options.grace_period);
+        config.unknown_recheck = interval;
+        let source = match mode {
+            Mode::Controller => Source::Store(ctx.stores.pvs.clone()),
+            Mode::Node => Source::Lists(Lists::default()),
+        };
+        let key = gone::janitor_key(&ctx.driver.name);
+        let mut janitor = Self {
+            tracker: NodeGoneTracker::new(config),
+            ctx,
+            nodes,
+            csinodes,
+            mode,
+            me,
+            key,
+            interval,
+            source,
+            fingerprint: 0,
+            ranked: None,
+        };
+        let keys = janitor.per_node_keys(&janitor.nodes.state());
+        janitor.tracker.set_per_node_keys(keys);
+        janitor
+    }
+
+    fn driver(&self) -> &str {
+        &self.ctx.driver.name
+    }
+
+    /// The keys whose value names one node: node mode from our own segments, controller mode from
+    /// every CSINode and Node.
+    fn per_node_keys(&self, nodes: &[Arc<Node>]) -> PerNodeKeys {
+        match self.mode {
+            Mode::Node => {
+                let own = self.nodes.get(&ObjectRef::new(&self.me));
+                let hostname = own
+                    .as_ref()
+                    .and_then(|n| n.metadata.labels.as_ref()?.get(HOSTNAME_LABEL).cloned());
+                let segments = self
+                    .ctx
+                    .driver
+                    .node
+                    .as_ref()
+                    .map(|n| n.accessible_topology.clone())
+                    .unwrap_or_default();
+                PerNodeKeys::from_node(&self.me, hostname.as_deref(), &segments)
+            }
+            Mode::Controller => {
+                let labels: HashMap<&str, &BTreeMap<String, String>> = nodes
+                    .iter()
+                    .filter_map(|n| {
+                        Some((n.metadata.name.as_deref()?, n.metadata.labels.as_ref()?))
+                    })
+                    .collect();
+                let csinodes = self.csinodes.state();
+                PerNodeKeys::from_cluster(
+                    &self.ctx.driver.name,
+                    csinodes.iter().map(AsRef::as_ref),
+                    |name| labels.get(name).copied(),
+                )
+            }
+        }
+    }
+
+    fn current_fingerprint(&self) -> u64 {
+        fingerprint(&self.nodes.state(), &self.csinodes.state(), self.driver())
+    }
+
+    /// Whether a Node or CSINode came, went or was replaced since the last pass.
+    fn nodes_changed(&self) -> bool {
+        self.current_fingerprint() != self.fingerprint
+    }
+
+    /// One pass over the candidates; returns when the next one is due.
+    async fn pass(&mut self) -> Instant {
+        let started = Instant::now();
+        let mut next = started + self.interval;
+        self.fingerprint = self.current_fingerprint();
+        let nodes = self.nodes.state();
+        if self.mode == Mode::Controller {
+            let keys = self.per_node_keys(&nodes);
+            if keys != self.tracker.config().per_node_keys {
+                self.tracker.set_per_node_keys(keys);
+            }
+        }
+        let rank = self.rank(&nodes);
+        self.note_rank(rank);
+        let Some(rank) = rank else {
+            self.tracker.retain(std::iter::empty());
+            if let Source::Lists(lists) = &mut self.source {
+                lists.remember_nodes(&nodes, &self.tracker.config().per_node_keys);
+                lists.suspects.clear();
+                lists.next_sweep = None;
+            }
+            self.ctx.node_metrics.set_waiting(0);
+            return next;
+        };
+        let view = NodeView::new(&nodes);
+        let pvs = match &mut self.source {
+            Source::Store(store) => Some(store.state()),
+            Source::Lists(lists) => {
+                let keys = self.tracker.config().per_node_keys.clone();
+                lists.remember_nodes(&nodes, &keys);
+                lists.collect(&self.ctx, &view, &keys, started).await
+            }
+        };
+        let Some(pvs) = pvs else {
+            // The list failed: keep every timer as it is and try again at the next pass.
+            self.ctx.node_metrics.set_waiting(self.tracker.waiting());
+            return next;
+        };
+        let mut seen = BTreeSet::new();
+        for pv in &pvs {
+            let name = pv.name_any();
+            if classify(pv, self.tracker.config()).is_err()
+                && self.tracker.first_absent(&name).is_none()
+            {
+                continue;
+            }
+            seen.insert(name);
+            self.handle(pv, rank, &view, &mut next).await;
+        }
+        self.tracker.retain(seen.iter().map(String::as_str));
+        if let Source::Lists(lists) = &mut self.source {
+            let keys = &self.tracker.config().per_node_keys;
+            lists.prune(&pvs, keys, &view);
+        }
+        self.ctx.node_metrics.set_waiting(self.tracker.waiting());
+        next
+    }
+
+    /// This instance's rank: always 0 in controller mode; in node mode among the live instances.
+    fn rank(&self, nodes: &[Arc<Node>]) -> Option<usize> {
+        if self.mode == Mode::Controller {
+            return Some(0);
+        }
+        let existing: BTreeSet<&str> = nodes
+            .iter()
+            .filter_map(|n| n.metadata.name.as_deref())
+            .collect();
+        let csinodes = self.csinodes.state();
+        let live: Vec<String> =
+            scope::live_instances(csinodes.iter().map(AsRef::as_ref), self.driver())
+                .into_iter()
+                .filter(|n| existing.contains(n.as_str()))
+                .collect();
+        gone::actor_rank(
+            self.mode,
+            &self.key,
+            &self.me,
+            live.iter().map(String::as_str),
+        )
+    }
+
+    fn note_rank(&mut self, rank: Option<usize>) {
+        if self.mode == Mode::Node && rank != self.ranked {
+            match rank {
+                Some(0) => {
+                    info!("this instance now answers volumes of deleted nodes for the driver")
+                }
+                Some(r) => info!(
+                    rank = r,
+                    "this instance is now fallback {r} for volumes of deleted nodes"
+                ),
+                None => info!("another instance answers volumes of deleted nodes now"),
+            }
+        }
+        self.ranked = rank;
+    }
+
+    async fn handle(
+        &mut self,
+        pv: &PersistentVolume,
+        rank: usize,
+        view: &NodeView<'_>,
+        next: &mut Instant,
+    ) {
+        let name = pv.name_any();
+        let lookup = match classify(pv, self.tracker.config()) {
+            Ok(candidate) => view.lookup(&candidate.query),
+            // Not a candidate: observe cancels whatever was tracked without reading the lookup.
+            Err(_) => NodeLookup::Failed {
+                reason: "not a candidate".to_owned(),
+            },
+        };
+        let was_tracked = self.tracker.first_absent(&name).is_some();
+        match self
+            .tracker
+            .observe(pv, &Lookup::cached(lookup), Some(rank), Now::system())
+        {
+            GoneAction::Nothing => {}
+            GoneAction::StartTimer { deadline } => {
+                if !was_tracked && let Ok(candidate) = classify(pv, self.tracker.config()) {
+                    info!(pv = %name, node = %candidate.query, rank,
+                        grace_period = %gone::go_duration(self.tracker.config().grace_period),
+                        "the volume's node is missing; answering it as deleted after the grace period unless the node comes back");
+                }
+                *next = (*next).min(deadline);
+            }
+            GoneAction::ConfirmLive { query } => self.confirm(pv, &query, rank, next).await,
+            GoneAction::ActOnPv(plan) => self.act(plan, pv).await,
+            GoneAction::Cancel(reason) => log_cancel(&name, &reason),
+        }
+    }
+
+    /// The grace period is over: ask the API server, not the cache, and decide on its answer.
+    async fn confirm(
+        &mut self,
+        pv: &PersistentVolume,
+        query: &NodeQuery,
+        rank: usize,
+        next: &mut Instant,
+    ) {
+        let name = pv.name_any();
+        let nodes: Api<Node> = Api::all(self.ctx.client.clone());
+        let lookup = match query {
+            NodeQuery::ByName { name, .. } => {
+                NodeLookup::from_get(&nodes.get_metadata_opt(name).await)
+            }
+            NodeQuery::ByLabel { .. } => {
+                let selector = query.label_selector().unwrap_or_default();
+                let params = ListParams::default().labels(&selector).limit(1);
+                NodeLookup::from_list(&nodes.list_metadata(&params).await.map(|l| l.items))
+            }
+        };
+        if let NodeLookup::Failed { reason } = &lookup {
+            warn!(pv = %name, node = %query, %reason,
+                "could not confirm that the volume's node is gone (this never counts as absence); asking again later");
+        }
+        let pvs: Api<PersistentVolume> = Api::all(self.ctx.client.clone());
+        let fresh = match pvs.get_opt(&name).await {
+            Ok(Some(fresh)) => fresh,
+            Ok(None) => {
+                self.tracker.forget(&name);
+                return;
+            }
+            Err(e) => {
+                warn!(pv = %name, error = %e, "could not re-read the PV; asking again later");
+                *next = (*next).min(Instant::now() + self.interval);
+                return;
+            }
+        };
+        match self
+            .tracker
+            .observe(&fresh, &Lookup::live(lookup), Some(rank), Now::system())
+        {
+            GoneAction::ActOnPv(plan) => self.act(plan, &fresh).await,
+            GoneAction::StartTimer { deadline } => *next = (*next).min(deadline),
+            GoneAction::Cancel(reason) => log_cancel(&name, &reason),
+            GoneAction::Nothing | GoneAction::ConfirmLive { .. } => {}
+        }
+    }
+
+    async fn act(&mut self, plan: GonePlan, fresh: &PersistentVolume) {
+        match plan {
+            GonePlan::RemovePv {
+                pv,
+                pv_uid,
+                delete_object,
+                remove_finalizer,
+                event,
+            } => {
+                // Never in the middle of this process's own DeleteVolume (or CreateVolume) for it.
+                let Some(_lock) = self.ctx.volume_locks.try_lock(&pv) else {
+                    debug!(pv = %pv, "volume busy with another operation; next pass");
+                    return;
+                };
+                let api: Api<PersistentVolume> = Api::all(self.ctx.client.clone());
+                if delete_object {
+                    match patch::delete_with_uid(&api, &pv, &pv_uid).await {
+                        Ok(DeleteOutcome::Deleted) => {}
+                        Ok(DeleteOutcome::Gone) => {
+                            self.tracker.forget(&pv);
+                            return;
+                        }
+                        Err(e) => {
+                            warn!(pv = %pv, error = %e, "deleting the PV of a deleted node failed; next pass");
+                            return;
+                        }
+                    }
+                }
+                if remove_finalizer
+                    && let Err(e) = patch::remove_finalizer(
+                        &api,
+                        fresh,
+                        names::FINALIZER_PV_DELETION_PROTECTION,
+                    )
+                    .await
+                {
+                    warn!(pv = %pv, error = %e, "removing our finalizer from the PV of a deleted node failed; next pass");
+                    return;
+                }
+                info!(pv = %pv, "{}", event.message);
+                self.ctx.events.emit(
+                    reference_to(fresh),
+                    EventSpec::normal(event.reason, event.message),
+                );
+                self.ctx.node_metrics.volume_answered();
+                self.tracker.forget(&pv);
+            }
+            GonePlan::DeleteClaim { pv, claim, event } => {
+                let api: Api<PersistentVolumeClaim> =
+                    Api::namespaced(self.ctx.client.clone(), &claim.namespace);
+                let current = match api.get_opt(&claim.name).await {
+                    Ok(Some(current)) => current,
+                    // Gone already: the PV is released next and answered at once.
+                    Ok(None) => return,
+                    Err(e) => {
+                        warn!(pv = %pv, claim = %format!("{}/{}", claim.namespace, claim.name), error = %e,
+                            "could not read the claim of a volume whose node is gone; next pass");
+                        return;
+                    }
+                };
+                if current.metadata.deletion_timestamp.is_some() {
+                    return;
+                }
+                if !claim_bond_matches(fresh, &current) {
+                    info!(pv = %pv, claim = %format!("{}/{}", claim.namespace, claim.name),
+                        "the claim is not the one bound to the volume (re-created?); not deleting it");
+                    return;
+                }
+                match patch::delete_with_uid(&api, &claim.name, &claim.uid).await {
+                    Ok(DeleteOutcome::Deleted) => {
+                        info!(pv = %pv, "{}", event.message);
+                        self.ctx.events.emit(
+                            reference_to(fresh),
+                            EventSpec::normal(event.reason, event.message.clone()),
+                        );
+                        self.ctx.events.emit(
+                            reference_to(&current),
+                            EventSpec::normal(event.reason, event.message),
+                        );
+                        self.ctx.node_metrics.claim_deleted();
+                    }
+                    Ok(DeleteOutcome::Gone) => {}
+                    Err(e) => {
+                        warn!(pv = %pv, error = %e, "deleting the claim of a volume whose node is gone failed; next pass");
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn log_cancel(pv: &str, reason: &CancelReason) {
+    match reason {
+        CancelReason::NodePresent => {
+            info!(pv = %pv, "the volume's node is back; nothing is removed");
+        }
+        CancelReason::NotCandidate(skip) => {
+            debug!(pv = %pv, ?skip, "the volume no longer waits for its missing node");
+        }
+        CancelReason::NotActor => debug!(pv = %pv, "another instance answers this volume now"),
+    }
+}
+
+/// An order-independent fingerprint of the Nodes (names and UIDs) and of the CSINodes that list
+/// `driver`: any node coming, going or being replaced changes it.
+fn fingerprint(nodes: &[Arc<Node>], csinodes: &[Arc<CSINode>], driver: &str) -> u64 {
+    let mix = |tag: &str, name: &str, uid: &str| {
+        crate::node::rendezvous::weight(tag, &format!("{name}\u{1}{uid}"))
+    };
+    let nodes_part = nodes.iter().fold(nodes.len() as u64, |acc, n| {
+        acc ^ mix(
+            "node",
+            n.metadata.name.as_deref().unwrap_or_default(),
+            n.metadata.uid.as_deref().unwrap_or_default(),
+        )
+    });
+    let live = scope::live_instances(csinodes.iter().map(AsRef::as_ref), driver);
+    live.iter()
+        .fold(nodes_part.rotate_left(17) ^ live.len() as u64, |acc, n| {
+            acc ^ mix("csinode", n, "")
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::{DRIVER, csinode, node};
+
+    #[test]
+    fn the_fingerprint_changes_when_a_node_or_an_instance_comes_goes_or_is_replaced() {
+        let a = Arc::new(node("a").build());
+        let b = Arc::new(node("b").build());
+        let b2 = Arc::new(node("b").uid("uid-b2").build());
+        let ca = Arc::new(csinode("a").driver(DRIVER, "a", ["k"]).build());
+        let cb = Arc::new(csinode("b").driver(DRIVER, "b", ["k"]).build());
+        let other = Arc::new(csinode("b").driver("other", "b", ["k"]).build());
+        let base = fingerprint(&[a.clone(), b.clone()], &[ca.clone(), cb.clone()], DRIVER);
+        assert_eq!(
+            base,
+            fingerprint(&[b.clone(), a.clone()], &[cb.clone(), ca.clone()], DRIVER)
+        );
+        assert_ne!(
+            base,
+            fingerprint(std::slice::from_ref(&a), &[ca.clone(), cb.clone()], DRIVER)
+        );
+        assert_ne!(
+            base,
+            fingerprint(&[a.clone(), b2], &[ca.clone(), cb.clone()], DRIVER)
+        );
+        assert_ne!(
+            base,
+            fingerprint(&[a.clone(), b.clone()], std::slice::from_ref(&ca), DRIVER)
+        );
+        assert_ne!(base, fingerprint(&[a, b], &[ca, other], DRIVER));
+    }
 }

@@ -632,3 +632,44 @@ fn durations_print_like_go() {
     assert_eq!(go_duration(Duration::from_secs(45)), "45s");
     assert_eq!(go_duration(Duration::from_secs(3723)), "1h2m3s");
 }
+
+#[test]
+fn checks_run_at_a_tenth_of_the_grace_period_within_bounds() {
+    assert_eq!(check_interval(Duration::from_secs(300)), UNKNOWN_RECHECK);
+    assert_eq!(check_interval(Duration::from_secs(3600)), UNKNOWN_RECHECK);
+    assert_eq!(
+        check_interval(Duration::from_secs(60)),
+        Duration::from_secs(6)
+    );
+    assert_eq!(
+        check_interval(Duration::from_secs(3)),
+        Duration::from_secs(1)
+    );
+    assert_eq!(check_interval(Duration::ZERO), Duration::from_secs(1));
+}
+
+#[test]
+fn an_unknown_answer_is_asked_again_after_the_configured_recheck() {
+    let volume = released_on("n1", "uid-n1").build();
+    let mut config = config();
+    config.unknown_recheck = Duration::from_secs(2);
+    let mut t = NodeGoneTracker::new(config);
+    let start = t0();
+    t.observe(
+        &volume,
+        &Lookup::cached(NodeLookup::NotFound),
+        Some(0),
+        start,
+    );
+    let end = start.after(GRACE);
+    let failed = Lookup::live(NodeLookup::Failed {
+        reason: "503".into(),
+    });
+    assert_eq!(
+        t.observe(&volume, &failed, Some(0), end),
+        GoneAction::StartTimer {
+            deadline: end.instant + Duration::from_secs(2)
+        }
+    );
+    assert_eq!(t.tracked().collect::<Vec<_>>(), vec!["pv-1"]);
+}

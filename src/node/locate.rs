@@ -3,10 +3,11 @@
 //! ([`NodeLookup`]: only a 404 or an empty label-selected list is absence), and the annotations that
 //! record the provisioning node on new PVs.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 use k8s_openapi::api::core::v1::VolumeNodeAffinity;
+use k8s_openapi::api::storage::v1::CSINode;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::k8s::errors::{ApiErrorClass, classify as classify_api_error};
@@ -63,6 +64,46 @@ impl PerNodeKeys {
                     value.as_str() == node_name || Some(value.as_str()) == hostname
                 })
                 .map(|(key, _)| key.clone()),
+        )
+    }
+
+    /// Controller mode: the per-node keys of `driver` across the cluster. A topology key the
+    /// driver registers in CSINodes counts when, on every node whose Node carries it, its value is
+    /// that node's name or host name; a single node where it is shared (a zone) rules it out.
+    /// `labels_of` returns a Node's labels by name.
+    pub fn from_cluster<'a, C, L>(driver: &str, csinodes: C, labels_of: L) -> Self
+    where
+        C: IntoIterator<Item = &'a CSINode>,
+        L: Fn(&str) -> Option<&'a BTreeMap<String, String>>,
+    {
+        let mut verdicts: BTreeMap<&'a str, bool> = BTreeMap::new();
+        for csinode in csinodes {
+            let Some(name) = csinode.metadata.name.as_deref() else {
+                continue;
+            };
+            let Some(labels) = labels_of(name) else {
+                continue;
+            };
+            let hostname = labels.get(HOSTNAME_LABEL).map(String::as_str);
+            let keys = csinode
+                .spec
+                .drivers
+                .iter()
+                .filter(|d| d.name == driver)
+                .flat_map(|d| d.topology_keys.iter().flatten());
+            for key in keys {
+                let Some(value) = labels.get(key) else {
+                    continue;
+                };
+                let per_node = value == name || Some(value.as_str()) == hostname;
+                *verdicts.entry(key.as_str()).or_insert(true) &= per_node;
+            }
+        }
+        Self::new(
+            verdicts
+                .into_iter()
+                .filter(|(_, per_node)| *per_node)
+                .map(|(key, _)| key.to_owned()),
         )
     }
 
@@ -350,6 +391,49 @@ mod tests {
             })
         );
         assert_eq!(pin_of(affinity, &PerNodeKeys::default(), None), Pin::Spread);
+    }
+
+    #[test]
+    fn controller_mode_takes_a_driver_key_as_per_node_only_if_every_node_agrees() {
+        use crate::testing::csinode;
+        let csinodes = [
+            csinode("n1")
+                .driver("d", "n1", ["topo/node", "topo/zone"])
+                .build(),
+            csinode("n2")
+                .driver("d", "n2", ["topo/node", "topo/zone"])
+                .driver("other", "n2", ["other/key"])
+                .build(),
+        ];
+        let labels: BTreeMap<String, BTreeMap<String, String>> = [
+            (
+                "n1".to_owned(),
+                [
+                    ("topo/node", "n1"),
+                    ("topo/zone", "z1"),
+                    ("other/key", "n1"),
+                ]
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                .into(),
+            ),
+            (
+                "n2".to_owned(),
+                [
+                    ("topo/node", "host-2"),
+                    ("topo/zone", "n2"),
+                    (HOSTNAME_LABEL, "host-2"),
+                    ("other/key", "n2"),
+                ]
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                .into(),
+            ),
+        ]
+        .into();
+        let keys = PerNodeKeys::from_cluster("d", &csinodes, |n| labels.get(n));
+        assert!(keys.contains("topo/node"), "name on n1, host name on n2");
+        assert!(!keys.contains("topo/zone"), "shared on n1 rules it out");
+        assert!(!keys.contains("other/key"), "another driver's key");
+        assert!(keys.contains(HOSTNAME_LABEL));
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! Node ownership in node-deployment mode, and volumes whose node no longer exists.
 //!
-//! Everything here is pure (no API calls, no clocks read, no tasks): the controller shells look
-//! objects up, call these functions, and execute what they return.
+//! The decisions are pure (no API calls, no clocks read, no tasks); two thin shells execute them:
+//! [`controller`] (the dead-node clean-up) and [`watches`] (node-mode watch set-up).
 //!
 //! - [`ownership`]: which claims this instance provisions (upstream `checkNode`), the immediate-binding
 //!   competition, clearing a selected node that has no instance of our driver, and which PVs this
@@ -13,11 +13,15 @@
 //! - [`gone`]: the per-PV state machine that answers volumes of deleted nodes as deleted, safely.
 //! - [`rendezvous`]: deterministic choice of one acting instance among many (highest random weight).
 //! - [`metrics`]: the dead-node metrics.
+//! - [`controller`]: the dead-node shell (passes, live confirmation, PV and claim removal).
+//! - [`watches`]: the scoped watches of a node-mode instance.
 
 pub mod controller;
+pub(crate) mod discover;
 pub mod gone;
 pub mod locate;
 pub mod metrics;
 pub mod ownership;
 pub mod rendezvous;
 pub mod scope;
+pub mod watches;

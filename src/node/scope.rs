@@ -107,6 +107,22 @@ pub fn instance_label_values(node_name: &str, hostname: Option<&str>) -> Vec<Str
     values
 }
 
+/// The [`names::LABEL_PV_NODE`] values under which a Node's PVs may be labelled: its name, its
+/// host name, and its values of the per-node keys (legacy PVs pinned by such a key are labelled
+/// with that value). When the Node disappears, the clean-up lists the PVs under these values.
+pub fn node_label_values(meta: &ObjectMeta, keys: &PerNodeKeys) -> BTreeSet<String> {
+    let mut values: BTreeSet<String> = meta.name.iter().map(|n| label_value(n)).collect();
+    if let Some(labels) = &meta.labels {
+        values.extend(
+            labels
+                .iter()
+                .filter(|(k, _)| keys.contains(k))
+                .map(|(_, v)| label_value(v)),
+        );
+    }
+    values
+}
+
 // === PV labels ===
 
 /// Labels for a PV this node-mode instance creates: our driver, and our node when the PV's
@@ -127,6 +143,18 @@ pub fn new_pv_labels(
         (names::LABEL_PV_NODE.to_owned(), node),
     ]
     .into()
+}
+
+/// Adds the [`new_pv_labels`] to a PV this node-mode instance is about to create (`segments`: our
+/// `NodeGetInfo` segments, which tell which affinity keys name our node).
+pub fn label_new_pv<'a, I>(pv: &mut PersistentVolume, driver: &str, node_name: &str, segments: I)
+where
+    I: IntoIterator<Item = (&'a String, &'a String)>,
+{
+    let keys = PerNodeKeys::from_node(node_name, None, segments);
+    let affinity = pv.spec.as_ref().and_then(|s| s.node_affinity.as_ref());
+    let labels = new_pv_labels(driver, node_name, affinity, &keys);
+    pv.metadata.labels.get_or_insert_default().extend(labels);
 }
 
 /// For the upgrade sweep: the labels an existing PV of `driver` should carry, or `None` when it is
@@ -163,12 +191,14 @@ pub fn label_patch(labels: &BTreeMap<String, String>) -> Value {
 }
 
 /// For the clean-up sweep over PV metadata: whether this PV may belong to a node that no longer
-/// exists, so that its full object is worth a GET. The node is our node-name annotation, else the
-/// node label; `node_exists` answers from the Node cache (by name or host name). PVs of no single
-/// node are never suspects; hashed label values (overlong names) always are.
-pub fn sweep_suspect(meta: &ObjectMeta, node_exists: impl Fn(&str) -> bool) -> bool {
+/// exists, so that its node's PVs are worth a full list. The node is our node-name annotation (with
+/// the recorded UID, so a node name reused by a new machine is suspect too), else the node label.
+/// `node_present(name, recorded_uid)` answers from the Node cache: a Node of that name (or host
+/// name, for label values) exists, with `recorded_uid` when one is given. PVs of no single node are
+/// never suspects; hashed label values (overlong names) always are.
+pub fn sweep_suspect(meta: &ObjectMeta, node_present: impl Fn(&str, Option<&str>) -> bool) -> bool {
     if let Some(name) = annotation(meta, names::ANN_NODE_NAME) {
-        return !node_exists(name);
+        return !node_present(name, annotation(meta, names::ANN_NODE_UID));
     }
     match meta
         .labels
@@ -178,7 +208,7 @@ pub fn sweep_suspect(meta: &ObjectMeta, node_exists: impl Fn(&str) -> bool) -> b
         None => false,
         Some(v) if v == names::LABEL_VALUE_ANY_NODE => false,
         Some(v) if v.starts_with("hash_") => true,
-        Some(v) => !node_exists(v),
+        Some(v) => !node_present(v, None),
     }
 }
 
@@ -564,6 +594,20 @@ mod tests {
     }
 
     #[test]
+    fn a_nodes_label_values_are_its_name_and_its_per_node_label_values() {
+        let keys = PerNodeKeys::new(["topology.hostpath.csi/node"]);
+        let n = node("n1")
+            .labels([
+                (HOSTNAME_LABEL, "n1.internal"),
+                ("topology.hostpath.csi/node", "n1"),
+                ("topology.kubernetes.io/zone", "z1"),
+            ])
+            .build();
+        let values: Vec<String> = node_label_values(&n.metadata, &keys).into_iter().collect();
+        assert_eq!(values, vec!["n1", "n1.internal"]);
+    }
+
+    #[test]
     fn new_pvs_are_labelled_with_our_node_only_when_pinned_to_it() {
         let keys = PerNodeKeys::new(["topology.hostpath.csi/node"]);
         let pinned = pv("p")
@@ -591,6 +635,21 @@ mod tests {
             new_pv_labels(DRIVER, "n1", None, &keys)[names::LABEL_PV_NODE],
             "any_node"
         );
+    }
+
+    #[test]
+    fn a_new_pv_gets_our_labels_next_to_its_own() {
+        let segments: HashMap<String, String> =
+            [("topology.hostpath.csi/node".to_owned(), "n1".to_owned())].into();
+        let mut new = pv("p")
+            .node_affinity([("topology.hostpath.csi/node", "n1")])
+            .label("team", "a")
+            .build();
+        label_new_pv(&mut new, DRIVER, "n1", &segments);
+        let labels = new.metadata.labels.unwrap();
+        assert_eq!(labels["team"], "a");
+        assert_eq!(labels[names::LABEL_PV_NODE], "n1");
+        assert_eq!(labels[names::LABEL_PV_DRIVER], DRIVER);
     }
 
     #[test]
@@ -630,8 +689,14 @@ mod tests {
 
     #[test]
     fn the_sweep_fetches_only_pvs_whose_node_is_not_in_the_cache() {
-        let exists = |n: &str| n == "alive";
+        let exists = |n: &str, uid: Option<&str>| n == "alive" && uid.is_none_or(|u| u == "uid-1");
         let recorded = |n: &str| pv("p").annotation(names::ANN_NODE_NAME, n).build().metadata;
+        let reused = pv("p")
+            .annotation(names::ANN_NODE_NAME, "alive")
+            .annotation(names::ANN_NODE_UID, "uid-0")
+            .build()
+            .metadata;
+        assert!(sweep_suspect(&reused, exists), "same name, another machine");
         let labelled = |v: &str| pv("p").label(names::LABEL_PV_NODE, v).build().metadata;
         assert!(sweep_suspect(&recorded("dead"), exists));
         assert!(!sweep_suspect(&recorded("alive"), exists));

@@ -523,7 +523,16 @@ async fn provision(
     };
     info!(claim = %claim_name(pvc), volume = %plan.volume_name, volume_id = %created.volume_id, "volume created");
 
-    let pv = build_pv(&plan.pv, &created);
+    let mut pv = build_pv(&plan.pv, &created);
+    if let Some(mode) = &state.settings.node {
+        // Node mode: each instance watches only PVs labelled with its node (node::scope).
+        crate::node::scope::label_new_pv(
+            &mut pv,
+            &state.settings.driver,
+            &mode.me.name,
+            &mode.me.segments,
+        );
+    }
     if let Err(message) = create_pv(state, &pv).await {
         return Err(fail(state, pvc, message));
     }

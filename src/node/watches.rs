@@ -1,0 +1,239 @@
+//! Node-deployment watches as [`super::scope`] designs them, so each instance caches what it may
+//! act on rather than the whole cluster:
+//!
+//! - PVCs: every claim streams by (paginated list, then watch), but only those [`claim_interest`]
+//!   keeps enter the cache: pending claims of our driver (selected to this node, unselected, or
+//!   selected elsewhere) and claims carrying one of our finalizers while selected here. A claim that
+//!   becomes bound leaves the cache.
+//! - PVs: label-selected ([`scope::own_pv_watch`]): this node's PVs and PVs of no single node.
+//! - Nodes: name, UID and the per-node labels only ([`scope::strip_node_metadata`]; no spec, no
+//!   status: readiness is never read). CSINodes: our driver's entry only.
+//! - StorageClasses (few, small) and VolumeAttachments (drivers that attach) as in controller mode.
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::api::storage::v1::CSINode;
+use kube::{Api, Client};
+use tracing::{info, warn};
+
+use super::locate::{HOSTNAME_LABEL, PerNodeKeys};
+use super::scope::{self, ClaimInterest, claim_interest};
+use crate::csi::DriverInfo;
+use crate::k8s::watch::{Watched, watch_shared_scoped};
+
+/// The scoped watches of one node-mode instance.
+pub struct NodeWatches {
+    /// Claims this instance may act on.
+    pub pvcs: Watched<PersistentVolumeClaim>,
+    /// This node's PVs and PVs of no single node.
+    pub pvs: Watched<PersistentVolume>,
+    /// Stripped Nodes.
+    pub nodes: Watched<Node>,
+    /// Stripped CSINodes.
+    pub csinodes: Watched<CSINode>,
+}
+
+/// Starts the scoped watches of the instance on `node_name` (`subscribers`: change streams of the
+/// claim and PV watches).
+pub async fn start(
+    client: &Client,
+    driver: &DriverInfo,
+    node_name: &str,
+    subscribers: usize,
+) -> NodeWatches {
+    let hostname = own_hostname(client, node_name).await;
+    let segments = driver
+        .node
+        .as_ref()
+        .map(|n| n.accessible_topology.clone())
+        .unwrap_or_default();
+    let keys = PerNodeKeys::from_node(node_name, hostname.as_deref(), &segments);
+    let pv_watch = scope::own_pv_watch(&driver.name, node_name, hostname.as_deref());
+    info!(
+        selector = pv_watch.label_selector.as_deref().unwrap_or_default(),
+        "node-deployment mode: watching this node's PVs, the claims it may act on, and stripped Nodes and CSINodes"
+    );
+    let (name, me) = (driver.name.clone(), node_name.to_owned());
+    let pvcs = watch_shared_scoped(
+        Api::all(client.clone()),
+        scope::paged_watch(),
+        "persistentvolumeclaims",
+        subscribers,
+        move |pvc: &mut PersistentVolumeClaim| {
+            claim_interest(&pvc.metadata, &name, &me) != ClaimInterest::Ignore
+        },
+    );
+    let pvs = watch_shared_scoped(
+        Api::all(client.clone()),
+        pv_watch,
+        "persistentvolumes",
+        subscribers,
+        |_: &mut PersistentVolume| true,
+    );
+    let nodes = watch_shared_scoped(
+        Api::all(client.clone()),
+        scope::paged_watch(),
+        "nodes",
+        0,
+        move |node: &mut Node| {
+            scope::strip_node_metadata(&mut node.metadata, &keys);
+            node.spec = None;
+            node.status = None;
+            true
+        },
+    );
+    let name = driver.name.clone();
+    let csinodes = watch_shared_scoped(
+        Api::all(client.clone()),
+        scope::paged_watch(),
+        "csinodes",
+        0,
+        move |csinode: &mut CSINode| {
+            scope::strip_csinode(csinode, &name);
+            true
+        },
+    );
+    NodeWatches {
+        pvcs,
+        pvs,
+        nodes,
+        csinodes,
+    }
+}
+
+/// Our Node's `kubernetes.io/hostname` label: PVs pinned by host name are labelled with it. A few
+/// attempts; without it only PVs labelled with the node name (all PVs this version creates) are seen.
+async fn own_hostname(client: &Client, node_name: &str) -> Option<String> {
+    let api: Api<Node> = Api::all(client.clone());
+    let mut delay = Duration::from_millis(200);
+    for attempt in 1..=5 {
+        match api.get_metadata_opt(node_name).await {
+            Ok(Some(node)) => {
+                return node
+                    .metadata
+                    .labels
+                    .and_then(|mut l| l.remove(HOSTNAME_LABEL));
+            }
+            Ok(None) => {
+                warn!(node = %node_name, "NODE_NAME names no Node object; PVs are watched by node name only");
+                return None;
+            }
+            Err(e) => {
+                warn!(node = %node_name, attempt, error = %e, "reading our Node for its host name failed");
+                tokio::time::sleep(delay).await;
+                delay *= 2;
+            }
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::names;
+    use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
+    use kube::runtime::reflector::ObjectRef;
+    use kube_sim::{Sim, SimConfig};
+
+    fn claim(name: &str, annotations: &[(&str, &str)]) -> PersistentVolumeClaim {
+        PersistentVolumeClaim {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some("default".into()),
+                annotations: Some(
+                    annotations
+                        .iter()
+                        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                        .collect::<BTreeMap<_, _>>(),
+                ),
+                ..ObjectMeta::default()
+            },
+            spec: Some(
+                serde_json::from_value(serde_json::json!({
+                    "accessModes": ["ReadWriteOnce"],
+                    "resources": {"requests": {"storage": "1Gi"}}
+                }))
+                .unwrap(),
+            ),
+            ..PersistentVolumeClaim::default()
+        }
+    }
+
+    async fn wait_until(what: &str, mut check: impl FnMut() -> bool) {
+        for _ in 0..500 {
+            if check() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        panic!("timed out waiting for {what}");
+    }
+
+    #[tokio::test]
+    async fn the_scoped_claim_cache_keeps_only_claims_this_instance_may_act_on() {
+        let sim = Sim::start(SimConfig::bare()).await.unwrap();
+        let client = sim.client();
+        let api: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), "default");
+        let pp = PostParams::default();
+        let driver = crate::testing::DRIVER;
+        let ours = [(names::ANN_STORAGE_PROVISIONER, driver)];
+        api.create(&pp, &claim("unselected", &ours)).await.unwrap();
+        let mine = [
+            (names::ANN_STORAGE_PROVISIONER, driver),
+            (names::ANN_SELECTED_NODE, "n1"),
+        ];
+        api.create(&pp, &claim("mine", &mine)).await.unwrap();
+        api.create(
+            &pp,
+            &claim("foreign", &[(names::ANN_STORAGE_PROVISIONER, "other")]),
+        )
+        .await
+        .unwrap();
+        let watched = watch_shared_scoped(
+            Api::all(client.clone()),
+            scope::paged_watch(),
+            "persistentvolumeclaims",
+            0,
+            move |pvc: &mut PersistentVolumeClaim| {
+                claim_interest(&pvc.metadata, driver, "n1") != ClaimInterest::Ignore
+            },
+        );
+        let store = watched.store.clone();
+        store.wait_until_ready().await.unwrap();
+        let names = || {
+            let mut n: Vec<String> = store
+                .state()
+                .iter()
+                .filter_map(|c| c.metadata.name.clone())
+                .collect();
+            n.sort();
+            n
+        };
+        assert_eq!(names(), vec!["mine", "unselected"]);
+
+        // Bound: it leaves the cache; a foreign claim that becomes ours enters it.
+        let bound =
+            serde_json::json!({"metadata": {"annotations": {names::ANN_BIND_COMPLETED: "yes"}}});
+        api.patch("mine", &PatchParams::default(), &Patch::Merge(&bound))
+            .await
+            .unwrap();
+        let adopt = serde_json::json!({"metadata": {"annotations": {names::ANN_STORAGE_PROVISIONER: driver}}});
+        api.patch("foreign", &PatchParams::default(), &Patch::Merge(&adopt))
+            .await
+            .unwrap();
+        wait_until("the cache to follow the claims", || {
+            names() == vec!["foreign", "unselected"]
+        })
+        .await;
+        assert!(
+            store
+                .get(&ObjectRef::new("mine").within("default"))
+                .is_none()
+        );
+        watched.task.abort();
+    }
+}
