@@ -4,7 +4,10 @@
 //! gets stuck Terminating because of a lost race with another controller.
 
 use std::collections::{HashMap, HashSet};
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
+use std::task::{Context as TaskContext, Poll};
 use std::time::{Duration, Instant};
 
 use futures::{Stream, StreamExt};
@@ -16,7 +19,7 @@ use tracing::{Instrument, debug, info, info_span, warn};
 
 use super::plan::{
     self, AttachmentState, ClaimState, DeletionSecrets, Locality, ReclaimAction, ReclaimContext,
-    StorageClassLookup,
+    SkipReason, StorageClassLookup,
 };
 use crate::app::{Context, Shutdown};
 use crate::csi::v1;
@@ -30,6 +33,10 @@ use crate::retry::Backoff;
 const RESYNC: Duration = Duration::from_secs(10 * 60);
 /// Retry delay when the volume name is busy with a create in this process.
 const LOCK_RETRY: Duration = Duration::from_millis(500);
+/// Longest pause between two looks at a PV that waits for its volume to be detached.
+const DETACH_RECHECK_MAX: Duration = Duration::from_secs(10);
+/// Retry delay when a cache the decision needs has not been filled yet.
+const UNKNOWN_RETRY: Duration = Duration::from_secs(1);
 /// Size of the deleted-volume memo at which entries of PVs that no longer exist are dropped.
 const PRUNE_AT: usize = 4096;
 /// Steps executed in one reconcile before yielding (each step re-reads the PV it wrote).
@@ -41,6 +48,9 @@ pub enum ReclaimFailure {
     /// Reported in a `VolumeFailedDelete` event already.
     #[error("{0}")]
     Reported(String),
+    /// A VolumeAttachment still names the PV (reported once per wait).
+    #[error("{0}")]
+    Attached(String),
     /// A Kubernetes write failed.
     #[error(transparent)]
     Patch(#[from] patch::PatchError),
@@ -63,6 +73,8 @@ struct Reclaimer {
     deleted: Mutex<HashSet<String>>,
     /// Node mode: our NodeGetInfo segments.
     segments: Option<HashMap<String, String>>,
+    /// PV UIDs waiting for a detach: the wait is logged at info once, then at debug per retry.
+    waiting_for_detach: Mutex<HashSet<String>>,
 }
 
 /// Runs the reclaim controller until shutdown.
@@ -84,12 +96,13 @@ pub async fn run(
         backoff: Mutex::new(Backoff::new(p.retry_interval_start, p.retry_interval_max)),
         deleted: Mutex::new(HashSet::new()),
         segments,
+        waiting_for_detach: Mutex::new(HashSet::new()),
         ctx: ctx.clone(),
     });
     let workers = u16::try_from(p.worker_threads.max(1)).unwrap_or(u16::MAX);
-    Controller::for_shared_stream(pvs, ctx.stores.pvs.clone())
+    Controller::for_shared_stream(Rewake::new(pvs), ctx.stores.pvs.clone())
         // A claim that changes (bound, being deleted) matters to its PV.
-        .watches_shared_stream(pvcs, |pvc| {
+        .watches_shared_stream(Rewake::new(pvcs), |pvc| {
             pvc.spec
                 .as_ref()
                 .and_then(|s| s.volume_name.as_deref())
@@ -109,6 +122,54 @@ pub async fn run(
         .await;
 }
 
+/// Re-polls a shared watch stream that went quiet without arranging a wake-up.
+///
+/// kube-runtime 5's `ReflectHandle` returns `Pending` *without registering a waker* when the
+/// object a queued reference names has left the store meanwhile (created-then-deleted, or a final
+/// update followed by the delete: common when many PVs are deleted at once). The controller then
+/// sleeps on events already queued, and once the dispatcher's buffer is full the shared watch
+/// itself blocks, so every later PV event is lost until something unrelated wakes the task. This
+/// adapter polls the inner stream again right away a few times (each skipped reference is one
+/// poll), and otherwise at least every [`REWAKE_INTERVAL`] while it is pending.
+struct Rewake<T> {
+    inner: Pin<Box<dyn Stream<Item = T> + Send>>,
+    timer: Pin<Box<tokio::time::Sleep>>,
+}
+
+/// Longest a skipped reference can delay the events queued behind it.
+const REWAKE_INTERVAL: Duration = Duration::from_millis(250);
+/// Immediate re-polls after a `Pending` (a genuinely empty stream answers each one cheaply).
+const REWAKE_POLLS: usize = 8;
+
+impl<T> Rewake<T> {
+    fn new(inner: impl Stream<Item = T> + Send + 'static) -> Self {
+        Self {
+            inner: Box::pin(inner),
+            timer: Box::pin(tokio::time::sleep(REWAKE_INTERVAL)),
+        }
+    }
+}
+
+impl<T> Stream for Rewake<T> {
+    type Item = T;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Option<T>> {
+        loop {
+            for _ in 0..REWAKE_POLLS {
+                if let Poll::Ready(item) = self.inner.as_mut().poll_next(cx) {
+                    return Poll::Ready(item);
+                }
+            }
+            // Arms the timer's waker; when it fires, poll the inner stream again.
+            if self.timer.as_mut().poll(cx).is_pending() {
+                return Poll::Pending;
+            }
+            let next = tokio::time::Instant::now() + REWAKE_INTERVAL;
+            self.timer.as_mut().reset(next);
+        }
+    }
+}
+
 fn resync() -> tokio::time::Interval {
     let mut interval = tokio::time::interval_at(tokio::time::Instant::now() + RESYNC, RESYNC);
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -120,11 +181,16 @@ fn error_policy(
     error: &ReclaimFailure,
     state: Arc<Reclaimer>,
 ) -> Action {
-    let delay = state
+    let mut delay = state
         .backoff
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .failed(&pv.name_any());
+    if matches!(error, ReclaimFailure::Attached(_)) {
+        // The check is an in-memory index lookup, and no event announces the detach: look again
+        // soon rather than after the full backoff.
+        delay = delay.min(DETACH_RECHECK_MAX);
+    }
     debug!(pv = %pv.name_any(), error = %error, ?delay, "will retry");
     Action::requeue(delay)
 }
@@ -235,11 +301,13 @@ async fn step(state: &Reclaimer, pv: &PersistentVolume) -> Result<Next, ReclaimF
     let api: Api<PersistentVolume> = Api::all(ctx.client.clone());
     match decision {
         ReclaimAction::Skip(reason) => {
-            debug!(pv = %name, ?reason, "nothing to do for PV");
+            let phase = pv.status.as_ref().and_then(|s| s.phase.as_deref());
+            debug!(pv = %name, phase = %phase.unwrap_or_default(), ?reason, "nothing to do for PV");
             if pv.metadata.deletion_timestamp.is_none() {
                 ctx.events.end_episode(&plan::wait_for_detach_episode(pv));
+                state.wait_for_detach(&uid, false);
             }
-            Ok(Next::Done(Action::await_change()))
+            Ok(Next::Done(after_skip(reason)))
         }
         ReclaimAction::AddFinalizer => {
             let outcome =
@@ -255,14 +323,18 @@ async fn step(state: &Reclaimer, pv: &PersistentVolume) -> Result<Next, ReclaimF
         }
         ReclaimAction::WaitForDetach { node } => {
             let message = plan::detach_message(&name, &node);
-            debug!(pv = %name, "{message}");
+            if state.wait_for_detach(&uid, true) {
+                info!(pv = %name, "{message}; deleting the volume once it is detached");
+            } else {
+                debug!(pv = %name, "{message}");
+            }
             // One event per waiting episode, not one per retry (upstream issue 1574).
             ctx.events.emit(
                 reference_to(pv),
                 EventSpec::warning(names::EVENT_VOLUME_FAILED_DELETE, message.clone())
                     .once_per(plan::wait_for_detach_episode(pv)),
             );
-            Err(ReclaimFailure::Reported(message))
+            Err(ReclaimFailure::Attached(message))
         }
         ReclaimAction::Fail(err) => {
             let message = err.to_string();
@@ -310,11 +382,30 @@ async fn step(state: &Reclaimer, pv: &PersistentVolume) -> Result<Next, ReclaimF
                 .delete
                 .succeeded(&class_label(pv), started.elapsed());
             ctx.events.end_episode(&plan::wait_for_detach_episode(pv));
+            state.wait_for_detach(&uid, false);
             finish(state, &api, pv, pv.metadata.deletion_timestamp.is_none()).await
         }
         ReclaimAction::DeletePvObject { issue_delete } => {
             finish(state, &api, pv, issue_delete).await
         }
+    }
+}
+
+/// What a skipped PV waits for: a change of the PV or its claim, or (when something was not known
+/// yet, e.g. the VolumeAttachment index still listing after a restart) a short while, since no
+/// event announces that the missing knowledge arrived.
+fn after_skip(reason: SkipReason) -> Action {
+    match reason {
+        SkipReason::ClaimUnknown
+        | SkipReason::StorageClassUnknown
+        | SkipReason::AttachmentsUnknown => Action::requeue(UNKNOWN_RETRY),
+        SkipReason::NotOurs
+        | SkipReason::NeverBound
+        | SkipReason::NotDeletePolicy
+        | SkipReason::DeletingWithoutFinalizer
+        | SkipReason::ClaimInUse { .. }
+        | SkipReason::NotReleased
+        | SkipReason::NotOnThisNode => Action::await_change(),
     }
 }
 
@@ -336,10 +427,8 @@ async fn finish(
 ) -> Result<Next, ReclaimFailure> {
     let name = pv.name_any();
     let uid = pv.metadata.uid.clone().unwrap_or_default();
-    if issue_delete {
-        if patch::delete_with_uid(api, &name, &uid).await? == DeleteOutcome::Gone {
-            return Ok(Next::Done(Action::await_change()));
-        }
+    if issue_delete && patch::delete_with_uid(api, &name, &uid).await? == DeleteOutcome::Gone {
+        return Ok(Next::Done(Action::await_change()));
     }
     patch::remove_finalizer(api, pv, names::FINALIZER_PV_DELETION_PROTECTION).await?;
     debug!(pv = %name, "PV deleted and deletion-protection finalizer removed");
@@ -351,6 +440,20 @@ async fn finish(
 }
 
 impl Reclaimer {
+    /// Marks PV `uid` as waiting for a detach (or not); true when that starts a new wait.
+    fn wait_for_detach(&self, uid: &str, waiting: bool) -> bool {
+        let mut set = self
+            .waiting_for_detach
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if waiting {
+            set.insert(uid.to_owned())
+        } else {
+            set.remove(uid);
+            false
+        }
+    }
+
     fn prune_deleted(&self) {
         let mut deleted = self.deleted.lock().unwrap_or_else(|p| p.into_inner());
         if deleted.len() < PRUNE_AT {
@@ -365,6 +468,11 @@ impl Reclaimer {
             .filter_map(|pv| pv.metadata.uid.clone())
             .collect();
         deleted.retain(|uid| live.contains(uid));
+        // PVs force-deleted (finalizer removed by hand) while they waited for a detach.
+        self.waiting_for_detach
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|uid| live.contains(uid));
     }
 }
 
@@ -392,6 +500,76 @@ async fn fetch_secrets(
         Err(e) => {
             warn!(pv = %pv_name, "error getting secret {} in namespace {}: {e}; deleting without secrets", secret.name, secret.namespace);
             HashMap::new()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Behaves like kube-runtime's `ReflectHandle` after references to deleted objects: answers
+    /// `Pending` `skips` times without arranging a wake-up, then yields `item`.
+    struct LostWakeups {
+        skips: usize,
+        item: Option<u32>,
+    }
+
+    impl Stream for LostWakeups {
+        type Item = u32;
+
+        fn poll_next(mut self: Pin<&mut Self>, _: &mut TaskContext<'_>) -> Poll<Option<u32>> {
+            if self.skips > 0 {
+                self.skips -= 1;
+                return Poll::Pending;
+            }
+            Poll::Ready(self.item.take())
+        }
+    }
+
+    async fn first_item(skips: usize) -> Option<u32> {
+        let mut stream = Rewake::new(LostWakeups {
+            skips,
+            item: Some(7),
+        });
+        tokio::time::timeout(Duration::from_secs(30), stream.next())
+            .await
+            .expect("the item behind the lost wake-ups is reached")
+    }
+
+    #[tokio::test]
+    async fn rewake_reaches_items_queued_behind_a_pending_without_wakeup() {
+        // A few skipped references: found by the immediate re-polls.
+        assert_eq!(first_item(3).await, Some(7));
+    }
+
+    #[tokio::test]
+    async fn rewake_keeps_polling_after_long_runs_of_lost_wakeups() {
+        // More skipped references in a row than immediate re-polls: the timer takes over.
+        assert_eq!(first_item(3 * REWAKE_POLLS + 1).await, Some(7));
+    }
+
+    #[test]
+    fn a_pv_skipped_for_lack_of_knowledge_is_looked_at_again_soon() {
+        for reason in [
+            SkipReason::ClaimUnknown,
+            SkipReason::StorageClassUnknown,
+            SkipReason::AttachmentsUnknown,
+        ] {
+            assert_eq!(
+                after_skip(reason),
+                Action::requeue(UNKNOWN_RETRY),
+                "{reason:?}"
+            );
+        }
+        for reason in [
+            SkipReason::NotOurs,
+            SkipReason::NeverBound,
+            SkipReason::ClaimInUse { deleting: true },
+            SkipReason::NotReleased,
+            SkipReason::NotOnThisNode,
+        ] {
+            assert_eq!(after_skip(reason), Action::await_change(), "{reason:?}");
         }
     }
 }
