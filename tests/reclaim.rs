@@ -557,6 +557,45 @@ async fn driver_down_during_deletion_is_retried_until_it_is_back() {
     );
 }
 
+#[tokio::test]
+async fn delete_volume_errors_are_reported_on_the_pv_and_retried_until_they_clear() {
+    let (cluster, driver, _sidecar) = start(&[], &[]).await;
+    let pv = cluster.provision("data", "fast").await;
+    let name = pv.name_any();
+    let control = driver.control().await;
+    control
+        .set_fault(
+            "DeleteVolume",
+            mock_csi_driver::FaultRule::always(tonic::Code::FailedPrecondition),
+        )
+        .await
+        .unwrap();
+
+    cluster.delete_pvc_and_wait(NS, "data").await;
+    wait_for("two failed DeleteVolume calls", DEADLINE, || async {
+        (driver.state().await.calls("DeleteVolume") >= 2).then_some(())
+    })
+    .await;
+    // Upstream's reason and gRPC error text, on the PV; the PV and its finalizer stay.
+    cluster
+        .wait_event(
+            "PersistentVolume",
+            "",
+            &name,
+            "VolumeFailedDelete",
+            "rpc error: code = FailedPrecondition desc = ",
+        )
+        .await;
+    let pv = cluster.pv(&name).await;
+    assert!(has_finalizer(&pv) && pv.metadata.deletion_timestamp.is_none());
+    assert_eq!(driver.state().await.volumes.len(), 1);
+
+    control.clear_faults().await.unwrap();
+    cluster.wait_pv_gone(&name).await;
+    let state = driver.wait_volumes(0).await;
+    assert_eq!(state.ok_calls("DeleteVolume"), 1);
+}
+
 // === 7: sidecar killed after DeleteVolume ===
 
 #[tokio::test]
