@@ -1,9 +1,15 @@
 //! Watches and reflector stores the controllers read from (lean caches, scoped selectors, indexes).
 //!
-//! Each resource is watched once: a reflector keeps the store, and controllers subscribe to the same
-//! stream (kube-runtime's shared streams), so two controllers reading PVCs cost one watch and one cache.
-//! Objects are stripped of `managedFields` and the last-applied annotation before they are cached:
-//! nothing here reads them, and they are often the largest part of an object.
+//! Each resource is watched once: a reflector keeps the store, and every controller that asked for
+//! one gets its own stream of changed objects fed by the same watch, so two controllers reading PVCs
+//! cost one watch and one cache. Objects are stripped of `managedFields` and the last-applied
+//! annotation before they are cached: nothing here reads them, and they are often the largest part of
+//! an object.
+//!
+//! The fan-out is ours rather than kube-runtime's `ReflectHandle`: that handle looks each change up
+//! in the store again and, when the object left the store meanwhile (created then deleted, common in
+//! mass deletions), returns `Pending` without arranging a wake-up, which stalls the controller and
+//! then the watch. Here every subscriber receives the object itself, in order, with backpressure.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Debug;
@@ -12,14 +18,16 @@ use std::sync::{Arc, RwLock};
 
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::storage::v1::VolumeAttachment;
-use kube::runtime::reflector::{self, ReflectHandle, Store};
+use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
+use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
+use tokio_stream::wrappers::ReceiverStream;
 use tracing::{Instrument, info_span, warn};
 
-/// Buffer of the shared-stream dispatcher: how far a slow subscriber may lag before the watch waits.
+/// Changes buffered per subscriber: how far a slow controller may lag before the watch waits.
 const SHARED_BUFFER: usize = 1024;
 
 /// Annotation `kubectl apply` writes; a full copy of the object we never read.
@@ -33,9 +41,9 @@ where
 {
     /// Read side of the cache.
     pub store: Store<K>,
-    // Every handle must be polled by its controller: an idle subscriber fills the dispatcher's buffer
-    // and then stalls the watch, so exactly as many are made as are asked for.
-    handles: Vec<ReflectHandle<K>>,
+    // Every stream must be consumed by its controller: an idle subscriber fills its buffer and then
+    // stalls the watch, so exactly as many are made as are asked for.
+    streams: Vec<ReceiverStream<Arc<K>>>,
     /// The task driving the watch.
     pub task: JoinHandle<()>,
 }
@@ -50,7 +58,7 @@ where
     /// # Panics
     /// When more streams are taken than were asked for (a wiring bug caught at start-up).
     pub fn subscribe(&mut self) -> impl Stream<Item = Arc<K>> + Send + 'static {
-        self.handles
+        self.streams
             .pop()
             .expect("more subscriptions taken than watch_shared was asked for")
     }
@@ -76,32 +84,7 @@ where
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
     K::DynamicType: Eq + Hash + Clone + Default,
 {
-    let (store, writer) = reflector::store_shared(SHARED_BUFFER);
-    // A writer made by store_shared always has a dispatcher, so subscribe yields a handle.
-    let handles = (0..subscribers)
-        .filter_map(|_| writer.subscribe())
-        .collect();
-    let stream = watcher(api, config)
-        .default_backoff()
-        .modify(strip::<K>)
-        .reflect_shared(writer);
-    let task = tokio::spawn(
-        async move {
-            futures::pin_mut!(stream);
-            while let Some(event) = stream.next().await {
-                if let Err(e) = event {
-                    // The watcher re-lists by itself (410 Gone included); this is only worth a line.
-                    warn!(error = %e, "watch of {what} failed; retrying with backoff");
-                }
-            }
-        }
-        .instrument(info_span!("watch", resource = what)),
-    );
-    Watched {
-        store,
-        handles,
-        task,
-    }
+    watch_shared_scoped(api, config, what, subscribers, |_| true)
 }
 
 /// Like [`watch_shared`], but `shape` runs on every object after [`strip`]: it may strip more, and
@@ -121,34 +104,39 @@ where
     K::DynamicType: Eq + Hash + Clone + Default,
     F: Fn(&mut K) -> bool + Send + Sync + 'static,
 {
-    let (store, writer) = reflector::store_shared(SHARED_BUFFER);
-    let handles = (0..subscribers)
-        .filter_map(|_| writer.subscribe())
-        .collect();
-    let stream = watcher(api, config)
-        .default_backoff()
-        .modify(strip::<K>)
-        .filter_map(move |event| {
-            let kept = match event {
-                Ok(watcher::Event::Apply(mut obj)) => Some(Ok(if shape(&mut obj) {
-                    watcher::Event::Apply(obj)
-                } else {
-                    watcher::Event::Delete(obj)
-                })),
-                Ok(watcher::Event::InitApply(mut obj)) => {
-                    shape(&mut obj).then_some(Ok(watcher::Event::InitApply(obj)))
-                }
-                other => Some(other),
-            };
-            std::future::ready(kept)
+    let (store, mut writer) = reflector::store();
+    let (senders, streams): (Vec<_>, Vec<_>) = (0..subscribers)
+        .map(|_| {
+            let (tx, rx) = mpsc::channel(SHARED_BUFFER);
+            (tx, ReceiverStream::new(rx))
         })
-        .reflect_shared(writer);
+        .unzip();
+    let stream = watcher(api, config).default_backoff().modify(strip::<K>);
     let task = tokio::spawn(
         async move {
             futures::pin_mut!(stream);
             while let Some(event) = stream.next().await {
-                if let Err(e) = event {
-                    warn!(error = %e, "watch of {what} failed; retrying with backoff");
+                let event = match event {
+                    Ok(event) => event,
+                    Err(e) => {
+                        // The watcher re-lists by itself (410 Gone included); worth a line only.
+                        warn!(error = %e, "watch of {what} failed; retrying with backoff");
+                        continue;
+                    }
+                };
+                let Some(event) = scope_event(event, &shape) else {
+                    continue;
+                };
+                // The store first, so a controller woken by the change finds it there.
+                writer.apply_watcher_event(&event);
+                let changed = match &event {
+                    watcher::Event::Apply(obj) | watcher::Event::InitApply(obj) => obj,
+                    _ => continue,
+                };
+                let changed = Arc::new(changed.clone());
+                for tx in &senders {
+                    // A closed stream means its controller stopped (shutdown): nothing to tell.
+                    let _ = tx.send(changed.clone()).await;
                 }
             }
         }
@@ -156,8 +144,27 @@ where
     );
     Watched {
         store,
-        handles,
+        streams,
         task,
+    }
+}
+
+/// Applies `shape` to one watcher event: a kept object passes (possibly slimmed), an update that
+/// is no longer kept becomes a removal, an initial object that is not kept is dropped.
+fn scope_event<K, F>(event: watcher::Event<K>, shape: &F) -> Option<watcher::Event<K>>
+where
+    F: Fn(&mut K) -> bool,
+{
+    match event {
+        watcher::Event::Apply(mut obj) => Some(if shape(&mut obj) {
+            watcher::Event::Apply(obj)
+        } else {
+            watcher::Event::Delete(obj)
+        }),
+        watcher::Event::InitApply(mut obj) => {
+            shape(&mut obj).then_some(watcher::Event::InitApply(obj))
+        }
+        other => Some(other),
     }
 }
 
@@ -320,6 +327,22 @@ mod tests {
         index.apply(&watcher::Event::InitDone);
         assert_eq!(index.attached_node("pv3"), None);
         assert_eq!(index.attached_node("pv4").as_deref(), Some("n4"));
+    }
+
+    #[test]
+    fn scoping_drops_uninteresting_objects_and_turns_updates_that_leave_the_scope_into_removals() {
+        let keep_pv1 = |va: &mut VolumeAttachment| {
+            va.spec.source.persistent_volume_name.as_deref() == Some("pv1")
+        };
+        let kept = scope_event(watcher::Event::InitApply(va("a", "pv1", "n")), &keep_pv1);
+        assert!(matches!(kept, Some(watcher::Event::InitApply(_))));
+        assert!(scope_event(watcher::Event::InitApply(va("b", "pv2", "n")), &keep_pv1).is_none());
+        let left = scope_event(watcher::Event::Apply(va("a", "pv2", "n")), &keep_pv1);
+        assert!(matches!(left, Some(watcher::Event::Delete(_))));
+        assert!(matches!(
+            scope_event(watcher::Event::Apply(va("a", "pv1", "n")), &keep_pv1),
+            Some(watcher::Event::Apply(_))
+        ));
     }
 
     #[test]
