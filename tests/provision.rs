@@ -1,45 +1,245 @@
 //! End to end: PVC -> CreateVolume -> PV on the API simulator with the mock driver as a separate
 //! process, checked against both the API objects and the driver's own volume list.
+//!
+//! This file holds the shared helpers and the basic shape of what is provisioned; the cases are
+//! grouped in `provision/`: bad input and wrong driver answers, topology, crashes and races.
 
 mod common;
 
+#[path = "provision/bad_input.rs"]
+mod bad_input;
+#[path = "provision/crash.rs"]
+mod crash;
+#[path = "provision/topology.rs"]
+mod topology;
+
 use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
 
 use common::*;
-use k8s_openapi::api::core::v1::Secret;
+use futures::StreamExt;
 use k8s_openapi::ByteString;
-use kube::api::{DeleteParams, ObjectMeta};
-use mock_csi_driver::FaultRule;
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Secret};
+use kube::api::ObjectMeta;
+use kube::runtime::{WatchStreamExt, watcher};
 
 const NS: &str = "default";
+const INTENT_FINALIZER: &str = "csi-provisioner.rs/provisioning-intent";
+const SELECTED_NODE: &str = "volume.kubernetes.io/selected-node";
+
+/// Waits until `probe` accepts the claim `NS/name` and returns what it extracted.
+async fn wait_claim<T>(
+    cluster: &Cluster,
+    name: &str,
+    what: &str,
+    probe: impl Fn(&PersistentVolumeClaim) -> Option<T>,
+) -> T {
+    let api = cluster.pvcs(NS);
+    wait_for(&format!("claim {name}: {what}"), DEADLINE, || async {
+        probe(&api.get_opt(name).await.ok()??)
+    })
+    .await
+}
+
+fn annotation<'a>(pvc: &'a PersistentVolumeClaim, key: &str) -> Option<&'a str> {
+    pvc.metadata
+        .annotations
+        .as_ref()?
+        .get(key)
+        .map(String::as_str)
+}
+
+fn has_intent(pvc: &PersistentVolumeClaim) -> bool {
+    pvc.metadata
+        .finalizers
+        .as_ref()
+        .is_some_and(|f| f.iter().any(|x| x == INTENT_FINALIZER))
+}
+
+fn uid(pvc: &PersistentVolumeClaim) -> String {
+    pvc.metadata.uid.clone().expect("claim uid")
+}
+
+/// The nodes of the PV's required node affinity (values of the mock's topology key).
+fn affinity_nodes(pv: &PersistentVolume) -> Vec<String> {
+    let terms = pv
+        .spec
+        .as_ref()
+        .and_then(|s| s.node_affinity.as_ref())
+        .and_then(|a| a.required.as_ref())
+        .map(|r| r.node_selector_terms.clone())
+        .unwrap_or_default();
+    terms
+        .iter()
+        .flat_map(|t| t.match_expressions.clone().unwrap_or_default())
+        .filter(|e| e.key == TOPOLOGY_KEY && e.operator == "In")
+        .flat_map(|e| e.values.unwrap_or_default())
+        .collect()
+}
+
+/// Waits for a line of the sidecar's log containing every one of `needles`.
+async fn wait_log(sidecar: &Sidecar, needles: &[&str]) {
+    wait_for(
+        &format!("a sidecar log line with {needles:?}"),
+        DEADLINE,
+        || async {
+            sidecar
+                .log()
+                .lines()
+                .any(|l| needles.iter().all(|n| l.contains(n)))
+                .then_some(())
+        },
+    )
+    .await;
+}
+
+/// Every version of one claim the API server reported, in order (a watch sees a state that a
+/// poll could miss, e.g. an annotation removed and set again a moment later).
+struct ClaimHistory {
+    versions: Arc<Mutex<Vec<PersistentVolumeClaim>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl ClaimHistory {
+    fn start(cluster: &Cluster, name: &str) -> Self {
+        let api = cluster.pvcs(NS);
+        let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+        let versions = Arc::new(Mutex::new(Vec::new()));
+        let sink = versions.clone();
+        let task = tokio::spawn(async move {
+            let mut stream = watcher(api, config)
+                .default_backoff()
+                .applied_objects()
+                .boxed();
+            while let Some(event) = stream.next().await {
+                if let Ok(pvc) = event {
+                    sink.lock().unwrap().push(pvc);
+                }
+            }
+        });
+        Self { versions, task }
+    }
+
+    /// Waits until the versions seen so far satisfy `check`.
+    async fn wait(&self, what: &str, check: impl Fn(&[PersistentVolumeClaim]) -> bool) {
+        wait_for(what, DEADLINE, || async {
+            check(&self.versions.lock().unwrap()).then_some(())
+        })
+        .await;
+    }
+
+    /// Waits until the selected node was set to `node` and later removed.
+    async fn wait_selected_node_cleared(&self, node: &str) {
+        self.wait(
+            &format!("selected-node {node} to be set and then removed"),
+            |versions| {
+                let set = versions
+                    .iter()
+                    .position(|p| annotation(p, SELECTED_NODE) == Some(node));
+                set.is_some_and(|i| {
+                    versions[i..]
+                        .iter()
+                        .any(|p| annotation(p, SELECTED_NODE).is_none())
+                })
+            },
+        )
+        .await;
+    }
+}
+
+impl Drop for ClaimHistory {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Deletes a Node and its CSINode (a real cluster's garbage collector removes the latter) and
+/// waits until both are gone.
+async fn remove_node(cluster: &Cluster, name: &str) {
+    let gone = kube::api::DeleteParams::default();
+    let _ = cluster.nodes().delete(name, &gone).await;
+    let _ = cluster.csinodes().delete(name, &gone).await;
+    wait_for(&format!("node {name} to be gone"), DEADLINE, || async {
+        let node = cluster.nodes().get_opt(name).await.ok()?;
+        let csinode = cluster.csinodes().get_opt(name).await.ok()?;
+        (node.is_none() && csinode.is_none()).then_some(())
+    })
+    .await;
+}
+
+/// How often events with `reason` were recorded on the claim `NS/name` (aggregated counts included).
+async fn claim_event_total(cluster: &Cluster, name: &str, reason: &str) -> i32 {
+    let api: kube::Api<k8s_openapi::api::core::v1::Event> = kube::Api::all(cluster.client.clone());
+    let list = api.list(&Default::default()).await.expect("list events");
+    list.items
+        .iter()
+        .filter(|e| {
+            e.involved_object.kind.as_deref() == Some("PersistentVolumeClaim")
+                && e.involved_object.name.as_deref() == Some(name)
+                && e.reason.as_deref() == Some(reason)
+        })
+        .map(|e| e.count.unwrap_or(1).max(1))
+        .sum()
+}
+
+/// The same class with `WaitForFirstConsumer` binding.
+fn delayed(
+    mut class: k8s_openapi::api::storage::v1::StorageClass,
+) -> k8s_openapi::api::storage::v1::StorageClass {
+    class.volume_binding_mode = Some("WaitForFirstConsumer".into());
+    class
+}
 
 #[tokio::test]
 async fn immediate_claim_gets_a_pv_exactly_like_upstream_builds_it() {
     let cluster = Cluster::start().await;
     let driver = Driver::start(cluster.dir.path(), "node-1", &[]).await;
     let _sidecar = Sidecar::start(&cluster, &driver, &[]).await;
-    let mut class = storage_class("fast", &[("tier", "gold"), ("csi.storage.k8s.io/fstype", "xfs")]);
+    let mut class = storage_class(
+        "fast",
+        &[("tier", "gold"), ("csi.storage.k8s.io/fstype", "xfs")],
+    );
     class.mount_options = Some(vec!["noatime".into()]);
     cluster.create(&cluster.classes(), &class).await;
-    let pvc = cluster.create(&cluster.pvcs(NS), &claim(NS, "data", "fast", "1Gi")).await;
+    let before = cluster.sim.counters();
+    let pvc = cluster
+        .create(&cluster.pvcs(NS), &claim(NS, "data", "fast", "1Gi"))
+        .await;
     let uid = pvc.metadata.uid.clone().unwrap();
 
     let pv = cluster.wait_bound(NS, "data").await;
-    assert_eq!(pv.metadata.name.as_deref(), Some(format!("pvc-{uid}").as_str()));
-    let ann = pv.metadata.annotations.clone().unwrap_or_default();
-    assert_eq!(ann.get("pv.kubernetes.io/provisioned-by").map(String::as_str), Some(DRIVER));
     assert_eq!(
-        ann.get("volume.kubernetes.io/provisioner-deletion-secret-name").map(String::as_str),
+        pv.metadata.name.as_deref(),
+        Some(format!("pvc-{uid}").as_str())
+    );
+    let ann = pv.metadata.annotations.clone().unwrap_or_default();
+    assert_eq!(
+        ann.get("pv.kubernetes.io/provisioned-by")
+            .map(String::as_str),
+        Some(DRIVER)
+    );
+    assert_eq!(
+        ann.get("volume.kubernetes.io/provisioner-deletion-secret-name")
+            .map(String::as_str),
         Some("")
     );
     let finalizers = pv.metadata.finalizers.clone().unwrap_or_default();
-    assert!(finalizers.contains(&"external-provisioner.volume.kubernetes.io/finalizer".to_string()));
+    assert!(
+        finalizers.contains(&"external-provisioner.volume.kubernetes.io/finalizer".to_string())
+    );
     let spec = pv.spec.clone().unwrap();
     let csi = spec.csi.clone().unwrap();
     assert_eq!(csi.driver, DRIVER);
     assert_eq!(csi.fs_type.as_deref(), Some("xfs"));
-    assert!(csi.volume_attributes.unwrap_or_default().contains_key("storage.kubernetes.io/csiProvisionerIdentity"));
-    assert_eq!(spec.persistent_volume_reclaim_policy.as_deref(), Some("Delete"));
+    assert!(
+        csi.volume_attributes
+            .unwrap_or_default()
+            .contains_key("storage.kubernetes.io/csiProvisionerIdentity")
+    );
+    assert_eq!(
+        spec.persistent_volume_reclaim_policy.as_deref(),
+        Some("Delete")
+    );
     assert_eq!(spec.storage_class_name.as_deref(), Some("fast"));
     assert_eq!(spec.mount_options, Some(vec!["noatime".to_string()]));
     assert_eq!(spec.capacity.unwrap()["storage"].0, "1Gi");
@@ -51,17 +251,47 @@ async fn immediate_claim_gets_a_pv_exactly_like_upstream_builds_it() {
     let volume = &state.volumes[0];
     assert_eq!(volume.name, format!("pvc-{uid}"));
     assert_eq!(volume.id, csi.volume_handle);
-    assert_eq!(volume.parameters, BTreeMap::from([("tier".to_string(), "gold".to_string())]));
+    assert_eq!(
+        volume.parameters,
+        BTreeMap::from([("tier".to_string(), "gold".to_string())])
+    );
 
     // Upstream's events, and the intent finalizer is gone from the bound claim.
     cluster
-        .wait_event("PersistentVolumeClaim", NS, "data", "ProvisioningSucceeded", &format!("Successfully provisioned volume pvc-{uid}"))
+        .wait_event(
+            "PersistentVolumeClaim",
+            NS,
+            "data",
+            "ProvisioningSucceeded",
+            &format!("Successfully provisioned volume pvc-{uid}"),
+        )
         .await;
     cluster
-        .wait_event("PersistentVolumeClaim", NS, "data", "Provisioning", "External provisioner is provisioning volume for claim \"default/data\"")
+        .wait_event(
+            "PersistentVolumeClaim",
+            NS,
+            "data",
+            "Provisioning",
+            "External provisioner is provisioning volume for claim \"default/data\"",
+        )
         .await;
-    let pvc = cluster.pvcs(NS).get("data").await.unwrap();
-    assert!(!pvc.metadata.finalizers.unwrap_or_default().iter().any(|f| f.starts_with("csi-provisioner.rs/")));
+    let pvc = wait_claim(&cluster, "data", "intent removed", |pvc| {
+        (!has_intent(pvc)).then(|| pvc.clone())
+    })
+    .await;
+    let ours = pvc
+        .metadata
+        .annotations
+        .unwrap_or_default()
+        .into_keys()
+        .filter(|k| k.starts_with("csi-provisioner.rs/"))
+        .collect::<Vec<_>>();
+    assert!(ours.is_empty(), "intent annotations left behind: {ours:?}");
+
+    // API cost of one volume: intent write, PV create, intent removal and two events (the test's
+    // own claim create is the sixth write).
+    let spent = cluster.sim.counters().since(&before);
+    assert_eq!(spent.writes(), 6, "{:#}", spent.to_json());
 }
 
 #[tokio::test]
@@ -69,13 +299,19 @@ async fn pvc_deleted_first_deletes_the_volume_and_the_pv() {
     let cluster = Cluster::start().await;
     let driver = Driver::start(cluster.dir.path(), "node-1", &[]).await;
     let _sidecar = Sidecar::start(&cluster, &driver, &[]).await;
-    cluster.create(&cluster.classes(), &storage_class("fast", &[])).await;
-    cluster.create(&cluster.pvcs(NS), &claim(NS, "data", "fast", "1Gi")).await;
+    cluster
+        .create(&cluster.classes(), &storage_class("fast", &[]))
+        .await;
+    cluster
+        .create(&cluster.pvcs(NS), &claim(NS, "data", "fast", "1Gi"))
+        .await;
     let pv = cluster.wait_bound(NS, "data").await;
     driver.wait_volumes(1).await;
 
     cluster.delete_pvc_and_wait(NS, "data").await;
-    cluster.wait_pv_gone(pv.metadata.name.as_deref().unwrap()).await;
+    cluster
+        .wait_pv_gone(pv.metadata.name.as_deref().unwrap())
+        .await;
     let state = driver.wait_volumes(0).await;
     assert_eq!(state.calls("DeleteVolume"), 1, "DeleteVolume exactly once");
 }
@@ -83,7 +319,12 @@ async fn pvc_deleted_first_deletes_the_volume_and_the_pv() {
 #[tokio::test]
 async fn secrets_from_templates_reach_the_driver_and_are_recorded_for_deletion() {
     let cluster = Cluster::start().await;
-    let driver = Driver::start(cluster.dir.path(), "node-1", &["--require-secret=password=s3cr3t-value"]).await;
+    let driver = Driver::start(
+        cluster.dir.path(),
+        "node-1",
+        &["--require-secret=password=s3cr3t-value"],
+    )
+    .await;
     let sidecar = Sidecar::start(&cluster, &driver, &[]).await;
     let secret = Secret {
         metadata: ObjectMeta {
@@ -91,7 +332,10 @@ async fn secrets_from_templates_reach_the_driver_and_are_recorded_for_deletion()
             namespace: Some(NS.into()),
             ..Default::default()
         },
-        data: Some(BTreeMap::from([("password".to_string(), ByteString(b"s3cr3t-value".to_vec()))])),
+        data: Some(BTreeMap::from([(
+            "password".to_string(),
+            ByteString(b"s3cr3t-value".to_vec()),
+        )])),
         ..Default::default()
     };
     cluster.create(&cluster.secrets(NS), &secret).await;
@@ -101,82 +345,170 @@ async fn secrets_from_templates_reach_the_driver_and_are_recorded_for_deletion()
             &storage_class(
                 "secret",
                 &[
-                    ("csi.storage.k8s.io/provisioner-secret-name", "${pvc.name}-creds"),
-                    ("csi.storage.k8s.io/provisioner-secret-namespace", "${pvc.namespace}"),
+                    (
+                        "csi.storage.k8s.io/provisioner-secret-name",
+                        "${pvc.name}-creds",
+                    ),
+                    (
+                        "csi.storage.k8s.io/provisioner-secret-namespace",
+                        "${pvc.namespace}",
+                    ),
                 ],
             ),
         )
         .await;
-    cluster.create(&cluster.pvcs(NS), &claim(NS, "data", "secret", "1Gi")).await;
+    cluster
+        .create(&cluster.pvcs(NS), &claim(NS, "data", "secret", "1Gi"))
+        .await;
     let pv = cluster.wait_bound(NS, "data").await;
     let ann = pv.metadata.annotations.clone().unwrap_or_default();
-    assert_eq!(ann["volume.kubernetes.io/provisioner-deletion-secret-name"], "data-creds");
-    assert_eq!(ann["volume.kubernetes.io/provisioner-deletion-secret-namespace"], NS);
+    assert_eq!(
+        ann["volume.kubernetes.io/provisioner-deletion-secret-name"],
+        "data-creds"
+    );
+    assert_eq!(
+        ann["volume.kubernetes.io/provisioner-deletion-secret-namespace"],
+        NS
+    );
     let state = driver.wait_volumes(1).await;
     assert_eq!(state.volumes[0].secret_keys, vec!["password".to_string()]);
 
     // Deletion sends the same secret (the driver refuses DeleteVolume without it).
     cluster.delete_pvc_and_wait(NS, "data").await;
     driver.wait_volumes(0).await;
-    assert!(!sidecar.log().contains("s3cr3t-value"), "a secret value reached the sidecar's log");
+    assert!(
+        !sidecar.log().contains("s3cr3t-value"),
+        "a secret value reached the sidecar's log"
+    );
 }
 
 #[tokio::test]
-async fn unknown_reserved_parameter_fails_with_upstreams_event_and_no_create_call() {
+async fn extra_create_metadata_passes_claim_and_pv_names_to_the_driver() {
+    let cluster = Cluster::start().await;
+    let driver = Driver::start(cluster.dir.path(), "node-1", &[]).await;
+    let _sidecar = Sidecar::start(&cluster, &driver, &["--extra-create-metadata"]).await;
+    cluster
+        .create(
+            &cluster.classes(),
+            &storage_class("fast", &[("tier", "gold")]),
+        )
+        .await;
+    let pvc = cluster
+        .create(&cluster.pvcs(NS), &claim(NS, "data", "fast", "1Gi"))
+        .await;
+    let pv = cluster.wait_bound(NS, "data").await;
+    let state = driver.wait_volumes(1).await;
+    let pv_name = format!("pvc-{}", uid(&pvc));
+    assert_eq!(pv.metadata.name.as_deref(), Some(pv_name.as_str()));
+    let want = BTreeMap::from([
+        ("tier".to_string(), "gold".to_string()),
+        (
+            "csi.storage.k8s.io/pvc/name".to_string(),
+            "data".to_string(),
+        ),
+        (
+            "csi.storage.k8s.io/pvc/namespace".to_string(),
+            NS.to_string(),
+        ),
+        ("csi.storage.k8s.io/pv/name".to_string(), pv_name),
+    ]);
+    assert_eq!(state.volumes[0].parameters, want);
+}
+
+#[tokio::test]
+async fn fs_type_defaults_deprecated_key_and_mount_options_reach_the_pv() {
+    let cluster = Cluster::start().await;
+    let driver = Driver::start(cluster.dir.path(), "node-1", &[]).await;
+    let _sidecar = Sidecar::start(&cluster, &driver, &["--default-fstype=ext4"]).await;
+    let mut plain = storage_class("plain", &[]);
+    plain.mount_options = Some(vec!["noatime".into(), "nodiratime".into()]);
+    cluster.create(&cluster.classes(), &plain).await;
+    // The deprecated `fsType` key is honoured and, as upstream, not stripped from the parameters.
+    cluster
+        .create(
+            &cluster.classes(),
+            &storage_class("legacy", &[("fsType", "ext3")]),
+        )
+        .await;
+    cluster
+        .create(&cluster.pvcs(NS), &claim(NS, "a", "plain", "1Gi"))
+        .await;
+    let b = cluster
+        .create(&cluster.pvcs(NS), &claim(NS, "b", "legacy", "1Gi"))
+        .await;
+
+    let a_pv = cluster.wait_bound(NS, "a").await;
+    let a_spec = a_pv.spec.unwrap();
+    assert_eq!(a_spec.csi.unwrap().fs_type.as_deref(), Some("ext4"));
+    assert_eq!(
+        a_spec.mount_options,
+        Some(vec!["noatime".to_string(), "nodiratime".to_string()])
+    );
+    let b_pv = cluster.wait_bound(NS, "b").await;
+    let b_spec = b_pv.spec.unwrap();
+    assert_eq!(b_spec.csi.unwrap().fs_type.as_deref(), Some("ext3"));
+    assert_eq!(b_spec.mount_options, None);
+
+    let state = driver.wait_volumes(2).await;
+    let b_volume = state
+        .volume_by_name(&format!("pvc-{}", uid(&b)))
+        .expect("volume of b");
+    assert_eq!(
+        b_volume.parameters,
+        BTreeMap::from([("fsType".to_string(), "ext3".to_string())])
+    );
+}
+
+#[tokio::test]
+async fn block_claim_gets_a_block_pv_without_fs_type() {
     let cluster = Cluster::start().await;
     let driver = Driver::start(cluster.dir.path(), "node-1", &[]).await;
     let _sidecar = Sidecar::start(&cluster, &driver, &[]).await;
     cluster
-        .create(&cluster.classes(), &storage_class("bad", &[("csi.storage.k8s.io/bogus", "x")]))
+        .create(
+            &cluster.classes(),
+            &storage_class("fast", &[("csi.storage.k8s.io/fstype", "xfs")]),
+        )
         .await;
-    cluster.create(&cluster.pvcs(NS), &claim(NS, "data", "bad", "1Gi")).await;
-    let message = cluster
-        .wait_event("PersistentVolumeClaim", NS, "data", "ProvisioningFailed", "csi.storage.k8s.io/bogus")
-        .await;
-    assert!(message.contains("found unknown parameter key \"csi.storage.k8s.io/bogus\" with reserved namespace csi.storage.k8s.io/"), "{message}");
-    assert_eq!(driver.state().await.calls("CreateVolume"), 0);
-}
+    let mut raw = claim(NS, "raw", "fast", "2Gi");
+    raw.spec.as_mut().unwrap().volume_mode = Some("Block".into());
+    let raw = cluster.create(&cluster.pvcs(NS), &raw).await;
 
-#[tokio::test]
-async fn driver_timeouts_are_retried_until_the_volume_exists_once() {
-    let cluster = Cluster::start().await;
-    let driver = Driver::start(cluster.dir.path(), "node-1", &[]).await;
-    // The first two CreateVolume calls create the volume but answer DEADLINE_EXCEEDED.
-    driver
-        .control()
-        .await
-        .set_fault("CreateVolume", FaultRule::times(tonic::Code::DeadlineExceeded, 2).after_effect())
-        .await
-        .unwrap();
-    let _sidecar = Sidecar::start(&cluster, &driver, &[]).await;
-    cluster.create(&cluster.classes(), &storage_class("fast", &[])).await;
-    cluster.create(&cluster.pvcs(NS), &claim(NS, "data", "fast", "1Gi")).await;
-    let pv = cluster.wait_bound(NS, "data").await;
+    let pv = cluster.wait_bound(NS, "raw").await;
+    let spec = pv.spec.unwrap();
+    assert_eq!(spec.volume_mode.as_deref(), Some("Block"));
+    let csi = spec.csi.unwrap();
+    assert_eq!(csi.fs_type, None, "a block PV carries no fsType");
     let state = driver.wait_volumes(1).await;
-    assert!(state.calls("CreateVolume") >= 3);
-    assert_eq!(state.volumes[0].id, pv.spec.unwrap().csi.unwrap().volume_handle);
+    let volume = &state.volumes[0];
+    assert_eq!(volume.name, format!("pvc-{}", uid(&raw)));
+    assert_eq!(volume.id, csi.volume_handle);
+    assert_eq!(volume.capacity_bytes, 2 << 30);
 }
 
 #[tokio::test]
-async fn pvc_deleted_while_create_volume_hangs_leaves_no_volume() {
+async fn a_restarted_sidecar_does_not_provision_bound_claims_again() {
     let cluster = Cluster::start().await;
     let driver = Driver::start(cluster.dir.path(), "node-1", &[]).await;
-    let control = driver.control().await;
-    // Every CreateVolume creates the volume and then times out: the sidecar never learns the id.
-    control
-        .set_fault("CreateVolume", FaultRule::always(tonic::Code::DeadlineExceeded).after_effect())
-        .await
-        .unwrap();
-    let _sidecar = Sidecar::start(&cluster, &driver, &[]).await;
-    cluster.create(&cluster.classes(), &storage_class("fast", &[])).await;
-    cluster.create(&cluster.pvcs(NS), &claim(NS, "data", "fast", "1Gi")).await;
-    driver.wait_volumes(1).await;
+    let mut sidecar = Sidecar::start(&cluster, &driver, &[]).await;
+    cluster
+        .create(&cluster.classes(), &storage_class("fast", &[]))
+        .await;
+    cluster
+        .create(&cluster.pvcs(NS), &claim(NS, "first", "fast", "1Gi"))
+        .await;
+    cluster.wait_bound(NS, "first").await;
 
-    // The claim is deleted while provisioning is "in progress"; the driver recovers meanwhile.
-    cluster.pvcs(NS).delete("data", &DeleteParams::default()).await.unwrap();
-    control.clear_faults().await.unwrap();
-    cluster.delete_pvc_and_wait(NS, "data").await;
-    let state = driver.wait_volumes(0).await;
-    assert!(state.calls("DeleteVolume") >= 1);
-    assert!(cluster.pvs().list(&Default::default()).await.unwrap().items.is_empty(), "no PV without a volume");
+    sidecar.restart().await;
+    // A claim created after the restart is provisioned: the new process is at work.
+    cluster
+        .create(&cluster.pvcs(NS), &claim(NS, "second", "fast", "1Gi"))
+        .await;
+    cluster.wait_bound(NS, "second").await;
+    let state = driver.wait_volumes(2).await;
+    assert_eq!(
+        state.calls("CreateVolume"),
+        2,
+        "the bound claim was provisioned again"
+    );
 }

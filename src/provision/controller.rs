@@ -2,7 +2,7 @@
 //! [`plan::decide_claim`] what to do and executes it (intent finalizer, secrets, CreateVolume, PV,
 //! events, metrics, per-claim backoff). Every decision lives in the pure modules next to this one.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -13,19 +13,20 @@ use kube::api::{Patch, PatchParams, PostParams};
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, ResourceExt};
-use serde_json::{Value, json};
 use tracing::{Instrument, debug, info, info_span, warn};
 
 use super::classify::{
-    ProvisioningState, infeasible_event_message, is_infeasible, provisioning_state,
+    ProvisioningState, ReplayVerdict, infeasible_event_message, is_infeasible, provisioning_state,
+    replay_needs_admin_message, replay_verdict,
 };
+use super::intent::{intent_removal_step, intent_write_step};
 use super::plan::{
     self, ClaimContext, ClaimDecision, IgnoreReason, IntentCleanup, Lookup, NodeMode,
     ProvisionPlan, ProvisionSettings, SourceLookup,
 };
 use super::pv::{accept_answer, build_pv};
 use super::secrets::SecretRef;
-use super::topology::{StaticTopology, TopologyView};
+use super::topology::{RequirementCache, StaticTopology, TopologyView};
 use crate::app::{Context, Shutdown};
 use crate::csi::v1;
 use crate::k8s::errors::{ApiErrorClass, classify};
@@ -80,7 +81,13 @@ struct Provisioner {
     node_topology: Option<StaticTopology>,
     /// Accessibility requirements of claims whose CreateVolume may still be in progress, so a retry
     /// sends the identical request even if nodes changed meanwhile (upstream's per-PVC cache).
-    pinned: Mutex<HashMap<String, v1::TopologyRequirement>>,
+    pinned: Mutex<RequirementCache>,
+}
+
+impl Provisioner {
+    fn pins(&self) -> std::sync::MutexGuard<'_, RequirementCache> {
+        self.pinned.lock().unwrap_or_else(|p| p.into_inner())
+    }
 }
 
 fn settings_of(ctx: &Context) -> ProvisionSettings {
@@ -144,7 +151,7 @@ pub async fn run(
         competition: Mutex::new(competition),
         compete_at: Mutex::new(HashMap::new()),
         node_topology,
-        pinned: Mutex::new(HashMap::new()),
+        pinned: Mutex::new(RequirementCache::default()),
         settings,
         ctx: ctx.clone(),
     });
@@ -268,12 +275,7 @@ async fn reconcile(
     };
     let class =
         plan::claim_class_name(&pvc).and_then(|name| stores.classes.get(&ObjectRef::new(name)));
-    let pinned = state
-        .pinned
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .get(&claim_key(&pvc))
-        .cloned();
+    let pinned = state.pins().get(&claim_key(&pvc)).cloned();
     // The topology view is not Sync: decide in a block that ends before the next await.
     let decision = {
         let pv_exists = plan::claim_volume_name(&pvc, settings)
@@ -325,6 +327,14 @@ async fn reconcile(
     let key = claim_key(&pvc);
     let result = match decision {
         ClaimDecision::Ignore(reason) => {
+            if matches!(
+                reason,
+                IgnoreReason::ClaimDeleting
+                    | IgnoreReason::AlreadyBound(_)
+                    | IgnoreReason::PvExists(_)
+            ) {
+                state.pins().forget(&key);
+            }
             ignore(&state, &pvc, &reason);
             Ok(Action::await_change())
         }
@@ -341,13 +351,15 @@ async fn reconcile(
                 object,
                 EventSpec::warning(reason.event_reason(), reason.message()),
             );
+            state.pins().forget(&key);
             clear_selected_node(&state, &pvc).await?;
             Ok(Action::await_change())
         }
         ClaimDecision::Compete => compete(&state, &pvc).await,
         ClaimDecision::CleanupIntent(cleanup) => cleanup_intent(&state, &pvc, *cleanup).await,
         ClaimDecision::FinishIntent { volume_name } => {
-            finish_intent(&state, &pvc, &volume_name).await?;
+            state.pins().forget(&key);
+            finish_intent_read_first(&state, &pvc, &volume_name).await?;
             Ok(Action::await_change())
         }
     };
@@ -486,14 +498,8 @@ async fn provision(
     }
     provisioning_event(state, pvc);
 
-    if plan.needs_intent_write {
-        match write_intent(state, pvc, &plan).await? {
-            PatchOutcome::Patched(_) | PatchOutcome::Unchanged(_) => {}
-            // Deleted meanwhile: nothing was started, so nothing can leak.
-            PatchOutcome::Deleting(_) | PatchOutcome::Gone => return Ok(Action::await_change()),
-        }
-    }
-
+    // The secret first: a claim whose secret is missing must not get an intent (and so a finalizer
+    // that would need the secret to be removed) when nothing was sent to the driver.
     let mut request = plan.request.clone();
     if let Some(secret) = &plan.provisioner_secret {
         match secret_data(state, secret).await {
@@ -502,14 +508,29 @@ async fn provision(
         }
     }
 
+    // The freshest copy of the claim, to seed the intent removal with.
+    let mut claim = pvc.as_ref().clone();
+    if plan.needs_intent_write {
+        match write_intent(state, pvc, &plan).await? {
+            PatchOutcome::Patched(fresh) | PatchOutcome::Unchanged(fresh) => claim = fresh,
+            // Deleted meanwhile: nothing was started, so nothing can leak.
+            PatchOutcome::Deleting(_) | PatchOutcome::Gone => return Ok(Action::await_change()),
+        }
+    }
+
     let started = Instant::now();
     let answer = ctx.csi.create_volume(request).await;
+    // From now on retries must send this requirement, whatever happens to the nodes meanwhile.
+    state
+        .pins()
+        .pin(&key, plan.request.accessibility_requirements.as_ref());
     let response = match answer {
         Ok(response) => response,
         Err(status) => return create_failed(state, pvc, &plan, status).await,
     };
     let created = match accept_answer(&plan.pv, &response) {
         Ok(created) => created,
+        // The pin stays: the volume may exist, so a retry must be the identical request.
         Err(bad) => {
             let mut message = bad.to_string();
             if let Some(volume_id) = bad.volume_to_delete()
@@ -534,6 +555,7 @@ async fn provision(
         );
     }
     if let Err(message) = create_pv(state, &pv).await {
+        // The volume exists and the pin stays: the retry replays the identical CreateVolume.
         return Err(fail(state, pvc, message));
     }
     state
@@ -541,12 +563,8 @@ async fn provision(
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .remove(&key);
-    state
-        .pinned
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .remove(&key);
-    finish_intent(state, pvc, &plan.volume_name).await?;
+    state.pins().settle(&key, None);
+    finish_intent(state, &claim, &plan.volume_name).await?;
     ctx.events.emit(
         reference_to(pvc.as_ref()),
         EventSpec::normal(
@@ -568,6 +586,7 @@ async fn create_failed(
     status: tonic::Status,
 ) -> Result<Action, ProvisionError> {
     let outcome = provisioning_state(status.code(), plan.may_reschedule);
+    state.pins().settle(&claim_key(pvc), Some(outcome));
     let message = format!(
         "rpc error: code = {:?} desc = {}",
         status.code(),
@@ -680,124 +699,72 @@ async fn delete_volume(
         .map_err(|s| format!("rpc error: code = {:?} desc = {}", s.code(), s.message()))
 }
 
-fn annotations_of(pvc: &PersistentVolumeClaim) -> BTreeMap<String, String> {
-    pvc.metadata.annotations.clone().unwrap_or_default()
-}
-
-/// Adds the intent finalizer and annotations in one write guarded by the resourceVersion read.
+/// Adds the intent finalizer and annotations in one write ([`intent_write_step`]).
 async fn write_intent(
     state: &Provisioner,
     pvc: &PersistentVolumeClaim,
     plan: &ProvisionPlan,
 ) -> Result<PatchOutcome<PersistentVolumeClaim>, ProvisionError> {
-    let api: Api<PersistentVolumeClaim> = Api::namespaced(
-        state.ctx.client.clone(),
-        &pvc.namespace().unwrap_or_default(),
-    );
     let wanted = plan.intent_annotations();
-    let outcome = patch::patch_fresh(&api, pvc, "record provisioning intent", |meta| {
-        let mut finalizers = meta.finalizers.clone().unwrap_or_default();
-        let mut annotations = meta.annotations.clone().unwrap_or_default();
-        let mut changed = false;
-        if !finalizers
-            .iter()
-            .any(|f| f == names::FINALIZER_PROVISIONING_INTENT)
-        {
-            if meta.deletion_timestamp.is_some() {
-                return Step::ObjectDeleting;
-            }
-            finalizers.push(names::FINALIZER_PROVISIONING_INTENT.to_owned());
-            changed = true;
-        }
-        for (k, v) in &wanted {
-            match v {
-                Some(v) if annotations.get(*k) != Some(v) => {
-                    annotations.insert((*k).to_owned(), v.clone());
-                    changed = true;
-                }
-                None if annotations.remove(*k).is_some() => changed = true,
-                _ => {}
-            }
-        }
-        if !changed {
-            return Step::AlreadyDone;
-        }
-        guarded_replace(meta, &finalizers, &annotations)
-    })
+    let outcome = patch::patch_fresh(
+        &claims_api(state, pvc),
+        pvc,
+        "record provisioning intent",
+        |meta| intent_write_step(meta, &wanted),
+    )
     .await?;
     Ok(outcome)
 }
 
-/// A JSON patch replacing finalizers and annotations, valid only against the resourceVersion read.
-fn guarded_replace(
-    meta: &kube::api::ObjectMeta,
-    finalizers: &[String],
-    annotations: &BTreeMap<String, String>,
-) -> Step {
-    let mut ops = vec![];
-    if let Some(uid) = &meta.uid {
-        ops.push(json!({"op": "test", "path": "/metadata/uid", "value": uid}));
-    }
-    if let Some(rv) = &meta.resource_version {
-        ops.push(json!({"op": "test", "path": "/metadata/resourceVersion", "value": rv}));
-    }
-    ops.push(json!({"op": "add", "path": "/metadata/finalizers", "value": finalizers}));
-    ops.push(json!({"op": "add", "path": "/metadata/annotations", "value": annotations}));
-    match serde_json::from_value::<json_patch::Patch>(Value::Array(ops)) {
-        Ok(p) => Step::Write(p),
-        // Built from strings and maps only; cannot fail to deserialize.
-        Err(_) => Step::AlreadyDone,
-    }
-}
-
 /// Removes the intent finalizer and annotations (the PV exists, or the volume is deleted again).
+/// `pvc` seeds the first attempt: pass the freshest copy at hand (e.g. the one the intent write
+/// returned) to save a read.
 async fn finish_intent(
     state: &Provisioner,
     pvc: &PersistentVolumeClaim,
     volume_name: &str,
 ) -> Result<(), ProvisionError> {
-    if !plan::has_intent(pvc)
-        && annotations_of(pvc)
-            .keys()
-            .all(|k| !k.starts_with(names::OUR_PREFIX))
-    {
-        return Ok(());
-    }
-    let api: Api<PersistentVolumeClaim> = Api::namespaced(
-        state.ctx.client.clone(),
-        &pvc.namespace().unwrap_or_default(),
-    );
-    patch::patch_fresh(&api, pvc, "remove provisioning intent", |meta| {
-        let finalizers: Vec<String> = meta
-            .finalizers
-            .clone()
-            .unwrap_or_default()
-            .into_iter()
-            .filter(|f| f != names::FINALIZER_PROVISIONING_INTENT)
-            .collect();
-        let mut annotations = meta.annotations.clone().unwrap_or_default();
-        let before = annotations.len();
-        annotations.retain(|k, _| {
-            ![
-                names::ANN_INTENT_VOLUME_NAME,
-                names::ANN_INTENT_VOLUME_ID,
-                names::ANN_INTENT_SECRET_NAME,
-                names::ANN_INTENT_SECRET_NAMESPACE,
-            ]
-            .contains(&k.as_str())
-        });
-        let had_finalizer = meta
-            .finalizers
-            .as_ref()
-            .is_some_and(|f| f.len() != finalizers.len());
-        if !had_finalizer && annotations.len() == before {
-            return Step::AlreadyDone;
-        }
-        guarded_replace(meta, &finalizers, &annotations)
-    })
+    // No shortcut on `pvc`: it may be the copy read before this reconcile wrote the intent; the
+    // patch below concludes "nothing to do" only from a fresh read.
+    patch::patch_fresh(
+        &claims_api(state, pvc),
+        pvc,
+        "remove provisioning intent",
+        intent_removal_step,
+    )
     .await?;
     debug!(claim = %claim_name(pvc), volume = %volume_name, "provisioning intent removed");
     Ok(())
+}
+
+/// [`finish_intent`] for a decision taken on the cached claim, which usually predates this
+/// controller's own removal of the intent (the reconcile its own intent write queued): one read
+/// settles that, where a write based on the cached copy would be refused and then read anyway.
+async fn finish_intent_read_first(
+    state: &Provisioner,
+    pvc: &PersistentVolumeClaim,
+    volume_name: &str,
+) -> Result<(), ProvisionError> {
+    let fresh = claims_api(state, pvc)
+        .get_opt(&pvc.name_any())
+        .await
+        .map_err(kube_err(format!("reading claim {}", claim_name(pvc))))?;
+    match fresh {
+        Some(fresh)
+            if fresh.metadata.uid == pvc.metadata.uid
+                && intent_removal_step(&fresh.metadata) != Step::AlreadyDone =>
+        {
+            finish_intent(state, &fresh, volume_name).await
+        }
+        _ => Ok(()),
+    }
+}
+
+fn claims_api(state: &Provisioner, pvc: &PersistentVolumeClaim) -> Api<PersistentVolumeClaim> {
+    Api::namespaced(
+        state.ctx.client.clone(),
+        &pvc.namespace().unwrap_or_default(),
+    )
 }
 
 /// Records the volume id on the claim so a later clean-up needs no CreateVolume replay.
@@ -806,10 +773,7 @@ async fn record_volume_id(
     pvc: &PersistentVolumeClaim,
     volume_id: &str,
 ) -> Result<(), ProvisionError> {
-    let api: Api<PersistentVolumeClaim> = Api::namespaced(
-        state.ctx.client.clone(),
-        &pvc.namespace().unwrap_or_default(),
-    );
+    let api = claims_api(state, pvc);
     patch::set_annotation(&api, pvc, names::ANN_INTENT_VOLUME_ID, volume_id).await?;
     Ok(())
 }
@@ -854,25 +818,25 @@ async fn cleanup_intent(
                         .map(|v| v.volume_id)
                         .filter(|id| !id.is_empty()),
                     Err(status) => {
-                        let outcome = provisioning_state(status.code(), false);
                         let message = format!(
                             "rpc error: code = {:?} desc = {}",
                             status.code(),
                             status.message()
                         );
-                        if outcome == ProvisioningState::InBackground || !cleanup.replay_is_exact {
-                            // The volume may exist (or a different request cannot tell): keep the
-                            // intent and retry.
-                            return Err(cleanup_failed(
-                                state,
-                                pvc,
-                                format!(
-                                    "cannot find the volume {} of a deleted claim to delete it: {message}",
-                                    cleanup.volume_name
-                                ),
-                            ));
+                        // The intent stays unless the refusal proves the volume never existed.
+                        let event = match replay_verdict(status.code(), cleanup.replay_is_exact) {
+                            ReplayVerdict::VolumeAbsent => None,
+                            ReplayVerdict::RetryLater => Some(format!(
+                                "cannot find the volume {} of a deleted claim to delete it: {message}; will retry",
+                                cleanup.volume_name
+                            )),
+                            ReplayVerdict::NeedsAdmin => {
+                                Some(replay_needs_admin_message(&cleanup.volume_name, &message))
+                            }
+                        };
+                        if let Some(event) = event {
+                            return Err(cleanup_failed(state, pvc, event));
                         }
-                        // The driver refuses the exact same request: it never created the volume.
                         None
                     }
                 }
@@ -893,6 +857,7 @@ async fn cleanup_intent(
         }
         info!(claim = %claim_name(pvc), volume = %cleanup.volume_name, %volume_id, reason = ?cleanup.reason, "volume of an abandoned provisioning deleted");
     }
+    state.pins().forget(&claim_key(pvc));
     finish_intent(state, pvc, &cleanup.volume_name).await?;
     Ok(Action::await_change())
 }
@@ -915,10 +880,7 @@ async fn clear_selected_node(
     state: &Provisioner,
     pvc: &PersistentVolumeClaim,
 ) -> Result<(), ProvisionError> {
-    let api: Api<PersistentVolumeClaim> = Api::namespaced(
-        state.ctx.client.clone(),
-        &pvc.namespace().unwrap_or_default(),
-    );
+    let api = claims_api(state, pvc);
     patch::remove_annotation(&api, pvc, names::ANN_SELECTED_NODE).await?;
     Ok(())
 }
@@ -957,10 +919,7 @@ async fn compete(
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .remove(&uid);
-    let api: Api<PersistentVolumeClaim> = Api::namespaced(
-        state.ctx.client.clone(),
-        &pvc.namespace().unwrap_or_default(),
-    );
+    let api = claims_api(state, pvc);
     let fresh = api
         .get_opt(&pvc.name_any())
         .await

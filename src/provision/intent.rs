@@ -4,11 +4,14 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use serde_json::{Value, json};
 
 use super::plan::{ClaimContext, ClaimDecision, ProvisionSettings, annotation, plan};
 use super::request::{self, RequestParts, create_volume_request, is_block, requested_bytes};
 use super::secrets::SecretRef;
 use crate::csi::v1::CreateVolumeRequest;
+use crate::k8s::patch::Step;
 use crate::names;
 use crate::node::ownership::selected_node;
 
@@ -28,6 +31,134 @@ pub fn intent_annotations(
             secret.map(|s| s.namespace.clone()),
         ),
     ])
+}
+
+/// Every annotation the intent may carry.
+pub const INTENT_ANNOTATIONS: [&str; 4] = [
+    names::ANN_INTENT_VOLUME_NAME,
+    names::ANN_INTENT_VOLUME_ID,
+    names::ANN_INTENT_SECRET_NAME,
+    names::ANN_INTENT_SECRET_NAMESPACE,
+];
+
+/// JSON pointer of a metadata member (`~` and `/` escaped as RFC 6901 says).
+fn meta_pointer(field: &str, key: Option<&str>) -> String {
+    match key {
+        None => format!("/metadata/{field}"),
+        Some(k) => format!(
+            "/metadata/{field}/{}",
+            k.replace('~', "~0").replace('/', "~1")
+        ),
+    }
+}
+
+fn uid_test(meta: &ObjectMeta) -> Vec<Value> {
+    meta.uid
+        .iter()
+        .map(|uid| json!({"op": "test", "path": "/metadata/uid", "value": uid}))
+        .collect()
+}
+
+fn write(ops: Vec<Value>) -> Step {
+    match serde_json::from_value::<json_patch::Patch>(Value::Array(ops)) {
+        Ok(patch) => Step::Write(patch),
+        // Built from strings and maps only, so it always deserializes; never write a guess.
+        Err(_) => Step::AlreadyDone,
+    }
+}
+
+/// The write that records the intent (finalizer plus `wanted` annotations, `None` = remove) on
+/// the claim described by `meta`. Its `test` ops cover only what it touches, so unrelated
+/// concurrent writes (the PV controller's annotations and status) do not make it fail; a changed
+/// finalizer list does. Adding the finalizer to a claim being deleted is refused by the API
+/// server: [`Step::ObjectDeleting`].
+pub fn intent_write_step(
+    meta: &ObjectMeta,
+    wanted: &BTreeMap<&'static str, Option<String>>,
+) -> Step {
+    let mut ops = Vec::new();
+    // `add` of a missing list would replace one created meanwhile: such writes pin the version.
+    let version_test = meta
+        .resource_version
+        .iter()
+        .map(|rv| json!({"op": "test", "path": "/metadata/resourceVersion", "value": rv}));
+    let mut version_tested = false;
+    let finalizers = meta.finalizers.as_deref().unwrap_or_default();
+    if !finalizers
+        .iter()
+        .any(|f| f == names::FINALIZER_PROVISIONING_INTENT)
+    {
+        if meta.deletion_timestamp.is_some() {
+            return Step::ObjectDeleting;
+        }
+        if finalizers.is_empty() {
+            ops.extend(version_test.clone());
+            version_tested = true;
+            ops.push(json!({"op": "add", "path": "/metadata/finalizers",
+                "value": [names::FINALIZER_PROVISIONING_INTENT]}));
+        } else {
+            ops.push(json!({"op": "test", "path": "/metadata/finalizers", "value": finalizers}));
+            ops.push(json!({"op": "add", "path": "/metadata/finalizers/-",
+                "value": names::FINALIZER_PROVISIONING_INTENT}));
+        }
+    }
+    let current = meta.annotations.clone().unwrap_or_default();
+    let sets: BTreeMap<&str, &String> = wanted
+        .iter()
+        .filter_map(|(k, v)| Some((*k, v.as_ref()?)))
+        .filter(|(k, v)| current.get(*k) != Some(*v))
+        .collect();
+    let removes = wanted
+        .iter()
+        .filter(|(k, v)| v.is_none() && current.contains_key(**k))
+        .map(|(k, _)| *k);
+    if current.is_empty() && !sets.is_empty() {
+        if !version_tested {
+            ops.extend(version_test);
+        }
+        ops.push(json!({"op": "add", "path": "/metadata/annotations", "value": sets}));
+    } else {
+        for (k, v) in sets {
+            ops.push(
+                json!({"op": "add", "path": meta_pointer("annotations", Some(k)), "value": v}),
+            );
+        }
+    }
+    for k in removes {
+        ops.push(json!({"op": "remove", "path": meta_pointer("annotations", Some(k))}));
+    }
+    if ops.is_empty() {
+        return Step::AlreadyDone;
+    }
+    write(uid_test(meta).into_iter().chain(ops).collect())
+}
+
+/// The write that removes the intent finalizer and every intent annotation from the claim
+/// described by `meta`: `test` + `remove` of our finalizer at its index, `remove` of each of our
+/// annotations present. Nothing else of the claim is relied on.
+pub fn intent_removal_step(meta: &ObjectMeta) -> Step {
+    let mut ops = Vec::new();
+    let finalizers = meta.finalizers.as_deref().unwrap_or_default();
+    if let Some(i) = finalizers
+        .iter()
+        .position(|f| f == names::FINALIZER_PROVISIONING_INTENT)
+    {
+        let path = format!("/metadata/finalizers/{i}");
+        ops.push(
+            json!({"op": "test", "path": path, "value": names::FINALIZER_PROVISIONING_INTENT}),
+        );
+        ops.push(json!({"op": "remove", "path": path}));
+    }
+    let current = meta.annotations.as_ref();
+    for k in INTENT_ANNOTATIONS {
+        if current.is_some_and(|a| a.contains_key(k)) {
+            ops.push(json!({"op": "remove", "path": meta_pointer("annotations", Some(k))}));
+        }
+    }
+    if ops.is_empty() {
+        return Step::AlreadyDone;
+    }
+    write(uid_test(meta).into_iter().chain(ops).collect())
 }
 
 /// A volume to delete because its claim no longer wants it.
@@ -151,4 +282,172 @@ fn minimal_request(pvc: &PersistentVolumeClaim, volume_name: &str) -> CreateVolu
         capabilities,
         ..RequestParts::default()
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn meta(finalizers: &[&str], annotations: &[(&str, &str)]) -> ObjectMeta {
+        ObjectMeta {
+            name: Some("data".into()),
+            uid: Some("u1".into()),
+            resource_version: Some("7".into()),
+            finalizers: (!finalizers.is_empty())
+                .then(|| finalizers.iter().map(|f| f.to_string()).collect()),
+            annotations: (!annotations.is_empty()).then(|| {
+                annotations
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect()
+            }),
+            ..ObjectMeta::default()
+        }
+    }
+
+    /// Applies `step` to a claim whose metadata is `on`.
+    fn apply(step: &Step, on: &ObjectMeta) -> Result<ObjectMeta, json_patch::PatchError> {
+        let Step::Write(patch) = step else {
+            panic!("expected a write, got {step:?}");
+        };
+        let mut doc = json!({ "metadata": on });
+        json_patch::patch(&mut doc, &patch.0)?;
+        Ok(serde_json::from_value(doc["metadata"].clone()).unwrap())
+    }
+
+    fn wanted(secret: bool) -> BTreeMap<&'static str, Option<String>> {
+        intent_annotations(
+            "pvc-1",
+            secret.then(|| SecretRef::new("creds", "ns")).as_ref(),
+        )
+    }
+
+    const PROTECTION: &str = "kubernetes.io/pvc-protection";
+    const PROVISIONER: (&str, &str) = ("volume.kubernetes.io/storage-provisioner", "d");
+
+    #[test]
+    fn the_intent_is_added_next_to_other_finalizers_and_annotations() {
+        let read = meta(&[PROTECTION], &[PROVISIONER]);
+        let step = intent_write_step(&read, &wanted(true));
+        // Someone else changed the status and another annotation meanwhile: still applies.
+        let mut later = read.clone();
+        later.resource_version = Some("9".into());
+        later
+            .annotations
+            .as_mut()
+            .unwrap()
+            .insert("pv.kubernetes.io/bind-completed".into(), "yes".into());
+        let after = apply(&step, &later).unwrap();
+        assert_eq!(
+            after.finalizers.unwrap(),
+            vec![
+                PROTECTION.to_string(),
+                names::FINALIZER_PROVISIONING_INTENT.to_string()
+            ]
+        );
+        let ann = after.annotations.unwrap();
+        assert_eq!(ann[names::ANN_INTENT_VOLUME_NAME], "pvc-1");
+        assert_eq!(ann[names::ANN_INTENT_SECRET_NAME], "creds");
+        assert_eq!(ann[names::ANN_INTENT_SECRET_NAMESPACE], "ns");
+        assert_eq!(ann["pv.kubernetes.io/bind-completed"], "yes");
+        // Recording it again is nothing to do.
+        let done = meta(
+            &[PROTECTION, names::FINALIZER_PROVISIONING_INTENT],
+            &[
+                PROVISIONER,
+                (names::ANN_INTENT_VOLUME_NAME, "pvc-1"),
+                (names::ANN_INTENT_SECRET_NAME, "creds"),
+                (names::ANN_INTENT_SECRET_NAMESPACE, "ns"),
+            ],
+        );
+        assert_eq!(intent_write_step(&done, &wanted(true)), Step::AlreadyDone);
+    }
+
+    #[test]
+    fn a_changed_finalizer_list_or_another_object_makes_the_intent_write_fail() {
+        let read = meta(&[PROTECTION], &[PROVISIONER]);
+        let step = intent_write_step(&read, &wanted(false));
+        let mut changed = read.clone();
+        changed.finalizers = Some(vec!["other".into(), PROTECTION.into()]);
+        assert!(apply(&step, &changed).is_err());
+        let mut replaced = read.clone();
+        replaced.uid = Some("u2".into());
+        assert!(apply(&step, &replaced).is_err());
+    }
+
+    #[test]
+    fn a_claim_without_finalizers_or_annotations_gets_both_lists_at_its_version() {
+        let read = meta(&[], &[]);
+        let step = intent_write_step(&read, &wanted(false));
+        let after = apply(&step, &read).unwrap();
+        assert_eq!(
+            after.finalizers.unwrap(),
+            vec![names::FINALIZER_PROVISIONING_INTENT.to_string()]
+        );
+        assert_eq!(
+            after.annotations.unwrap(),
+            BTreeMap::from([(
+                names::ANN_INTENT_VOLUME_NAME.to_string(),
+                "pvc-1".to_string()
+            )])
+        );
+        let mut later = read.clone();
+        later.resource_version = Some("8".into());
+        assert!(
+            apply(&step, &later).is_err(),
+            "would replace lists written meanwhile"
+        );
+    }
+
+    #[test]
+    fn a_stale_secret_annotation_is_removed_and_a_deleting_claim_gets_no_intent() {
+        let read = meta(
+            &[names::FINALIZER_PROVISIONING_INTENT],
+            &[
+                (names::ANN_INTENT_VOLUME_NAME, "pvc-1"),
+                (names::ANN_INTENT_SECRET_NAME, "old"),
+                (names::ANN_INTENT_SECRET_NAMESPACE, "ns"),
+            ],
+        );
+        let after = apply(&intent_write_step(&read, &wanted(false)), &read).unwrap();
+        assert_eq!(
+            after.annotations.unwrap().into_keys().collect::<Vec<_>>(),
+            vec![names::ANN_INTENT_VOLUME_NAME.to_string()]
+        );
+        let mut deleting = meta(&[PROTECTION], &[]);
+        deleting.deletion_timestamp = Some(crate::testing::deletion_time());
+        assert_eq!(
+            intent_write_step(&deleting, &wanted(false)),
+            Step::ObjectDeleting
+        );
+    }
+
+    #[test]
+    fn removal_takes_only_the_intent_away() {
+        let read = meta(
+            &[PROTECTION, names::FINALIZER_PROVISIONING_INTENT],
+            &[
+                PROVISIONER,
+                (names::ANN_INTENT_VOLUME_NAME, "pvc-1"),
+                (names::ANN_INTENT_VOLUME_ID, "vol-1"),
+            ],
+        );
+        let step = intent_removal_step(&read);
+        let mut later = read.clone();
+        later.resource_version = Some("12".into());
+        let after = apply(&step, &later).unwrap();
+        assert_eq!(after.finalizers.unwrap(), vec![PROTECTION.to_string()]);
+        assert_eq!(
+            after.annotations.unwrap(),
+            BTreeMap::from([(PROVISIONER.0.to_string(), PROVISIONER.1.to_string())])
+        );
+        // Our finalizer moved (someone removed the one before it): the test fails, no harm done.
+        let mut moved = read.clone();
+        moved.finalizers = Some(vec![names::FINALIZER_PROVISIONING_INTENT.into()]);
+        assert!(apply(&step, &moved).is_err());
+        assert_eq!(
+            intent_removal_step(&meta(&[PROTECTION], &[PROVISIONER])),
+            Step::AlreadyDone
+        );
+    }
 }

@@ -1,0 +1,402 @@
+//! Timeouts, crashes and races: whatever the timing, every claim ends with exactly one volume and
+//! a deleted claim with none.
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use super::*;
+use kube::api::{DeleteParams, ListParams};
+use mock_csi_driver::FaultRule;
+
+/// Waits until no PV exists.
+async fn wait_no_pvs(cluster: &Cluster) {
+    wait_for("every PV to be gone", DEADLINE, || async {
+        let list = cluster.pvs().list(&ListParams::default()).await.ok()?;
+        list.items.is_empty().then_some(())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn driver_timeouts_are_retried_until_the_volume_exists_once() {
+    let cluster = Cluster::start().await;
+    let driver = Driver::start(cluster.dir.path(), "node-1", &[]).await;
+    // The first two CreateVolume calls create the volume but answer DEADLINE_EXCEEDED.
+    driver
+        .control()
+        .await
+        .set_fault(
+            "CreateVolume",
+            FaultRule::times(tonic::Code::DeadlineExceeded, 2).after_effect(),
+        )
+        .await
+        .unwrap();
+    let _sidecar = Sidecar::start(&cluster, &driver, &[]).await;
+    cluster
+        .create(&cluster.classes(), &storage_class("fast", &[]))
+        .await;
+    cluster
+        .create(&cluster.pvcs(NS), &claim(NS, "data", "fast", "1Gi"))
+        .await;
+    let pv = cluster.wait_bound(NS, "data").await;
+    let state = driver.wait_volumes(1).await;
+    assert!(state.calls("CreateVolume") >= 3);
+    assert_eq!(
+        state.volumes[0].id,
+        pv.spec.unwrap().csi.unwrap().volume_handle
+    );
+}
+
+#[tokio::test]
+async fn pvc_deleted_while_create_volume_hangs_leaves_no_volume() {
+    let cluster = Cluster::start().await;
+    let driver = Driver::start(cluster.dir.path(), "node-1", &[]).await;
+    let control = driver.control().await;
+    // Every CreateVolume creates the volume and then times out: the sidecar never learns the id.
+    control
+        .set_fault(
+            "CreateVolume",
+            FaultRule::always(tonic::Code::DeadlineExceeded).after_effect(),
+        )
+        .await
+        .unwrap();
+    let _sidecar = Sidecar::start(&cluster, &driver, &[]).await;
+    cluster
+        .create(&cluster.classes(), &storage_class("fast", &[]))
+        .await;
+    cluster
+        .create(&cluster.pvcs(NS), &claim(NS, "data", "fast", "1Gi"))
+        .await;
+    driver.wait_volumes(1).await;
+
+    // The claim is deleted while provisioning is "in progress"; the driver recovers meanwhile.
+    cluster
+        .pvcs(NS)
+        .delete("data", &DeleteParams::default())
+        .await
+        .unwrap();
+    control.clear_faults().await.unwrap();
+    cluster.delete_pvc_and_wait(NS, "data").await;
+    let state = driver.wait_volumes(0).await;
+    assert!(state.calls("DeleteVolume") >= 1);
+    assert!(
+        cluster
+            .pvs()
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty(),
+        "no PV without a volume"
+    );
+}
+
+#[tokio::test]
+async fn sidecar_killed_during_create_volume_makes_no_second_volume() {
+    let cluster = Cluster::start().await;
+    let driver = Driver::start(cluster.dir.path(), "node-1", &[]).await;
+    let control = driver.control().await;
+    control
+        .set_latency("CreateVolume", Duration::from_secs(2))
+        .await
+        .unwrap();
+    let mut sidecar = Sidecar::start(&cluster, &driver, &[]).await;
+    cluster
+        .create(&cluster.classes(), &storage_class("fast", &[]))
+        .await;
+    let pvc = cluster
+        .create(&cluster.pvcs(NS), &claim(NS, "data", "fast", "1Gi"))
+        .await;
+    // The intent is recorded before the call; the call is in flight when the sidecar dies.
+    wait_claim(&cluster, "data", "intent recorded", |p| {
+        has_intent(p).then_some(())
+    })
+    .await;
+    wait_for("CreateVolume in flight", DEADLINE, || async {
+        (driver.state().await.calls("CreateVolume") >= 1).then_some(())
+    })
+    .await;
+    sidecar.kill().await;
+    // The driver finishes the call on its own: a volume without a PV.
+    driver.wait_volumes(1).await;
+    assert!(
+        cluster
+            .pvs()
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    );
+
+    control
+        .set_latency("CreateVolume", Duration::ZERO)
+        .await
+        .unwrap();
+    sidecar.restart().await;
+    let pv = cluster.wait_bound(NS, "data").await;
+    let state = driver.wait_volumes(1).await;
+    assert_eq!(state.volumes[0].name, format!("pvc-{}", uid(&pvc)));
+    assert_eq!(
+        state.volumes[0].id,
+        pv.spec.unwrap().csi.unwrap().volume_handle
+    );
+    assert_eq!(
+        state.calls("CreateVolume"),
+        2,
+        "one call before the crash, one replay after"
+    );
+    wait_claim(&cluster, "data", "intent removed", |p| {
+        (!has_intent(p)).then_some(())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn sidecar_killed_while_the_pv_cannot_be_saved_reuses_the_volume() {
+    let cluster = Cluster::start().await;
+    let driver = Driver::start(cluster.dir.path(), "node-1", &[]).await;
+    let faults = cluster.sim.faults();
+    let refuse_pvs = faults.add(
+        kube_sim::FaultRule::error(500)
+            .verb("create")
+            .resource("persistentvolumes"),
+    );
+    let mut sidecar = Sidecar::start(&cluster, &driver, &[]).await;
+    cluster
+        .create(&cluster.classes(), &storage_class("fast", &[]))
+        .await;
+    let pvc = cluster
+        .create(&cluster.pvcs(NS), &claim(NS, "data", "fast", "1Gi"))
+        .await;
+    cluster
+        .wait_event(
+            "PersistentVolumeClaim",
+            NS,
+            "data",
+            "ProvisioningFailed",
+            "the volume is kept and reused",
+        )
+        .await;
+    driver.wait_volumes(1).await;
+    sidecar.kill().await;
+
+    faults.remove(refuse_pvs);
+    sidecar.restart().await;
+    let pv = cluster.wait_bound(NS, "data").await;
+    let state = driver.wait_volumes(1).await;
+    assert_eq!(state.volumes[0].name, format!("pvc-{}", uid(&pvc)));
+    assert_eq!(
+        state.volumes[0].id,
+        pv.spec.unwrap().csi.unwrap().volume_handle
+    );
+}
+
+#[tokio::test]
+async fn pvc_deleted_while_the_sidecar_is_down_gets_its_volume_deleted() {
+    let cluster = Cluster::start().await;
+    let driver = Driver::start(cluster.dir.path(), "node-1", &[]).await;
+    let control = driver.control().await;
+    control
+        .set_fault(
+            "CreateVolume",
+            FaultRule::always(tonic::Code::DeadlineExceeded).after_effect(),
+        )
+        .await
+        .unwrap();
+    let mut sidecar = Sidecar::start(&cluster, &driver, &[]).await;
+    cluster
+        .create(&cluster.classes(), &storage_class("fast", &[]))
+        .await;
+    cluster
+        .create(&cluster.pvcs(NS), &claim(NS, "data", "fast", "1Gi"))
+        .await;
+    driver.wait_volumes(1).await;
+    wait_claim(&cluster, "data", "intent recorded", |p| {
+        has_intent(p).then_some(())
+    })
+    .await;
+    sidecar.kill().await;
+
+    // Deleted while nobody provisions: the intent finalizer keeps the claim (and its record).
+    cluster
+        .pvcs(NS)
+        .delete("data", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_claim(&cluster, "data", "being deleted, kept by the intent", |p| {
+        (p.metadata.deletion_timestamp.is_some() && has_intent(p)).then_some(())
+    })
+    .await;
+    control.clear_faults().await.unwrap();
+    sidecar.restart().await;
+
+    cluster.delete_pvc_and_wait(NS, "data").await;
+    let state = driver.wait_volumes(0).await;
+    assert_eq!(state.ok_calls("DeleteVolume"), 1);
+    assert!(
+        cluster
+            .pvs()
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    );
+}
+
+#[tokio::test]
+async fn claims_deleted_at_every_stage_of_provisioning_leave_nothing_behind() {
+    let cluster = Cluster::start().await;
+    let driver = Driver::start(cluster.dir.path(), "node-1", &[]).await;
+    driver
+        .control()
+        .await
+        .set_latency("CreateVolume", Duration::from_millis(300))
+        .await
+        .unwrap();
+    let _sidecar = Sidecar::start(&cluster, &driver, &[]).await;
+    cluster
+        .create(&cluster.classes(), &storage_class("fast", &[]))
+        .await;
+    let names: Vec<String> = (0..12).map(|i| format!("race-{i}")).collect();
+    let api = cluster.pvcs(NS);
+    // Every third claim is deleted right after its creation, before anything could start.
+    for (i, name) in names.iter().enumerate() {
+        cluster.create(&api, &claim(NS, name, "fast", "1Gi")).await;
+        if i % 3 == 0 {
+            api.delete(name, &DeleteParams::default()).await.unwrap();
+        }
+    }
+    // The others while their CreateVolume is in flight, or once bound.
+    wait_for("CreateVolume calls in flight", DEADLINE, || async {
+        (driver.state().await.calls("CreateVolume") >= 3).then_some(())
+    })
+    .await;
+    for (i, name) in names.iter().enumerate() {
+        if i % 3 == 1 {
+            let _ = api.delete(name, &DeleteParams::default()).await;
+        }
+    }
+    cluster.wait_bound(NS, "race-2").await;
+    for name in &names {
+        cluster.delete_pvc_and_wait(NS, name).await;
+    }
+    wait_no_pvs(&cluster).await;
+    let state = driver.wait_volumes(0).await;
+    assert!(state.calls("CreateVolume") >= 3);
+    assert_eq!(
+        state.ok_calls("DeleteVolume"),
+        state.ok_calls("CreateVolume") - state.volumes.len() as u64,
+    );
+}
+
+#[tokio::test]
+async fn five_hundred_claims_at_once_get_exactly_five_hundred_volumes() {
+    const CLAIMS: usize = 500;
+    let cluster = Cluster::start().await;
+    let driver = Driver::start(cluster.dir.path(), "node-1", &[]).await;
+    let _sidecar = Sidecar::start(&cluster, &driver, &[]).await;
+    cluster
+        .create(&cluster.classes(), &storage_class("fast", &[]))
+        .await;
+    let api = cluster.pvcs(NS);
+    let before = cluster.sim.counters();
+    let started = Instant::now();
+    let created: Vec<PersistentVolumeClaim> = futures::stream::iter(0..CLAIMS)
+        .map(|i| {
+            let api = api.clone();
+            async move {
+                api.create(
+                    &Default::default(),
+                    &claim(NS, &format!("bulk-{i}"), "fast", "1Gi"),
+                )
+                .await
+                .expect("create claim")
+            }
+        })
+        .buffer_unordered(32)
+        .collect()
+        .await;
+    let bound = wait_for(
+        &format!("{CLAIMS} claims to be Bound"),
+        Duration::from_secs(600),
+        || async {
+            let list = api.list(&ListParams::default()).await.ok()?;
+            let bound = list
+                .items
+                .iter()
+                .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound"))
+                .count();
+            (bound == CLAIMS).then_some(list.items)
+        },
+    )
+    .await;
+    eprintln!("{CLAIMS} claims bound in {:?}", started.elapsed());
+
+    let state = driver.state().await;
+    let want: BTreeSet<String> = created.iter().map(|p| format!("pvc-{}", uid(p))).collect();
+    let have: BTreeSet<String> = state.volumes.iter().map(|v| v.name.clone()).collect();
+    assert_eq!(state.volumes.len(), CLAIMS);
+    assert_eq!(have, want);
+    assert_eq!(
+        state.calls("CreateVolume"),
+        CLAIMS as u64,
+        "no volume was asked for twice"
+    );
+    let handles: BTreeSet<String> = state.volumes.iter().map(|v| v.id.clone()).collect();
+    let pvs = cluster
+        .pvs()
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items;
+    assert_eq!(pvs.len(), CLAIMS);
+    for pvc in &bound {
+        let pv_name = pvc
+            .spec
+            .as_ref()
+            .and_then(|s| s.volume_name.clone())
+            .unwrap();
+        let pv = pvs
+            .iter()
+            .find(|p| p.metadata.name.as_deref() == Some(&pv_name))
+            .unwrap();
+        assert!(
+            handles.contains(
+                &pv.spec
+                    .as_ref()
+                    .unwrap()
+                    .csi
+                    .as_ref()
+                    .unwrap()
+                    .volume_handle
+            )
+        );
+    }
+    // No double work under load: one PV create and two claim writes (intent on, intent off) each.
+    let spent = cluster.sim.counters().since(&before);
+    assert_eq!(
+        spent.count(Some("create"), Some("persistentvolumes"), None),
+        CLAIMS as u64
+    );
+    assert_eq!(
+        spent.count(Some("patch"), Some("persistentvolumeclaims"), None),
+        2 * CLAIMS as u64,
+        "{:#}",
+        spent.to_json()
+    );
+    eprintln!(
+        "API writes: {} in all, {} PV creates, {} claim patches ({} refused), {} event writes",
+        spent.writes(),
+        spent.count(Some("create"), Some("persistentvolumes"), None),
+        spent.count(Some("patch"), Some("persistentvolumeclaims"), None),
+        spent.count(Some("patch"), Some("persistentvolumeclaims"), Some(422))
+            + spent.count(Some("patch"), Some("persistentvolumeclaims"), Some(409)),
+        spent.writes_to(Some("events")),
+    );
+    eprintln!(
+        "claim reads: {}",
+        spent.count(Some("get"), Some("persistentvolumeclaims"), None)
+    );
+}
