@@ -112,6 +112,7 @@ where
         })
         .unzip();
     let stream = watcher(api, config).default_backoff().modify(strip::<K>);
+    let reader = store.clone();
     let task = tokio::spawn(
         async move {
             futures::pin_mut!(stream);
@@ -129,14 +130,19 @@ where
                 };
                 // The store first, so a controller woken by the change finds it there.
                 writer.apply_watcher_event(&event);
-                let changed = match &event {
-                    watcher::Event::Apply(obj) | watcher::Event::InitApply(obj) => obj,
+                // Objects of a (re-)list are announced once the list is complete and in the store,
+                // as kube-runtime does: announcing them one by one could fill the buffers before
+                // the first list completes, while the controllers wait for exactly that to start.
+                let changed: Vec<Arc<K>> = match &event {
+                    watcher::Event::Apply(obj) => vec![Arc::new(obj.clone())],
+                    watcher::Event::InitDone => reader.state(),
                     _ => continue,
                 };
-                let changed = Arc::new(changed.clone());
-                for tx in &senders {
-                    // A closed stream means its controller stopped (shutdown): nothing to tell.
-                    let _ = tx.send(changed.clone()).await;
+                for obj in changed {
+                    for tx in &senders {
+                        // A closed stream means its controller stopped (shutdown): nothing to tell.
+                        let _ = tx.send(obj.clone()).await;
+                    }
                 }
             }
         }
@@ -361,5 +367,47 @@ mod tests {
         let ann = v.metadata.annotations.unwrap();
         assert_eq!(ann.len(), 1);
         assert_eq!(ann["keep"], "me");
+    }
+
+    #[tokio::test]
+    async fn a_first_list_larger_than_the_buffers_completes_before_anyone_reads_the_changes() {
+        use k8s_openapi::api::core::v1::Secret;
+        let sim = kube_sim::Sim::start(kube_sim::SimConfig::bare())
+            .await
+            .unwrap();
+        let secrets: Api<Secret> = Api::namespaced(sim.client(), "default");
+        let count = SHARED_BUFFER + 50;
+        for i in 0..count {
+            let secret = Secret {
+                metadata: ObjectMeta {
+                    name: Some(format!("s-{i}")),
+                    ..Default::default()
+                },
+                ..Default::default()
+            };
+            sim.create(
+                "",
+                "secrets",
+                "default",
+                serde_json::to_value(&secret).unwrap(),
+            )
+            .unwrap();
+        }
+        let mut watched = watch_shared(secrets, watcher::Config::default(), "secrets", 1);
+        // The controllers start only once the caches are filled, so nothing reads the stream yet.
+        tokio::time::timeout(
+            std::time::Duration::from_secs(30),
+            watched.store.wait_until_ready(),
+        )
+        .await
+        .expect("the first list completes although nobody reads the changes yet")
+        .unwrap();
+        let changes = watched.subscribe();
+        let seen = changes.take(count).count();
+        let seen = tokio::time::timeout(std::time::Duration::from_secs(30), seen)
+            .await
+            .expect("every listed object is announced");
+        assert_eq!(seen, count);
+        watched.task.abort();
     }
 }
