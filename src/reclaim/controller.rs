@@ -4,10 +4,7 @@
 //! gets stuck Terminating because of a lost race with another controller.
 
 use std::collections::{HashMap, HashSet};
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::{Arc, Mutex};
-use std::task::{Context as TaskContext, Poll};
 use std::time::{Duration, Instant};
 
 use futures::{Stream, StreamExt};
@@ -100,9 +97,9 @@ pub async fn run(
         ctx: ctx.clone(),
     });
     let workers = u16::try_from(p.worker_threads.max(1)).unwrap_or(u16::MAX);
-    Controller::for_shared_stream(Rewake::new(pvs), ctx.stores.pvs.clone())
+    Controller::for_shared_stream(pvs, ctx.stores.pvs.clone())
         // A claim that changes (bound, being deleted) matters to its PV.
-        .watches_shared_stream(Rewake::new(pvcs), |pvc| {
+        .watches_shared_stream(pvcs, |pvc| {
             pvc.spec
                 .as_ref()
                 .and_then(|s| s.volume_name.as_deref())
@@ -120,54 +117,6 @@ pub async fn run(
         })
         .instrument(info_span!("reclaim"))
         .await;
-}
-
-/// Re-polls a shared watch stream that went quiet without arranging a wake-up.
-///
-/// kube-runtime 5's `ReflectHandle` returns `Pending` *without registering a waker* when the
-/// object a queued reference names has left the store meanwhile (created-then-deleted, or a final
-/// update followed by the delete: common when many PVs are deleted at once). The controller then
-/// sleeps on events already queued, and once the dispatcher's buffer is full the shared watch
-/// itself blocks, so every later PV event is lost until something unrelated wakes the task. This
-/// adapter polls the inner stream again right away a few times (each skipped reference is one
-/// poll), and otherwise at least every [`REWAKE_INTERVAL`] while it is pending.
-struct Rewake<T> {
-    inner: Pin<Box<dyn Stream<Item = T> + Send>>,
-    timer: Pin<Box<tokio::time::Sleep>>,
-}
-
-/// Longest a skipped reference can delay the events queued behind it.
-const REWAKE_INTERVAL: Duration = Duration::from_millis(250);
-/// Immediate re-polls after a `Pending` (a genuinely empty stream answers each one cheaply).
-const REWAKE_POLLS: usize = 8;
-
-impl<T> Rewake<T> {
-    fn new(inner: impl Stream<Item = T> + Send + 'static) -> Self {
-        Self {
-            inner: Box::pin(inner),
-            timer: Box::pin(tokio::time::sleep(REWAKE_INTERVAL)),
-        }
-    }
-}
-
-impl<T> Stream for Rewake<T> {
-    type Item = T;
-
-    fn poll_next(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Option<T>> {
-        loop {
-            for _ in 0..REWAKE_POLLS {
-                if let Poll::Ready(item) = self.inner.as_mut().poll_next(cx) {
-                    return Poll::Ready(item);
-                }
-            }
-            // Arms the timer's waker; when it fires, poll the inner stream again.
-            if self.timer.as_mut().poll(cx).is_pending() {
-                return Poll::Pending;
-            }
-            let next = tokio::time::Instant::now() + REWAKE_INTERVAL;
-            self.timer.as_mut().reset(next);
-        }
-    }
 }
 
 fn resync() -> tokio::time::Interval {
@@ -507,47 +456,6 @@ async fn fetch_secrets(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// Behaves like kube-runtime's `ReflectHandle` after references to deleted objects: answers
-    /// `Pending` `skips` times without arranging a wake-up, then yields `item`.
-    struct LostWakeups {
-        skips: usize,
-        item: Option<u32>,
-    }
-
-    impl Stream for LostWakeups {
-        type Item = u32;
-
-        fn poll_next(mut self: Pin<&mut Self>, _: &mut TaskContext<'_>) -> Poll<Option<u32>> {
-            if self.skips > 0 {
-                self.skips -= 1;
-                return Poll::Pending;
-            }
-            Poll::Ready(self.item.take())
-        }
-    }
-
-    async fn first_item(skips: usize) -> Option<u32> {
-        let mut stream = Rewake::new(LostWakeups {
-            skips,
-            item: Some(7),
-        });
-        tokio::time::timeout(Duration::from_secs(30), stream.next())
-            .await
-            .expect("the item behind the lost wake-ups is reached")
-    }
-
-    #[tokio::test]
-    async fn rewake_reaches_items_queued_behind_a_pending_without_wakeup() {
-        // A few skipped references: found by the immediate re-polls.
-        assert_eq!(first_item(3).await, Some(7));
-    }
-
-    #[tokio::test]
-    async fn rewake_keeps_polling_after_long_runs_of_lost_wakeups() {
-        // More skipped references in a row than immediate re-polls: the timer takes over.
-        assert_eq!(first_item(3 * REWAKE_POLLS + 1).await, Some(7));
-    }
 
     #[test]
     fn a_pv_skipped_for_lack_of_knowledge_is_looked_at_again_soon() {
