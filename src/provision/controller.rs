@@ -259,11 +259,18 @@ async fn reconcile(
     let ctx = &state.ctx;
     let stores = &ctx.stores;
     let settings = &state.settings;
+    // Only a claim still to be provisioned (or cleaned up) needs the class's parameters.
+    let unbound = pvc
+        .spec
+        .as_ref()
+        .and_then(|s| s.volume_name.as_ref())
+        .is_none()
+        || plan::has_intent(&pvc);
     let vac_name = pvc
         .spec
         .as_ref()
         .and_then(|s| s.volume_attributes_class_name.clone())
-        .filter(|n| settings.volume_attributes_class && !n.is_empty());
+        .filter(|n| unbound && settings.volume_attributes_class && !n.is_empty());
     let vac_result = match &vac_name {
         Some(name) => Some(
             Api::<VolumeAttributesClass>::all(ctx.client.clone())
