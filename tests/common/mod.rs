@@ -185,6 +185,53 @@ impl Cluster {
         node
     }
 
+    /// A Node only, labelled as [`Cluster::add_node`] does, without a CSINode (a node where our
+    /// driver does not run, or not yet).
+    pub async fn add_node_without_driver(&self, name: &str) -> Node {
+        let node = Node {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                labels: Some(BTreeMap::from([
+                    ("kubernetes.io/hostname".to_string(), name.to_string()),
+                    (TOPOLOGY_KEY.to_string(), name.to_string()),
+                ])),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        self.create(&self.nodes(), &node).await
+    }
+
+    /// Deletes a Node and its CSINode (the garbage collector does the latter in a real cluster)
+    /// and waits until both are gone.
+    pub async fn delete_node(&self, name: &str) {
+        let _ = self.nodes().delete(name, &DeleteParams::default()).await;
+        let _ = self.csinodes().delete(name, &DeleteParams::default()).await;
+        wait_for(&format!("Node {name} to disappear"), DEADLINE, || async {
+            let node = self.nodes().get_opt(name).await.ok()?;
+            let csinode = self.csinodes().get_opt(name).await.ok()?;
+            (node.is_none() && csinode.is_none()).then_some(())
+        })
+        .await;
+    }
+
+    /// Total `count` of the events with `reason` on an object (an aggregated event counts as many
+    /// times as it was recorded).
+    pub async fn event_count(&self, kind: &str, ns: &str, name: &str, reason: &str) -> i32 {
+        let api: Api<k8s_openapi::api::core::v1::Event> = Api::all(self.client.clone());
+        let list = api.list(&ListParams::default()).await.expect("list events");
+        list.items
+            .iter()
+            .filter(|e| {
+                e.involved_object.kind.as_deref() == Some(kind)
+                    && e.involved_object.name.as_deref() == Some(name)
+                    && (ns.is_empty() || e.involved_object.namespace.as_deref() == Some(ns))
+                    && e.reason.as_deref() == Some(reason)
+            })
+            .map(|e| e.count.unwrap_or(1).max(1))
+            .sum()
+    }
+
     /// Deletes a PVC and waits until it is gone from the API.
     pub async fn delete_pvc_and_wait(&self, ns: &str, name: &str) {
         let api = self.pvcs(ns);
@@ -562,6 +609,63 @@ impl Sidecar {
     pub fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
+}
+
+impl Sidecar {
+    /// The address the sidecar's HTTP server listens on (start it with
+    /// `--http-endpoint=127.0.0.1:0`), read from its log.
+    pub async fn http_addr(&self) -> String {
+        wait_for(
+            &format!("{} to log its HTTP address", self.name),
+            DEADLINE,
+            || async {
+                let log = self.log();
+                let line = log.lines().find(|l| l.contains("HTTP server listening"))?;
+                let rest = &line[line.find("address=")? + "address=".len()..];
+                Some(rest.split_whitespace().next()?.trim_matches('"').to_owned())
+            },
+        )
+        .await
+    }
+
+    /// Waits until the sidecar has filled its caches and started its controllers (its log says so).
+    pub async fn wait_started(&self) {
+        wait_for(
+            &format!("{} to start its controllers", self.name),
+            DEADLINE,
+            || async { self.log().contains("starting controllers").then_some(()) },
+        )
+        .await;
+    }
+
+    /// One scrape of `/metrics` (the body), or `None` when the sidecar does not answer.
+    pub async fn try_metrics(&self) -> Option<String> {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let addr = self.http_addr().await;
+        let mut stream = tokio::net::TcpStream::connect(&addr).await.ok()?;
+        stream
+            .write_all(b"GET /metrics HTTP/1.0\r\nHost: sidecar\r\n\r\n")
+            .await
+            .ok()?;
+        let mut response = String::new();
+        stream.read_to_string(&mut response).await.ok()?;
+        let (_, body) = response.split_once("\r\n\r\n")?;
+        Some(body.to_owned())
+    }
+
+    /// The value of an unlabelled metric, e.g. `csi_provisioner_deleted_node_volumes_total`
+    /// (`None`: not answered or not exposed).
+    pub async fn metric(&self, name: &str) -> Option<f64> {
+        let text = self.try_metrics().await?;
+        metric_value(&text, name)
+    }
+}
+
+/// The value of the unlabelled sample `name` in Prometheus text.
+pub fn metric_value(text: &str, name: &str) -> Option<f64> {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
 }
 
 impl Drop for Sidecar {

@@ -1,0 +1,702 @@
+//! End to end: node-deployment mode (one mock driver and one sidecar per simulated node) and the
+//! answer for volumes whose node no longer exists, on the API simulator.
+//!
+//! "A node goes away" is simulated as it happens in a cluster: its pods are gone, its driver and
+//! sidecar stop, and its Node and CSINode objects are deleted.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use common::*;
+use k8s_openapi::api::core::v1::{
+    CSIPersistentVolumeSource, ObjectReference, PersistentVolume, PersistentVolumeSpec,
+};
+use k8s_openapi::api::storage::v1::StorageClass;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use kube::api::{DeleteParams, ObjectMeta};
+use kube_sim::FaultRule;
+
+const NS: &str = "default";
+/// Our annotations and labels (see `csi_provisioner::names`).
+const ANN_NODE_NAME: &str = "csi-provisioner.rs/node-name";
+const ANN_NODE_UID: &str = "csi-provisioner.rs/node-uid";
+const LABEL_PV_NODE: &str = "csi-provisioner.rs/node";
+const LABEL_PV_DRIVER: &str = "csi-provisioner.rs/driver";
+const FINALIZER: &str = "external-provisioner.volume.kubernetes.io/finalizer";
+const GONE: &str = "VolumeNodeGone";
+const ANSWERED: &str = "csi_provisioner_deleted_node_volumes_total";
+const CLAIMS_DELETED: &str = "csi_provisioner_deleted_node_claims_total";
+const WAITING: &str = "csi_provisioner_volumes_waiting_for_missing_node";
+
+/// One simulated node: its mock driver and its node-mode sidecar.
+struct Member {
+    node: String,
+    driver: Driver,
+    sidecar: Sidecar,
+}
+
+/// Registers `node` (Node + CSINode) and starts its driver and node-mode sidecar.
+async fn join(cluster: &Cluster, node: &str, extra: &[&str]) -> Member {
+    cluster.add_node(node).await;
+    let driver = Driver::start(cluster.dir.path(), node, &["--topology"]).await;
+    let mut flags = vec![
+        "--node-deployment",
+        "--feature-gates=Topology=true",
+        "--node-deployment-base-delay=100ms",
+        "--node-deployment-max-delay=1s",
+        "--http-endpoint=127.0.0.1:0",
+    ];
+    flags.extend_from_slice(extra);
+    let sidecar = Sidecar::start_env(cluster, &driver, &flags, &[("NODE_NAME", node)]).await;
+    sidecar.wait_started().await;
+    Member {
+        node: node.to_owned(),
+        driver,
+        sidecar,
+    }
+}
+
+async fn fleet(cluster: &Cluster, nodes: &[&str], extra: &[&str]) -> Vec<Member> {
+    let mut members = Vec::new();
+    for node in nodes {
+        members.push(join(cluster, node, extra).await);
+    }
+    members
+}
+
+/// The node goes away for good: its driver and sidecar stop, its Node and CSINode are deleted.
+async fn lose_node(cluster: &Cluster, member: &mut Member) {
+    member.sidecar.kill().await;
+    member.driver.kill().await;
+    cluster.delete_node(&member.node).await;
+}
+
+fn delayed_class(name: &str) -> StorageClass {
+    let mut class = storage_class(name, &[]);
+    class.volume_binding_mode = Some("WaitForFirstConsumer".into());
+    class
+}
+
+/// A claim of `class` used by a pod on `node` (the scheduler stand-in selects the node).
+async fn claim_on(cluster: &Cluster, name: &str, class: &str, node: &str) -> PersistentVolume {
+    cluster
+        .create(&cluster.pvcs(NS), &claim(NS, name, class, "1Gi"))
+        .await;
+    let pod = format!("pod-{name}");
+    cluster
+        .create(&cluster.pods(NS), &pod_using(NS, &pod, name, node))
+        .await;
+    cluster.wait_bound(NS, name).await
+}
+
+async fn delete_pod(cluster: &Cluster, claim: &str) {
+    let _ = cluster
+        .pods(NS)
+        .delete(&format!("pod-{claim}"), &DeleteParams::default())
+        .await;
+}
+
+fn annotation<'a>(pv: &'a PersistentVolume, key: &str) -> Option<&'a str> {
+    pv.metadata
+        .annotations
+        .as_ref()?
+        .get(key)
+        .map(String::as_str)
+}
+
+fn label<'a>(pv: &'a PersistentVolume, key: &str) -> Option<&'a str> {
+    pv.metadata.labels.as_ref()?.get(key).map(String::as_str)
+}
+
+fn name_of(pv: &PersistentVolume) -> String {
+    pv.metadata.name.clone().expect("PV name")
+}
+
+/// The node values of the PV's required node affinity.
+fn affinity_values(pv: &PersistentVolume) -> Vec<String> {
+    pv.spec
+        .as_ref()
+        .and_then(|s| s.node_affinity.as_ref())
+        .and_then(|a| a.required.as_ref())
+        .map(|r| {
+            r.node_selector_terms
+                .iter()
+                .flat_map(|t| t.match_expressions.iter().flatten())
+                .filter(|e| e.key == TOPOLOGY_KEY)
+                .flat_map(|e| e.values.iter().flatten().cloned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Sum of an unlabelled metric over the members' sidecars (those that answer).
+async fn metric_sum(members: &[&Member], name: &str) -> f64 {
+    let mut sum = 0.0;
+    for m in members {
+        sum += m.sidecar.metric(name).await.unwrap_or(0.0);
+    }
+    sum
+}
+
+/// Waits until the metric summed over `members` equals `want`.
+async fn wait_metric_sum(members: &[&Member], name: &str, want: f64) {
+    wait_for(
+        &format!("{name} summed over the instances to be {want}"),
+        DEADLINE,
+        || async { (metric_sum(members, name).await == want).then_some(()) },
+    )
+    .await;
+}
+
+async fn pv_exists(cluster: &Cluster, name: &str) -> Option<PersistentVolume> {
+    cluster.pvs().get_opt(name).await.expect("read PV")
+}
+
+#[tokio::test]
+async fn delayed_binding_each_claim_is_provisioned_by_its_selected_nodes_instance_only() {
+    let cluster = Cluster::start().await;
+    let nodes = ["node-a", "node-b", "node-c"];
+    let members = fleet(&cluster, &nodes, &[]).await;
+    cluster
+        .create(&cluster.classes(), &delayed_class("local"))
+        .await;
+
+    let mut pvs = BTreeMap::new();
+    for node in nodes {
+        let pv = claim_on(&cluster, &format!("data-{node}"), "local", node).await;
+        pvs.insert(node, pv);
+    }
+    for m in &members {
+        let pv = &pvs[m.node.as_str()];
+        let node = cluster.nodes().get(&m.node).await.unwrap();
+        assert_eq!(annotation(pv, ANN_NODE_NAME), Some(m.node.as_str()));
+        assert_eq!(annotation(pv, ANN_NODE_UID), node.metadata.uid.as_deref());
+        assert_eq!(label(pv, LABEL_PV_NODE), Some(m.node.as_str()));
+        assert_eq!(label(pv, LABEL_PV_DRIVER), Some(DRIVER));
+        assert_eq!(affinity_values(pv), vec![m.node.clone()]);
+
+        // The volume lives on that node's driver, and no other driver was asked to create it.
+        let state = m.driver.wait_volumes(1).await;
+        let volume = &state.volumes[0];
+        assert_eq!(volume.name, name_of(pv));
+        let handle = pv
+            .spec
+            .as_ref()
+            .unwrap()
+            .csi
+            .as_ref()
+            .unwrap()
+            .volume_handle
+            .clone();
+        assert_eq!(volume.id, handle);
+        assert_eq!(volume.node, m.node);
+        assert!(state.calls("CreateVolume") >= 1);
+    }
+    for m in &members {
+        let state = m.driver.state().await;
+        assert_eq!(
+            state.volumes.len(),
+            1,
+            "driver {} holds only its own volume",
+            m.node
+        );
+    }
+}
+
+#[tokio::test]
+async fn immediate_binding_every_claim_is_provisioned_exactly_once_by_one_instance() {
+    let cluster = Cluster::start().await;
+    let nodes = ["node-a", "node-b", "node-c"];
+    let members = fleet(&cluster, &nodes, &[]).await;
+    cluster
+        .create(&cluster.classes(), &storage_class("fast", &[]))
+        .await;
+    let claims: Vec<String> = (0..9).map(|i| format!("data-{i}")).collect();
+    for name in &claims {
+        cluster
+            .create(&cluster.pvcs(NS), &claim(NS, name, "fast", "1Gi"))
+            .await;
+    }
+
+    let mut by_node: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for name in &claims {
+        let pv = cluster.wait_bound(NS, name).await;
+        let pvc = cluster.pvcs(NS).get(name).await.unwrap();
+        let selected = pvc
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get("volume.kubernetes.io/selected-node"))
+            .cloned()
+            .expect("the winning instance wrote its node into selected-node");
+        assert_eq!(annotation(&pv, ANN_NODE_NAME), Some(selected.as_str()));
+        assert_eq!(affinity_values(&pv), vec![selected.clone()]);
+        by_node.entry(selected).or_default().insert(name_of(&pv));
+    }
+    // Every volume exists once, on the driver of its claim's selected node, and nowhere else.
+    let mut total = 0;
+    for m in &members {
+        let state = m.driver.state().await;
+        let held: BTreeSet<String> = state.volumes.iter().map(|v| v.name.clone()).collect();
+        assert_eq!(
+            held,
+            by_node.get(&m.node).cloned().unwrap_or_default(),
+            "volumes on {}",
+            m.node
+        );
+        total += state.volumes.len();
+    }
+    assert_eq!(total, claims.len(), "each claim provisioned exactly once");
+}
+
+#[tokio::test]
+async fn deletion_only_the_owning_instance_calls_delete_volume() {
+    let cluster = Cluster::start().await;
+    let nodes = ["node-a", "node-b", "node-c"];
+    let members = fleet(&cluster, &nodes, &[]).await;
+    cluster
+        .create(&cluster.classes(), &delayed_class("local"))
+        .await;
+    let pv = claim_on(&cluster, "data", "local", "node-a").await;
+    members[0].driver.wait_volumes(1).await;
+
+    delete_pod(&cluster, "data").await;
+    cluster.delete_pvc_and_wait(NS, "data").await;
+    cluster.wait_pv_gone(&name_of(&pv)).await;
+    let owner = members[0].driver.wait_volumes(0).await;
+    assert_eq!(
+        owner.calls("DeleteVolume"),
+        1,
+        "the owner deletes its volume once"
+    );
+    for m in &members[1..] {
+        let state = m.driver.state().await;
+        assert_eq!(
+            state.calls("DeleteVolume"),
+            0,
+            "driver {} was never asked",
+            m.node
+        );
+    }
+}
+
+#[tokio::test]
+async fn node_deleted_then_its_claim_deleted_the_pv_is_answered_once_after_the_grace_period() {
+    let cluster = Cluster::start().await;
+    let nodes = ["node-a", "node-b", "node-c"];
+    let mut members = fleet(&cluster, &nodes, &["--deleted-node-grace-period=4s"]).await;
+    cluster
+        .create(&cluster.classes(), &delayed_class("local"))
+        .await;
+    let pv = claim_on(&cluster, "data", "local", "node-a").await;
+    let pv_name = name_of(&pv);
+    members[0].driver.wait_volumes(1).await;
+
+    delete_pod(&cluster, "data").await;
+    lose_node(&cluster, &mut members[0]).await;
+    cluster.delete_pvc_and_wait(NS, "data").await;
+
+    cluster.wait_pv_gone(&pv_name).await;
+    let message = cluster
+        .wait_event("PersistentVolume", "", &pv_name, GONE, "node \"node-a\"")
+        .await;
+    assert!(message.contains("no longer exists"), "{message}");
+    assert!(message.contains("grace period of 4s"), "{message}");
+    assert!(
+        message.contains("without calling DeleteVolume"),
+        "{message}"
+    );
+    let survivors: Vec<&Member> = members[1..].iter().collect();
+    wait_metric_sum(&survivors, ANSWERED, 1.0).await;
+    assert_eq!(
+        cluster
+            .event_count("PersistentVolume", "", &pv_name, GONE)
+            .await,
+        1,
+        "exactly one instance acted"
+    );
+    for m in &survivors {
+        let state = m.driver.state().await;
+        assert_eq!(
+            state.calls("DeleteVolume"),
+            0,
+            "no DeleteVolume reached {}",
+            m.node
+        );
+    }
+}
+
+/// A PV as upstream (or an older version) wrote it: no annotations or labels of ours, pinned to
+/// `node` by the driver's topology key, released (its claim is gone).
+fn legacy_released_pv(name: &str, node: &str) -> PersistentVolume {
+    let affinity = serde_json::json!({"required": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": TOPOLOGY_KEY, "operator": "In", "values": [node]}]}
+    ]}});
+    PersistentVolume {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            annotations: Some(BTreeMap::from([(
+                "pv.kubernetes.io/provisioned-by".to_string(),
+                DRIVER.to_string(),
+            )])),
+            finalizers: Some(vec![FINALIZER.into()]),
+            ..Default::default()
+        },
+        spec: Some(PersistentVolumeSpec {
+            access_modes: Some(vec!["ReadWriteOnce".into()]),
+            capacity: Some(BTreeMap::from([(
+                "storage".to_string(),
+                Quantity("1Gi".into()),
+            )])),
+            csi: Some(CSIPersistentVolumeSource {
+                driver: DRIVER.into(),
+                volume_handle: format!("{name}-handle"),
+                ..Default::default()
+            }),
+            claim_ref: Some(ObjectReference {
+                namespace: Some(NS.into()),
+                name: Some(format!("{name}-claim")),
+                uid: Some("0a0a0a0a-0000-4000-8000-000000000000".into()),
+                ..Default::default()
+            }),
+            node_affinity: Some(serde_json::from_value(affinity).unwrap()),
+            persistent_volume_reclaim_policy: Some("Delete".into()),
+            storage_class_name: Some("local".into()),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+#[tokio::test]
+async fn a_node_recreated_within_the_grace_period_keeps_volumes_known_by_name_but_not_by_uid() {
+    let cluster = Cluster::start().await;
+    // node-d runs no instance of our driver; an upstream-written PV is pinned to it.
+    cluster.add_node_without_driver("node-d").await;
+    let legacy = "legacy-on-d";
+    cluster
+        .create(&cluster.pvs(), &legacy_released_pv(legacy, "node-d"))
+        .await;
+    let nodes = ["node-a", "node-b", "node-c"];
+    let mut members = fleet(&cluster, &nodes, &["--deleted-node-grace-period=20s"]).await;
+    cluster
+        .create(&cluster.classes(), &delayed_class("local"))
+        .await;
+    let pv = claim_on(&cluster, "data", "local", "node-a").await;
+    let pv_name = name_of(&pv);
+    members[0].driver.wait_volumes(1).await;
+    // The start-up sweep labelled the legacy PV, so the clean-up can list it by node.
+    wait_for(
+        "the legacy PV to be labelled with its node",
+        DEADLINE,
+        || async {
+            let pv = pv_exists(&cluster, legacy).await?;
+            (label(&pv, LABEL_PV_NODE) == Some("node-d")).then_some(())
+        },
+    )
+    .await;
+
+    delete_pod(&cluster, "data").await;
+    lose_node(&cluster, &mut members[0]).await;
+    cluster.delete_node("node-d").await;
+    cluster.delete_pvc_and_wait(NS, "data").await;
+    let survivors: Vec<&Member> = members[1..].iter().collect();
+    // Both volumes wait for their missing node: the clean-up has seen them.
+    wait_metric_sum(&survivors, WAITING, 2.0).await;
+
+    // Both nodes come back under their names (new Node objects, hence new UIDs), well within 20s.
+    cluster.add_node_without_driver("node-a").await;
+    cluster.add_node_without_driver("node-d").await;
+
+    // The PV recording node-a's UID belongs to a machine that is gone: answered after the period.
+    cluster.wait_pv_gone(&pv_name).await;
+    let message = cluster
+        .wait_event(
+            "PersistentVolume",
+            "",
+            &pv_name,
+            GONE,
+            "replaced by a new node of the same name",
+        )
+        .await;
+    assert!(message.contains("node \"node-a\""), "{message}");
+    // The legacy PV knows its node only by name: the node is back, so it is kept. It was first
+    // seen absent before the other PV, so its grace period ended before the other one's.
+    let kept = pv_exists(&cluster, legacy)
+        .await
+        .expect("the legacy PV is kept");
+    assert!(kept.metadata.deletion_timestamp.is_none());
+    assert!(
+        kept.metadata
+            .finalizers
+            .unwrap_or_default()
+            .contains(&FINALIZER.to_string())
+    );
+    assert_eq!(
+        cluster
+            .event_count("PersistentVolume", "", legacy, GONE)
+            .await,
+        0
+    );
+    wait_metric_sum(&survivors, WAITING, 0.0).await;
+    assert!(
+        survivors.iter().any(|m| m
+            .sidecar
+            .log()
+            .contains("the volume's node is back; nothing is removed")),
+        "the cancellation is logged"
+    );
+}
+
+#[tokio::test]
+async fn node_lookups_failing_with_500_or_503_never_count_as_absence() {
+    let cluster = Cluster::start().await;
+    let nodes = ["node-a", "node-b", "node-c"];
+    let mut members = fleet(&cluster, &nodes, &["--deleted-node-grace-period=4s"]).await;
+    cluster
+        .create(&cluster.classes(), &delayed_class("local"))
+        .await;
+    let pv = claim_on(&cluster, "data", "local", "node-a").await;
+    let pv_name = name_of(&pv);
+    members[0].driver.wait_volumes(1).await;
+    delete_pod(&cluster, "data").await;
+    lose_node(&cluster, &mut members[0]).await;
+
+    let faults = cluster.sim.faults();
+    // Only GETs of the missing node fail (the instances' own start-up reads are not disturbed).
+    let node_get = || {
+        FaultRule::default()
+            .verb("get")
+            .resource("nodes")
+            .name("node-a")
+    };
+    let server_error = faults.add(FaultRule {
+        status: Some(500),
+        ..node_get()
+    });
+    cluster.delete_pvc_and_wait(NS, "data").await;
+    // The grace period ended and the live check was refused: the volume stays.
+    wait_for("a live Node GET answered 500", DEADLINE, || async {
+        (faults.hits(server_error) >= 1).then_some(())
+    })
+    .await;
+    assert!(
+        pv_exists(&cluster, &pv_name).await.is_some(),
+        "nothing removed on a 500"
+    );
+
+    faults.remove(server_error);
+    let unavailable = faults.add(FaultRule {
+        status: Some(503),
+        ..node_get()
+    });
+    let before = faults.hits(unavailable);
+    wait_for("a live Node GET answered 503", DEADLINE, || async {
+        (faults.hits(unavailable) > before).then_some(())
+    })
+    .await;
+    let still = pv_exists(&cluster, &pv_name)
+        .await
+        .expect("nothing removed on a 503");
+    assert!(
+        still
+            .metadata
+            .finalizers
+            .unwrap_or_default()
+            .contains(&FINALIZER.to_string())
+    );
+    assert_eq!(
+        cluster
+            .event_count("PersistentVolume", "", &pv_name, GONE)
+            .await,
+        0
+    );
+    let survivors: Vec<&Member> = members[1..].iter().collect();
+    assert!(
+        survivors.iter().any(|m| m
+            .sidecar
+            .log()
+            .contains("could not confirm that the volume's node is gone")),
+        "the refused check is logged"
+    );
+
+    // Once the API server answers again, the absence is confirmed and the volume answered.
+    faults.remove(unavailable);
+    cluster.wait_pv_gone(&pv_name).await;
+    cluster
+        .wait_event("PersistentVolume", "", &pv_name, GONE, "node \"node-a\"")
+        .await;
+}
+
+#[tokio::test]
+async fn with_pvc_cleanup_a_claim_bound_to_a_volume_of_a_deleted_node_is_deleted() {
+    let cluster = Cluster::start().await;
+    let nodes = ["node-a", "node-b", "node-c"];
+    let mut members = fleet(
+        &cluster,
+        &nodes,
+        &[
+            "--deleted-node-grace-period=4s",
+            "--deleted-node-pvc-cleanup",
+        ],
+    )
+    .await;
+    cluster
+        .create(&cluster.classes(), &delayed_class("local"))
+        .await;
+    let pv = claim_on(&cluster, "data", "local", "node-a").await;
+    let pv_name = name_of(&pv);
+    members[0].driver.wait_volumes(1).await;
+    delete_pod(&cluster, "data").await;
+    lose_node(&cluster, &mut members[0]).await;
+
+    // The claim is deleted for the user, then its volume is answered as deleted.
+    wait_for("the bound claim to be deleted", DEADLINE, || async {
+        matches!(cluster.pvcs(NS).get_opt("data").await, Ok(None)).then_some(())
+    })
+    .await;
+    cluster.wait_pv_gone(&pv_name).await;
+    cluster
+        .wait_event(
+            "PersistentVolume",
+            "",
+            &pv_name,
+            GONE,
+            "Deleted claim default/data",
+        )
+        .await;
+    let survivors: Vec<&Member> = members[1..].iter().collect();
+    wait_metric_sum(&survivors, CLAIMS_DELETED, 1.0).await;
+    wait_metric_sum(&survivors, ANSWERED, 1.0).await;
+}
+
+#[tokio::test]
+async fn without_pvc_cleanup_a_claim_bound_to_a_volume_of_a_deleted_node_is_kept() {
+    let cluster = Cluster::start().await;
+    let nodes = ["node-a", "node-b", "node-c"];
+    let mut members = fleet(&cluster, &nodes, &["--deleted-node-grace-period=4s"]).await;
+    cluster
+        .create(&cluster.classes(), &delayed_class("local"))
+        .await;
+    let kept_pv = claim_on(&cluster, "data", "local", "node-a").await;
+    let scratch_pv = claim_on(&cluster, "scratch", "local", "node-a").await;
+    members[0].driver.wait_volumes(2).await;
+    delete_pod(&cluster, "data").await;
+    delete_pod(&cluster, "scratch").await;
+    lose_node(&cluster, &mut members[0]).await;
+    cluster.delete_pvc_and_wait(NS, "scratch").await;
+
+    // The released volume of the same node is answered: the clean-up ran past the grace period.
+    cluster.wait_pv_gone(&name_of(&scratch_pv)).await;
+    let survivors: Vec<&Member> = members[1..].iter().collect();
+    wait_metric_sum(&survivors, ANSWERED, 1.0).await;
+    // The bound claim and its volume are left alone.
+    let pvc = cluster
+        .pvcs(NS)
+        .get("data")
+        .await
+        .expect("the claim is kept");
+    assert!(pvc.metadata.deletion_timestamp.is_none());
+    assert_eq!(pvc.status.unwrap().phase.as_deref(), Some("Bound"));
+    assert!(pv_exists(&cluster, &name_of(&kept_pv)).await.is_some());
+    assert_eq!(metric_sum(&survivors, CLAIMS_DELETED).await, 0.0);
+}
+
+#[tokio::test]
+async fn controller_mode_answers_volumes_of_a_deleted_node_with_a_per_node_topology_driver() {
+    let cluster = Cluster::start().await;
+    cluster.add_node("node-a").await;
+    cluster.add_node("node-b").await;
+    // One controller plugin placing volumes on both nodes.
+    let driver = Driver::start(
+        cluster.dir.path(),
+        "node-a",
+        &["--topology", "--topology-node=node-b"],
+    )
+    .await;
+    let sidecar = Sidecar::start(
+        &cluster,
+        &driver,
+        &[
+            "--feature-gates=Topology=true",
+            "--deleted-node-grace-period=4s",
+            "--http-endpoint=127.0.0.1:0",
+        ],
+    )
+    .await;
+    cluster
+        .create(&cluster.classes(), &delayed_class("local"))
+        .await;
+    let pv = claim_on(&cluster, "data", "local", "node-b").await;
+    let pv_name = name_of(&pv);
+    assert_eq!(annotation(&pv, ANN_NODE_NAME), Some("node-b"));
+    assert_eq!(affinity_values(&pv), vec!["node-b".to_string()]);
+
+    // node-b is gone, and with it the controller's way to its disk: DeleteVolume keeps failing.
+    driver
+        .control()
+        .await
+        .set_fault(
+            "DeleteVolume",
+            mock_csi_driver::FaultRule::always(tonic::Code::FailedPrecondition),
+        )
+        .await
+        .unwrap();
+    delete_pod(&cluster, "data").await;
+    cluster.delete_node("node-b").await;
+    cluster.delete_pvc_and_wait(NS, "data").await;
+
+    cluster.wait_pv_gone(&pv_name).await;
+    cluster
+        .wait_event("PersistentVolume", "", &pv_name, GONE, "node \"node-b\"")
+        .await;
+    wait_for("the answered-volume counter", DEADLINE, || async {
+        (sidecar.metric(ANSWERED).await == Some(1.0)).then_some(())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_selected_node_without_our_driver_is_cleared_so_the_scheduler_picks_again() {
+    let cluster = Cluster::start().await;
+    cluster.add_node("node-a").await;
+    cluster.add_node_without_driver("node-x").await;
+    let driver = Driver::start(cluster.dir.path(), "node-a", &["--topology"]).await;
+    let _sidecar = Sidecar::start(&cluster, &driver, &["--feature-gates=Topology=true"]).await;
+    cluster
+        .create(&cluster.classes(), &delayed_class("local"))
+        .await;
+    let mut pvc = claim(NS, "data", "local", "1Gi");
+    pvc.metadata.annotations = Some(BTreeMap::from([(
+        "volume.kubernetes.io/selected-node".to_string(),
+        "node-x".to_string(),
+    )]));
+    cluster.create(&cluster.pvcs(NS), &pvc).await;
+
+    let message = cluster
+        .wait_event(
+            "PersistentVolumeClaim",
+            NS,
+            "data",
+            "SelectedNodeCleared",
+            "node-x",
+        )
+        .await;
+    assert!(message.contains(DRIVER), "{message}");
+    wait_for("the selected node to be removed", DEADLINE, || async {
+        let pvc = cluster.pvcs(NS).get("data").await.ok()?;
+        let annotations = pvc.metadata.annotations.unwrap_or_default();
+        (!annotations.contains_key("volume.kubernetes.io/selected-node")).then_some(())
+    })
+    .await;
+    // The scheduler picks a node with our driver; the claim is provisioned there.
+    cluster
+        .create(
+            &cluster.pods(NS),
+            &pod_using(NS, "pod-data", "data", "node-a"),
+        )
+        .await;
+    let pv = cluster.wait_bound(NS, "data").await;
+    assert_eq!(affinity_values(&pv), vec!["node-a".to_string()]);
+}
