@@ -700,3 +700,52 @@ async fn a_selected_node_without_our_driver_is_cleared_so_the_scheduler_picks_ag
     let pv = cluster.wait_bound(NS, "data").await;
     assert_eq!(affinity_values(&pv), vec!["node-a".to_string()]);
 }
+
+#[tokio::test]
+async fn node_mode_one_instance_clears_a_selected_node_without_our_driver() {
+    let cluster = Cluster::start().await;
+    cluster.add_node_without_driver("node-x").await;
+    let nodes = ["node-a", "node-b", "node-c"];
+    let _members = fleet(&cluster, &nodes, &[]).await;
+    cluster
+        .create(&cluster.classes(), &delayed_class("local"))
+        .await;
+    let mut pvc = claim(NS, "data", "local", "1Gi");
+    pvc.metadata.annotations = Some(BTreeMap::from([(
+        "volume.kubernetes.io/selected-node".to_string(),
+        "node-x".to_string(),
+    )]));
+    cluster.create(&cluster.pvcs(NS), &pvc).await;
+
+    cluster
+        .wait_event(
+            "PersistentVolumeClaim",
+            NS,
+            "data",
+            "SelectedNodeCleared",
+            "node-x",
+        )
+        .await;
+    wait_for("the selected node to be removed", DEADLINE, || async {
+        let pvc = cluster.pvcs(NS).get("data").await.ok()?;
+        let annotations = pvc.metadata.annotations.unwrap_or_default();
+        (!annotations.contains_key("volume.kubernetes.io/selected-node")).then_some(())
+    })
+    .await;
+    // Each instance records events under its own source: one event object means one instance.
+    let cleared = cluster
+        .events_for("PersistentVolumeClaim", NS, "data")
+        .await
+        .into_iter()
+        .filter(|(reason, _)| reason == "SelectedNodeCleared")
+        .count();
+    assert_eq!(cleared, 1, "one instance cleared the claim");
+    cluster
+        .create(
+            &cluster.pods(NS),
+            &pod_using(NS, "pod-data", "data", "node-b"),
+        )
+        .await;
+    let pv = cluster.wait_bound(NS, "data").await;
+    assert_eq!(affinity_values(&pv), vec!["node-b".to_string()]);
+}

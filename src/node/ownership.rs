@@ -247,6 +247,23 @@ pub fn selected_node_check(
     })
 }
 
+/// Whether this instance looks at (and may clear) the selected node of the claim `claim_uid`:
+/// always in controller mode (`me` is `None`); in node mode only the first instance in rendezvous
+/// order of the claim UID among the live instances (nodes whose CSINode lists `driver`), so one
+/// instance clears the claim and records one event instead of every node of the cluster.
+pub fn checks_selected_node(
+    me: Option<&str>,
+    claim_uid: &str,
+    csinodes: &[std::sync::Arc<CSINode>],
+    driver: &str,
+) -> bool {
+    let Some(me) = me else {
+        return true;
+    };
+    let live = crate::node::scope::live_instances(csinodes.iter().map(AsRef::as_ref), driver);
+    crate::node::rendezvous::rank_of(claim_uid, me, live.iter().map(String::as_str)) == Some(0)
+}
+
 /// Merge patch removing the selected node, valid only against `resource_version` (the API server
 /// answers 409 Conflict if the claim changed since it was read).
 pub fn clear_selected_node_patch(resource_version: &str) -> Value {
@@ -439,6 +456,29 @@ pub fn may_delete_here(
 mod tests {
     use super::*;
     use crate::testing::{csinode, pv, pvc, sc};
+
+    #[test]
+    fn exactly_one_live_instance_checks_a_selected_node_and_controller_mode_always_does() {
+        use std::sync::Arc;
+        let driver = "d.example.com";
+        let csinodes: Vec<Arc<CSINode>> = ["n1", "n2", "n3"]
+            .iter()
+            .map(|n| Arc::new(csinode(n).driver(driver, n, ["k"]).build()))
+            .chain([Arc::new(csinode("n4").driver("other", "n4", ["k"]).build())])
+            .collect();
+        for uid in ["uid-a", "uid-b", "uid-c", "uid-d"] {
+            let checkers: Vec<&str> = ["n1", "n2", "n3", "n4"]
+                .into_iter()
+                .filter(|me| checks_selected_node(Some(me), uid, &csinodes, driver))
+                .collect();
+            assert_eq!(checkers.len(), 1, "{uid}: {checkers:?}");
+            assert_ne!(
+                checkers[0], "n4",
+                "an instance without our driver never checks"
+            );
+        }
+        assert!(checks_selected_node(None, "uid-a", &[], driver));
+    }
 
     fn me() -> NodeIdentity {
         NodeIdentity {

@@ -299,10 +299,20 @@ async fn reconcile(
         let selected_node_driver = match (&selected, &stores.csinodes) {
             // While a requirement is pinned the node is settled until the attempt ends.
             _ if pinned.is_some() => CsiNodeLookup::Unknown,
-            (Some(node), Some(csinodes)) => CsiNodeLookup::of(
-                csinodes.get(&ObjectRef::new(node)).as_deref(),
-                &settings.driver,
-            ),
+            // Node mode: one instance per claim checks, so the claim gets one event, not one per node.
+            (Some(node), Some(csinodes))
+                if ownership::checks_selected_node(
+                    settings.node.as_ref().map(|n| n.me.name.as_str()),
+                    &claim_key(&pvc),
+                    &csinodes.state(),
+                    &settings.driver,
+                ) =>
+            {
+                CsiNodeLookup::of(
+                    csinodes.get(&ObjectRef::new(node)).as_deref(),
+                    &settings.driver,
+                )
+            }
             _ => CsiNodeLookup::Unknown,
         };
         let selected_node_uid = match (&selected, &stores.nodes) {
