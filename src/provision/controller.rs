@@ -762,19 +762,25 @@ async fn finish_intent_read_first(
     pvc: &PersistentVolumeClaim,
     volume_name: &str,
 ) -> Result<(), ProvisionError> {
-    let fresh = claims_api(state, pvc)
-        .get_opt(&pvc.name_any())
-        .await
-        .map_err(kube_err(format!("reading claim {}", claim_name(pvc))))?;
-    match fresh {
-        Some(fresh)
-            if fresh.metadata.uid == pvc.metadata.uid
-                && intent_removal_step(&fresh.metadata) != Step::AlreadyDone =>
-        {
+    match live_claim(state, pvc).await? {
+        Some(fresh) if intent_removal_step(&fresh.metadata) != Step::AlreadyDone => {
             finish_intent(state, &fresh, volume_name).await
         }
         _ => Ok(()),
     }
+}
+
+/// The claim as the API server has it now; `None` once it is gone (or its name is another
+/// claim's).
+async fn live_claim(
+    state: &Provisioner,
+    pvc: &PersistentVolumeClaim,
+) -> Result<Option<PersistentVolumeClaim>, ProvisionError> {
+    let fresh = claims_api(state, pvc)
+        .get_opt(&pvc.name_any())
+        .await
+        .map_err(kube_err(format!("reading claim {}", claim_name(pvc))))?;
+    Ok(fresh.filter(|f| f.metadata.uid == pvc.metadata.uid))
 }
 
 fn claims_api(state: &Provisioner, pvc: &PersistentVolumeClaim) -> Api<PersistentVolumeClaim> {
@@ -789,10 +795,9 @@ async fn record_volume_id(
     state: &Provisioner,
     pvc: &PersistentVolumeClaim,
     volume_id: &str,
-) -> Result<(), ProvisionError> {
+) -> Result<PatchOutcome<PersistentVolumeClaim>, ProvisionError> {
     let api = claims_api(state, pvc);
-    patch::set_annotation(&api, pvc, names::ANN_INTENT_VOLUME_ID, volume_id).await?;
-    Ok(())
+    Ok(patch::set_annotation(&api, pvc, names::ANN_INTENT_VOLUME_ID, volume_id).await?)
 }
 
 /// The claim no longer wants its volume: learn the id (replaying CreateVolume with the same name if
@@ -806,6 +811,14 @@ async fn cleanup_intent(
     let Some(_lock) = ctx.volume_locks.try_lock(&cleanup.volume_name) else {
         return Ok(Action::requeue(LOCK_RETRY));
     };
+    // The cached claim may predate this controller's own last writes (the volume id it recorded,
+    // the intent it removed): a live read keeps a finished clean-up from running twice.
+    let Some(mut claim) = live_claim(state, pvc).await? else {
+        return Ok(Action::await_change());
+    };
+    if !plan::has_intent(&claim) {
+        return Ok(Action::await_change());
+    }
     // Never delete a volume whose PV exists: a live read, since the cache may lag.
     let pvs: Api<PersistentVolume> = Api::all(ctx.client.clone());
     if pvs
@@ -814,10 +827,18 @@ async fn cleanup_intent(
         .map_err(kube_err(format!("reading PV {}", cleanup.volume_name)))?
         .is_some()
     {
-        finish_intent(state, pvc, &cleanup.volume_name).await?;
+        finish_intent(state, &claim, &cleanup.volume_name).await?;
         return Ok(Action::await_change());
     }
-    let volume_id = match cleanup.volume_id.clone() {
+    let recorded_id = claim
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(names::ANN_INTENT_VOLUME_ID))
+        .filter(|id| !id.is_empty())
+        .cloned();
+    let known_id = cleanup.volume_id.clone().or(recorded_id);
+    let volume_id = match known_id.clone() {
         Some(id) => Some(id),
         None => match &cleanup.replay {
             None => None,
@@ -861,9 +882,13 @@ async fn cleanup_intent(
         },
     };
     if let Some(volume_id) = &volume_id {
-        if cleanup.volume_id.is_none() {
+        if known_id.is_none() {
             // Remember the id: if the delete fails, the next attempt needs no replay.
-            let _ = record_volume_id(state, pvc, volume_id).await;
+            if let Ok(PatchOutcome::Patched(updated)) =
+                record_volume_id(state, &claim, volume_id).await
+            {
+                claim = updated;
+            }
         }
         if let Err(message) = delete_volume(state, volume_id, cleanup.secret.as_ref()).await {
             return Err(cleanup_failed(
@@ -875,7 +900,7 @@ async fn cleanup_intent(
         info!(claim = %claim_name(pvc), volume = %cleanup.volume_name, %volume_id, reason = ?cleanup.reason, "volume of an abandoned provisioning deleted");
     }
     state.pins().forget(&claim_key(pvc));
-    finish_intent(state, pvc, &cleanup.volume_name).await?;
+    finish_intent(state, &claim, &cleanup.volume_name).await?;
     Ok(Action::await_change())
 }
 

@@ -445,8 +445,9 @@ impl Driver {
             .expect("spawn mock-csi-driver");
         self.child = Some(child);
         let control = self.control.clone();
+        // Accepting connections, not merely bound: the socket file appears before `listen`.
         wait_for("mock driver control socket", DEADLINE, || async {
-            control.exists().then_some(())
+            ControlClient::connect(&control).await.ok().map(drop)
         })
         .await;
     }
