@@ -749,3 +749,29 @@ async fn node_mode_one_instance_clears_a_selected_node_without_our_driver() {
     let pv = cluster.wait_bound(NS, "data").await;
     assert_eq!(affinity_values(&pv), vec!["node-b".to_string()]);
 }
+
+#[tokio::test]
+async fn after_an_upgrade_pvs_written_without_our_labels_are_deleted_by_their_nodes_instance() {
+    let cluster = Cluster::start().await;
+    // Written by upstream before the upgrade: no labels of ours, pinned to node-a, released.
+    let legacy = "legacy-on-a";
+    cluster
+        .create(&cluster.pvs(), &legacy_released_pv(legacy, "node-a"))
+        .await;
+    let nodes = ["node-a", "node-b", "node-c"];
+    let members = fleet(&cluster, &nodes, &[]).await;
+
+    // node-a's instance labels it, sees it in its scoped watch and deletes it as upstream would.
+    cluster.wait_pv_gone(legacy).await;
+    let owner = members[0].driver.state().await;
+    assert_eq!(owner.calls("DeleteVolume"), 1);
+    for m in &members[1..] {
+        let state = m.driver.state().await;
+        assert_eq!(
+            state.calls("DeleteVolume"),
+            0,
+            "driver {} was never asked",
+            m.node
+        );
+    }
+}

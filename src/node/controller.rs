@@ -31,7 +31,7 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, ResourceExt};
 use tracing::{Instrument, debug, info, info_span, warn};
 
-use super::discover::{Lists, NodeView};
+use super::discover::{Lists, NodeView, label_unlabelled};
 use super::gone::{
     self, CancelReason, GoneAction, GoneConfig, GonePlan, Lookup, NodeGoneTracker, Now,
     check_interval, claim_bond_matches, classify,
@@ -62,6 +62,9 @@ pub async fn run(ctx: Arc<Context>, shutdown: Shutdown) {
         pvc_cleanup = janitor.tracker.config().pvc_cleanup,
         "tracking volumes whose node no longer exists"
     );
+    if janitor.mode == Mode::Node {
+        janitor.label_own_pvs().await;
+    }
     let mut poll = tokio::time::interval(NODE_POLL);
     poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     async move {
@@ -143,6 +146,24 @@ impl Janitor {
         let keys = janitor.per_node_keys(&janitor.nodes.state());
         janitor.tracker.set_per_node_keys(keys);
         janitor
+    }
+
+    /// Node mode, at start-up: labels this node's PVs written without our labels (by upstream or
+    /// an older version), so this instance's scoped PV watch sees them. A failure only delays
+    /// them until a clean-up instance's sweep labels them.
+    async fn label_own_pvs(&self) {
+        let own = self.nodes.get(&ObjectRef::new(&self.me));
+        let hostname = own
+            .as_ref()
+            .and_then(|n| n.metadata.labels.as_ref()?.get(HOSTNAME_LABEL).cloned());
+        let values: BTreeSet<String> = scope::instance_label_values(&self.me, hostname.as_deref())
+            .into_iter()
+            .filter(|v| v != names::LABEL_VALUE_ANY_NODE)
+            .collect();
+        let keys = self.tracker.config().per_node_keys.clone();
+        if let Err(e) = label_unlabelled(&self.ctx, &keys, Some(&values)).await {
+            warn!(error = %e, "labelling this node's PVs written without our labels failed; a clean-up sweep will label them");
+        }
     }
 
     fn driver(&self) -> &str {

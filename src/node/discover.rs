@@ -217,7 +217,7 @@ async fn sweep(
     view: &NodeView<'_>,
     keys: &PerNodeKeys,
 ) -> Result<BTreeSet<String>, kube::Error> {
-    label_unlabelled(ctx, keys).await?;
+    label_unlabelled(ctx, keys, None).await?;
     let api: Api<PersistentVolume> = Api::all(ctx.client.clone());
     let mut suspects = BTreeSet::new();
     let mut params = ListParams::default()
@@ -251,8 +251,14 @@ async fn sweep(
 }
 
 /// Labels our driver's PVs that carry no [`names::LABEL_PV_DRIVER`] (written by upstream or an
-/// older version), so node-mode instances see them in their scoped watches.
-pub async fn label_unlabelled(ctx: &Context, keys: &PerNodeKeys) -> Result<usize, kube::Error> {
+/// older version), so node-mode instances see them in their scoped watches. With `only`, just the
+/// PVs whose node label would be one of these values: each instance labels its own node's PVs at
+/// start-up (no herd of identical patches), the clean-up instances label the rest in their sweeps.
+pub async fn label_unlabelled(
+    ctx: &Context,
+    keys: &PerNodeKeys,
+    only: Option<&BTreeSet<String>>,
+) -> Result<usize, kube::Error> {
     let api: Api<PersistentVolume> = Api::all(ctx.client.clone());
     let mut params = ListParams::default()
         .labels(&scope::unlabelled_pv_selector())
@@ -264,6 +270,10 @@ pub async fn label_unlabelled(ctx: &Context, keys: &PerNodeKeys) -> Result<usize
             let Some(labels) = scope::existing_pv_labels(pv, &ctx.driver.name, keys) else {
                 continue;
             };
+            let node = labels.get(names::LABEL_PV_NODE);
+            if only.is_some_and(|values| node.is_none_or(|n| !values.contains(n))) {
+                continue;
+            }
             let name = pv.name_any();
             match api
                 .patch(
