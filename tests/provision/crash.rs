@@ -77,18 +77,10 @@ async fn pvc_deleted_while_create_volume_hangs_leaves_no_volume() {
         .unwrap();
     control.clear_faults().await.unwrap();
     cluster.delete_pvc_and_wait(NS, "data").await;
+    // A retry that got through just before the deletion was seen made a PV; it goes the usual way.
+    wait_no_pvs(&cluster).await;
     let state = driver.wait_volumes(0).await;
-    assert!(state.calls("DeleteVolume") >= 1);
-    assert!(
-        cluster
-            .pvs()
-            .list(&Default::default())
-            .await
-            .unwrap()
-            .items
-            .is_empty(),
-        "no PV without a volume"
-    );
+    assert!(state.ok_calls("DeleteVolume") >= 1);
 }
 
 #[tokio::test]
@@ -96,11 +88,12 @@ async fn sidecar_killed_during_create_volume_makes_no_second_volume() {
     let cluster = Cluster::start().await;
     let driver = Driver::start(cluster.dir.path(), "node-1", &[]).await;
     let control = driver.control().await;
+    // Slow enough that the sidecar is surely killed before the answer (within its --timeout).
     control
-        .set_latency("CreateVolume", Duration::from_secs(2))
+        .set_latency("CreateVolume", Duration::from_secs(5))
         .await
         .unwrap();
-    let mut sidecar = Sidecar::start(&cluster, &driver, &[]).await;
+    let mut sidecar = Sidecar::start(&cluster, &driver, &["--timeout=60s"]).await;
     cluster
         .create(&cluster.classes(), &storage_class("fast", &[]))
         .await;
