@@ -5,4 +5,5 @@ pub mod client;
 pub mod errors;
 pub mod events;
 pub mod patch;
+pub mod secrets;
 pub mod watch;

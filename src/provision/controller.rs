@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::{Stream, StreamExt};
-use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Secret};
+use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::{CSINode, StorageClass, VolumeAttributesClass};
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
@@ -464,19 +464,9 @@ async fn secret_data(
     state: &Provisioner,
     secret: &SecretRef,
 ) -> Result<HashMap<String, String>, String> {
-    let api: Api<Secret> = Api::namespaced(state.ctx.client.clone(), &secret.namespace);
-    match api.get(&secret.name).await {
-        Ok(s) => Ok(s
-            .data
-            .unwrap_or_default()
-            .into_iter()
-            .map(|(k, v)| (k, String::from_utf8_lossy(&v.0).into_owned()))
-            .collect()),
-        Err(e) => Err(format!(
-            "error getting secret {} in namespace {}: {}",
-            secret.name, secret.namespace, e
-        )),
-    }
+    crate::k8s::secrets::credentials(&state.ctx.client, &secret.name, &secret.namespace)
+        .await
+        .map_err(|e| e.to_string())
 }
 
 async fn provision(

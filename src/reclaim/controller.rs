@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::{Stream, StreamExt};
-use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Secret};
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
@@ -438,16 +438,11 @@ async fn fetch_secrets(
     let Some(secret) = secrets.secret_ref() else {
         return HashMap::new();
     };
-    let api: Api<Secret> = Api::namespaced(state.ctx.client.clone(), &secret.namespace);
-    match api.get(&secret.name).await {
-        Ok(s) => s
-            .data
-            .unwrap_or_default()
-            .into_iter()
-            .map(|(k, v)| (k, String::from_utf8_lossy(&v.0).into_owned()))
-            .collect(),
+    match crate::k8s::secrets::credentials(&state.ctx.client, &secret.name, &secret.namespace).await
+    {
+        Ok(data) => data,
         Err(e) => {
-            warn!(pv = %pv_name, "error getting secret {} in namespace {}: {e}; deleting without secrets", secret.name, secret.namespace);
+            warn!(pv = %pv_name, "{e}; deleting without secrets");
             HashMap::new()
         }
     }
