@@ -31,7 +31,7 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, ResourceExt};
 use tracing::{Instrument, debug, info, info_span, warn};
 
-use super::discover::{Lists, NodeView, label_unlabelled};
+use super::discover::{Lists, NodeView, StillMissing, label_unlabelled, list_page};
 use super::gone::{
     self, CancelReason, GoneAction, GoneConfig, GonePlan, Lookup, NodeGoneTracker, Now,
     check_interval, claim_bond_matches, classify,
@@ -85,14 +85,6 @@ pub async fn run(ctx: Arc<Context>, shutdown: Shutdown) {
     .await;
 }
 
-/// Where a pass gets its PVs.
-enum Source {
-    /// Controller mode: the shared store holds every PV.
-    Store(Store<PersistentVolume>),
-    /// Node mode: label-selected lists of the PVs of missing nodes.
-    Lists(Lists),
-}
-
 struct Janitor {
     ctx: Arc<Context>,
     nodes: Store<Node>,
@@ -103,7 +95,10 @@ struct Janitor {
     key: String,
     tracker: NodeGoneTracker,
     interval: Duration,
-    source: Source,
+    /// Controller mode: the shared PV store, which holds every PV.
+    store: Option<Store<PersistentVolume>>,
+    /// Node mode: what the label-selected lists of missing nodes' PVs remember between passes.
+    lists: Option<Lists>,
     /// Fingerprint of the Node and CSINode caches at the last pass.
     fingerprint: u64,
     /// Whether the last pass was ranked (logs the hand-overs).
@@ -125,9 +120,9 @@ impl Janitor {
         );
         let interval = check_interval(options.grace_period);
         config.unknown_recheck = interval;
-        let source = match mode {
-            Mode::Controller => Source::Store(ctx.stores.pvs.clone()),
-            Mode::Node => Source::Lists(Lists::default()),
+        let (store, lists) = match mode {
+            Mode::Controller => (Some(ctx.stores.pvs.clone()), None),
+            Mode::Node => (None, Some(Lists::default())),
         };
         let key = gone::janitor_key(&ctx.driver.name);
         let mut janitor = Self {
@@ -139,7 +134,8 @@ impl Janitor {
             me,
             key,
             interval,
-            source,
+            store,
+            lists,
             fingerprint: 0,
             ranked: None,
         };
@@ -228,32 +224,49 @@ impl Janitor {
         }
         let rank = self.rank(&nodes);
         self.note_rank(rank);
+        let keys = self.tracker.config().per_node_keys.clone();
+        if let Some(lists) = &mut self.lists {
+            lists.remember_nodes(&nodes, &keys);
+        }
         let Some(rank) = rank else {
             self.tracker.retain(std::iter::empty());
-            if let Source::Lists(lists) = &mut self.source {
-                lists.remember_nodes(&nodes, &self.tracker.config().per_node_keys);
-                lists.suspects.clear();
-                lists.next_sweep = None;
+            if let Some(lists) = &mut self.lists {
+                lists.stand_down();
             }
             self.ctx.node_metrics.set_waiting(0);
             return next;
         };
         let view = NodeView::new(&nodes);
-        let pvs = match &mut self.source {
-            Source::Store(store) => Some(store.state()),
-            Source::Lists(lists) => {
-                let keys = self.tracker.config().per_node_keys.clone();
-                lists.remember_nodes(&nodes, &keys);
-                lists.collect(&self.ctx, &view, &keys, started).await
+        let mut seen = BTreeSet::new();
+        let complete = match self.store.clone() {
+            Some(store) => {
+                self.observe_all(&store.state(), rank, &view, &mut next, &mut seen)
+                    .await;
+                true
+            }
+            None => {
+                self.observe_lists(rank, &view, &keys, started, &mut next, &mut seen)
+                    .await
             }
         };
-        let Some(pvs) = pvs else {
-            // The list failed: keep every timer as it is and try again at the next pass.
-            self.ctx.node_metrics.set_waiting(self.tracker.waiting());
-            return next;
-        };
-        let mut seen = BTreeSet::new();
-        for pv in &pvs {
+        // After a failed list, keep every timer as it is and try again at the next pass.
+        if complete {
+            self.tracker.retain(seen.iter().map(String::as_str));
+        }
+        self.ctx.node_metrics.set_waiting(self.tracker.waiting());
+        next
+    }
+
+    /// Observes every candidate (or tracked) PV of `pvs`.
+    async fn observe_all(
+        &mut self,
+        pvs: &[Arc<PersistentVolume>],
+        rank: usize,
+        view: &NodeView<'_>,
+        next: &mut Instant,
+        seen: &mut BTreeSet<String>,
+    ) {
+        for pv in pvs {
             let name = pv.name_any();
             if classify(pv, self.tracker.config()).is_err()
                 && self.tracker.first_absent(&name).is_none()
@@ -261,15 +274,71 @@ impl Janitor {
                 continue;
             }
             seen.insert(name);
-            self.handle(pv, rank, &view, &mut next).await;
+            self.handle(pv, rank, view, next).await;
         }
-        self.tracker.retain(seen.iter().map(String::as_str));
-        if let Source::Lists(lists) = &mut self.source {
-            let keys = &self.tracker.config().per_node_keys;
-            lists.prune(&pvs, keys, &view);
+    }
+
+    /// Node mode: the PVs of missing nodes, a page at a time (memory stays at one page), then the
+    /// suspect PVs of no single node one by one. `false` when a read failed.
+    async fn observe_lists(
+        &mut self,
+        rank: usize,
+        view: &NodeView<'_>,
+        keys: &PerNodeKeys,
+        now: Instant,
+        next: &mut Instant,
+        seen: &mut BTreeSet<String>,
+    ) -> bool {
+        let Some(mut lists) = self.lists.take() else {
+            return true;
+        };
+        lists.sweep_if_due(&self.ctx, view, keys, now).await;
+        let api: Api<PersistentVolume> = Api::all(self.ctx.client.clone());
+        let mut still = StillMissing::default();
+        let mut complete = true;
+        if let Some(selector) = lists.selector(&self.ctx.driver.name) {
+            let mut token: Option<String> = None;
+            loop {
+                match list_page(&api, &selector, token.as_deref()).await {
+                    Ok((page, more)) => {
+                        let page: Vec<Arc<PersistentVolume>> =
+                            page.into_iter().map(Arc::new).collect();
+                        for pv in &page {
+                            still.note(pv, keys, view);
+                        }
+                        self.observe_all(&page, rank, view, next, seen).await;
+                        match more {
+                            Some(more) => token = Some(more),
+                            None => break,
+                        }
+                    }
+                    Err(e) => {
+                        warn!(error = %e, %selector, "listing the PVs of deleted nodes failed; retrying at the next pass");
+                        complete = false;
+                        break;
+                    }
+                }
+            }
         }
-        self.ctx.node_metrics.set_waiting(self.tracker.waiting());
-        next
+        for name in lists.suspect_pvs() {
+            match api.get_opt(&name).await {
+                Ok(Some(pv)) => {
+                    still.note(&pv, keys, view);
+                    self.observe_all(&[Arc::new(pv)], rank, view, next, seen)
+                        .await;
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    warn!(pv = %name, error = %e, "reading a PV of a deleted node failed; retrying at the next pass");
+                    complete = false;
+                }
+            }
+        }
+        if complete {
+            lists.keep(still);
+        }
+        self.lists = Some(lists);
+        complete
     }
 
     /// This instance's rank: always 0 in controller mode; in node mode among the live instances.

@@ -27,12 +27,44 @@ type KnownNodes = HashMap<String, (Option<String>, BTreeSet<String>)>;
 /// Node mode: what the label-selected lists need to remember between passes.
 #[derive(Default)]
 pub(crate) struct Lists {
-    /// [`names::LABEL_PV_NODE`] values of missing nodes whose PVs are listed each pass.
-    pub(crate) suspects: BTreeSet<String>,
+    /// [`names::LABEL_PV_NODE`] values of missing nodes whose PVs are listed each pass (never
+    /// [`names::LABEL_VALUE_ANY_NODE`]: that would list every unpinned PV).
+    suspects: BTreeSet<String>,
+    /// PVs of no single node whose recorded node is missing (found by the sweep), read one by one.
+    suspect_pvs: BTreeSet<String>,
     /// Each Node at the last pass: name -> (UID, its label values).
     known: Option<KnownNodes>,
     /// When the next metadata sweep is due (`None`: at the next ranked pass).
-    pub(crate) next_sweep: Option<Instant>,
+    next_sweep: Option<Instant>,
+}
+
+/// What one pass over the suspects found still missing (to keep listing it).
+#[derive(Default)]
+pub(crate) struct StillMissing {
+    values: BTreeSet<String>,
+    pvs: BTreeSet<String>,
+}
+
+impl StillMissing {
+    /// Notes `pv` if its node is missing from the cache.
+    pub(crate) fn note(&mut self, pv: &PersistentVolume, keys: &PerNodeKeys, view: &NodeView<'_>) {
+        if !node_missing(pv, keys, view) {
+            return;
+        }
+        match pv
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(names::LABEL_PV_NODE))
+        {
+            Some(v) if v != names::LABEL_VALUE_ANY_NODE => {
+                self.values.insert(v.clone());
+            }
+            _ => {
+                self.pvs.insert(pv.name_any());
+            }
+        }
+    }
 }
 
 /// The Node cache as the lookups read it.
@@ -122,62 +154,55 @@ impl Lists {
         self.known = Some(current);
     }
 
-    /// The PVs of the suspect nodes (after a metadata sweep when one is due); `None` when a list
-    /// failed.
-    pub(crate) async fn collect(
+    /// This instance stopped running the clean-up: forget the suspects, sweep again when it
+    /// takes over.
+    pub(crate) fn stand_down(&mut self) {
+        self.suspects.clear();
+        self.suspect_pvs.clear();
+        self.next_sweep = None;
+    }
+
+    /// Runs the metadata sweep when it is due (first ranked pass, then every
+    /// [`scope::SWEEP_INTERVAL`]).
+    pub(crate) async fn sweep_if_due(
         &mut self,
         ctx: &Context,
         view: &NodeView<'_>,
         keys: &PerNodeKeys,
         now: Instant,
-    ) -> Option<Vec<Arc<PersistentVolume>>> {
-        if self.next_sweep.is_none_or(|due| due <= now) {
-            match sweep(ctx, view, keys).await {
-                Ok(found) => {
-                    self.suspects.extend(found);
-                    self.next_sweep = Some(now + scope::SWEEP_INTERVAL);
-                }
-                Err(e) => {
-                    warn!(error = %e, "sweeping the driver's PVs for deleted nodes failed; retrying at the next pass");
-                    self.next_sweep = Some(now);
-                }
+    ) {
+        if self.next_sweep.is_some_and(|due| due > now) {
+            return;
+        }
+        match sweep(ctx, view, keys).await {
+            Ok(found) => {
+                self.suspects.extend(found.values);
+                self.suspect_pvs.extend(found.pvs);
+                self.next_sweep = Some(now + scope::SWEEP_INTERVAL);
             }
-        }
-        if self.suspects.is_empty() {
-            return Some(Vec::new());
-        }
-        let selector =
-            scope::node_pv_selector(&ctx.driver.name, self.suspects.iter().map(String::as_str));
-        let api: Api<PersistentVolume> = Api::all(ctx.client.clone());
-        match list_all(&api, &selector).await {
-            Ok(pvs) => Some(pvs.into_iter().map(Arc::new).collect()),
             Err(e) => {
-                warn!(error = %e, %selector, "listing the PVs of deleted nodes failed; retrying at the next pass");
-                None
+                warn!(error = %e, "sweeping the driver's PVs for deleted nodes failed; retrying at the next pass");
+                self.next_sweep = Some(now);
             }
         }
     }
 
-    /// Stops listing a suspect once none of its PVs has a missing node (all answered, or the node
-    /// is back).
-    pub(crate) fn prune(
-        &mut self,
-        pvs: &[Arc<PersistentVolume>],
-        keys: &PerNodeKeys,
-        view: &NodeView<'_>,
-    ) {
-        let still: BTreeSet<&str> = pvs
-            .iter()
-            .filter(|pv| node_missing(pv, keys, view))
-            .filter_map(|pv| {
-                pv.metadata
-                    .labels
-                    .as_ref()?
-                    .get(names::LABEL_PV_NODE)
-                    .map(String::as_str)
-            })
-            .collect();
-        self.suspects.retain(|s| still.contains(s.as_str()));
+    /// The label selector of the suspect nodes' PVs, if there are any.
+    pub(crate) fn selector(&self, driver: &str) -> Option<String> {
+        (!self.suspects.is_empty())
+            .then(|| scope::node_pv_selector(driver, self.suspects.iter().map(String::as_str)))
+    }
+
+    /// The suspect PVs of no single node, read one by one.
+    pub(crate) fn suspect_pvs(&self) -> Vec<String> {
+        self.suspect_pvs.iter().cloned().collect()
+    }
+
+    /// After a complete pass: keep listing only what still has a missing node (all answered, or
+    /// the node is back: stop).
+    pub(crate) fn keep(&mut self, still: StillMissing) {
+        self.suspects.retain(|s| still.values.contains(s));
+        self.suspect_pvs = still.pvs;
     }
 }
 
@@ -190,36 +215,34 @@ fn vanished(before: &KnownNodes, after: &KnownNodes) -> BTreeSet<String> {
         .collect()
 }
 
-/// Lists every PV matching `selector`, page by page (full objects: they are few, the PVs of
-/// missing nodes).
-async fn list_all(
+/// One page of the PVs matching `selector` (full objects) and the token of the next one.
+pub(crate) async fn list_page(
     api: &Api<PersistentVolume>,
     selector: &str,
-) -> Result<Vec<PersistentVolume>, kube::Error> {
-    let mut out = Vec::new();
+    token: Option<&str>,
+) -> Result<(Vec<PersistentVolume>, Option<String>), kube::Error> {
     let mut params = ListParams::default()
         .labels(selector)
         .limit(scope::PAGE_SIZE);
-    loop {
-        let page = api.list(&params).await?;
-        out.extend(page.items);
-        match page.metadata.continue_.filter(|c| !c.is_empty()) {
-            Some(token) => params = params.continue_token(&token),
-            None => return Ok(out),
-        }
+    if let Some(token) = token {
+        params = params.continue_token(token);
     }
+    let page = api.list(&params).await?;
+    let next = page.metadata.continue_.filter(|c| !c.is_empty());
+    Ok((page.items, next))
 }
 
-/// The metadata sweep: label values of PVs whose node is missing, from a paginated metadata-only
-/// list of the driver's PVs (nothing is kept); also labels our PVs that lack our labels.
+/// The metadata sweep: the label values (and, for PVs of no single node, the names) of PVs whose
+/// node is missing, from a paginated metadata-only list of the driver's PVs (nothing else is kept);
+/// also labels our PVs that lack our labels.
 async fn sweep(
     ctx: &Context,
     view: &NodeView<'_>,
     keys: &PerNodeKeys,
-) -> Result<BTreeSet<String>, kube::Error> {
+) -> Result<StillMissing, kube::Error> {
     label_unlabelled(ctx, keys, None).await?;
     let api: Api<PersistentVolume> = Api::all(ctx.client.clone());
-    let mut suspects = BTreeSet::new();
+    let mut suspects = StillMissing::default();
     let mut params = ListParams::default()
         .labels(&scope::driver_pv_selector(&ctx.driver.name))
         .limit(scope::PAGE_SIZE);
@@ -228,13 +251,20 @@ async fn sweep(
         let page = api.list_metadata(&params).await?;
         listed += page.items.len();
         for meta in page.items.iter().map(|p| &p.metadata) {
-            if scope::sweep_suspect(meta, |name, uid| view.present(name, uid))
-                && let Some(value) = meta
-                    .labels
-                    .as_ref()
-                    .and_then(|l| l.get(names::LABEL_PV_NODE))
+            if !scope::sweep_suspect(meta, |name, uid| view.present(name, uid)) {
+                continue;
+            }
+            match meta
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(names::LABEL_PV_NODE))
             {
-                suspects.insert(value.clone());
+                Some(v) if v != names::LABEL_VALUE_ANY_NODE => {
+                    suspects.values.insert(v.clone());
+                }
+                _ => {
+                    suspects.pvs.extend(meta.name.clone());
+                }
             }
         }
         match page.metadata.continue_.filter(|c| !c.is_empty()) {
@@ -244,7 +274,8 @@ async fn sweep(
     }
     debug!(
         listed,
-        suspects = suspects.len(),
+        suspect_nodes = suspects.values.len(),
+        suspect_pvs = suspects.pvs.len(),
         "swept the driver's PVs for deleted nodes"
     );
     Ok(suspects)
@@ -369,5 +400,29 @@ mod tests {
         assert!(!view.present("n1", Some("uid-old")));
         assert!(view.present("host-2", None));
         assert!(!view.present("n3", None));
+    }
+
+    #[test]
+    fn pvs_of_missing_nodes_stay_suspect_by_label_value_or_by_name_when_unpinned() {
+        let nodes = vec![Arc::new(node("n1").build())];
+        let view = NodeView::new(&nodes);
+        let keys = PerNodeKeys::default();
+        let on = |name: &str, node: &str, label: &str| {
+            pv(name)
+                .annotation(names::ANN_NODE_NAME, node)
+                .annotation(names::ANN_NODE_UID, &format!("uid-{node}"))
+                .label(names::LABEL_PV_NODE, label)
+                .build()
+        };
+        let mut still = StillMissing::default();
+        still.note(&on("alive", "n1", "n1"), &keys, &view);
+        still.note(&on("pinned", "gone", "gone"), &keys, &view);
+        still.note(
+            &on("unpinned", "gone", names::LABEL_VALUE_ANY_NODE),
+            &keys,
+            &view,
+        );
+        assert_eq!(still.values.into_iter().collect::<Vec<_>>(), vec!["gone"]);
+        assert_eq!(still.pvs.into_iter().collect::<Vec<_>>(), vec!["unpinned"]);
     }
 }
