@@ -11,7 +11,7 @@
 //!    Unranked instances hold no state and make no API calls.
 //! 2. PVs: controller mode reads the shared PV store (it holds every PV). Node mode watches only its
 //!    own node's PVs, so the ranked instances list, page by page, the PVs labelled with a missing
-//!    node ([`super::discover`]): nodes that vanished or were replaced since the last pass, and
+//!    node (`node::discover`): nodes that vanished or were replaced since the last pass, and
 //!    those found by a sweep of the driver's PV *metadata* when the instance becomes ranked and
 //!    every [`scope::SWEEP_INTERVAL`]. The same sweep labels PVs written without our labels.
 //! 3. Each PV: cached Node lookup → [`NodeGoneTracker::observe`]; at the end of the grace period a

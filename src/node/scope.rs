@@ -1,33 +1,37 @@
 //! What each node-deployment instance lists and watches, so that its memory stays flat as the
-//! cluster grows: selectors, watcher configurations, metadata stripping, PV scoping labels, and the
-//! small index of claims an instance may act on.
+//! cluster grows: selectors, watcher configurations, metadata stripping, PV scoping labels, and which
+//! claims an instance may act on. [`crate::node::watches`] wires them.
 //!
 //! Upstream gives every instance of a DaemonSet a full cache of every PVC, PV, StorageClass and
 //! VolumeAttachment of the cluster (hundreds of MiB per node on large clusters, upstream issue
-//! 712). Here each instance holds only what it may act on:
+//! 712). Here each instance holds only what it may act on (as wired):
 //!
 //! | resource | how | kept in memory | why |
 //! |---|---|---|---|
-//! | PersistentVolumeClaims | metadata-only watch (`PartialObjectMetadata`), all namespaces, paginated list ([`PAGE_SIZE`]) | only claims of our driver that are still pending and either selected to this node, unselected (immediate binding), or selected to another node; stripped to name, UID, resourceVersion, deletion time, our finalizers and the few annotations read ([`KEPT_CLAIM_ANNOTATIONS`]) — [`InterestingClaims`] | the selected-node and provisioner annotations decide ownership; the full claim is read with a GET only for claims this instance acts on |
+//! | PersistentVolumeClaims | full objects, all namespaces, paginated list ([`PAGE_SIZE`]) and watch, filtered before caching by [`claim_interest`] | only claims of our driver that are still pending and either selected to this node, unselected (immediate binding), or selected to another node, plus claims with our finalizers selected here | the selected-node and provisioner annotations decide ownership; the provisioning controller reads full claims from this cache |
 //! | PersistentVolumes | full watch with label selector [`own_pv_selector`] | this node's PVs and PVs not pinned to any single node | each instance deletes only volumes its node can reach; PVs we create carry [`names::LABEL_PV_DRIVER`] and [`names::LABEL_PV_NODE`] ([`new_pv_labels`]) |
 //! | StorageClasses | full watch | all (a handful of small objects) | binding mode and allowed topologies of unselected claims |
 //! | CSINodes | full watch, stripped to our driver's entry ([`strip_csinode`]) | a few dozen bytes per node | the live instances (rendezvous) and "does the selected node run our driver?" |
-//! | Nodes | metadata-only watch, stripped to name, UID and the per-node labels ([`strip_node_metadata`]) | a few dozen bytes per node | first notice that a volume's node is gone (always confirmed by a live GET) |
+//! | Nodes | full watch, stripped before caching to name, UID and the per-node labels ([`strip_node_metadata`]; no spec, no status) | a few dozen bytes per node | the UID recorded on new PVs; first notice that a volume's node is gone (always confirmed by a live GET) |
 //! | VolumeAttachments | only when the driver attaches (`PUBLISH_UNPUBLISH_VOLUME`), as upstream, through the PV→node index | two names per attachment | the "still attached" delete guard |
 //!
 //! Per-node state is a name, a UID and a few labels (tens of bytes): against upstream's full
-//! objects of every kind, memory now grows with this node's own volumes and pending claims, not
-//! with the cluster's.
+//! objects of every kind, memory now grows with this node's own volumes and the pending claims, not
+//! with the cluster's. Claims and Nodes still stream through every instance in full (the API server
+//! cannot filter claims by annotation). A metadata-only claim watch feeding [`InterestingClaims`]
+//! (full GETs only for the claims acted on) would also cut that traffic; it is designed and tested
+//! here but not wired, because the provisioning controller reads full claims from its cache.
 //!
 //! The dead-node clean-up runs in at most [`crate::node::gone::MAX_ACTOR_RANKS`] instances (the
-//! first ones in rendezvous order for [`crate::node::gone::janitor_key`]; all of them in controller
-//! mode is the one instance). They list the PVs of a Node that disappears ([`node_pv_selector`]),
-//! and at start and every [`SWEEP_INTERVAL`] sweep the driver's PVs for nodes that vanished while no
-//! instance was watching: a metadata-only, paginated list ([`driver_pv_selector`]) of which nothing
-//! is kept, a full GET only for the suspects ([`sweep_suspect`]). The first sweep also labels PVs
+//! first ones in rendezvous order for [`crate::node::gone::janitor_key`]; in controller mode the one
+//! instance, which reads its full PV cache instead). They list the PVs of a Node that disappears
+//! ([`node_pv_selector`]), and when they take over and every [`SWEEP_INTERVAL`] sweep the driver's
+//! PVs for nodes that vanished while no instance was watching: a metadata-only, paginated list
+//! ([`driver_pv_selector`]) of which nothing is kept ([`sweep_suspect`]). The sweep also labels PVs
 //! written by upstream or an older version: a paginated list of PVs without our driver label
 //! ([`unlabelled_pv_selector`]; full objects, since static PVs name their driver only in the spec),
-//! [`existing_pv_labels`], [`label_patch`]. Until then such PVs are seen by that sweep only.
+//! [`existing_pv_labels`], [`label_patch`]; each instance also labels its own node's such PVs at
+//! start-up ([`crate::node::controller`]).
 //!
 //! Labels only narrow what is watched; every decision still reads the PV's affinity and
 //! annotations, so a wrong or missing label can delay work but never misdirect it.
