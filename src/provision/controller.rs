@@ -38,6 +38,12 @@ use crate::node::ownership::{
 };
 use crate::retry::{Backoff, InfeasibleHold};
 
+mod cleanup;
+mod compete;
+
+use cleanup::cleanup_intent;
+use compete::compete;
+
 /// Upstream keeps a claim that failed with InvalidArgument out of the queue for 5 minutes.
 const INFEASIBLE_RETENTION: Duration = Duration::from_secs(5 * 60);
 /// Re-check every claim this often even without changes (upstream's resync is 15 minutes).
@@ -780,133 +786,6 @@ fn claims_api(state: &Provisioner, pvc: &PersistentVolumeClaim) -> Api<Persisten
     )
 }
 
-/// Records the volume id on the claim so a later clean-up needs no CreateVolume replay.
-async fn record_volume_id(
-    state: &Provisioner,
-    pvc: &PersistentVolumeClaim,
-    volume_id: &str,
-) -> Result<PatchOutcome<PersistentVolumeClaim>, ProvisionError> {
-    let api = claims_api(state, pvc);
-    Ok(patch::set_annotation(&api, pvc, names::ANN_INTENT_VOLUME_ID, volume_id).await?)
-}
-
-/// The claim no longer wants its volume: learn the id (replaying CreateVolume with the same name if
-/// needed), delete the volume, then drop the intent.
-async fn cleanup_intent(
-    state: &Provisioner,
-    pvc: &Arc<PersistentVolumeClaim>,
-    cleanup: IntentCleanup,
-) -> Result<Action, ProvisionError> {
-    let ctx = &state.ctx;
-    let Some(_lock) = ctx.volume_locks.try_lock(&cleanup.volume_name) else {
-        return Ok(Action::requeue(LOCK_RETRY));
-    };
-    // The cached claim may predate this controller's own last writes (the volume id it recorded,
-    // the intent it removed): a live read keeps a finished clean-up from running twice.
-    let Some(mut claim) = live_claim(state, pvc).await? else {
-        return Ok(Action::await_change());
-    };
-    if !plan::has_intent(&claim) {
-        return Ok(Action::await_change());
-    }
-    // Never delete a volume whose PV exists: a live read, since the cache may lag.
-    let pvs: Api<PersistentVolume> = Api::all(ctx.client.clone());
-    if pvs
-        .get_opt(&cleanup.volume_name)
-        .await
-        .map_err(kube_err(format!("reading PV {}", cleanup.volume_name)))?
-        .is_some()
-    {
-        finish_intent(state, &claim, &cleanup.volume_name).await?;
-        return Ok(Action::await_change());
-    }
-    let recorded_id = claim
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(names::ANN_INTENT_VOLUME_ID))
-        .filter(|id| !id.is_empty())
-        .cloned();
-    let known_id = cleanup.volume_id.clone().or(recorded_id);
-    let volume_id = match known_id.clone() {
-        Some(id) => Some(id),
-        None => match &cleanup.replay {
-            None => None,
-            Some(request) => {
-                let mut request = request.clone();
-                if let Some(secret) = &cleanup.secret {
-                    match secret_data(state, secret).await {
-                        Ok(data) => request.secrets = data,
-                        Err(message) => return Err(cleanup_failed(state, pvc, message)),
-                    }
-                }
-                match ctx.csi.create_volume(request).await {
-                    Ok(response) => response
-                        .volume
-                        .map(|v| v.volume_id)
-                        .filter(|id| !id.is_empty()),
-                    Err(status) => {
-                        let message = format!(
-                            "rpc error: code = {:?} desc = {}",
-                            status.code(),
-                            status.message()
-                        );
-                        // The intent stays unless the refusal proves the volume never existed.
-                        let event = match replay_verdict(status.code(), cleanup.replay_is_exact) {
-                            ReplayVerdict::VolumeAbsent => None,
-                            ReplayVerdict::RetryLater => Some(format!(
-                                "cannot find the volume {} of a deleted claim to delete it: {message}; will retry",
-                                cleanup.volume_name
-                            )),
-                            ReplayVerdict::NeedsAdmin => {
-                                Some(replay_needs_admin_message(&cleanup.volume_name, &message))
-                            }
-                        };
-                        if let Some(event) = event {
-                            return Err(cleanup_failed(state, pvc, event));
-                        }
-                        None
-                    }
-                }
-            }
-        },
-    };
-    if let Some(volume_id) = &volume_id {
-        if known_id.is_none() {
-            // Remember the id: if the delete fails, the next attempt needs no replay.
-            if let Ok(PatchOutcome::Patched(updated)) =
-                record_volume_id(state, &claim, volume_id).await
-            {
-                claim = updated;
-            }
-        }
-        if let Err(message) = delete_volume(state, volume_id, cleanup.secret.as_ref()).await {
-            return Err(cleanup_failed(
-                state,
-                pvc,
-                format!("error deleting volume {volume_id} of a deleted claim: {message}"),
-            ));
-        }
-        info!(claim = %claim_name(pvc), volume = %cleanup.volume_name, %volume_id, reason = ?cleanup.reason, "volume of an abandoned provisioning deleted");
-    }
-    state.pins().forget(&claim_key(pvc));
-    finish_intent(state, &claim, &cleanup.volume_name).await?;
-    Ok(Action::await_change())
-}
-
-fn cleanup_failed(
-    state: &Provisioner,
-    pvc: &PersistentVolumeClaim,
-    message: String,
-) -> ProvisionError {
-    warn!(claim = %claim_name(pvc), "{message}");
-    state.ctx.events.emit(
-        reference_to(pvc),
-        EventSpec::warning(names::EVENT_PROVISIONING_CLEANUP_FAILED, message.clone()),
-    );
-    ProvisionError::Reported(message)
-}
-
 /// Removes `volume.kubernetes.io/selected-node` so the scheduler picks again.
 async fn clear_selected_node(
     state: &Provisioner,
@@ -915,90 +794,4 @@ async fn clear_selected_node(
     let api = claims_api(state, pvc);
     patch::remove_annotation(&api, pvc, names::ANN_SELECTED_NODE).await?;
     Ok(())
-}
-
-/// Node mode, an unselected Immediate-binding claim: wait our turn, then try to write our node into
-/// `selected-node` with optimistic concurrency; exactly one instance wins.
-async fn compete(
-    state: &Provisioner,
-    pvc: &Arc<PersistentVolumeClaim>,
-) -> Result<Action, ProvisionError> {
-    let Some(mode) = &state.settings.node else {
-        return Ok(Action::await_change());
-    };
-    let uid = claim_key(pvc);
-    let now = Instant::now();
-    let due = {
-        let mut at = state.compete_at.lock().unwrap_or_else(|p| p.into_inner());
-        match at.get(&uid) {
-            Some(due) => *due,
-            None => {
-                let delay = state
-                    .competition
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .next_delay(&uid, rand::random::<f64>());
-                at.insert(uid.clone(), now + delay);
-                now + delay
-            }
-        }
-    };
-    if now < due {
-        return Ok(Action::requeue(due - now));
-    }
-    state
-        .compete_at
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .remove(&uid);
-    let api = claims_api(state, pvc);
-    let fresh = api
-        .get_opt(&pvc.name_any())
-        .await
-        .map_err(kube_err(format!("reading claim {}", claim_name(pvc))))?;
-    let resource_version = match recheck_before_claiming(fresh.as_ref(), &uid, &mode.me.name) {
-        Recheck::Claim { resource_version } => resource_version,
-        Recheck::AlreadyOurs => return Ok(Action::await_change()),
-        Recheck::Abandon(why) => {
-            debug!(claim = %claim_name(pvc), ?why, "not competing for claim any more");
-            state
-                .competition
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .forget(&uid);
-            return Ok(Action::await_change());
-        }
-    };
-    let patch = ownership::become_owner_patch(&mode.me.name, &resource_version);
-    match api
-        .patch(
-            &pvc.name_any(),
-            &PatchParams::default(),
-            &Patch::Merge(&patch),
-        )
-        .await
-    {
-        Ok(_) => {
-            info!(claim = %claim_name(pvc), node = %mode.me.name, "claim selected for this node");
-            state
-                .competition
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .forget(&uid);
-            Ok(Action::await_change())
-        }
-        Err(e) if classify(&e) == ApiErrorClass::Conflict => {
-            // Another instance (or another writer) got there first: look again after a longer wait.
-            debug!(claim = %claim_name(pvc), "lost the race for the claim");
-            Ok(Action::requeue(Duration::from_millis(1)))
-        }
-        Err(e) => Err(ProvisionError::Kube {
-            what: format!(
-                "selecting node {:?} for PVC {} failed",
-                mode.me.name,
-                claim_name(pvc)
-            ),
-            source: e,
-        }),
-    }
 }

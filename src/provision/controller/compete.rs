@@ -1,0 +1,91 @@
+//! Node mode: the competition for unselected Immediate-binding claims. Each instance waits its
+//! turn, then writes its node into `selected-node` with optimistic concurrency; one instance wins.
+
+#[allow(clippy::wildcard_imports)]
+use super::*;
+
+/// Node mode, an unselected Immediate-binding claim: wait our turn, then try to write our node into
+/// `selected-node` with optimistic concurrency; exactly one instance wins.
+pub(super) async fn compete(
+    state: &Provisioner,
+    pvc: &Arc<PersistentVolumeClaim>,
+) -> Result<Action, ProvisionError> {
+    let Some(mode) = &state.settings.node else {
+        return Ok(Action::await_change());
+    };
+    let uid = claim_key(pvc);
+    let now = Instant::now();
+    let due = {
+        let mut at = state.compete_at.lock().unwrap_or_else(|p| p.into_inner());
+        match at.get(&uid) {
+            Some(due) => *due,
+            None => {
+                let delay = state
+                    .competition
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .next_delay(&uid, rand::random::<f64>());
+                at.insert(uid.clone(), now + delay);
+                now + delay
+            }
+        }
+    };
+    if now < due {
+        return Ok(Action::requeue(due - now));
+    }
+    state
+        .compete_at
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .remove(&uid);
+    let api = claims_api(state, pvc);
+    let fresh = api
+        .get_opt(&pvc.name_any())
+        .await
+        .map_err(kube_err(format!("reading claim {}", claim_name(pvc))))?;
+    let resource_version = match recheck_before_claiming(fresh.as_ref(), &uid, &mode.me.name) {
+        Recheck::Claim { resource_version } => resource_version,
+        Recheck::AlreadyOurs => return Ok(Action::await_change()),
+        Recheck::Abandon(why) => {
+            debug!(claim = %claim_name(pvc), ?why, "not competing for claim any more");
+            state
+                .competition
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .forget(&uid);
+            return Ok(Action::await_change());
+        }
+    };
+    let patch = ownership::become_owner_patch(&mode.me.name, &resource_version);
+    match api
+        .patch(
+            &pvc.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await
+    {
+        Ok(_) => {
+            info!(claim = %claim_name(pvc), node = %mode.me.name, "claim selected for this node");
+            state
+                .competition
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .forget(&uid);
+            Ok(Action::await_change())
+        }
+        Err(e) if classify(&e) == ApiErrorClass::Conflict => {
+            // Another instance (or another writer) got there first: look again after a longer wait.
+            debug!(claim = %claim_name(pvc), "lost the race for the claim");
+            Ok(Action::requeue(Duration::from_millis(1)))
+        }
+        Err(e) => Err(ProvisionError::Kube {
+            what: format!(
+                "selecting node {:?} for PVC {} failed",
+                mode.me.name,
+                claim_name(pvc)
+            ),
+            source: e,
+        }),
+    }
+}
