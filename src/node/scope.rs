@@ -8,7 +8,7 @@
 //!
 //! | resource | how | kept in memory | why |
 //! |---|---|---|---|
-//! | PersistentVolumeClaims | full objects, all namespaces, paginated list ([`PAGE_SIZE`]) and watch, filtered before caching by [`claim_interest`] | only claims of our driver that are still pending and either selected to this node, unselected (immediate binding), or selected to another node, plus claims with our finalizers selected here | the selected-node and provisioner annotations decide ownership; the provisioning controller reads full claims from this cache |
+//! | PersistentVolumeClaims | full objects, all namespaces, paginated list ([`PAGE_SIZE`]) and watch, filtered before caching by [`cached_claim`] | claims selected to this node (bound ones too: the claims of this node's volumes), and claims of our driver that are still pending, unselected (immediate binding) or selected to another node | the selected-node and provisioner annotations decide ownership; the provisioning and reclaim controllers read full claims from this cache |
 //! | PersistentVolumes | full watch with label selector [`own_pv_selector`] | this node's PVs and PVs not pinned to any single node | each instance deletes only volumes its node can reach; PVs we create carry [`names::LABEL_PV_DRIVER`] and [`names::LABEL_PV_NODE`] ([`new_pv_labels`]) |
 //! | StorageClasses | full watch | all (a handful of small objects) | binding mode and allowed topologies of unselected claims |
 //! | CSINodes | full watch, stripped to our driver's entry ([`strip_csinode`]) | a few dozen bytes per node | the live instances (rendezvous) and "does the selected node run our driver?" |
@@ -392,6 +392,19 @@ pub fn claim_interest(meta: &ObjectMeta, driver: &str, me: &str) -> ClaimInteres
         None => ClaimInterest::Compete,
         Some(node) => ClaimInterest::SelectedElsewhere(node.to_owned()),
     }
+}
+
+/// Whether the node-mode claim cache keeps this claim: the claims [`claim_interest`] does not
+/// ignore, plus every claim selected to this node even once bound (the claims of this node's own
+/// volumes: the deletion checks read them from the cache instead of the API server). Memory follows
+/// this node's volumes and the pending claims, not all claims.
+pub fn cached_claim(meta: &ObjectMeta, driver: &str, me: &str) -> bool {
+    let selected_here = meta
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(names::ANN_SELECTED_NODE))
+        .is_some_and(|n| n == me);
+    selected_here || claim_interest(meta, driver, me) != ClaimInterest::Ignore
 }
 
 /// Namespace and name of a claim.
@@ -825,6 +838,24 @@ mod tests {
             claim_interest(&bound_with_intent.metadata, DRIVER, me),
             ClaimInterest::Provision
         );
+    }
+
+    #[test]
+    fn the_node_mode_cache_keeps_this_nodes_bound_claims_but_not_other_nodes() {
+        let bound_here = pvc("ns", "a")
+            .selected_node("n1")
+            .provisioner(DRIVER)
+            .annotation(names::ANN_BIND_COMPLETED, "yes")
+            .build();
+        assert!(cached_claim(&bound_here.metadata, DRIVER, "n1"));
+        assert!(!cached_claim(&bound_here.metadata, DRIVER, "n2"));
+        let pending_elsewhere = pvc("ns", "b")
+            .selected_node("n2")
+            .provisioner(DRIVER)
+            .build();
+        assert!(cached_claim(&pending_elsewhere.metadata, DRIVER, "n1"));
+        let foreign = pvc("ns", "c").provisioner("other.csi").build();
+        assert!(!cached_claim(&foreign.metadata, DRIVER, "n1"));
     }
 
     #[test]

@@ -1,10 +1,10 @@
 //! Node-deployment watches as [`super::scope`] designs them, so each instance caches what it may
 //! act on rather than the whole cluster:
 //!
-//! - PVCs: every claim streams by (paginated list, then watch), but only those [`claim_interest`]
-//!   keeps enter the cache: pending claims of our driver (selected to this node, unselected, or
-//!   selected elsewhere) and claims carrying one of our finalizers while selected here. A claim that
-//!   becomes bound leaves the cache.
+//! - PVCs: every claim streams by (paginated list, then watch), but only those
+//!   [`scope::cached_claim`] keeps enter the cache: claims selected to this node (bound ones too,
+//!   the claims of its own volumes) and pending claims of our driver (unselected, or selected
+//!   elsewhere). A claim of another node leaves the cache once bound.
 //! - PVs: label-selected ([`scope::own_pv_watch`]): this node's PVs and PVs of no single node.
 //! - Nodes: name, UID and the per-node labels only ([`scope::strip_node_metadata`]; no spec, no
 //!   status: readiness is never read). CSINodes: our driver's entry only.
@@ -18,7 +18,7 @@ use kube::{Api, Client};
 use tracing::{info, warn};
 
 use super::locate::{HOSTNAME_LABEL, PerNodeKeys};
-use super::scope::{self, ClaimInterest, claim_interest};
+use super::scope;
 use crate::csi::DriverInfo;
 use crate::k8s::watch::{Watched, watch_shared_scoped};
 
@@ -60,9 +60,7 @@ pub async fn start(
         scope::paged_watch(),
         "persistentvolumeclaims",
         subscribers,
-        move |pvc: &mut PersistentVolumeClaim| {
-            claim_interest(&pvc.metadata, &name, &me) != ClaimInterest::Ignore
-        },
+        move |pvc: &mut PersistentVolumeClaim| scope::cached_claim(&pvc.metadata, &name, &me),
     );
     let pvs = watch_shared_scoped(
         Api::all(client.clone()),
@@ -187,6 +185,11 @@ mod tests {
             (names::ANN_SELECTED_NODE, "n1"),
         ];
         api.create(&pp, &claim("mine", &mine)).await.unwrap();
+        let theirs = [
+            (names::ANN_STORAGE_PROVISIONER, driver),
+            (names::ANN_SELECTED_NODE, "n2"),
+        ];
+        api.create(&pp, &claim("theirs", &theirs)).await.unwrap();
         api.create(
             &pp,
             &claim("foreign", &[(names::ANN_STORAGE_PROVISIONER, "other")]),
@@ -198,9 +201,7 @@ mod tests {
             scope::paged_watch(),
             "persistentvolumeclaims",
             0,
-            move |pvc: &mut PersistentVolumeClaim| {
-                claim_interest(&pvc.metadata, driver, "n1") != ClaimInterest::Ignore
-            },
+            move |pvc: &mut PersistentVolumeClaim| scope::cached_claim(&pvc.metadata, driver, "n1"),
         );
         let store = watched.store.clone();
         store.wait_until_ready().await.unwrap();
@@ -213,25 +214,28 @@ mod tests {
             n.sort();
             n
         };
-        assert_eq!(names(), vec!["mine", "unselected"]);
+        assert_eq!(names(), vec!["mine", "theirs", "unselected"]);
 
-        // Bound: it leaves the cache; a foreign claim that becomes ours enters it.
+        // Bound: another node's claim leaves the cache, ours stays (its volume is ours); a foreign
+        // claim that becomes ours enters it.
         let bound =
             serde_json::json!({"metadata": {"annotations": {names::ANN_BIND_COMPLETED: "yes"}}});
-        api.patch("mine", &PatchParams::default(), &Patch::Merge(&bound))
-            .await
-            .unwrap();
+        for name in ["mine", "theirs"] {
+            api.patch(name, &PatchParams::default(), &Patch::Merge(&bound))
+                .await
+                .unwrap();
+        }
         let adopt = serde_json::json!({"metadata": {"annotations": {names::ANN_STORAGE_PROVISIONER: driver}}});
         api.patch("foreign", &PatchParams::default(), &Patch::Merge(&adopt))
             .await
             .unwrap();
         wait_until("the cache to follow the claims", || {
-            names() == vec!["foreign", "unselected"]
+            names() == vec!["foreign", "mine", "unselected"]
         })
         .await;
         assert!(
             store
-                .get(&ObjectRef::new("mine").within("default"))
+                .get(&ObjectRef::new("theirs").within("default"))
                 .is_none()
         );
         watched.task.abort();
