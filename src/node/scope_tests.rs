@@ -1,0 +1,378 @@
+//! Tests of [`super`].
+
+use super::*;
+use crate::node::locate::HOSTNAME_LABEL;
+use crate::testing::{DRIVER, csinode, node, pv, pvc};
+
+fn meta_of(claim: PersistentVolumeClaim) -> PartialObjectMeta<PersistentVolumeClaim> {
+    PartialObjectMeta {
+        types: None,
+        metadata: claim.metadata,
+        _phantom: std::marker::PhantomData,
+    }
+}
+
+#[test]
+fn node_names_are_label_values_and_overlong_names_are_hashed() {
+    assert_eq!(
+        label_value("ip-10-0-0-1.ec2.internal"),
+        "ip-10-0-0-1.ec2.internal"
+    );
+    let long = format!("{}.example.com", "a".repeat(60));
+    let hashed = label_value(&long);
+    assert!(
+        hashed.starts_with("hash_") && hashed.len() == 21,
+        "{hashed}"
+    );
+    assert!(is_valid_label_value(&hashed));
+    assert_eq!(hashed, label_value(&long), "stable");
+    assert!(!is_valid_label_value("-x") && !is_valid_label_value("x/y"));
+    assert!(is_valid_label_value(names::LABEL_VALUE_ANY_NODE));
+}
+
+#[test]
+fn an_instance_watches_its_node_its_host_name_and_unpinned_pvs() {
+    let values = instance_label_values("n1", Some("n1.internal"));
+    assert_eq!(values, vec!["n1", "n1.internal", "any_node"]);
+    assert_eq!(
+        instance_label_values("n1", Some("n1")),
+        vec!["n1", "any_node"]
+    );
+    assert_eq!(
+        own_pv_selector(DRIVER, &values),
+        "csi-provisioner.rs/driver=mock.csi.test,csi-provisioner.rs/node in (any_node,n1,n1.internal)"
+    );
+    assert_eq!(
+        node_pv_selector(DRIVER, ["dead-1"]),
+        "csi-provisioner.rs/driver=mock.csi.test,csi-provisioner.rs/node in (dead-1)"
+    );
+    assert_eq!(
+        driver_pv_selector(DRIVER),
+        "csi-provisioner.rs/driver=mock.csi.test"
+    );
+    assert_eq!(unlabelled_pv_selector(), "!csi-provisioner.rs/driver");
+    let config = own_pv_watch(DRIVER, "n1", None);
+    assert_eq!(config.page_size, Some(PAGE_SIZE));
+    assert_eq!(
+        config.label_selector.as_deref(),
+        Some("csi-provisioner.rs/driver=mock.csi.test,csi-provisioner.rs/node in (any_node,n1)")
+    );
+}
+
+#[test]
+fn a_nodes_label_values_are_its_name_and_its_per_node_label_values() {
+    let keys = PerNodeKeys::new(["topology.hostpath.csi/node"]);
+    let n = node("n1")
+        .labels([
+            (HOSTNAME_LABEL, "n1.internal"),
+            ("topology.hostpath.csi/node", "n1"),
+            ("topology.kubernetes.io/zone", "z1"),
+        ])
+        .build();
+    let values: Vec<String> = node_label_values(&n.metadata, &keys).into_iter().collect();
+    assert_eq!(values, vec!["n1", "n1.internal"]);
+}
+
+#[test]
+fn new_pvs_are_labelled_with_our_node_only_when_pinned_to_it() {
+    let keys = PerNodeKeys::new(["topology.hostpath.csi/node"]);
+    let pinned = pv("p")
+        .node_affinity([("topology.hostpath.csi/node", "n1")])
+        .build();
+    let labels = new_pv_labels(
+        DRIVER,
+        "n1",
+        pinned.spec.as_ref().unwrap().node_affinity.as_ref(),
+        &keys,
+    );
+    assert_eq!(labels[names::LABEL_PV_NODE], "n1");
+    assert_eq!(labels[names::LABEL_PV_DRIVER], DRIVER);
+    let zonal = pv("p")
+        .node_affinity([("topology.kubernetes.io/zone", "z")])
+        .build();
+    let labels = new_pv_labels(
+        DRIVER,
+        "n1",
+        zonal.spec.as_ref().unwrap().node_affinity.as_ref(),
+        &keys,
+    );
+    assert_eq!(labels[names::LABEL_PV_NODE], "any_node");
+    assert_eq!(
+        new_pv_labels(DRIVER, "n1", None, &keys)[names::LABEL_PV_NODE],
+        "any_node"
+    );
+}
+
+#[test]
+fn a_new_pv_gets_our_labels_next_to_its_own() {
+    let segments: HashMap<String, String> =
+        [("topology.hostpath.csi/node".to_owned(), "n1".to_owned())].into();
+    let mut new = pv("p")
+        .node_affinity([("topology.hostpath.csi/node", "n1")])
+        .label("team", "a")
+        .build();
+    label_new_pv(&mut new, DRIVER, "n1", &segments);
+    let labels = new.metadata.labels.unwrap();
+    assert_eq!(labels["team"], "a");
+    assert_eq!(labels[names::LABEL_PV_NODE], "n1");
+    assert_eq!(labels[names::LABEL_PV_DRIVER], DRIVER);
+}
+
+#[test]
+fn the_upgrade_sweep_labels_only_our_unlabelled_pvs() {
+    let keys = PerNodeKeys::default();
+    let legacy = pv("p").node_affinity([(HOSTNAME_LABEL, "host-3")]).build();
+    let labels = existing_pv_labels(&legacy, DRIVER, &keys).unwrap();
+    assert_eq!(labels[names::LABEL_PV_NODE], "host-3");
+    assert_eq!(
+        label_patch(&labels),
+        json!({"metadata": {"labels": {
+            "csi-provisioner.rs/driver": DRIVER,
+            "csi-provisioner.rs/node": "host-3"}}})
+    );
+    let recorded = pv("p")
+        .annotation(names::ANN_NODE_NAME, "n5")
+        .node_affinity([(HOSTNAME_LABEL, "host-5")])
+        .build();
+    assert_eq!(
+        existing_pv_labels(&recorded, DRIVER, &keys).unwrap()[names::LABEL_PV_NODE],
+        "n5"
+    );
+    let done = pv("p")
+        .node_affinity([(HOSTNAME_LABEL, "host-3")])
+        .label(names::LABEL_PV_DRIVER, DRIVER)
+        .label(names::LABEL_PV_NODE, "host-3")
+        .build();
+    assert_eq!(existing_pv_labels(&done, DRIVER, &keys), None);
+    let foreign = pv("p").driver("other.csi").build();
+    assert_eq!(existing_pv_labels(&foreign, DRIVER, &keys), None);
+    let shared = pv("p").build();
+    assert_eq!(
+        existing_pv_labels(&shared, DRIVER, &keys).unwrap()[names::LABEL_PV_NODE],
+        "any_node"
+    );
+}
+
+#[test]
+fn the_sweep_fetches_only_pvs_whose_node_is_not_in_the_cache() {
+    let exists = |n: &str, uid: Option<&str>| n == "alive" && uid.is_none_or(|u| u == "uid-1");
+    let recorded = |n: &str| pv("p").annotation(names::ANN_NODE_NAME, n).build().metadata;
+    let reused = pv("p")
+        .annotation(names::ANN_NODE_NAME, "alive")
+        .annotation(names::ANN_NODE_UID, "uid-0")
+        .build()
+        .metadata;
+    assert!(sweep_suspect(&reused, exists), "same name, another machine");
+    let labelled = |v: &str| pv("p").label(names::LABEL_PV_NODE, v).build().metadata;
+    assert!(sweep_suspect(&recorded("dead"), exists));
+    assert!(!sweep_suspect(&recorded("alive"), exists));
+    assert!(sweep_suspect(&labelled("dead"), exists));
+    assert!(!sweep_suspect(&labelled("alive"), exists));
+    assert!(!sweep_suspect(
+        &labelled(names::LABEL_VALUE_ANY_NODE),
+        exists
+    ));
+    assert!(sweep_suspect(&labelled("hash_0123456789abcdef"), exists));
+    assert!(!sweep_suspect(&pv("p").build().metadata, exists));
+}
+
+#[test]
+fn stripping_keeps_only_what_decisions_read() {
+    let mut claim = pvc("ns", "c")
+        .selected_node("n1")
+        .provisioner(DRIVER)
+        .annotation("kubectl.kubernetes.io/last-applied-configuration", "{...}")
+        .label("app", "db")
+        .finalizer(names::FINALIZER_PVC_PROTECTION)
+        .finalizer(names::FINALIZER_PROVISIONING_INTENT)
+        .build()
+        .metadata;
+    strip_claim_metadata(&mut claim);
+    let ann = claim.annotations.as_ref().unwrap();
+    assert_eq!(ann.len(), 2);
+    assert!(ann.contains_key(names::ANN_SELECTED_NODE));
+    assert_eq!(claim.labels, None);
+    assert_eq!(
+        claim.finalizers,
+        Some(vec![names::FINALIZER_PROVISIONING_INTENT.to_owned()])
+    );
+    assert_eq!(claim.uid.as_deref(), Some("uid-ns-c"));
+
+    let keys = PerNodeKeys::default();
+    let mut n = node("n1")
+        .labels([
+            (HOSTNAME_LABEL, "n1"),
+            ("node.kubernetes.io/instance-type", "big"),
+        ])
+        .build()
+        .metadata;
+    strip_node_metadata(&mut n, &keys);
+    assert_eq!(n.labels.unwrap().len(), 1);
+    assert_eq!(n.uid.as_deref(), Some("uid-n1"));
+
+    let mut c = csinode("n1")
+        .driver("other.csi", "x", ["k"])
+        .driver(DRIVER, "n1", ["topology.hostpath.csi/node"])
+        .build();
+    strip_csinode(&mut c, DRIVER);
+    assert_eq!(c.spec.drivers.len(), 1);
+    assert_eq!(c.spec.drivers[0].name, DRIVER);
+}
+
+#[test]
+fn live_instances_are_the_nodes_whose_csinode_lists_our_driver() {
+    let nodes = [
+        csinode("b").driver(DRIVER, "b", ["k"]).build(),
+        csinode("a").driver(DRIVER, "a", ["k"]).build(),
+        csinode("c").driver("other.csi", "c", ["k"]).build(),
+        csinode("d").build(),
+    ];
+    assert_eq!(live_instances(&nodes, DRIVER), vec!["a", "b"]);
+}
+
+#[test]
+fn claim_interest_follows_the_selected_node_and_the_provisioner() {
+    let me = "n1";
+    let mine = pvc("ns", "a")
+        .selected_node("n1")
+        .provisioner(DRIVER)
+        .build();
+    assert_eq!(
+        claim_interest(&mine.metadata, DRIVER, me),
+        ClaimInterest::Provision
+    );
+    let unselected = pvc("ns", "b").provisioner(DRIVER).build();
+    assert_eq!(
+        claim_interest(&unselected.metadata, DRIVER, me),
+        ClaimInterest::Compete
+    );
+    let beta = pvc("ns", "b").beta_provisioner(DRIVER).build();
+    assert_eq!(
+        claim_interest(&beta.metadata, DRIVER, me),
+        ClaimInterest::Compete
+    );
+    let elsewhere = pvc("ns", "c")
+        .selected_node("n2")
+        .provisioner(DRIVER)
+        .build();
+    assert_eq!(
+        claim_interest(&elsewhere.metadata, DRIVER, me),
+        ClaimInterest::SelectedElsewhere("n2".into())
+    );
+    let foreign = pvc("ns", "d").provisioner("other.csi").build();
+    assert_eq!(
+        claim_interest(&foreign.metadata, DRIVER, me),
+        ClaimInterest::Ignore
+    );
+    let waiting_for_consumer = pvc("ns", "e").build();
+    assert_eq!(
+        claim_interest(&waiting_for_consumer.metadata, DRIVER, me),
+        ClaimInterest::Ignore
+    );
+    let bound = pvc("ns", "f")
+        .provisioner(DRIVER)
+        .selected_node("n1")
+        .annotation(names::ANN_BIND_COMPLETED, "yes")
+        .build();
+    assert_eq!(
+        claim_interest(&bound.metadata, DRIVER, me),
+        ClaimInterest::Ignore
+    );
+    let bound_with_intent = pvc("ns", "f")
+        .selected_node("n1")
+        .annotation(names::ANN_BIND_COMPLETED, "yes")
+        .finalizer(names::FINALIZER_PROVISIONING_INTENT)
+        .build();
+    assert_eq!(
+        claim_interest(&bound_with_intent.metadata, DRIVER, me),
+        ClaimInterest::Provision
+    );
+}
+
+#[test]
+fn the_node_mode_cache_keeps_this_nodes_bound_claims_but_not_other_nodes() {
+    let bound_here = pvc("ns", "a")
+        .selected_node("n1")
+        .provisioner(DRIVER)
+        .annotation(names::ANN_BIND_COMPLETED, "yes")
+        .build();
+    assert!(cached_claim(&bound_here.metadata, DRIVER, "n1"));
+    assert!(!cached_claim(&bound_here.metadata, DRIVER, "n2"));
+    let pending_elsewhere = pvc("ns", "b")
+        .selected_node("n2")
+        .provisioner(DRIVER)
+        .build();
+    assert!(cached_claim(&pending_elsewhere.metadata, DRIVER, "n1"));
+    let foreign = pvc("ns", "c").provisioner("other.csi").build();
+    assert!(!cached_claim(&foreign.metadata, DRIVER, "n1"));
+}
+
+#[test]
+fn the_claim_index_keeps_only_interesting_claims_and_reports_changes() {
+    let mut index = InterestingClaims::new(DRIVER, "n1");
+    index.apply(watcher::Event::Init);
+    index.apply(watcher::Event::InitApply(meta_of(
+        pvc("ns", "mine")
+            .selected_node("n1")
+            .provisioner(DRIVER)
+            .build(),
+    )));
+    for i in 0..100 {
+        let other = pvc("ns", &format!("bound-{i}"))
+            .provisioner(DRIVER)
+            .selected_node("n2")
+            .annotation(names::ANN_BIND_COMPLETED, "yes")
+            .build();
+        index.apply(watcher::Event::InitApply(meta_of(other)));
+    }
+    assert!(!index.is_ready());
+    let queued = index.apply(watcher::Event::InitDone);
+    assert!(index.is_ready());
+    assert_eq!(index.len(), 1, "bound claims of other nodes are not kept");
+    assert_eq!(queued.len(), 1);
+
+    let mine = ClaimKey {
+        namespace: "ns".into(),
+        name: "mine".into(),
+    };
+    assert_eq!(index.get(&mine).unwrap().interest, ClaimInterest::Provision);
+
+    // Once bound it is dropped and reported, so its queued work can end.
+    let bound = pvc("ns", "mine")
+        .selected_node("n1")
+        .provisioner(DRIVER)
+        .annotation(names::ANN_BIND_COMPLETED, "yes")
+        .build();
+    assert_eq!(
+        index.apply(watcher::Event::Apply(meta_of(bound.clone()))),
+        vec![mine.clone()]
+    );
+    assert!(index.is_empty());
+    assert_eq!(
+        index.apply(watcher::Event::Apply(meta_of(bound.clone()))),
+        vec![]
+    );
+    assert_eq!(index.apply(watcher::Event::Delete(meta_of(bound))), vec![]);
+
+    let fresh = pvc("ns", "new").provisioner(DRIVER).build();
+    let key = ClaimKey {
+        namespace: "ns".into(),
+        name: "new".into(),
+    };
+    assert_eq!(
+        index.apply(watcher::Event::Apply(meta_of(fresh.clone()))),
+        vec![key.clone()]
+    );
+    assert_eq!(
+        index.apply(watcher::Event::Delete(meta_of(fresh))),
+        vec![key]
+    );
+
+    // A re-list drops claims deleted while disconnected, and reports them.
+    let gone = pvc("ns", "gone").provisioner(DRIVER).build();
+    index.apply(watcher::Event::Apply(meta_of(gone)));
+    index.apply(watcher::Event::Init);
+    let queued = index.apply(watcher::Event::InitDone);
+    assert_eq!(queued.len(), 1);
+    assert!(index.is_empty());
+}
