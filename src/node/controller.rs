@@ -62,14 +62,22 @@ pub async fn run(ctx: Arc<Context>, shutdown: Shutdown) {
         pvc_cleanup = janitor.tracker.config().pvc_cleanup,
         "tracking volumes whose node no longer exists"
     );
-    if janitor.mode == Mode::Node {
-        janitor.label_own_pvs().await;
-    }
     let mut poll = tokio::time::interval(NODE_POLL);
     poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // A pass can be long (many API calls); shutdown does not wait for it. Stopping between its
+    // writes is safe: a PV left deleted with our finalizer is a candidate again after a restart.
     async move {
+        if janitor.mode == Mode::Node {
+            tokio::select! {
+                () = janitor.label_own_pvs() => {},
+                () = shutdown.clone().requested() => return,
+            }
+        }
         loop {
-            let next = janitor.pass().await;
+            let next = tokio::select! {
+                next = janitor.pass() => next,
+                () = shutdown.clone().requested() => return,
+            };
             let sleep = tokio::time::sleep_until(next.into());
             tokio::pin!(sleep);
             loop {
