@@ -190,6 +190,8 @@ struct AttachmentState {
     /// Entries collected during a re-list, swapped in atomically when it completes.
     relist: Option<Vec<(String, String, String)>>,
     ready: bool,
+    /// Told the name of every PV whose last attachment went away ([`AttachmentIndex::detachments`]).
+    detached: Option<mpsc::UnboundedSender<String>>,
 }
 
 impl AttachmentIndex {
@@ -219,22 +221,47 @@ impl AttachmentIndex {
             }
             watcher::Event::InitDone => {
                 let entries = state.relist.take().unwrap_or_default();
+                let before: Vec<String> = state.by_pv.keys().cloned().collect();
                 state.by_pv.clear();
                 state.pv_of.clear();
                 for (va, pv, node) in entries {
                     state.insert(va, pv, node);
                 }
                 state.ready = true;
+                // Attachments deleted while the watch was down.
+                for pv in before {
+                    if !state.by_pv.contains_key(&pv) {
+                        state.announce(pv);
+                    }
+                }
             }
             watcher::Event::Apply(va) => {
                 let name = va.name_any();
-                state.remove(&name);
+                let freed = state.remove(&name);
                 if let Some((va, pv, node)) = entry_of(va) {
                     state.insert(va, pv, node);
                 }
+                if let Some(pv) = freed.filter(|pv| !state.by_pv.contains_key(pv)) {
+                    state.announce(pv);
+                }
             }
-            watcher::Event::Delete(va) => state.remove(&va.name_any()),
+            watcher::Event::Delete(va) => {
+                if let Some(pv) = state.remove(&va.name_any()) {
+                    state.announce(pv);
+                }
+            }
         }
+    }
+
+    /// Names of PVs as their last VolumeAttachment goes away, so a deletion waiting for the detach
+    /// goes on at once instead of at its next retry. One consumer: a new call replaces the last.
+    pub fn detachments(&self) -> impl Stream<Item = String> + Send + 'static {
+        let (tx, rx) = mpsc::unbounded_channel();
+        self.inner
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .detached = Some(tx);
+        tokio_stream::wrappers::UnboundedReceiverStream::new(rx)
     }
 
     /// Starts the watch that keeps this index current.
@@ -265,14 +292,22 @@ impl AttachmentState {
         self.pv_of.insert(va, pv);
     }
 
-    fn remove(&mut self, va: &str) {
-        if let Some(pv) = self.pv_of.remove(va)
-            && let Some(vas) = self.by_pv.get_mut(&pv)
-        {
-            vas.remove(va);
-            if vas.is_empty() {
-                self.by_pv.remove(&pv);
-            }
+    /// Removes attachment `va`; returns its PV when that was the PV's last attachment.
+    fn remove(&mut self, va: &str) -> Option<String> {
+        let pv = self.pv_of.remove(va)?;
+        let vas = self.by_pv.get_mut(&pv)?;
+        vas.remove(va);
+        if !vas.is_empty() {
+            return None;
+        }
+        self.by_pv.remove(&pv);
+        Some(pv)
+    }
+
+    fn announce(&self, pv: String) {
+        if let Some(tx) = &self.detached {
+            // A closed receiver means the reclaim controller stopped: nothing to tell.
+            let _ = tx.send(pv);
         }
     }
 }
@@ -349,6 +384,26 @@ mod tests {
             scope_event(watcher::Event::Apply(va("a", "pv1", "n")), &keep_pv1),
             Some(watcher::Event::Apply(_))
         ));
+    }
+
+    #[tokio::test]
+    async fn detachments_name_each_pv_whose_last_attachment_goes() {
+        let index = AttachmentIndex::default();
+        let mut detached = index.detachments();
+        index.apply(&watcher::Event::Init);
+        index.apply(&watcher::Event::InitApply(va("a1", "pv1", "n1")));
+        index.apply(&watcher::Event::InitApply(va("a2", "pv1", "n2")));
+        index.apply(&watcher::Event::InitApply(va("a3", "pv3", "n1")));
+        index.apply(&watcher::Event::InitDone);
+        // pv1 keeps one attachment: not announced yet.
+        index.apply(&watcher::Event::Delete(va("a1", "pv1", "n1")));
+        index.apply(&watcher::Event::Delete(va("a2", "pv1", "n2")));
+        assert_eq!(detached.next().await.as_deref(), Some("pv1"));
+        // pv3's attachment disappears during a re-list.
+        index.apply(&watcher::Event::Init);
+        index.apply(&watcher::Event::InitDone);
+        assert_eq!(detached.next().await.as_deref(), Some("pv3"));
+        assert!(futures::FutureExt::now_or_never(detached.next()).is_none());
     }
 
     #[test]

@@ -97,7 +97,7 @@ pub async fn run(
         ctx: ctx.clone(),
     });
     let workers = u16::try_from(p.worker_threads.max(1)).unwrap_or(u16::MAX);
-    Controller::for_shared_stream(pvs, ctx.stores.pvs.clone())
+    let mut controller = Controller::for_shared_stream(pvs, ctx.stores.pvs.clone())
         // A claim that changes (bound, being deleted) matters to its PV.
         .watches_shared_stream(pvcs, |pvc| {
             pvc.spec
@@ -105,7 +105,12 @@ pub async fn run(
                 .and_then(|s| s.volume_name.as_deref())
                 .filter(|v| !v.is_empty())
                 .map(ObjectRef::new)
-        })
+        });
+    if let Some(index) = &ctx.stores.attachments {
+        // A deletion waiting for a detach goes on as soon as the last attachment is gone.
+        controller = controller.reconcile_on(index.detachments().map(|pv| ObjectRef::new(&pv)));
+    }
+    controller
         .reconcile_all_on(tokio_stream::wrappers::IntervalStream::new(resync()).map(|_| ()))
         .with_config(ControllerConfig::default().concurrency(workers))
         .graceful_shutdown_on(shutdown.requested())
