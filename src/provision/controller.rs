@@ -415,6 +415,15 @@ fn ignore(state: &Provisioner, pvc: &PersistentVolumeClaim, reason: &IgnoreReaso
             .unwrap_or_else(|p| p.into_inner())
             .forget(&claim_key(pvc));
     }
+    // A claim that is going away keeps no per-claim state behind (the backoff is reset by the
+    // caller on this successful reconcile).
+    if matches!(reason, IgnoreReason::ClaimDeleting | IgnoreReason::AlreadyBound(_)) {
+        state
+            .infeasible
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&claim_key(pvc));
+    }
 }
 
 fn provisioning_event(state: &Provisioner, pvc: &PersistentVolumeClaim) {
