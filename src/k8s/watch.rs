@@ -64,6 +64,14 @@ where
     }
 }
 
+/// Ticks every `period`, first after one period: a controller's periodic re-check of every object
+/// (upstream's resync), for changes a watch cannot announce.
+pub fn resync_every(period: std::time::Duration) -> impl Stream<Item = ()> + Send + 'static {
+    let mut interval = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tokio_stream::wrappers::IntervalStream::new(interval).map(|_| ())
+}
+
 /// Strips what no controller reads before an object is cached.
 pub fn strip<K: Resource>(obj: &mut K) {
     let meta = obj.meta_mut();

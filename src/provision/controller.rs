@@ -191,9 +191,7 @@ pub async fn run(
                 .map(|c| ObjectRef::from_obj(c.as_ref()))
                 .collect::<Vec<_>>()
         })
-        .reconcile_all_on(
-            tokio_stream::wrappers::IntervalStream::new(resync_interval()).map(|_| ()),
-        )
+        .reconcile_all_on(crate::k8s::watch::resync_every(RESYNC))
         .with_config(ControllerConfig::default().concurrency(workers))
         .graceful_shutdown_on(shutdown.requested())
         .run(reconcile, error_policy, state)
@@ -204,12 +202,6 @@ pub async fn run(
         })
         .instrument(info_span!("provisioning"))
         .await;
-}
-
-fn resync_interval() -> tokio::time::Interval {
-    let mut interval = tokio::time::interval_at(tokio::time::Instant::now() + RESYNC, RESYNC);
-    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    interval
 }
 
 fn claim_key(pvc: &PersistentVolumeClaim) -> String {
@@ -417,7 +409,10 @@ fn ignore(state: &Provisioner, pvc: &PersistentVolumeClaim, reason: &IgnoreReaso
     }
     // A claim that is going away keeps no per-claim state behind (the backoff is reset by the
     // caller on this successful reconcile).
-    if matches!(reason, IgnoreReason::ClaimDeleting | IgnoreReason::AlreadyBound(_)) {
+    if matches!(
+        reason,
+        IgnoreReason::ClaimDeleting | IgnoreReason::AlreadyBound(_)
+    ) {
         state
             .infeasible
             .lock()

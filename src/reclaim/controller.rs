@@ -111,7 +111,7 @@ pub async fn run(
         controller = controller.reconcile_on(index.detachments().map(|pv| ObjectRef::new(&pv)));
     }
     controller
-        .reconcile_all_on(tokio_stream::wrappers::IntervalStream::new(resync()).map(|_| ()))
+        .reconcile_all_on(crate::k8s::watch::resync_every(RESYNC))
         .with_config(ControllerConfig::default().concurrency(workers))
         .graceful_shutdown_on(shutdown.requested())
         .run(reconcile, error_policy, state)
@@ -122,12 +122,6 @@ pub async fn run(
         })
         .instrument(info_span!("reclaim"))
         .await;
-}
-
-fn resync() -> tokio::time::Interval {
-    let mut interval = tokio::time::interval_at(tokio::time::Instant::now() + RESYNC, RESYNC);
-    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    interval
 }
 
 fn error_policy(
