@@ -149,6 +149,10 @@ async fn each_broken_rule_fails_its_check() {
             "controller/create-volume/basic",
         ),
         (
+            Misbehaviour::EmptyVolumeId,
+            "controller/create-volume/basic",
+        ),
+        (
             Misbehaviour::DropContentSource,
             "controller/create-volume/clone",
         ),

@@ -188,16 +188,19 @@ pub enum Misbehaviour {
     UndersizedVolumes,
     /// CreateVolume from a snapshot or volume omits `content_source` in the response.
     DropContentSource,
+    /// CreateVolume creates the volume but answers with an empty `volume_id`.
+    EmptyVolumeId,
 }
 
 impl Misbehaviour {
     /// All misbehaviours.
-    pub const ALL: [Misbehaviour; 5] = [
+    pub const ALL: [Misbehaviour; 6] = [
         Misbehaviour::NonIdempotentCreate,
         Misbehaviour::DeleteUnknownNotFound,
         Misbehaviour::AcceptBadListToken,
         Misbehaviour::UndersizedVolumes,
         Misbehaviour::DropContentSource,
+        Misbehaviour::EmptyVolumeId,
     ];
 
     /// The flag spelling, e.g. `non-idempotent-create`.
@@ -208,6 +211,7 @@ impl Misbehaviour {
             Misbehaviour::AcceptBadListToken => "accept-bad-list-token",
             Misbehaviour::UndersizedVolumes => "undersized-volumes",
             Misbehaviour::DropContentSource => "drop-content-source",
+            Misbehaviour::EmptyVolumeId => "empty-volume-id",
         }
     }
 

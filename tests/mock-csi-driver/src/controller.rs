@@ -146,6 +146,9 @@ impl Driver {
         if self.faults.misbehaves(Misbehaviour::DropContentSource) {
             volume.content_source = None;
         }
+        if self.faults.misbehaves(Misbehaviour::EmptyVolumeId) {
+            volume.volume_id.clear();
+        }
         CreateVolumeResponse {
             volume: Some(volume),
         }
