@@ -66,10 +66,29 @@ pub(super) async fn cleanup_intent(
                     }
                 }
                 match ctx.csi.create_volume(request).await {
-                    Ok(response) => response
-                        .volume
-                        .map(|v| v.volume_id)
-                        .filter(|id| !id.is_empty()),
+                    Ok(response) => {
+                        let id = response
+                            .volume
+                            .map(|v| v.volume_id)
+                            .filter(|id| !id.is_empty());
+                        if id.is_none() {
+                            // A driver that breaks the spec this way leaves nothing to delete by;
+                            // say so once and let the claim go rather than hold it forever.
+                            let message = format!(
+                                "CreateVolume for {} answered without a volume id, so the volume of this deleted claim cannot be deleted by the provisioner: delete it on the storage backend by hand",
+                                cleanup.volume_name
+                            );
+                            warn!(claim = %claim_name(pvc), "{message}");
+                            ctx.events.emit(
+                                reference_to(pvc.as_ref()),
+                                EventSpec::warning(
+                                    names::EVENT_PROVISIONING_CLEANUP_FAILED,
+                                    message,
+                                ),
+                            );
+                        }
+                        id
+                    }
                     Err(status) => {
                         let message = format!(
                             "rpc error: code = {:?} desc = {}",
