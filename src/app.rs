@@ -181,6 +181,9 @@ async fn wait_ready(stores: &Stores, shutdown: &Shutdown) -> anyhow::Result<()> 
         if let Some(csinodes) = &stores.csinodes {
             csinodes.wait_until_ready().await?;
         }
+        if let Some(attachments) = &stores.attachments {
+            attachments.wait_until_ready().await;
+        }
         Ok::<_, kube::runtime::reflector::store::WriterDropped>(())
     };
     let mut logged = tokio::time::interval(Duration::from_secs(10));

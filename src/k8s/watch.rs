@@ -217,6 +217,15 @@ impl AttachmentIndex {
         self.inner.read().unwrap_or_else(|p| p.into_inner()).ready
     }
 
+    /// Completes once the initial list has been seen.
+    pub async fn wait_until_ready(&self) {
+        // Start-up only, and the list usually arrives within a round trip: a short poll is
+        // simpler than a notification channel that every index would carry for its lifetime.
+        while !self.is_ready() {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    }
+
     /// Applies one watcher event.
     pub fn apply(&self, event: &watcher::Event<VolumeAttachment>) {
         let mut state = self.inner.write().unwrap_or_else(|p| p.into_inner());
