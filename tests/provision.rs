@@ -18,9 +18,7 @@ use std::sync::{Arc, Mutex};
 
 use common::*;
 use futures::StreamExt;
-use k8s_openapi::ByteString;
-use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Secret};
-use kube::api::ObjectMeta;
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use kube::runtime::{WatchStreamExt, watcher};
 
 const NS: &str = "default";
@@ -75,22 +73,6 @@ fn affinity_nodes(pv: &PersistentVolume) -> Vec<String> {
         .filter(|e| e.key == TOPOLOGY_KEY && e.operator == "In")
         .flat_map(|e| e.values.unwrap_or_default())
         .collect()
-}
-
-/// Waits for a line of the sidecar's log containing every one of `needles`.
-async fn wait_log(sidecar: &Sidecar, needles: &[&str]) {
-    wait_for(
-        &format!("a sidecar log line with {needles:?}"),
-        DEADLINE,
-        || async {
-            sidecar
-                .log()
-                .lines()
-                .any(|l| needles.iter().all(|n| l.contains(n)))
-                .then_some(())
-        },
-    )
-    .await;
 }
 
 /// Every version of one claim the API server reported, in order (a watch sees a state that a
@@ -153,58 +135,17 @@ impl Drop for ClaimHistory {
     }
 }
 
-/// Deletes a Node and its CSINode (a real cluster's garbage collector removes the latter) and
-/// waits until both are gone.
-async fn remove_node(cluster: &Cluster, name: &str) {
-    let gone = kube::api::DeleteParams::default();
-    let _ = cluster.nodes().delete(name, &gone).await;
-    let _ = cluster.csinodes().delete(name, &gone).await;
-    wait_for(&format!("node {name} to be gone"), DEADLINE, || async {
-        let node = cluster.nodes().get_opt(name).await.ok()?;
-        let csinode = cluster.csinodes().get_opt(name).await.ok()?;
-        (node.is_none() && csinode.is_none()).then_some(())
-    })
-    .await;
-}
-
-/// How often events with `reason` were recorded on the claim `NS/name` (aggregated counts included).
-async fn claim_event_total(cluster: &Cluster, name: &str, reason: &str) -> i32 {
-    let api: kube::Api<k8s_openapi::api::core::v1::Event> = kube::Api::all(cluster.client.clone());
-    let list = api.list(&Default::default()).await.expect("list events");
-    list.items
-        .iter()
-        .filter(|e| {
-            e.involved_object.kind.as_deref() == Some("PersistentVolumeClaim")
-                && e.involved_object.name.as_deref() == Some(name)
-                && e.reason.as_deref() == Some(reason)
-        })
-        .map(|e| e.count.unwrap_or(1).max(1))
-        .sum()
-}
-
-/// The same class with `WaitForFirstConsumer` binding.
-fn delayed(
-    mut class: k8s_openapi::api::storage::v1::StorageClass,
-) -> k8s_openapi::api::storage::v1::StorageClass {
-    class.volume_binding_mode = Some("WaitForFirstConsumer".into());
-    class
-}
-
 #[tokio::test]
 async fn immediate_claim_gets_a_pv_exactly_like_upstream_builds_it() {
-    let cluster = Cluster::start().await;
-    let driver = Driver::start(cluster.dir.path(), "node-1", &[]).await;
-    let _sidecar = Sidecar::start(&cluster, &driver, &[]).await;
+    let (cluster, driver, _sidecar) = start_single_node(&[], &[]).await;
     let mut class = storage_class(
         "fast",
         &[("tier", "gold"), ("csi.storage.k8s.io/fstype", "xfs")],
     );
     class.mount_options = Some(vec!["noatime".into()]);
-    cluster.create(&cluster.classes(), &class).await;
+    cluster.add_class(&class).await;
     let before = cluster.sim.counters();
-    let pvc = cluster
-        .create(&cluster.pvcs(NS), &claim(NS, "data", "fast", "1Gi"))
-        .await;
+    let pvc = cluster.claim_of_class(NS, "data", "fast", "1Gi").await;
     let uid = pvc.metadata.uid.clone().unwrap();
 
     let pv = cluster.wait_bound(NS, "data").await;
@@ -258,8 +199,7 @@ async fn immediate_claim_gets_a_pv_exactly_like_upstream_builds_it() {
 
     // Upstream's events, and the intent finalizer is gone from the bound claim.
     cluster
-        .wait_event(
-            "PersistentVolumeClaim",
+        .wait_claim_event(
             NS,
             "data",
             "ProvisioningSucceeded",
@@ -267,8 +207,7 @@ async fn immediate_claim_gets_a_pv_exactly_like_upstream_builds_it() {
         )
         .await;
     cluster
-        .wait_event(
-            "PersistentVolumeClaim",
+        .wait_claim_event(
             NS,
             "data",
             "Provisioning",
@@ -296,15 +235,8 @@ async fn immediate_claim_gets_a_pv_exactly_like_upstream_builds_it() {
 
 #[tokio::test]
 async fn pvc_deleted_first_deletes_the_volume_and_the_pv() {
-    let cluster = Cluster::start().await;
-    let driver = Driver::start(cluster.dir.path(), "node-1", &[]).await;
-    let _sidecar = Sidecar::start(&cluster, &driver, &[]).await;
-    cluster
-        .create(&cluster.classes(), &storage_class("fast", &[]))
-        .await;
-    cluster
-        .create(&cluster.pvcs(NS), &claim(NS, "data", "fast", "1Gi"))
-        .await;
+    let (cluster, driver, _sidecar) = start_single_node(&[], &[]).await;
+    cluster.claim_with_fast_class(NS, "data").await;
     let pv = cluster.wait_bound(NS, "data").await;
     driver.wait_volumes(1).await;
 
@@ -326,40 +258,10 @@ async fn secrets_from_templates_reach_the_driver_and_are_recorded_for_deletion()
     )
     .await;
     let sidecar = Sidecar::start(&cluster, &driver, &[]).await;
-    let secret = Secret {
-        metadata: ObjectMeta {
-            name: Some("data-creds".into()),
-            namespace: Some(NS.into()),
-            ..Default::default()
-        },
-        data: Some(BTreeMap::from([(
-            "password".to_string(),
-            ByteString(b"s3cr3t-value".to_vec()),
-        )])),
-        ..Default::default()
-    };
-    cluster.create(&cluster.secrets(NS), &secret).await;
-    cluster
-        .create(
-            &cluster.classes(),
-            &storage_class(
-                "secret",
-                &[
-                    (
-                        "csi.storage.k8s.io/provisioner-secret-name",
-                        "${pvc.name}-creds",
-                    ),
-                    (
-                        "csi.storage.k8s.io/provisioner-secret-namespace",
-                        "${pvc.namespace}",
-                    ),
-                ],
-            ),
-        )
-        .await;
-    cluster
-        .create(&cluster.pvcs(NS), &claim(NS, "data", "secret", "1Gi"))
-        .await;
+    let creds = secret(NS, "data-creds", "password", "s3cr3t-value");
+    cluster.create(&cluster.secrets(NS), &creds).await;
+    cluster.add_class(&templated_secret_class("secret")).await;
+    cluster.claim_of_class(NS, "data", "secret", "1Gi").await;
     let pv = cluster.wait_bound(NS, "data").await;
     let ann = pv.metadata.annotations.clone().unwrap_or_default();
     assert_eq!(
@@ -384,18 +286,11 @@ async fn secrets_from_templates_reach_the_driver_and_are_recorded_for_deletion()
 
 #[tokio::test]
 async fn extra_create_metadata_passes_claim_and_pv_names_to_the_driver() {
-    let cluster = Cluster::start().await;
-    let driver = Driver::start(cluster.dir.path(), "node-1", &[]).await;
-    let _sidecar = Sidecar::start(&cluster, &driver, &["--extra-create-metadata"]).await;
+    let (cluster, driver, _sidecar) = start_single_node(&[], &["--extra-create-metadata"]).await;
     cluster
-        .create(
-            &cluster.classes(),
-            &storage_class("fast", &[("tier", "gold")]),
-        )
+        .add_class(&storage_class("fast", &[("tier", "gold")]))
         .await;
-    let pvc = cluster
-        .create(&cluster.pvcs(NS), &claim(NS, "data", "fast", "1Gi"))
-        .await;
+    let pvc = cluster.claim_of_class(NS, "data", "fast", "1Gi").await;
     let pv = cluster.wait_bound(NS, "data").await;
     let state = driver.wait_volumes(1).await;
     let pv_name = format!("pvc-{}", uid(&pvc));
@@ -417,25 +312,16 @@ async fn extra_create_metadata_passes_claim_and_pv_names_to_the_driver() {
 
 #[tokio::test]
 async fn fs_type_defaults_deprecated_key_and_mount_options_reach_the_pv() {
-    let cluster = Cluster::start().await;
-    let driver = Driver::start(cluster.dir.path(), "node-1", &[]).await;
-    let _sidecar = Sidecar::start(&cluster, &driver, &["--default-fstype=ext4"]).await;
+    let (cluster, driver, _sidecar) = start_single_node(&[], &["--default-fstype=ext4"]).await;
     let mut plain = storage_class("plain", &[]);
     plain.mount_options = Some(vec!["noatime".into(), "nodiratime".into()]);
-    cluster.create(&cluster.classes(), &plain).await;
+    cluster.add_class(&plain).await;
     // The deprecated `fsType` key is honoured and, as upstream, not stripped from the parameters.
     cluster
-        .create(
-            &cluster.classes(),
-            &storage_class("legacy", &[("fsType", "ext3")]),
-        )
+        .add_class(&storage_class("legacy", &[("fsType", "ext3")]))
         .await;
-    cluster
-        .create(&cluster.pvcs(NS), &claim(NS, "a", "plain", "1Gi"))
-        .await;
-    let b = cluster
-        .create(&cluster.pvcs(NS), &claim(NS, "b", "legacy", "1Gi"))
-        .await;
+    cluster.claim_of_class(NS, "a", "plain", "1Gi").await;
+    let b = cluster.claim_of_class(NS, "b", "legacy", "1Gi").await;
 
     let a_pv = cluster.wait_bound(NS, "a").await;
     let a_spec = a_pv.spec.unwrap();
@@ -461,14 +347,12 @@ async fn fs_type_defaults_deprecated_key_and_mount_options_reach_the_pv() {
 
 #[tokio::test]
 async fn block_claim_gets_a_block_pv_without_fs_type() {
-    let cluster = Cluster::start().await;
-    let driver = Driver::start(cluster.dir.path(), "node-1", &[]).await;
-    let _sidecar = Sidecar::start(&cluster, &driver, &[]).await;
+    let (cluster, driver, _sidecar) = start_single_node(&[], &[]).await;
     cluster
-        .create(
-            &cluster.classes(),
-            &storage_class("fast", &[("csi.storage.k8s.io/fstype", "xfs")]),
-        )
+        .add_class(&storage_class(
+            "fast",
+            &[("csi.storage.k8s.io/fstype", "xfs")],
+        ))
         .await;
     let mut raw = claim(NS, "raw", "fast", "2Gi");
     raw.spec.as_mut().unwrap().volume_mode = Some("Block".into());
@@ -488,22 +372,13 @@ async fn block_claim_gets_a_block_pv_without_fs_type() {
 
 #[tokio::test]
 async fn a_restarted_sidecar_does_not_provision_bound_claims_again() {
-    let cluster = Cluster::start().await;
-    let driver = Driver::start(cluster.dir.path(), "node-1", &[]).await;
-    let mut sidecar = Sidecar::start(&cluster, &driver, &[]).await;
-    cluster
-        .create(&cluster.classes(), &storage_class("fast", &[]))
-        .await;
-    cluster
-        .create(&cluster.pvcs(NS), &claim(NS, "first", "fast", "1Gi"))
-        .await;
+    let (cluster, driver, mut sidecar) = start_single_node(&[], &[]).await;
+    cluster.claim_with_fast_class(NS, "first").await;
     cluster.wait_bound(NS, "first").await;
 
     sidecar.restart().await;
     // A claim created after the restart is provisioned: the new process is at work.
-    cluster
-        .create(&cluster.pvcs(NS), &claim(NS, "second", "fast", "1Gi"))
-        .await;
+    cluster.claim_of_class(NS, "second", "fast", "1Gi").await;
     cluster.wait_bound(NS, "second").await;
     let state = driver.wait_volumes(2).await;
     assert_eq!(

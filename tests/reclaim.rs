@@ -11,10 +11,9 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use futures::StreamExt;
-use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{
     CSIPersistentVolumeSource, ObjectReference, PersistentVolume, PersistentVolumeClaim,
-    PersistentVolumeSpec, Secret,
+    PersistentVolumeSpec,
 };
 use k8s_openapi::api::storage::v1::{
     VolumeAttachment, VolumeAttachmentSource, VolumeAttachmentSpec,
@@ -166,25 +165,6 @@ impl Driver {
 }
 
 impl Sidecar {
-    /// How many log lines contain every one of `parts`.
-    fn log_lines_with(&self, parts: &[&str]) -> usize {
-        self.log()
-            .lines()
-            .filter(|line| parts.iter().all(|p| line.contains(p)))
-            .count()
-    }
-
-    /// Waits until at least `n` log lines contain every one of `parts`: the positive signal a
-    /// "nothing happened" check needs before it may look.
-    async fn wait_log(&self, parts: &[&str], n: usize) {
-        wait_for(
-            &format!("{n} sidecar log line(s) with {parts:?}"),
-            DEADLINE,
-            || async { (self.log_lines_with(parts) >= n).then_some(()) },
-        )
-        .await
-    }
-
     /// Waits until the reclaim controller logged that it looked at PV `pv` and left it alone for
     /// `reason` (the `Debug` form of `SkipReason`), in phase `phase`.
     async fn wait_skipped(&self, pv: &str, phase: &str, reason: &str) {
@@ -264,12 +244,8 @@ fn attachment(name: &str, pv: &str, node: &str) -> VolumeAttachment {
 }
 
 async fn start(driver_flags: &[&str], sidecar_flags: &[&str]) -> (Cluster, Driver, Sidecar) {
-    let cluster = Cluster::start().await;
-    let driver = Driver::start(cluster.dir.path(), "node-1", driver_flags).await;
-    let sidecar = Sidecar::start(&cluster, &driver, sidecar_flags).await;
-    cluster
-        .create(&cluster.classes(), &storage_class("fast", &[]))
-        .await;
+    let (cluster, driver, sidecar) = start_single_node(driver_flags, sidecar_flags).await;
+    cluster.add_class(&storage_class("fast", &[])).await;
     (cluster, driver, sidecar)
 }
 
@@ -387,12 +363,10 @@ async fn retain_policy_keeps_the_backend_volume_and_lets_the_pv_go() {
     let (cluster, driver, sidecar) = start(&[], &[]).await;
     let mut retain = storage_class("keep", &[]);
     retain.reclaim_policy = Some("Retain".into());
-    cluster.create(&cluster.classes(), &retain).await;
+    cluster.add_class(&retain).await;
 
     // A class that retains, and an admin switching a Delete PV to Retain (kubectl patch pv).
-    cluster
-        .create(&cluster.pvcs(NS), &claim(NS, "kept", "keep", "1Gi"))
-        .await;
+    cluster.claim_of_class(NS, "kept", "keep", "1Gi").await;
     let kept = cluster.wait_bound(NS, "kept").await.name_any();
     let switched = cluster.provision("switched", "fast").await.name_any();
     cluster
@@ -443,9 +417,7 @@ async fn retain_policy_keeps_the_backend_volume_and_lets_the_pv_go() {
 async fn pvs_left_without_the_finalizer_get_it_at_start_up() {
     let cluster = Cluster::start().await;
     let driver = Driver::start(cluster.dir.path(), "node-1", &[]).await;
-    cluster
-        .create(&cluster.classes(), &storage_class("fast", &[]))
-        .await;
+    cluster.add_class(&storage_class("fast", &[])).await;
     // What the upstream sidecar (before KEP-2644) leaves behind: bound dynamic PVs with
     // provisioned-by and the deletion-secret annotations, and no finalizer.
     let mut pvs = Vec::new();
@@ -456,9 +428,7 @@ async fn pvs_left_without_the_finalizer_get_it_at_start_up() {
     ] {
         let pv_name = format!("pvc-{name}");
         let id = driver.create_volume(&pv_name).await;
-        let pvc = cluster
-            .create(&cluster.pvcs(NS), &claim(NS, name, "fast", "1Gi"))
-            .await;
+        let pvc = cluster.claim_of_class(NS, name, "fast", "1Gi").await;
         let mut pv = csi_pv(
             &pv_name,
             &id,
@@ -578,9 +548,7 @@ async fn delete_volume_errors_are_reported_on_the_pv_and_retried_until_they_clea
     .await;
     // Upstream's reason and gRPC error text, on the PV; the PV and its finalizer stay.
     cluster
-        .wait_event(
-            "PersistentVolume",
-            "",
+        .wait_pv_event(
             &name,
             "VolumeFailedDelete",
             "rpc error: code = FailedPrecondition desc = ",
@@ -657,33 +625,9 @@ async fn sidecar_killed_after_delete_volume_repeats_it_on_restart_and_the_pv_goe
 #[tokio::test]
 async fn deletion_secrets_are_found_after_the_storage_class_was_deleted() {
     let (cluster, driver, sidecar) = start(&["--require-secret=password=s3cr3t-value"], &[]).await;
-    let secret = Secret {
-        metadata: ObjectMeta {
-            name: Some("data-creds".into()),
-            namespace: Some(NS.into()),
-            ..Default::default()
-        },
-        data: Some(BTreeMap::from([(
-            "password".to_string(),
-            ByteString(b"s3cr3t-value".to_vec()),
-        )])),
-        ..Default::default()
-    };
-    cluster.create(&cluster.secrets(NS), &secret).await;
-    let class = storage_class(
-        "secret",
-        &[
-            (
-                "csi.storage.k8s.io/provisioner-secret-name",
-                "${pvc.name}-creds",
-            ),
-            (
-                "csi.storage.k8s.io/provisioner-secret-namespace",
-                "${pvc.namespace}",
-            ),
-        ],
-    );
-    cluster.create(&cluster.classes(), &class).await;
+    let creds = secret(NS, "data-creds", "password", "s3cr3t-value");
+    cluster.create(&cluster.secrets(NS), &creds).await;
+    cluster.add_class(&templated_secret_class("secret")).await;
     let pv = cluster.provision("data", "secret").await;
     let ann = pv.annotations();
     assert_eq!(
@@ -832,13 +776,7 @@ async fn attached_volume_waits_with_one_event_and_is_deleted_once_detached() {
     cluster.delete_pvc_and_wait(NS, "data").await;
     let message = format!("persistentvolume {name} is still attached to node node-1");
     cluster
-        .wait_event(
-            "PersistentVolume",
-            "",
-            &name,
-            "VolumeFailedDelete",
-            &message,
-        )
+        .wait_pv_event(&name, "VolumeFailedDelete", &message)
         .await;
     // Several retries later: still one Event, never aggregated, and nothing deleted.
     let pv_field = format!("pv={name}");
@@ -888,9 +826,7 @@ async fn two_hundred_claims_deleted_at_once_call_delete_volume_exactly_200_times
         .for_each_concurrent(32, |name| {
             let cluster = &cluster;
             async move {
-                cluster
-                    .create(&cluster.pvcs(NS), &claim(NS, name, "fast", "1Gi"))
-                    .await;
+                cluster.claim_of_class(NS, name, "fast", "1Gi").await;
             }
         })
         .await;

@@ -35,15 +35,7 @@ async fn waits_for_a_missing_driver_socket_says_so_and_starts_once_it_appears() 
 
     let driver = Driver::start(&dir, "late", &[]).await;
     assert_eq!(driver.socket, socket);
-    cluster
-        .create(&cluster.classes(), &storage_class("fast", &[]))
-        .await;
-    cluster
-        .create(
-            &cluster.pvcs("default"),
-            &claim("default", "c1", "fast", "1Gi"),
-        )
-        .await;
+    cluster.claim_with_fast_class("default", "c1").await;
     cluster.wait_bound("default", "c1").await;
     driver.wait_volumes(1).await;
 }
@@ -74,15 +66,7 @@ async fn sigterm_stops_the_sidecar_cleanly_and_metrics_were_served() {
     let port = free_port();
     let endpoint = format!("--http-endpoint=127.0.0.1:{port}");
     let mut sidecar = Sidecar::start(&cluster, &driver, &[&endpoint]).await;
-    cluster
-        .create(&cluster.classes(), &storage_class("fast", &[]))
-        .await;
-    cluster
-        .create(
-            &cluster.pvcs("default"),
-            &claim("default", "c1", "fast", "1Gi"),
-        )
-        .await;
+    cluster.claim_with_fast_class("default", "c1").await;
     cluster.wait_bound("default", "c1").await;
 
     // Upstream's metric names are served on the metrics path.

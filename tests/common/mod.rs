@@ -155,18 +155,7 @@ impl Cluster {
 
     /// A Node plus its CSINode registering `DRIVER` with the mock's topology key.
     pub async fn add_node(&self, name: &str) -> Node {
-        let node = Node {
-            metadata: ObjectMeta {
-                name: Some(name.into()),
-                labels: Some(BTreeMap::from([
-                    ("kubernetes.io/hostname".to_string(), name.to_string()),
-                    (TOPOLOGY_KEY.to_string(), name.to_string()),
-                ])),
-                ..Default::default()
-            },
-            ..Default::default()
-        };
-        let node = self.create(&self.nodes(), &node).await;
+        let node = self.add_node_without_driver(name).await;
         let csinode = CSINode {
             metadata: ObjectMeta {
                 name: Some(name.into()),
@@ -200,6 +189,43 @@ impl Cluster {
             ..Default::default()
         };
         self.create(&self.nodes(), &node).await
+    }
+
+    /// [`Cluster::add_node`] for each of `names`, in order.
+    pub async fn add_nodes(&self, names: &[&str]) {
+        for name in names {
+            self.add_node(name).await;
+        }
+    }
+
+    /// Creates a StorageClass.
+    pub async fn add_class(&self, class: &StorageClass) -> StorageClass {
+        self.create(&self.classes(), class).await
+    }
+
+    /// Creates a PVC requesting `size` of `class` (see [`claim`]).
+    pub async fn claim_of_class(
+        &self,
+        ns: &str,
+        name: &str,
+        class: &str,
+        size: &str,
+    ) -> PersistentVolumeClaim {
+        self.create(&self.pvcs(ns), &claim(ns, name, class, size))
+            .await
+    }
+
+    /// The most common start of a scenario: StorageClass `fast` (no parameters, Immediate), then
+    /// a 1Gi claim `name` of it.
+    pub async fn claim_with_fast_class(&self, ns: &str, name: &str) -> PersistentVolumeClaim {
+        self.add_class(&storage_class("fast", &[])).await;
+        self.claim_of_class(ns, name, "fast", "1Gi").await
+    }
+
+    /// Creates a Pod on `node` using `claim` (the simulator then selects the node for the claim).
+    pub async fn schedule(&self, ns: &str, pod: &str, claim: &str, node: &str) -> Pod {
+        self.create(&self.pods(ns), &pod_using(ns, pod, claim, node))
+            .await
     }
 
     /// Deletes a Node and its CSINode (the garbage collector does the latter in a real cluster)
@@ -289,6 +315,24 @@ impl Cluster {
             .collect()
     }
 
+    /// [`Cluster::wait_event`] on the claim `ns/name`.
+    pub async fn wait_claim_event(
+        &self,
+        ns: &str,
+        name: &str,
+        reason: &str,
+        needle: &str,
+    ) -> String {
+        self.wait_event("PersistentVolumeClaim", ns, name, reason, needle)
+            .await
+    }
+
+    /// [`Cluster::wait_event`] on the PV `name`.
+    pub async fn wait_pv_event(&self, name: &str, reason: &str, needle: &str) -> String {
+        self.wait_event("PersistentVolume", "", name, reason, needle)
+            .await
+    }
+
     /// Waits for an event with `reason` whose message contains `needle` on the object.
     pub async fn wait_event(
         &self,
@@ -329,6 +373,51 @@ pub fn storage_class(name: &str, params: &[(&str, &str)]) -> StorageClass {
         ),
         reclaim_policy: Some("Delete".into()),
         volume_binding_mode: Some("Immediate".into()),
+        ..Default::default()
+    }
+}
+
+/// The same class with `WaitForFirstConsumer` binding.
+pub fn delayed(mut class: StorageClass) -> StorageClass {
+    class.volume_binding_mode = Some("WaitForFirstConsumer".into());
+    class
+}
+
+/// A StorageClass of our driver, no parameters, `WaitForFirstConsumer` binding.
+pub fn delayed_class(name: &str) -> StorageClass {
+    delayed(storage_class(name, &[]))
+}
+
+/// A StorageClass whose provisioner secret is `<claim name>-creds` in the claim's namespace
+/// (upstream's templates), used for provisioning and, recorded on the PV, for deletion.
+pub fn templated_secret_class(name: &str) -> StorageClass {
+    storage_class(
+        name,
+        &[
+            (
+                "csi.storage.k8s.io/provisioner-secret-name",
+                "${pvc.name}-creds",
+            ),
+            (
+                "csi.storage.k8s.io/provisioner-secret-namespace",
+                "${pvc.namespace}",
+            ),
+        ],
+    )
+}
+
+/// A Secret holding one `key` with `value`.
+pub fn secret(ns: &str, name: &str, key: &str, value: &str) -> Secret {
+    Secret {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some(ns.into()),
+            ..Default::default()
+        },
+        data: Some(BTreeMap::from([(
+            key.to_string(),
+            k8s_openapi::ByteString(value.as_bytes().to_vec()),
+        )])),
         ..Default::default()
     }
 }
@@ -374,6 +463,18 @@ pub fn pod_using(ns: &str, name: &str, claim: &str, node: &str) -> Pod {
         spec: Some(spec),
         ..Default::default()
     }
+}
+
+/// The usual scenario start: a cluster, a mock driver on `node-1` with `driver_flags` and a
+/// sidecar for it with `sidecar_flags`.
+pub async fn start_single_node(
+    driver_flags: &[&str],
+    sidecar_flags: &[&str],
+) -> (Cluster, Driver, Sidecar) {
+    let cluster = Cluster::start().await;
+    let driver = Driver::start(cluster.dir.path(), "node-1", driver_flags).await;
+    let sidecar = Sidecar::start(&cluster, &driver, sidecar_flags).await;
+    (cluster, driver, sidecar)
 }
 
 /// A mock CSI driver child process with its socket, state file and control socket.
@@ -609,6 +710,25 @@ impl Sidecar {
 
     pub fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// How many log lines contain every one of `parts`.
+    pub fn log_lines_with(&self, parts: &[&str]) -> usize {
+        self.log()
+            .lines()
+            .filter(|line| parts.iter().all(|p| line.contains(p)))
+            .count()
+    }
+
+    /// Waits until at least `n` log lines contain every one of `parts`: the positive signal a
+    /// "nothing happened" check needs before it may look.
+    pub async fn wait_log(&self, parts: &[&str], n: usize) {
+        wait_for(
+            &format!("{n} sidecar log line(s) with {parts:?}"),
+            DEADLINE,
+            || async { (self.log_lines_with(parts) >= n).then_some(()) },
+        )
+        .await
     }
 }
 

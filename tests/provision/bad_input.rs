@@ -48,13 +48,11 @@ async fn every_bad_input_is_reported_by_name_and_never_reaches_the_driver() {
         ),
     ];
     for (name, params) in classes {
-        cluster
-            .create(&cluster.classes(), &storage_class(name, params))
-            .await;
+        cluster.add_class(&storage_class(name, params)).await;
     }
     let mut other = storage_class("other", &[]);
     other.provisioner = "other.csi.example.com".into();
-    cluster.create(&cluster.classes(), &other).await;
+    cluster.add_class(&other).await;
 
     let mut selector = our_claim("selector", "good", "1Gi");
     selector.spec.as_mut().unwrap().selector = Some(Default::default());
@@ -87,13 +85,7 @@ async fn every_bad_input_is_reported_by_name_and_never_reaches_the_driver() {
     for (pvc, needle) in &cases {
         let name = pvc.metadata.name.as_deref().unwrap();
         cluster
-            .wait_event(
-                "PersistentVolumeClaim",
-                NS,
-                name,
-                "ProvisioningFailed",
-                needle,
-            )
+            .wait_claim_event(NS, name, "ProvisioningFailed", needle)
             .await;
     }
     // A good claim after them goes through, so the driver was reachable all along.
@@ -126,15 +118,9 @@ async fn an_undersized_volume_is_deleted_again_and_reported() {
         .await
         .unwrap();
     let _sidecar = Sidecar::start(&cluster, &driver, &[]).await;
+    let pvc = cluster.claim_with_fast_class(NS, "data").await;
     cluster
-        .create(&cluster.classes(), &storage_class("fast", &[]))
-        .await;
-    let pvc = cluster
-        .create(&cluster.pvcs(NS), &claim(NS, "data", "fast", "1Gi"))
-        .await;
-    cluster
-        .wait_event(
-            "PersistentVolumeClaim",
+        .wait_claim_event(
             NS,
             "data",
             "ProvisioningFailed",
@@ -188,29 +174,23 @@ async fn an_infeasible_claim_is_held_back_until_its_class_changes() {
         .await
         .unwrap();
     let sidecar = Sidecar::start(&cluster, &driver, &[]).await;
+    let pvc = cluster.claim_with_fast_class(NS, "data").await;
     cluster
-        .create(&cluster.classes(), &storage_class("fast", &[]))
-        .await;
-    let pvc = cluster
-        .create(&cluster.pvcs(NS), &claim(NS, "data", "fast", "1Gi"))
-        .await;
-    cluster
-        .wait_event(
-            "PersistentVolumeClaim",
-            NS,
+        .wait_claim_event(NS,
             "data",
             "ProvisioningFailed",
             "Volume provisioning failed with infeasible error. Retries will be delayed. rpc error: code = InvalidArgument",
         )
         .await;
     // The retry (100ms later) is held back with upstream's message instead of calling again.
-    wait_log(
-        &sidecar,
-        &[&format!(
-            "skipping volume provisioning for pvc {}, because provisioning previously failed with infeasible error",
-            uid(&pvc)
-        )],
-    )
+    sidecar
+        .wait_log(
+            &[&format!(
+                "skipping volume provisioning for pvc {}, because provisioning previously failed with infeasible error",
+                uid(&pvc)
+            )],
+            1,
+        )
     .await;
     assert_eq!(driver.state().await.calls("CreateVolume"), 1);
 
@@ -225,9 +205,7 @@ async fn an_infeasible_claim_is_held_back_until_its_class_changes() {
         matches!(cluster.classes().get_opt("fast").await, Ok(None)).then_some(())
     })
     .await;
-    cluster
-        .create(&cluster.classes(), &storage_class("fast", &[]))
-        .await;
+    cluster.add_class(&storage_class("fast", &[])).await;
     cluster.wait_bound(NS, "data").await;
     let state = driver.wait_volumes(1).await;
     assert_eq!(state.calls("CreateVolume"), 2);

@@ -32,12 +32,7 @@ async fn driver_timeouts_are_retried_until_the_volume_exists_once() {
         .await
         .unwrap();
     let _sidecar = Sidecar::start(&cluster, &driver, &[]).await;
-    cluster
-        .create(&cluster.classes(), &storage_class("fast", &[]))
-        .await;
-    cluster
-        .create(&cluster.pvcs(NS), &claim(NS, "data", "fast", "1Gi"))
-        .await;
+    cluster.claim_with_fast_class(NS, "data").await;
     let pv = cluster.wait_bound(NS, "data").await;
     let state = driver.wait_volumes(1).await;
     assert!(state.calls("CreateVolume") >= 3);
@@ -61,12 +56,7 @@ async fn pvc_deleted_while_create_volume_hangs_leaves_no_volume() {
         .await
         .unwrap();
     let _sidecar = Sidecar::start(&cluster, &driver, &[]).await;
-    cluster
-        .create(&cluster.classes(), &storage_class("fast", &[]))
-        .await;
-    cluster
-        .create(&cluster.pvcs(NS), &claim(NS, "data", "fast", "1Gi"))
-        .await;
+    cluster.claim_with_fast_class(NS, "data").await;
     driver.wait_volumes(1).await;
 
     // The claim is deleted while provisioning is "in progress"; the driver recovers meanwhile.
@@ -94,12 +84,7 @@ async fn sidecar_killed_during_create_volume_makes_no_second_volume() {
         .await
         .unwrap();
     let mut sidecar = Sidecar::start(&cluster, &driver, &["--timeout=60s"]).await;
-    cluster
-        .create(&cluster.classes(), &storage_class("fast", &[]))
-        .await;
-    let pvc = cluster
-        .create(&cluster.pvcs(NS), &claim(NS, "data", "fast", "1Gi"))
-        .await;
+    let pvc = cluster.claim_with_fast_class(NS, "data").await;
     // The intent is recorded before the call; the call is in flight when the sidecar dies.
     wait_claim(&cluster, "data", "intent recorded", |p| {
         has_intent(p).then_some(())
@@ -156,15 +141,9 @@ async fn sidecar_killed_while_the_pv_cannot_be_saved_reuses_the_volume() {
             .resource("persistentvolumes"),
     );
     let mut sidecar = Sidecar::start(&cluster, &driver, &[]).await;
+    let pvc = cluster.claim_with_fast_class(NS, "data").await;
     cluster
-        .create(&cluster.classes(), &storage_class("fast", &[]))
-        .await;
-    let pvc = cluster
-        .create(&cluster.pvcs(NS), &claim(NS, "data", "fast", "1Gi"))
-        .await;
-    cluster
-        .wait_event(
-            "PersistentVolumeClaim",
+        .wait_claim_event(
             NS,
             "data",
             "ProvisioningFailed",
@@ -198,12 +177,7 @@ async fn pvc_deleted_while_the_sidecar_is_down_gets_its_volume_deleted() {
         .await
         .unwrap();
     let mut sidecar = Sidecar::start(&cluster, &driver, &[]).await;
-    cluster
-        .create(&cluster.classes(), &storage_class("fast", &[]))
-        .await;
-    cluster
-        .create(&cluster.pvcs(NS), &claim(NS, "data", "fast", "1Gi"))
-        .await;
+    cluster.claim_with_fast_class(NS, "data").await;
     driver.wait_volumes(1).await;
     wait_claim(&cluster, "data", "intent recorded", |p| {
         has_intent(p).then_some(())
@@ -249,9 +223,7 @@ async fn claims_deleted_at_every_stage_of_provisioning_leave_nothing_behind() {
         .await
         .unwrap();
     let _sidecar = Sidecar::start(&cluster, &driver, &[]).await;
-    cluster
-        .create(&cluster.classes(), &storage_class("fast", &[]))
-        .await;
+    cluster.add_class(&storage_class("fast", &[])).await;
     let names: Vec<String> = (0..12).map(|i| format!("race-{i}")).collect();
     let api = cluster.pvcs(NS);
     // Every third claim is deleted right after its creation, before anything could start.
@@ -287,12 +259,8 @@ async fn claims_deleted_at_every_stage_of_provisioning_leave_nothing_behind() {
 #[tokio::test]
 async fn five_hundred_claims_at_once_get_exactly_five_hundred_volumes() {
     const CLAIMS: usize = 500;
-    let cluster = Cluster::start().await;
-    let driver = Driver::start(cluster.dir.path(), "node-1", &[]).await;
-    let _sidecar = Sidecar::start(&cluster, &driver, &[]).await;
-    cluster
-        .create(&cluster.classes(), &storage_class("fast", &[]))
-        .await;
+    let (cluster, driver, _sidecar) = start_single_node(&[], &[]).await;
+    cluster.add_class(&storage_class("fast", &[])).await;
     let api = cluster.pvcs(NS);
     let before = cluster.sim.counters();
     let started = Instant::now();

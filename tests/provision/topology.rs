@@ -23,6 +23,12 @@ async fn volume_node(driver: &Driver, pvc: &PersistentVolumeClaim) -> String {
     volume.node.clone()
 }
 
+/// StorageClass `late` (WaitForFirstConsumer) and a 1Gi claim `data` of it, not yet scheduled.
+async fn late_claim(cluster: &Cluster) -> PersistentVolumeClaim {
+    cluster.add_class(&delayed_class("late")).await;
+    cluster.claim_of_class(NS, "data", "late", "1Gi").await
+}
+
 fn allowed_on(node: &str) -> TopologySelectorTerm {
     TopologySelectorTerm {
         match_label_expressions: Some(vec![TopologySelectorLabelRequirement {
@@ -36,23 +42,17 @@ fn allowed_on(node: &str) -> TopologySelectorTerm {
 async fn delayed_binding_waits_for_the_consumer_then_provisions_on_its_node() {
     let cluster = Cluster::start().await;
     let driver = two_node_driver(&cluster, &[]).await;
-    cluster.add_node("node-1").await;
-    cluster.add_node("node-2").await;
+    cluster.add_nodes(&["node-1", "node-2"]).await;
     let sidecar = Sidecar::start(&cluster, &driver, &[]).await;
-    cluster
-        .create(&cluster.classes(), &delayed(storage_class("late", &[])))
-        .await;
-    let pvc = cluster
-        .create(&cluster.pvcs(NS), &claim(NS, "data", "late", "1Gi"))
-        .await;
+    let pvc = late_claim(&cluster).await;
     // The sidecar looked at the claim and left it alone (the PV controller does not even name a
     // provisioner before a node is selected).
-    wait_log(&sidecar, &["nothing to do for claim", "claim=default/data"]).await;
+    sidecar
+        .wait_log(&["nothing to do for claim", "claim=default/data"], 1)
+        .await;
     assert_eq!(driver.state().await.calls("CreateVolume"), 0);
 
-    cluster
-        .create(&cluster.pods(NS), &pod_using(NS, "app", "data", "node-2"))
-        .await;
+    cluster.schedule(NS, "app", "data", "node-2").await;
     let pv = cluster.wait_bound(NS, "data").await;
     assert_eq!(affinity_nodes(&pv), vec!["node-2".to_string()]);
     driver.wait_volumes(1).await;
@@ -66,12 +66,7 @@ async fn immediate_binding_requests_the_topology_of_the_cluster() {
     // Only node-2 is a node of the cluster: the aggregated requirement names it alone.
     cluster.add_node("node-2").await;
     let _sidecar = Sidecar::start(&cluster, &driver, &[]).await;
-    cluster
-        .create(&cluster.classes(), &storage_class("fast", &[]))
-        .await;
-    let pvc = cluster
-        .create(&cluster.pvcs(NS), &claim(NS, "data", "fast", "1Gi"))
-        .await;
+    let pvc = cluster.claim_with_fast_class(NS, "data").await;
     let pv = cluster.wait_bound(NS, "data").await;
     assert_eq!(affinity_nodes(&pv), vec!["node-2".to_string()]);
     driver.wait_volumes(1).await;
@@ -84,18 +79,12 @@ async fn immediate_topology_off_sends_no_requirement_but_honours_allowed_topolog
     let driver = two_node_driver(&cluster, &[]).await;
     cluster.add_node("node-2").await;
     let _sidecar = Sidecar::start(&cluster, &driver, &["--immediate-topology=false"]).await;
-    cluster
-        .create(&cluster.classes(), &storage_class("anywhere", &[]))
-        .await;
+    cluster.add_class(&storage_class("anywhere", &[])).await;
     let mut pinned = storage_class("pinned", &[]);
     pinned.allowed_topologies = Some(vec![allowed_on("node-2")]);
-    cluster.create(&cluster.classes(), &pinned).await;
-    let free = cluster
-        .create(&cluster.pvcs(NS), &claim(NS, "free", "anywhere", "1Gi"))
-        .await;
-    let placed = cluster
-        .create(&cluster.pvcs(NS), &claim(NS, "placed", "pinned", "1Gi"))
-        .await;
+    cluster.add_class(&pinned).await;
+    let free = cluster.claim_of_class(NS, "free", "anywhere", "1Gi").await;
+    let placed = cluster.claim_of_class(NS, "placed", "pinned", "1Gi").await;
 
     // No requirement: the driver picks its own default, node-1, though only node-2 is a node.
     let free_pv = cluster.wait_bound(NS, "free").await;
@@ -110,27 +99,13 @@ async fn immediate_topology_off_sends_no_requirement_but_honours_allowed_topolog
 
 /// node-2 full (1Gi pools, a 1Gi volume there already), then a 1Gi claim whose pod runs on node-2.
 async fn claim_for_a_full_node(cluster: &Cluster) -> PersistentVolumeClaim {
-    cluster.add_node("node-1").await;
-    cluster.add_node("node-2").await;
-    cluster
-        .create(&cluster.classes(), &delayed(storage_class("late", &[])))
-        .await;
-    cluster
-        .create(&cluster.pvcs(NS), &claim(NS, "filler", "late", "1Gi"))
-        .await;
-    cluster
-        .create(
-            &cluster.pods(NS),
-            &pod_using(NS, "filler", "filler", "node-2"),
-        )
-        .await;
+    cluster.add_nodes(&["node-1", "node-2"]).await;
+    cluster.add_class(&delayed_class("late")).await;
+    cluster.claim_of_class(NS, "filler", "late", "1Gi").await;
+    cluster.schedule(NS, "filler", "filler", "node-2").await;
     cluster.wait_bound(NS, "filler").await;
-    let pvc = cluster
-        .create(&cluster.pvcs(NS), &claim(NS, "data", "late", "1Gi"))
-        .await;
-    cluster
-        .create(&cluster.pods(NS), &pod_using(NS, "app", "data", "node-2"))
-        .await;
+    let pvc = cluster.claim_of_class(NS, "data", "late", "1Gi").await;
+    cluster.schedule(NS, "app", "data", "node-2").await;
     pvc
 }
 
@@ -156,13 +131,7 @@ async fn strict_topology_on_a_full_node_clears_the_selected_node_for_reschedulin
     claim_for_a_full_node(&cluster).await;
     // Only node-2 is requested: RESOURCE_EXHAUSTED, reported, and the scheduler may pick again.
     cluster
-        .wait_event(
-            "PersistentVolumeClaim",
-            NS,
-            "data",
-            "ProvisioningFailed",
-            "code = ResourceExhausted",
-        )
+        .wait_claim_event(NS, "data", "ProvisioningFailed", "code = ResourceExhausted")
         .await;
     history.wait_selected_node_cleared("node-2").await;
     let state = driver.state().await;
@@ -183,28 +152,14 @@ async fn resource_exhausted_on_the_selected_node_reschedules_and_then_provisions
         )
         .await
         .unwrap();
-    cluster.add_node("node-1").await;
-    cluster.add_node("node-2").await;
+    cluster.add_nodes(&["node-1", "node-2"]).await;
     let _sidecar = Sidecar::start(&cluster, &driver, &[]).await;
     let history = ClaimHistory::start(&cluster, "data");
-    cluster
-        .create(&cluster.classes(), &delayed(storage_class("late", &[])))
-        .await;
-    let pvc = cluster
-        .create(&cluster.pvcs(NS), &claim(NS, "data", "late", "1Gi"))
-        .await;
-    cluster
-        .create(&cluster.pods(NS), &pod_using(NS, "app", "data", "node-2"))
-        .await;
+    let pvc = late_claim(&cluster).await;
+    cluster.schedule(NS, "app", "data", "node-2").await;
     history.wait_selected_node_cleared("node-2").await;
     cluster
-        .wait_event(
-            "PersistentVolumeClaim",
-            NS,
-            "data",
-            "ProvisioningFailed",
-            "code = ResourceExhausted",
-        )
+        .wait_claim_event(NS, "data", "ProvisioningFailed", "code = ResourceExhausted")
         .await;
     // The scheduler (the simulator) selects the pod's node again; the retry succeeds.
     cluster.wait_bound(NS, "data").await;
@@ -217,18 +172,10 @@ async fn resource_exhausted_on_the_selected_node_reschedules_and_then_provisions
 async fn a_deleted_selected_node_is_cleared_so_the_pod_can_go_elsewhere() {
     let cluster = Cluster::start().await;
     let driver = two_node_driver(&cluster, &[]).await;
-    cluster.add_node("node-1").await;
-    cluster.add_node("node-2").await;
-    cluster
-        .create(&cluster.classes(), &delayed(storage_class("late", &[])))
-        .await;
-    let pvc = cluster
-        .create(&cluster.pvcs(NS), &claim(NS, "data", "late", "1Gi"))
-        .await;
+    cluster.add_nodes(&["node-1", "node-2"]).await;
+    let pvc = late_claim(&cluster).await;
     // Scheduled to node-2 while no provisioner runs; then node-2 and its pod go away.
-    cluster
-        .create(&cluster.pods(NS), &pod_using(NS, "app", "data", "node-2"))
-        .await;
+    cluster.schedule(NS, "app", "data", "node-2").await;
     wait_claim(&cluster, "data", "node-2 selected", |p| {
         (annotation(p, SELECTED_NODE) == Some("node-2")).then_some(())
     })
@@ -238,12 +185,11 @@ async fn a_deleted_selected_node_is_cleared_so_the_pod_can_go_elsewhere() {
         .delete("app", &Default::default())
         .await
         .unwrap();
-    remove_node(&cluster, "node-2").await;
+    cluster.delete_node("node-2").await;
 
     let _sidecar = Sidecar::start(&cluster, &driver, &[]).await;
     cluster
-        .wait_event(
-            "PersistentVolumeClaim",
+        .wait_claim_event(
             NS,
             "data",
             "SelectedNodeCleared",
@@ -257,9 +203,7 @@ async fn a_deleted_selected_node_is_cleared_so_the_pod_can_go_elsewhere() {
     assert_eq!(driver.state().await.calls("CreateVolume"), 0);
 
     // The pod is scheduled anew, to node-1, and the volume follows it.
-    cluster
-        .create(&cluster.pods(NS), &pod_using(NS, "app-2", "data", "node-1"))
-        .await;
+    cluster.schedule(NS, "app-2", "data", "node-1").await;
     let pv = cluster.wait_bound(NS, "data").await;
     assert_eq!(affinity_nodes(&pv), vec!["node-1".to_string()]);
     driver.wait_volumes(1).await;
@@ -279,22 +223,14 @@ async fn a_retry_after_a_timeout_keeps_its_topology_when_the_node_vanishes() {
         )
         .await
         .unwrap();
-    cluster.add_node("node-1").await;
-    cluster.add_node("node-2").await;
+    cluster.add_nodes(&["node-1", "node-2"]).await;
     let _sidecar = Sidecar::start(&cluster, &driver, &[]).await;
-    cluster
-        .create(&cluster.classes(), &delayed(storage_class("late", &[])))
-        .await;
-    let pvc = cluster
-        .create(&cluster.pvcs(NS), &claim(NS, "data", "late", "1Gi"))
-        .await;
-    cluster
-        .create(&cluster.pods(NS), &pod_using(NS, "app", "data", "node-2"))
-        .await;
+    let pvc = late_claim(&cluster).await;
+    cluster.schedule(NS, "app", "data", "node-2").await;
     driver.wait_volumes(1).await;
 
     // node-2 disappears while the claim is retried; the retries still ask for node-2.
-    remove_node(&cluster, "node-2").await;
+    cluster.delete_node("node-2").await;
     let calls = driver.state().await.calls("CreateVolume");
     wait_for("two more CreateVolume retries", DEADLINE, || async {
         (driver.state().await.calls("CreateVolume") >= calls + 2).then_some(())
@@ -307,7 +243,9 @@ async fn a_retry_after_a_timeout_keeps_its_topology_when_the_node_vanishes() {
     assert_eq!(state.volumes[0].node, "node-2");
     assert_eq!(volume_node(&driver, &pvc).await, "node-2");
     assert_eq!(
-        claim_event_total(&cluster, "data", "SelectedNodeCleared").await,
+        cluster
+            .event_count("PersistentVolumeClaim", "", "data", "SelectedNodeCleared")
+            .await,
         0
     );
 }
