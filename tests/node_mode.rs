@@ -12,12 +12,13 @@ use common::*;
 use k8s_openapi::api::core::v1::{
     CSIPersistentVolumeSource, ObjectReference, PersistentVolume, PersistentVolumeSpec,
 };
-use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::api::{DeleteParams, ObjectMeta};
 use kube_sim::FaultRule;
 
 const NS: &str = "default";
+/// The three nodes of a node-mode fleet.
+const NODES: [&str; 3] = ["node-a", "node-b", "node-c"];
 /// Our annotations and labels (see `csi_provisioner::names`).
 const ANN_NODE_NAME: &str = "csi-provisioner.rs/node-name";
 const ANN_NODE_UID: &str = "csi-provisioner.rs/node-uid";
@@ -57,12 +58,51 @@ async fn join(cluster: &Cluster, node: &str, extra: &[&str]) -> Member {
     }
 }
 
-async fn fleet(cluster: &Cluster, nodes: &[&str], extra: &[&str]) -> Vec<Member> {
+/// Every one of [`NODES`] joined with `extra` sidecar flags.
+async fn fleet(cluster: &Cluster, extra: &[&str]) -> Vec<Member> {
     let mut members = Vec::new();
-    for node in nodes {
+    for node in NODES {
         members.push(join(cluster, node, extra).await);
     }
     members
+}
+
+/// [`NODES`] joined (see [`fleet`]) and the WaitForFirstConsumer StorageClass `local`.
+async fn local_fleet(cluster: &Cluster, extra: &[&str]) -> Vec<Member> {
+    let members = fleet(cluster, extra).await;
+    cluster.add_class(&delayed_class("local")).await;
+    members
+}
+
+/// Claim `data` of class `local` provisioned on node-a (`members[0]`), then its pod is gone and
+/// node-a goes away; returns the PV's name.
+async fn volume_on_a_lost_node(cluster: &Cluster, members: &mut [Member]) -> String {
+    let pv = claim_on(cluster, "data", "local", "node-a").await;
+    let pv_name = name_of(&pv);
+    members[0].driver.wait_volumes(1).await;
+    delete_pod(cluster, "data").await;
+    lose_node(cluster, &mut members[0]).await;
+    pv_name
+}
+
+/// A claim of `class` whose selected-node annotation already names `node` (a scheduler's choice).
+async fn claim_selected_to(cluster: &Cluster, name: &str, class: &str, node: &str) {
+    let mut pvc = claim(NS, name, class, "1Gi");
+    pvc.metadata.annotations = Some(BTreeMap::from([(
+        "volume.kubernetes.io/selected-node".to_string(),
+        node.to_string(),
+    )]));
+    cluster.create(&cluster.pvcs(NS), &pvc).await;
+}
+
+/// Waits until claim `name` carries no selected-node annotation.
+async fn wait_selected_node_removed(cluster: &Cluster, name: &str) {
+    wait_for("the selected node to be removed", DEADLINE, || async {
+        let pvc = cluster.pvcs(NS).get(name).await.ok()?;
+        let annotations = pvc.metadata.annotations.unwrap_or_default();
+        (!annotations.contains_key("volume.kubernetes.io/selected-node")).then_some(())
+    })
+    .await;
 }
 
 /// The node goes away for good: its driver and sidecar stop, its Node and CSINode are deleted.
@@ -72,21 +112,11 @@ async fn lose_node(cluster: &Cluster, member: &mut Member) {
     cluster.delete_node(&member.node).await;
 }
 
-fn delayed_class(name: &str) -> StorageClass {
-    let mut class = storage_class(name, &[]);
-    class.volume_binding_mode = Some("WaitForFirstConsumer".into());
-    class
-}
-
 /// A claim of `class` used by a pod on `node` (the scheduler stand-in selects the node).
 async fn claim_on(cluster: &Cluster, name: &str, class: &str, node: &str) -> PersistentVolume {
-    cluster
-        .create(&cluster.pvcs(NS), &claim(NS, name, class, "1Gi"))
-        .await;
+    cluster.claim_of_class(NS, name, class, "1Gi").await;
     let pod = format!("pod-{name}");
-    cluster
-        .create(&cluster.pods(NS), &pod_using(NS, &pod, name, node))
-        .await;
+    cluster.schedule(NS, &pod, name, node).await;
     cluster.wait_bound(NS, name).await
 }
 
@@ -130,6 +160,11 @@ fn affinity_values(pv: &PersistentVolume) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// The members after node-a (`members[0]`, the one that goes away).
+fn survivors(members: &[Member]) -> Vec<&Member> {
+    members[1..].iter().collect()
+}
+
 /// Sum of an unlabelled metric over the members' sidecars (those that answer).
 async fn metric_sum(members: &[&Member], name: &str) -> f64 {
     let mut sum = 0.0;
@@ -156,14 +191,10 @@ async fn pv_exists(cluster: &Cluster, name: &str) -> Option<PersistentVolume> {
 #[tokio::test]
 async fn delayed_binding_each_claim_is_provisioned_by_its_selected_nodes_instance_only() {
     let cluster = Cluster::start().await;
-    let nodes = ["node-a", "node-b", "node-c"];
-    let members = fleet(&cluster, &nodes, &[]).await;
-    cluster
-        .create(&cluster.classes(), &delayed_class("local"))
-        .await;
+    let members = local_fleet(&cluster, &[]).await;
 
     let mut pvs = BTreeMap::new();
-    for node in nodes {
+    for node in NODES {
         let pv = claim_on(&cluster, &format!("data-{node}"), "local", node).await;
         pvs.insert(node, pv);
     }
@@ -207,16 +238,11 @@ async fn delayed_binding_each_claim_is_provisioned_by_its_selected_nodes_instanc
 #[tokio::test]
 async fn immediate_binding_every_claim_is_provisioned_exactly_once_by_one_instance() {
     let cluster = Cluster::start().await;
-    let nodes = ["node-a", "node-b", "node-c"];
-    let members = fleet(&cluster, &nodes, &[]).await;
-    cluster
-        .create(&cluster.classes(), &storage_class("fast", &[]))
-        .await;
+    let members = fleet(&cluster, &[]).await;
+    cluster.add_class(&storage_class("fast", &[])).await;
     let claims: Vec<String> = (0..9).map(|i| format!("data-{i}")).collect();
     for name in &claims {
-        cluster
-            .create(&cluster.pvcs(NS), &claim(NS, name, "fast", "1Gi"))
-            .await;
+        cluster.claim_of_class(NS, name, "fast", "1Gi").await;
     }
 
     let mut by_node: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
@@ -253,11 +279,7 @@ async fn immediate_binding_every_claim_is_provisioned_exactly_once_by_one_instan
 #[tokio::test]
 async fn deletion_only_the_owning_instance_calls_delete_volume() {
     let cluster = Cluster::start().await;
-    let nodes = ["node-a", "node-b", "node-c"];
-    let members = fleet(&cluster, &nodes, &[]).await;
-    cluster
-        .create(&cluster.classes(), &delayed_class("local"))
-        .await;
+    let members = local_fleet(&cluster, &[]).await;
     let pv = claim_on(&cluster, "data", "local", "node-a").await;
     members[0].driver.wait_volumes(1).await;
 
@@ -284,22 +306,13 @@ async fn deletion_only_the_owning_instance_calls_delete_volume() {
 #[tokio::test]
 async fn node_deleted_then_its_claim_deleted_the_pv_is_answered_once_after_the_grace_period() {
     let cluster = Cluster::start().await;
-    let nodes = ["node-a", "node-b", "node-c"];
-    let mut members = fleet(&cluster, &nodes, &["--deleted-node-grace-period=4s"]).await;
-    cluster
-        .create(&cluster.classes(), &delayed_class("local"))
-        .await;
-    let pv = claim_on(&cluster, "data", "local", "node-a").await;
-    let pv_name = name_of(&pv);
-    members[0].driver.wait_volumes(1).await;
-
-    delete_pod(&cluster, "data").await;
-    lose_node(&cluster, &mut members[0]).await;
+    let mut members = local_fleet(&cluster, &["--deleted-node-grace-period=4s"]).await;
+    let pv_name = volume_on_a_lost_node(&cluster, &mut members).await;
     cluster.delete_pvc_and_wait(NS, "data").await;
 
     cluster.wait_pv_gone(&pv_name).await;
     let message = cluster
-        .wait_event("PersistentVolume", "", &pv_name, GONE, "node \"node-a\"")
+        .wait_pv_event(&pv_name, GONE, "node \"node-a\"")
         .await;
     assert!(message.contains("no longer exists"), "{message}");
     assert!(message.contains("grace period of 4s"), "{message}");
@@ -307,7 +320,7 @@ async fn node_deleted_then_its_claim_deleted_the_pv_is_answered_once_after_the_g
         message.contains("without calling DeleteVolume"),
         "{message}"
     );
-    let survivors: Vec<&Member> = members[1..].iter().collect();
+    let survivors = survivors(&members);
     wait_metric_sum(&survivors, ANSWERED, 1.0).await;
     assert_eq!(
         cluster
@@ -378,11 +391,7 @@ async fn a_node_recreated_within_the_grace_period_keeps_volumes_known_by_name_bu
     cluster
         .create(&cluster.pvs(), &legacy_released_pv(legacy, "node-d"))
         .await;
-    let nodes = ["node-a", "node-b", "node-c"];
-    let mut members = fleet(&cluster, &nodes, &["--deleted-node-grace-period=20s"]).await;
-    cluster
-        .create(&cluster.classes(), &delayed_class("local"))
-        .await;
+    let mut members = local_fleet(&cluster, &["--deleted-node-grace-period=20s"]).await;
     let pv = claim_on(&cluster, "data", "local", "node-a").await;
     let pv_name = name_of(&pv);
     members[0].driver.wait_volumes(1).await;
@@ -401,7 +410,7 @@ async fn a_node_recreated_within_the_grace_period_keeps_volumes_known_by_name_bu
     lose_node(&cluster, &mut members[0]).await;
     cluster.delete_node("node-d").await;
     cluster.delete_pvc_and_wait(NS, "data").await;
-    let survivors: Vec<&Member> = members[1..].iter().collect();
+    let survivors = survivors(&members);
     // Both volumes wait for their missing node: the clean-up has seen them.
     wait_metric_sum(&survivors, WAITING, 2.0).await;
 
@@ -412,13 +421,7 @@ async fn a_node_recreated_within_the_grace_period_keeps_volumes_known_by_name_bu
     // The PV recording node-a's UID belongs to a machine that is gone: answered after the period.
     cluster.wait_pv_gone(&pv_name).await;
     let message = cluster
-        .wait_event(
-            "PersistentVolume",
-            "",
-            &pv_name,
-            GONE,
-            "replaced by a new node of the same name",
-        )
+        .wait_pv_event(&pv_name, GONE, "replaced by a new node of the same name")
         .await;
     assert!(message.contains("node \"node-a\""), "{message}");
     // The legacy PV knows its node only by name: the node is back, so it is kept. It was first
@@ -452,16 +455,8 @@ async fn a_node_recreated_within_the_grace_period_keeps_volumes_known_by_name_bu
 #[tokio::test]
 async fn node_lookups_failing_with_500_or_503_never_count_as_absence() {
     let cluster = Cluster::start().await;
-    let nodes = ["node-a", "node-b", "node-c"];
-    let mut members = fleet(&cluster, &nodes, &["--deleted-node-grace-period=4s"]).await;
-    cluster
-        .create(&cluster.classes(), &delayed_class("local"))
-        .await;
-    let pv = claim_on(&cluster, "data", "local", "node-a").await;
-    let pv_name = name_of(&pv);
-    members[0].driver.wait_volumes(1).await;
-    delete_pod(&cluster, "data").await;
-    lose_node(&cluster, &mut members[0]).await;
+    let mut members = local_fleet(&cluster, &["--deleted-node-grace-period=4s"]).await;
+    let pv_name = volume_on_a_lost_node(&cluster, &mut members).await;
 
     let faults = cluster.sim.faults();
     // Only GETs of the missing node fail (the instances' own start-up reads are not disturbed).
@@ -512,7 +507,7 @@ async fn node_lookups_failing_with_500_or_503_never_count_as_absence() {
             .await,
         0
     );
-    let survivors: Vec<&Member> = members[1..].iter().collect();
+    let survivors = survivors(&members);
     assert!(
         survivors.iter().any(|m| m
             .sidecar
@@ -525,31 +520,22 @@ async fn node_lookups_failing_with_500_or_503_never_count_as_absence() {
     faults.remove(unavailable);
     cluster.wait_pv_gone(&pv_name).await;
     cluster
-        .wait_event("PersistentVolume", "", &pv_name, GONE, "node \"node-a\"")
+        .wait_pv_event(&pv_name, GONE, "node \"node-a\"")
         .await;
 }
 
 #[tokio::test]
 async fn with_pvc_cleanup_a_claim_bound_to_a_volume_of_a_deleted_node_is_deleted() {
     let cluster = Cluster::start().await;
-    let nodes = ["node-a", "node-b", "node-c"];
-    let mut members = fleet(
+    let mut members = local_fleet(
         &cluster,
-        &nodes,
         &[
             "--deleted-node-grace-period=4s",
             "--deleted-node-pvc-cleanup",
         ],
     )
     .await;
-    cluster
-        .create(&cluster.classes(), &delayed_class("local"))
-        .await;
-    let pv = claim_on(&cluster, "data", "local", "node-a").await;
-    let pv_name = name_of(&pv);
-    members[0].driver.wait_volumes(1).await;
-    delete_pod(&cluster, "data").await;
-    lose_node(&cluster, &mut members[0]).await;
+    let pv_name = volume_on_a_lost_node(&cluster, &mut members).await;
 
     // The claim is deleted for the user, then its volume is answered as deleted.
     wait_for("the bound claim to be deleted", DEADLINE, || async {
@@ -558,15 +544,9 @@ async fn with_pvc_cleanup_a_claim_bound_to_a_volume_of_a_deleted_node_is_deleted
     .await;
     cluster.wait_pv_gone(&pv_name).await;
     cluster
-        .wait_event(
-            "PersistentVolume",
-            "",
-            &pv_name,
-            GONE,
-            "Deleted claim default/data",
-        )
+        .wait_pv_event(&pv_name, GONE, "Deleted claim default/data")
         .await;
-    let survivors: Vec<&Member> = members[1..].iter().collect();
+    let survivors = survivors(&members);
     wait_metric_sum(&survivors, CLAIMS_DELETED, 1.0).await;
     wait_metric_sum(&survivors, ANSWERED, 1.0).await;
 }
@@ -574,11 +554,7 @@ async fn with_pvc_cleanup_a_claim_bound_to_a_volume_of_a_deleted_node_is_deleted
 #[tokio::test]
 async fn without_pvc_cleanup_a_claim_bound_to_a_volume_of_a_deleted_node_is_kept() {
     let cluster = Cluster::start().await;
-    let nodes = ["node-a", "node-b", "node-c"];
-    let mut members = fleet(&cluster, &nodes, &["--deleted-node-grace-period=4s"]).await;
-    cluster
-        .create(&cluster.classes(), &delayed_class("local"))
-        .await;
+    let mut members = local_fleet(&cluster, &["--deleted-node-grace-period=4s"]).await;
     let kept_pv = claim_on(&cluster, "data", "local", "node-a").await;
     let scratch_pv = claim_on(&cluster, "scratch", "local", "node-a").await;
     members[0].driver.wait_volumes(2).await;
@@ -589,7 +565,7 @@ async fn without_pvc_cleanup_a_claim_bound_to_a_volume_of_a_deleted_node_is_kept
 
     // The released volume of the same node is answered: the clean-up ran past the grace period.
     cluster.wait_pv_gone(&name_of(&scratch_pv)).await;
-    let survivors: Vec<&Member> = members[1..].iter().collect();
+    let survivors = survivors(&members);
     wait_metric_sum(&survivors, ANSWERED, 1.0).await;
     // The bound claim and its volume are left alone.
     let pvc = cluster
@@ -625,9 +601,7 @@ async fn controller_mode_answers_volumes_of_a_deleted_node_with_a_per_node_topol
         ],
     )
     .await;
-    cluster
-        .create(&cluster.classes(), &delayed_class("local"))
-        .await;
+    cluster.add_class(&delayed_class("local")).await;
     let pv = claim_on(&cluster, "data", "local", "node-b").await;
     let pv_name = name_of(&pv);
     assert_eq!(annotation(&pv, ANN_NODE_NAME), Some("node-b"));
@@ -649,7 +623,7 @@ async fn controller_mode_answers_volumes_of_a_deleted_node_with_a_per_node_topol
 
     cluster.wait_pv_gone(&pv_name).await;
     cluster
-        .wait_event("PersistentVolume", "", &pv_name, GONE, "node \"node-b\"")
+        .wait_pv_event(&pv_name, GONE, "node \"node-b\"")
         .await;
     wait_for("the answered-volume counter", DEADLINE, || async {
         (sidecar.metric(ANSWERED).await == Some(1.0)).then_some(())
@@ -664,39 +638,16 @@ async fn a_selected_node_without_our_driver_is_cleared_so_the_scheduler_picks_ag
     cluster.add_node_without_driver("node-x").await;
     let driver = Driver::start(cluster.dir.path(), "node-a", &["--topology"]).await;
     let _sidecar = Sidecar::start(&cluster, &driver, &["--feature-gates=Topology=true"]).await;
-    cluster
-        .create(&cluster.classes(), &delayed_class("local"))
-        .await;
-    let mut pvc = claim(NS, "data", "local", "1Gi");
-    pvc.metadata.annotations = Some(BTreeMap::from([(
-        "volume.kubernetes.io/selected-node".to_string(),
-        "node-x".to_string(),
-    )]));
-    cluster.create(&cluster.pvcs(NS), &pvc).await;
+    cluster.add_class(&delayed_class("local")).await;
+    claim_selected_to(&cluster, "data", "local", "node-x").await;
 
     let message = cluster
-        .wait_event(
-            "PersistentVolumeClaim",
-            NS,
-            "data",
-            "SelectedNodeCleared",
-            "node-x",
-        )
+        .wait_claim_event(NS, "data", "SelectedNodeCleared", "node-x")
         .await;
     assert!(message.contains(DRIVER), "{message}");
-    wait_for("the selected node to be removed", DEADLINE, || async {
-        let pvc = cluster.pvcs(NS).get("data").await.ok()?;
-        let annotations = pvc.metadata.annotations.unwrap_or_default();
-        (!annotations.contains_key("volume.kubernetes.io/selected-node")).then_some(())
-    })
-    .await;
+    wait_selected_node_removed(&cluster, "data").await;
     // The scheduler picks a node with our driver; the claim is provisioned there.
-    cluster
-        .create(
-            &cluster.pods(NS),
-            &pod_using(NS, "pod-data", "data", "node-a"),
-        )
-        .await;
+    cluster.schedule(NS, "pod-data", "data", "node-a").await;
     let pv = cluster.wait_bound(NS, "data").await;
     assert_eq!(affinity_values(&pv), vec!["node-a".to_string()]);
 }
@@ -705,33 +656,13 @@ async fn a_selected_node_without_our_driver_is_cleared_so_the_scheduler_picks_ag
 async fn node_mode_one_instance_clears_a_selected_node_without_our_driver() {
     let cluster = Cluster::start().await;
     cluster.add_node_without_driver("node-x").await;
-    let nodes = ["node-a", "node-b", "node-c"];
-    let _members = fleet(&cluster, &nodes, &[]).await;
-    cluster
-        .create(&cluster.classes(), &delayed_class("local"))
-        .await;
-    let mut pvc = claim(NS, "data", "local", "1Gi");
-    pvc.metadata.annotations = Some(BTreeMap::from([(
-        "volume.kubernetes.io/selected-node".to_string(),
-        "node-x".to_string(),
-    )]));
-    cluster.create(&cluster.pvcs(NS), &pvc).await;
+    let _members = local_fleet(&cluster, &[]).await;
+    claim_selected_to(&cluster, "data", "local", "node-x").await;
 
     cluster
-        .wait_event(
-            "PersistentVolumeClaim",
-            NS,
-            "data",
-            "SelectedNodeCleared",
-            "node-x",
-        )
+        .wait_claim_event(NS, "data", "SelectedNodeCleared", "node-x")
         .await;
-    wait_for("the selected node to be removed", DEADLINE, || async {
-        let pvc = cluster.pvcs(NS).get("data").await.ok()?;
-        let annotations = pvc.metadata.annotations.unwrap_or_default();
-        (!annotations.contains_key("volume.kubernetes.io/selected-node")).then_some(())
-    })
-    .await;
+    wait_selected_node_removed(&cluster, "data").await;
     // Each instance records events under its own source: one event object means one instance.
     let cleared = cluster
         .events_for("PersistentVolumeClaim", NS, "data")
@@ -740,12 +671,7 @@ async fn node_mode_one_instance_clears_a_selected_node_without_our_driver() {
         .filter(|(reason, _)| reason == "SelectedNodeCleared")
         .count();
     assert_eq!(cleared, 1, "one instance cleared the claim");
-    cluster
-        .create(
-            &cluster.pods(NS),
-            &pod_using(NS, "pod-data", "data", "node-b"),
-        )
-        .await;
+    cluster.schedule(NS, "pod-data", "data", "node-b").await;
     let pv = cluster.wait_bound(NS, "data").await;
     assert_eq!(affinity_values(&pv), vec!["node-b".to_string()]);
 }
@@ -758,8 +684,7 @@ async fn after_an_upgrade_pvs_written_without_our_labels_are_deleted_by_their_no
     cluster
         .create(&cluster.pvs(), &legacy_released_pv(legacy, "node-a"))
         .await;
-    let nodes = ["node-a", "node-b", "node-c"];
-    let members = fleet(&cluster, &nodes, &[]).await;
+    let members = fleet(&cluster, &[]).await;
 
     // node-a's instance labels it, sees it in its scoped watch and deletes it as upstream would.
     cluster.wait_pv_gone(legacy).await;
