@@ -115,15 +115,6 @@ impl Cluster {
             .await
             .unwrap_or_else(|e| panic!("delete PVC {name}: {e}"));
     }
-
-    async fn pv_count(&self) -> usize {
-        self.pvs()
-            .list(&ListParams::default())
-            .await
-            .expect("list PVs")
-            .items
-            .len()
-    }
 }
 
 impl Driver {

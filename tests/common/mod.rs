@@ -291,6 +291,16 @@ impl Cluster {
         self.pvs().get(&pv_name).await.expect("bound PV")
     }
 
+    /// How many PVs exist.
+    pub async fn pv_count(&self) -> usize {
+        self.pvs()
+            .list(&ListParams::default())
+            .await
+            .expect("list PVs")
+            .items
+            .len()
+    }
+
     /// Waits until no PV with this name exists.
     pub async fn wait_pv_gone(&self, name: &str) {
         let pvs = self.pvs();
