@@ -154,6 +154,42 @@ async fn an_undersized_volume_is_deleted_again_and_reported() {
 }
 
 #[tokio::test]
+async fn an_answer_without_a_volume_id_is_reported_and_the_retry_binds_the_same_volume() {
+    let cluster = Cluster::start().await;
+    let driver = Driver::start(cluster.dir.path(), "node-1", &[]).await;
+    let control = driver.control().await;
+    control
+        .set_misbehaviour(Misbehaviour::EmptyVolumeId, true)
+        .await
+        .unwrap();
+    let _sidecar = Sidecar::start(&cluster, &driver, &[]).await;
+    let pvc = cluster.claim_with_fast_class(NS, "data").await;
+    cluster
+        .wait_claim_event(
+            NS,
+            "data",
+            "ProvisioningFailed",
+            "returned an empty volume_id, which violates the CSI spec",
+        )
+        .await;
+    assert_eq!(cluster.pv_count().await, 0, "no PV without a volume id");
+
+    // The volume the driver did create is found again by name once it answers properly: one
+    // volume, no leak.
+    control
+        .set_misbehaviour(Misbehaviour::EmptyVolumeId, false)
+        .await
+        .unwrap();
+    let pv = cluster.wait_bound(NS, "data").await;
+    let state = driver.wait_volumes(1).await;
+    assert_eq!(state.volumes[0].name, format!("pvc-{}", uid(&pvc)));
+    assert_eq!(
+        state.volumes[0].id,
+        pv.spec.unwrap().csi.unwrap().volume_handle
+    );
+}
+
+#[tokio::test]
 async fn an_infeasible_claim_is_held_back_until_its_class_changes() {
     let cluster = Cluster::start().await;
     let driver = Driver::start(cluster.dir.path(), "node-1", &[]).await;
