@@ -202,6 +202,12 @@ async fn wait_ready(stores: &Stores, shutdown: &Shutdown) -> anyhow::Result<()> 
 pub async fn run(config: Config) -> anyhow::Result<()> {
     let shutdown = install_signal_handlers()?;
     let config = Arc::new(config);
+    if config.leader_election.is_some() {
+        // Accepted so upstream manifests start, but several active replicas would race each other.
+        warn!(
+            "--leader-election is not built yet: every replica of this Deployment acts on every claim; run exactly one replica (replicas: 1) until it is"
+        );
+    }
 
     let mut metrics = Metrics::new();
     let operations = OperationMetrics::register(metrics.registry_mut());
