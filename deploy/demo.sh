@@ -68,7 +68,8 @@ say "deleting the PVC: the volume is deleted on the driver and the PV disappears
 api DELETE /api/v1/namespaces/default/persistentvolumeclaims/data >/dev/null
 pv_gone() { ! api GET /api/v1/persistentvolumes | grep -q '"volumeHandle"'; }
 wait_until "the PV to disappear" pv_gone
-echo "PV gone; driver volumes left: $(grep -c '"id"' "$work/driver-state.json" 2>/dev/null || echo 0)"
+echo "PV gone; the driver says:"
+grep -a "DeleteVolume: volume deleted" "$work/driver.log" | sed 's/\x1b\[[0-9;]*m//g' | sed 's/^.*DeleteVolume/  DeleteVolume/' 
 
 if [ -n "${KEEP:-}" ]; then
   say "still running; KUBECONFIG=$KUBECONFIG. Ctrl-C to stop."
