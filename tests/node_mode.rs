@@ -383,6 +383,73 @@ fn legacy_released_pv(name: &str, node: &str) -> PersistentVolume {
 }
 
 #[tokio::test]
+async fn a_node_back_with_its_recorded_uid_within_the_grace_period_cancels_the_clean_up() {
+    let cluster = Cluster::start().await;
+    let mut members = local_fleet(&cluster, &["--deleted-node-grace-period=20s"]).await;
+    let pv = claim_on(&cluster, "data", "local", "node-a").await;
+    let pv_name = name_of(&pv);
+    members[0].driver.wait_volumes(1).await;
+    let node_a = cluster.nodes().get("node-a").await.expect("node-a");
+    assert_eq!(
+        annotation(&pv, ANN_NODE_UID),
+        node_a.metadata.uid.as_deref(),
+        "the PV records the Node's UID"
+    );
+
+    delete_pod(&cluster, "data").await;
+    lose_node(&cluster, &mut members[0]).await;
+    cluster.delete_pvc_and_wait(NS, "data").await;
+    let survivors = survivors(&members);
+    // The clean-up has seen the missing node and started its grace period.
+    wait_metric_sum(&survivors, WAITING, 1.0).await;
+
+    // The very same Node object comes back (same UID, e.g. an API server restored from backup).
+    let mut restored = serde_json::to_value(&node_a).expect("node json");
+    let meta = restored["metadata"].as_object_mut().expect("metadata");
+    meta.remove("resourceVersion");
+    meta.remove("creationTimestamp");
+    cluster
+        .sim
+        .restore("", "nodes", "", restored)
+        .expect("restore node-a");
+
+    // The wait is cancelled, and nothing is removed.
+    wait_metric_sum(&survivors, WAITING, 0.0).await;
+    wait_for("the clean-up to be cancelled", DEADLINE, || async {
+        survivors
+            .iter()
+            .any(|m| {
+                m.sidecar
+                    .log()
+                    .contains("the volume's node is back; nothing is removed")
+            })
+            .then_some(())
+    })
+    .await;
+    let kept = pv_exists(&cluster, &pv_name).await.expect("the PV is kept");
+    assert!(kept.metadata.deletion_timestamp.is_none());
+    assert!(
+        kept.metadata
+            .finalizers
+            .unwrap_or_default()
+            .contains(&FINALIZER.to_string())
+    );
+    assert_eq!(
+        cluster
+            .event_count("PersistentVolume", "", &pv_name, GONE)
+            .await,
+        0
+    );
+    // The node's driver, back too, still holds the volume (its state file survived).
+    members[0].driver.restart().await;
+    assert_eq!(
+        members[0].driver.state().await.volumes.len(),
+        1,
+        "the volume is kept"
+    );
+}
+
+#[tokio::test]
 async fn a_node_recreated_within_the_grace_period_keeps_volumes_known_by_name_but_not_by_uid() {
     let cluster = Cluster::start().await;
     // node-d runs no instance of our driver; an upstream-written PV is pinned to it.

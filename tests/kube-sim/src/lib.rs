@@ -355,6 +355,32 @@ impl Sim {
         )
     }
 
+    /// Creates `obj` keeping its `metadata.uid` (a fresh one if it has none): an object restored
+    /// under its old identity, as after an etcd restore. Validated, not counted; no API request can
+    /// do this, which is why it is only a test hook.
+    pub fn restore(
+        &self,
+        group: &str,
+        plural: &str,
+        ns: &str,
+        obj: Value,
+    ) -> Result<Value, ApiError> {
+        let rd = resources::find(group, "v1", plural).ok_or_else(ApiError::unknown_path)?;
+        let uid = obj
+            .pointer("/metadata/uid")
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        ops::create_keeping_uid(
+            &mut self.inner.lock(),
+            &self.inner.policy,
+            rd,
+            ns,
+            obj,
+            false,
+            uid.as_deref(),
+        )
+    }
+
     /// Stops serving: ends watches, stops the server and the control loops.
     pub async fn shutdown(self) {
         self.inner.lock().drop_watches();

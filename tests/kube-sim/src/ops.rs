@@ -294,6 +294,20 @@ pub fn create(
     body: Value,
     dry: bool,
 ) -> Result<Value, ApiError> {
+    create_keeping_uid(st, pol, rd, ns, body, dry, None)
+}
+
+/// [`create`], but with `uid` instead of a fresh one: a test hook for an object restored under its
+/// old identity (as an etcd restore would), which no API request can do.
+pub fn create_keeping_uid(
+    st: &mut Store,
+    pol: &Policy,
+    rd: &'static ResourceDef,
+    ns: &str,
+    body: Value,
+    dry: bool,
+    uid: Option<&str>,
+) -> Result<Value, ApiError> {
     let body = expect_object(rd, body)?;
     let ext_causes = if rd.is_events_v1() {
         validate::object_causes(rd, &to_internal(rd, body.clone()))
@@ -352,7 +366,8 @@ pub fn create(
     check_namespace(st, rd, ns)?;
     {
         let m = meta_mut(&mut v);
-        m.insert("uid".into(), json!(uuid::Uuid::new_v4().to_string()));
+        let uid = uid.map_or_else(|| uuid::Uuid::new_v4().to_string(), str::to_owned);
+        m.insert("uid".into(), json!(uid));
         m.insert("creationTimestamp".into(), json!(now()));
         m.remove("deletionTimestamp");
         m.remove("deletionGracePeriodSeconds");
