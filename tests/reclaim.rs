@@ -763,6 +763,11 @@ async fn attached_volume_waits_with_one_event_and_is_deleted_once_detached() {
     cluster
         .create(&vas, &attachment("va-1", &name, "node-1"))
         .await;
+    // The claim is deleted only once the sidecar knows of the attachment: in a cluster the
+    // attachment is old news by then (a pod used the volume), here it is milliseconds old.
+    sidecar
+        .wait_log(&["volume attachment observed", "va=va-1"], 1)
+        .await;
 
     cluster.delete_pvc_and_wait(NS, "data").await;
     let message = format!("persistentvolume {name} is still attached to node node-1");

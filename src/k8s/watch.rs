@@ -25,7 +25,7 @@ use serde::de::DeserializeOwned;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_stream::wrappers::ReceiverStream;
-use tracing::{Instrument, info_span, warn};
+use tracing::{Instrument, debug, info_span, warn};
 
 /// Changes buffered per subscriber: how far a slow controller may lag before the watch waits.
 const SHARED_BUFFER: usize = 1024;
@@ -254,8 +254,14 @@ impl AttachmentIndex {
             }
             watcher::Event::Apply(va) => {
                 let name = va.name_any();
+                let known = state.pv_of.contains_key(&name);
                 let freed = state.remove(&name);
                 if let Some((va, pv, node)) = entry_of(va) {
+                    if !known {
+                        // Tests (and operators reading -v=5) wait on this before a deletion that
+                        // must find the volume attached.
+                        debug!(va = %va, pv = %pv, node = %node, "volume attachment observed");
+                    }
                     state.insert(va, pv, node);
                 }
                 if let Some(pv) = freed.filter(|pv| !state.by_pv.contains_key(pv)) {
