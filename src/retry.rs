@@ -58,6 +58,11 @@ impl<K: Eq + Hash + Clone> Backoff<K> {
         self.failures.remove(key);
     }
 
+    /// Keeps only the keys `keep` accepts (drops the state of objects that are gone).
+    pub fn retain(&mut self, mut keep: impl FnMut(&K) -> bool) {
+        self.failures.retain(|k, _| keep(k));
+    }
+
     /// Number of keys with at least one recorded failure (for tests and metrics).
     pub fn len(&self) -> usize {
         self.failures.len()
@@ -148,6 +153,11 @@ impl<K: Eq + Hash + Clone + fmt::Display> InfeasibleHold<K> {
     pub fn contains(&self, key: &K) -> bool {
         self.entries.contains_key(key)
     }
+
+    /// Keeps only the keys `keep` accepts (drops the state of claims that are gone).
+    pub fn retain(&mut self, mut keep: impl FnMut(&K) -> bool) {
+        self.entries.retain(|k, _| keep(k));
+    }
 }
 
 #[cfg(test)]
@@ -182,6 +192,27 @@ mod tests {
         assert_eq!(backoff.failures(&"a"), 0);
         assert!(backoff.is_empty());
         assert_eq!(backoff.failed(&"a"), S);
+    }
+
+    #[test]
+    fn retain_drops_the_state_of_vanished_keys_and_keeps_the_rest() {
+        let mut backoff = Backoff::new(S, Duration::from_secs(60));
+        backoff.failed(&"gone");
+        backoff.failed(&"live");
+        backoff.failed(&"live");
+        backoff.retain(|k| *k == "live");
+        assert_eq!((backoff.len(), backoff.failures(&"live")), (1, 2));
+
+        let now = Instant::now();
+        let mut hold = InfeasibleHold::new(Duration::from_secs(300));
+        hold.record("gone", "class-uid", now);
+        hold.record("live", "class-uid", now);
+        hold.retain(|k| *k == "live");
+        assert!(!hold.contains(&"gone"));
+        assert!(
+            hold.check(&"live", "class-uid", now).is_err(),
+            "still held back"
+        );
     }
 
     #[test]

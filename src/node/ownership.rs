@@ -336,6 +336,11 @@ impl Competition {
         self.attempts.remove(uid);
     }
 
+    /// Keeps only the claims `keep` accepts (drops the attempts of claims that are gone).
+    pub fn retain(&mut self, mut keep: impl FnMut(&str) -> bool) {
+        self.attempts.retain(|uid, _| keep(uid));
+    }
+
     /// Number of claims being competed for (for a gauge or a test).
     pub fn len(&self) -> usize {
         self.attempts.len()

@@ -2,7 +2,7 @@
 //! [`plan::decide_claim`] what to do and executes it (intent finalizer, secrets, CreateVolume, PV,
 //! events, metrics, per-claim backoff). Every decision lives in the pure modules next to this one.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -94,6 +94,31 @@ impl Provisioner {
     fn pins(&self) -> std::sync::MutexGuard<'_, RequirementCache> {
         self.pinned.lock().unwrap_or_else(|p| p.into_inner())
     }
+
+    /// Drops the per-claim state (backoff, hold-back, pins, competition) of claims that are no
+    /// longer in the cache. A claim deleted while it failed is never reconciled again (the
+    /// controller finds nothing in its store), so without this a long-running sidecar would keep
+    /// an entry for every claim that ever failed.
+    fn forget_vanished_claims(&self) {
+        let live: HashSet<String> = self
+            .ctx
+            .stores
+            .pvcs
+            .state()
+            .iter()
+            .map(|c| claim_key(c))
+            .collect();
+        let keep = |key: &str| live.contains(key);
+        lock(&self.backoff).retain(|k| keep(k));
+        lock(&self.infeasible).retain(|k| keep(k));
+        lock(&self.competition).retain(keep);
+        lock(&self.compete_at).retain(|k, _| keep(k));
+        self.pins().retain(keep);
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 fn settings_of(ctx: &Context) -> ProvisionSettings {
@@ -162,6 +187,19 @@ pub async fn run(
         ctx: ctx.clone(),
     });
 
+    // Per-claim state of vanished claims goes at each resync (cheap: one pass over the cache).
+    let pruner = {
+        let state = state.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(RESYNC);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                state.forget_vanished_claims();
+            }
+        })
+    };
+
     let claims = ctx.stores.pvcs.clone();
     let class_index = claims.clone();
     let workers = u16::try_from(p.worker_threads.max(1)).unwrap_or(u16::MAX);
@@ -202,6 +240,7 @@ pub async fn run(
         })
         .instrument(info_span!("provisioning"))
         .await;
+    pruner.abort();
 }
 
 fn claim_key(pvc: &PersistentVolumeClaim) -> String {

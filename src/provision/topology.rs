@@ -551,6 +551,11 @@ impl RequirementCache {
         self.by_uid.remove(uid);
     }
 
+    /// Keeps only the claims `keep` accepts (drops the pins of claims that are gone).
+    pub fn retain(&mut self, mut keep: impl FnMut(&str) -> bool) {
+        self.by_uid.retain(|uid, _| keep(uid));
+    }
+
     /// Number of pinned claims.
     pub fn len(&self) -> usize {
         self.by_uid.len()

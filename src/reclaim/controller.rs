@@ -110,6 +110,18 @@ pub async fn run(
         // A deletion waiting for a detach goes on as soon as the last attachment is gone.
         controller = controller.reconcile_on(index.detachments().map(|pv| ObjectRef::new(&pv)));
     }
+    // Per-PV state of vanished PVs goes at each resync.
+    let pruner = {
+        let state = state.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(RESYNC);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                state.forget_vanished_pvs();
+            }
+        })
+    };
     controller
         .reconcile_all_on(crate::k8s::watch::resync_every(RESYNC))
         .with_config(ControllerConfig::default().concurrency(workers))
@@ -122,6 +134,7 @@ pub async fn run(
         })
         .instrument(info_span!("reclaim"))
         .await;
+    pruner.abort();
 }
 
 fn error_policy(
@@ -403,10 +416,15 @@ impl Reclaimer {
     }
 
     fn prune_deleted(&self) {
-        let mut deleted = self.deleted.lock().unwrap_or_else(|p| p.into_inner());
-        if deleted.len() < PRUNE_AT {
-            return;
+        let len = self.deleted.lock().unwrap_or_else(|p| p.into_inner()).len();
+        if len >= PRUNE_AT {
+            self.forget_vanished_pvs();
         }
+    }
+
+    /// Drops the per-PV state of PVs no longer in the cache: a PV removed by someone else (or
+    /// force-deleted) while it failed is never reconciled again.
+    fn forget_vanished_pvs(&self) {
         let live: HashSet<String> = self
             .ctx
             .stores
@@ -415,7 +433,23 @@ impl Reclaimer {
             .iter()
             .filter_map(|pv| pv.metadata.uid.clone())
             .collect();
-        deleted.retain(|uid| live.contains(uid));
+        self.deleted
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|uid| live.contains(uid));
+        // The backoff is keyed by name (a PV re-created under its name starts over anyway).
+        let names: HashSet<String> = self
+            .ctx
+            .stores
+            .pvs
+            .state()
+            .iter()
+            .map(|pv| pv.name_any())
+            .collect();
+        self.backoff
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|name| names.contains(name));
         // PVs force-deleted (finalizer removed by hand) while they waited for a detach.
         self.waiting_for_detach
             .lock()
