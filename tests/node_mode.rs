@@ -340,6 +340,51 @@ async fn node_deleted_then_its_claim_deleted_the_pv_is_answered_once_after_the_g
     }
 }
 
+#[tokio::test]
+async fn when_the_first_ranked_instance_does_not_act_the_next_one_answers_after_its_fallback_delay()
+{
+    let cluster = Cluster::start().await;
+    let mut members = local_fleet(&cluster, &["--deleted-node-grace-period=4s"]).await;
+    let pv_name = volume_on_a_lost_node(&cluster, &mut members).await;
+    // The instances agree, without talking, on who answers first: rendezvous order of the
+    // driver's clean-up key over the live instances (node-a is gone).
+    let key = csi_provisioner::node::gone::janitor_key(DRIVER);
+    let order = csi_provisioner::node::rendezvous::rendezvous_order(&key, ["node-b", "node-c"]);
+    let index = |node: &str| members.iter().position(|m| m.node == node).expect("member");
+    let (first, second) = (index(order[0]), index(order[1]));
+    // The first-ranked instance is stuck: its sidecar is gone, but its Node and CSINode stay,
+    // so the others still count it as live and ranked first.
+    members[first].sidecar.kill().await;
+
+    cluster.delete_pvc_and_wait(NS, "data").await;
+    cluster.wait_pv_gone(&pv_name).await;
+    cluster
+        .wait_pv_event(&pv_name, GONE, "node \"node-a\"")
+        .await;
+    assert_eq!(
+        cluster
+            .event_count("PersistentVolume", "", &pv_name, GONE)
+            .await,
+        1,
+        "exactly one instance acted"
+    );
+    let fallback = &members[second];
+    let pv_field = format!("pv={pv_name}");
+    assert_eq!(
+        fallback
+            .sidecar
+            .log_lines_with(&["the volume's node is missing", &pv_field, "rank=1"]),
+        1,
+        "the second-ranked instance tracked the volume as the first fallback"
+    );
+    wait_metric_sum(&[fallback], ANSWERED, 1.0).await;
+    assert_eq!(
+        fallback.driver.state().await.calls("DeleteVolume"),
+        0,
+        "the backend went with its node: no DeleteVolume"
+    );
+}
+
 /// A PV as upstream (or an older version) wrote it: no annotations or labels of ours, pinned to
 /// `node` by the driver's topology key, released (its claim is gone).
 fn legacy_released_pv(name: &str, node: &str) -> PersistentVolume {

@@ -43,8 +43,8 @@ use crate::node::rendezvous;
 /// Only this many instances (the first in rendezvous order) track a volume: one actor and two
 /// fallbacks. The rest hold no state for it, so memory does not grow with the number of nodes.
 pub const MAX_ACTOR_RANKS: usize = 3;
-/// Extra wait per rank before a fallback instance acts.
-pub const DEFAULT_FALLBACK_DELAY: Duration = Duration::from_secs(120);
+/// Longest extra wait per rank before a fallback instance acts (see [`fallback_delay`]).
+pub const MAX_FALLBACK_DELAY: Duration = Duration::from_secs(120);
 /// How soon to look again after a lookup that neither confirmed nor refuted absence (at most; see
 /// [`check_interval`]).
 pub const UNKNOWN_RECHECK: Duration = Duration::from_secs(30);
@@ -55,6 +55,14 @@ pub const UNKNOWN_RECHECK: Duration = Duration::from_secs(30);
 /// without a busy loop.
 pub fn check_interval(grace_period: Duration) -> Duration {
     (grace_period / 10).clamp(Duration::from_secs(1), UNKNOWN_RECHECK)
+}
+
+/// Extra wait per rendezvous rank before a fallback instance acts: half the grace period, between
+/// 1 s and [`MAX_FALLBACK_DELAY`] (2 minutes for the default 5m grace period). An admin who shortens
+/// the grace period wants a prompt answer even when the first instance is stuck; the fallback
+/// re-reads the PV before acting, so a late first instance and its fallback do not both act.
+pub fn fallback_delay(grace_period: Duration) -> Duration {
+    (grace_period / 2).clamp(Duration::from_secs(1), MAX_FALLBACK_DELAY)
 }
 
 /// Rendezvous key of the dead-node clean-up for one driver. In node mode each instance watches only
@@ -234,7 +242,7 @@ pub struct GoneConfig {
     pub mode: Mode,
     /// `--deleted-node-grace-period`.
     pub grace_period: Duration,
-    /// Extra wait per rendezvous rank ([`DEFAULT_FALLBACK_DELAY`]).
+    /// Extra wait per rendezvous rank ([`fallback_delay`]).
     pub fallback_delay: Duration,
     /// `--deleted-node-pvc-cleanup`.
     pub pvc_cleanup: bool,
@@ -251,7 +259,7 @@ impl GoneConfig {
             driver: driver.to_owned(),
             mode,
             grace_period,
-            fallback_delay: DEFAULT_FALLBACK_DELAY,
+            fallback_delay: fallback_delay(grace_period),
             pvc_cleanup,
             per_node_keys: PerNodeKeys::default(),
             unknown_recheck: UNKNOWN_RECHECK,

@@ -673,3 +673,13 @@ fn an_unknown_answer_is_asked_again_after_the_configured_recheck() {
     );
     assert_eq!(t.tracked().collect::<Vec<_>>(), vec!["pv-1"]);
 }
+
+#[test]
+fn the_fallback_delay_is_half_the_grace_period_between_one_second_and_two_minutes() {
+    let s = Duration::from_secs;
+    assert_eq!(fallback_delay(s(300)), s(120), "default grace period");
+    assert_eq!(fallback_delay(s(180)), s(90));
+    assert_eq!(fallback_delay(s(4)), s(2));
+    assert_eq!(fallback_delay(Duration::ZERO), s(1));
+    assert_eq!(fallback_delay(s(24 * 3600)), s(120));
+}
