@@ -72,6 +72,21 @@ pub fn resync_every(period: std::time::Duration) -> impl Stream<Item = ()> + Sen
     tokio_stream::wrappers::IntervalStream::new(interval).map(|_| ())
 }
 
+/// Runs `task` at every [`resync_every`] tick until the returned handle is aborted: the
+/// house-keeping of a controller's in-memory state (forgetting objects that are gone).
+pub fn spawn_every(
+    period: std::time::Duration,
+    mut task: impl FnMut() + Send + 'static,
+) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        let ticks = resync_every(period);
+        futures::pin_mut!(ticks);
+        while ticks.next().await.is_some() {
+            task();
+        }
+    })
+}
+
 /// Strips what no controller reads before an object is cached.
 pub fn strip<K: Resource>(obj: &mut K) {
     let meta = obj.meta_mut();

@@ -190,14 +190,7 @@ pub async fn run(
     // Per-claim state of vanished claims goes at each resync (cheap: one pass over the cache).
     let pruner = {
         let state = state.clone();
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(RESYNC);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                tick.tick().await;
-                state.forget_vanished_claims();
-            }
-        })
+        crate::k8s::watch::spawn_every(RESYNC, move || state.forget_vanished_claims())
     };
 
     let claims = ctx.stores.pvcs.clone();

@@ -113,14 +113,7 @@ pub async fn run(
     // Per-PV state of vanished PVs goes at each resync.
     let pruner = {
         let state = state.clone();
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(RESYNC);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                tick.tick().await;
-                state.forget_vanished_pvs();
-            }
-        })
+        crate::k8s::watch::spawn_every(RESYNC, move || state.forget_vanished_pvs())
     };
     controller
         .reconcile_all_on(crate::k8s::watch::resync_every(RESYNC))
