@@ -387,3 +387,62 @@ async fn a_restarted_sidecar_does_not_provision_bound_claims_again() {
         "the bound claim was provisioned again"
     );
 }
+
+// === API server outages ===
+
+#[tokio::test]
+async fn after_a_watch_outage_with_compacted_history_the_sidecar_relists_and_catches_up() {
+    let (cluster, driver, _sidecar) = start_single_node(&[], &[]).await;
+    cluster.claim_with_fast_class(NS, "before").await;
+    let before_pv = cluster.wait_bound(NS, "before").await;
+    driver.wait_volumes(1).await;
+
+    // The API server ends every watch and refuses new ones for a while...
+    let faults = cluster.sim.faults();
+    let refused = faults.add(kube_sim::FaultRule {
+        verb: Some("watch".into()),
+        status: Some(500),
+        ..Default::default()
+    });
+    cluster.sim.drop_watches();
+    wait_for(
+        "the sidecar's re-watches to be refused",
+        DEADLINE,
+        || async { (faults.hits(refused) >= 3).then_some(()) },
+    )
+    .await;
+    let claim_lists = || {
+        cluster
+            .sim
+            .counters()
+            .count(Some("list"), Some("persistentvolumeclaims"), None)
+    };
+    let lists_before = claim_lists();
+    // ...meanwhile one claim is created and another deleted, and the history of those changes is
+    // compacted away: resuming the watches from where they stopped is answered 410 Gone.
+    cluster.claim_of_class(NS, "during", "fast", "1Gi").await;
+    cluster.delete_pvc_and_wait(NS, "before").await;
+    cluster.sim.compact();
+    faults.remove(refused);
+
+    // The sidecar lists again and acts on both changes it never saw as watch events.
+    cluster.wait_bound(NS, "during").await;
+    cluster
+        .wait_pv_gone(before_pv.metadata.name.as_deref().expect("PV name"))
+        .await;
+    let state = driver.wait_volumes(1).await;
+    assert_eq!(
+        state.calls("CreateVolume"),
+        2,
+        "each claim provisioned once"
+    );
+    assert_eq!(
+        state.calls("DeleteVolume"),
+        1,
+        "the released volume deleted once"
+    );
+    assert!(
+        claim_lists() > lists_before,
+        "the claims were listed again after the outage"
+    );
+}
