@@ -446,3 +446,51 @@ async fn after_a_watch_outage_with_compacted_history_the_sidecar_relists_and_cat
         "the claims were listed again after the outage"
     );
 }
+
+// === Drop-in RBAC ===
+
+#[tokio::test]
+async fn with_upstreams_cluster_role_claims_are_written_with_update_instead_of_patch() {
+    let cluster = Cluster::start().await;
+    // Upstream's ClusterRole grants get/list/watch/update on PVCs, not patch.
+    let faults = cluster.sim.faults();
+    let no_patch = faults.add(
+        kube_sim::FaultRule::error(403)
+            .verb("patch")
+            .resource("persistentvolumeclaims"),
+    );
+    let driver = Driver::start(cluster.dir.path(), "node-1", &[]).await;
+    let sidecar = Sidecar::start(&cluster, &driver, &[]).await;
+    let history = ClaimHistory::start(&cluster, "first");
+    cluster.claim_with_fast_class(NS, "first").await;
+    cluster.wait_bound(NS, "first").await;
+    cluster.claim_of_class(NS, "second", "fast", "1Gi").await;
+    cluster.wait_bound(NS, "second").await;
+
+    // The intent was recorded before CreateVolume and removed after, by PUTs.
+    history
+        .wait("intent recorded, then removed", |versions| {
+            versions.iter().any(has_intent) && versions.last().is_some_and(|p| !has_intent(p))
+        })
+        .await;
+    wait_claim(&cluster, "second", "intent removed", |p| {
+        (!has_intent(p)).then_some(())
+    })
+    .await;
+    let counters = cluster.sim.counters();
+    assert!(
+        counters.get("update", "persistentvolumeclaims", 200) >= 4,
+        "intent written and removed for both claims with update"
+    );
+    // One refused PATCH taught the sidecar; it said so once.
+    assert_eq!(faults.hits(no_patch), 1);
+    assert_eq!(
+        sidecar.log_lines_with(&["refuses to PATCH persistentvolumeclaims"]),
+        1
+    );
+    let state = driver.wait_volumes(2).await;
+    assert_eq!(state.calls("CreateVolume"), 2);
+
+    cluster.delete_pvc_and_wait(NS, "first").await;
+    driver.wait_volumes(1).await;
+}

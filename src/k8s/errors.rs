@@ -89,6 +89,17 @@ impl std::fmt::Display for ApiErrorClass {
     }
 }
 
+/// A one-line description of `err` for events and logs: the API server's own message and code,
+/// instead of kube's rendering of the whole Status structure.
+pub fn describe(err: &kube::Error) -> String {
+    match err {
+        kube::Error::Api(status) if !status.message.is_empty() => {
+            format!("{} (HTTP {})", status.message, status.code)
+        }
+        other => other.to_string(),
+    }
+}
+
 /// Classifies any error returned by a `kube::Api` call.
 pub fn classify(err: &kube::Error) -> ApiErrorClass {
     match err {

@@ -22,15 +22,24 @@
 //! The caller's (possibly cached) copy seeds the *first* attempt, which saves a GET in the common
 //! case. Only a write may be based on it (the `test` ops guard it); a "nothing to do" or "being
 //! deleted" conclusion is always confirmed on a fresh GET first.
+//!
+//! Drop-in RBAC: upstream's ClusterRole grants `update` but not `patch` on PVCs. Where the API
+//! server refuses a PATCH with 403, [`apply_change`] makes the same change as GET + PUT (see there),
+//! and remembers per resource to go straight to that for the rest of the process.
 
+use std::collections::HashSet;
 use std::fmt::Debug;
+use std::sync::{LazyLock, Mutex};
 use std::time::Duration;
 
 use backon::{BackoffBuilder, ExponentialBuilder};
 use json_patch::jsonptr::{PointerBuf, Token};
 use json_patch::{AddOperation, PatchOperation, RemoveOperation, TestOperation};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
+use kube::api::{
+    ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams, Preconditions,
+};
+use kube::core::Status;
 use kube::{Api, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -89,7 +98,10 @@ impl<K> PatchOutcome<K> {
 
 /// A patch or delete that failed for a reason other than a lost race or a missing object.
 #[derive(Debug, thiserror::Error)]
-#[error("{action} on {kind} {name:?} failed ({class}): {source}")]
+#[error(
+    "{action} on {kind} {name:?} failed ({class}): {}",
+    super::errors::describe(source)
+)]
 pub struct PatchError {
     /// What we tried, e.g. `remove finalizer external-provisioner.volume.kubernetes.io/finalizer`.
     pub action: String,
@@ -376,13 +388,7 @@ where
             Step::AlreadyDone | Step::ObjectDeleting => continue,
             Step::Write(patch) => patch,
         };
-        let sent = api
-            .patch(
-                &name,
-                &PatchParams::default(),
-                &Patch::Json::<()>(patch.clone()),
-            )
-            .await;
+        let sent = apply_change(api, &name, Change::Json(&patch)).await;
         let err = match sent {
             Ok(updated) => return Ok(PatchOutcome::Patched(updated)),
             Err(err) => err,
@@ -408,6 +414,101 @@ where
         }
         tokio::time::sleep(delay).await;
     }
+}
+
+/// The body of a write to one object.
+#[derive(Clone, Copy, Debug)]
+pub enum Change<'a> {
+    /// A JSON patch; its `test` ops are its preconditions.
+    Json(&'a json_patch::Patch),
+    /// A merge patch; a `metadata.resourceVersion` in it is its precondition.
+    Merge(&'a Value),
+}
+
+/// Resources (plural names) whose PATCH was refused with 403 in this process.
+static PATCH_REFUSED: LazyLock<Mutex<HashSet<String>>> = LazyLock::new(Default::default);
+
+/// Writes `change` to object `name` with a PATCH, or, where RBAC grants `update` but not `patch`
+/// (upstream's ClusterRole on PVCs, kept by users who swap only the image), with the same change
+/// made by GET + PUT:
+///
+/// - the object is read raw (every field, also those our typed structs do not know, so the PUT
+///   drops nothing a newer API server added);
+/// - the change is applied to that copy locally: a JSON patch's `test` ops are checked against it
+///   (a failure is answered as the server would, 422 Invalid), a merge patch's resourceVersion
+///   replaces the one read;
+/// - the PUT carries that resourceVersion, so anything written in between makes it fail with 409.
+///
+/// The write therefore means exactly what the PATCH meant; it costs one more request. A 403 on the
+/// PUT too is returned as it is (RBAC lacks both verbs, or an admission webhook refused).
+pub async fn apply_change<K>(api: &Api<K>, name: &str, change: Change<'_>) -> Result<K, kube::Error>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
+{
+    let plural = K::plural(&()).into_owned();
+    let refused = PATCH_REFUSED
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .contains(&plural);
+    if !refused {
+        let params = PatchParams::default();
+        let sent = match change {
+            Change::Json(patch) => {
+                api.patch(name, &params, &Patch::Json::<()>(patch.clone()))
+                    .await
+            }
+            Change::Merge(patch) => api.patch(name, &params, &Patch::Merge(patch)).await,
+        };
+        match sent {
+            Err(kube::Error::Api(status)) if status.code == 403 => {
+                let first = PATCH_REFUSED
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(plural.clone());
+                if first {
+                    tracing::warn!(resource = %plural, error = %status.message,
+                        "the API server refuses to PATCH {plural}; writing them with GET and PUT \
+                         instead (one more request per write). Grant the verb patch on {plural} \
+                         (see deploy/rbac.yaml) to avoid that");
+                }
+            }
+            other => return other,
+        }
+    }
+    update_instead(api, name, change).await
+}
+
+/// [`apply_change`] without PATCH: raw GET, change applied locally, PUT with the read version.
+async fn update_instead<K>(api: &Api<K>, name: &str, change: Change<'_>) -> Result<K, kube::Error>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
+{
+    let resource = ApiResource::erase::<K>(&());
+    let client: kube::Client = api.clone().into_client();
+    let raw: Api<DynamicObject> = match api.namespace() {
+        Some(ns) => Api::namespaced_with(client, ns, &resource),
+        None => Api::all_with(client, &resource),
+    };
+    let current = raw.get(name).await?;
+    let mut doc = serde_json::to_value(&current).map_err(kube::Error::SerdeError)?;
+    match change {
+        Change::Json(patch) => {
+            if let Err(e) = json_patch::patch(&mut doc, &patch.0) {
+                // What the server answers to a failed `test` (or an impossible op) in a PATCH.
+                let status = Status::failure(
+                    &format!("the change no longer applies to {name}: {e}"),
+                    kube::core::response::reason::INVALID,
+                )
+                .with_code(422);
+                return Err(kube::Error::Api(status.boxed()));
+            }
+        }
+        Change::Merge(patch) => json_patch::merge(&mut doc, patch),
+    }
+    let changed: DynamicObject = serde_json::from_value(doc).map_err(kube::Error::SerdeError)?;
+    let written = raw.replace(name, &PostParams::default(), &changed).await?;
+    let typed = serde_json::to_value(&written).map_err(kube::Error::SerdeError)?;
+    serde_json::from_value(typed).map_err(kube::Error::SerdeError)
 }
 
 /// Deletes `name` only if it still has `uid` (a DELETE precondition), so a re-created object of the

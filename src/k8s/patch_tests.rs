@@ -237,6 +237,8 @@ struct Server {
     before_patch: VecDeque<Interference>,
     /// Answer the next PATCHes with these errors instead of applying them.
     patch_errors: VecDeque<(u16, &'static str)>,
+    /// Run before handling the next PUT each.
+    before_put: VecDeque<Interference>,
     /// Method of every request, in order.
     calls: Vec<Method>,
 }
@@ -303,6 +305,21 @@ async fn handle(server: Arc<Mutex<Server>>, req: Request<Body>) -> Response<Body
             }
             bump(&mut patched);
             *obj = patched;
+            ok(obj)
+        }
+        Method::PUT => {
+            if let Some(mut interfere) = s.before_put.pop_front() {
+                interfere(&mut s.obj);
+            }
+            let Some(obj) = s.obj.as_mut() else {
+                return status(404, "NotFound", "not found");
+            };
+            let mut sent: Value = serde_json::from_slice(&body).unwrap();
+            if sent["metadata"]["resourceVersion"] != obj["metadata"]["resourceVersion"] {
+                return status(409, "Conflict", "the object has been modified");
+            }
+            bump(&mut sent);
+            *obj = sent;
             ok(obj)
         }
         Method::DELETE => {
@@ -509,7 +526,7 @@ async fn other_api_errors_are_returned_classified() {
         .lock()
         .unwrap()
         .patch_errors
-        .push_back((403, "Forbidden"));
+        .push_back((401, "Unauthorized"));
     let err = remove_finalizer(&api, &obj, OURS).await.unwrap_err();
     assert_eq!(err.class, ApiErrorClass::Forbidden);
     assert_eq!(err.kind, "PersistentVolume");
@@ -657,4 +674,58 @@ mod against_kube_sim {
             PatchOutcome::Gone
         );
     }
+}
+
+// === PATCH refused by RBAC: the same change as GET + PUT ===
+
+#[tokio::test]
+async fn a_patch_refused_by_rbac_is_made_with_get_and_put_keeping_unknown_fields_and_preconditions()
+{
+    use k8s_openapi::api::core::v1::ConfigMap;
+    // The refusal is remembered per resource for the whole process: ConfigMaps are this test's own.
+    let server = Arc::new(Mutex::new(Server {
+        obj: Some(json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "cm", "namespace": "ns", "uid": "u1", "resourceVersion": "1",
+                         "finalizers": [ATTACHER]},
+            "data": {"k": "v"},
+            // A field a newer API server has and our types do not: a PUT must not drop it.
+            "futureField": {"x": 1},
+        })),
+        patch_errors: VecDeque::from([(403, "Forbidden")]),
+        ..Server::default()
+    }));
+    let shared = server.clone();
+    let service = tower::service_fn(move |req| {
+        let server = shared.clone();
+        async move { Ok::<_, Infallible>(handle(server, req).await) }
+    });
+    let api: Api<ConfigMap> = Api::namespaced(Client::new(service, "default"), "ns");
+    let seed: ConfigMap =
+        serde_json::from_value(server.lock().unwrap().obj.clone().unwrap()).unwrap();
+
+    let outcome = add_finalizer(&api, &seed, OURS).await.unwrap();
+    assert!(matches!(outcome, PatchOutcome::Patched(_)), "{outcome:?}");
+    assert_eq!(server_finalizers(&server), [ATTACHER, OURS]);
+    assert_eq!(calls(&server), [Method::PATCH, Method::GET, Method::PUT]);
+    let stored = server.lock().unwrap().obj.clone().unwrap();
+    assert_eq!(stored["futureField"], json!({"x": 1}));
+    assert_eq!(stored["data"], json!({"k": "v"}));
+
+    // Next write: no PATCH any more. The attacher removes its finalizer between our read and
+    // our PUT: the PUT's resourceVersion makes it fail (409), and the retry removes only ours.
+    server.lock().unwrap().calls.clear();
+    server
+        .lock()
+        .unwrap()
+        .before_put
+        .push_back(set_finalizers(&[OURS]));
+    let outcome = remove_finalizer(&api, &seed, OURS).await.unwrap();
+    assert!(matches!(outcome, PatchOutcome::Patched(_)), "{outcome:?}");
+    assert!(server_finalizers(&server).is_empty());
+    assert!(
+        !calls(&server).contains(&Method::PATCH),
+        "{:?}",
+        calls(&server)
+    );
 }

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::{CSINode, StorageClass, VolumeAttributesClass};
-use kube::api::{Patch, PatchParams, PostParams};
+use kube::api::PostParams;
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, ResourceExt};
@@ -560,10 +560,15 @@ async fn provision(
     // The freshest copy of the claim, to seed the intent removal with.
     let mut claim = pvc.as_ref().clone();
     if plan.needs_intent_write {
-        match write_intent(state, pvc, &plan).await? {
-            PatchOutcome::Patched(fresh) | PatchOutcome::Unchanged(fresh) => claim = fresh,
+        match write_intent(state, pvc, &plan).await {
+            Ok(PatchOutcome::Patched(fresh) | PatchOutcome::Unchanged(fresh)) => claim = fresh,
             // Deleted meanwhile: nothing was started, so nothing can leak.
-            PatchOutcome::Deleting(_) | PatchOutcome::Gone => return Ok(Action::await_change()),
+            Ok(PatchOutcome::Deleting(_) | PatchOutcome::Gone) => {
+                return Ok(Action::await_change());
+            }
+            // Without the record a claim deleted during CreateVolume could leak its volume: the
+            // user is told why nothing happens, and the claim is retried with its backoff.
+            Err(e) => return Err(fail(state, pvc, intent_failure(&e))),
         }
     }
 
@@ -748,21 +753,33 @@ async fn delete_volume(
         .map_err(|s| format!("rpc error: code = {:?} desc = {}", s.code(), s.message()))
 }
 
+/// The ProvisioningFailed message for an intent that could not be written.
+fn intent_failure(error: &patch::PatchError) -> String {
+    let hint = match error.class {
+        ApiErrorClass::Forbidden => {
+            "; grant the sidecar's ServiceAccount update (or patch) on persistentvolumeclaims"
+        }
+        _ => "; retrying",
+    };
+    format!(
+        "no volume is created until the provisioning intent is recorded on the claim, and that failed: {error}{hint}"
+    )
+}
+
 /// Adds the intent finalizer and annotations in one write ([`intent_write_step`]).
 async fn write_intent(
     state: &Provisioner,
     pvc: &PersistentVolumeClaim,
     plan: &ProvisionPlan,
-) -> Result<PatchOutcome<PersistentVolumeClaim>, ProvisionError> {
+) -> Result<PatchOutcome<PersistentVolumeClaim>, patch::PatchError> {
     let wanted = plan.intent_annotations();
-    let outcome = patch::patch_fresh(
+    patch::patch_fresh(
         &claims_api(state, pvc),
         pvc,
         "record provisioning intent",
         |meta| intent_write_step(meta, &wanted),
     )
-    .await?;
-    Ok(outcome)
+    .await
 }
 
 /// Removes the intent finalizer and annotations (the PV exists, or the volume is deleted again).

@@ -157,6 +157,37 @@ async fn sidecar_killed_while_the_pv_cannot_be_saved_reuses_the_volume() {
 }
 
 #[tokio::test]
+async fn no_create_volume_before_the_intent_is_recorded_even_while_the_api_server_refuses_it() {
+    let (cluster, driver, _sidecar) = start_single_node(&[], &[]).await;
+    let faults = cluster.sim.faults();
+    let refuse_claim_writes = faults.add(
+        kube_sim::FaultRule::error(500)
+            .verb("patch")
+            .resource("persistentvolumeclaims"),
+    );
+    cluster.claim_with_fast_class(NS, "data").await;
+    wait_for(
+        "intent writes to be refused and retried",
+        DEADLINE,
+        || async { (faults.hits(refuse_claim_writes) >= 2).then_some(()) },
+    )
+    .await;
+    // Without a record on the claim, a volume could outlive a claim deleted now: none is created,
+    // and the claim says why.
+    assert_eq!(driver.state().await.calls("CreateVolume"), 0);
+    let message = cluster
+        .wait_claim_event(NS, "data", "ProvisioningFailed", "provisioning intent")
+        .await;
+    assert!(message.contains("injected fault (HTTP 500)"), "{message}");
+    assert!(message.ends_with("; retrying"), "{message}");
+
+    faults.remove(refuse_claim_writes);
+    cluster.wait_bound(NS, "data").await;
+    let state = driver.wait_volumes(1).await;
+    assert_eq!(state.calls("CreateVolume"), 1);
+}
+
+#[tokio::test]
 async fn pvc_deleted_while_the_sidecar_is_down_gets_its_volume_deleted() {
     let cluster = Cluster::start().await;
     let driver = Driver::start(cluster.dir.path(), "node-1", &[]).await;

@@ -57,14 +57,7 @@ pub(super) async fn compete(
         }
     };
     let patch = ownership::become_owner_patch(&mode.me.name, &resource_version);
-    match api
-        .patch(
-            &pvc.name_any(),
-            &PatchParams::default(),
-            &Patch::Merge(&patch),
-        )
-        .await
-    {
+    match patch::apply_change(&api, &pvc.name_any(), patch::Change::Merge(&patch)).await {
         Ok(_) => {
             info!(claim = %claim_name(pvc), node = %mode.me.name, "claim selected for this node");
             state
