@@ -239,6 +239,34 @@ async fn delayed_binding_each_claim_is_provisioned_by_its_selected_nodes_instanc
 async fn immediate_binding_every_claim_is_provisioned_exactly_once_by_one_instance() {
     let cluster = Cluster::start().await;
     let members = fleet(&cluster, &[]).await;
+    nine_claims_each_provisioned_once_by_one_instance(&cluster, &members).await;
+}
+
+#[tokio::test]
+async fn immediate_binding_with_upstreams_cluster_role_still_has_one_winner_per_claim() {
+    let cluster = Cluster::start().await;
+    // Upstream's ClusterRole: update but no patch on PVCs. The competition's compare-and-set
+    // becomes a PUT carrying the resourceVersion read, which still lets exactly one instance win.
+    cluster.sim.faults().add(
+        FaultRule::error(403)
+            .verb("patch")
+            .resource("persistentvolumeclaims"),
+    );
+    let members = fleet(&cluster, &[]).await;
+    nine_claims_each_provisioned_once_by_one_instance(&cluster, &members).await;
+    let updates = cluster
+        .sim
+        .counters()
+        .get("update", "persistentvolumeclaims", 200);
+    assert!(
+        updates >= 9 * 3,
+        "selected node, intent and its removal written with update for each claim: {updates}"
+    );
+}
+
+/// Nine Immediate claims, three instances: each claim is provisioned once, on the driver of the
+/// node its winning instance wrote into `selected-node`.
+async fn nine_claims_each_provisioned_once_by_one_instance(cluster: &Cluster, members: &[Member]) {
     cluster.add_class(&storage_class("fast", &[])).await;
     let claims: Vec<String> = (0..9).map(|i| format!("data-{i}")).collect();
     for name in &claims {
@@ -262,7 +290,7 @@ async fn immediate_binding_every_claim_is_provisioned_exactly_once_by_one_instan
     }
     // Every volume exists once, on the driver of its claim's selected node, and nowhere else.
     let mut total = 0;
-    for m in &members {
+    for m in members {
         let state = m.driver.state().await;
         let held: BTreeSet<String> = state.volumes.iter().map(|v| v.name.clone()).collect();
         assert_eq!(
