@@ -272,6 +272,23 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         volume_locks: VolumeLocks::default(),
     });
 
+    {
+        let stores = ctx.stores.clone();
+        let backlog = ctx.metrics.backlog.clone();
+        let driver = ctx.driver.name.clone();
+        let node = node_name.map(str::to_owned);
+        ctx.metrics.on_scrape(move || {
+            let (claims, volumes) = count_backlog(
+                &stores.pvcs.state(),
+                &stores.pvs.state(),
+                &driver,
+                node.as_deref(),
+            );
+            backlog.claims_with_intent.set(claims);
+            backlog.volumes_awaiting_deletion.set(volumes);
+        });
+    }
+
     let provision = crate::provision::controller::run(
         ctx.clone(),
         watches.pvcs.subscribe(),
@@ -376,9 +393,75 @@ async fn node_mode_watches(client: &Client, driver: &DriverInfo, node_name: &str
     }
 }
 
+/// The backlog gauges' values: claims carrying our provisioning intent, and volumes awaiting
+/// deletion (see [`crate::metrics::BacklogMetrics`]). In node mode each instance counts only what
+/// is pinned to its node (claims selected to it, PVs labelled with it), because other nodes'
+/// pending claims and PVs without a node are in several instances' caches: the sum over the
+/// DaemonSet then counts each object once.
+fn count_backlog(
+    claims: &[Arc<PersistentVolumeClaim>],
+    pvs: &[Arc<PersistentVolume>],
+    driver: &str,
+    node: Option<&str>,
+) -> (i64, i64) {
+    let claims = claims
+        .iter()
+        .filter(|c| crate::provision::intent::has_intent(c))
+        .filter(|c| node.is_none() || crate::node::ownership::selected_node(c) == node)
+        .count();
+    let volumes = pvs
+        .iter()
+        .filter(|pv| crate::reclaim::plan::awaits_deletion(pv, driver))
+        .filter(|pv| {
+            node.is_none()
+                || pv
+                    .metadata
+                    .labels
+                    .as_ref()
+                    .and_then(|l| l.get(crate::names::LABEL_PV_NODE))
+                    .map(String::as_str)
+                    == node
+        })
+        .count();
+    let gauge = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+    (gauge(claims), gauge(volumes))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_backlog_counts_intents_and_pending_deletions_and_in_node_mode_only_this_nodes() {
+        use crate::names::{FINALIZER_PV_DELETION_PROTECTION, LABEL_PV_NODE};
+        use crate::testing::{DRIVER, pv, pvc};
+        let intent = crate::names::FINALIZER_PROVISIONING_INTENT;
+        let claims = [
+            pvc("ns", "a").selected_node("n1").finalizer(intent).build(),
+            pvc("ns", "b").selected_node("n2").finalizer(intent).build(),
+            pvc("ns", "c").selected_node("n1").build(),
+        ]
+        .map(Arc::new);
+        let released = |name: &str, node: &str| {
+            pv(name)
+                .provisioned_by(DRIVER)
+                .reclaim("Delete")
+                .claim_ref("ns", "c", "uid-c")
+                .phase("Released")
+                .finalizer(FINALIZER_PV_DELETION_PROTECTION)
+                .label(LABEL_PV_NODE, node)
+                .build()
+        };
+        let pvs = [
+            released("pv-1", "n1"),
+            released("pv-2", "n2"),
+            pv("pv-3").provisioned_by(DRIVER).phase("Bound").build(),
+        ]
+        .map(Arc::new);
+        assert_eq!(count_backlog(&claims, &pvs, DRIVER, None), (2, 2));
+        assert_eq!(count_backlog(&claims, &pvs, DRIVER, Some("n1")), (1, 1));
+        assert_eq!(count_backlog(&claims, &pvs, "other.example", None), (2, 0));
+    }
 
     #[test]
     fn a_volume_name_is_locked_once_until_its_guard_drops() {

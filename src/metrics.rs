@@ -8,11 +8,13 @@
 //! prometheus-client appends `_total` to counter names itself, so counters are registered without
 //! it; the exposed names are checked in the tests below.
 
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
@@ -127,6 +129,25 @@ impl DeleteMetrics {
     }
 }
 
+/// Work that is pending right now (ours; upstream has no such gauges): what an operator alerts on
+/// when it does not come down. Counted from the caches when scraped ([`Metrics::on_scrape`]).
+#[derive(Debug, Clone, Default)]
+pub struct BacklogMetrics {
+    /// `csi_provisioner_claims_with_intent`.
+    pub claims_with_intent: Gauge,
+    /// `csi_provisioner_volumes_awaiting_deletion`.
+    pub volumes_awaiting_deletion: Gauge,
+}
+
+/// Runs before each scrape (refreshes gauges counted from the caches).
+struct ScrapeHook(Box<dyn Fn() + Send + Sync>);
+
+impl std::fmt::Debug for ScrapeHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ScrapeHook")
+    }
+}
+
 /// The process's metrics: the registry and the handles of the families registered here.
 #[derive(Debug)]
 pub struct Metrics {
@@ -135,6 +156,9 @@ pub struct Metrics {
     pub provision: ProvisionMetrics,
     /// PV deletion outcomes.
     pub delete: DeleteMetrics,
+    /// Pending work, counted at scrape time.
+    pub backlog: BacklogMetrics,
+    before_scrape: OnceLock<ScrapeHook>,
 }
 
 impl Default for Metrics {
@@ -180,11 +204,30 @@ impl Metrics {
             "Latency in seconds to delete persistent volumes. Failed deletion attempts are ignored. Broken down by storage class name.",
             delete.duration.clone(),
         );
+        let backlog = BacklogMetrics::default();
+        registry.register(
+            "csi_provisioner_claims_with_intent",
+            "Claims carrying the provisioning-intent finalizer: a CreateVolume may have created a volume that has no PV yet (in progress, or the volume of a deleted claim not yet deleted again).",
+            backlog.claims_with_intent.clone(),
+        );
+        registry.register(
+            "csi_provisioner_volumes_awaiting_deletion",
+            "PVs of this driver with reclaim policy Delete whose backend volume is still to be deleted: released, failed, or being deleted.",
+            backlog.volumes_awaiting_deletion.clone(),
+        );
         Self {
             registry,
             provision,
             delete,
+            backlog,
+            before_scrape: OnceLock::new(),
         }
+    }
+
+    /// Sets what runs before every scrape, once the caches it counts from exist (later calls are
+    /// ignored: there is one set of caches per process).
+    pub fn on_scrape(&self, refresh: impl Fn() + Send + Sync + 'static) {
+        let _ = self.before_scrape.set(ScrapeHook(Box::new(refresh)));
     }
 
     /// The registry, for other modules to register their families at start-up.
@@ -199,6 +242,9 @@ impl Metrics {
 
     /// Every family in OpenMetrics text format (see [`CONTENT_TYPE`]), ending with `# EOF`.
     pub fn encode(&self) -> Result<String, std::fmt::Error> {
+        if let Some(ScrapeHook(refresh)) = self.before_scrape.get() {
+            refresh();
+        }
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, &self.registry)?;
         Ok(out)

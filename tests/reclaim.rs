@@ -520,7 +520,7 @@ async fn driver_down_during_deletion_is_retried_until_it_is_back() {
 
 #[tokio::test]
 async fn delete_volume_errors_are_reported_on_the_pv_and_retried_until_they_clear() {
-    let (cluster, driver, _sidecar) = start(&[], &[]).await;
+    let (cluster, driver, sidecar) = start(&[], &["--http-endpoint=127.0.0.1:0"]).await;
     let pv = cluster.provision("data", "fast").await;
     let name = pv.name_any();
     let control = driver.control().await;
@@ -548,11 +548,18 @@ async fn delete_volume_errors_are_reported_on_the_pv_and_retried_until_they_clea
     let pv = cluster.pv(&name).await;
     assert!(has_finalizer(&pv) && pv.metadata.deletion_timestamp.is_none());
     assert_eq!(driver.state().await.volumes.len(), 1);
+    // The stuck deletion is visible to an operator's alert.
+    sidecar
+        .wait_metric("csi_provisioner_volumes_awaiting_deletion", 1.0)
+        .await;
 
     control.clear_faults().await.unwrap();
     cluster.wait_pv_gone(&name).await;
     let state = driver.wait_volumes(0).await;
     assert_eq!(state.ok_calls("DeleteVolume"), 1);
+    sidecar
+        .wait_metric("csi_provisioner_volumes_awaiting_deletion", 0.0)
+        .await;
 }
 
 // === 7: sidecar killed after DeleteVolume ===

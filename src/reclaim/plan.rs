@@ -347,6 +347,21 @@ pub fn ownership(pv: &PersistentVolume, driver_name: &str) -> Ownership {
     }
 }
 
+/// Whether `pv` is a volume of ours whose backend volume is still to be deleted: it carries our
+/// deletion-protection finalizer, its reclaim policy is Delete, and it is released (or failed), or
+/// being deleted (perhaps still bound: PV protection keeps it until it is released). A count of
+/// these that does not come down is a deletion that is stuck (detach, driver errors).
+pub fn awaits_deletion(pv: &PersistentVolume, driver_name: &str) -> bool {
+    has_our_finalizer(pv)
+        && reclaim_policy(pv) == ReclaimPolicy::Delete
+        && is_ours(pv, driver_name)
+        && (pv.metadata.deletion_timestamp.is_some()
+            || matches!(
+                phase(pv),
+                Some(names::PV_PHASE_RELEASED | names::PV_PHASE_FAILED)
+            ))
+}
+
 /// Whether this sidecar owns `pv` (see [`ownership`]).
 pub fn is_ours(pv: &PersistentVolume, driver_name: &str) -> bool {
     matches!(ownership(pv, driver_name), Ownership::Ours { .. })

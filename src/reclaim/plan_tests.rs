@@ -759,3 +759,27 @@ fn a_pv_delete_that_failed_after_delete_volume_is_retried_without_a_second_call(
         ReclaimAction::DeletePvObject { issue_delete: true }
     );
 }
+
+#[test]
+fn a_volume_awaits_deletion_once_released_or_deleted_while_ours_with_delete_policy() {
+    assert!(awaits_deletion(&released().build(), DRIVER));
+    assert!(awaits_deletion(
+        &dynamic().phase("Failed").finalizer(OURS).build(),
+        DRIVER
+    ));
+    // Deleted first, still bound: its volume goes once the claim does.
+    assert!(awaits_deletion(&bound().deleting().build(), DRIVER));
+    assert!(!awaits_deletion(&bound().build(), DRIVER), "in use");
+    assert!(
+        !awaits_deletion(&released().reclaim("Retain").build(), DRIVER),
+        "kept by policy"
+    );
+    assert!(
+        !awaits_deletion(&dynamic().phase("Released").build(), DRIVER),
+        "without our finalizer the volume is not ours to track"
+    );
+    assert!(
+        !awaits_deletion(&released().build(), "other.csi.example"),
+        "another driver's"
+    );
+}

@@ -790,6 +790,14 @@ impl Sidecar {
         let text = self.try_metrics().await?;
         metric_value(&text, name)
     }
+
+    /// Waits until the unlabelled sample `name` reads `want`.
+    pub async fn wait_metric(&self, name: &str, want: f64) {
+        wait_for(&format!("{name} to be {want}"), DEADLINE, || async {
+            (self.metric(name).await? == want).then_some(())
+        })
+        .await
+    }
 }
 
 /// The value of the unlabelled sample `name` in Prometheus text.

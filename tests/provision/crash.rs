@@ -55,9 +55,13 @@ async fn pvc_deleted_while_create_volume_hangs_leaves_no_volume() {
         )
         .await
         .unwrap();
-    let _sidecar = Sidecar::start(&cluster, &driver, &[]).await;
+    let sidecar = Sidecar::start(&cluster, &driver, &["--http-endpoint=127.0.0.1:0"]).await;
     cluster.claim_with_fast_class(NS, "data").await;
     driver.wait_volumes(1).await;
+    // The operator can see a volume that may exist without a PV.
+    sidecar
+        .wait_metric("csi_provisioner_claims_with_intent", 1.0)
+        .await;
 
     // The claim is deleted while provisioning is "in progress"; the driver recovers meanwhile.
     cluster
@@ -71,6 +75,9 @@ async fn pvc_deleted_while_create_volume_hangs_leaves_no_volume() {
     wait_no_pvs(&cluster).await;
     let state = driver.wait_volumes(0).await;
     assert!(state.ok_calls("DeleteVolume") >= 1);
+    sidecar
+        .wait_metric("csi_provisioner_claims_with_intent", 0.0)
+        .await;
 }
 
 #[tokio::test]
