@@ -339,7 +339,17 @@ mod tests {
     }
 
     #[test]
-    fn families_without_observations_are_omitted_as_client_golang_does() {
-        assert_eq!(Metrics::new().encode().unwrap(), "# EOF\n");
+    fn families_without_observations_are_omitted_as_client_golang_does_and_backlog_gauges_read_zero()
+     {
+        let text = Metrics::new().encode().unwrap();
+        // Upstream's labelled families appear only once observed; our two gauges always answer, so
+        // an alert on them works from the first scrape.
+        assert_eq!(
+            sample_lines(&text),
+            [
+                "csi_provisioner_claims_with_intent 0",
+                "csi_provisioner_volumes_awaiting_deletion 0",
+            ]
+        );
     }
 }

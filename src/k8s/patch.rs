@@ -264,6 +264,24 @@ pub fn remove_annotation_step(meta: &ObjectMeta, key: &str) -> Step {
     Step::Write(json_patch::Patch(ops))
 }
 
+/// Step that removes annotation `key` only while it still has `value`: a decision taken on one
+/// value (e.g. "node X has no driver") must not remove another value written meanwhile.
+pub fn remove_annotation_if_step(meta: &ObjectMeta, key: &str, value: &str) -> Step {
+    let current = meta.annotations.as_ref().and_then(|a| a.get(key));
+    if current.map(String::as_str) != Some(value) {
+        return Step::AlreadyDone;
+    }
+    let path = pointer([
+        Token::new("metadata"),
+        Token::new("annotations"),
+        Token::new(key.to_owned()),
+    ]);
+    let mut ops = guard(meta);
+    ops.push(test_op(path.clone(), Value::String(value.to_owned())));
+    ops.push(PatchOperation::Remove(RemoveOperation { path }));
+    Step::Write(json_patch::Patch(ops))
+}
+
 // === Effectful shells ===
 
 /// Adds `finalizer` to `obj` (PV, PVC, ...). `obj` may be a cached copy: its name and UID identify

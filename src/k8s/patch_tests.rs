@@ -174,6 +174,22 @@ fn setting_the_first_annotation_creates_the_map_guarded_by_resource_version() {
 }
 
 #[test]
+fn a_conditional_annotation_removal_only_removes_the_value_it_was_decided_on() {
+    let key = "volume.kubernetes.io/selected-node";
+    let decided = pv("pv-1").annotation(key, "n1").build();
+    let step = remove_annotation_if_step(&decided.metadata, key, "n1");
+    let removed = apply(&decided, &step).unwrap();
+    assert!(removed["metadata"]["annotations"].get(key).is_none());
+    // Meanwhile the scheduler selected n2: the write computed from the old copy is refused.
+    let reselected = pv("pv-1").annotation(key, "n2").build();
+    assert!(apply(&reselected, &step).is_err());
+    assert_eq!(
+        remove_annotation_if_step(&reselected.metadata, key, "n1"),
+        Step::AlreadyDone
+    );
+}
+
+#[test]
 fn annotation_steps_that_change_nothing_are_already_done() {
     let obj = pv("pv-1").annotation("a", "1").build();
     assert_eq!(

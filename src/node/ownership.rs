@@ -223,8 +223,8 @@ pub struct ClearSelectedNode {
 /// cleared so the scheduler picks again (upstream issue 544). `None` when a node is not selected,
 /// the node runs our driver, or nothing is known ([`CsiNodeLookup::Unknown`]).
 ///
-/// The shell removes the annotation with [`clear_selected_node_patch`] (409 on a concurrent change:
-/// re-read and decide again) and records the Warning event on the PVC.
+/// The shell removes the annotation only while it still names that node
+/// ([`crate::k8s::patch::remove_annotation_if_step`]) and records the Warning event on the PVC.
 pub fn selected_node_check(
     pvc: &PersistentVolumeClaim,
     driver: &str,
@@ -262,17 +262,6 @@ pub fn checks_selected_node(
     };
     let live = crate::node::scope::live_instances(csinodes.iter().map(AsRef::as_ref), driver);
     crate::node::rendezvous::rank_of(claim_uid, me, live.iter().map(String::as_str)) == Some(0)
-}
-
-/// Merge patch removing the selected node, valid only against `resource_version` (the API server
-/// answers 409 Conflict if the claim changed since it was read).
-pub fn clear_selected_node_patch(resource_version: &str) -> Value {
-    json!({
-        "metadata": {
-            "resourceVersion": resource_version,
-            "annotations": { names::ANN_SELECTED_NODE: Value::Null },
-        }
-    })
 }
 
 // === The immediate-binding competition (upstream becomeOwner) ===

@@ -268,12 +268,7 @@ fn controller_mode_uses_the_same_clear_check() {
 }
 
 #[test]
-fn clearing_and_claiming_patches_carry_the_resource_version_precondition() {
-    assert_eq!(
-        clear_selected_node_patch("42"),
-        json!({"metadata": {"resourceVersion": "42",
-            "annotations": {"volume.kubernetes.io/selected-node": null}}})
-    );
+fn the_claiming_patch_carries_the_resource_version_precondition() {
     assert_eq!(
         become_owner_patch("n1", "7"),
         json!({"metadata": {"resourceVersion": "7",

@@ -358,6 +358,10 @@ pub enum ClaimInterest {
     /// Ours, pending, selected to another node: the rendezvous-chosen instance checks that node
     /// runs our driver ([`crate::node::ownership::selected_node_check`]).
     SelectedElsewhere(String),
+    /// Carries our provisioning intent but no node is selected any more (cleared for a reschedule
+    /// after a final CreateVolume error): no instance owns it, so every instance keeps it, and
+    /// whichever sees it deleted finishes the intent (else it would stay Terminating forever).
+    IntentWithoutNode,
 }
 
 /// Classifies a claim from its metadata alone (`driver`: ours; `me`: `NODE_NAME`).
@@ -376,6 +380,14 @@ pub fn claim_interest(meta: &ObjectMeta, driver: &str, me: &str) -> ClaimInteres
         .any(|f| KEPT_CLAIM_FINALIZERS.contains(&f.as_str()));
     let bound = annotation(names::ANN_BIND_COMPLETED).is_some();
     let selected = annotation(names::ANN_SELECTED_NODE);
+    let has_intent = meta
+        .finalizers
+        .iter()
+        .flatten()
+        .any(|f| f == names::FINALIZER_PROVISIONING_INTENT);
+    if selected.is_none() && has_intent {
+        return ClaimInterest::IntentWithoutNode;
+    }
     if selected == Some(me) {
         return if bound && !has_our_finalizer {
             ClaimInterest::Ignore

@@ -231,6 +231,30 @@ fn live_instances_are_the_nodes_whose_csinode_lists_our_driver() {
 }
 
 #[test]
+fn a_claim_with_our_intent_and_no_selected_node_is_kept_by_every_instance_even_when_deleting() {
+    let rescheduled = pvc("ns", "r")
+        .provisioner(DRIVER)
+        .finalizer(names::FINALIZER_PROVISIONING_INTENT)
+        .deleting()
+        .build();
+    for me in ["n1", "n2"] {
+        assert_eq!(
+            claim_interest(&rescheduled.metadata, DRIVER, me),
+            ClaimInterest::IntentWithoutNode
+        );
+        assert!(cached_claim(&rescheduled.metadata, DRIVER, me));
+    }
+    // Selected to another node, the intent is that node's business.
+    let elsewhere = pvc("ns", "s")
+        .provisioner(DRIVER)
+        .selected_node("n2")
+        .finalizer(names::FINALIZER_PROVISIONING_INTENT)
+        .deleting()
+        .build();
+    assert!(!cached_claim(&elsewhere.metadata, DRIVER, "n1"));
+}
+
+#[test]
 fn claim_interest_follows_the_selected_node_and_the_provisioner() {
     let me = "n1";
     let mine = pvc("ns", "a")

@@ -844,7 +844,16 @@ async fn clear_selected_node(
     state: &Provisioner,
     pvc: &PersistentVolumeClaim,
 ) -> Result<(), ProvisionError> {
-    let api = claims_api(state, pvc);
-    patch::remove_annotation(&api, pvc, names::ANN_SELECTED_NODE).await?;
+    let Some(node) = ownership::selected_node(pvc).map(str::to_owned) else {
+        return Ok(());
+    };
+    // Only the node the decision was about: the scheduler may have picked another meanwhile.
+    patch::patch_fresh(
+        &claims_api(state, pvc),
+        pvc,
+        "clear selected node",
+        |meta| patch::remove_annotation_if_step(meta, names::ANN_SELECTED_NODE, &node),
+    )
+    .await?;
     Ok(())
 }

@@ -371,6 +371,13 @@ pub fn decide_claim(pvc: &PersistentVolumeClaim, ctx: &ClaimContext<'_>) -> Clai
             Ownership::NotOwned(why) => {
                 return ClaimDecision::Ignore(IgnoreReason::NotThisNode(why));
             }
+            // A volume may exist on that node (the intent says a CreateVolume was sent there):
+            // the node stays selected until its instance is back.
+            Ownership::ClearSelectedNode(c) if intent => {
+                return ClaimDecision::Ignore(IgnoreReason::NotThisNode(
+                    NotOwned::SelectedOtherNode(c.node),
+                ));
+            }
             Ownership::ClearSelectedNode(c) => {
                 return ClaimDecision::ClearSelectedNode(ClearReason::NoDriverInstance(c));
             }
@@ -403,7 +410,9 @@ pub fn decide_claim(pvc: &PersistentVolumeClaim, ctx: &ClaimContext<'_>) -> Clai
         let name = claim_volume_name(pvc, settings).unwrap_or_default();
         return ClaimDecision::Ignore(IgnoreReason::PvExists(name));
     }
+    // Not while an intent is recorded: a CreateVolume was sent for that node (see above).
     if settings.node.is_none()
+        && !intent
         && let Some(clear) =
             ownership::selected_node_check(pvc, &settings.driver, ctx.selected_node_driver)
     {
@@ -584,7 +593,9 @@ pub(super) fn plan(
         };
         match generate_accessibility_requirements(&params, ctx.topology) {
             Ok(req) => req,
-            Err(e) if e.is_reschedule() => return Err(Stop::Reschedule(e)),
+            // With an intent recorded, a volume may exist on the selected node: keep the node
+            // (report and retry) rather than let another node create a second volume.
+            Err(e) if e.is_reschedule() && !intent => return Err(Stop::Reschedule(e)),
             Err(e) => return Err(PlanError::Topology(e).into()),
         }
     } else {

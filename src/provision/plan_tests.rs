@@ -769,6 +769,42 @@ fn node_mode_intents_belong_to_the_selected_node() {
 }
 
 #[test]
+fn a_recorded_intent_keeps_the_selected_node_even_when_its_driver_is_missing() {
+    // A CreateVolume was sent for that node (perhaps before a restart lost the in-memory pin):
+    // clearing the node would let another node create a second volume and leak the first.
+    let mut w = World::new().topology().class(sc("fast").binding_wffc());
+    w.selected_node_driver = CsiNodeLookup::LacksDriver;
+    let in_flight = || with_intent(claim(), &format!("pvc-{UID}")).selected_node("gone");
+    match w.decide(in_flight()) {
+        ClaimDecision::Fail(PlanError::Topology(e)) => {
+            assert!(e.to_string().contains("gone"), "{e}");
+        }
+        other => panic!("expected a reported failure keeping the node, got {other:?}"),
+    }
+    assert!(matches!(
+        w.decide(claim().selected_node("gone")),
+        ClaimDecision::ClearSelectedNode(_)
+    ));
+
+    // Node mode: the instance that checks other nodes' claims leaves it to the node's instance.
+    w.settings.node = Some(NodeMode {
+        me: NodeIdentity {
+            name: "n1".to_owned(),
+            segments: Default::default(),
+        },
+        immediate_binding: true,
+    });
+    assert_eq!(
+        w.ignore(in_flight()),
+        IgnoreReason::NotThisNode(NotOwned::SelectedOtherNode("gone".to_owned()))
+    );
+    assert!(matches!(
+        w.decide(claim().selected_node("gone")),
+        ClaimDecision::ClearSelectedNode(_)
+    ));
+}
+
+#[test]
 fn plan_error_states_follow_upstream() {
     assert_eq!(PlanError::Selector.state(), ProvisioningState::Finished);
     assert_eq!(
