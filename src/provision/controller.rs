@@ -29,7 +29,7 @@ use super::secrets::SecretRef;
 use super::topology::{RequirementCache, StaticTopology, TopologyView};
 use crate::app::{Context, Shutdown};
 use crate::csi::v1;
-use crate::k8s::errors::{ApiErrorClass, classify};
+use crate::k8s::errors::{ApiErrorClass, classify, describe};
 use crate::k8s::events::{EventSpec, reference_to};
 use crate::k8s::patch::{self, PatchOutcome, Step};
 use crate::names;
@@ -608,7 +608,7 @@ async fn provision(
             &mode.me.segments,
         );
     }
-    if let Err(message) = create_pv(state, &pv).await {
+    if let Err(message) = create_pv(state, &pv, plan.provisioner_secret.as_ref()).await {
         // The volume exists and the pin stays: the retry replays the identical CreateVolume.
         return Err(fail(state, pvc, message));
     }
@@ -670,7 +670,12 @@ async fn create_failed(
 }
 
 /// Creates the PV, retrying transient API errors. `AlreadyExists` for the same volume is success.
-async fn create_pv(state: &Provisioner, pv: &PersistentVolume) -> Result<(), String> {
+/// `secret`: the provisioner secret, for deleting the volume again if the PV can never be saved.
+async fn create_pv(
+    state: &Provisioner,
+    pv: &PersistentVolume,
+    secret: Option<&SecretRef>,
+) -> Result<(), String> {
     let api: Api<PersistentVolume> = Api::all(state.ctx.client.clone());
     let name = pv.name_any();
     let handle = pv
@@ -702,9 +707,9 @@ async fn create_pv(state: &Provisioner, pv: &PersistentVolume) -> Result<(), Str
                 }
                 ApiErrorClass::Invalid => {
                     // The API server will never accept this PV: delete the volume rather than leak it.
-                    let message = format!("error creating PV {name}: {e}");
+                    let message = format!("error creating PV {name}: {}", describe(&e));
                     let cleanup = match &handle {
-                        Some(id) => delete_volume(state, id, None).await.err(),
+                        Some(id) => delete_volume(state, id, secret).await.err(),
                         None => None,
                     };
                     return Err(match cleanup {
@@ -715,7 +720,7 @@ async fn create_pv(state: &Provisioner, pv: &PersistentVolume) -> Result<(), Str
                     });
                 }
                 class => {
-                    last = format!("error creating PV {name} ({class}): {e}");
+                    last = format!("error creating PV {name} ({class}): {}", describe(&e));
                     debug!(attempt, "{last}");
                     if let Some(after) = class.retry_after() {
                         delay = delay.max(after);

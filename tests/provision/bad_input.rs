@@ -154,6 +154,53 @@ async fn an_undersized_volume_is_deleted_again_and_reported() {
 }
 
 #[tokio::test]
+async fn a_pv_the_api_server_rejects_has_its_volume_deleted_again_with_the_provisioner_secret() {
+    let cluster = Cluster::start().await;
+    // The driver refuses CreateVolume and DeleteVolume without the secret.
+    let driver = Driver::start(
+        cluster.dir.path(),
+        "node-1",
+        &["--require-secret=password=s3cr3t-value"],
+    )
+    .await;
+    let faults = cluster.sim.faults();
+    let invalid = faults.add(
+        kube_sim::FaultRule::error(422)
+            .verb("create")
+            .resource("persistentvolumes"),
+    );
+    let _sidecar = Sidecar::start(&cluster, &driver, &[]).await;
+    let creds = secret(NS, "data-creds", "password", "s3cr3t-value");
+    cluster.create(&cluster.secrets(NS), &creds).await;
+    cluster.add_class(&templated_secret_class("secret")).await;
+    cluster.claim_of_class(NS, "data", "secret", "1Gi").await;
+
+    cluster
+        .wait_claim_event(
+            NS,
+            "data",
+            "ProvisioningFailed",
+            "the volume was deleted again",
+        )
+        .await;
+    let state = driver.state().await;
+    assert!(
+        state.ok_calls("DeleteVolume") >= 1,
+        "deleted with the secret"
+    );
+    assert!(
+        state.volumes.is_empty(),
+        "nothing leaks: {:?}",
+        state.volumes
+    );
+
+    // Once the API server accepts the PV, the claim is bound to one volume.
+    faults.remove(invalid);
+    cluster.wait_bound(NS, "data").await;
+    driver.wait_volumes(1).await;
+}
+
+#[tokio::test]
 async fn an_answer_without_a_volume_id_is_reported_and_the_retry_binds_the_same_volume() {
     let cluster = Cluster::start().await;
     let driver = Driver::start(cluster.dir.path(), "node-1", &[]).await;

@@ -209,7 +209,19 @@ fn fault_error(rule: &FaultRule, code: u16, plural: &str, qualified: &str, name:
         504 => ApiError::new(504, "Timeout", msg.unwrap_or_else(|| "Timeout: request did not complete within requested timeout".into())),
         404 => ApiError::new(404, "NotFound", msg.unwrap_or_else(|| format!("{qualified} {name:?} not found"))),
         500 => ApiError::internal(&msg.unwrap_or_else(|| "injected fault".into())),
-        c => ApiError::new(c, if c >= 500 { "InternalError" } else { "BadRequest" }, msg.unwrap_or_else(|| "injected fault".into())),
+        // The reasons the real server pairs with these codes (clients classify by reason first).
+        c => {
+            let reason = match c {
+                401 => "Unauthorized",
+                403 => "Forbidden",
+                405 => "MethodNotAllowed",
+                410 => "Gone",
+                422 => "Invalid",
+                c if c >= 500 => "InternalError",
+                _ => "BadRequest",
+            };
+            ApiError::new(c, reason, msg.unwrap_or_else(|| "injected fault".into()))
+        }
     };
     if code == 429 || code == 503 {
         let secs = rule.retry_after_seconds.unwrap_or(1);
@@ -224,6 +236,20 @@ fn fault_error(rule: &FaultRule, code: u16, plural: &str, qualified: &str, name:
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn injected_errors_carry_the_reason_the_real_server_pairs_with_their_code() {
+        let rule = FaultRule::error(0);
+        let reason =
+            |code| fault_error(&rule, code, "persistentvolumes", "persistentvolumes", "a").reason;
+        assert_eq!(reason(403), "Forbidden");
+        assert_eq!(reason(401), "Unauthorized");
+        assert_eq!(reason(422), "Invalid");
+        assert_eq!(reason(409), "Conflict");
+        assert_eq!(reason(500), "InternalError");
+        assert_eq!(reason(502), "InternalError");
+        assert_eq!(reason(400), "BadRequest");
+    }
 
     #[test]
     fn count_limits_hits_and_status_subresource_matches_plural() {
