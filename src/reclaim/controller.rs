@@ -359,7 +359,8 @@ fn after_skip(reason: SkipReason) -> Action {
         | SkipReason::DeletingWithoutFinalizer
         | SkipReason::ClaimInUse { .. }
         | SkipReason::NotReleased
-        | SkipReason::NotOnThisNode => Action::await_change(),
+        | SkipReason::NotOnThisNode
+        | SkipReason::MigrationUnsupported => Action::await_change(),
     }
 }
 

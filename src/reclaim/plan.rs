@@ -176,6 +176,9 @@ pub enum SkipReason {
     StorageClassUnknown,
     /// The VolumeAttachment index is not synced; retry.
     AttachmentsUnknown,
+    /// An in-tree volume migrated to our driver: CSI migration is not built, so its volume cannot
+    /// be deleted here and the PV gets no finalizer (it would stay Terminating forever).
+    MigrationUnsupported,
 }
 
 /// The provisioner secret for DeleteVolume (upstream `handleSecretsForDeletion`).
@@ -538,6 +541,11 @@ pub fn decide(pv: &PersistentVolume, ctx: &ReclaimContext<'_>) -> ReclaimAction 
     }
 
     if !has_finalizer {
+        // Upstream translates migrated in-tree PVs; until that is built, a finalizer we cannot
+        // honour would only pin the PV (one upstream already added is kept: see below).
+        if pv.spec.as_ref().is_some_and(|s| s.csi.is_none()) {
+            return ReclaimAction::Skip(SkipReason::MigrationUnsupported);
+        }
         // Protect first, even a PV that is already Released: if an admin deleted it while we wait
         // (for the driver, a detach...), the volume would otherwise leak.
         return if deleting {

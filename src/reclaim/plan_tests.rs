@@ -220,13 +220,28 @@ fn the_finalizer_is_added_to_our_bound_pvs_with_delete_policy() {
 }
 
 #[test]
-fn the_finalizer_is_added_on_statically_provisioned_migrated_in_tree_volumes_if_bound() {
+fn migrated_in_tree_volumes_get_no_finalizer_while_csi_migration_is_not_built() {
+    // Upstream adds it ("ensure finalizer is added on statically provisioned migrated in-tree
+    // volumes if bound") because it can translate and delete them; we cannot yet, and a finalizer
+    // we cannot honour would leave the PV Terminating forever.
     let volume = pv("pv-1")
         .no_csi()
         .reclaim("Delete")
         .annotation(names::ANN_MIGRATED_TO, DRIVER)
         .phase("Bound");
-    assert_eq!(d(volume), ReclaimAction::AddFinalizer);
+    assert_eq!(
+        d(volume.clone()),
+        ReclaimAction::Skip(SkipReason::MigrationUnsupported)
+    );
+    // One upstream added stays, and the deletion reports why it cannot proceed.
+    let released = volume
+        .phase("Released")
+        .finalizer(OURS)
+        .claim_ref("ns", "c", "uid-c");
+    assert!(matches!(
+        d(released),
+        ReclaimAction::Fail(ReclaimError::MigrationUnsupported { .. })
+    ));
 }
 
 #[test]
