@@ -248,19 +248,26 @@ async fn pvc_deleted_first_deletes_the_volume_and_the_pv() {
     assert_eq!(state.calls("DeleteVolume"), 1, "DeleteVolume exactly once");
 }
 
-#[tokio::test]
-async fn secrets_from_templates_reach_the_driver_and_are_recorded_for_deletion() {
-    let cluster = Cluster::start().await;
+/// A driver that refuses CreateVolume and DeleteVolume without `password=s3cr3t-value`, the
+/// Secret `data-creds` holding it, and the class `secret` whose templates name that Secret.
+async fn driver_requiring_a_secret(cluster: &Cluster) -> Driver {
     let driver = Driver::start(
         cluster.dir.path(),
         "node-1",
         &["--require-secret=password=s3cr3t-value"],
     )
     .await;
-    let sidecar = Sidecar::start(&cluster, &driver, &[]).await;
     let creds = secret(NS, "data-creds", "password", "s3cr3t-value");
     cluster.create(&cluster.secrets(NS), &creds).await;
     cluster.add_class(&templated_secret_class("secret")).await;
+    driver
+}
+
+#[tokio::test]
+async fn secrets_from_templates_reach_the_driver_and_are_recorded_for_deletion() {
+    let cluster = Cluster::start().await;
+    let driver = driver_requiring_a_secret(&cluster).await;
+    let sidecar = Sidecar::start(&cluster, &driver, &[]).await;
     cluster.claim_of_class(NS, "data", "secret", "1Gi").await;
     let pv = cluster.wait_bound(NS, "data").await;
     let ann = pv.metadata.annotations.clone().unwrap_or_default();

@@ -156,13 +156,7 @@ async fn an_undersized_volume_is_deleted_again_and_reported() {
 #[tokio::test]
 async fn a_pv_the_api_server_rejects_has_its_volume_deleted_again_with_the_provisioner_secret() {
     let cluster = Cluster::start().await;
-    // The driver refuses CreateVolume and DeleteVolume without the secret.
-    let driver = Driver::start(
-        cluster.dir.path(),
-        "node-1",
-        &["--require-secret=password=s3cr3t-value"],
-    )
-    .await;
+    let driver = driver_requiring_a_secret(&cluster).await;
     let faults = cluster.sim.faults();
     let invalid = faults.add(
         kube_sim::FaultRule::error(422)
@@ -170,9 +164,6 @@ async fn a_pv_the_api_server_rejects_has_its_volume_deleted_again_with_the_provi
             .resource("persistentvolumes"),
     );
     let _sidecar = Sidecar::start(&cluster, &driver, &[]).await;
-    let creds = secret(NS, "data-creds", "password", "s3cr3t-value");
-    cluster.create(&cluster.secrets(NS), &creds).await;
-    cluster.add_class(&templated_secret_class("secret")).await;
     cluster.claim_of_class(NS, "data", "secret", "1Gi").await;
 
     cluster
