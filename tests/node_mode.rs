@@ -413,6 +413,57 @@ async fn when_the_first_ranked_instance_does_not_act_the_next_one_answers_after_
     );
 }
 
+#[tokio::test]
+async fn a_claim_deleted_mid_provisioning_on_a_node_that_then_vanished_goes_after_the_grace_period()
+{
+    let cluster = Cluster::start().await;
+    let mut members = local_fleet(&cluster, &["--deleted-node-grace-period=4s"]).await;
+    // node-a's driver creates the volume but never answers in time: CreateVolume stays "maybe in
+    // progress", so the claim keeps its provisioning intent.
+    members[0]
+        .driver
+        .control()
+        .await
+        .set_fault(
+            "CreateVolume",
+            mock_csi_driver::FaultRule::always(tonic::Code::DeadlineExceeded).after_effect(),
+        )
+        .await
+        .unwrap();
+    cluster.claim_of_class(NS, "data", "local", "1Gi").await;
+    cluster.schedule(NS, "pod-data", "data", "node-a").await;
+    members[0].driver.wait_volumes(1).await;
+    wait_for("the claim's provisioning intent", DEADLINE, || async {
+        let pvc = cluster.pvcs(NS).get("data").await.ok()?;
+        pvc.metadata
+            .finalizers
+            .unwrap_or_default()
+            .iter()
+            .any(|f| f == "csi-provisioner.rs/provisioning-intent")
+            .then_some(())
+    })
+    .await;
+
+    // The node goes away with its disk, and the claim is deleted: nobody can clean up on node-a.
+    delete_pod(&cluster, "data").await;
+    lose_node(&cluster, &mut members[0]).await;
+    cluster.delete_pvc_and_wait(NS, "data").await;
+    let message = cluster
+        .wait_claim_event(NS, "data", GONE, "node \"node-a\"")
+        .await;
+    assert!(message.contains("no longer exists"), "{message}");
+    assert_eq!(
+        cluster
+            .event_count("PersistentVolumeClaim", NS, "data", GONE)
+            .await,
+        1,
+        "exactly one instance acted"
+    );
+    for m in survivors(&members) {
+        assert_eq!(m.driver.state().await.calls("DeleteVolume"), 0);
+    }
+}
+
 /// A PV as upstream (or an older version) wrote it: no annotations or labels of ours, pinned to
 /// `node` by the driver's topology key, released (its claim is gone).
 fn legacy_released_pv(name: &str, node: &str) -> PersistentVolume {

@@ -362,6 +362,11 @@ pub enum ClaimInterest {
     /// after a final CreateVolume error): no instance owns it, so every instance keeps it, and
     /// whichever sees it deleted finishes the intent (else it would stay Terminating forever).
     IntentWithoutNode,
+    /// Being deleted with our provisioning intent for another node: that node's instance cleans
+    /// up; if the node no longer exists, the instance that checks other nodes' claims finishes the
+    /// intent after the deleted-node grace period. Rare (deleted mid-provisioning), so every
+    /// instance keeps them.
+    DeletingWithIntentElsewhere(String),
 }
 
 /// Classifies a claim from its metadata alone (`driver`: ours; `me`: `NODE_NAME`).
@@ -385,8 +390,12 @@ pub fn claim_interest(meta: &ObjectMeta, driver: &str, me: &str) -> ClaimInteres
         .iter()
         .flatten()
         .any(|f| f == names::FINALIZER_PROVISIONING_INTENT);
-    if selected.is_none() && has_intent {
-        return ClaimInterest::IntentWithoutNode;
+    match selected {
+        None if has_intent => return ClaimInterest::IntentWithoutNode,
+        Some(node) if has_intent && node != me && meta.deletion_timestamp.is_some() => {
+            return ClaimInterest::DeletingWithIntentElsewhere(node.to_owned());
+        }
+        _ => {}
     }
     if selected == Some(me) {
         return if bound && !has_our_finalizer {

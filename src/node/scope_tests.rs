@@ -244,14 +244,21 @@ fn a_claim_with_our_intent_and_no_selected_node_is_kept_by_every_instance_even_w
         );
         assert!(cached_claim(&rescheduled.metadata, DRIVER, me));
     }
-    // Selected to another node, the intent is that node's business.
+    // Selected to another node: kept too, in case that node is gone for good.
     let elsewhere = pvc("ns", "s")
         .provisioner(DRIVER)
         .selected_node("n2")
         .finalizer(names::FINALIZER_PROVISIONING_INTENT)
         .deleting()
         .build();
-    assert!(!cached_claim(&elsewhere.metadata, DRIVER, "n1"));
+    assert_eq!(
+        claim_interest(&elsewhere.metadata, DRIVER, "n1"),
+        ClaimInterest::DeletingWithIntentElsewhere("n2".into())
+    );
+    assert_eq!(
+        claim_interest(&elsewhere.metadata, DRIVER, "n2"),
+        ClaimInterest::Provision
+    );
 }
 
 #[test]

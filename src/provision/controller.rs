@@ -40,9 +40,11 @@ use crate::retry::{Backoff, InfeasibleHold};
 
 mod cleanup;
 mod compete;
+mod gone_node;
 
 use cleanup::cleanup_intent;
 use compete::compete;
+use gone_node::intent_on_gone_node;
 
 /// Upstream keeps a claim that failed with InvalidArgument out of the queue for 5 minutes.
 const INFEASIBLE_RETENTION: Duration = Duration::from_secs(5 * 60);
@@ -83,6 +85,8 @@ struct Provisioner {
     competition: Mutex<Competition>,
     /// Node mode: when each competing claim may be claimed (UID -> instant).
     compete_at: Mutex<HashMap<String, Instant>>,
+    /// Node mode: since when each deleted claim's intent has been waiting for a missing node.
+    node_gone_since: Mutex<HashMap<String, Instant>>,
     /// Node mode: the fixed topology view built from NodeGetInfo (as upstream).
     node_topology: Option<StaticTopology>,
     /// Accessibility requirements of claims whose CreateVolume may still be in progress, so a retry
@@ -113,6 +117,7 @@ impl Provisioner {
         lock(&self.infeasible).retain(|k| keep(k));
         lock(&self.competition).retain(keep);
         lock(&self.compete_at).retain(|k, _| keep(k));
+        lock(&self.node_gone_since).retain(|k, _| keep(k));
         self.pins().retain(keep);
     }
 }
@@ -181,6 +186,7 @@ pub async fn run(
         infeasible: Mutex::new(InfeasibleHold::new(INFEASIBLE_RETENTION)),
         competition: Mutex::new(competition),
         compete_at: Mutex::new(HashMap::new()),
+        node_gone_since: Mutex::new(HashMap::new()),
         node_topology,
         pinned: Mutex::new(RequirementCache::default()),
         settings,
@@ -408,6 +414,9 @@ async fn reconcile(
             state.pins().forget(&key);
             finish_intent_read_first(&state, &pvc, &volume_name).await?;
             Ok(Action::await_change())
+        }
+        ClaimDecision::IntentOnGoneNode { volume_name, node } => {
+            intent_on_gone_node(&state, &pvc, &node, &volume_name).await
         }
     };
     if result.is_ok() {

@@ -190,6 +190,15 @@ pub enum ClaimDecision {
         /// The intent's volume name.
         volume_name: String,
     },
+    /// Node mode: the claim is deleted and its intent belongs to a node that has no CSINode any
+    /// more. If the Node stays absent for the deleted-node grace period (confirmed by a live GET),
+    /// the volume went with the node: finish the intent, else the claim stays Terminating forever.
+    IntentOnGoneNode {
+        /// The intent's volume name.
+        volume_name: String,
+        /// The selected node.
+        node: String,
+    },
 }
 
 /// Why a claim is left alone (debug logs only).
@@ -337,6 +346,16 @@ pub fn decide_claim(pvc: &PersistentVolumeClaim, ctx: &ClaimContext<'_>) -> Clai
             return match intent_owner(pvc, settings) {
                 IntentOwner::Me => cleanup(pvc, ctx, volume_name, reason),
                 IntentOwner::Nobody => ClaimDecision::FinishIntent { volume_name },
+                // The shell looks up the node's CSINode only in the instance that checks other
+                // nodes' claims (one per claim), so one instance answers.
+                IntentOwner::Other
+                    if deleting && ctx.selected_node_driver == CsiNodeLookup::NotFound =>
+                {
+                    ClaimDecision::IntentOnGoneNode {
+                        volume_name,
+                        node: selected_node(pvc).unwrap_or_default().to_owned(),
+                    }
+                }
                 IntentOwner::Other => ClaimDecision::Ignore(IgnoreReason::NotThisNode(
                     NotOwned::SelectedOtherNode(selected_node(pvc).unwrap_or_default().to_owned()),
                 )),

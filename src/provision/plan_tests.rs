@@ -766,6 +766,20 @@ fn node_mode_intents_belong_to_the_selected_node() {
         w.decide(deleted()),
         ClaimDecision::FinishIntent { .. }
     ));
+    // The other node has no CSINode any more (as seen by the instance that checks its claims):
+    // maybe gone for good, which the shell confirms before finishing the intent.
+    w.selected_node_driver = CsiNodeLookup::NotFound;
+    assert!(matches!(
+        w.decide(deleted().selected_node("n2")),
+        ClaimDecision::IntentOnGoneNode { volume_name, node }
+            if volume_name == "pvc-x" && node == "n2"
+    ));
+    // Its driver merely unregistered (the node exists): still that node's business.
+    w.selected_node_driver = CsiNodeLookup::LacksDriver;
+    assert!(matches!(
+        w.decide(deleted().selected_node("n2")),
+        ClaimDecision::Ignore(IgnoreReason::NotThisNode(_))
+    ));
 }
 
 #[test]

@@ -1,0 +1,54 @@
+//! Node mode: a claim deleted while its CreateVolume was in flight on a node that has since gone
+//! away. The node's instance, which owns the intent, will never come back to clean up; after the
+//! deleted-node grace period, confirmed by a live GET of the Node, the volume is taken to have gone
+//! with its node (as the dead-node clean-up does for PVs) and the intent is finished, so the claim
+//! does not stay Terminating forever.
+
+#[allow(clippy::wildcard_imports)]
+use super::*;
+
+/// [`ClaimDecision::IntentOnGoneNode`]: wait out the grace period, confirm, finish the intent.
+pub(super) async fn intent_on_gone_node(
+    state: &Provisioner,
+    pvc: &PersistentVolumeClaim,
+    node: &str,
+    volume_name: &str,
+) -> Result<Action, ProvisionError> {
+    let grace = state.ctx.config.deleted_node.grace_period;
+    let key = claim_key(pvc);
+    let since = *lock(&state.node_gone_since)
+        .entry(key.clone())
+        .or_insert_with(Instant::now);
+    let due = since + grace;
+    let now = Instant::now();
+    if now < due {
+        debug!(claim = %claim_name(pvc), %node, "the node of the claim's provisioning intent is missing; waiting for the grace period");
+        return Ok(Action::requeue(due - now));
+    }
+    // The cache only started the timer: only a 404 from the API server counts as absence.
+    let nodes: Api<Node> = Api::all(state.ctx.client.clone());
+    let found = nodes
+        .get_opt(node)
+        .await
+        .map_err(kube_err(format!("reading node {node}")))?;
+    if found.is_some() {
+        // The node exists (its driver is not registered right now): its instance owns the intent.
+        lock(&state.node_gone_since).remove(&key);
+        debug!(claim = %claim_name(pvc), %node, "the node of the claim's provisioning intent exists; leaving it to that node");
+        return Ok(Action::await_change());
+    }
+    let message = format!(
+        "node {node:?}, on which volume {volume_name} was being created for this claim, no longer exists \
+         (missing for at least {}): the volume is considered gone with its node and the provisioning \
+         intent is removed without calling DeleteVolume",
+        crate::node::gone::go_duration(grace)
+    );
+    info!(claim = %claim_name(pvc), %node, volume = %volume_name, "{message}");
+    state.ctx.events.emit(
+        reference_to(pvc),
+        EventSpec::warning(names::EVENT_VOLUME_NODE_GONE, message),
+    );
+    finish_intent_read_first(state, pvc, volume_name).await?;
+    lock(&state.node_gone_since).remove(&key);
+    Ok(Action::await_change())
+}
