@@ -413,13 +413,9 @@ async fn when_the_first_ranked_instance_does_not_act_the_next_one_answers_after_
     );
 }
 
-#[tokio::test]
-async fn a_claim_deleted_mid_provisioning_on_a_node_that_then_vanished_goes_after_the_grace_period()
-{
-    let cluster = Cluster::start().await;
-    let mut members = local_fleet(&cluster, &["--deleted-node-grace-period=4s"]).await;
-    // node-a's driver creates the volume but never answers in time: CreateVolume stays "maybe in
-    // progress", so the claim keeps its provisioning intent.
+/// Claim `data` (class `local`) selected to node-a, whose driver creates the volume but never
+/// answers in time, so the claim keeps its provisioning intent; then node-a goes away for good.
+async fn in_flight_on_a_lost_node(cluster: &Cluster, members: &mut [Member]) {
     members[0]
         .driver
         .control()
@@ -443,15 +439,23 @@ async fn a_claim_deleted_mid_provisioning_on_a_node_that_then_vanished_goes_afte
             .then_some(())
     })
     .await;
+    delete_pod(cluster, "data").await;
+    lose_node(cluster, &mut members[0]).await;
+}
 
-    // The node goes away with its disk, and the claim is deleted: nobody can clean up on node-a.
-    delete_pod(&cluster, "data").await;
-    lose_node(&cluster, &mut members[0]).await;
+#[tokio::test]
+async fn a_claim_deleted_mid_provisioning_on_a_node_that_then_vanished_goes_after_the_grace_period()
+{
+    let cluster = Cluster::start().await;
+    let mut members = local_fleet(&cluster, &["--deleted-node-grace-period=4s"]).await;
+    in_flight_on_a_lost_node(&cluster, &mut members).await;
+
+    // Nobody can clean up on node-a; the claim still goes.
     cluster.delete_pvc_and_wait(NS, "data").await;
     let message = cluster
         .wait_claim_event(NS, "data", GONE, "node \"node-a\"")
         .await;
-    assert!(message.contains("no longer exists"), "{message}");
+    assert!(message.contains("intent is removed"), "{message}");
     assert_eq!(
         cluster
             .event_count("PersistentVolumeClaim", NS, "data", GONE)
@@ -462,6 +466,30 @@ async fn a_claim_deleted_mid_provisioning_on_a_node_that_then_vanished_goes_afte
     for m in survivors(&members) {
         assert_eq!(m.driver.state().await.calls("DeleteVolume"), 0);
     }
+}
+
+#[tokio::test]
+async fn a_pending_claim_whose_node_vanished_mid_provisioning_is_rescheduled_after_the_grace_period()
+ {
+    let cluster = Cluster::start().await;
+    let mut members = local_fleet(&cluster, &["--deleted-node-grace-period=4s"]).await;
+    in_flight_on_a_lost_node(&cluster, &mut members).await;
+
+    // The selected node is cleared once node-a is confirmed gone, and only then.
+    wait_selected_node_removed(&cluster, "data").await;
+    let message = cluster
+        .wait_claim_event(NS, "data", GONE, "node \"node-a\"")
+        .await;
+    assert!(
+        message.contains("scheduler picks another node"),
+        "{message}"
+    );
+    // The pod comes back on node-b: the volume is created there under the recorded name.
+    cluster.schedule(NS, "pod-data-2", "data", "node-b").await;
+    let pv = cluster.wait_bound(NS, "data").await;
+    assert_eq!(affinity_values(&pv), vec!["node-b".to_string()]);
+    let on_b = members[1].driver.wait_volumes(1).await;
+    assert_eq!(on_b.volumes[0].name, name_of(&pv));
 }
 
 /// A PV as upstream (or an older version) wrote it: no annotations or labels of ours, pinned to

@@ -11,7 +11,7 @@
 //! mass deletions), returns `Pending` without arranging a wake-up, which stalls the controller and
 //! then the watch. Here every subscriber receives the object itself, in order, with backpressure.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt::Debug;
 use std::hash::Hash;
 use std::sync::{Arc, RwLock};
@@ -85,6 +85,32 @@ pub fn spawn_every(
             task();
         }
     })
+}
+
+/// Every `period`, the names that left the set `snapshot` returns since the last look (one batch
+/// per change; the first look is taken now). For what a watch subscriber is not told about:
+/// deletions, or an object leaving a set derived from the cache (e.g. the nodes running an
+/// instance of our driver).
+pub fn departures(
+    period: std::time::Duration,
+    snapshot: impl Fn() -> HashSet<String> + Send + 'static,
+) -> impl Stream<Item = Vec<String>> + Send + 'static {
+    let first = snapshot();
+    let ticks = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+    futures::stream::unfold(
+        (ticks, snapshot, first),
+        |(mut ticks, snapshot, mut previous)| async move {
+            loop {
+                ticks.tick().await;
+                let now = snapshot();
+                let gone: Vec<String> = previous.difference(&now).cloned().collect();
+                previous = now;
+                if !gone.is_empty() {
+                    return Some((gone, (ticks, snapshot, previous)));
+                }
+            }
+        },
+    )
 }
 
 /// Strips what no controller reads before an object is cached.
@@ -360,6 +386,27 @@ mod tests {
     use super::*;
     use k8s_openapi::api::storage::v1::{VolumeAttachmentSource, VolumeAttachmentSpec};
     use kube::api::ObjectMeta;
+
+    #[tokio::test]
+    async fn departures_name_each_member_that_left_the_set_once() {
+        let names = |list: &[&str]| list.iter().map(|s| (*s).to_owned()).collect::<HashSet<_>>();
+        let set = Arc::new(std::sync::Mutex::new(names(&["a", "b"])));
+        let shared = set.clone();
+        let stream = departures(std::time::Duration::from_millis(5), move || {
+            shared.lock().unwrap().clone()
+        });
+        futures::pin_mut!(stream);
+        let deadline = std::time::Duration::from_secs(10);
+
+        // b goes and c comes: only b is reported.
+        *set.lock().unwrap() = names(&["a", "c"]);
+        let left = tokio::time::timeout(deadline, stream.next()).await.unwrap();
+        assert_eq!(left, Some(vec!["b".to_owned()]));
+        // b coming back is no departure; a going is, and only once.
+        *set.lock().unwrap() = names(&["b", "c"]);
+        let left = tokio::time::timeout(deadline, stream.next()).await.unwrap();
+        assert_eq!(left, Some(vec!["a".to_owned()]));
+    }
 
     fn va(name: &str, pv: &str, node: &str) -> VolumeAttachment {
         VolumeAttachment {

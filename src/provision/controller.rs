@@ -50,6 +50,9 @@ use gone_node::intent_on_gone_node;
 const INFEASIBLE_RETENTION: Duration = Duration::from_secs(5 * 60);
 /// Re-check every claim this often even without changes (upstream's resync is 15 minutes).
 const RESYNC: Duration = Duration::from_secs(10 * 60);
+/// How often the set of nodes running our driver is compared with the last one, to look at the
+/// pending claims selected to a node that left it.
+const NODE_DEPARTURE_POLL: Duration = Duration::from_secs(2);
 /// Retry delay when the volume name is busy with a delete in this process.
 const LOCK_RETRY: Duration = Duration::from_millis(500);
 /// Attempts to create the PV object before the claim is requeued (and CreateVolume replayed).
@@ -202,7 +205,7 @@ pub async fn run(
     let claims = ctx.stores.pvcs.clone();
     let class_index = claims.clone();
     let workers = u16::try_from(p.worker_threads.max(1)).unwrap_or(u16::MAX);
-    Controller::for_shared_stream(pvcs, claims)
+    let mut controller = Controller::for_shared_stream(pvcs, claims.clone())
         // A PV created, bound or deleted changes what its claim needs (finish or clean up the intent).
         .watches_shared_stream(pvs, |pv| {
             pv.spec
@@ -227,7 +230,24 @@ pub async fn run(
                 })
                 .map(|c| ObjectRef::from_obj(c.as_ref()))
                 .collect::<Vec<_>>()
-        })
+        });
+    if let Some(csinodes) = ctx.stores.csinodes.clone() {
+        // A node that stops running our driver (deleted, or its driver unregistered) matters to
+        // the pending claims selected to it: clear the selection, or wait for the node to come
+        // back when a volume may exist there. Watches do not announce deletions, so poll.
+        let driver = ctx.driver.name.clone();
+        let live = move || {
+            crate::node::scope::live_instances(csinodes.state().iter().map(AsRef::as_ref), &driver)
+                .into_iter()
+                .collect()
+        };
+        let departed =
+            crate::k8s::watch::departures(NODE_DEPARTURE_POLL, live).flat_map(move |nodes| {
+                futures::stream::iter(pending_claims_selected_to(&claims, &nodes))
+            });
+        controller = controller.reconcile_on(departed);
+    }
+    controller
         .reconcile_all_on(crate::k8s::watch::resync_every(RESYNC))
         .with_config(ControllerConfig::default().concurrency(workers))
         .graceful_shutdown_on(shutdown.requested())
@@ -240,6 +260,25 @@ pub async fn run(
         .instrument(info_span!("provisioning"))
         .await;
     pruner.abort();
+}
+
+/// Unbound claims in `claims` whose selected node is one of `nodes`.
+fn pending_claims_selected_to(
+    claims: &Store<PersistentVolumeClaim>,
+    nodes: &[String],
+) -> Vec<ObjectRef<PersistentVolumeClaim>> {
+    claims
+        .state()
+        .iter()
+        .filter(|c| {
+            c.spec
+                .as_ref()
+                .and_then(|s| s.volume_name.as_ref())
+                .is_none()
+        })
+        .filter(|c| ownership::selected_node(c).is_some_and(|n| nodes.iter().any(|x| x == n)))
+        .map(|c| ObjectRef::from_obj(c.as_ref()))
+        .collect()
 }
 
 fn claim_key(pvc: &PersistentVolumeClaim) -> String {

@@ -190,9 +190,10 @@ pub enum ClaimDecision {
         /// The intent's volume name.
         volume_name: String,
     },
-    /// Node mode: the claim is deleted and its intent belongs to a node that has no CSINode any
-    /// more. If the Node stays absent for the deleted-node grace period (confirmed by a live GET),
-    /// the volume went with the node: finish the intent, else the claim stays Terminating forever.
+    /// Node mode: the claim's intent belongs to a node that has no CSINode any more. If the Node
+    /// stays absent for the deleted-node grace period (confirmed by a live GET), the volume went
+    /// with the node: a deleted claim has its intent finished (else it stays Terminating forever),
+    /// a pending one its selected node cleared so the scheduler picks another node.
     IntentOnGoneNode {
         /// The intent's volume name.
         volume_name: String,
@@ -391,8 +392,18 @@ pub fn decide_claim(pvc: &PersistentVolumeClaim, ctx: &ClaimContext<'_>) -> Clai
                 return ClaimDecision::Ignore(IgnoreReason::NotThisNode(why));
             }
             // A volume may exist on that node (the intent says a CreateVolume was sent there):
-            // the node stays selected until its instance is back.
+            // the node stays selected until its instance is back, unless the node itself is gone
+            // (no CSINode; the shell confirms the Node's absence after the grace period).
             Ownership::ClearSelectedNode(c) if intent => {
+                if ctx.selected_node_driver == CsiNodeLookup::NotFound {
+                    return match claim_volume_name(pvc, settings) {
+                        Ok(volume_name) => ClaimDecision::IntentOnGoneNode {
+                            volume_name,
+                            node: c.node,
+                        },
+                        Err(e) => ClaimDecision::Fail(e.into()),
+                    };
+                }
                 return ClaimDecision::Ignore(IgnoreReason::NotThisNode(
                     NotOwned::SelectedOtherNode(c.node),
                 ));

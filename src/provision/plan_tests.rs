@@ -816,6 +816,12 @@ fn a_recorded_intent_keeps_the_selected_node_even_when_its_driver_is_missing() {
         w.decide(claim().selected_node("gone")),
         ClaimDecision::ClearSelectedNode(_)
     ));
+    // No CSINode at all: maybe the node is gone for good, which the shell confirms first.
+    w.selected_node_driver = CsiNodeLookup::NotFound;
+    assert!(matches!(
+        w.decide(in_flight()),
+        ClaimDecision::IntentOnGoneNode { node, .. } if node == "gone"
+    ));
 }
 
 #[test]

@@ -1,8 +1,9 @@
-//! Node mode: a claim deleted while its CreateVolume was in flight on a node that has since gone
-//! away. The node's instance, which owns the intent, will never come back to clean up; after the
-//! deleted-node grace period, confirmed by a live GET of the Node, the volume is taken to have gone
-//! with its node (as the dead-node clean-up does for PVs) and the intent is finished, so the claim
-//! does not stay Terminating forever.
+//! Node mode: a claim whose CreateVolume was in flight on a node that has since gone away. The
+//! node's instance, which owns the intent, will never come back; after the deleted-node grace
+//! period, confirmed by a live GET of the Node, the volume is taken to have gone with its node (as
+//! the dead-node clean-up does for PVs): a deleted claim has its intent finished, so it does not
+//! stay Terminating forever; a pending one has its selected node cleared, so the scheduler picks
+//! another node (whose instance creates the volume under the same recorded name).
 
 #[allow(clippy::wildcard_imports)]
 use super::*;
@@ -37,10 +38,15 @@ pub(super) async fn intent_on_gone_node(
         debug!(claim = %claim_name(pvc), %node, "the node of the claim's provisioning intent exists; leaving it to that node");
         return Ok(Action::await_change());
     }
+    let deleting = pvc.metadata.deletion_timestamp.is_some();
+    let what = if deleting {
+        "the provisioning intent is removed without calling DeleteVolume"
+    } else {
+        "the selected node is removed so that the scheduler picks another node"
+    };
     let message = format!(
         "node {node:?}, on which volume {volume_name} was being created for this claim, no longer exists \
-         (missing for at least {}): the volume is considered gone with its node and the provisioning \
-         intent is removed without calling DeleteVolume",
+         (missing for at least {}): the volume is considered gone with its node and {what}",
         crate::node::gone::go_duration(grace)
     );
     info!(claim = %claim_name(pvc), %node, volume = %volume_name, "{message}");
@@ -48,7 +54,11 @@ pub(super) async fn intent_on_gone_node(
         reference_to(pvc),
         EventSpec::warning(names::EVENT_VOLUME_NODE_GONE, message),
     );
-    finish_intent_read_first(state, pvc, volume_name).await?;
+    if deleting {
+        finish_intent_read_first(state, pvc, volume_name).await?;
+    } else {
+        clear_selected_node(state, pvc).await?;
+    }
     lock(&state.node_gone_since).remove(&key);
     Ok(Action::await_change())
 }
