@@ -8,7 +8,7 @@
 //!
 //! | resource | how | kept in memory | why |
 //! |---|---|---|---|
-//! | PersistentVolumeClaims | full objects, all namespaces, paginated list ([`PAGE_SIZE`]) and watch, filtered before caching by [`cached_claim`] | claims selected to this node (bound ones too: the claims of this node's volumes), and claims of our driver that are still pending, unselected (immediate binding) or selected to another node | the selected-node and provisioner annotations decide ownership; the provisioning and reclaim controllers read full claims from this cache |
+//! | PersistentVolumeClaims | full objects, all namespaces, paginated list ([`PAGE_SIZE`]) and watch, filtered before caching by [`cached_claim`] | claims selected to this node (bound ones too: the claims of this node's volumes), claims of our driver that are still pending, unselected (immediate binding) or selected to another node, and the rare claims carrying our intent with no node, or being deleted with an intent for another node | the selected-node and provisioner annotations decide ownership; the provisioning and reclaim controllers read full claims from this cache |
 //! | PersistentVolumes | full watch with label selector [`own_pv_selector`] | this node's PVs and PVs not pinned to any single node | each instance deletes only volumes its node can reach; PVs we create carry [`names::LABEL_PV_DRIVER`] and [`names::LABEL_PV_NODE`] ([`new_pv_labels`]) |
 //! | StorageClasses | full watch | all (a handful of small objects) | binding mode and allowed topologies of unselected claims |
 //! | CSINodes | full watch, stripped to our driver's entry ([`strip_csinode`]) | a few dozen bytes per node | the live instances (rendezvous) and "does the selected node run our driver?" |
