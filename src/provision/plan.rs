@@ -440,9 +440,10 @@ pub fn decide_claim(pvc: &PersistentVolumeClaim, ctx: &ClaimContext<'_>) -> Clai
         let name = claim_volume_name(pvc, settings).unwrap_or_default();
         return ClaimDecision::Ignore(IgnoreReason::PvExists(name));
     }
-    // Not while an intent is recorded: a CreateVolume was sent for that node (see above).
+    // Controller mode clears even with an intent recorded: the one driver behind every node
+    // answers a CreateVolume of the same name with the volume it already made (node mode, where
+    // each node has its own backend, keeps the node: see above).
     if settings.node.is_none()
-        && !intent
         && let Some(clear) =
             ownership::selected_node_check(pvc, &settings.driver, ctx.selected_node_driver)
     {
@@ -623,9 +624,7 @@ pub(super) fn plan(
         };
         match generate_accessibility_requirements(&params, ctx.topology) {
             Ok(req) => req,
-            // With an intent recorded, a volume may exist on the selected node: keep the node
-            // (report and retry) rather than let another node create a second volume.
-            Err(e) if e.is_reschedule() && !intent => return Err(Stop::Reschedule(e)),
+            Err(e) if e.is_reschedule() => return Err(Stop::Reschedule(e)),
             Err(e) => return Err(PlanError::Topology(e).into()),
         }
     } else {
