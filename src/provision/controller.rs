@@ -417,6 +417,10 @@ async fn reconcile(
         plan::decide_claim(&pvc, &claim_ctx)
     };
     let key = claim_key(&pvc);
+    if !matches!(decision, ClaimDecision::IntentOnGoneNode { .. }) {
+        // The node is back (or the claim moved on): a later absence starts a new grace period.
+        lock(&state.node_gone_since).remove(&key);
+    }
     let result = match decision {
         ClaimDecision::Ignore(reason) => {
             if matches!(
