@@ -407,6 +407,7 @@ fn count_backlog(
     let claims = claims
         .iter()
         .filter(|c| crate::provision::intent::has_intent(c))
+        .filter(|c| crate::provision::plan::is_ours(c, driver))
         .filter(|c| node.is_none() || crate::node::ownership::selected_node(c) == node)
         .count();
     let volumes = pvs
@@ -437,9 +438,20 @@ mod tests {
         use crate::testing::{DRIVER, pv, pvc};
         let intent = crate::names::FINALIZER_PROVISIONING_INTENT;
         let claims = [
-            pvc("ns", "a").selected_node("n1").finalizer(intent).build(),
-            pvc("ns", "b").selected_node("n2").finalizer(intent).build(),
-            pvc("ns", "c").selected_node("n1").build(),
+            pvc("ns", "a")
+                .provisioner(DRIVER)
+                .selected_node("n1")
+                .finalizer(intent)
+                .build(),
+            pvc("ns", "b")
+                .provisioner(DRIVER)
+                .selected_node("n2")
+                .finalizer(intent)
+                .build(),
+            pvc("ns", "c")
+                .provisioner(DRIVER)
+                .selected_node("n1")
+                .build(),
         ]
         .map(Arc::new);
         let released = |name: &str, node: &str| {
@@ -460,7 +472,11 @@ mod tests {
         .map(Arc::new);
         assert_eq!(count_backlog(&claims, &pvs, DRIVER, None), (2, 2));
         assert_eq!(count_backlog(&claims, &pvs, DRIVER, Some("n1")), (1, 1));
-        assert_eq!(count_backlog(&claims, &pvs, "other.example", None), (2, 0));
+        assert_eq!(
+            count_backlog(&claims, &pvs, "other.example", None),
+            (0, 0),
+            "another driver's intents and volumes are its own sidecar's"
+        );
     }
 
     #[test]

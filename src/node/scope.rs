@@ -390,9 +390,13 @@ pub fn claim_interest(meta: &ObjectMeta, driver: &str, me: &str) -> ClaimInteres
         .iter()
         .flatten()
         .any(|f| f == names::FINALIZER_PROVISIONING_INTENT);
+    let provisioner = annotation(names::ANN_STORAGE_PROVISIONER)
+        .or_else(|| annotation(names::ANN_BETA_STORAGE_PROVISIONER));
+    // Every driver running this sidecar uses the same intent finalizer: only our driver's count.
+    let our_intent = has_intent && provisioner == Some(driver);
     match selected {
-        None if has_intent => return ClaimInterest::IntentWithoutNode,
-        Some(node) if has_intent && node != me && meta.deletion_timestamp.is_some() => {
+        None if our_intent => return ClaimInterest::IntentWithoutNode,
+        Some(node) if our_intent && node != me && meta.deletion_timestamp.is_some() => {
             return ClaimInterest::DeletingWithIntentElsewhere(node.to_owned());
         }
         _ => {}
@@ -404,8 +408,6 @@ pub fn claim_interest(meta: &ObjectMeta, driver: &str, me: &str) -> ClaimInteres
             ClaimInterest::Provision
         };
     }
-    let provisioner = annotation(names::ANN_STORAGE_PROVISIONER)
-        .or_else(|| annotation(names::ANN_BETA_STORAGE_PROVISIONER));
     if provisioner != Some(driver) || bound || meta.deletion_timestamp.is_some() {
         return ClaimInterest::Ignore;
     }

@@ -259,6 +259,14 @@ fn a_claim_with_our_intent_and_no_selected_node_is_kept_by_every_instance_even_w
         claim_interest(&elsewhere.metadata, DRIVER, "n2"),
         ClaimInterest::Provision
     );
+    // Another driver's intent (the finalizer name is shared by every driver running this
+    // sidecar) is none of our business.
+    let foreign = pvc("ns", "t")
+        .provisioner("other.csi")
+        .finalizer(names::FINALIZER_PROVISIONING_INTENT)
+        .deleting()
+        .build();
+    assert!(!cached_claim(&foreign.metadata, DRIVER, "n1"));
 }
 
 #[test]

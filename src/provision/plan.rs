@@ -314,7 +314,8 @@ fn provisioner_annotation(pvc: &PersistentVolumeClaim) -> Option<&str> {
         .map(String::as_str)
 }
 
-fn is_ours(pvc: &PersistentVolumeClaim, driver: &str) -> bool {
+/// Whether the claim names `driver` as its provisioner (or was migrated to it).
+pub(crate) fn is_ours(pvc: &PersistentVolumeClaim, driver: &str) -> bool {
     provisioner_annotation(pvc) == Some(driver)
         || annotation(pvc, names::ANN_MIGRATED_TO) == Some(driver)
 }
@@ -329,6 +330,13 @@ pub fn decide_claim(pvc: &PersistentVolumeClaim, ctx: &ClaimContext<'_>) -> Clai
         .and_then(|s| s.volume_name.as_deref())
         .filter(|v| !v.is_empty());
     let intent = has_intent(pvc);
+    // The intent finalizer has one name for every driver running this sidecar: another driver's
+    // claim is that driver's sidecar's business (cleaning it up here would ask our driver).
+    if intent && !is_ours(pvc, &settings.driver) {
+        return ClaimDecision::Ignore(IgnoreReason::NotOurs(
+            provisioner_annotation(pvc).map(str::to_owned),
+        ));
+    }
 
     if intent {
         let volume_name = match claim_volume_name(pvc, settings) {

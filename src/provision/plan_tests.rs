@@ -638,6 +638,25 @@ fn with_intent(c: PvcBuilder, name: &str) -> PvcBuilder {
 }
 
 #[test]
+fn another_drivers_intent_is_left_to_its_own_sidecar() {
+    // Every driver running this sidecar writes the same finalizer: cleaning up another driver's
+    // claim here would replay its CreateVolume against our driver.
+    let w = World::new();
+    let foreign =
+        || with_intent(pvc("ns", "data").uid(UID).provisioner("other.csi"), "pvc-x").class("fast");
+    for c in [
+        foreign(),
+        foreign().deleting(),
+        foreign().volume_name("elsewhere"),
+    ] {
+        assert_eq!(
+            w.ignore(c),
+            IgnoreReason::NotOurs(Some("other.csi".to_owned()))
+        );
+    }
+}
+
+#[test]
 fn intent_with_an_existing_pv_is_finished() {
     let mut w = World::new();
     w.pv_exists = true;
