@@ -501,6 +501,12 @@ pub struct Driver {
 impl Driver {
     /// Starts `mock-csi-driver` for `node` in `dir`, with extra flags.
     pub async fn start(dir: &Path, node: &str, extra: &[&str]) -> Self {
+        Self::start_as(dir, node, DRIVER, extra).await
+    }
+
+    /// [`Driver::start`] under another driver name (a second driver in the cluster); `node` also
+    /// names its directory, so give each driver its own.
+    pub async fn start_as(dir: &Path, node: &str, name: &str, extra: &[&str]) -> Self {
         let base = dir.join(format!("driver-{node}"));
         std::fs::create_dir_all(&base).expect("driver dir");
         let socket = base.join("csi.sock");
@@ -508,7 +514,7 @@ impl Driver {
         let state_file = base.join("state.json");
         let mut args = vec![
             format!("--endpoint=unix://{}", socket.display()),
-            format!("--drivername={DRIVER}"),
+            format!("--drivername={name}"),
             format!("--nodeid={node}"),
             format!("--state-file={}", state_file.display()),
             format!("--control={}", control.display()),

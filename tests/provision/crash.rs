@@ -81,6 +81,58 @@ async fn pvc_deleted_while_create_volume_hangs_leaves_no_volume() {
 }
 
 #[tokio::test]
+async fn another_drivers_claim_deleted_mid_provisioning_is_left_to_that_drivers_sidecar() {
+    // Two drivers run this sidecar; the intent finalizer has the same name for both.
+    let cluster = Cluster::start().await;
+    let ours = Driver::start(cluster.dir.path(), "node-1", &[]).await;
+    let ours_sidecar = Sidecar::start(&cluster, &ours, &[]).await;
+    let other_name = "other.csi.rs";
+    let other = Driver::start_as(cluster.dir.path(), "other", other_name, &[]).await;
+    other
+        .control()
+        .await
+        .set_fault(
+            "CreateVolume",
+            FaultRule::always(tonic::Code::DeadlineExceeded).after_effect(),
+        )
+        .await
+        .unwrap();
+    let mut other_sidecar = Sidecar::start(&cluster, &other, &[]).await;
+    let mut class = storage_class("other", &[]);
+    class.provisioner = other_name.to_owned();
+    cluster.add_class(&class).await;
+    cluster.claim_of_class(NS, "data", "other", "1Gi").await;
+    other.wait_volumes(1).await;
+    wait_claim(&cluster, "data", "intent recorded", |p| {
+        has_intent(p).then_some(())
+    })
+    .await;
+
+    // The other driver's sidecar is down when its claim is deleted: ours must not step in.
+    other_sidecar.kill().await;
+    let seen = ["nothing to do for claim", "claim=default/data", "NotOurs"];
+    let before = ours_sidecar.log_lines_with(&seen);
+    cluster
+        .pvcs(NS)
+        .delete("data", &DeleteParams::default())
+        .await
+        .unwrap();
+    ours_sidecar.wait_log(&seen, before + 1).await;
+    assert_eq!(ours.state().await.calls("CreateVolume"), 0);
+    assert_eq!(ours.state().await.calls("DeleteVolume"), 0);
+    wait_claim(&cluster, "data", "still kept by its intent", |p| {
+        (p.metadata.deletion_timestamp.is_some() && has_intent(p)).then_some(())
+    })
+    .await;
+
+    // Its own sidecar, back, deletes the volume and lets the claim go.
+    other.control().await.clear_faults().await.unwrap();
+    other_sidecar.restart().await;
+    cluster.delete_pvc_and_wait(NS, "data").await;
+    other.wait_volumes(0).await;
+}
+
+#[tokio::test]
 async fn sidecar_killed_during_create_volume_makes_no_second_volume() {
     let cluster = Cluster::start().await;
     let driver = Driver::start(cluster.dir.path(), "node-1", &[]).await;
