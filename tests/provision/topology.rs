@@ -249,3 +249,40 @@ async fn a_retry_after_a_timeout_keeps_its_topology_when_the_node_vanishes() {
         0
     );
 }
+
+#[tokio::test]
+async fn a_selected_node_deleted_while_its_claim_is_held_back_is_cleared_within_seconds() {
+    let cluster = Cluster::start().await;
+    let driver = two_node_driver(&cluster, &[]).await;
+    // INVALID_ARGUMENT: the claim is held back for 5 minutes; nothing about it changes meanwhile.
+    driver
+        .control()
+        .await
+        .set_fault(
+            "CreateVolume",
+            FaultRule::times(tonic::Code::InvalidArgument, 1),
+        )
+        .await
+        .unwrap();
+    cluster.add_nodes(&["node-1", "node-2"]).await;
+    let _sidecar = Sidecar::start(&cluster, &driver, &[]).await;
+    let history = ClaimHistory::start(&cluster, "data");
+    late_claim(&cluster).await;
+    cluster.schedule(NS, "app", "data", "node-2").await;
+    cluster
+        .wait_claim_event(NS, "data", "ProvisioningFailed", "infeasible")
+        .await;
+
+    // The node goes away: the claim is looked at again at once, not after the hold-back or the
+    // 10-minute resync, and the scheduler may pick another node.
+    cluster
+        .pods(NS)
+        .delete("app", &Default::default())
+        .await
+        .unwrap();
+    cluster.delete_node("node-2").await;
+    history.wait_selected_node_cleared("node-2").await;
+    cluster
+        .wait_claim_event(NS, "data", "SelectedNodeCleared", "\"node-2\"")
+        .await;
+}
