@@ -393,7 +393,8 @@ pub fn claim_interest(meta: &ObjectMeta, driver: &str, me: &str) -> ClaimInteres
     let provisioner = annotation(names::ANN_STORAGE_PROVISIONER)
         .or_else(|| annotation(names::ANN_BETA_STORAGE_PROVISIONER));
     // Every driver running this sidecar uses the same intent finalizer: only our driver's count.
-    let our_intent = has_intent && provisioner == Some(driver);
+    let our_intent = has_intent
+        && (provisioner == Some(driver) || annotation(names::ANN_MIGRATED_TO) == Some(driver));
     match selected {
         None if our_intent => return ClaimInterest::IntentWithoutNode,
         Some(node) if our_intent && node != me && meta.deletion_timestamp.is_some() => {

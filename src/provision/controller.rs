@@ -232,19 +232,26 @@ pub async fn run(
                 .collect::<Vec<_>>()
         });
     if let Some(csinodes) = ctx.stores.csinodes.clone() {
-        // A node that stops running our driver (deleted, or its driver unregistered) matters to
-        // the pending claims selected to it: clear the selection, or wait for the node to come
-        // back when a volume may exist there. Watches do not announce deletions, so poll.
+        // A node that stops running our driver (its driver unregistered), and later a node whose
+        // CSINode goes (deleted), matter to the pending claims selected to it: clear the
+        // selection, or wait for the node to come back when a volume may exist there; the second
+        // departure starts the wait for a node gone for good. Watches do not announce deletions,
+        // so poll.
         let driver = ctx.driver.name.clone();
+        let all = csinodes.clone();
         let live = move || {
             crate::node::scope::live_instances(csinodes.state().iter().map(AsRef::as_ref), &driver)
                 .into_iter()
                 .collect()
         };
-        let departed =
-            crate::k8s::watch::departures(NODE_DEPARTURE_POLL, live).flat_map(move |nodes| {
-                futures::stream::iter(pending_claims_selected_to(&claims, &nodes))
-            });
+        let present = move || all.state().iter().map(|c| c.name_any()).collect();
+        let departures = futures::stream::select(
+            crate::k8s::watch::departures(NODE_DEPARTURE_POLL, live),
+            crate::k8s::watch::departures(NODE_DEPARTURE_POLL, present),
+        );
+        let departed = departures.flat_map(move |nodes| {
+            futures::stream::iter(pending_claims_selected_to(&claims, &nodes))
+        });
         controller = controller.reconcile_on(departed);
     }
     controller
