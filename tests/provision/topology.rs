@@ -139,24 +139,32 @@ async fn strict_topology_on_a_full_node_clears_the_selected_node_for_reschedulin
     assert_eq!(state.volumes[0].node, "node-2");
 }
 
-#[tokio::test]
-async fn resource_exhausted_on_the_selected_node_reschedules_and_then_provisions() {
-    let cluster = Cluster::start().await;
-    let driver = two_node_driver(&cluster, &[]).await;
+/// Nodes node-1 and node-2, a sidecar, and claim `data` (WaitForFirstConsumer) scheduled to
+/// node-2, whose first CreateVolume the driver answers with `code`.
+async fn claim_on_node_2_failing_once(
+    cluster: &Cluster,
+    code: tonic::Code,
+) -> (Driver, Sidecar, ClaimHistory, PersistentVolumeClaim) {
+    let driver = two_node_driver(cluster, &[]).await;
     driver
         .control()
         .await
-        .set_fault(
-            "CreateVolume",
-            FaultRule::times(tonic::Code::ResourceExhausted, 1),
-        )
+        .set_fault("CreateVolume", FaultRule::times(code, 1))
         .await
         .unwrap();
     cluster.add_nodes(&["node-1", "node-2"]).await;
-    let _sidecar = Sidecar::start(&cluster, &driver, &[]).await;
-    let history = ClaimHistory::start(&cluster, "data");
-    let pvc = late_claim(&cluster).await;
+    let sidecar = Sidecar::start(cluster, &driver, &[]).await;
+    let history = ClaimHistory::start(cluster, "data");
+    let pvc = late_claim(cluster).await;
     cluster.schedule(NS, "app", "data", "node-2").await;
+    (driver, sidecar, history, pvc)
+}
+
+#[tokio::test]
+async fn resource_exhausted_on_the_selected_node_reschedules_and_then_provisions() {
+    let cluster = Cluster::start().await;
+    let (driver, _sidecar, history, pvc) =
+        claim_on_node_2_failing_once(&cluster, tonic::Code::ResourceExhausted).await;
     history.wait_selected_node_cleared("node-2").await;
     cluster
         .wait_claim_event(NS, "data", "ProvisioningFailed", "code = ResourceExhausted")
@@ -253,22 +261,9 @@ async fn a_retry_after_a_timeout_keeps_its_topology_when_the_node_vanishes() {
 #[tokio::test]
 async fn a_selected_node_deleted_while_its_claim_is_held_back_is_cleared_within_seconds() {
     let cluster = Cluster::start().await;
-    let driver = two_node_driver(&cluster, &[]).await;
     // INVALID_ARGUMENT: the claim is held back for 5 minutes; nothing about it changes meanwhile.
-    driver
-        .control()
-        .await
-        .set_fault(
-            "CreateVolume",
-            FaultRule::times(tonic::Code::InvalidArgument, 1),
-        )
-        .await
-        .unwrap();
-    cluster.add_nodes(&["node-1", "node-2"]).await;
-    let _sidecar = Sidecar::start(&cluster, &driver, &[]).await;
-    let history = ClaimHistory::start(&cluster, "data");
-    late_claim(&cluster).await;
-    cluster.schedule(NS, "app", "data", "node-2").await;
+    let (_driver, _sidecar, history, _) =
+        claim_on_node_2_failing_once(&cluster, tonic::Code::InvalidArgument).await;
     cluster
         .wait_claim_event(NS, "data", "ProvisioningFailed", "infeasible")
         .await;
