@@ -135,6 +135,15 @@ fn meta_path(field: &str) -> PointerBuf {
     pointer([Token::new("metadata"), Token::new(field.to_owned())])
 }
 
+/// `/metadata/annotations/<key>`, the key escaped.
+fn annotation_path(key: &str) -> PointerBuf {
+    pointer([
+        Token::new("metadata"),
+        Token::new("annotations"),
+        Token::new(key.to_owned()),
+    ])
+}
+
 fn test_op(path: PointerBuf, value: Value) -> PatchOperation {
     PatchOperation::Test(TestOperation { path, value })
 }
@@ -223,14 +232,7 @@ pub fn set_annotation_step(meta: &ObjectMeta, key: &str, value: &str) -> Step {
         Some(map) if !map.is_empty() => {
             let mut ops = guard(meta);
             // `add` on an existing member replaces it: exactly "set this key", nothing else.
-            ops.push(add_op(
-                pointer([
-                    Token::new("metadata"),
-                    Token::new("annotations"),
-                    Token::new(key.to_owned()),
-                ]),
-                value,
-            ));
+            ops.push(add_op(annotation_path(key), value));
             ops
         }
         _ => {
@@ -255,11 +257,7 @@ pub fn remove_annotation_step(meta: &ObjectMeta, key: &str) -> Step {
     }
     let mut ops = guard(meta);
     ops.push(PatchOperation::Remove(RemoveOperation {
-        path: pointer([
-            Token::new("metadata"),
-            Token::new("annotations"),
-            Token::new(key.to_owned()),
-        ]),
+        path: annotation_path(key),
     }));
     Step::Write(json_patch::Patch(ops))
 }
@@ -271,11 +269,7 @@ pub fn remove_annotation_if_step(meta: &ObjectMeta, key: &str, value: &str) -> S
     if current.map(String::as_str) != Some(value) {
         return Step::AlreadyDone;
     }
-    let path = pointer([
-        Token::new("metadata"),
-        Token::new("annotations"),
-        Token::new(key.to_owned()),
-    ]);
+    let path = annotation_path(key);
     let mut ops = guard(meta);
     ops.push(test_op(path.clone(), Value::String(value.to_owned())));
     ops.push(PatchOperation::Remove(RemoveOperation { path }));
