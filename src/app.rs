@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context as _;
-use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::api::core::v1::{Node, ObjectReference, PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::{CSINode, StorageClass, VolumeAttachment};
 use kube::runtime::reflector::Store;
 use kube::runtime::watcher;
@@ -23,7 +23,7 @@ use crate::csi::{
     OperationMetrics,
 };
 use crate::http::{self, Health};
-use crate::k8s::events::{EventSource, Recorder};
+use crate::k8s::events::{EventSource, EventSpec, Recorder};
 use crate::k8s::watch::{AttachmentIndex, Watched, watch_shared};
 use crate::metrics::Metrics;
 use crate::node::metrics::NodeGoneMetrics;
@@ -250,6 +250,8 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         EventSource::provisioner_lib(&driver.name, &hostname, &crate::k8s::events::random_uuid()),
     );
 
+    spawn_rbac_self_check(&config, &driver, health.clone(), events.clone()).await;
+
     let mut watches = match &config.node_deployment {
         Some(node) => node_mode_watches(&client, &driver, &node.node_name).await,
         None => start_watches(&client, &config, &driver),
@@ -306,6 +308,62 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     tokio::join!(provision, reclaim, gone);
     info!("controllers stopped; exiting");
     Ok(())
+}
+
+/// Starts the RBAC self-check (`k8s::access`) in the background, on a client of its own so that
+/// its requests never take the workers' rate budget; its findings go to the log, `/healthz/rbac`
+/// and a Warning event on this Pod (`POD_NAME` / `NAMESPACE`, as upstream's capacity owner).
+async fn spawn_rbac_self_check(
+    config: &Config,
+    driver: &DriverInfo,
+    health: Health,
+    events: Recorder,
+) {
+    use crate::k8s::access;
+    let client = match crate::k8s::client::kube_config(&config.kube).await {
+        Ok(cfg) => match Client::try_from(cfg) {
+            Ok(client) => client,
+            Err(error) => return warn!(%error, "RBAC self-check skipped"),
+        },
+        Err(error) => return warn!(%error, "RBAC self-check skipped"),
+    };
+    let features = access::Features {
+        nodes: config.node_deployment.is_some()
+            || (config.feature_gates.topology && driver.supports_topology()),
+        attachments: driver.controller.publish_unpublish_volume,
+        claim_cleanup: config.deleted_node.pvc_cleanup,
+        leader_election_namespace: config.leader_election.as_ref().map(|le| {
+            le.namespace
+                .clone()
+                .or_else(|| std::env::var("POD_NAMESPACE").ok())
+                .unwrap_or_else(|| "default".to_owned())
+        }),
+    };
+    tokio::spawn(async move {
+        let Some(missing) = access::self_check(&client, &features).await else {
+            return;
+        };
+        let lines: Vec<String> = missing.iter().map(access::Missing::describe).collect();
+        health.set_rbac_missing(lines.join("\n"));
+        let pod = std::env::var("POD_NAME")
+            .ok()
+            .zip(std::env::var("NAMESPACE").ok());
+        if let (false, Some((name, namespace))) = (missing.is_empty(), pod) {
+            let object = ObjectReference {
+                api_version: Some("v1".into()),
+                kind: Some("Pod".into()),
+                name: Some(name),
+                namespace: Some(namespace),
+                ..Default::default()
+            };
+            let message = format!(
+                "{}. Add to the sidecar's RBAC:\n{}",
+                lines.join("; "),
+                access::rules_to_add(&missing)
+            );
+            events.emit(object, EventSpec::warning("MissingRBACPermission", message));
+        }
+    });
 }
 
 /// The running watches.

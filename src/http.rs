@@ -2,6 +2,8 @@
 //!
 //! - `GET <--metrics-path>`: every registered family, OpenMetrics text.
 //! - `GET /healthz`: `ok` while the process serves.
+//! - `GET /healthz/rbac`: `ok`, or 500 naming each permission the start-up RBAC self-check found
+//!   missing (see `k8s::access`).
 //! - `GET /healthz/leader-election`: only with `--leader-election` and `--http-endpoint` (not the
 //!   deprecated `--metrics-address`), as upstream: `ok`, or 500 `internal server error: <reason>`
 //!   once the leader-election code reports a failure through [`Health`].
@@ -30,6 +32,8 @@ use crate::metrics::{CONTENT_TYPE, Metrics};
 pub struct Health {
     /// `None` while healthy, else why not.
     leader_election: Arc<RwLock<Option<String>>>,
+    /// Missing RBAC permissions found by the start-up self-check, one per line; empty when none.
+    rbac: Arc<RwLock<String>>,
 }
 
 impl Health {
@@ -52,6 +56,18 @@ impl Health {
             .leader_election
             .write()
             .unwrap_or_else(PoisonError::into_inner) = Some(reason.into());
+    }
+
+    /// The start-up RBAC self-check found `missing` (one permission per line; empty: none).
+    pub fn set_rbac_missing(&self, missing: impl Into<String>) {
+        *self.rbac.write().unwrap_or_else(PoisonError::into_inner) = missing.into();
+    }
+
+    fn rbac_missing(&self) -> String {
+        self.rbac
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     fn leader_election_problem(&self) -> Option<String> {
@@ -163,7 +179,9 @@ impl HttpServer {
 }
 
 fn router(options: &HttpOptions, metrics: Arc<Metrics>, health: Health) -> Router {
-    let mut router = Router::new().route("/healthz", get(|| async { "ok" }));
+    let mut router = Router::new()
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/healthz/rbac", get(rbac_health));
     if options.leader_election_health {
         router = router.route("/healthz/leader-election", get(leader_election_health));
     }
@@ -174,6 +192,20 @@ fn router(options: &HttpOptions, metrics: Arc<Metrics>, health: Health) -> Route
         metrics_path: options.metrics_path.as_str().into(),
         health,
     })
+}
+
+/// Not part of `/healthz` on purpose: a restart does not grant a permission, and a liveness
+/// failure would turn a partly working sidecar into a crash loop.
+async fn rbac_health(State(state): State<AppState>) -> Response {
+    let missing = state.health.rbac_missing();
+    if missing.is_empty() {
+        return "ok".into_response();
+    }
+    (
+        StatusCode::INTERNAL_SERVER_ERROR,
+        format!("missing RBAC permissions:\n{missing}"),
+    )
+        .into_response()
 }
 
 async fn leader_election_health(State(state): State<AppState>) -> Response {

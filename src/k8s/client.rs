@@ -67,6 +67,41 @@ pub async fn build_client(options: &KubeOptions) -> Result<kube::Client, ClientE
 /// The client configuration `options` select (upstream: `BuildConfigFromFlags` or
 /// `InClusterConfig`).
 pub async fn kube_config(options: &KubeOptions) -> Result<kube::Config, ClientError> {
+    let mut config = source_config(options).await?;
+    // Audit logs, API priority and fairness, and kube-sim's counters tell the sidecar's requests
+    // apart by this header; kube-rs sends none of its own. The shape is client-go's default
+    // (`<binary>/<version> (<os>/<arch>) ...`), which upstream's sidecar sends.
+    config.headers.push((
+        http::header::USER_AGENT,
+        http::HeaderValue::from_static(USER_AGENT),
+    ));
+    Ok(config)
+}
+
+/// What this sidecar sends as `User-Agent` (the architecture as Go names it).
+#[cfg(target_arch = "x86_64")]
+pub const USER_AGENT: &str = concat!(
+    "csi-provisioner/",
+    env!("CARGO_PKG_VERSION"),
+    " (linux/amd64) csi-provisioner-rs"
+);
+/// What this sidecar sends as `User-Agent` (the architecture as Go names it).
+#[cfg(target_arch = "aarch64")]
+pub const USER_AGENT: &str = concat!(
+    "csi-provisioner/",
+    env!("CARGO_PKG_VERSION"),
+    " (linux/arm64) csi-provisioner-rs"
+);
+/// What this sidecar sends as `User-Agent`.
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+pub const USER_AGENT: &str = concat!(
+    "csi-provisioner/",
+    env!("CARGO_PKG_VERSION"),
+    " (linux) csi-provisioner-rs"
+);
+
+/// The configuration `options` select, before our own headers.
+async fn source_config(options: &KubeOptions) -> Result<kube::Config, ClientError> {
     let master = |default_scheme: &str| -> Option<Result<http::Uri, ClientError>> {
         let master = options.master.as_deref()?;
         // client-go accepts a bare host:port: plain HTTP without TLS material, HTTPS with it.

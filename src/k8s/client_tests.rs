@@ -288,3 +288,20 @@ async fn outside_a_cluster_without_flags_the_error_says_what_to_set() {
         "{message}"
     );
 }
+
+#[tokio::test]
+async fn requests_say_they_come_from_csi_provisioner_in_client_gos_shape() {
+    let config = kube_config(&master_only("127.0.0.1:8080".into(), None))
+        .await
+        .unwrap();
+    let agent = config
+        .headers
+        .iter()
+        .find(|(name, _)| name == http::header::USER_AGENT)
+        .map(|(_, value)| value.to_str().unwrap().to_owned())
+        .expect("a User-Agent header");
+    assert!(
+        agent.starts_with(&format!("csi-provisioner/{} (linux/", env!("CARGO_PKG_VERSION"))),
+        "{agent}"
+    );
+}

@@ -73,6 +73,7 @@ pub const PODS: &str = "pods";
 pub const NAMESPACES: &str = "namespaces";
 pub const EVENTS: &str = "events";
 pub const STORAGE_CLASSES: &str = "storageclasses";
+pub const SSAR: &str = "selfsubjectaccessreviews";
 
 pub static RESOURCES: &[ResourceDef] = &[
     def(
@@ -142,6 +143,16 @@ pub static RESOURCES: &[ResourceDef] = &[
         true,
         true,
         &["rs"],
+    ),
+    // Create-only and never stored: answered from the fault rules (see `access.rs`).
+    def(
+        "authorization.k8s.io",
+        "SelfSubjectAccessReview",
+        SSAR,
+        "selfsubjectaccessreview",
+        false,
+        false,
+        &[],
     ),
     def(
         "rbac.authorization.k8s.io",
@@ -284,6 +295,7 @@ pub static RESOURCES: &[ResourceDef] = &[
 pub const GROUPS: &[&str] = &[
     "apps",
     "rbac.authorization.k8s.io",
+    "authorization.k8s.io",
     "storage.k8s.io",
     "coordination.k8s.io",
     "events.k8s.io",
