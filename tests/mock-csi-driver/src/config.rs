@@ -158,10 +158,10 @@ impl ControllerCap {
         Self::ALL.iter().map(|c| c.name()).collect()
     }
 
-    /// Whether the spec marks it alpha (`alpha_enum_value`). Alpha capabilities are off by
-    /// default, as in most drivers: COs and conformance suites that predate them (upstream
-    /// csi-sanity v5.4 fails on an advertised GET_SNAPSHOT as "Unknown capability") must opt in.
-    pub fn is_alpha(self) -> bool {
+    /// Whether it is off unless switched on: only GET_SNAPSHOT, an alpha capability nothing in
+    /// this project uses and that conformance suites predating it reject (upstream csi-sanity
+    /// v5.4 fails "should return appropriate capabilities" with "Unknown capability").
+    pub fn off_by_default(self) -> bool {
         matches!(self, ControllerCap::GetSnapshot)
     }
 }
@@ -205,13 +205,16 @@ pub enum Misbehaviour {
     AcceptUnknownMutableParameters,
     /// ControllerModifyVolume of a volume that does not exist answers OK instead of NOT_FOUND.
     ModifyUnknownVolumeOk,
+    /// CreateVolume refuses any mutable parameters (INVALID_ARGUMENT) although MODIFY_VOLUME is
+    /// advertised, so a claim with a VolumeAttributesClass never provisions.
+    RefuseMutableParametersOnCreate,
     /// NodeUnpublishVolume leaves the target path behind instead of removing it.
     KeepTargetPath,
 }
 
 impl Misbehaviour {
     /// All misbehaviours.
-    pub const ALL: [Misbehaviour; 9] = [
+    pub const ALL: [Misbehaviour; 10] = [
         Misbehaviour::NonIdempotentCreate,
         Misbehaviour::DeleteUnknownNotFound,
         Misbehaviour::AcceptBadListToken,
@@ -220,6 +223,7 @@ impl Misbehaviour {
         Misbehaviour::EmptyVolumeId,
         Misbehaviour::AcceptUnknownMutableParameters,
         Misbehaviour::ModifyUnknownVolumeOk,
+        Misbehaviour::RefuseMutableParametersOnCreate,
         Misbehaviour::KeepTargetPath,
     ];
 
@@ -234,6 +238,7 @@ impl Misbehaviour {
             Misbehaviour::EmptyVolumeId => "empty-volume-id",
             Misbehaviour::AcceptUnknownMutableParameters => "accept-unknown-mutable-parameters",
             Misbehaviour::ModifyUnknownVolumeOk => "modify-unknown-volume-ok",
+            Misbehaviour::RefuseMutableParametersOnCreate => "refuse-mutable-parameters-on-create",
             Misbehaviour::KeepTargetPath => "keep-target-path",
         }
     }
@@ -399,8 +404,8 @@ pub struct Config {
 }
 
 impl Config {
-    /// A spec-correct driver with every GA controller capability (alpha ones are opt-in, see
-    /// [`ControllerCap::is_alpha`]), serving on `endpoint`, for node
+    /// A spec-correct driver with every controller capability but GET_SNAPSHOT (see
+    /// [`ControllerCap::off_by_default`]), serving on `endpoint`, for node
     /// `node_id`, without topology, state file or faults.
     pub fn new(endpoint: impl Into<PathBuf>, node_id: impl Into<String>) -> Self {
         Config {
@@ -415,7 +420,7 @@ impl Config {
             control: None,
             capabilities: ControllerCap::ALL
                 .into_iter()
-                .filter(|c| !c.is_alpha())
+                .filter(|c| !c.off_by_default())
                 .collect(),
             capacity_total: DEFAULT_POOL_SIZE,
             max_volume_size: None,
@@ -462,7 +467,7 @@ impl Config {
         self
     }
 
-    /// Advertises and serves `cap` (needed for alpha capabilities, which are off by default).
+    /// Advertises and serves `cap` (for GET_SNAPSHOT, which is off by default).
     #[must_use]
     pub fn with_capability(mut self, cap: ControllerCap) -> Self {
         self.capabilities.insert(cap);

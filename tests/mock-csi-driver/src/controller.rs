@@ -33,6 +33,14 @@ impl Driver {
         rules::volume_capabilities(&req.volume_capabilities)?;
         rules::secrets("CreateVolume", &self.config.required_secrets, &req.secrets)?;
         if !req.mutable_parameters.is_empty() {
+            if self
+                .faults
+                .misbehaves(Misbehaviour::RefuseMutableParametersOnCreate)
+            {
+                return Err(Status::invalid_argument(
+                    "mutable_parameters are not accepted by CreateVolume (refuse-mutable-parameters-on-create switch)",
+                ));
+            }
             if !self.faults.has_capability(ControllerCap::ModifyVolume) {
                 return Err(Status::invalid_argument(
                     "mutable_parameters given but MODIFY_VOLUME is not supported",

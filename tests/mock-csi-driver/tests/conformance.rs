@@ -1,6 +1,6 @@
 //! The behaviours upstream csi-sanity v5.4 checks beyond csi-sanity's own first set: mutable
 //! parameters a driver does not support, ControllerModifyVolume's error order and empty maps,
-//! target paths created and removed by the node service, and alpha capabilities being opt-in;
+//! target paths created and removed by the node service, and GET_SNAPSHOT being opt-in;
 //! plus the misbehaviour switches that break each of them on purpose.
 
 mod support;
@@ -167,6 +167,19 @@ async fn the_mutable_parameter_switches_break_exactly_their_rule() {
     assert_eq!(err.code(), Code::InvalidArgument);
 }
 
+#[tokio::test]
+async fn refuse_mutable_parameters_on_create_refuses_even_supported_keys() {
+    let mut f =
+        Fixture::start(|c| c.with_misbehaviour(Misbehaviour::RefuseMutableParametersOnCreate))
+            .await;
+    let mut req = create_req("pvc-vac", GI);
+    req.mutable_parameters = params(&[("iops", "3000")]);
+    let err = f.controller.create_volume(req).await.unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument);
+    // Without mutable parameters nothing changes.
+    f.create("pvc-plain", GI).await;
+}
+
 fn publish(volume_id: &str, target: &std::path::Path, block: bool) -> NodePublishVolumeRequest {
     let mut cap = mount_cap();
     if block {
@@ -279,7 +292,7 @@ fn advertises(
 }
 
 #[tokio::test]
-async fn the_alpha_get_snapshot_capability_is_opt_in() {
+async fn the_get_snapshot_capability_is_opt_in() {
     use controller_service_capability::rpc::Type;
     let mut f = Fixture::start(|c| c).await;
     let caps = f
