@@ -628,6 +628,36 @@ async fn upstream_csi_sanity_agrees_with_ours_on_the_mock_and_each_broken_mock()
             b.switch
         );
     }
+    // The older switches break rules both suites check with differently cut specs (upstream
+    // has more of them, ours checks content_source on clones too), so for those the verdict
+    // compared is "the driver is broken": both must fail something in a check's own body.
+    for m in [
+        Misbehaviour::NonIdempotentCreate,
+        Misbehaviour::DeleteUnknownNotFound,
+        Misbehaviour::AcceptBadListToken,
+        Misbehaviour::UndersizedVolumes,
+        Misbehaviour::DropContentSource,
+        Misbehaviour::EmptyVolumeId,
+    ] {
+        let s = setup(|c| c.with_misbehaviour(m));
+        let (report, out) = run(s.opts.clone()).await;
+        let specs = run_upstream(&bin, &s, true);
+        let upstream_failed = specs
+            .iter()
+            .filter(|u| u.failed() && u.failed_in == "It")
+            .count();
+        table.push(format!(
+            "--misbehave {}: ours {} failed | upstream {upstream_failed} failed in their own body",
+            m.name(),
+            report.failed()
+        ));
+        assert!(
+            report.failed() > 0 && upstream_failed > 0,
+            "--misbehave {}: ours failed {:?}, upstream {upstream_failed} specs; both must notice:\n{out}",
+            m.name(),
+            failed(&report)
+        );
+    }
     println!(
         "upstream csi-sanity agrees with ours:\n{}",
         table.join("\n")
