@@ -52,6 +52,8 @@ pub struct Context {
     pub stores: Stores,
     /// Volume names with a CreateVolume or DeleteVolume in flight in this process.
     pub volume_locks: VolumeLocks,
+    /// Refreshes capacity after a volume was created or deleted (a no-op without --enable-capacity).
+    pub capacity: crate::capacity::CapacityNudge,
 }
 
 /// Reflector stores the controllers read from.
@@ -251,6 +253,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     );
 
     spawn_rbac_self_check(&config, &driver, health.clone(), events.clone()).await;
+    let (capacity_nudge, capacity) = crate::capacity::controller::prepare(&config, &driver).await?;
 
     let mut watches = match &config.node_deployment {
         Some(node) => node_mode_watches(&client, &driver, &node.node_name).await,
@@ -272,6 +275,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         node_metrics,
         stores,
         volume_locks: VolumeLocks::default(),
+        capacity: capacity_nudge,
     });
 
     {
@@ -305,7 +309,14 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         shutdown.clone(),
     );
     let gone = crate::node::controller::run(ctx.clone(), shutdown.clone());
-    tokio::join!(provision, reclaim, gone);
+    // Always leader until leader election lands; then pass its watch::Receiver<bool> here.
+    let (_leader_tx, leader) = watch::channel(true);
+    let capacity = async {
+        if let Some(capacity) = capacity {
+            capacity.run(ctx.clone(), leader, shutdown.clone()).await;
+        }
+    };
+    tokio::join!(provision, reclaim, gone, capacity);
     info!("controllers stopped; exiting");
     Ok(())
 }

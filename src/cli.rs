@@ -259,7 +259,7 @@ pub struct Args {
     pub leader_election_labels: Vec<LabelList>,
 
     // === Storage capacity ===
-    /// Publish CSIStorageCapacity objects. [not yet supported]
+    /// Publish CSIStorageCapacity objects.
     #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true,
           default_value = "false", default_missing_value = "true", value_parser = parse_go_bool,
           action = ArgAction::Set, help_heading = "Storage capacity")]

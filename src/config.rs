@@ -152,7 +152,7 @@ pub struct LeaderElectionOptions {
     pub labels: BTreeMap<String, String>,
 }
 
-/// CSIStorageCapacity publishing (accepted, not built yet).
+/// CSIStorageCapacity publishing (`capacity`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct CapacityOptions {
     /// `--enable-capacity`.
@@ -580,13 +580,6 @@ fn not_yet_supported(args: &Args) -> Vec<String> {
         leader_election_renew_deadline,
         leader_election_retry_period,
         leader_election_labels,
-        enable_capacity,
-        capacity_threads,
-        capacity_for_immediate_binding,
-        capacity_poll_interval,
-        capacity_ownerref_level,
-        kube_api_capacity_qps,
-        kube_api_capacity_burst,
         cloning_protection_threads,
         snapshot_orphan_sweep_interval,
         enable_pprof,

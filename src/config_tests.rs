@@ -468,7 +468,6 @@ fn unsupported_flags_are_reported_only_when_changed() {
         c.not_yet_supported(),
         [
             "--leader-election",
-            "--enable-capacity",
             "--vmodule",
             "--feature-gates=CrossNamespaceVolumeDataSource=true"
         ]

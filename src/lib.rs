@@ -9,6 +9,7 @@
 //! Every controller is a pure decision function over typed objects plus a thin effectful shell.
 
 pub mod app;
+pub mod capacity;
 pub mod cli;
 pub mod config;
 pub mod csi;

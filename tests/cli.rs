@@ -227,17 +227,17 @@ fn go_single_dash_command_lines_get_past_parsing() {
         "kube-system",
         "-feature-gates=Topology=true",
         "-strict-topology",
-        "-enable-capacity",
+        "-enable-pprof",
         "--master=http://127.0.0.1:1",
     ]);
     let line = wait_for_stderr_line(
         command,
-        "--enable-capacity is not yet supported",
+        "--enable-pprof is not yet supported",
         Duration::from_secs(30),
     )
     .unwrap();
     assert!(
-        line.contains("flag --enable-capacity is not yet supported, ignored"),
+        line.contains("flag --enable-pprof is not yet supported, ignored"),
         "{line}"
     );
 }

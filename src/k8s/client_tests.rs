@@ -301,7 +301,10 @@ async fn requests_say_they_come_from_csi_provisioner_in_client_gos_shape() {
         .map(|(_, value)| value.to_str().unwrap().to_owned())
         .expect("a User-Agent header");
     assert!(
-        agent.starts_with(&format!("csi-provisioner/{} (linux/", env!("CARGO_PKG_VERSION"))),
+        agent.starts_with(&format!(
+            "csi-provisioner/{} (linux/",
+            env!("CARGO_PKG_VERSION")
+        )),
         "{agent}"
     );
 }

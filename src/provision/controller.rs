@@ -671,6 +671,7 @@ async fn provision(
         // The volume exists and the pin stays: the retry replays the identical CreateVolume.
         return Err(fail(state, pvc, message));
     }
+    ctx.capacity.volume_changed(&pv);
     state
         .infeasible
         .lock()

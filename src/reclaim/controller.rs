@@ -327,6 +327,7 @@ async fn step(state: &Reclaimer, pv: &PersistentVolume) -> Result<Next, ReclaimF
                 return Err(ReclaimFailure::Reported(message));
             }
             info!(pv = %name, %volume_id, "volume deleted");
+            ctx.capacity.volume_changed(pv);
             state
                 .deleted
                 .lock()

@@ -1,0 +1,577 @@
+//! The capacity shell: its own API client and rate budget (`--kube-api-capacity-qps/-burst`), a
+//! watch of our CSIStorageCapacity objects in `NAMESPACE`, and one loop that turns the pure plan
+//! into at most `--capacity-threads` concurrent syncs (GetCapacity, then the one write `plan::decide`
+//! asks for, if any) and deletions.
+//!
+//! The loop is level-triggered: every [`CHECK_PERIOD`] it recomputes the desired keys from the
+//! caches (classes x segments) and the diff against the objects, in memory, without a request.
+//! New or re-appeared keys and objects deleted by someone are synced, obsolete objects deleted.
+//! Every key is polled each `--capacity-poll-interval`, and the keys a [`super::CapacityNudge`]
+//! names right away. Failures back off per key from `--retry-interval-start` to
+//! `--retry-interval-max`.
+//!
+//! Only the leader acts: `leader` is checked before anything is queued or written, and becoming
+//! leader queues every key, so a new leader adopts and refreshes the objects its predecessor left.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::storage::v1::{CSINode, CSIStorageCapacity};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::api::{DeleteParams, PostParams};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::watcher;
+use kube::{Api, Client};
+use tokio::sync::{mpsc, watch};
+use tracing::{debug, info, warn};
+
+use super::CapacityNudge;
+use super::plan::{self, Affected, Diff, Identity, Key, Reported, Segment, Write};
+use crate::app::{Context, Shutdown};
+use crate::config::{Config, RateLimit};
+use crate::csi::DriverInfo;
+use crate::csi::v1;
+use crate::k8s::watch::watch_shared;
+use crate::retry::Backoff;
+
+/// How often the desired set is compared with the caches (in memory only).
+pub const CHECK_PERIOD: Duration = Duration::from_secs(1);
+/// How long an object we created is trusted to exist before the watch shows it; past that it is
+/// presumed deleted by someone and created again.
+const CREATED_GRACE: Duration = Duration::from_secs(30);
+
+/// Everything decided at start-up.
+pub struct Capacity {
+    client: Client,
+    identity: Identity,
+    namespace: String,
+    owner: Option<OwnerReference>,
+    /// Node-deployment mode: this instance's segment only.
+    fixed_segment: Option<Segment>,
+    nudges: mpsc::Receiver<Affected>,
+}
+
+/// Start-up of the feature (upstream's order and messages): `NAMESPACE` (and `POD_NAME` for an
+/// owner) from the environment, the client with the capacity rate budget, the owner lookup. Errors
+/// are fatal, as upstream. Returns a no-op nudge and `None` when `--enable-capacity` is off.
+pub async fn prepare(
+    config: &Config,
+    driver: &DriverInfo,
+) -> anyhow::Result<(CapacityNudge, Option<Capacity>)> {
+    let options = &config.capacity;
+    if !options.enabled {
+        return Ok((CapacityNudge::default(), None));
+    }
+    let namespace = std::env::var("NAMESPACE")
+        .ok()
+        .filter(|n| !n.is_empty())
+        .context("need NAMESPACE env variable for CSIStorageCapacity objects")?;
+    let mut kube = config.kube.clone();
+    kube.rate_limit = rate_limit(options.qps, options.burst)?;
+    let client = crate::k8s::client::build_client(&kube)
+        .await
+        .context("building the capacity controller's Kubernetes client")?;
+    let owner = match u32::try_from(options.ownerref_level) {
+        Err(_) => None,
+        Ok(levels) => {
+            let pod = std::env::var("POD_NAME")
+                .ok()
+                .filter(|n| !n.is_empty())
+                .context("need POD_NAME env variable to determine CSIStorageCapacity owner")?;
+            let owner = super::owner::lookup(&client, &namespace, &pod, levels).await?;
+            info!(
+                "using {}/{} {} as owner of CSIStorageCapacity objects",
+                owner.api_version, owner.kind, owner.name
+            );
+            Some(owner)
+        }
+    };
+    let node = config
+        .node_deployment
+        .as_ref()
+        .map(|n| n.node_name.as_str());
+    let fixed_segment = node.map(|_| {
+        let segment: Segment = driver
+            .node
+            .as_ref()
+            .map(|n| n.accessible_topology.clone())
+            .unwrap_or_default();
+        info!(
+            ?segment,
+            "producing CSIStorageCapacity objects with fixed topology segment"
+        );
+        segment
+    });
+    if !driver.controller.get_capacity {
+        warn!(
+            "--enable-capacity is set but the driver does not advertise the GET_CAPACITY controller capability; its GetCapacity calls will fail"
+        );
+    }
+    let (nudge, nudges) = CapacityNudge::channel();
+    let identity = Identity {
+        driver: driver.name.clone(),
+        managed_by: plan::managed_by_id(node),
+    };
+    Ok((
+        nudge,
+        Some(Capacity {
+            client,
+            identity,
+            namespace,
+            owner,
+            fixed_segment,
+            nudges,
+        }),
+    ))
+}
+
+/// client-go's defaulting for the capacity client: 0 means 5 QPS / burst 10, a negative QPS no limit.
+fn rate_limit(qps: f32, burst: i64) -> anyhow::Result<Option<RateLimit>> {
+    let qps = f64::from(qps);
+    anyhow::ensure!(
+        qps.is_finite(),
+        "--kube-api-capacity-qps={qps} must be a finite number"
+    );
+    if qps < 0.0 {
+        return Ok(None);
+    }
+    let burst = match burst {
+        0 => 10,
+        b => u32::try_from(b).ok().filter(|b| *b >= 1).with_context(|| {
+            format!("--kube-api-capacity-burst={burst} is out of range: it must be at least 1 (0 means the default, 10)")
+        })?,
+    };
+    Ok(Some(RateLimit {
+        qps: if qps == 0.0 { 5.0 } else { qps },
+        burst,
+    }))
+}
+
+/// One unit of work.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+enum Item {
+    /// GetCapacity for the key, then create or update its object if needed.
+    Sync(Key),
+    /// Delete an obsolete object (by name).
+    Delete(String),
+}
+
+/// What a finished sync wrote.
+type Done = (Item, Result<Option<CSIStorageCapacity>, String>);
+
+impl Capacity {
+    /// Runs until shutdown. `leader` says whether this instance may write (pass a receiver that
+    /// always reads `true` without leader election).
+    pub async fn run(self, ctx: Arc<Context>, leader: watch::Receiver<bool>, shutdown: Shutdown) {
+        let Capacity {
+            client,
+            identity,
+            namespace,
+            owner,
+            fixed_segment,
+            mut nudges,
+        } = self;
+        let api: Api<CSIStorageCapacity> = Api::namespaced(client.clone(), &namespace);
+        let objects = watch_shared(
+            api.clone(),
+            watcher::Config::default().labels(&identity.selector()),
+            "csistoragecapacities",
+            0,
+        );
+        // Segments come from CSINodes and Nodes; central instances of a driver without topology
+        // have no such caches from the provisioning side, so they watch both themselves.
+        let topology = match (&fixed_segment, &ctx.stores.csinodes, &ctx.stores.nodes) {
+            (Some(_), _, _) => None,
+            (None, Some(csinodes), Some(nodes)) => Some((csinodes.clone(), nodes.clone())),
+            (None, _, _) => {
+                let wc = watcher::Config::default();
+                let csinodes: Store<CSINode> =
+                    watch_shared(Api::all(client.clone()), wc.clone(), "csinodes", 0).store;
+                let nodes: Store<Node> =
+                    watch_shared(Api::all(client.clone()), wc, "nodes", 0).store;
+                Some((csinodes, nodes))
+            }
+        };
+        let ready = async {
+            objects.store.wait_until_ready().await.ok();
+            if let Some((csinodes, nodes)) = &topology {
+                csinodes.wait_until_ready().await.ok();
+                nodes.wait_until_ready().await.ok();
+            }
+        };
+        tokio::select! {
+            () = ready => {},
+            () = shutdown.clone().requested() => return,
+        }
+        info!(
+            namespace = %namespace,
+            managed_by = %identity.managed_by,
+            "capacity controller started"
+        );
+
+        let settings = &ctx.config.capacity;
+        let mut state = Loop {
+            ctx: &ctx,
+            api,
+            identity,
+            namespace,
+            owner,
+            fixed_segment,
+            topology,
+            objects: objects.store,
+            known: BTreeSet::new(),
+            queue: Vec::new(),
+            queued: HashSet::new(),
+            in_flight: HashSet::new(),
+            written: HashMap::new(),
+            backoff: Backoff::new(
+                ctx.config.provisioning.retry_interval_start,
+                ctx.config.provisioning.retry_interval_max,
+            ),
+            not_before: HashMap::new(),
+            was_leader: false,
+        };
+        let threads = usize::try_from(settings.threads).unwrap_or(1).max(1);
+        let mut check = tokio::time::interval(CHECK_PERIOD);
+        check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let poll = settings.poll_interval.max(Duration::from_millis(100));
+        let mut polls = tokio::time::interval_at(tokio::time::Instant::now() + poll, poll);
+        polls.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut workers = FuturesUnordered::new();
+        let stop = shutdown.requested();
+        tokio::pin!(stop);
+        loop {
+            let is_leader = *leader.borrow();
+            tokio::select! {
+                () = &mut stop => break,
+                _ = check.tick() => state.check(is_leader),
+                _ = polls.tick() => {
+                    if is_leader {
+                        debug!("capacity poll: refreshing every object");
+                        let keys: Vec<Key> = state.known.iter().cloned().collect();
+                        keys.into_iter().for_each(|k| state.enqueue(Item::Sync(k)));
+                    }
+                }
+                Some(affected) = nudges.recv() => {
+                    if is_leader {
+                        let keys: Vec<Key> =
+                            state.known.iter().filter(|k| affected.covers(k)).cloned().collect();
+                        debug!(?affected, keys = keys.len(), "volume created or deleted: refreshing capacity");
+                        keys.into_iter().for_each(|k| state.enqueue(Item::Sync(k)));
+                    }
+                }
+                Some((item, result)) = workers.next(), if !workers.is_empty() => {
+                    state.finished(item, result);
+                }
+            }
+            if !*leader.borrow() {
+                continue;
+            }
+            while workers.len() < threads {
+                let Some(item) = state.next_item() else { break };
+                workers.push(state.start(item));
+            }
+        }
+        // In-flight calls are dropped: a half-done sync is redone by the next leader or start.
+        info!("capacity controller stopped");
+    }
+}
+
+/// The loop's state (one task owns it; workers only run the calls).
+struct Loop<'a> {
+    ctx: &'a Context,
+    api: Api<CSIStorageCapacity>,
+    identity: Identity,
+    namespace: String,
+    owner: Option<OwnerReference>,
+    fixed_segment: Option<Segment>,
+    topology: Option<(Store<CSINode>, Store<Node>)>,
+    objects: Store<CSIStorageCapacity>,
+    /// The desired keys at the last check.
+    known: BTreeSet<Key>,
+    queue: Vec<Item>,
+    queued: HashSet<Item>,
+    in_flight: HashSet<Item>,
+    /// The object we last wrote per key, until the watch shows it (so a second sync neither
+    /// creates a duplicate nor updates a stale copy).
+    written: HashMap<Key, (CSIStorageCapacity, Instant)>,
+    backoff: Backoff<Item>,
+    not_before: HashMap<Item, Instant>,
+    was_leader: bool,
+}
+
+impl Loop<'_> {
+    fn desired(&self) -> BTreeSet<Key> {
+        let config = &self.ctx.config.capacity;
+        let classes = self.ctx.stores.classes.state();
+        let classes = plan::classes(
+            &self.identity.driver,
+            config.for_immediate_binding,
+            classes.iter().map(Arc::as_ref),
+        );
+        let segments = match (&self.fixed_segment, &self.topology) {
+            (Some(segment), _) => BTreeSet::from([segment.clone()]),
+            (None, Some((csinodes, nodes))) => {
+                let csinodes = csinodes.state();
+                plan::segments(
+                    &self.identity.driver,
+                    csinodes.iter().map(Arc::as_ref),
+                    |name| nodes.get(&ObjectRef::new(name)),
+                )
+            }
+            (None, None) => BTreeSet::new(),
+        };
+        plan::desired(&classes, &segments)
+    }
+
+    fn diff(&self, desired: &BTreeSet<Key>) -> Diff {
+        plan::diff(&self.identity, desired, &self.objects.state())
+    }
+
+    /// Compares the desired set with the objects and queues what differs.
+    fn check(&mut self, is_leader: bool) {
+        let desired = self.desired();
+        let diff = self.diff(&desired);
+        // Forget what we wrote once the watch shows it (or it went stale).
+        let now = Instant::now();
+        self.written.retain(|key, (object, at)| {
+            let seen = diff.existing.get(key).and_then(|name| {
+                self.objects
+                    .get(&ObjectRef::new(name).within(&self.namespace))
+            });
+            let caught_up = seen.is_some_and(|s| {
+                s.metadata.name == object.metadata.name
+                    && s.metadata.resource_version == object.metadata.resource_version
+            });
+            !caught_up && desired.contains(key) && now.duration_since(*at) < CREATED_GRACE
+        });
+        self.backoff.retain(|item| match item {
+            Item::Sync(key) => desired.contains(key),
+            Item::Delete(name) => diff.obsolete.contains(name),
+        });
+        self.not_before.retain(|item, _| match item {
+            Item::Sync(key) => desired.contains(key),
+            Item::Delete(name) => diff.obsolete.contains(name),
+        });
+        if is_leader {
+            if !self.was_leader {
+                // Newly leader (or just started): refresh every object, adopting what exists.
+                desired
+                    .iter()
+                    .cloned()
+                    .for_each(|k| self.enqueue(Item::Sync(k)));
+            }
+            for key in &diff.missing {
+                if !self.written.contains_key(key) {
+                    self.enqueue(Item::Sync(key.clone()));
+                }
+            }
+            for name in &diff.obsolete {
+                self.enqueue(Item::Delete(name.clone()));
+            }
+        }
+        self.was_leader = is_leader;
+        self.known = desired;
+    }
+
+    fn enqueue(&mut self, item: Item) {
+        if self.queued.insert(item.clone()) {
+            self.queue.push(item);
+        }
+    }
+
+    /// The first queued item that is not running and not backing off.
+    fn next_item(&mut self) -> Option<Item> {
+        let now = Instant::now();
+        let position = self.queue.iter().position(|item| {
+            !self.in_flight.contains(item) && self.not_before.get(item).is_none_or(|t| *t <= now)
+        })?;
+        let item = self.queue.remove(position);
+        self.queued.remove(&item);
+        Some(item)
+    }
+
+    /// Starts `item` and returns its future (it owns what it needs, so the loop stays free).
+    fn start(&mut self, item: Item) -> impl Future<Output = Done> + use<> {
+        self.in_flight.insert(item.clone());
+        let api = self.api.clone();
+        let csi = self.ctx.csi.clone();
+        let job = match &item {
+            Item::Delete(name) => Job::Delete(name.clone()),
+            Item::Sync(key) => {
+                let class = self.ctx.stores.classes.get(&ObjectRef::new(&key.class));
+                let existing = self
+                    .written
+                    .get(key)
+                    .map(|(o, _)| Box::new(o.clone()))
+                    .or_else(|| {
+                        let diff = self.diff(&BTreeSet::from([key.clone()]));
+                        let name = diff.existing.get(key)?;
+                        self.objects
+                            .get(&ObjectRef::new(name).within(&self.namespace))
+                            .map(|o| Box::new(o.as_ref().clone()))
+                    });
+                match class {
+                    // Gone meanwhile: the next check drops the key.
+                    None => Job::Skip,
+                    Some(class) => Job::Sync {
+                        key: key.clone(),
+                        parameters: class.parameters.clone().unwrap_or_default(),
+                        existing,
+                        identity: self.identity.clone(),
+                        namespace: self.namespace.clone(),
+                        owner: self.owner.clone(),
+                    },
+                }
+            }
+        };
+        async move {
+            let result = match job {
+                Job::Skip => Ok(None),
+                Job::Delete(name) => match api.delete(&name, &DeleteParams::default()).await {
+                    Ok(_) => {
+                        info!(object = %name, "deleted obsolete CSIStorageCapacity");
+                        Ok(None)
+                    }
+                    Err(kube::Error::Api(s)) if s.code == 404 => Ok(None),
+                    Err(e) => Err(format!("delete CSIStorageCapacity {name}: {e}")),
+                },
+                Job::Sync {
+                    key,
+                    parameters,
+                    existing,
+                    identity,
+                    namespace,
+                    owner,
+                } => {
+                    sync(
+                        &api,
+                        csi.as_ref(),
+                        &key,
+                        parameters,
+                        existing.as_deref(),
+                        &identity,
+                        &namespace,
+                        owner.as_ref(),
+                    )
+                    .await
+                }
+            };
+            (item, result)
+        }
+    }
+
+    fn finished(&mut self, item: Item, result: Result<Option<CSIStorageCapacity>, String>) {
+        self.in_flight.remove(&item);
+        match result {
+            Ok(written) => {
+                self.backoff.reset(&item);
+                self.not_before.remove(&item);
+                if let (Item::Sync(key), Some(object)) = (&item, written) {
+                    self.written.insert(key.clone(), (object, Instant::now()));
+                }
+            }
+            Err(message) => {
+                if let Item::Sync(key) = &item {
+                    // A conflict or a missing object means our copy is stale: start from the
+                    // watch's.
+                    self.written.remove(key);
+                }
+                let delay = self.backoff.failed(&item);
+                warn!(retry_in = ?delay, "{message}");
+                self.not_before.insert(item.clone(), Instant::now() + delay);
+                self.enqueue(item);
+            }
+        }
+    }
+}
+
+/// What a worker runs, detached from the loop's state.
+// One short-lived value per running item (at most --capacity-threads): size does not matter.
+#[allow(clippy::large_enum_variant)]
+enum Job {
+    Skip,
+    Delete(String),
+    Sync {
+        key: Key,
+        parameters: std::collections::BTreeMap<String, String>,
+        existing: Option<Box<CSIStorageCapacity>>,
+        identity: Identity,
+        namespace: String,
+        owner: Option<OwnerReference>,
+    },
+}
+
+/// GetCapacity for `key`, then the write [`plan::decide`] asks for. Returns the object written.
+#[allow(clippy::too_many_arguments)]
+async fn sync(
+    api: &Api<CSIStorageCapacity>,
+    csi: &dyn crate::csi::CsiController,
+    key: &Key,
+    parameters: std::collections::BTreeMap<String, String>,
+    existing: Option<&CSIStorageCapacity>,
+    identity: &Identity,
+    namespace: &str,
+    owner: Option<&OwnerReference>,
+) -> Result<Option<CSIStorageCapacity>, String> {
+    let request = v1::GetCapacityRequest {
+        volume_capabilities: Vec::new(),
+        parameters: parameters.into_iter().collect(),
+        // An empty segment (a driver without topology keys) asks for the driver's total.
+        accessible_topology: (!key.segment.is_empty()).then(|| v1::Topology {
+            segments: key.segment.clone().into_iter().collect(),
+        }),
+    };
+    let answer = csi.get_capacity(request).await.map_err(|status| {
+        format!(
+            "CSI GetCapacity for class {} segment {:?}: rpc error: code = {:?} desc = {}",
+            key.class,
+            key.segment,
+            status.code(),
+            status.message()
+        )
+    })?;
+    let reported = Reported {
+        available: answer.available_capacity,
+        maximum_volume_size: answer.maximum_volume_size,
+    };
+    match plan::decide(identity, namespace, owner, key, reported, existing) {
+        Write::Nothing => {
+            debug!(class = %key.class, segment = ?key.segment, available = reported.available, "capacity unchanged, no write");
+            Ok(None)
+        }
+        Write::Create(object) => {
+            let created = api
+                .create(&PostParams::default(), &object)
+                .await
+                .map_err(|e| {
+                    format!(
+                        "create CSIStorageCapacity for class {} segment {:?}: {e}",
+                        key.class, key.segment
+                    )
+                })?;
+            info!(
+                object = created.metadata.name.as_deref().unwrap_or_default(),
+                class = %key.class,
+                segment = ?key.segment,
+                available = reported.available,
+                "created CSIStorageCapacity"
+            );
+            Ok(Some(created))
+        }
+        Write::Update(object) => {
+            let name = object.metadata.name.clone().unwrap_or_default();
+            let updated = api
+                .replace(&name, &PostParams::default(), &object)
+                .await
+                .map_err(|e| format!("update CSIStorageCapacity {name}: {e}"))?;
+            info!(object = %name, class = %key.class, segment = ?key.segment, available = reported.available, "updated CSIStorageCapacity");
+            Ok(Some(updated))
+        }
+    }
+}
