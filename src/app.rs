@@ -214,6 +214,10 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let mut metrics = Metrics::new();
     let operations = OperationMetrics::register(metrics.registry_mut());
     let node_metrics = NodeGoneMetrics::register(metrics.registry_mut());
+    let capacity_metrics = crate::capacity::metrics::CapacityMetrics::register_if(
+        config.capacity.enabled,
+        metrics.registry_mut(),
+    );
     let metrics = Arc::new(metrics);
     let health = Health::new();
     if let Some(options) = &config.http {
@@ -253,7 +257,8 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     );
 
     spawn_rbac_self_check(&config, &driver, health.clone(), events.clone()).await;
-    let (capacity_nudge, capacity) = crate::capacity::controller::prepare(&config, &driver).await?;
+    let (capacity_nudge, capacity) =
+        crate::capacity::controller::prepare(&config, &driver, capacity_metrics).await?;
 
     let mut watches = match &config.node_deployment {
         Some(node) => node_mode_watches(&client, &driver, &node.node_name).await,
@@ -340,6 +345,7 @@ async fn spawn_rbac_self_check(
     };
     let features = access::Features {
         nodes: config.node_deployment.is_some()
+            || config.capacity.enabled
             || (config.feature_gates.topology && driver.supports_topology()),
         attachments: driver.controller.publish_unpublish_volume,
         claim_cleanup: config.deleted_node.pvc_cleanup,
@@ -349,6 +355,11 @@ async fn spawn_rbac_self_check(
                 .or_else(|| std::env::var("POD_NAMESPACE").ok())
                 .unwrap_or_else(|| "default".to_owned())
         }),
+        capacity_namespace: config
+            .capacity
+            .enabled
+            .then(|| std::env::var("NAMESPACE").ok())
+            .flatten(),
     };
     tokio::spawn(async move {
         let Some(missing) = access::self_check(&client, &features).await else {

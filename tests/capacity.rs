@@ -365,10 +365,11 @@ async fn nothing_is_written_while_nothing_changes_and_immediate_classes_need_the
         vec![
             "--capacity-ownerref-level=-1".into(),
             "--capacity-for-immediate-binding".into(),
+            "--http-endpoint=127.0.0.1:0".into(),
         ],
     ]
     .concat();
-    let _sidecar = start_sidecar(&cluster, &driver, &flags, &[]).await;
+    let sidecar = start_sidecar(&cluster, &driver, &flags, &[]).await;
     wait_published(
         &cluster,
         "objects for the delayed and, with the flag, the Immediate class",
@@ -411,6 +412,15 @@ async fn nothing_is_written_while_nothing_changes_and_immediate_classes_need_the
         "no write while nothing changed: {:?}",
         during.rows()
     );
+    sidecar
+        .wait_metric("csistoragecapacities_desired_goal", 4.0)
+        .await;
+    sidecar
+        .wait_metric("csistoragecapacities_desired_current", 4.0)
+        .await;
+    sidecar
+        .wait_metric("csistoragecapacities_obsolete", 0.0)
+        .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

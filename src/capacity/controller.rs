@@ -31,6 +31,7 @@ use tokio::sync::{mpsc, watch};
 use tracing::{debug, info, warn};
 
 use super::CapacityNudge;
+use super::metrics::CapacityMetrics;
 use super::plan::{self, Affected, Diff, Identity, Key, Reported, Segment, Write};
 use crate::app::{Context, Shutdown};
 use crate::config::{Config, RateLimit};
@@ -54,6 +55,7 @@ pub struct Capacity {
     /// Node-deployment mode: this instance's segment only.
     fixed_segment: Option<Segment>,
     nudges: mpsc::Receiver<Affected>,
+    metrics: CapacityMetrics,
 }
 
 /// Start-up of the feature (upstream's order and messages): `NAMESPACE` (and `POD_NAME` for an
@@ -62,6 +64,7 @@ pub struct Capacity {
 pub async fn prepare(
     config: &Config,
     driver: &DriverInfo,
+    metrics: CapacityMetrics,
 ) -> anyhow::Result<(CapacityNudge, Option<Capacity>)> {
     let options = &config.capacity;
     if !options.enabled {
@@ -126,6 +129,7 @@ pub async fn prepare(
             owner,
             fixed_segment,
             nudges,
+            metrics,
         }),
     ))
 }
@@ -175,6 +179,7 @@ impl Capacity {
             owner,
             fixed_segment,
             mut nudges,
+            metrics,
         } = self;
         let api: Api<CSIStorageCapacity> = Api::namespaced(client.clone(), &namespace);
         let objects = watch_shared(
@@ -235,6 +240,7 @@ impl Capacity {
             ),
             not_before: HashMap::new(),
             was_leader: false,
+            metrics,
         };
         let threads = usize::try_from(settings.threads).unwrap_or(1).max(1);
         let mut check = tokio::time::interval(CHECK_PERIOD);
@@ -303,6 +309,7 @@ struct Loop<'a> {
     backoff: Backoff<Item>,
     not_before: HashMap<Item, Instant>,
     was_leader: bool,
+    metrics: CapacityMetrics,
 }
 
 impl Loop<'_> {
@@ -337,6 +344,8 @@ impl Loop<'_> {
     fn check(&mut self, is_leader: bool) {
         let desired = self.desired();
         let diff = self.diff(&desired);
+        self.metrics
+            .observe(desired.len(), diff.existing.len(), diff.obsolete.len());
         // Forget what we wrote once the watch shows it (or it went stale).
         let now = Instant::now();
         self.written.retain(|key, (object, at)| {

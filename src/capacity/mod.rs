@@ -10,6 +10,7 @@
 //! volume was created or deleted in a segment ([`CapacityNudge`]).
 
 pub mod controller;
+pub mod metrics;
 pub mod owner;
 pub mod plan;
 #[cfg(test)]

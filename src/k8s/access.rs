@@ -40,6 +40,8 @@ pub(crate) struct Features {
     pub(crate) claim_cleanup: bool,
     /// `--leader-election`: the namespace of the Lease.
     pub(crate) leader_election_namespace: Option<String>,
+    /// `--enable-capacity`: the namespace of the CSIStorageCapacity objects (`NAMESPACE`).
+    pub(crate) capacity_namespace: Option<String>,
 }
 
 /// Every permission a sidecar with `features` needs, in a stable order.
@@ -126,6 +128,15 @@ pub(crate) fn needs(features: &Features) -> Vec<Need> {
             &["get", "create", "update"],
             Some(namespace),
             "elect a leader with a Lease (--leader-election)",
+        );
+    }
+    if let Some(namespace) = &features.capacity_namespace {
+        add(
+            "storage.k8s.io",
+            "csistoragecapacities",
+            &["get", "list", "watch", "create", "update", "delete"],
+            Some(namespace),
+            "publish storage capacity (--enable-capacity)",
         );
     }
     out
@@ -329,6 +340,7 @@ mod tests {
             attachments: true,
             claim_cleanup: true,
             leader_election_namespace: Some("kube-system".into()),
+            capacity_namespace: Some("csi".into()),
         });
         let find = |resource: &str, verb: &str| {
             all.iter()
@@ -341,6 +353,8 @@ mod tests {
         let lease = find("leases", "update").expect("lease update");
         assert_eq!(lease.namespace.as_deref(), Some("kube-system"));
         assert_eq!(lease.group, "coordination.k8s.io");
+        let capacity = find("csistoragecapacities", "create").expect("capacity create");
+        assert_eq!(capacity.namespace.as_deref(), Some("csi"));
     }
 
     #[test]

@@ -1,0 +1,51 @@
+//! Upstream's capacity gauges (same names, no labels), registered only with `--enable-capacity`:
+//!
+//! | name | meaning |
+//! |---|---|
+//! | `csistoragecapacities_desired_goal` | objects that should exist (classes x segments) |
+//! | `csistoragecapacities_desired_current` | of those, how many exist |
+//! | `csistoragecapacities_obsolete` | objects of this instance that exist and are to be deleted |
+
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+
+/// Handles to the gauges; cheap to clone. Unregistered (and so never exposed) when the feature is off.
+#[derive(Clone, Debug, Default)]
+pub struct CapacityMetrics {
+    goal: Gauge,
+    current: Gauge,
+    obsolete: Gauge,
+}
+
+impl CapacityMetrics {
+    /// Creates the gauges and, when `enabled`, registers them in `registry`.
+    pub fn register_if(enabled: bool, registry: &mut Registry) -> Self {
+        let metrics = Self::default();
+        if enabled {
+            registry.register(
+                "csistoragecapacities_desired_goal",
+                "Number of CSIStorageCapacity objects that are supposed to be managed automatically.",
+                metrics.goal.clone(),
+            );
+            registry.register(
+                "csistoragecapacities_desired_current",
+                "Number of CSIStorageCapacity objects that exist and are supposed to be managed automatically.",
+                metrics.current.clone(),
+            );
+            registry.register(
+                "csistoragecapacities_obsolete",
+                "Number of CSIStorageCapacity objects that exist and will be deleted automatically.",
+                metrics.obsolete.clone(),
+            );
+        }
+        metrics
+    }
+
+    /// Records one comparison of the desired set with the objects.
+    pub fn observe(&self, goal: usize, current: usize, obsolete: usize) {
+        let set = |g: &Gauge, n: usize| g.set(i64::try_from(n).unwrap_or(i64::MAX));
+        set(&self.goal, goal);
+        set(&self.current, current);
+        set(&self.obsolete, obsolete);
+    }
+}
