@@ -579,6 +579,7 @@ async fn node_mode_each_instance_publishes_its_own_segment() {
                 "--node-deployment".into(),
                 "--node-deployment-base-delay=100ms".into(),
                 "--node-deployment-max-delay=1s".into(),
+                "--deleted-node-grace-period=2s".into(),
             ],
         ]
         .concat();
@@ -631,4 +632,22 @@ async fn node_mode_each_instance_publishes_its_own_segment() {
         ],
     )
     .await;
+
+    // node-3 goes away with its instance: a surviving instance removes node-3's object once the
+    // node has been gone for the grace period; the others stay.
+    let (mut driver3, mut sidecar3) = running.pop().unwrap();
+    sidecar3.kill().await;
+    driver3.kill().await;
+    cluster.delete_node("node-3").await;
+    wait_published(
+        &cluster,
+        "the deleted node's object removed by a survivor",
+        &[("local", "node-1", "2Gi"), ("local", "node-2", "2Gi")],
+    )
+    .await;
+    let removed_by: usize = running
+        .iter()
+        .map(|(_, s)| s.log_lines_with(&["deleted CSIStorageCapacity of an instance"]))
+        .sum();
+    assert_eq!(removed_by, 1, "exactly one instance deleted it");
 }

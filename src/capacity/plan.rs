@@ -385,3 +385,35 @@ impl Affected {
 pub fn controller_of(refs: &[OwnerReference]) -> Option<&OwnerReference> {
     refs.iter().find(|r| r.controller == Some(true))
 }
+
+/// Node-deployment mode: the objects of our driver left by instances whose node no longer exists,
+/// by `managed-by` id (each id's object names, sorted). An id is orphaned when it is neither the
+/// central id nor the id of any node in `nodes` (the ids are computed, so shortened ids of long
+/// node names are recognised too); objects of other drivers and of live nodes never are.
+pub fn orphaned<'a>(
+    driver: &str,
+    objects: impl IntoIterator<Item = &'a CSIStorageCapacity>,
+    nodes: impl IntoIterator<Item = &'a str>,
+) -> BTreeMap<String, Vec<String>> {
+    let live: BTreeSet<String> = nodes
+        .into_iter()
+        .map(|n| managed_by_id(Some(n)))
+        .chain([MANAGED_BY_CENTRAL.to_owned()])
+        .collect();
+    let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for object in objects {
+        let labels = object.metadata.labels.as_ref();
+        let label = |k: &str| labels.and_then(|l| l.get(k));
+        if label(LABEL_DRIVER_NAME).map(String::as_str) != Some(driver) {
+            continue;
+        }
+        let (Some(id), Some(name)) = (label(LABEL_MANAGED_BY), &object.metadata.name) else {
+            continue;
+        };
+        if !live.contains(id) {
+            out.entry(id.clone()).or_default().push(name.clone());
+        }
+    }
+    out.values_mut().for_each(|names| names.sort());
+    out
+}

@@ -478,3 +478,47 @@ fn the_owner_chain_follows_only_the_controlling_reference() {
     assert_eq!(controller_of(&refs).map(|r| r.uid.as_str()), Some("c"));
     assert_eq!(controller_of(&refs[..1]), None);
 }
+
+#[test]
+fn orphaned_objects_are_those_of_node_mode_ids_without_a_node() {
+    let node_object = |name: &str, id: &str| {
+        object(
+            name,
+            &key("fast", "1"),
+            "1Gi",
+            &[(LABEL_DRIVER_NAME, DRIVER), (LABEL_MANAGED_BY, id)],
+        )
+    };
+    let long = format!("node{}", "a".repeat(60));
+    let objects = [
+        node_object("a1", "external-provisioner-node-a"),
+        node_object("gone2", "external-provisioner-node-gone"),
+        node_object("gone1", "external-provisioner-node-gone"),
+        node_object("long", &managed_by_id(Some(&long))),
+        node_object("central", MANAGED_BY_CENTRAL),
+        object(
+            "other",
+            &key("fast", "1"),
+            "1Gi",
+            &[
+                (LABEL_DRIVER_NAME, "x"),
+                (LABEL_MANAGED_BY, "external-provisioner-node-gone"),
+            ],
+        ),
+        object(
+            "unlabelled",
+            &key("fast", "1"),
+            "1Gi",
+            &[(LABEL_DRIVER_NAME, DRIVER)],
+        ),
+    ];
+    let got = orphaned(DRIVER, &objects, ["node-a", long.as_str()]);
+    assert_eq!(
+        got,
+        BTreeMap::from([(
+            "external-provisioner-node-gone".to_owned(),
+            vec!["gone1".to_owned(), "gone2".to_owned()]
+        )])
+    );
+    assert!(orphaned(DRIVER, &objects, ["node-a", "node-gone", long.as_str()]).is_empty());
+}
