@@ -13,7 +13,7 @@
 //! Only the leader acts: `leader` is checked before anything is queued or written, and becoming
 //! leader queues every key, so a new leader adopts and refreshes the objects its predecessor left.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -240,7 +240,8 @@ impl Capacity {
             topology,
             objects: objects.store,
             known: BTreeSet::new(),
-            queue: Vec::new(),
+            existing: BTreeMap::new(),
+            queue: VecDeque::new(),
             queued: HashSet::new(),
             in_flight: HashSet::new(),
             written: HashMap::new(),
@@ -310,7 +311,9 @@ struct Loop<'a> {
     objects: Store<CSIStorageCapacity>,
     /// The desired keys at the last check.
     known: BTreeSet<Key>,
-    queue: Vec<Item>,
+    /// The object (by name) kept for each key at the last check.
+    existing: BTreeMap<Key, String>,
+    queue: VecDeque<Item>,
     queued: HashSet<Item>,
     in_flight: HashSet<Item>,
     /// The object we last wrote per key, until the watch shows it (so a second sync neither
@@ -396,11 +399,12 @@ impl Loop<'_> {
         }
         self.was_leader = is_leader;
         self.known = desired;
+        self.existing = diff.existing;
     }
 
     fn enqueue(&mut self, item: Item) {
         if self.queued.insert(item.clone()) {
-            self.queue.push(item);
+            self.queue.push_back(item);
         }
     }
 
@@ -410,7 +414,7 @@ impl Loop<'_> {
         let position = self.queue.iter().position(|item| {
             !self.in_flight.contains(item) && self.not_before.get(item).is_none_or(|t| *t <= now)
         })?;
-        let item = self.queue.remove(position);
+        let item = self.queue.remove(position)?;
         self.queued.remove(&item);
         Some(item)
     }
@@ -429,8 +433,9 @@ impl Loop<'_> {
                     .get(key)
                     .map(|(o, _)| Box::new(o.clone()))
                     .or_else(|| {
-                        let diff = self.diff(&BTreeSet::from([key.clone()]));
-                        let name = diff.existing.get(key)?;
+                        // As of the last check (at most CHECK_PERIOD old): a stale name reads as
+                        // missing here or fails the write, and either is redone.
+                        let name = self.existing.get(key)?;
                         self.objects
                             .get(&ObjectRef::new(name).within(&self.namespace))
                             .map(|o| Box::new(o.as_ref().clone()))
