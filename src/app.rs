@@ -23,7 +23,7 @@ use crate::csi::{
     OperationMetrics,
 };
 use crate::http::{self, Health};
-use crate::k8s::events::{EventSource, EventSpec, Recorder};
+use crate::k8s::events::{EventQueueMetrics, EventSource, EventSpec, Recorder};
 use crate::k8s::watch::{AttachmentIndex, Watched, watch_shared};
 use crate::metrics::Metrics;
 use crate::node::metrics::NodeGoneMetrics;
@@ -212,6 +212,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let mut metrics = Metrics::new();
     let operations = OperationMetrics::register(metrics.registry_mut());
     let node_metrics = NodeGoneMetrics::register(metrics.registry_mut());
+    let event_metrics = EventQueueMetrics::register(metrics.registry_mut());
     let metrics = Arc::new(metrics);
     let health = Health::new();
     if let Some(options) = &config.http {
@@ -220,9 +221,10 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         tokio::spawn(server.run(shutdown.clone().requested()));
     }
 
-    let client = crate::k8s::client::build_client(&config.kube)
+    let clients = crate::k8s::client::build_clients(&config.kube)
         .await
         .context("building the Kubernetes client")?;
+    let client = clients.workers.clone();
 
     let endpoint = Endpoint::parse(&config.csi.address)?;
     let channel = csi::connect(endpoint, ConnectOptions::new(shutdown.receiver())).await?;
@@ -245,12 +247,21 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         .map(|n| n.node_name.as_str());
     let identity = provisioner_identity(&driver.name, node_name);
     let hostname = std::env::var("HOSTNAME").unwrap_or_else(|_| "localhost".to_owned());
-    let events = Recorder::new(
-        client.clone(),
+    // Events take only the rate budget the workers leave (k8s::events::Recorder::queued).
+    let events = Recorder::queued(
+        clients.background.clone(),
         EventSource::provisioner_lib(&driver.name, &hostname, &crate::k8s::events::random_uuid()),
+        clients.bucket.clone(),
+        event_metrics,
     );
 
-    spawn_rbac_self_check(&config, &driver, health.clone(), events.clone()).await;
+    spawn_rbac_self_check(
+        &config,
+        &driver,
+        clients.background.clone(),
+        health.clone(),
+        events.clone(),
+    );
 
     let mut watches = match &config.node_deployment {
         Some(node) => node_mode_watches(&client, &driver, &node.node_name).await,
@@ -310,23 +321,17 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Starts the RBAC self-check (`k8s::access`) in the background, on a client of its own so that
-/// its requests never take the workers' rate budget; its findings go to the log, `/healthz/rbac`
+/// Starts the RBAC self-check (`k8s::access`) in the background, on the background client (no
+/// limiter) so that its dozen requests, sent once, never take the workers' rate budget; its findings go to the log, `/healthz/rbac`
 /// and a Warning event on this Pod (`POD_NAME` / `NAMESPACE`, as upstream's capacity owner).
-async fn spawn_rbac_self_check(
+fn spawn_rbac_self_check(
     config: &Config,
     driver: &DriverInfo,
+    client: Client,
     health: Health,
     events: Recorder,
 ) {
     use crate::k8s::access;
-    let client = match crate::k8s::client::kube_config(&config.kube).await {
-        Ok(cfg) => match Client::try_from(cfg) {
-            Ok(client) => client,
-            Err(error) => return warn!(%error, "RBAC self-check skipped"),
-        },
-        Err(error) => return warn!(%error, "RBAC self-check skipped"),
-    };
     let features = access::Features {
         nodes: config.node_deployment.is_some()
             || (config.feature_gates.topology && driver.supports_topology()),
