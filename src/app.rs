@@ -26,6 +26,7 @@ use crate::http::{self, Health};
 use crate::k8s::events::{EventSource, Recorder};
 use crate::k8s::watch::{AttachmentIndex, Watched, watch_shared};
 use crate::metrics::Metrics;
+use crate::model::meta::label;
 use crate::node::metrics::NodeGoneMetrics;
 
 /// Everything the controllers share: clients, the driver, caches and process-wide settings.
@@ -407,22 +408,13 @@ fn count_backlog(
     let claims = claims
         .iter()
         .filter(|c| crate::provision::intent::has_intent(c))
-        .filter(|c| crate::provision::plan::is_ours(c, driver))
-        .filter(|c| node.is_none() || crate::node::ownership::selected_node(c) == node)
+        .filter(|c| crate::model::claim::is_ours(c, driver))
+        .filter(|c| node.is_none() || crate::model::claim::selected_node(c) == node)
         .count();
     let volumes = pvs
         .iter()
         .filter(|pv| crate::reclaim::plan::awaits_deletion(pv, driver))
-        .filter(|pv| {
-            node.is_none()
-                || pv
-                    .metadata
-                    .labels
-                    .as_ref()
-                    .and_then(|l| l.get(crate::names::LABEL_PV_NODE))
-                    .map(String::as_str)
-                    == node
-        })
+        .filter(|pv| node.is_none() || label(&pv.metadata, crate::names::LABEL_PV_NODE) == node)
         .count();
     let gauge = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
     (gauge(claims), gauge(volumes))

@@ -36,8 +36,9 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 
+use crate::model::meta::non_empty_annotation as annotation;
 use crate::names;
-use crate::node::locate::{Mode, NodeLookup, NodeQuery, PerNodeKeys, Pin, annotation, pin_of};
+use crate::node::locate::{Mode, NodeLookup, NodeQuery, PerNodeKeys, Pin, pin_of};
 use crate::node::rendezvous;
 
 /// Only this many instances (the first in rendezvous order) track a volume: one actor and two
@@ -577,7 +578,7 @@ impl NodeGoneTracker {
         let since = format!(
             "missing since {}, longer than the grace period of {}",
             entry.first_absent.wall,
-            go_duration(self.config.grace_period)
+            crate::gofmt::format_go_duration(self.config.grace_period)
         );
         match &candidate.target {
             Target::Volume {
@@ -626,18 +627,6 @@ fn judge(query: &NodeQuery, result: &NodeLookup) -> Verdict {
             current_uid: current.clone(),
         }),
         (_, NodeLookup::Found { .. }) => Verdict::Present,
-    }
-}
-
-/// A duration the way Go prints it for whole seconds (`5m0s`, `1h0m0s`, `45s`), matching how
-/// the flag's value is written.
-pub fn go_duration(d: Duration) -> String {
-    let total = d.as_secs();
-    let (h, m, s) = (total / 3600, (total / 60) % 60, total % 60);
-    match (h, m) {
-        (0, 0) => format!("{s}s"),
-        (0, _) => format!("{m}m{s}s"),
-        _ => format!("{h}h{m}m{s}s"),
     }
 }
 

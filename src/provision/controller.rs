@@ -222,7 +222,7 @@ pub async fn run(
                 .state()
                 .into_iter()
                 .filter(|c| {
-                    plan::claim_class_name(c) == Some(name.as_str())
+                    crate::model::claim::claim_class_name(c) == Some(name.as_str())
                         && c.spec
                             .as_ref()
                             .and_then(|s| s.volume_name.as_ref())
@@ -240,9 +240,12 @@ pub async fn run(
         let driver = ctx.driver.name.clone();
         let all = csinodes.clone();
         let live = move || {
-            crate::node::scope::live_instances(csinodes.state().iter().map(AsRef::as_ref), &driver)
-                .into_iter()
-                .collect()
+            crate::model::csinode::live_instances(
+                csinodes.state().iter().map(AsRef::as_ref),
+                &driver,
+            )
+            .into_iter()
+            .collect()
         };
         let present = move || all.state().iter().map(|c| c.name_any()).collect();
         let departures = futures::stream::select(
@@ -283,7 +286,9 @@ fn pending_claims_selected_to(
                 .and_then(|s| s.volume_name.as_ref())
                 .is_none()
         })
-        .filter(|c| ownership::selected_node(c).is_some_and(|n| nodes.iter().any(|x| x == n)))
+        .filter(|c| {
+            crate::model::claim::selected_node(c).is_some_and(|n| nodes.iter().any(|x| x == n))
+        })
         .map(|c| ObjectRef::from_obj(c.as_ref()))
         .collect()
 }
@@ -362,8 +367,8 @@ async fn reconcile(
         ),
         None => None,
     };
-    let class =
-        plan::claim_class_name(&pvc).and_then(|name| stores.classes.get(&ObjectRef::new(name)));
+    let class = crate::model::claim::claim_class_name(&pvc)
+        .and_then(|name| stores.classes.get(&ObjectRef::new(name)));
     let pinned = state.pins().get(&claim_key(&pvc)).cloned();
     // The topology view is not Sync: decide in a block that ends before the next await.
     let decision = {
@@ -377,7 +382,7 @@ async fn reconcile(
             Some(fixed) => fixed,
             None => &store_topology,
         };
-        let selected = ownership::selected_node(&pvc).map(str::to_owned);
+        let selected = crate::model::claim::selected_node(&pvc).map(str::to_owned);
         let selected_node_driver = match (&selected, &stores.csinodes) {
             // While a requirement is pinned the node is settled until the attempt ends.
             _ if pinned.is_some() => CsiNodeLookup::Unknown,
@@ -908,7 +913,7 @@ async fn clear_selected_node(
     state: &Provisioner,
     pvc: &PersistentVolumeClaim,
 ) -> Result<(), ProvisionError> {
-    let Some(node) = ownership::selected_node(pvc).map(str::to_owned) else {
+    let Some(node) = crate::model::claim::selected_node(pvc).map(str::to_owned) else {
         return Ok(());
     };
     // Only the node the decision was about: the scheduler may have picked another meanwhile.

@@ -7,13 +7,14 @@ use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::{Value, json};
 
-use super::plan::{ClaimContext, ClaimDecision, ProvisionSettings, annotation, plan};
+use super::plan::{ClaimContext, ClaimDecision, ProvisionSettings, plan};
 use super::request::{self, RequestParts, create_volume_request, is_block, requested_bytes};
 use super::secrets::SecretRef;
 use crate::csi::v1::CreateVolumeRequest;
 use crate::k8s::patch::Step;
+use crate::model::claim::selected_node;
+use crate::model::meta::{has_finalizer, non_empty_annotation};
 use crate::names;
-use crate::node::ownership::selected_node;
 
 /// Intent annotations for a volume name and provisioner secret.
 pub fn intent_annotations(
@@ -193,16 +194,13 @@ pub enum CleanupReason {
 
 /// Whether the claim carries the provisioning intent.
 pub fn has_intent(pvc: &PersistentVolumeClaim) -> bool {
-    pvc.metadata
-        .finalizers
-        .as_ref()
-        .is_some_and(|f| f.iter().any(|x| x == names::FINALIZER_PROVISIONING_INTENT))
+    has_finalizer(&pvc.metadata, names::FINALIZER_PROVISIONING_INTENT)
 }
 
 pub(super) fn intent_secret(pvc: &PersistentVolumeClaim) -> Option<SecretRef> {
     Some(SecretRef::new(
-        annotation(pvc, names::ANN_INTENT_SECRET_NAME)?,
-        annotation(pvc, names::ANN_INTENT_SECRET_NAMESPACE)?,
+        non_empty_annotation(&pvc.metadata, names::ANN_INTENT_SECRET_NAME)?,
+        non_empty_annotation(&pvc.metadata, names::ANN_INTENT_SECRET_NAMESPACE)?,
     ))
 }
 
@@ -231,7 +229,8 @@ pub(super) fn cleanup(
     volume_name: String,
     reason: CleanupReason,
 ) -> ClaimDecision {
-    let volume_id = annotation(pvc, names::ANN_INTENT_VOLUME_ID).map(str::to_owned);
+    let volume_id =
+        non_empty_annotation(&pvc.metadata, names::ANN_INTENT_VOLUME_ID).map(str::to_owned);
     let secret = intent_secret(pvc);
     let (replay, replay_is_exact) = if volume_id.is_some() {
         (None, false)

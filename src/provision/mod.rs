@@ -3,7 +3,6 @@
 
 pub mod classify;
 pub mod controller;
-pub(crate) mod gofmt;
 pub mod intent;
 pub mod params;
 pub mod plan;

@@ -58,7 +58,8 @@ use crate::node::ownership::{
 pub use super::intent::{CleanupReason, IntentCleanup, has_intent, intent_annotations};
 use super::intent::{IntentOwner, cleanup, intent_owner, intent_secret};
 pub use super::plan_error::{Capability, PlanError};
-pub use crate::node::ownership::{claim_class_name, selected_node};
+use crate::model::claim::{claim_class_name, is_ours, provisioner, selected_node};
+use crate::model::meta::non_empty_annotation;
 
 /// Process-wide settings (from flags, gates and the driver handshake).
 #[derive(Debug, Clone, Default)]
@@ -281,15 +282,6 @@ impl ProvisionPlan {
     }
 }
 
-pub(super) fn annotation<'p>(pvc: &'p PersistentVolumeClaim, key: &str) -> Option<&'p str> {
-    pvc.metadata
-        .annotations
-        .as_ref()?
-        .get(key)
-        .map(String::as_str)
-        .filter(|v| !v.is_empty())
-}
-
 /// The volume name of a claim: the intent's when recorded (so a changed `--volume-name-prefix`
 /// never forks a claim into two volumes), else `<prefix>-<uid>`. The shell checks whether a PV of
 /// this name exists ([`ClaimContext::pv_exists`]).
@@ -297,7 +289,7 @@ pub fn claim_volume_name(
     pvc: &PersistentVolumeClaim,
     settings: &ProvisionSettings,
 ) -> Result<String, RequestError> {
-    if let Some(name) = annotation(pvc, names::ANN_INTENT_VOLUME_NAME) {
+    if let Some(name) = non_empty_annotation(&pvc.metadata, names::ANN_INTENT_VOLUME_NAME) {
         return Ok(name.to_owned());
     }
     make_volume_name(
@@ -305,19 +297,6 @@ pub fn claim_volume_name(
         pvc.metadata.uid.as_deref().unwrap_or_default(),
         settings.volume_name_uuid_length,
     )
-}
-
-fn provisioner_annotation(pvc: &PersistentVolumeClaim) -> Option<&str> {
-    let ann = pvc.metadata.annotations.as_ref()?;
-    ann.get(names::ANN_STORAGE_PROVISIONER)
-        .or_else(|| ann.get(names::ANN_BETA_STORAGE_PROVISIONER))
-        .map(String::as_str)
-}
-
-/// Whether the claim names `driver` as its provisioner (or was migrated to it).
-pub(crate) fn is_ours(pvc: &PersistentVolumeClaim, driver: &str) -> bool {
-    provisioner_annotation(pvc) == Some(driver)
-        || annotation(pvc, names::ANN_MIGRATED_TO) == Some(driver)
 }
 
 /// Decides what to do with `pvc`.
@@ -333,9 +312,7 @@ pub fn decide_claim(pvc: &PersistentVolumeClaim, ctx: &ClaimContext<'_>) -> Clai
     // The intent finalizer has one name for every driver running this sidecar: another driver's
     // claim is that driver's sidecar's business (cleaning it up here would ask our driver).
     if intent && !is_ours(pvc, &settings.driver) {
-        return ClaimDecision::Ignore(IgnoreReason::NotOurs(
-            provisioner_annotation(pvc).map(str::to_owned),
-        ));
+        return ClaimDecision::Ignore(IgnoreReason::NotOurs(provisioner(pvc).map(str::to_owned)));
     }
 
     if intent {
@@ -379,7 +356,7 @@ pub fn decide_claim(pvc: &PersistentVolumeClaim, ctx: &ClaimContext<'_>) -> Clai
         }
         if !is_ours(pvc, &settings.driver) {
             return ClaimDecision::Ignore(IgnoreReason::NotOurs(
-                provisioner_annotation(pvc).map(str::to_owned),
+                provisioner(pvc).map(str::to_owned),
             ));
         }
     }
@@ -726,7 +703,8 @@ pub(super) fn plan(
     };
 
     let recorded = intent
-        && annotation(pvc, names::ANN_INTENT_VOLUME_NAME) == Some(volume_name.as_str())
+        && non_empty_annotation(&pvc.metadata, names::ANN_INTENT_VOLUME_NAME)
+            == Some(volume_name.as_str())
         && intent_secret(pvc) == secrets.provisioner;
     Ok(ProvisionPlan {
         volume_name,

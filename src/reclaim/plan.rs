@@ -26,6 +26,7 @@ use std::fmt;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::StorageClass;
 
+use crate::model::meta::annotation;
 use crate::names;
 use crate::provision::secrets::{SecretError, SecretRef, resolve_provisioner_secret_for_delete};
 
@@ -256,14 +257,6 @@ pub enum ReclaimError {
 
 // === Reading the PV ===
 
-fn annotation<'a>(pv: &'a PersistentVolume, key: &str) -> Option<&'a str> {
-    pv.metadata
-        .annotations
-        .as_ref()?
-        .get(key)
-        .map(String::as_str)
-}
-
 fn phase(pv: &PersistentVolume) -> Option<&str> {
     pv.status.as_ref()?.phase.as_deref()
 }
@@ -324,8 +317,8 @@ pub enum Ownership {
 /// - without (static): ours iff `spec.csi.driver` (or, for in-tree PVs, `migrated-to`) names our
 ///   driver and the PV is (or was) bound: phase Bound, Released or Failed.
 pub fn ownership(pv: &PersistentVolume, driver_name: &str) -> Ownership {
-    let migrated_to = annotation(pv, names::ANN_MIGRATED_TO);
-    if let Some(provisioner) = annotation(pv, names::ANN_PROVISIONED_BY) {
+    let migrated_to = annotation(&pv.metadata, names::ANN_MIGRATED_TO);
+    if let Some(provisioner) = annotation(&pv.metadata, names::ANN_PROVISIONED_BY) {
         return if provisioner == driver_name || migrated_to == Some(driver_name) {
             Ownership::Ours { dynamic: true }
         } else {
@@ -373,7 +366,7 @@ pub fn is_ours(pv: &PersistentVolume, driver_name: &str) -> bool {
 /// The PV's StorageClass name: the beta annotation wins over `spec.storageClassName` (lib
 /// `GetPersistentVolumeClass`). `None` when neither is set (or both are empty).
 pub fn storage_class_name(pv: &PersistentVolume) -> Option<&str> {
-    annotation(pv, names::ANN_BETA_STORAGE_CLASS)
+    annotation(&pv.metadata, names::ANN_BETA_STORAGE_CLASS)
         .or_else(|| pv.spec.as_ref()?.storage_class_name.as_deref())
         .filter(|name| !name.is_empty())
 }
@@ -381,8 +374,8 @@ pub fn storage_class_name(pv: &PersistentVolume) -> Option<&str> {
 /// Whether the deletion secret must come from the StorageClass (the PV lacks one of the two
 /// deletion-secret annotations, as PVs made by old sidecars do).
 pub fn needs_storage_class(pv: &PersistentVolume) -> bool {
-    annotation(pv, names::ANN_DELETION_SECRET_NAME).is_none()
-        || annotation(pv, names::ANN_DELETION_SECRET_NAMESPACE).is_none()
+    annotation(&pv.metadata, names::ANN_DELETION_SECRET_NAME).is_none()
+        || annotation(&pv.metadata, names::ANN_DELETION_SECRET_NAMESPACE).is_none()
 }
 
 /// The claim whose existence decides whether `pv` counts as released although its phase is not
@@ -466,8 +459,8 @@ pub fn deletion_secrets(
     storage_class: StorageClassLookup<'_>,
 ) -> Result<Option<DeletionSecrets>, ReclaimError> {
     let pv_name = pv.metadata.name.as_deref().unwrap_or_default();
-    let name = annotation(pv, names::ANN_DELETION_SECRET_NAME);
-    let namespace = annotation(pv, names::ANN_DELETION_SECRET_NAMESPACE);
+    let name = annotation(&pv.metadata, names::ANN_DELETION_SECRET_NAME);
+    let namespace = annotation(&pv.metadata, names::ANN_DELETION_SECRET_NAMESPACE);
     if let (Some(name), Some(namespace)) = (name, namespace) {
         // Both annotations present: they are the answer, whatever the class says now. A half-empty
         // pair means no secret, as upstream.
@@ -571,13 +564,15 @@ pub fn decide(pv: &PersistentVolume, ctx: &ReclaimContext<'_>) -> ReclaimAction 
         return ReclaimAction::Skip(SkipReason::NotOnThisNode);
     }
     let Some(csi) = pv.spec.as_ref().and_then(|s| s.csi.as_ref()) else {
-        return ReclaimAction::Fail(if annotation(pv, names::ANN_MIGRATED_TO).is_some() {
-            ReclaimError::MigrationUnsupported {
-                driver: ctx.driver_name.to_owned(),
-            }
-        } else {
-            ReclaimError::InvalidCsiPv
-        });
+        return ReclaimAction::Fail(
+            if annotation(&pv.metadata, names::ANN_MIGRATED_TO).is_some() {
+                ReclaimError::MigrationUnsupported {
+                    driver: ctx.driver_name.to_owned(),
+                }
+            } else {
+                ReclaimError::InvalidCsiPv
+            },
+        );
     };
     let secrets = match deletion_secrets(pv, ctx.storage_class) {
         Ok(Some(secrets)) => secrets,

@@ -47,7 +47,7 @@ pub(super) async fn intent_on_gone_node(
     let message = format!(
         "node {node:?}, on which volume {volume_name} was being created for this claim, no longer exists \
          (missing for at least {}): the volume is considered gone with its node and {what}",
-        crate::node::gone::go_duration(grace)
+        crate::gofmt::format_go_duration(grace)
     );
     info!(claim = %claim_name(pvc), %node, volume = %volume_name, "{message}");
     state.ctx.events.emit(
