@@ -12,7 +12,7 @@
 use std::future::Future;
 use std::io;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
-use std::sync::{Arc, PoisonError, RwLock};
+use std::sync::{Arc, RwLock};
 
 use axum::Router;
 use axum::extract::State;
@@ -40,25 +40,16 @@ impl Health {
 
     /// Leader election works (or this replica is not leading, which is fine).
     pub fn set_leader_election_healthy(&self) {
-        *self
-            .leader_election
-            .write()
-            .unwrap_or_else(PoisonError::into_inner) = None;
+        *crate::sync::write(&self.leader_election) = None;
     }
 
     /// The leader failed to renew its Lease in time; `/healthz/leader-election` reports `reason`.
     pub fn set_leader_election_unhealthy(&self, reason: impl Into<String>) {
-        *self
-            .leader_election
-            .write()
-            .unwrap_or_else(PoisonError::into_inner) = Some(reason.into());
+        *crate::sync::write(&self.leader_election) = Some(reason.into());
     }
 
     fn leader_election_problem(&self) -> Option<String> {
-        self.leader_election
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
+        crate::sync::read(&self.leader_election).clone()
     }
 }
 

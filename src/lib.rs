@@ -22,6 +22,8 @@ pub mod node;
 pub mod provision;
 pub mod reclaim;
 pub mod retry;
+pub(crate) mod runtime;
+pub(crate) mod sync;
 pub mod telemetry;
 #[cfg(test)]
 pub(crate) mod testing;

@@ -411,13 +411,12 @@ impl Recorder {
         let now = Timestamp::now();
         let key = AggregationKey::new(&self.source, object, &spec);
         let object_name = object.name.clone().unwrap_or_default();
-        let decision = self
-            .correlator
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .observe(key, spec.dedupe_key.as_deref(), now, || {
-                event_name(&object_name, now)
-            });
+        let decision = crate::sync::lock(&self.correlator).observe(
+            key,
+            spec.dedupe_key.as_deref(),
+            now,
+            || event_name(&object_name, now),
+        );
         let api: Api<Event> = Api::namespaced(self.client.clone(), &event_namespace(object));
         let result = match decision {
             Decision::Suppress => return,
@@ -476,10 +475,7 @@ impl Recorder {
 
     /// Ends the episode `key`: the next event carrying that key is recorded again.
     pub fn end_episode(&self, key: &str) {
-        self.correlator
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .end_episode(key);
+        crate::sync::lock(&self.correlator).end_episode(key);
     }
 
     #[allow(clippy::too_many_arguments)]

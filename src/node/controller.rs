@@ -38,10 +38,10 @@ use super::gone::{
 };
 use super::locate::{HOSTNAME_LABEL, Mode, NodeLookup, NodeQuery, PerNodeKeys};
 use super::scope;
-use crate::app::{Context, Shutdown};
 use crate::k8s::events::{EventSpec, reference_to};
 use crate::k8s::patch::{self, DeleteOutcome};
 use crate::names;
+use crate::runtime::{Context, Shutdown};
 
 /// How often the Node and CSINode caches are compared with the last pass (cheap: in memory).
 const NODE_POLL: Duration = Duration::from_secs(1);

@@ -4,6 +4,8 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
+
+use crate::sync::lock;
 use std::time::{Duration, Instant};
 
 use futures::{Stream, StreamExt};
@@ -27,7 +29,6 @@ use super::plan::{
 use super::pv::{accept_answer, build_pv};
 use super::secrets::SecretRef;
 use super::topology::{RequirementCache, StaticTopology, TopologyView};
-use crate::app::{Context, Shutdown};
 use crate::csi::v1;
 use crate::k8s::errors::{ApiErrorClass, classify, describe};
 use crate::k8s::events::{EventSpec, reference_to};
@@ -37,6 +38,7 @@ use crate::node::ownership::{
     self, Competition, CsiNodeLookup, NodeIdentity, Recheck, recheck_before_claiming,
 };
 use crate::retry::{Backoff, InfeasibleHold};
+use crate::runtime::{Context, Shutdown};
 
 mod cleanup;
 mod compete;
@@ -99,7 +101,7 @@ struct Provisioner {
 
 impl Provisioner {
     fn pins(&self) -> std::sync::MutexGuard<'_, RequirementCache> {
-        self.pinned.lock().unwrap_or_else(|p| p.into_inner())
+        crate::sync::lock(&self.pinned)
     }
 
     /// Drops the per-claim state (backoff, hold-back, pins, competition) of claims that are no
@@ -123,10 +125,6 @@ impl Provisioner {
         lock(&self.node_gone_since).retain(|k, _| keep(k));
         self.pins().retain(keep);
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 fn settings_of(ctx: &Context) -> ProvisionSettings {
@@ -305,11 +303,7 @@ fn error_policy(
     error: &ProvisionError,
     state: Arc<Provisioner>,
 ) -> Action {
-    let delay = state
-        .backoff
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .failed(&claim_key(&pvc));
+    let delay = crate::sync::lock(&state.backoff).failed(&claim_key(&pvc));
     debug!(claim = %claim_name(&pvc), error = %error, ?delay, "will retry");
     Action::requeue(delay)
 }
@@ -475,11 +469,7 @@ async fn reconcile(
         }
     };
     if result.is_ok() {
-        state
-            .backoff
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .reset(&key);
+        crate::sync::lock(&state.backoff).reset(&key);
     }
     result
 }
@@ -497,11 +487,7 @@ fn ignore(state: &Provisioner, pvc: &PersistentVolumeClaim, reason: &IgnoreReaso
     }
     // The competition is over for a claim that is bound, deleted or not ours.
     if !matches!(reason, IgnoreReason::NotThisNode(_)) {
-        state
-            .competition
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .forget(&claim_key(pvc));
+        crate::sync::lock(&state.competition).forget(&claim_key(pvc));
     }
     // A claim that is going away keeps no per-claim state behind (the backoff is reset by the
     // caller on this successful reconcile).
@@ -509,11 +495,7 @@ fn ignore(state: &Provisioner, pvc: &PersistentVolumeClaim, reason: &IgnoreReaso
         reason,
         IgnoreReason::ClaimDeleting | IgnoreReason::AlreadyBound(_)
     ) {
-        state
-            .infeasible
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&claim_key(pvc));
+        crate::sync::lock(&state.infeasible).remove(&claim_key(pvc));
     }
 }
 
@@ -582,11 +564,8 @@ async fn provision(
 ) -> Result<Action, ProvisionError> {
     let ctx = &state.ctx;
     let key = claim_key(pvc);
-    if let Err(held) = state
-        .infeasible
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .check(&key, &plan.class_uid, Instant::now())
+    if let Err(held) =
+        crate::sync::lock(&state.infeasible).check(&key, &plan.class_uid, Instant::now())
     {
         debug!(claim = %claim_name(pvc), "skipping volume provisioning for pvc {key}, because provisioning previously failed with infeasible error");
         return Ok(Action::requeue(held.remaining));
@@ -676,11 +655,7 @@ async fn provision(
         // The volume exists and the pin stays: the retry replays the identical CreateVolume.
         return Err(fail(state, pvc, message));
     }
-    state
-        .infeasible
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .remove(&key);
+    crate::sync::lock(&state.infeasible).remove(&key);
     state.pins().settle(&key, None);
     finish_intent(state, &claim, &plan.volume_name).await?;
     ctx.events.emit(
@@ -711,11 +686,11 @@ async fn create_failed(
         status.message()
     );
     if is_infeasible(status.code()) {
-        state
-            .infeasible
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .record(claim_key(pvc), &plan.class_uid, Instant::now());
+        crate::sync::lock(&state.infeasible).record(
+            claim_key(pvc),
+            &plan.class_uid,
+            Instant::now(),
+        );
         return Err(fail(state, pvc, infeasible_event_message(&message)));
     }
     match outcome {

@@ -16,15 +16,12 @@ pub(super) async fn compete(
     let uid = claim_key(pvc);
     let now = Instant::now();
     let due = {
-        let mut at = state.compete_at.lock().unwrap_or_else(|p| p.into_inner());
+        let mut at = crate::sync::lock(&state.compete_at);
         match at.get(&uid) {
             Some(due) => *due,
             None => {
-                let delay = state
-                    .competition
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .next_delay(&uid, rand::random::<f64>());
+                let delay =
+                    crate::sync::lock(&state.competition).next_delay(&uid, rand::random::<f64>());
                 at.insert(uid.clone(), now + delay);
                 now + delay
             }
@@ -33,11 +30,7 @@ pub(super) async fn compete(
     if now < due {
         return Ok(Action::requeue(due - now));
     }
-    state
-        .compete_at
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .remove(&uid);
+    crate::sync::lock(&state.compete_at).remove(&uid);
     let api = claims_api(state, pvc);
     let fresh = api
         .get_opt(&pvc.name_any())
@@ -48,11 +41,7 @@ pub(super) async fn compete(
         Recheck::AlreadyOurs => return Ok(Action::await_change()),
         Recheck::Abandon(why) => {
             debug!(claim = %claim_name(pvc), ?why, "not competing for claim any more");
-            state
-                .competition
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .forget(&uid);
+            crate::sync::lock(&state.competition).forget(&uid);
             return Ok(Action::await_change());
         }
     };
@@ -60,11 +49,7 @@ pub(super) async fn compete(
     match patch::apply_change(&api, &pvc.name_any(), patch::Change::Merge(&patch)).await {
         Ok(_) => {
             info!(claim = %claim_name(pvc), node = %mode.me.name, "claim selected for this node");
-            state
-                .competition
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .forget(&uid);
+            crate::sync::lock(&state.competition).forget(&uid);
             Ok(Action::await_change())
         }
         Err(e) if classify(&e) == ApiErrorClass::Conflict => {
