@@ -223,8 +223,9 @@ async fn step(state: &Reclaimer, pv: &PersistentVolume) -> Result<Next, ReclaimF
     };
     let locality = match &state.segments {
         None => Locality::Central,
-        Some(segments) => Locality::Node {
-            accessible: may_delete_here(pv, segments).unwrap_or(false),
+        Some(segments) => match may_delete_here(pv, segments) {
+            Ok(accessible) => Locality::Node { accessible },
+            Err(error) => Locality::InvalidNodeAffinity(error),
         },
     };
     let volume_deleted = crate::sync::lock(&state.deleted).contains(&uid);

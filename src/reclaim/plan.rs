@@ -27,6 +27,7 @@ use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::StorageClass;
 
 use crate::model::meta::annotation;
+use crate::model::topology::AffinityError;
 use crate::names;
 use crate::provision::secrets::{SecretError, SecretRef, resolve_provisioner_secret_for_delete};
 
@@ -57,7 +58,7 @@ pub enum AttachmentState {
 
 /// Which deployment this instance is, and for node deployments whether this node is the one that
 /// may delete the volume. The hook for node-deployment ownership rules.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Locality {
     /// Central (controller) deployment: every volume of our driver is ours to delete.
     Central,
@@ -67,6 +68,9 @@ pub enum Locality {
         /// Whether this node's instance deletes the volume.
         accessible: bool,
     },
+    /// Node deployment, and the PV's node affinity cannot be evaluated: a delete failure
+    /// (upstream: an event and a retry), never "not on this node", which would be silent.
+    InvalidNodeAffinity(AffinityError),
 }
 
 /// The StorageClass named by the PV, as far as the shell's store knows.
@@ -244,6 +248,10 @@ pub enum ReclaimError {
         /// Our driver name.
         driver: String,
     },
+    /// Node mode: the PV's node affinity cannot be evaluated against our topology (upstream's
+    /// text).
+    #[error("checking volume affinity failed: {0}")]
+    NodeAffinity(AffinityError),
     /// The StorageClass's provisioner secret templates cannot be resolved (upstream's text).
     #[error("failed to get secretreference for volume {pv}: {source}")]
     Secret {
@@ -560,8 +568,14 @@ pub fn decide(pv: &PersistentVolume, ctx: &ReclaimContext<'_>) -> ReclaimAction 
             issue_delete: !deleting,
         };
     }
-    if ctx.locality == (Locality::Node { accessible: false }) {
-        return ReclaimAction::Skip(SkipReason::NotOnThisNode);
+    match &ctx.locality {
+        Locality::Node { accessible: false } => {
+            return ReclaimAction::Skip(SkipReason::NotOnThisNode);
+        }
+        Locality::InvalidNodeAffinity(error) => {
+            return ReclaimAction::Fail(ReclaimError::NodeAffinity(error.clone()));
+        }
+        Locality::Central | Locality::Node { accessible: true } => {}
     }
     let Some(csi) = pv.spec.as_ref().and_then(|s| s.csi.as_ref()) else {
         return ReclaimAction::Fail(
