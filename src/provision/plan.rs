@@ -49,6 +49,7 @@ use crate::node::ownership::{
 
 pub use super::intent::{CleanupReason, IntentCleanup, has_intent, intent_annotations};
 use build::{Stop, plan};
+pub(crate) use cleanup::{AfterReplay, CleanupStep, after_replay, cleanup_step};
 use cleanup::{IntentOwner, cleanup, intent_owner};
 
 mod build;

@@ -302,11 +302,7 @@ async fn step(state: &Reclaimer, pv: &PersistentVolume) -> Result<Next, ReclaimF
                 })
                 .await;
             if let Err(status) = result {
-                let message = format!(
-                    "rpc error: code = {:?} desc = {}",
-                    status.code(),
-                    status.message()
-                );
+                let message = crate::csi::rpc_error(&status);
                 warn!(pv = %name, %volume_id, "DeleteVolume failed: {message}");
                 ctx.events.emit(
                     reference_to(pv),
