@@ -58,6 +58,20 @@ pub fn check_interval(grace_period: Duration) -> Duration {
     (grace_period / 10).clamp(Duration::from_secs(1), UNKNOWN_RECHECK)
 }
 
+/// When an absence first seen at `first_absent` may be acted on by the instance of rendezvous
+/// `rank`: after the grace period, plus `fallback_delay` per rank. The one grace rule for a missing
+/// node, for its volumes here and for provisioning intents left on it
+/// (`provision::controller::gone_node`, where the actor is chosen per claim: rank 0).
+pub fn grace_deadline(
+    first_absent: Instant,
+    grace_period: Duration,
+    fallback_delay: Duration,
+    rank: usize,
+) -> Instant {
+    let extra = fallback_delay.saturating_mul(u32::try_from(rank).unwrap_or(u32::MAX));
+    first_absent + grace_period.saturating_add(extra)
+}
+
 /// Extra wait per rendezvous rank before a fallback instance acts: half the grace period, between
 /// 1 s and [`MAX_FALLBACK_DELAY`] (2 minutes for the default 5m grace period). An admin who shortens
 /// the grace period wants a prompt answer even when the first instance is stuck; the fallback
@@ -553,11 +567,12 @@ impl NodeGoneTracker {
     }
 
     fn deadline(&self, entry: &Entry) -> Instant {
-        let extra = self
-            .config
-            .fallback_delay
-            .saturating_mul(u32::try_from(entry.rank).unwrap_or(u32::MAX));
-        entry.first_absent.instant + self.config.grace_period.saturating_add(extra)
+        grace_deadline(
+            entry.first_absent.instant,
+            self.config.grace_period,
+            self.config.fallback_delay,
+            entry.rank,
+        )
     }
 
     fn cancel(&mut self, pv: &str, reason: CancelReason) -> GoneAction {

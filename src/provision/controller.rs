@@ -21,13 +21,14 @@ use super::classify::{
     ProvisioningState, infeasible_event_message, is_infeasible, provisioning_state,
 };
 use super::intent::{intent_removal_step, intent_write_step};
+use super::memory::ClaimMemory;
 use super::plan::{
     self, AfterReplay, ClaimContext, ClaimDecision, CleanupStep, IgnoreReason, IntentCleanup,
     Lookup, NodeMode, ProvisionPlan, ProvisionSettings, SourceLookup,
 };
 use super::pv::{accept_answer, build_pv};
 use super::secrets::SecretRef;
-use super::topology::{RequirementCache, StaticTopology, TopologyView};
+use super::topology::{StaticTopology, TopologyView};
 use crate::csi::v1;
 use crate::k8s::errors::{ApiErrorClass, classify, describe};
 use crate::k8s::events::{EventSpec, reference_to};
@@ -36,7 +37,7 @@ use crate::names;
 use crate::node::ownership::{
     self, Competition, CsiNodeLookup, NodeIdentity, Recheck, recheck_before_claiming,
 };
-use crate::retry::{Backoff, InfeasibleHold};
+use crate::retry::{Attempt, Backoff, InfeasibleHold, retry_transient};
 use crate::runtime::{Context, Shutdown};
 
 mod claim_writes;
@@ -89,24 +90,15 @@ pub enum ProvisionError {
 struct Provisioner {
     ctx: Arc<Context>,
     settings: ProvisionSettings,
-    backoff: Mutex<Backoff<String>>,
-    infeasible: Mutex<InfeasibleHold<String>>,
-    /// Node mode: the competition for unselected Immediate-binding claims.
-    competition: Mutex<Competition>,
-    /// Node mode: when each competing claim may be claimed (UID -> instant).
-    compete_at: Mutex<HashMap<String, Instant>>,
-    /// Node mode: since when each deleted claim's intent has been waiting for a missing node.
-    node_gone_since: Mutex<HashMap<String, Instant>>,
+    /// Per-claim memory (backoff, hold-back, pins, competition, missing-node timers).
+    memory: Mutex<ClaimMemory>,
     /// Node mode: the fixed topology view built from NodeGetInfo (as upstream).
     node_topology: Option<StaticTopology>,
-    /// Accessibility requirements of claims whose CreateVolume may still be in progress, so a retry
-    /// sends the identical request even if nodes changed meanwhile (upstream's per-PVC cache).
-    pinned: Mutex<RequirementCache>,
 }
 
 impl Provisioner {
-    fn pins(&self) -> std::sync::MutexGuard<'_, RequirementCache> {
-        crate::sync::lock(&self.pinned)
+    fn memory(&self) -> std::sync::MutexGuard<'_, ClaimMemory> {
+        lock(&self.memory)
     }
 
     /// Drops the per-claim state (backoff, hold-back, pins, competition) of claims that are no
@@ -123,12 +115,7 @@ impl Provisioner {
             .map(|c| claim_key(c))
             .collect();
         let keep = |key: &str| live.contains(key);
-        lock(&self.backoff).retain(|k| keep(k));
-        lock(&self.infeasible).retain(|k| keep(k));
-        lock(&self.competition).retain(keep);
-        lock(&self.compete_at).retain(|k, _| keep(k));
-        lock(&self.node_gone_since).retain(|k, _| keep(k));
-        self.pins().retain(keep);
+        self.memory().retain(keep);
     }
 }
 
@@ -188,13 +175,12 @@ pub async fn run(
     );
     let p = &ctx.config.provisioning;
     let state = Arc::new(Provisioner {
-        backoff: Mutex::new(Backoff::new(p.retry_interval_start, p.retry_interval_max)),
-        infeasible: Mutex::new(InfeasibleHold::new(INFEASIBLE_RETENTION)),
-        competition: Mutex::new(competition),
-        compete_at: Mutex::new(HashMap::new()),
-        node_gone_since: Mutex::new(HashMap::new()),
+        memory: Mutex::new(ClaimMemory::new(
+            Backoff::new(p.retry_interval_start, p.retry_interval_max),
+            InfeasibleHold::new(INFEASIBLE_RETENTION),
+            competition,
+        )),
         node_topology,
-        pinned: Mutex::new(RequirementCache::default()),
         settings,
         ctx: ctx.clone(),
     });
@@ -308,7 +294,7 @@ fn error_policy(
     error: &ProvisionError,
     state: Arc<Provisioner>,
 ) -> Action {
-    let delay = crate::sync::lock(&state.backoff).failed(&claim_key(&pvc));
+    let delay = state.memory().failed(&claim_key(&pvc));
     debug!(claim = %claim_name(&pvc), error = %error, ?delay, "will retry");
     Action::requeue(delay)
 }
@@ -345,19 +331,7 @@ async fn reconcile(
     let ctx = &state.ctx;
     let stores = &ctx.stores;
     let settings = &state.settings;
-    // Only a claim still to be provisioned (or cleaned up) needs the class's parameters.
-    let unbound = pvc
-        .spec
-        .as_ref()
-        .and_then(|s| s.volume_name.as_ref())
-        .is_none()
-        || plan::has_intent(&pvc);
-    let vac_name = pvc
-        .spec
-        .as_ref()
-        .and_then(|s| s.volume_attributes_class_name.clone())
-        .filter(|n| unbound && settings.volume_attributes_class && !n.is_empty());
-    let vac_result = match &vac_name {
+    let vac_result = match plan::vac_to_look_up(&pvc, settings) {
         Some(name) => Some(
             Api::<VolumeAttributesClass>::all(ctx.client.clone())
                 .get_opt(name)
@@ -368,7 +342,7 @@ async fn reconcile(
     };
     let class = crate::model::claim::claim_class_name(&pvc)
         .and_then(|name| stores.classes.get(&ObjectRef::new(name)));
-    let pinned = state.pins().get(&claim_key(&pvc)).cloned();
+    let pinned = state.memory().pinned(&claim_key(&pvc));
     // The topology view is not Sync: decide in a block that ends before the next await.
     let decision = {
         let pv_exists = plan::claim_volume_name(&pvc, settings)
@@ -382,24 +356,22 @@ async fn reconcile(
             None => &store_topology,
         };
         let selected = crate::model::claim::selected_node(&pvc).map(str::to_owned);
-        let selected_node_driver = match (&selected, &stores.csinodes) {
-            // While a requirement is pinned the node is settled until the attempt ends.
-            _ if pinned.is_some() => CsiNodeLookup::Unknown,
-            // Node mode: one instance per claim checks, so the claim gets one event, not one per node.
-            (Some(node), Some(csinodes))
-                if ownership::checks_selected_node(
+        let selected_node_driver = match &stores.csinodes {
+            Some(csinodes) => plan::selected_node_to_check(&pvc, pinned.is_some(), || {
+                ownership::checks_selected_node(
                     settings.node.as_ref().map(|n| n.me.name.as_str()),
                     &claim_key(&pvc),
                     &csinodes.state(),
                     &settings.driver,
-                ) =>
-            {
+                )
+            })
+            .map_or(CsiNodeLookup::Unknown, |node| {
                 CsiNodeLookup::of(
                     csinodes.get(&ObjectRef::new(node)).as_deref(),
                     &settings.driver,
                 )
-            }
-            _ => CsiNodeLookup::Unknown,
+            }),
+            None => CsiNodeLookup::Unknown,
         };
         let selected_node_uid = match (&selected, &stores.nodes) {
             (Some(node), Some(nodes)) => nodes
@@ -430,18 +402,11 @@ async fn reconcile(
     let key = claim_key(&pvc);
     if !matches!(decision, ClaimDecision::IntentOnGoneNode { .. }) {
         // The node is back (or the claim moved on): a later absence starts a new grace period.
-        lock(&state.node_gone_since).remove(&key);
+        state.memory().node_not_missing(&key);
     }
     let result = match decision {
         ClaimDecision::Ignore(reason) => {
-            if matches!(
-                reason,
-                IgnoreReason::ClaimDeleting
-                    | IgnoreReason::AlreadyBound(_)
-                    | IgnoreReason::PvExists(_)
-            ) {
-                state.pins().forget(&key);
-            }
+            state.memory().ignored(&key, &reason);
             ignore(&state, &pvc, &reason);
             Ok(Action::await_change())
         }
@@ -458,14 +423,14 @@ async fn reconcile(
                 object,
                 EventSpec::warning(reason.event_reason(), reason.message()),
             );
-            state.pins().forget(&key);
+            state.memory().unpin(&key);
             clear_selected_node(&state, &pvc).await?;
             Ok(Action::await_change())
         }
         ClaimDecision::Compete => compete(&state, &pvc).await,
         ClaimDecision::CleanupIntent(cleanup) => cleanup_intent(&state, &pvc, *cleanup).await,
         ClaimDecision::FinishIntent { volume_name } => {
-            state.pins().forget(&key);
+            state.memory().unpin(&key);
             finish_intent_read_first(&state, &pvc, &volume_name).await?;
             Ok(Action::await_change())
         }
@@ -474,7 +439,7 @@ async fn reconcile(
         }
     };
     if result.is_ok() {
-        crate::sync::lock(&state.backoff).reset(&key);
+        state.memory().succeeded(&key);
     }
     result
 }

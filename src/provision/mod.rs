@@ -4,6 +4,7 @@
 pub mod classify;
 pub mod controller;
 pub mod intent;
+pub(crate) mod memory;
 pub mod params;
 pub mod plan;
 pub mod plan_error;

@@ -296,6 +296,50 @@ pub fn claim_volume_name(
     )
 }
 
+/// The VolumeAttributesClass the claim asks for, when the gate is on.
+pub(crate) fn requested_vac<'p>(
+    pvc: &'p PersistentVolumeClaim,
+    settings: &ProvisionSettings,
+) -> Option<&'p str> {
+    pvc.spec
+        .as_ref()?
+        .volume_attributes_class_name
+        .as_deref()
+        .filter(|name| settings.volume_attributes_class && !name.is_empty())
+}
+
+/// The VolumeAttributesClass the shell reads for [`ClaimContext::vac`]: only a claim still to be
+/// provisioned (unbound) or cleaned up (intent) needs its parameters.
+pub(crate) fn vac_to_look_up<'p>(
+    pvc: &'p PersistentVolumeClaim,
+    settings: &ProvisionSettings,
+) -> Option<&'p str> {
+    let bound = pvc
+        .spec
+        .as_ref()
+        .and_then(|s| s.volume_name.as_ref())
+        .is_some();
+    if bound && !has_intent(pvc) {
+        return None;
+    }
+    requested_vac(pvc, settings)
+}
+
+/// The node whose CSINode the shell looks up for [`ClaimContext::selected_node_driver`]: none
+/// while a requirement is pinned (the node is settled until that attempt ends), and only when
+/// this instance is the one that checks this claim (`checker`, asked last because it ranks the
+/// live instances; in node mode one instance per claim checks, so the claim gets one event).
+pub(crate) fn selected_node_to_check(
+    pvc: &PersistentVolumeClaim,
+    pinned: bool,
+    checker: impl FnOnce() -> bool,
+) -> Option<&str> {
+    if pinned {
+        return None;
+    }
+    selected_node(pvc).filter(|_| checker())
+}
+
 /// Decides what to do with `pvc`.
 pub fn decide_claim(pvc: &PersistentVolumeClaim, ctx: &ClaimContext<'_>) -> ClaimDecision {
     let settings = ctx.settings;

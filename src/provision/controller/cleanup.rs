@@ -99,7 +99,7 @@ pub(super) async fn cleanup_intent(
         info!(claim = %claim_name(pvc), volume = %cleanup.volume_name, %volume_id, reason = ?cleanup.reason, "volume of an abandoned provisioning deleted");
     }
     if !pv_exists {
-        state.pins().forget(&claim_key(pvc));
+        state.memory().unpin(&claim_key(pvc));
     }
     finish_intent(state, &claim, &cleanup.volume_name).await?;
     Ok(Action::await_change())

@@ -15,22 +15,11 @@ pub(super) async fn compete(
     };
     let uid = claim_key(pvc);
     let now = Instant::now();
-    let due = {
-        let mut at = crate::sync::lock(&state.compete_at);
-        match at.get(&uid) {
-            Some(due) => *due,
-            None => {
-                let delay =
-                    crate::sync::lock(&state.competition).next_delay(&uid, rand::random::<f64>());
-                at.insert(uid.clone(), now + delay);
-                now + delay
-            }
-        }
-    };
+    let due = state.memory().compete_due(&uid, now, rand::random::<f64>());
     if now < due {
         return Ok(Action::requeue(due - now));
     }
-    crate::sync::lock(&state.compete_at).remove(&uid);
+    state.memory().compete_now(&uid);
     let api = claims_api(state, pvc);
     let fresh = api
         .get_opt(&pvc.name_any())
@@ -41,7 +30,7 @@ pub(super) async fn compete(
         Recheck::AlreadyOurs => return Ok(Action::await_change()),
         Recheck::Abandon(why) => {
             debug!(claim = %claim_name(pvc), ?why, "not competing for claim any more");
-            crate::sync::lock(&state.competition).forget(&uid);
+            state.memory().stop_competing(&uid);
             return Ok(Action::await_change());
         }
     };
@@ -49,7 +38,7 @@ pub(super) async fn compete(
     match patch::apply_change(&api, &pvc.name_any(), patch::Change::Merge(&patch)).await {
         Ok(_) => {
             info!(claim = %claim_name(pvc), node = %mode.me.name, "claim selected for this node");
-            crate::sync::lock(&state.competition).forget(&uid);
+            state.memory().stop_competing(&uid);
             Ok(Action::await_change())
         }
         Err(e) if classify(&e) == ApiErrorClass::Conflict => {

@@ -22,8 +22,9 @@ pub(super) async fn provision(
 ) -> Result<Action, ProvisionError> {
     let ctx = &state.ctx;
     let key = claim_key(pvc);
-    if let Err(held) =
-        crate::sync::lock(&state.infeasible).check(&key, &plan.class_uid, Instant::now())
+    if let Err(held) = state
+        .memory()
+        .check_feasible(&key, &plan.class_uid, Instant::now())
     {
         debug!(claim = %claim_name(pvc), "skipping volume provisioning for pvc {key}, because provisioning previously failed with infeasible error");
         return Ok(Action::requeue(held.remaining));
@@ -71,8 +72,8 @@ pub(super) async fn provision(
     let answer = create_volume(state, request).await;
     // From now on retries must send this requirement, whatever happens to the nodes meanwhile.
     state
-        .pins()
-        .pin(&key, plan.request.accessibility_requirements.as_ref());
+        .memory()
+        .sent(&key, plan.request.accessibility_requirements.as_ref());
     let response = match answer {
         Ok(response) => response,
         Err(status) => return create_failed(state, pvc, &plan, status).await,
@@ -107,8 +108,7 @@ pub(super) async fn provision(
         // The volume exists and the pin stays: the retry replays the identical CreateVolume.
         return Err(fail(state, pvc, message));
     }
-    crate::sync::lock(&state.infeasible).remove(&key);
-    state.pins().settle(&key, None);
+    state.memory().provisioned(&key);
     finish_intent(state, &claim, &plan.volume_name).await?;
     ctx.events.emit(
         reference_to(pvc.as_ref()),
@@ -131,14 +131,14 @@ pub(super) async fn create_failed(
     status: tonic::Status,
 ) -> Result<Action, ProvisionError> {
     let outcome = provisioning_state(status.code(), plan.may_reschedule);
-    state.pins().settle(&claim_key(pvc), Some(outcome));
     let message = crate::csi::rpc_error(&status);
-    if is_infeasible(status.code()) {
-        crate::sync::lock(&state.infeasible).record(
-            claim_key(pvc),
-            &plan.class_uid,
-            Instant::now(),
-        );
+    let infeasible = is_infeasible(status.code());
+    state.memory().create_failed(
+        &claim_key(pvc),
+        outcome,
+        infeasible.then(|| (plan.class_uid.as_str(), Instant::now())),
+    );
+    if infeasible {
         return Err(fail(state, pvc, infeasible_event_message(&message)));
     }
     match outcome {
@@ -170,57 +170,68 @@ pub(super) async fn create_pv(
         .as_ref()
         .and_then(|s| s.csi.as_ref())
         .map(|c| c.volume_handle.clone());
-    let mut delay = Duration::from_millis(100);
-    let mut last = String::new();
-    for attempt in 1..=PV_CREATE_ATTEMPTS {
-        match api.create(&PostParams::default(), pv).await {
-            Ok(_) => {
-                info!(pv = %name, "PV created");
+    let created = retry_transient(
+        PV_CREATE_ATTEMPTS,
+        Duration::from_millis(100),
+        Duration::from_secs(5),
+        |attempt| {
+            let (api, name) = (&api, &name);
+            async move {
+                match api.create(&PostParams::default(), pv).await {
+                    Ok(_) => Attempt::Done(Ok(None)),
+                    Err(e) => match classify(&e) {
+                        class @ (ApiErrorClass::AlreadyExists | ApiErrorClass::Invalid) => {
+                            Attempt::Done(Ok(Some((class, describe(&e)))))
+                        }
+                        class => {
+                            let error =
+                                format!("error creating PV {name} ({class}): {}", describe(&e));
+                            debug!(attempt, "{error}");
+                            Attempt::Transient {
+                                error,
+                                retry_after: class.retry_after(),
+                            }
+                        }
+                    },
+                }
+            }
+        },
+    )
+    .await
+    .map_err(|last| format!("{last}; will retry (the volume is kept and reused)"))?;
+    match created {
+        None => {
+            info!(pv = %name, "PV created");
+            Ok(())
+        }
+        Some((ApiErrorClass::AlreadyExists, _)) => {
+            let existing = api.get_opt(&name).await.ok().flatten();
+            let same = existing
+                .as_ref()
+                .and_then(|p| p.spec.as_ref()?.csi.as_ref())
+                .map(|c| c.volume_handle.clone());
+            if same.is_some() && same == handle {
                 return Ok(());
             }
-            Err(e) => match classify(&e) {
-                ApiErrorClass::AlreadyExists => {
-                    let existing = api.get_opt(&name).await.ok().flatten();
-                    let same = existing
-                        .as_ref()
-                        .and_then(|p| p.spec.as_ref()?.csi.as_ref())
-                        .map(|c| c.volume_handle.clone());
-                    if same.is_some() && same == handle {
-                        return Ok(());
-                    }
-                    return Err(format!(
-                        "PV {name} already exists for another volume; the created volume was kept for the next attempt"
-                    ));
+            Err(format!(
+                "PV {name} already exists for another volume; the created volume was kept for the next attempt"
+            ))
+        }
+        Some((_, described)) => {
+            // The API server will never accept this PV: delete the volume rather than leak it.
+            let message = format!("error creating PV {name}: {described}");
+            let cleanup = match &handle {
+                Some(id) => delete_volume(state, id, secret).await.err(),
+                None => None,
+            };
+            Err(match cleanup {
+                None => format!("{message}; the volume was deleted again"),
+                Some(c) => {
+                    format!("{message}. Cleanup of volume {name} failed, volume is orphaned: {c}")
                 }
-                ApiErrorClass::Invalid => {
-                    // The API server will never accept this PV: delete the volume rather than leak it.
-                    let message = format!("error creating PV {name}: {}", describe(&e));
-                    let cleanup = match &handle {
-                        Some(id) => delete_volume(state, id, secret).await.err(),
-                        None => None,
-                    };
-                    return Err(match cleanup {
-                        None => format!("{message}; the volume was deleted again"),
-                        Some(c) => format!(
-                            "{message}. Cleanup of volume {name} failed, volume is orphaned: {c}"
-                        ),
-                    });
-                }
-                class => {
-                    last = format!("error creating PV {name} ({class}): {}", describe(&e));
-                    debug!(attempt, "{last}");
-                    if let Some(after) = class.retry_after() {
-                        delay = delay.max(after);
-                    }
-                    tokio::time::sleep(delay).await;
-                    delay = (delay * 2).min(Duration::from_secs(5));
-                }
-            },
+            })
         }
     }
-    Err(format!(
-        "{last}; will retry (the volume is kept and reused)"
-    ))
 }
 
 /// Every CreateVolume of this controller goes through here (provisioning, and the replay that

@@ -14,18 +14,6 @@ pub(super) fn ignore(state: &Provisioner, pvc: &PersistentVolumeClaim, reason: &
             ),
         );
     }
-    // The competition is over for a claim that is bound, deleted or not ours.
-    if !matches!(reason, IgnoreReason::NotThisNode(_)) {
-        crate::sync::lock(&state.competition).forget(&claim_key(pvc));
-    }
-    // A claim that is going away keeps no per-claim state behind (the backoff is reset by the
-    // caller on this successful reconcile).
-    if matches!(
-        reason,
-        IgnoreReason::ClaimDeleting | IgnoreReason::AlreadyBound(_)
-    ) {
-        crate::sync::lock(&state.infeasible).remove(&claim_key(pvc));
-    }
 }
 
 pub(super) fn provisioning_event(state: &Provisioner, pvc: &PersistentVolumeClaim) {

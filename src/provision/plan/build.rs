@@ -8,7 +8,7 @@ use k8s_openapi::api::storage::v1::{StorageClass, VolumeAttributesClass};
 
 use super::{
     Capability, ClaimContext, IgnoreReason, Lookup, PlanError, ProvisionPlan, ProvisionSettings,
-    SourceLookup, claim_volume_name,
+    SourceLookup, claim_volume_name, requested_vac,
 };
 use crate::csi::v1::TopologyRequirement;
 use crate::csi::v1::volume_capability::access_mode::Mode;
@@ -102,10 +102,7 @@ pub(super) fn plan(
     let spec = pvc.spec.clone().unwrap_or_default();
 
     let source = data_source(pvc, settings)?;
-    let vac_name = spec
-        .volume_attributes_class_name
-        .clone()
-        .filter(|n| settings.volume_attributes_class && !n.is_empty());
+    let vac_name = requested_vac(pvc, settings).map(str::to_owned);
     check_capabilities(claim_name, source.as_ref(), vac_name.is_some(), settings)?;
     if spec.selector.is_some() {
         return Err(PlanError::Selector.into());
