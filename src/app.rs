@@ -4,14 +4,12 @@
 //! capabilities, NodeGetInfo in node mode, then caches and controllers), so logs read the same. On
 //! SIGTERM/SIGINT the controllers stop taking work and let in-flight CSI calls finish or time out.
 
-use std::collections::HashSet;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context as _;
 use k8s_openapi::api::core::v1::{Node, ObjectReference, PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::{CSINode, StorageClass, VolumeAttachment};
-use kube::runtime::reflector::Store;
 use kube::runtime::watcher;
 use kube::{Api, Client};
 use tokio::sync::watch;
@@ -26,96 +24,9 @@ use crate::http::{self, Health};
 use crate::k8s::events::{EventQueueMetrics, EventSource, EventSpec, Recorder};
 use crate::k8s::watch::{AttachmentIndex, Watched, watch_shared};
 use crate::metrics::Metrics;
-use crate::node::metrics::NodeGoneMetrics;
-
-/// Everything the controllers share: clients, the driver, caches and process-wide settings.
-pub struct Context {
-    /// Validated flags.
-    pub config: Arc<Config>,
-    /// Rate-limited Kubernetes client.
-    pub client: Client,
-    /// The driver's controller service, with `--timeout` on every call.
-    pub csi: Arc<dyn CsiController>,
-    /// What the handshake learned about the driver.
-    pub driver: Arc<DriverInfo>,
-    /// Written into every PV's volume attributes (upstream's provisioner identity).
-    pub identity: String,
-    /// Whether the VolumeAttributesClass gate is on after start-up auto-disabling.
-    pub volume_attributes_class: bool,
-    /// Events with upstream's source component.
-    pub events: Recorder,
-    /// Upstream provisioning/deletion metrics.
-    pub metrics: Arc<Metrics>,
-    /// Dead-node metrics.
-    pub node_metrics: NodeGoneMetrics,
-    /// Caches.
-    pub stores: Stores,
-    /// Volume names with a CreateVolume or DeleteVolume in flight in this process.
-    pub volume_locks: VolumeLocks,
-}
-
-/// Reflector stores the controllers read from.
-#[derive(Clone)]
-pub struct Stores {
-    /// PersistentVolumeClaims.
-    pub pvcs: Store<PersistentVolumeClaim>,
-    /// PersistentVolumes.
-    pub pvs: Store<PersistentVolume>,
-    /// StorageClasses.
-    pub classes: Store<StorageClass>,
-    /// Nodes (topology or dead-node handling only).
-    pub nodes: Option<Store<Node>>,
-    /// CSINodes (topology or dead-node handling only).
-    pub csinodes: Option<Store<CSINode>>,
-    /// VolumeAttachments by PV (drivers with PUBLISH_UNPUBLISH_VOLUME only).
-    pub attachments: Option<AttachmentIndex>,
-}
-
-/// Names of volumes with a CreateVolume or DeleteVolume in flight, so a claim's create and a PV's
-/// delete for the same volume never overlap (upstream issue 1469).
-#[derive(Clone, Default)]
-pub struct VolumeLocks(Arc<Mutex<HashSet<String>>>);
-
-/// Held while an operation on one volume name runs; released on drop.
-pub struct VolumeLock {
-    locks: VolumeLocks,
-    name: String,
-}
-
-impl VolumeLocks {
-    /// Takes the lock for `name`, or `None` when another operation on it is in flight.
-    pub fn try_lock(&self, name: &str) -> Option<VolumeLock> {
-        let mut held = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        held.insert(name.to_owned()).then(|| VolumeLock {
-            locks: self.clone(),
-            name: name.to_owned(),
-        })
-    }
-}
-
-impl Drop for VolumeLock {
-    fn drop(&mut self) {
-        let mut held = self.locks.0.lock().unwrap_or_else(|p| p.into_inner());
-        held.remove(&self.name);
-    }
-}
-
-/// A shutdown signal every task can wait on.
-#[derive(Clone)]
-pub struct Shutdown(watch::Receiver<bool>);
-
-impl Shutdown {
-    /// Completes once shutdown was requested.
-    pub async fn requested(mut self) {
-        // An error means the sender is gone, which only happens at process exit: stop as well.
-        let _ = self.0.wait_for(|stop| *stop).await;
-    }
-
-    /// The raw receiver, for APIs that take one.
-    pub fn receiver(&self) -> watch::Receiver<bool> {
-        self.0.clone()
-    }
-}
+use crate::metrics::node_gone::NodeGoneMetrics;
+use crate::model::meta::label;
+use crate::runtime::{Context, Shutdown, Stores, VolumeLocks};
 
 /// Installs SIGTERM/SIGINT handlers; the first signal requests a graceful shutdown.
 fn install_signal_handlers() -> anyhow::Result<Shutdown> {
@@ -138,7 +49,7 @@ fn install_signal_handlers() -> anyhow::Result<Shutdown> {
         warn!("second signal: exiting now");
         std::process::exit(1);
     });
-    Ok(Shutdown(rx))
+    Ok(Shutdown::new(rx))
 }
 
 /// Upstream's provisioner identity: `<unix-millis>-<rand 0..9999>-<driver>[-<node>]`.
@@ -470,22 +381,13 @@ fn count_backlog(
     let claims = claims
         .iter()
         .filter(|c| crate::provision::intent::has_intent(c))
-        .filter(|c| crate::provision::plan::is_ours(c, driver))
-        .filter(|c| node.is_none() || crate::node::ownership::selected_node(c) == node)
+        .filter(|c| crate::model::claim::is_ours(c, driver))
+        .filter(|c| node.is_none() || crate::model::claim::selected_node(c) == node)
         .count();
     let volumes = pvs
         .iter()
         .filter(|pv| crate::reclaim::plan::awaits_deletion(pv, driver))
-        .filter(|pv| {
-            node.is_none()
-                || pv
-                    .metadata
-                    .labels
-                    .as_ref()
-                    .and_then(|l| l.get(crate::names::LABEL_PV_NODE))
-                    .map(String::as_str)
-                    == node
-        })
+        .filter(|pv| node.is_none() || label(&pv.metadata, crate::names::LABEL_PV_NODE) == node)
         .count();
     let gauge = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
     (gauge(claims), gauge(volumes))
@@ -540,17 +442,6 @@ mod tests {
             (0, 0),
             "another driver's intents and volumes are its own sidecar's"
         );
-    }
-
-    #[test]
-    fn a_volume_name_is_locked_once_until_its_guard_drops() {
-        let locks = VolumeLocks::default();
-        let first = locks.try_lock("pvc-1");
-        assert!(first.is_some());
-        assert!(locks.try_lock("pvc-1").is_none());
-        assert!(locks.try_lock("pvc-2").is_some());
-        drop(first);
-        assert!(locks.try_lock("pvc-1").is_some());
     }
 
     #[test]

@@ -9,7 +9,7 @@ use std::future::Future;
 use std::num::NonZeroU32;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
@@ -232,10 +232,7 @@ impl<C: Clock + Clone> TokenBucket<C> {
 
     /// A worker takes a token, or learns how long until one is available.
     pub fn try_acquire(&self) -> Result<(), Duration> {
-        *self
-            .last_demand
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner) = Some(self.clock.now());
+        *crate::sync::lock(&self.last_demand) = Some(self.clock.now());
         self.limiter
             .check()
             .map_err(|not_until| not_until.wait_time_from(self.clock.now()))
@@ -247,10 +244,7 @@ impl<C: Clock + Clone> TokenBucket<C> {
         if self.waiting.load(Ordering::Acquire) > 0 {
             return Err(self.quiet);
         }
-        let last = *self
-            .last_demand
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        let last = *crate::sync::lock(&self.last_demand);
         if let Some(last) = last {
             let since = Duration::from(self.clock.now().duration_since(last));
             if since < self.quiet {

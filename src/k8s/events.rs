@@ -482,13 +482,14 @@ impl Recorder {
         let now = last;
         let key = AggregationKey::new(source, object, &spec);
         let object_name = object.name.clone().unwrap_or_default();
-        let decision = self
-            .correlator
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .observe_n(key, spec.dedupe_key.as_deref(), first, now, repeats, || {
-                event_name(&object_name, now)
-            });
+        let decision = crate::sync::lock(&self.correlator).observe_n(
+            key,
+            spec.dedupe_key.as_deref(),
+            first,
+            now,
+            repeats,
+            || event_name(&object_name, now),
+        );
         if !matches!(decision, Decision::Suppress) {
             spare_token(gate).await;
         }
@@ -561,10 +562,7 @@ impl Recorder {
             queue.push(Queued::EndEpisode(key.to_owned()));
             return;
         }
-        self.correlator
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .end_episode(key);
+        crate::sync::lock(&self.correlator).end_episode(key);
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -645,9 +643,7 @@ struct EventQueue {
 
 impl EventQueue {
     fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<Queued>> {
-        self.items
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        crate::sync::lock(&self.items)
     }
 
     /// Queues an occurrence, merged into a waiting one of the same event when there is one.
@@ -730,11 +726,7 @@ async fn send_queued(sender: Recorder, queue: Arc<EventQueue>, bucket: Option<Ar
             continue;
         };
         match item {
-            Queued::EndEpisode(key) => sender
-                .correlator
-                .lock()
-                .unwrap_or_else(|poisoned| poisoned.into_inner())
-                .end_episode(&key),
+            Queued::EndEpisode(key) => crate::sync::lock(&sender.correlator).end_episode(&key),
             Queued::Event {
                 source,
                 object,
