@@ -133,19 +133,41 @@ async fn settle_and_check(cluster: &Cluster, drivers: &[&Driver], seed: u64) {
 }
 
 async fn delete_claim(cluster: &Cluster, name: &str) {
-    let _ = cluster
-        .pvcs(NS)
-        .delete(name, &DeleteParams::default())
-        .await;
+    // The test's own requests meet the injected API faults too: retry them until they land.
+    for _ in 0..50 {
+        match cluster
+            .pvcs(NS)
+            .delete(name, &DeleteParams::default())
+            .await
+        {
+            Err(kube::Error::Api(s)) if s.code >= 500 || s.code == 429 || s.code == 409 => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            _ => return,
+        }
+    }
+}
+
+async fn create_claim(cluster: &Cluster, name: &str) {
+    let claim = claim(NS, name, "fast", "1Gi");
+    for _ in 0..50 {
+        match cluster.pvcs(NS).create(&Default::default(), &claim).await {
+            Err(kube::Error::Api(s)) if s.code >= 500 || s.code == 429 => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) if !matches!(&e, kube::Error::Api(s) if s.code == 409) => {
+                panic!("creating claim {name}: {e}")
+            }
+            _ => return,
+        }
+    }
 }
 
 /// Random claim traffic for one round: new claims, deleted bound claims, and PVs deleted before
 /// their claims (KEP-2644).
 async fn traffic(cluster: &Cluster, rng: &mut StdRng, round: usize) {
     for i in 0..rng.random_range(3..8) {
-        cluster
-            .claim_of_class(NS, &format!("r{round}-{i}"), "fast", "1Gi")
-            .await;
+        create_claim(cluster, &format!("r{round}-{i}")).await;
     }
     let claims: Vec<PersistentVolumeClaim> = cluster
         .pvcs(NS)
@@ -161,7 +183,14 @@ async fn traffic(cluster: &Cluster, rng: &mut StdRng, round: usize) {
             // The PV goes first, then its claim.
             2 => {
                 if let Some(pv) = claim.spec.and_then(|s| s.volume_name) {
-                    let _ = cluster.pvs().delete(&pv, &DeleteParams::default()).await;
+                    for _ in 0..50 {
+                        match cluster.pvs().delete(&pv, &DeleteParams::default()).await {
+                            Err(kube::Error::Api(s)) if s.code >= 500 || s.code == 429 => {
+                                tokio::time::sleep(Duration::from_millis(100)).await;
+                            }
+                            _ => break,
+                        }
+                    }
                 }
                 delete_claim(cluster, &name).await;
             }

@@ -693,9 +693,11 @@ async fn node_lookups_failing_with_500_or_503_never_count_as_absence() {
     // The grace period ended and the live check was refused: the volume stays. The witness that
     // the sidecar has read the refusal and acted on it is its next attempt: a second faulted GET
     // (counted when the request arrives, so the first alone proves nothing about the answer).
-    wait_for("a live Node GET answered 500, then retried", DEADLINE, || async {
-        (faults.hits(server_error) >= 2).then_some(())
-    })
+    wait_for(
+        "a live Node GET answered 500, then retried",
+        DEADLINE,
+        || async { (faults.hits(server_error) >= 2).then_some(()) },
+    )
     .await;
     assert!(
         pv_exists(&cluster, &pv_name).await.is_some(),
@@ -709,9 +711,11 @@ async fn node_lookups_failing_with_500_or_503_never_count_as_absence() {
     });
     let before = faults.hits(unavailable);
     // As above: the second faulted GET shows the sidecar came back to retry after the first 503.
-    wait_for("a live Node GET answered 503, then retried", DEADLINE, || async {
-        (faults.hits(unavailable) >= before + 2).then_some(())
-    })
+    wait_for(
+        "a live Node GET answered 503, then retried",
+        DEADLINE,
+        || async { (faults.hits(unavailable) >= before + 2).then_some(()) },
+    )
     .await;
     let still = pv_exists(&cluster, &pv_name)
         .await
