@@ -57,6 +57,24 @@ async fn every_claim_of_a_burst_gets_its_events_at_the_default_rate_limit() {
         sidecar.metric("csi_provisioner_events_dropped_total").await,
         Some(0.0)
     );
+    // The operator metrics saw the burst: each claim's latency once, no backlog, no call in flight.
+    sidecar
+        .wait_metric(
+            "csi_provisioner_claim_to_bound_seconds_count",
+            CLAIMS as f64,
+        )
+        .await;
+    assert_eq!(
+        sidecar.metric("csi_provisioner_claims_pending").await,
+        Some(0.0)
+    );
+    let text = sidecar.try_metrics().await.unwrap_or_default();
+    assert!(
+        text.contains(
+            "csi_provisioner_csi_calls_in_flight{method_name=\"/csi.v1.Controller/CreateVolume\"} 0"
+        ),
+        "{text}"
+    );
 }
 
 /// No false alarms: a claim that reaches the sidecar before its StorageClass (one file applied

@@ -290,11 +290,32 @@ fn claim_key(pvc: &PersistentVolumeClaim) -> String {
         .unwrap_or_else(|| format!("{}/{}", pvc.namespace().unwrap_or_default(), pvc.name_any()))
 }
 
+/// Records the claim-to-Bound latency of a claim this process provisioned, once, when it is
+/// first seen Bound.
+fn observe_bound(state: &Provisioner, pvc: &PersistentVolumeClaim) {
+    let bound = pvc.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound");
+    if !bound || !state.memory().bound(&claim_key(pvc)) {
+        return;
+    }
+    if let Some(created) = &pvc.metadata.creation_timestamp {
+        let seconds = jiff::Timestamp::now()
+            .duration_since(created.0)
+            .as_secs_f64();
+        state
+            .ctx
+            .metrics
+            .operator
+            .claim_to_bound
+            .observe(seconds.max(0.0));
+    }
+}
+
 fn error_policy(
     pvc: Arc<PersistentVolumeClaim>,
     error: &ProvisionError,
     state: Arc<Provisioner>,
 ) -> Action {
+    state.ctx.metrics.operator.retried("provisioning");
     let delay = state.memory().failed(&claim_key(&pvc));
     debug!(claim = %claim_name(&pvc), error = %error, ?delay, "will retry");
     Action::requeue(delay)
@@ -332,6 +353,7 @@ async fn reconcile(
     let ctx = &state.ctx;
     let stores = &ctx.stores;
     let settings = &state.settings;
+    observe_bound(&state, &pvc);
     let vac_result = match plan::vac_to_look_up(&pvc, settings) {
         Some(name) => Some(
             Api::<VolumeAttributesClass>::all(ctx.client.clone())

@@ -6,7 +6,9 @@
 //! - the pinned accessibility requirement while a CreateVolume may be in progress
 //!   ([`RequirementCache`]);
 //! - node mode: the competition for unselected claims and when each may be claimed;
-//! - node mode: since when an intent has been waiting for a node that is missing.
+//! - node mode: since when an intent has been waiting for a node that is missing;
+//! - the claims whose PV this process created and that were not seen Bound yet (for the
+//!   claim-to-Bound latency).
 //!
 //! Keys are claim UIDs.
 
@@ -28,6 +30,7 @@ pub(crate) struct ClaimMemory {
     competition: Competition,
     compete_at: HashMap<String, Instant>,
     node_gone_since: HashMap<String, Instant>,
+    awaiting_bound: std::collections::HashSet<String>,
 }
 
 impl ClaimMemory {
@@ -44,6 +47,7 @@ impl ClaimMemory {
             competition,
             compete_at: HashMap::new(),
             node_gone_since: HashMap::new(),
+            awaiting_bound: std::collections::HashSet::new(),
         }
     }
 
@@ -87,6 +91,7 @@ impl ClaimMemory {
         self.competition.retain(&keep);
         self.compete_at.retain(|k, _| keep(k));
         self.node_gone_since.retain(|k, _| keep(k));
+        self.awaiting_bound.retain(|k| keep(k));
         self.pins.retain(&keep);
     }
 
@@ -129,6 +134,13 @@ impl ClaimMemory {
     pub(crate) fn provisioned(&mut self, key: &str) {
         self.infeasible.remove(&key.to_owned());
         self.pins.settle(key, None);
+        self.awaiting_bound.insert(key.to_owned());
+    }
+
+    /// The claim `key` is Bound: `true` the first time for a claim whose PV this process created
+    /// (its latency is to be recorded once), `false` otherwise.
+    pub(crate) fn bound(&mut self, key: &str) -> bool {
+        self.awaiting_bound.remove(key)
     }
 
     /// The requirement is no longer needed (node cleared, intent finished or cleaned up).

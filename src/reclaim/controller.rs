@@ -135,6 +135,7 @@ fn error_policy(
     error: &ReclaimFailure,
     state: Arc<Reclaimer>,
 ) -> Action {
+    state.ctx.metrics.operator.retried("deletion");
     let mut delay = crate::sync::lock(&state.backoff).failed(&pv.name_any());
     if matches!(error, ReclaimFailure::Attached(_)) {
         // The check is an in-memory index lookup, and no event announces the detach: look again
