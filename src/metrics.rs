@@ -437,14 +437,22 @@ mod tests {
     fn families_without_observations_are_omitted_as_client_golang_does_and_backlog_gauges_read_zero()
      {
         let text = Metrics::new().encode().unwrap();
-        // Upstream's labelled families appear only once observed; our two gauges always answer, so
-        // an alert on them works from the first scrape.
+        // Upstream's labelled families appear only once observed; our unlabelled gauges and the
+        // latency histogram always answer, so an alert on them works from the first scrape.
+        let lines = sample_lines(&text);
+        let unlabelled: Vec<&str> = lines
+            .iter()
+            .copied()
+            .filter(|l| !l.starts_with("csi_provisioner_claim_to_bound_seconds"))
+            .collect();
         assert_eq!(
-            sample_lines(&text),
+            unlabelled,
             [
                 "csi_provisioner_claims_with_intent 0",
                 "csi_provisioner_volumes_awaiting_deletion 0",
+                "csi_provisioner_claims_pending 0",
             ]
         );
+        assert!(lines.contains(&"csi_provisioner_claim_to_bound_seconds_count 0"));
     }
 }
