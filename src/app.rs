@@ -4,14 +4,12 @@
 //! capabilities, NodeGetInfo in node mode, then caches and controllers), so logs read the same. On
 //! SIGTERM/SIGINT the controllers stop taking work and let in-flight CSI calls finish or time out.
 
-use std::collections::HashSet;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context as _;
 use k8s_openapi::api::core::v1::{Node, ObjectReference, PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::{CSINode, StorageClass, VolumeAttachment};
-use kube::runtime::reflector::Store;
 use kube::runtime::watcher;
 use kube::{Api, Client};
 use tokio::sync::watch;
@@ -23,101 +21,12 @@ use crate::csi::{
     OperationMetrics,
 };
 use crate::http::{self, Health};
-use crate::k8s::events::{EventSource, EventSpec, Recorder};
+use crate::k8s::events::{EventQueueMetrics, EventSource, EventSpec, Recorder};
 use crate::k8s::watch::{AttachmentIndex, Watched, watch_shared};
 use crate::metrics::Metrics;
-use crate::node::metrics::NodeGoneMetrics;
-
-/// Everything the controllers share: clients, the driver, caches and process-wide settings.
-pub struct Context {
-    /// Validated flags.
-    pub config: Arc<Config>,
-    /// Rate-limited Kubernetes client.
-    pub client: Client,
-    /// The driver's controller service, with `--timeout` on every call.
-    pub csi: Arc<dyn CsiController>,
-    /// What the handshake learned about the driver.
-    pub driver: Arc<DriverInfo>,
-    /// Written into every PV's volume attributes (upstream's provisioner identity).
-    pub identity: String,
-    /// Whether the VolumeAttributesClass gate is on after start-up auto-disabling.
-    pub volume_attributes_class: bool,
-    /// Events with upstream's source component.
-    pub events: Recorder,
-    /// Upstream provisioning/deletion metrics.
-    pub metrics: Arc<Metrics>,
-    /// Dead-node metrics.
-    pub node_metrics: NodeGoneMetrics,
-    /// Caches.
-    pub stores: Stores,
-    /// Volume names with a CreateVolume or DeleteVolume in flight in this process.
-    pub volume_locks: VolumeLocks,
-    /// Refreshes capacity after a volume was created or deleted (a no-op without --enable-capacity).
-    pub capacity: crate::capacity::CapacityNudge,
-}
-
-/// Reflector stores the controllers read from.
-#[derive(Clone)]
-pub struct Stores {
-    /// PersistentVolumeClaims.
-    pub pvcs: Store<PersistentVolumeClaim>,
-    /// PersistentVolumes.
-    pub pvs: Store<PersistentVolume>,
-    /// StorageClasses.
-    pub classes: Store<StorageClass>,
-    /// Nodes (topology or dead-node handling only).
-    pub nodes: Option<Store<Node>>,
-    /// CSINodes (topology or dead-node handling only).
-    pub csinodes: Option<Store<CSINode>>,
-    /// VolumeAttachments by PV (drivers with PUBLISH_UNPUBLISH_VOLUME only).
-    pub attachments: Option<AttachmentIndex>,
-}
-
-/// Names of volumes with a CreateVolume or DeleteVolume in flight, so a claim's create and a PV's
-/// delete for the same volume never overlap (upstream issue 1469).
-#[derive(Clone, Default)]
-pub struct VolumeLocks(Arc<Mutex<HashSet<String>>>);
-
-/// Held while an operation on one volume name runs; released on drop.
-pub struct VolumeLock {
-    locks: VolumeLocks,
-    name: String,
-}
-
-impl VolumeLocks {
-    /// Takes the lock for `name`, or `None` when another operation on it is in flight.
-    pub fn try_lock(&self, name: &str) -> Option<VolumeLock> {
-        let mut held = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        held.insert(name.to_owned()).then(|| VolumeLock {
-            locks: self.clone(),
-            name: name.to_owned(),
-        })
-    }
-}
-
-impl Drop for VolumeLock {
-    fn drop(&mut self) {
-        let mut held = self.locks.0.lock().unwrap_or_else(|p| p.into_inner());
-        held.remove(&self.name);
-    }
-}
-
-/// A shutdown signal every task can wait on.
-#[derive(Clone)]
-pub struct Shutdown(watch::Receiver<bool>);
-
-impl Shutdown {
-    /// Completes once shutdown was requested.
-    pub async fn requested(mut self) {
-        // An error means the sender is gone, which only happens at process exit: stop as well.
-        let _ = self.0.wait_for(|stop| *stop).await;
-    }
-
-    /// The raw receiver, for APIs that take one.
-    pub fn receiver(&self) -> watch::Receiver<bool> {
-        self.0.clone()
-    }
-}
+use crate::metrics::node_gone::NodeGoneMetrics;
+use crate::model::meta::label;
+use crate::runtime::{Context, Shutdown, Stores, VolumeLocks};
 
 /// Installs SIGTERM/SIGINT handlers; the first signal requests a graceful shutdown.
 fn install_signal_handlers() -> anyhow::Result<Shutdown> {
@@ -140,7 +49,7 @@ fn install_signal_handlers() -> anyhow::Result<Shutdown> {
         warn!("second signal: exiting now");
         std::process::exit(1);
     });
-    Ok(Shutdown(rx))
+    Ok(Shutdown::new(rx))
 }
 
 /// Upstream's provisioner identity: `<unix-millis>-<rand 0..9999>-<driver>[-<node>]`.
@@ -214,6 +123,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let mut metrics = Metrics::new();
     let operations = OperationMetrics::register(metrics.registry_mut());
     let node_metrics = NodeGoneMetrics::register(metrics.registry_mut());
+    let event_metrics = EventQueueMetrics::register(metrics.registry_mut());
     let capacity_metrics = crate::capacity::metrics::CapacityMetrics::register_if(
         config.capacity.enabled,
         metrics.registry_mut(),
@@ -226,9 +136,10 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         tokio::spawn(server.run(shutdown.clone().requested()));
     }
 
-    let client = crate::k8s::client::build_client(&config.kube)
+    let clients = crate::k8s::client::build_clients(&config.kube)
         .await
         .context("building the Kubernetes client")?;
+    let client = clients.workers.clone();
 
     let endpoint = Endpoint::parse(&config.csi.address)?;
     let channel = csi::connect(endpoint, ConnectOptions::new(shutdown.receiver())).await?;
@@ -251,12 +162,21 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         .map(|n| n.node_name.as_str());
     let identity = provisioner_identity(&driver.name, node_name);
     let hostname = std::env::var("HOSTNAME").unwrap_or_else(|_| "localhost".to_owned());
-    let events = Recorder::new(
-        client.clone(),
+    // Events take only the rate budget the workers leave (k8s::events::Recorder::queued).
+    let events = Recorder::queued(
+        clients.background.clone(),
         EventSource::provisioner_lib(&driver.name, &hostname, &crate::k8s::events::random_uuid()),
+        clients.bucket.clone(),
+        event_metrics,
     );
 
-    spawn_rbac_self_check(&config, &driver, health.clone(), events.clone()).await;
+    spawn_rbac_self_check(
+        &config,
+        &driver,
+        clients.background.clone(),
+        health.clone(),
+        events.clone(),
+    );
     let (capacity_nudge, capacity) =
         crate::capacity::controller::prepare(&config, &driver, capacity_metrics).await?;
 
@@ -286,6 +206,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     {
         let stores = ctx.stores.clone();
         let backlog = ctx.metrics.backlog.clone();
+        let operator = ctx.metrics.operator.clone();
         let driver = ctx.driver.name.clone();
         let node = node_name.map(str::to_owned);
         ctx.metrics.on_scrape(move || {
@@ -297,6 +218,16 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
             );
             backlog.claims_with_intent.set(claims);
             backlog.volumes_awaiting_deletion.set(volumes);
+            let counts = count_operator(
+                &stores.pvcs.state(),
+                &stores.pvs.state(),
+                &driver,
+                node.as_deref(),
+                jiff::Timestamp::now(),
+            );
+            operator.claims_pending.set(counts.pending);
+            operator.set_stuck("Released", counts.released_stuck);
+            operator.set_stuck("Terminating", counts.terminating_stuck);
         });
     }
 
@@ -326,23 +257,17 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Starts the RBAC self-check (`k8s::access`) in the background, on a client of its own so that
-/// its requests never take the workers' rate budget; its findings go to the log, `/healthz/rbac`
+/// Starts the RBAC self-check (`k8s::access`) in the background, on the background client (no
+/// limiter) so that its dozen requests, sent once, never take the workers' rate budget; its findings go to the log, `/healthz/rbac`
 /// and a Warning event on this Pod (`POD_NAME` / `NAMESPACE`, as upstream's capacity owner).
-async fn spawn_rbac_self_check(
+fn spawn_rbac_self_check(
     config: &Config,
     driver: &DriverInfo,
+    client: Client,
     health: Health,
     events: Recorder,
 ) {
     use crate::k8s::access;
-    let client = match crate::k8s::client::kube_config(&config.kube).await {
-        Ok(cfg) => match Client::try_from(cfg) {
-            Ok(client) => client,
-            Err(error) => return warn!(%error, "RBAC self-check skipped"),
-        },
-        Err(error) => return warn!(%error, "RBAC self-check skipped"),
-    };
     let features = access::Features {
         nodes: config.node_deployment.is_some()
             || config.capacity.enabled
@@ -487,30 +412,130 @@ fn count_backlog(
     let claims = claims
         .iter()
         .filter(|c| crate::provision::intent::has_intent(c))
-        .filter(|c| crate::provision::plan::is_ours(c, driver))
-        .filter(|c| node.is_none() || crate::node::ownership::selected_node(c) == node)
+        .filter(|c| crate::model::claim::is_ours(c, driver))
+        .filter(|c| node.is_none() || crate::model::claim::selected_node(c) == node)
         .count();
     let volumes = pvs
         .iter()
         .filter(|pv| crate::reclaim::plan::awaits_deletion(pv, driver))
-        .filter(|pv| {
-            node.is_none()
-                || pv
-                    .metadata
-                    .labels
-                    .as_ref()
-                    .and_then(|l| l.get(crate::names::LABEL_PV_NODE))
-                    .map(String::as_str)
-                    == node
-        })
+        .filter(|pv| node.is_none() || label(&pv.metadata, crate::names::LABEL_PV_NODE) == node)
         .count();
     let gauge = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
     (gauge(claims), gauge(volumes))
 }
 
+/// The scrape-time gauges of [`crate::metrics::OperatorMetrics`].
+#[derive(Debug, Default, PartialEq, Eq)]
+struct OperatorCounts {
+    pending: i64,
+    released_stuck: i64,
+    terminating_stuck: i64,
+}
+
+/// Claims of the driver not bound yet (in node mode: selected to this node), and PVs of the driver
+/// Released, or being deleted, for longer than [`crate::metrics::STUCK_AFTER`] (in node mode:
+/// labelled with this node), as of `now`.
+fn count_operator(
+    claims: &[Arc<PersistentVolumeClaim>],
+    pvs: &[Arc<PersistentVolume>],
+    driver: &str,
+    node: Option<&str>,
+    now: jiff::Timestamp,
+) -> OperatorCounts {
+    let gauge = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+    let older = |t: &jiff::Timestamp| {
+        now.duration_since(*t).as_secs_f64() > crate::metrics::STUCK_AFTER.as_secs_f64()
+    };
+    let pending = claims
+        .iter()
+        .filter(|c| crate::model::claim::is_ours(c, driver))
+        .filter(|c| c.metadata.deletion_timestamp.is_none())
+        .filter(|c| c.status.as_ref().and_then(|s| s.phase.as_deref()) != Some("Bound"))
+        .filter(|c| node.is_none() || crate::model::claim::selected_node(c) == node)
+        .count();
+    let ours: Vec<&Arc<PersistentVolume>> = pvs
+        .iter()
+        .filter(|pv| {
+            pv.spec
+                .as_ref()
+                .and_then(|s| s.csi.as_ref())
+                .is_some_and(|csi| csi.driver == driver)
+        })
+        .filter(|pv| node.is_none() || label(&pv.metadata, crate::names::LABEL_PV_NODE) == node)
+        .collect();
+    let released_stuck = ours
+        .iter()
+        .filter(|pv| {
+            let status = pv.status.as_ref();
+            status.and_then(|s| s.phase.as_deref()) == Some("Released")
+                && status
+                    .and_then(|s| s.last_phase_transition_time.as_ref())
+                    .is_some_and(|t| older(&t.0))
+        })
+        .count();
+    let terminating_stuck = ours
+        .iter()
+        .filter(|pv| {
+            pv.metadata
+                .deletion_timestamp
+                .as_ref()
+                .is_some_and(|t| older(&t.0))
+        })
+        .count();
+    OperatorCounts {
+        pending: gauge(pending),
+        released_stuck: gauge(released_stuck),
+        terminating_stuck: gauge(terminating_stuck),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pending_claims_and_volumes_stuck_longer_than_ten_minutes_are_counted() {
+        use crate::testing::{DRIVER, pv, pvc};
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+        let now: jiff::Timestamp = "2026-11-23T12:00:00Z".parse().unwrap();
+        let at = |mins: i64| Time(now - jiff::SignedDuration::from_mins(mins));
+        let mut bound = pvc("ns", "bound").provisioner(DRIVER).build();
+        bound.status = Some(Default::default());
+        bound.status.as_mut().unwrap().phase = Some("Bound".into());
+        let claims = [
+            Arc::new(pvc("ns", "waiting").provisioner(DRIVER).build()),
+            Arc::new(pvc("ns", "other").provisioner("other.csi").build()),
+            Arc::new(bound),
+        ];
+        let released = |name: &str, mins: i64| {
+            let mut v = pv(name).build();
+            v.spec
+                .get_or_insert_default()
+                .csi
+                .get_or_insert_default()
+                .driver = DRIVER.into();
+            let status = v.status.get_or_insert_default();
+            status.phase = Some("Released".into());
+            status.last_phase_transition_time = Some(at(mins));
+            Arc::new(v)
+        };
+        let mut terminating = (*released("t", 1)).clone();
+        terminating.status = None;
+        terminating.metadata.deletion_timestamp = Some(at(30));
+        let pvs = [
+            released("old", 11),
+            released("new", 9),
+            Arc::new(terminating),
+        ];
+        assert_eq!(
+            count_operator(&claims, &pvs, DRIVER, None, now),
+            OperatorCounts {
+                pending: 1,
+                released_stuck: 1,
+                terminating_stuck: 1,
+            }
+        );
+    }
 
     #[test]
     fn the_backlog_counts_intents_and_pending_deletions_and_in_node_mode_only_this_nodes() {
@@ -557,17 +582,6 @@ mod tests {
             (0, 0),
             "another driver's intents and volumes are its own sidecar's"
         );
-    }
-
-    #[test]
-    fn a_volume_name_is_locked_once_until_its_guard_drops() {
-        let locks = VolumeLocks::default();
-        let first = locks.try_lock("pvc-1");
-        assert!(first.is_some());
-        assert!(locks.try_lock("pvc-1").is_none());
-        assert!(locks.try_lock("pvc-2").is_some());
-        drop(first);
-        assert!(locks.try_lock("pvc-1").is_some());
     }
 
     #[test]

@@ -14,7 +14,7 @@
 use std::future::Future;
 use std::io;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
-use std::sync::{Arc, PoisonError, RwLock};
+use std::sync::{Arc, RwLock};
 
 use axum::Router;
 use axum::extract::State;
@@ -44,37 +44,25 @@ impl Health {
 
     /// Leader election works (or this replica is not leading, which is fine).
     pub fn set_leader_election_healthy(&self) {
-        *self
-            .leader_election
-            .write()
-            .unwrap_or_else(PoisonError::into_inner) = None;
+        *crate::sync::write(&self.leader_election) = None;
     }
 
     /// The leader failed to renew its Lease in time; `/healthz/leader-election` reports `reason`.
     pub fn set_leader_election_unhealthy(&self, reason: impl Into<String>) {
-        *self
-            .leader_election
-            .write()
-            .unwrap_or_else(PoisonError::into_inner) = Some(reason.into());
+        *crate::sync::write(&self.leader_election) = Some(reason.into());
     }
 
     /// The start-up RBAC self-check found `missing` (one permission per line; empty: none).
     pub fn set_rbac_missing(&self, missing: impl Into<String>) {
-        *self.rbac.write().unwrap_or_else(PoisonError::into_inner) = missing.into();
+        *crate::sync::write(&self.rbac) = missing.into();
     }
 
     fn rbac_missing(&self) -> String {
-        self.rbac
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
+        crate::sync::read(&self.rbac).clone()
     }
 
     fn leader_election_problem(&self) -> Option<String> {
-        self.leader_election
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
+        crate::sync::read(&self.leader_election).clone()
     }
 }
 

@@ -13,14 +13,18 @@ pub mod capacity;
 pub mod cli;
 pub mod config;
 pub mod csi;
+pub(crate) mod gofmt;
 pub mod http;
 pub mod k8s;
 pub mod metrics;
+pub(crate) mod model;
 pub mod names;
 pub mod node;
 pub mod provision;
 pub mod reclaim;
 pub mod retry;
+pub(crate) mod runtime;
+pub(crate) mod sync;
 pub mod telemetry;
 #[cfg(test)]
 pub(crate) mod testing;

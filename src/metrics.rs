@@ -18,6 +18,8 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
+pub mod node_gone;
+
 /// Content type of [`Metrics::encode`]'s output (OpenMetrics text, which Prometheus scrapes).
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
@@ -139,6 +141,75 @@ pub struct BacklogMetrics {
     pub volumes_awaiting_deletion: Gauge,
 }
 
+/// Labels of `csi_provisioner_retries_total`.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ControllerLabels {
+    /// `provisioning` or `deletion`.
+    pub controller: String,
+}
+
+/// Labels of `csi_provisioner_volumes_stuck`.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StuckLabels {
+    /// `Released` or `Terminating`.
+    pub state: String,
+}
+
+/// How long a PV may stay Released or Terminating before it counts as stuck.
+pub const STUCK_AFTER: std::time::Duration = std::time::Duration::from_secs(10 * 60);
+
+/// Claim-to-Bound buckets, in seconds: from one second to an hour.
+const CLAIM_TO_BOUND_BUCKETS: [f64; 12] = [
+    0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 900.0, 3600.0,
+];
+
+/// What operators alert on and upstream lacks (ours): latency as users see it, work waiting, and
+/// volumes that do not move.
+#[derive(Debug, Clone)]
+pub struct OperatorMetrics {
+    /// `csi_provisioner_claim_to_bound_seconds`: from a claim's creation until it was seen Bound
+    /// to the PV this process created, retries included.
+    pub claim_to_bound: Histogram,
+    /// `csi_provisioner_claims_pending`: claims of the driver not bound yet (counted at scrape).
+    pub claims_pending: Gauge,
+    /// `csi_provisioner_retries_total`: reconciles that failed and were queued again.
+    pub retries: Family<ControllerLabels, Counter>,
+    /// `csi_provisioner_volumes_stuck`: PVs of the driver Released or Terminating for longer than
+    /// [`STUCK_AFTER`] (counted at scrape).
+    pub volumes_stuck: Family<StuckLabels, Gauge>,
+}
+
+impl Default for OperatorMetrics {
+    fn default() -> Self {
+        Self {
+            claim_to_bound: Histogram::new(CLAIM_TO_BOUND_BUCKETS),
+            claims_pending: Gauge::default(),
+            retries: Family::default(),
+            volumes_stuck: Family::default(),
+        }
+    }
+}
+
+impl OperatorMetrics {
+    /// One failed reconcile of `controller`, queued again.
+    pub fn retried(&self, controller: &str) {
+        self.retries
+            .get_or_create(&ControllerLabels {
+                controller: controller.to_owned(),
+            })
+            .inc();
+    }
+
+    /// Sets the stuck-volume gauge of `state`.
+    pub fn set_stuck(&self, state: &str, count: i64) {
+        self.volumes_stuck
+            .get_or_create(&StuckLabels {
+                state: state.to_owned(),
+            })
+            .set(count);
+    }
+}
+
 /// Runs before each scrape (refreshes gauges counted from the caches).
 struct ScrapeHook(Box<dyn Fn() + Send + Sync>);
 
@@ -158,6 +229,8 @@ pub struct Metrics {
     pub delete: DeleteMetrics,
     /// Pending work, counted at scrape time.
     pub backlog: BacklogMetrics,
+    /// Latency, retries and stuck volumes.
+    pub operator: OperatorMetrics,
     before_scrape: OnceLock<ScrapeHook>,
 }
 
@@ -215,11 +288,33 @@ impl Metrics {
             "PVs of this driver with reclaim policy Delete whose backend volume is still to be deleted: released, failed, or being deleted.",
             backlog.volumes_awaiting_deletion.clone(),
         );
+        let operator = OperatorMetrics::default();
+        registry.register(
+            "csi_provisioner_claim_to_bound_seconds",
+            "Seconds from a claim's creation until it was seen Bound to the PV this sidecar created for it, retries included.",
+            operator.claim_to_bound.clone(),
+        );
+        registry.register(
+            "csi_provisioner_claims_pending",
+            "Claims of this driver that are not bound yet (provisioning backlog).",
+            operator.claims_pending.clone(),
+        );
+        registry.register(
+            "csi_provisioner_retries",
+            "Reconciles that failed and were queued again with backoff, by controller.",
+            operator.retries.clone(),
+        );
+        registry.register(
+            "csi_provisioner_volumes_stuck",
+            "PVs of this driver Released or Terminating for longer than 10 minutes.",
+            operator.volumes_stuck.clone(),
+        );
         Self {
             registry,
             provision,
             delete,
             backlog,
+            operator,
             before_scrape: OnceLock::new(),
         }
     }
@@ -342,14 +437,22 @@ mod tests {
     fn families_without_observations_are_omitted_as_client_golang_does_and_backlog_gauges_read_zero()
      {
         let text = Metrics::new().encode().unwrap();
-        // Upstream's labelled families appear only once observed; our two gauges always answer, so
-        // an alert on them works from the first scrape.
+        // Upstream's labelled families appear only once observed; our unlabelled gauges and the
+        // latency histogram always answer, so an alert on them works from the first scrape.
+        let lines = sample_lines(&text);
+        let unlabelled: Vec<&str> = lines
+            .iter()
+            .copied()
+            .filter(|l| !l.starts_with("csi_provisioner_claim_to_bound_seconds"))
+            .collect();
         assert_eq!(
-            sample_lines(&text),
+            unlabelled,
             [
                 "csi_provisioner_claims_with_intent 0",
                 "csi_provisioner_volumes_awaiting_deletion 0",
+                "csi_provisioner_claims_pending 0",
             ]
         );
+        assert!(lines.contains(&"csi_provisioner_claim_to_bound_seconds_count 0"));
     }
 }

@@ -6,7 +6,7 @@
 //! The loop is level-triggered: every [`CHECK_PERIOD`] it recomputes the desired keys from the
 //! caches (classes x segments) and the diff against the objects, in memory, without a request.
 //! New or re-appeared keys and objects deleted by someone are synced, obsolete objects deleted.
-//! Every key is polled each `--capacity-poll-interval`, and the keys a [`super::CapacityNudge`]
+//! Every key is polled each `--capacity-poll-interval`, and the keys a `runtime::CapacityNudge`
 //! names right away. Failures back off per key from `--retry-interval-start` to
 //! `--retry-interval-max`.
 //!
@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{Node, PersistentVolume};
 use k8s_openapi::api::storage::v1::{CSINode, CSIStorageCapacity};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{DeleteParams, ListParams, PostParams};
@@ -30,15 +30,14 @@ use kube::{Api, Client};
 use tokio::sync::{mpsc, watch};
 use tracing::{debug, info, warn};
 
-use super::CapacityNudge;
 use super::metrics::CapacityMetrics;
-use super::plan::{self, Affected, Diff, Identity, Key, Reported, Segment, Write};
-use crate::app::{Context, Shutdown};
+use super::plan::{self, Diff, Identity, Key, Reported, Segment, Write};
 use crate::config::{Config, RateLimit};
 use crate::csi::DriverInfo;
 use crate::csi::v1;
 use crate::k8s::watch::watch_shared;
 use crate::retry::Backoff;
+use crate::runtime::{CapacityNudge, Context, Shutdown};
 
 /// How often the desired set is compared with the caches (in memory only).
 pub const CHECK_PERIOD: Duration = Duration::from_secs(1);
@@ -54,7 +53,7 @@ pub struct Capacity {
     owner: Option<OwnerReference>,
     /// Node-deployment mode: this instance's segment only.
     fixed_segment: Option<Segment>,
-    nudges: mpsc::Receiver<Affected>,
+    nudges: mpsc::Receiver<PersistentVolume>,
     metrics: CapacityMetrics,
 }
 
@@ -274,8 +273,8 @@ impl Capacity {
                         keys.into_iter().for_each(|k| state.enqueue(Item::Sync(k)));
                     }
                 }
-                Some(affected) = nudges.recv() => {
-                    if is_leader {
+                Some(pv) = nudges.recv() => {
+                    if let (true, Some(affected)) = (is_leader, plan::affected(&pv)) {
                         let keys: Vec<Key> =
                             state.known.iter().filter(|k| affected.covers(k)).cloned().collect();
                         debug!(?affected, keys = keys.len(), "volume created or deleted: refreshing capacity");

@@ -171,6 +171,7 @@ impl GrpcCsi {
         // Sent as grpc-timeout so the driver knows the deadline, as grpc-go does with a context deadline.
         request.set_timeout(self.timeout);
         let started = Instant::now();
+        let _in_flight = self.metrics.start(method);
         // Our own bound as well: the header alone does not stop a call whose connection hangs.
         let result =
             match tokio::time::timeout(self.timeout, call(self.channel.clone(), request)).await {

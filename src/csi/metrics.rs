@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
@@ -36,10 +37,19 @@ fn new_histogram() -> Histogram {
     Histogram::new(BUCKETS)
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct MethodLabels {
+    method_name: String,
+}
+
+/// `csi_provisioner_csi_calls_in_flight` (ours): CSI calls sent and not answered yet, per method.
+pub const IN_FLIGHT: &str = "csi_provisioner_csi_calls_in_flight";
+
 /// A clone-able handle on the operations histogram. Clones share the family and the driver name.
 #[derive(Clone, Debug)]
 pub struct OperationMetrics {
     histograms: Histograms,
+    in_flight: Family<MethodLabels, Gauge>,
     // Unknown until GetPluginInfo answers; calls before that (Probe) are labelled "", as upstream.
     driver_name: Arc<RwLock<String>>,
 }
@@ -55,6 +65,7 @@ impl OperationMetrics {
     pub fn new() -> Self {
         Self {
             histograms: Family::new_with_constructor(new_histogram as fn() -> Histogram),
+            in_flight: Family::default(),
             driver_name: Arc::default(),
         }
     }
@@ -63,24 +74,32 @@ impl OperationMetrics {
     pub fn register(registry: &mut Registry) -> Self {
         let metrics = Self::new();
         registry.register(OPERATIONS_SECONDS, HELP, metrics.histograms.clone());
+        registry.register(
+            IN_FLIGHT,
+            "CSI calls sent to the driver and not answered yet, by method (a CreateVolume or DeleteVolume stuck in the driver shows here).",
+            metrics.in_flight.clone(),
+        );
         metrics
+    }
+
+    /// Counts a call of `method` as in flight until the returned guard drops.
+    pub fn start(&self, method: &str) -> InFlight {
+        let gauge = self.in_flight.get_or_create(&MethodLabels {
+            method_name: method.to_owned(),
+        });
+        gauge.inc();
+        InFlight(gauge.clone())
     }
 
     /// Sets the `driver_name` label for later observations (called once the driver told its name).
     pub fn set_driver_name(&self, name: &str) {
-        let mut guard = self
-            .driver_name
-            .write()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut guard = crate::sync::write(&self.driver_name);
         name.clone_into(&mut guard);
     }
 
     /// The current `driver_name` label value.
     pub fn driver_name(&self) -> String {
-        self.driver_name
-            .read()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .clone()
+        crate::sync::read(&self.driver_name).clone()
     }
 
     /// Records one finished call. `method` is the full gRPC path (`/csi.v1.Controller/CreateVolume`).
@@ -93,6 +112,16 @@ impl OperationMetrics {
         self.histograms
             .get_or_create(&labels)
             .observe(elapsed.as_secs_f64());
+    }
+}
+
+/// A CSI call in flight; dropping it (answered, failed or cancelled) takes it off the gauge.
+#[derive(Debug)]
+pub struct InFlight(Gauge);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.dec();
     }
 }
 
