@@ -3,7 +3,7 @@
 //! ```text
 //!  PVC/SC/PV watches ──► provision::plan (pure) ──► CreateVolume ──► PV (with finalizer)
 //!  PV watch ─────────► reclaim::plan (pure) ────► DeleteVolume ──► PV deleted, finalizer removed
-//!  node mode ────────► node::ownership / node::gone (pure) ──► the same two shells
+//!  node mode ────────► node_mode::ownership / gone_nodes::tracker (pure) ──► the same two shells
 //! ```
 //!
 //! Every controller is a pure decision function over typed objects plus a thin effectful shell.
@@ -13,14 +13,16 @@ pub mod cli;
 pub mod config;
 pub mod csi;
 pub(crate) mod gofmt;
+pub mod gone_nodes;
 pub mod http;
 pub mod k8s;
 pub mod metrics;
 pub(crate) mod model;
 pub mod names;
-pub mod node;
+pub mod node_mode;
 pub mod provision;
 pub mod reclaim;
+pub mod rendezvous;
 pub mod retry;
 pub(crate) mod runtime;
 pub(crate) mod sync;

@@ -376,8 +376,8 @@ async fn when_the_first_ranked_instance_does_not_act_the_next_one_answers_after_
     let pv_name = volume_on_a_lost_node(&cluster, &mut members).await;
     // The instances agree, without talking, on who answers first: rendezvous order of the
     // driver's clean-up key over the live instances (node-a is gone).
-    let key = csi_provisioner::node::gone::janitor_key(DRIVER);
-    let order = csi_provisioner::node::rendezvous::rendezvous_order(&key, ["node-b", "node-c"]);
+    let key = csi_provisioner::gone_nodes::tracker::janitor_key(DRIVER);
+    let order = csi_provisioner::rendezvous::rendezvous_order(&key, ["node-b", "node-c"]);
     let index = |node: &str| members.iter().position(|m| m.node == node).expect("member");
     let (first, second) = (index(order[0]), index(order[1]));
     // The first-ranked instance is stuck: its sidecar is gone, but its Node and CSINode stay,
@@ -693,9 +693,11 @@ async fn node_lookups_failing_with_500_or_503_never_count_as_absence() {
     // The grace period ended and the live check was refused: the volume stays. The witness that
     // the sidecar has read the refusal and acted on it is its next attempt: a second faulted GET
     // (counted when the request arrives, so the first alone proves nothing about the answer).
-    wait_for("a live Node GET answered 500, then retried", DEADLINE, || async {
-        (faults.hits(server_error) >= 2).then_some(())
-    })
+    wait_for(
+        "a live Node GET answered 500, then retried",
+        DEADLINE,
+        || async { (faults.hits(server_error) >= 2).then_some(()) },
+    )
     .await;
     assert!(
         pv_exists(&cluster, &pv_name).await.is_some(),
@@ -709,9 +711,11 @@ async fn node_lookups_failing_with_500_or_503_never_count_as_absence() {
     });
     let before = faults.hits(unavailable);
     // As above: the second faulted GET shows the sidecar came back to retry after the first 503.
-    wait_for("a live Node GET answered 503, then retried", DEADLINE, || async {
-        (faults.hits(unavailable) >= before + 2).then_some(())
-    })
+    wait_for(
+        "a live Node GET answered 503, then retried",
+        DEADLINE,
+        || async { (faults.hits(unavailable) >= before + 2).then_some(()) },
+    )
     .await;
     let still = pv_exists(&cluster, &pv_name)
         .await

@@ -139,7 +139,7 @@ where
 /// Like [`watch_shared`], but `shape` runs on every object after [`strip`]: it may strip more, and
 /// returns whether the object is kept. Objects not kept never enter the store (an update that makes
 /// a cached object uninteresting removes it), so memory follows what the controllers act on, not
-/// what the API server sends (node-deployment scoping, `node::scope`). Subscribers are not told
+/// what the API server sends (node-deployment scoping, `node_mode::scope`). Subscribers are not told
 /// about removals made this way, as for deletions.
 pub fn watch_shared_scoped<K, F>(
     api: Api<K>,

@@ -54,7 +54,7 @@ impl NodeGoneMetrics {
         self.claims.inc();
     }
 
-    /// Sets the waiting gauge (from [`crate::node::gone::NodeGoneTracker::waiting`]).
+    /// Sets the waiting gauge (from [`crate::gone_nodes::tracker::NodeGoneTracker::waiting`]).
     pub fn set_waiting(&self, volumes: usize) {
         self.waiting.set(i64::try_from(volumes).unwrap_or(i64::MAX));
     }

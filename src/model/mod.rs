@@ -9,5 +9,6 @@
 
 pub(crate) mod claim;
 pub(crate) mod csinode;
+pub(crate) mod locate;
 pub(crate) mod meta;
 pub(crate) mod topology;

@@ -34,7 +34,7 @@ use crate::k8s::errors::{ApiErrorClass, classify, describe};
 use crate::k8s::events::{EventSpec, reference_to};
 use crate::k8s::patch::{self, PatchOutcome, Step};
 use crate::names;
-use crate::node::ownership::{
+use crate::node_mode::ownership::{
     self, Competition, CsiNodeLookup, NodeIdentity, Recheck, recheck_before_claiming,
 };
 use crate::retry::{Attempt, Backoff, InfeasibleHold, retry_transient};

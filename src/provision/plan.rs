@@ -43,7 +43,7 @@ use super::topology::{TopologyError, TopologyView};
 use crate::csi::probe::{ControllerCapabilities, PluginCapabilities};
 use crate::csi::v1::{CreateVolumeRequest, TopologyRequirement};
 use crate::names;
-use crate::node::ownership::{
+use crate::node_mode::ownership::{
     self, ClearSelectedNode, CsiNodeLookup, NodeIdentity, NotOwned, Ownership, OwnershipInputs,
 };
 
@@ -150,7 +150,7 @@ pub struct ClaimContext<'a> {
     pub pv_exists: bool,
     /// Nodes and CSINodes (reflector stores; node mode: its fixed view of its own node).
     pub topology: &'a dyn TopologyView,
-    /// Whether the selected node runs our driver, when known (`node::ownership` decides who may
+    /// Whether the selected node runs our driver, when known (`node_mode::ownership` decides who may
     /// clear a selected node; pass `Unknown` otherwise).
     pub selected_node_driver: CsiNodeLookup,
     /// UID of the selected Node, when cached (recorded on the PV).
@@ -179,7 +179,7 @@ pub enum ClaimDecision {
     /// Remove `volume.kubernetes.io/selected-node` so the scheduler picks another node.
     ClearSelectedNode(ClearReason),
     /// Node mode: an unselected Immediate-binding claim this node could serve; run the
-    /// competition (`node::ownership`).
+    /// competition (`node_mode::ownership`).
     Compete,
     /// The claim is gone (or bound elsewhere) but its volume may exist: delete it.
     CleanupIntent(Box<IntentCleanup>),
@@ -223,7 +223,7 @@ pub enum IgnoreReason {
 /// Why the selected node is cleared.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ClearReason {
-    /// The node has no instance of our driver (`node::ownership`; event `SelectedNodeCleared`).
+    /// The node has no instance of our driver (`node_mode::ownership`; event `SelectedNodeCleared`).
     NoDriverInstance(ClearSelectedNode),
     /// Upstream's reschedule: the selected node's CSINode is missing (event `ProvisioningFailed`).
     Reschedule(TopologyError),

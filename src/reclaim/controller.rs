@@ -22,7 +22,7 @@ use crate::csi::v1;
 use crate::k8s::events::{EventSpec, reference_to};
 use crate::k8s::patch::{self, DeleteOutcome, PatchOutcome};
 use crate::names;
-use crate::node::ownership::may_delete_here;
+use crate::node_mode::ownership::may_delete_here;
 use crate::retry::Backoff;
 use crate::runtime::{Context, Shutdown};
 

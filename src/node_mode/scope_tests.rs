@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::model::csinode::live_instances;
-use crate::node::locate::HOSTNAME_LABEL;
+use crate::model::locate::HOSTNAME_LABEL;
 use crate::testing::{DRIVER, csinode, node, pv, pvc};
 
 fn meta_of(claim: PersistentVolumeClaim) -> PartialObjectMeta<PersistentVolumeClaim> {

@@ -36,10 +36,9 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 
-use crate::model::meta::non_empty_annotation as annotation;
+use crate::model::locate::{Mode, NodeLookup, NodeQuery, PerNodeKeys, Unlocated, node_query};
 use crate::names;
-use crate::node::locate::{Mode, NodeLookup, NodeQuery, PerNodeKeys, Pin, pin_of};
-use crate::node::rendezvous;
+use crate::rendezvous;
 
 /// Only this many instances (the first in rendezvous order) track a volume: one actor and two
 /// fallbacks. The rest hold no state for it, so memory does not grow with the number of nodes.
@@ -100,30 +99,6 @@ where
     }
 }
 
-/// How to find the node `pv` lives on, or why it is not node-local.
-pub fn node_query(
-    pv: &PersistentVolume,
-    mode: Mode,
-    keys: &PerNodeKeys,
-) -> Result<NodeQuery, Skip> {
-    let recorded = annotation(&pv.metadata, names::ANN_NODE_NAME);
-    let affinity = pv.spec.as_ref().and_then(|s| s.node_affinity.as_ref());
-    let by_record = |name: &str| NodeQuery::ByName {
-        name: name.to_owned(),
-        uid: annotation(&pv.metadata, names::ANN_NODE_UID).map(str::to_owned),
-    };
-    match (recorded, pin_of(affinity, keys, recorded)) {
-        (_, Pin::Spread) => Err(Skip::NotNodeLocal),
-        (Some(name), Pin::Node(_)) => Ok(by_record(name)),
-        // Without affinity every instance may reach the volume in controller mode (one controller
-        // plugin serves all nodes), so only node mode trusts the record alone.
-        (Some(name), Pin::NoAffinity) if mode == Mode::Node => Ok(by_record(name)),
-        (Some(_), Pin::NoAffinity) => Err(Skip::NotNodeLocal),
-        (None, Pin::Node(query)) => Ok(query),
-        (None, Pin::NoAffinity) => Err(Skip::NoNodeKnown),
-    }
-}
-
 // === Which volumes are candidates ===
 
 /// Why a PV is not (or no longer) a dead-node candidate.
@@ -144,6 +119,15 @@ pub enum Skip {
     NotNodeLocal,
     /// No node recorded and no affinity: where it lived is unknown.
     NoNodeKnown,
+}
+
+impl From<Unlocated> for Skip {
+    fn from(why: Unlocated) -> Self {
+        match why {
+            Unlocated::NotNodeLocal => Skip::NotNodeLocal,
+            Unlocated::NoNodeKnown => Skip::NoNodeKnown,
+        }
+    }
 }
 
 /// A claim to delete, with its UID as the delete precondition (local-static-provisioner does the
@@ -646,5 +630,5 @@ fn judge(query: &NodeQuery, result: &NodeLookup) -> Verdict {
 }
 
 #[cfg(test)]
-#[path = "gone_tests.rs"]
+#[path = "tracker_tests.rs"]
 mod tests;

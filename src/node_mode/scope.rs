@@ -1,6 +1,6 @@
 //! What each node-deployment instance lists and watches, so that its memory stays flat as the
 //! cluster grows: selectors, watcher configurations, metadata stripping, PV scoping labels, and which
-//! claims an instance may act on. [`crate::node::watches`] wires them.
+//! claims an instance may act on. [`crate::node_mode::watches`] wires them.
 //!
 //! Upstream gives every instance of a DaemonSet a full cache of every PVC, PV, StorageClass and
 //! VolumeAttachment of the cluster (hundreds of MiB per node on large clusters, upstream issue
@@ -22,8 +22,8 @@
 //! (full GETs only for the claims acted on) would also cut that traffic; it is designed and tested
 //! here but not wired, because the provisioning controller reads full claims from its cache.
 //!
-//! The dead-node clean-up runs in at most [`crate::node::gone::MAX_ACTOR_RANKS`] instances (the
-//! first ones in rendezvous order for [`crate::node::gone::janitor_key`]; in controller mode the one
+//! The dead-node clean-up runs in at most [`crate::gone_nodes::tracker::MAX_ACTOR_RANKS`] instances (the
+//! first ones in rendezvous order for [`crate::gone_nodes::tracker::janitor_key`]; in controller mode the one
 //! instance, which reads its full PV cache instead). They list the PVs of a Node that disappears
 //! ([`node_pv_selector`]), and when they take over and every [`SWEEP_INTERVAL`] sweep the driver's
 //! PVs for nodes that vanished while no instance was watching: a metadata-only, paginated list
@@ -31,7 +31,7 @@
 //! written by upstream or an older version: a paginated list of PVs without our driver label
 //! ([`unlabelled_pv_selector`]; full objects, since static PVs name their driver only in the spec),
 //! [`existing_pv_labels`], [`label_patch`]; each instance also labels its own node's such PVs at
-//! start-up ([`crate::node::controller`]).
+//! start-up ([`crate::gone_nodes::controller`]).
 //!
 //! Labels only narrow what is watched; every decision still reads the PV's affinity and
 //! annotations, so a wrong or missing label can delay work but never misdirect it.
@@ -47,10 +47,10 @@ use kube::core::PartialObjectMeta;
 use kube::runtime::watcher;
 use serde_json::{Value, json};
 
+use crate::model::locate::node_query;
+use crate::model::locate::{Mode, PerNodeKeys, Pin, pin_of};
 use crate::model::meta::non_empty_annotation as annotation;
 use crate::names;
-use crate::node::gone::node_query;
-use crate::node::locate::{Mode, PerNodeKeys, Pin, pin_of};
 
 /// Page size of every list (initial watch lists and sweeps): bounded memory while listing.
 pub const PAGE_SIZE: u32 = 500;
@@ -95,7 +95,7 @@ pub fn label_value(name: &str) -> String {
     if is_valid_label_value(name) {
         name.to_owned()
     } else {
-        format!("hash_{:016x}", crate::node::rendezvous::fnv1a64_str(name))
+        format!("hash_{:016x}", crate::rendezvous::fnv1a64_str(name))
     }
 }
 
@@ -343,7 +343,7 @@ pub enum ClaimInterest {
     /// Ours, pending and unselected: maybe compete (immediate binding).
     Compete,
     /// Ours, pending, selected to another node: the rendezvous-chosen instance checks that node
-    /// runs our driver ([`crate::node::ownership::selected_node_check`]).
+    /// runs our driver ([`crate::node_mode::ownership::selected_node_check`]).
     SelectedElsewhere(String),
     /// Carries our provisioning intent but no node is selected any more (cleared for a reschedule
     /// after a final CreateVolume error): no instance owns it, so every instance keeps it, and

@@ -220,7 +220,7 @@ pub fn checks_selected_node(
         return true;
     };
     let live = live_instances(csinodes.iter().map(AsRef::as_ref), driver);
-    crate::node::rendezvous::rank_of(claim_uid, me, live.iter().map(String::as_str)) == Some(0)
+    crate::rendezvous::rank_of(claim_uid, me, live.iter().map(String::as_str)) == Some(0)
 }
 
 // === The immediate-binding competition (upstream becomeOwner) ===

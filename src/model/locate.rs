@@ -6,11 +6,12 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
-use k8s_openapi::api::core::v1::VolumeNodeAffinity;
+use k8s_openapi::api::core::v1::{PersistentVolume, VolumeNodeAffinity};
 use k8s_openapi::api::storage::v1::CSINode;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::k8s::errors::{ApiErrorClass, classify as classify_api_error};
+use crate::model::meta::non_empty_annotation;
 use crate::names;
 
 /// The well-known label every kubelet sets to its host name.
@@ -112,7 +113,7 @@ impl PerNodeKeys {
         self.0.contains(key)
     }
 
-    /// The keys (for the Node metadata stripping in [`crate::node::scope`]).
+    /// The keys (for the Node metadata stripping in [`crate::node_mode::scope`]).
     pub fn keys(&self) -> impl Iterator<Item = &str> {
         self.0.iter().map(String::as_str)
     }
@@ -313,18 +314,38 @@ fn single(values: Option<&[String]>) -> Option<&str> {
     }
 }
 
-/// The annotations recording the provisioning node on a new PV ([`names::ANN_NODE_NAME`],
-/// [`names::ANN_NODE_UID`]). Node mode: our own Node; controller mode: the selected Node when it is
-/// in the cache. They serve the node-name-reuse check and PVs without node affinity.
-pub fn provisioning_node_annotations(
-    node_name: &str,
-    node_uid: Option<&str>,
-) -> Vec<(&'static str, String)> {
-    let mut out = vec![(names::ANN_NODE_NAME, node_name.to_owned())];
-    if let Some(uid) = node_uid.filter(|u| !u.is_empty()) {
-        out.push((names::ANN_NODE_UID, uid.to_owned()));
+/// Why a PV's node cannot be looked up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Unlocated {
+    /// The affinity can be satisfied by more than one node (zonal volume), or in controller mode a
+    /// volume without affinity: other nodes or the controller plugin can still reach it.
+    NotNodeLocal,
+    /// No node recorded and no affinity: where it lived is unknown.
+    NoNodeKnown,
+}
+
+/// How to find the node `pv` lives on, or why it is not node-local.
+pub(crate) fn node_query(
+    pv: &PersistentVolume,
+    mode: Mode,
+    keys: &PerNodeKeys,
+) -> Result<NodeQuery, Unlocated> {
+    let recorded = non_empty_annotation(&pv.metadata, names::ANN_NODE_NAME);
+    let affinity = pv.spec.as_ref().and_then(|s| s.node_affinity.as_ref());
+    let by_record = |name: &str| NodeQuery::ByName {
+        name: name.to_owned(),
+        uid: non_empty_annotation(&pv.metadata, names::ANN_NODE_UID).map(str::to_owned),
+    };
+    match (recorded, pin_of(affinity, keys, recorded)) {
+        (_, Pin::Spread) => Err(Unlocated::NotNodeLocal),
+        (Some(name), Pin::Node(_)) => Ok(by_record(name)),
+        // Without affinity every instance may reach the volume in controller mode (one controller
+        // plugin serves all nodes), so only node mode trusts the record alone.
+        (Some(name), Pin::NoAffinity) if mode == Mode::Node => Ok(by_record(name)),
+        (Some(_), Pin::NoAffinity) => Err(Unlocated::NotNodeLocal),
+        (None, Pin::Node(query)) => Ok(query),
+        (None, Pin::NoAffinity) => Err(Unlocated::NoNodeKnown),
     }
-    out
 }
 
 #[cfg(test)]
@@ -483,17 +504,5 @@ mod tests {
             ),
             Pin::NoAffinity
         );
-    }
-
-    #[test]
-    fn provisioning_annotations_record_name_and_uid() {
-        assert_eq!(
-            provisioning_node_annotations("n1", Some("u1")),
-            vec![
-                ("csi-provisioner.rs/node-name", "n1".to_owned()),
-                ("csi-provisioner.rs/node-uid", "u1".to_owned())
-            ]
-        );
-        assert_eq!(provisioning_node_annotations("n1", Some("")).len(), 1);
     }
 }

@@ -1,5 +1,5 @@
 //! The dead-node controller shell: answers Delete for volumes whose node no longer exists, driving
-//! [`super::gone::NodeGoneTracker`] with cache lookups and live GETs.
+//! [`super::tracker::NodeGoneTracker`] with cache lookups and live GETs.
 //!
 //! It runs in node-deployment mode, and in controller mode when Nodes and CSINodes are watched
 //! (topology on and supported by the driver); the tracker itself only considers volumes pinned to
@@ -11,14 +11,14 @@
 //!    Unranked instances hold no state and make no API calls.
 //! 2. PVs: controller mode reads the shared PV store (it holds every PV). Node mode watches only its
 //!    own node's PVs, so the ranked instances list, page by page, the PVs labelled with a missing
-//!    node (`node::discover`): nodes that vanished or were replaced since the last pass, and
+//!    node (`gone_nodes::discover`): nodes that vanished or were replaced since the last pass, and
 //!    those found by a sweep of the driver's PV *metadata* when the instance becomes ranked and
 //!    every [`scope::SWEEP_INTERVAL`]. The same sweep labels PVs written without our labels.
 //! 3. Each PV: cached Node lookup → [`NodeGoneTracker::observe`]; at the end of the grace period a
 //!    live Node GET (or label LIST) plus a live PV GET, observed again; then the plan is executed:
 //!    PV DELETE with a UID precondition, our finalizer removed, an event, the counter.
 //!
-//! [`janitor_key`]: super::gone::janitor_key
+//! [`janitor_key`]: super::tracker::janitor_key
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
@@ -32,15 +32,15 @@ use kube::{Api, ResourceExt};
 use tracing::{Instrument, debug, info, info_span, warn};
 
 use super::discover::{Lists, NodeView, StillMissing, label_unlabelled, list_page};
-use super::gone::{
+use super::tracker::{
     self, CancelReason, GoneAction, GoneConfig, GonePlan, Lookup, NodeGoneTracker, Now,
     check_interval, claim_bond_matches, classify,
 };
-use super::locate::{HOSTNAME_LABEL, Mode, NodeLookup, NodeQuery, PerNodeKeys};
-use super::scope;
 use crate::k8s::events::{EventSpec, reference_to};
 use crate::k8s::patch::{self, DeleteOutcome};
+use crate::model::locate::{HOSTNAME_LABEL, Mode, NodeLookup, NodeQuery, PerNodeKeys};
 use crate::names;
+use crate::node_mode::scope;
 use crate::runtime::{Context, Shutdown};
 
 /// How often the Node and CSINode caches are compared with the last pass (cheap: in memory).
@@ -132,7 +132,7 @@ impl Janitor {
             Mode::Controller => (Some(ctx.stores.pvs.clone()), None),
             Mode::Node => (None, Some(Lists::default())),
         };
-        let key = gone::janitor_key(&ctx.driver.name);
+        let key = tracker::janitor_key(&ctx.driver.name);
         let mut janitor = Self {
             tracker: NodeGoneTracker::new(config),
             ctx,
@@ -366,7 +366,7 @@ impl Janitor {
         .into_iter()
         .filter(|n| existing.contains(n.as_str()))
         .collect();
-        gone::actor_rank(
+        tracker::actor_rank(
             self.mode,
             &self.key,
             &self.me,
@@ -580,7 +580,7 @@ fn log_cancel(pv: &str, reason: &CancelReason) {
 /// `driver`: any node coming, going or being replaced changes it.
 fn fingerprint(nodes: &[Arc<Node>], csinodes: &[Arc<CSINode>], driver: &str) -> u64 {
     let mix = |tag: &str, name: &str, uid: &str| {
-        crate::node::rendezvous::weight(tag, &format!("{name}\u{1}{uid}"))
+        crate::rendezvous::weight(tag, &format!("{name}\u{1}{uid}"))
     };
     let nodes_part = nodes.iter().fold(nodes.len() as u64, |acc, n| {
         acc ^ mix(

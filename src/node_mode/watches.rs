@@ -17,10 +17,10 @@ use k8s_openapi::api::storage::v1::CSINode;
 use kube::{Api, Client};
 use tracing::{info, warn};
 
-use super::locate::{HOSTNAME_LABEL, PerNodeKeys};
 use super::scope;
 use crate::csi::DriverInfo;
 use crate::k8s::watch::{Watched, watch_shared_scoped};
+use crate::model::locate::{HOSTNAME_LABEL, PerNodeKeys};
 
 /// The scoped watches of one node-mode instance.
 pub struct NodeWatches {
