@@ -6,7 +6,9 @@
 //! - top-level modules (`app`, `provision`, `node`, ...), and
 //! - within each top-level module, its direct submodules (`provision::plan`, `node::scope`, ...).
 //!
-//! Run it alone with `cargo test --test architecture`.
+//! A fourth test keeps every non-test source file at 600 lines or fewer.
+//!
+//! Run them alone with `cargo test --test architecture`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -84,6 +86,21 @@ fn the_checker_sees_real_imports() {
         |p| p.first().cloned(),
     );
     assert_eq!(cycles(&graph).len(), 1);
+}
+
+#[test]
+fn no_source_file_outside_tests_is_over_600_lines() {
+    // Long files hide several concerns; unit tests live beside their module in `*_tests.rs`.
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let long: Vec<String> = rust_files(&src)
+        .into_iter()
+        .filter(|file| !file.to_string_lossy().ends_with("_tests.rs"))
+        .filter_map(|file| {
+            let lines = std::fs::read_to_string(&file).unwrap().lines().count();
+            (lines > 600).then(|| format!("{} ({lines} lines)", file.display()))
+        })
+        .collect();
+    assert!(long.is_empty(), "split these files: {long:?}");
 }
 
 /// Module -> the modules its non-test code names.

@@ -18,7 +18,7 @@
 //!    live Node GET (or label LIST) plus a live PV GET, observed again; then the plan is executed:
 //!    PV DELETE with a UID precondition, our finalizer removed, an event, the counter.
 //!
-//! [`janitor_key`]: super::tracker::janitor_key
+//! [`janitor_key`]: super::policy::janitor_key
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
@@ -31,11 +31,10 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, ResourceExt};
 use tracing::{Instrument, debug, info, info_span, warn};
 
+use super::candidates::{claim_bond_matches, classify};
 use super::discover::{Lists, NodeView, StillMissing, label_unlabelled, list_page};
-use super::tracker::{
-    self, CancelReason, GoneAction, GoneConfig, GonePlan, Lookup, NodeGoneTracker, Now,
-    check_interval, claim_bond_matches, classify,
-};
+use super::policy::{self, GoneConfig, Now, check_interval};
+use super::tracker::{CancelReason, GoneAction, GonePlan, Lookup, NodeGoneTracker};
 use crate::k8s::events::{EventSpec, reference_to};
 use crate::k8s::patch::{self, DeleteOutcome};
 use crate::model::locate::{HOSTNAME_LABEL, Mode, NodeLookup, NodeQuery, PerNodeKeys};
@@ -132,7 +131,7 @@ impl Janitor {
             Mode::Controller => (Some(ctx.stores.pvs.clone()), None),
             Mode::Node => (None, Some(Lists::default())),
         };
-        let key = tracker::janitor_key(&ctx.driver.name);
+        let key = policy::janitor_key(&ctx.driver.name);
         let mut janitor = Self {
             tracker: NodeGoneTracker::new(config),
             ctx,
@@ -366,7 +365,7 @@ impl Janitor {
         .into_iter()
         .filter(|n| existing.contains(n.as_str()))
         .collect();
-        tracker::actor_rank(
+        policy::actor_rank(
             self.mode,
             &self.key,
             &self.me,
@@ -597,35 +596,5 @@ fn fingerprint(nodes: &[Arc<Node>], csinodes: &[Arc<CSINode>], driver: &str) -> 
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::testing::{DRIVER, csinode, node};
-
-    #[test]
-    fn the_fingerprint_changes_when_a_node_or_an_instance_comes_goes_or_is_replaced() {
-        let a = Arc::new(node("a").build());
-        let b = Arc::new(node("b").build());
-        let b2 = Arc::new(node("b").uid("uid-b2").build());
-        let ca = Arc::new(csinode("a").driver(DRIVER, "a", ["k"]).build());
-        let cb = Arc::new(csinode("b").driver(DRIVER, "b", ["k"]).build());
-        let other = Arc::new(csinode("b").driver("other", "b", ["k"]).build());
-        let base = fingerprint(&[a.clone(), b.clone()], &[ca.clone(), cb.clone()], DRIVER);
-        assert_eq!(
-            base,
-            fingerprint(&[b.clone(), a.clone()], &[cb.clone(), ca.clone()], DRIVER)
-        );
-        assert_ne!(
-            base,
-            fingerprint(std::slice::from_ref(&a), &[ca.clone(), cb.clone()], DRIVER)
-        );
-        assert_ne!(
-            base,
-            fingerprint(&[a.clone(), b2], &[ca.clone(), cb.clone()], DRIVER)
-        );
-        assert_ne!(
-            base,
-            fingerprint(&[a.clone(), b.clone()], std::slice::from_ref(&ca), DRIVER)
-        );
-        assert_ne!(base, fingerprint(&[a, b], &[ca, other], DRIVER));
-    }
-}
+#[path = "controller_tests.rs"]
+mod tests;

@@ -216,7 +216,8 @@ async fn step(state: &Reclaimer, pv: &PersistentVolume) -> Result<Next, ReclaimF
             .attached_node(&name)
             .map_or(AttachmentState::Detached, AttachmentState::AttachedTo),
     };
-    let class = plan::storage_class_name(pv).map(|c| ctx.stores.classes.get(&ObjectRef::new(c)));
+    let class = crate::model::volume::storage_class_name(pv)
+        .map(|c| ctx.stores.classes.get(&ObjectRef::new(c)));
     let storage_class = match &class {
         Some(Some(c)) => StorageClassLookup::Found(c.as_ref()),
         Some(None) | None => StorageClassLookup::Missing,

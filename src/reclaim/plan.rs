@@ -28,6 +28,8 @@ use k8s_openapi::api::storage::v1::StorageClass;
 
 use crate::model::meta::annotation;
 use crate::model::topology::AffinityError;
+use crate::model::volume::{Ownership, is_ours, ownership, storage_class_name};
+use crate::model::volume::{ReclaimPolicy, claim_uid, has_our_finalizer, phase, reclaim_policy};
 use crate::names;
 use crate::provision::secrets::{SecretError, SecretRef, resolve_provisioner_secret_for_delete};
 
@@ -263,94 +265,6 @@ pub enum ReclaimError {
     },
 }
 
-// === Reading the PV ===
-
-fn phase(pv: &PersistentVolume) -> Option<&str> {
-    pv.status.as_ref()?.phase.as_deref()
-}
-
-fn has_our_finalizer(pv: &PersistentVolume) -> bool {
-    pv.metadata
-        .finalizers
-        .as_deref()
-        .unwrap_or_default()
-        .iter()
-        .any(|f| f == names::FINALIZER_PV_DELETION_PROTECTION)
-}
-
-fn claim_uid(pv: &PersistentVolume) -> Option<&str> {
-    let claim_ref = pv.spec.as_ref()?.claim_ref.as_ref()?;
-    claim_ref.uid.as_deref().filter(|uid| !uid.is_empty())
-}
-
-/// The PV's reclaim policy; unset or unknown counts as Retain (the API default, and the safe side).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum ReclaimPolicy {
-    Delete,
-    Retain,
-    Recycle,
-}
-
-fn reclaim_policy(pv: &PersistentVolume) -> ReclaimPolicy {
-    let policy = pv
-        .spec
-        .as_ref()
-        .and_then(|s| s.persistent_volume_reclaim_policy.as_deref());
-    match policy {
-        Some(names::RECLAIM_DELETE) => ReclaimPolicy::Delete,
-        Some(names::RECLAIM_RECYCLE) => ReclaimPolicy::Recycle,
-        _ => ReclaimPolicy::Retain,
-    }
-}
-
-/// How a PV relates to our driver.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Ownership {
-    /// Ours: provisioned by our driver (`dynamic`), or a static PV of our driver that has been
-    /// bound to a claim.
-    Ours {
-        /// `pv.kubernetes.io/provisioned-by` names our driver (or it was migrated to it).
-        dynamic: bool,
-    },
-    /// A static PV of our driver that has never been bound (or is unbound again): not protected.
-    OurDriverUnbound,
-    /// Another provisioner's, or not ours at all.
-    NotOurs,
-}
-
-/// Upstream's `isProvisionerForVolume`, with KEP-2644's rule that a static PV is protected only
-/// once bound:
-/// - with `pv.kubernetes.io/provisioned-by`: ours iff it, or `pv.kubernetes.io/migrated-to`, names
-///   our driver;
-/// - without (static): ours iff `spec.csi.driver` (or, for in-tree PVs, `migrated-to`) names our
-///   driver and the PV is (or was) bound: phase Bound, Released or Failed.
-pub fn ownership(pv: &PersistentVolume, driver_name: &str) -> Ownership {
-    let migrated_to = annotation(&pv.metadata, names::ANN_MIGRATED_TO);
-    if let Some(provisioner) = annotation(&pv.metadata, names::ANN_PROVISIONED_BY) {
-        return if provisioner == driver_name || migrated_to == Some(driver_name) {
-            Ownership::Ours { dynamic: true }
-        } else {
-            Ownership::NotOurs
-        };
-    }
-    let driver = match pv.spec.as_ref().and_then(|s| s.csi.as_ref()) {
-        Some(csi) => Some(csi.driver.as_str()),
-        None => migrated_to,
-    };
-    if driver != Some(driver_name) {
-        return Ownership::NotOurs;
-    }
-    let bound = matches!(
-        phase(pv),
-        Some(names::PV_PHASE_BOUND | names::PV_PHASE_RELEASED | names::PV_PHASE_FAILED)
-    );
-    if bound {
-        Ownership::Ours { dynamic: false }
-    } else {
-        Ownership::OurDriverUnbound
-    }
-}
-
 /// Whether `pv` is a volume of ours whose backend volume is still to be deleted: it carries our
 /// deletion-protection finalizer, its reclaim policy is Delete, and it is released (or failed), or
 /// being deleted (perhaps still bound: PV protection keeps it until it is released). A count of
@@ -364,19 +278,6 @@ pub fn awaits_deletion(pv: &PersistentVolume, driver_name: &str) -> bool {
                 phase(pv),
                 Some(names::PV_PHASE_RELEASED | names::PV_PHASE_FAILED)
             ))
-}
-
-/// Whether this sidecar owns `pv` (see [`ownership`]).
-pub fn is_ours(pv: &PersistentVolume, driver_name: &str) -> bool {
-    matches!(ownership(pv, driver_name), Ownership::Ours { .. })
-}
-
-/// The PV's StorageClass name: the beta annotation wins over `spec.storageClassName` (lib
-/// `GetPersistentVolumeClass`). `None` when neither is set (or both are empty).
-pub fn storage_class_name(pv: &PersistentVolume) -> Option<&str> {
-    annotation(&pv.metadata, names::ANN_BETA_STORAGE_CLASS)
-        .or_else(|| pv.spec.as_ref()?.storage_class_name.as_deref())
-        .filter(|name| !name.is_empty())
 }
 
 /// Whether the deletion secret must come from the StorageClass (the PV lacks one of the two
