@@ -199,12 +199,19 @@ pub enum ConfigError {
          keep --http-endpoint (--metrics-address is deprecated)"
     )]
     ConflictingHttpAddresses {
+        /// `--http-endpoint`.
         http_endpoint: String,
+        /// `--metrics-address`.
         metrics_address: String,
     },
     /// An HTTP address that is not `host:port`.
     #[error("{flag} {address:?} is not a listen address; use host:port or :port (e.g. :8080)")]
-    InvalidHttpAddress { flag: &'static str, address: String },
+    InvalidHttpAddress {
+        /// The flag.
+        flag: &'static str,
+        /// Its value.
+        address: String,
+    },
     /// A metrics path that cannot be served.
     #[error("--metrics-path {0:?} must start with \"/\" and must not be /healthz or below it")]
     InvalidMetricsPath(String),
@@ -235,9 +242,13 @@ pub enum ConfigError {
     /// A backoff whose start exceeds its cap.
     #[error("{start_flag} ({start}) must not be longer than {max_flag} ({max})")]
     BackoffOrder {
+        /// The flag of the first delay.
         start_flag: &'static str,
+        /// Its value.
         start: String,
+        /// The flag of the cap.
         max_flag: &'static str,
+        /// Its value.
         max: String,
     },
     /// Leader-election timings that client-go refuses.

@@ -376,7 +376,8 @@ async fn when_the_first_ranked_instance_does_not_act_the_next_one_answers_after_
     let pv_name = volume_on_a_lost_node(&cluster, &mut members).await;
     // The instances agree, without talking, on who answers first: rendezvous order of the
     // driver's clean-up key over the live instances (node-a is gone).
-    let key = csi_provisioner::gone_nodes::policy::janitor_key(DRIVER);
+    // The clean-up's rendezvous key: fixed forever, instances of different versions must agree.
+    let key = format!("{DRIVER}/deleted-node-cleanup");
     let order = csi_provisioner::rendezvous::rendezvous_order(&key, ["node-b", "node-c"]);
     let index = |node: &str| members.iter().position(|m| m.node == node).expect("member");
     let (first, second) = (index(order[0]), index(order[1]));

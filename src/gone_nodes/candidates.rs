@@ -9,7 +9,7 @@ use crate::names;
 
 /// Why a PV is not (or no longer) a dead-node candidate.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Skip {
+pub(crate) enum Skip {
     /// Not a CSI volume of our driver.
     NotOurDriver,
     /// Reclaim policy other than `Delete`: the admin keeps it.
@@ -39,18 +39,18 @@ impl From<Unlocated> for Skip {
 /// A claim to delete, with its UID as the delete precondition (local-static-provisioner does the
 /// same): a claim re-created under the same name is another object and is never touched.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ClaimToDelete {
+pub(crate) struct ClaimToDelete {
     /// Namespace.
-    pub namespace: String,
+    pub(crate) namespace: String,
     /// Name.
-    pub name: String,
+    pub(crate) name: String,
     /// UID from the PV's `claimRef`: the `DeleteParams` precondition.
-    pub uid: String,
+    pub(crate) uid: String,
 }
 
 /// What answering a candidate means.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Target {
+pub(crate) enum Target {
     /// A released volume (or one deleted first, whose claim is gone).
     Volume {
         /// The PV object still has to be deleted (no deletionTimestamp yet).
@@ -64,15 +64,15 @@ pub enum Target {
 
 /// A dead-node candidate: where its node is looked up and what answering it means.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Candidate {
+pub(crate) struct Candidate {
     /// The lookup that decides absence.
-    pub query: NodeQuery,
+    pub(crate) query: NodeQuery,
     /// The action once absence is confirmed.
-    pub target: Target,
+    pub(crate) target: Target,
 }
 
 /// Whether `pv` is a dead-node candidate under `config` (independent of any node's existence).
-pub fn classify(pv: &PersistentVolume, config: &GoneConfig) -> Result<Candidate, Skip> {
+pub(crate) fn classify(pv: &PersistentVolume, config: &GoneConfig) -> Result<Candidate, Skip> {
     let spec = pv.spec.as_ref().ok_or(Skip::NotOurDriver)?;
     if spec.csi.as_ref().map(|c| c.driver.as_str()) != Some(config.driver.as_str()) {
         return Err(Skip::NotOurDriver);
@@ -123,7 +123,7 @@ pub fn classify(pv: &PersistentVolume, config: &GoneConfig) -> Result<Candidate,
 /// Whether `pvc` is the very claim `pv` is bound to: same UID as the PV's `claimRef` and
 /// `spec.volumeName` naming the PV (local-static-provisioner's bond check). The shell checks this
 /// on a fresh read before deleting a claim for [`Target::Claim`].
-pub fn claim_bond_matches(pv: &PersistentVolume, pvc: &PersistentVolumeClaim) -> bool {
+pub(crate) fn claim_bond_matches(pv: &PersistentVolume, pvc: &PersistentVolumeClaim) -> bool {
     let claim_uid = pv
         .spec
         .as_ref()

@@ -46,7 +46,7 @@ use crate::runtime::{Context, Shutdown};
 const NODE_POLL: Duration = Duration::from_secs(1);
 
 /// Runs the dead-node controller until shutdown.
-pub async fn run(ctx: Arc<Context>, shutdown: Shutdown) {
+pub(crate) async fn run(ctx: Arc<Context>, shutdown: Shutdown) {
     let (Some(nodes), Some(csinodes)) = (ctx.stores.nodes.clone(), ctx.stores.csinodes.clone())
     else {
         debug!(

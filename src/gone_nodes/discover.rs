@@ -284,7 +284,7 @@ async fn sweep(
 /// older version), so node-mode instances see them in their scoped watches. With `only`, just the
 /// PVs whose node label would be one of these values: each instance labels its own node's PVs at
 /// start-up (no herd of identical patches), the clean-up instances label the rest in their sweeps.
-pub async fn label_unlabelled(
+pub(crate) async fn label_unlabelled(
     ctx: &Context,
     keys: &PerNodeKeys,
     only: Option<&BTreeSet<String>>,

@@ -12,8 +12,8 @@
 //!
 //! The provisioning controller's intents left on a missing node wait on the same grace rule.
 
-pub mod candidates;
-pub mod controller;
+pub(crate) mod candidates;
+pub(crate) mod controller;
 pub(crate) mod discover;
-pub mod policy;
-pub mod tracker;
+pub(crate) mod policy;
+pub(crate) mod tracker;

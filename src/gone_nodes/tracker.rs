@@ -46,7 +46,7 @@ use super::policy::{GoneConfig, MAX_ACTOR_RANKS, Now, grace_deadline};
 
 /// Where a [`NodeLookup`] came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum LookupSource {
+pub(crate) enum LookupSource {
     /// A watch-fed cache: may start the timer, never decides.
     Cache,
     /// A live API call made just now (together with a live read of the PV).
@@ -55,16 +55,16 @@ pub enum LookupSource {
 
 /// One lookup fed to [`NodeGoneTracker::observe`].
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Lookup {
+pub(crate) struct Lookup {
     /// Where it came from.
-    pub source: LookupSource,
+    pub(crate) source: LookupSource,
     /// What it said.
-    pub result: NodeLookup,
+    pub(crate) result: NodeLookup,
 }
 
 impl Lookup {
     /// From a synced cache.
-    pub fn cached(result: NodeLookup) -> Self {
+    pub(crate) fn cached(result: NodeLookup) -> Self {
         Self {
             source: LookupSource::Cache,
             result,
@@ -72,7 +72,7 @@ impl Lookup {
     }
 
     /// From a live API call.
-    pub fn live(result: NodeLookup) -> Self {
+    pub(crate) fn live(result: NodeLookup) -> Self {
         Self {
             source: LookupSource::Live,
             result,
@@ -82,7 +82,7 @@ impl Lookup {
 
 /// What the shell does next for one PV.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum GoneAction {
+pub(crate) enum GoneAction {
     /// Nothing to do or wait for.
     Nothing,
     /// Observe this PV again at `deadline` (idempotent: the same deadline is returned while waiting).
@@ -104,7 +104,7 @@ pub enum GoneAction {
 
 /// Why tracking stopped.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum CancelReason {
+pub(crate) enum CancelReason {
     /// The node exists (again), with the recorded UID when one was recorded.
     NodePresent,
     /// The PV is no longer a candidate.
@@ -115,7 +115,7 @@ pub enum CancelReason {
 
 /// The writes that answer a PV whose node is gone; the shell executes them in order.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum GonePlan {
+pub(crate) enum GonePlan {
     /// Delete the PV object (precondition `pv_uid`) if `delete_object`, then remove our finalizer
     /// (guarded patch) if `remove_finalizer`, then record `event`; on success increment
     /// `csi_provisioner_deleted_node_volumes_total` and [`NodeGoneTracker::forget`] the PV.
@@ -146,11 +146,11 @@ pub enum GonePlan {
 
 /// An event to record.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct GoneEvent {
+pub(crate) struct GoneEvent {
     /// Always [`names::EVENT_VOLUME_NODE_GONE`], type Normal.
-    pub reason: &'static str,
+    pub(crate) reason: &'static str,
     /// Which node was missing, since when, and what was done.
-    pub message: String,
+    pub(crate) message: String,
 }
 
 #[derive(Clone, Debug)]
@@ -164,7 +164,7 @@ struct Entry {
 /// Per-PV memory of when each volume's node was first seen absent (in memory only: after a restart
 /// the grace period starts again, which only delays a clean-up).
 #[derive(Clone, Debug)]
-pub struct NodeGoneTracker {
+pub(crate) struct NodeGoneTracker {
     config: GoneConfig,
     entries: HashMap<String, Entry>,
 }
@@ -183,7 +183,7 @@ enum Absence {
 
 impl NodeGoneTracker {
     /// An empty tracker.
-    pub fn new(config: GoneConfig) -> Self {
+    pub(crate) fn new(config: GoneConfig) -> Self {
         Self {
             config,
             entries: HashMap::new(),
@@ -191,13 +191,13 @@ impl NodeGoneTracker {
     }
 
     /// The settings.
-    pub fn config(&self) -> &GoneConfig {
+    pub(crate) fn config(&self) -> &GoneConfig {
         &self.config
     }
 
     /// Feeds one observation of `pv` (with the lookup of its node made for [`node_query`] /
     /// [`Candidate::query`]) and this instance's `rank` ([`actor_rank`]; `None` = not an actor).
-    pub fn observe(
+    pub(crate) fn observe(
         &mut self,
         pv: &PersistentVolume,
         lookup: &Lookup,
@@ -261,22 +261,23 @@ impl NodeGoneTracker {
 
     /// Replaces the per-node keys (controller mode learns them from CSINodes and Nodes, which can
     /// change). A volume whose node query changes with them starts its grace period over.
-    pub fn set_per_node_keys(&mut self, keys: PerNodeKeys) {
+    pub(crate) fn set_per_node_keys(&mut self, keys: PerNodeKeys) {
         self.config.per_node_keys = keys;
     }
 
     /// Names of the PVs being tracked.
-    pub fn tracked(&self) -> impl Iterator<Item = &str> {
+    #[cfg(test)]
+    pub(crate) fn tracked(&self) -> impl Iterator<Item = &str> {
         self.entries.keys().map(String::as_str)
     }
 
     /// Drops a PV (deleted, answered, or this instance stopped running the clean-up).
-    pub fn forget(&mut self, pv: &str) {
+    pub(crate) fn forget(&mut self, pv: &str) {
         self.entries.remove(pv);
     }
 
     /// Keeps only the PVs in `names` (after a re-list, drop volumes that disappeared meanwhile).
-    pub fn retain<'a, I>(&mut self, names: I)
+    pub(crate) fn retain<'a, I>(&mut self, names: I)
     where
         I: IntoIterator<Item = &'a str>,
     {
@@ -287,12 +288,12 @@ impl NodeGoneTracker {
     /// PVs this instance waits on as the first-ranked actor: the value of
     /// `csi_provisioner_volumes_waiting_for_missing_node` (fallback ranks are not counted, so the
     /// sum over instances counts each volume once).
-    pub fn waiting(&self) -> usize {
+    pub(crate) fn waiting(&self) -> usize {
         self.entries.values().filter(|e| e.rank == 0).count()
     }
 
     /// When `pv`'s node was first seen absent, if it is being tracked.
-    pub fn first_absent(&self, pv: &str) -> Option<Now> {
+    pub(crate) fn first_absent(&self, pv: &str) -> Option<Now> {
         self.entries.get(pv).map(|e| e.first_absent)
     }
 

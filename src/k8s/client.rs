@@ -23,7 +23,7 @@ use crate::config::{KubeOptions, RateLimit};
 
 /// A Kubernetes client could not be built.
 #[derive(Debug, thiserror::Error)]
-pub enum ClientError {
+pub(crate) enum ClientError {
     /// The kubeconfig file is missing or invalid.
     #[error("cannot load kubeconfig {path:?} (from KUBECONFIG or --kubeconfig): {source}")]
     Kubeconfig {
@@ -55,7 +55,7 @@ pub enum ClientError {
 /// Builds the API client: `--kubeconfig` (with `--master` overriding its server) or `--master`
 /// alone, else the in-cluster configuration; every request passes the `--kube-api-qps` /
 /// `--kube-api-burst` token bucket.
-pub async fn build_client(options: &KubeOptions) -> Result<kube::Client, ClientError> {
+pub(crate) async fn build_client(options: &KubeOptions) -> Result<kube::Client, ClientError> {
     let config = kube_config(options).await?;
     let builder = kube::client::ClientBuilder::try_from(config).map_err(ClientError::Build)?;
     Ok(match options.rate_limit {
@@ -66,7 +66,7 @@ pub async fn build_client(options: &KubeOptions) -> Result<kube::Client, ClientE
 
 /// The client configuration `options` select (upstream: `BuildConfigFromFlags` or
 /// `InClusterConfig`).
-pub async fn kube_config(options: &KubeOptions) -> Result<kube::Config, ClientError> {
+pub(crate) async fn kube_config(options: &KubeOptions) -> Result<kube::Config, ClientError> {
     let master = |default_scheme: &str| -> Option<Result<http::Uri, ClientError>> {
         let master = options.master.as_deref()?;
         // client-go accepts a bare host:port: plain HTTP without TLS material, HTTPS with it.
@@ -107,7 +107,7 @@ pub async fn kube_config(options: &KubeOptions) -> Result<kube::Config, ClientEr
 
 /// governor's clock on tokio's time, so that waiting (tokio timers) and accounting agree.
 #[derive(Debug, Clone, Copy)]
-pub struct TokioClock {
+pub(crate) struct TokioClock {
     origin: tokio::time::Instant,
 }
 
@@ -130,14 +130,14 @@ impl Clock for TokioClock {
 /// A token bucket of `burst` tokens refilled at `qps` per second (GCRA, equivalent to client-go's
 /// token bucket), over any governor clock.
 #[derive(Debug)]
-pub struct TokenBucket<C: Clock = TokioClock> {
+pub(crate) struct TokenBucket<C: Clock = TokioClock> {
     limiter: RateLimiter<NotKeyed, InMemoryState, C, NoOpMiddleware<C::Instant>>,
     clock: C,
 }
 
 impl<C: Clock + Clone> TokenBucket<C> {
     /// A full bucket.
-    pub fn with_clock(limit: RateLimit, clock: C) -> Self {
+    pub(crate) fn with_clock(limit: RateLimit, clock: C) -> Self {
         let burst = NonZeroU32::new(limit.burst).unwrap_or(NonZeroU32::MIN);
         // A rate above 1e9/s would need a sub-nanosecond period; treat it as 1ns (no practical limit).
         let period = Duration::from_secs_f64(1.0 / limit.qps).max(Duration::from_nanos(1));
@@ -151,7 +151,7 @@ impl<C: Clock + Clone> TokenBucket<C> {
     }
 
     /// Takes a token, or says how long until one is available.
-    pub fn try_acquire(&self) -> Result<(), Duration> {
+    pub(crate) fn try_acquire(&self) -> Result<(), Duration> {
         self.limiter
             .check()
             .map_err(|not_until| not_until.wait_time_from(self.clock.now()))
@@ -160,13 +160,13 @@ impl<C: Clock + Clone> TokenBucket<C> {
 
 /// Tower layer that makes every request take a token from one shared bucket first.
 #[derive(Debug, Clone)]
-pub struct TokenBucketLayer {
+pub(crate) struct TokenBucketLayer {
     bucket: Arc<TokenBucket>,
 }
 
 impl TokenBucketLayer {
     /// A layer over a fresh, full bucket.
-    pub fn new(limit: RateLimit) -> Self {
+    pub(crate) fn new(limit: RateLimit) -> Self {
         Self {
             bucket: Arc::new(TokenBucket::with_clock(limit, TokioClock::default())),
         }
@@ -189,7 +189,7 @@ impl<S> Layer<S> for TokenBucketLayer {
 /// The service of [`TokenBucketLayer`]. The token is taken in `poll_ready`, so callers queue in
 /// order (kube's client drives it through a `Buffer`, one request at a time) instead of all
 /// waking at once when a token arrives.
-pub struct TokenBucketService<S> {
+pub(crate) struct TokenBucketService<S> {
     inner: S,
     bucket: Arc<TokenBucket>,
     wait: Option<Pin<Box<tokio::time::Sleep>>>,

@@ -1,9 +1,9 @@
 //! Kubernetes access: the rate-limited client, watches and reflector stores, conflict-free
 //! finalizer patches, error classification and the event recorder.
 
-pub mod client;
-pub mod errors;
-pub mod events;
-pub mod patch;
-pub mod secrets;
-pub mod watch;
+pub(crate) mod client;
+pub(crate) mod errors;
+pub(crate) mod events;
+pub(crate) mod patch;
+pub(crate) mod secrets;
+pub(crate) mod watch;

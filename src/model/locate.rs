@@ -15,11 +15,11 @@ use crate::model::meta::non_empty_annotation;
 use crate::names;
 
 /// The well-known label every kubelet sets to its host name.
-pub const HOSTNAME_LABEL: &str = "kubernetes.io/hostname";
+pub(crate) const HOSTNAME_LABEL: &str = "kubernetes.io/hostname";
 
 /// How the sidecar is deployed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Mode {
+pub(crate) enum Mode {
     /// `--node-deployment`: one instance per node.
     Node,
     /// One (leader-elected) instance beside the controller plugin.
@@ -31,7 +31,7 @@ pub enum Mode {
 /// (e.g. `topology.hostpath.csi/node`). Zone or region keys never qualify, so zonal volumes are
 /// never taken for node-local ones.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PerNodeKeys(BTreeSet<String>);
+pub(crate) struct PerNodeKeys(BTreeSet<String>);
 
 impl Default for PerNodeKeys {
     fn default() -> Self {
@@ -41,7 +41,7 @@ impl Default for PerNodeKeys {
 
 impl PerNodeKeys {
     /// `kubernetes.io/hostname` plus `extra`.
-    pub fn new<I, S>(extra: I) -> Self
+    pub(crate) fn new<I, S>(extra: I) -> Self
     where
         I: IntoIterator<Item = S>,
         S: Into<String>,
@@ -54,7 +54,7 @@ impl PerNodeKeys {
     /// Derives the per-node keys from one node running our driver: its name, its
     /// `kubernetes.io/hostname` label, and its topology segments (node mode: our `NodeGetInfo`
     /// segments; controller mode: any CSINode's topology keys resolved against that Node's labels).
-    pub fn from_node<'a, I>(node_name: &str, hostname: Option<&str>, segments: I) -> Self
+    pub(crate) fn from_node<'a, I>(node_name: &str, hostname: Option<&str>, segments: I) -> Self
     where
         I: IntoIterator<Item = (&'a String, &'a String)>,
     {
@@ -72,7 +72,7 @@ impl PerNodeKeys {
     /// driver registers in CSINodes counts when, on every node whose Node carries it, its value is
     /// that node's name or host name; a single node where it is shared (a zone) rules it out.
     /// `labels_of` returns a Node's labels by name.
-    pub fn from_cluster<'a, C, L>(driver: &str, csinodes: C, labels_of: L) -> Self
+    pub(crate) fn from_cluster<'a, C, L>(driver: &str, csinodes: C, labels_of: L) -> Self
     where
         C: IntoIterator<Item = &'a CSINode>,
         L: Fn(&str) -> Option<&'a BTreeMap<String, String>>,
@@ -109,19 +109,14 @@ impl PerNodeKeys {
     }
 
     /// Whether `key` identifies a single node.
-    pub fn contains(&self, key: &str) -> bool {
+    pub(crate) fn contains(&self, key: &str) -> bool {
         self.0.contains(key)
-    }
-
-    /// The keys (for the Node metadata stripping in [`crate::node_mode::scope`]).
-    pub fn keys(&self) -> impl Iterator<Item = &str> {
-        self.0.iter().map(String::as_str)
     }
 }
 
 /// How to find the node a volume lives on.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub enum NodeQuery {
+pub(crate) enum NodeQuery {
     /// The Node named `name` (GET); with `uid`, a Node of that name with another UID is a new node.
     ByName {
         /// Node name.
@@ -141,7 +136,7 @@ pub enum NodeQuery {
 impl NodeQuery {
     /// The node's name as far as we know it (the label value for label lookups): for messages,
     /// logs, and the scoping label.
-    pub fn node_name(&self) -> &str {
+    pub(crate) fn node_name(&self) -> &str {
         match self {
             Self::ByName { name, .. } => name,
             Self::ByLabel { value, .. } => value,
@@ -149,7 +144,7 @@ impl NodeQuery {
     }
 
     /// Label selector of the live LIST for [`NodeQuery::ByLabel`] (`None`: GET by name instead).
-    pub fn label_selector(&self) -> Option<String> {
+    pub(crate) fn label_selector(&self) -> Option<String> {
         match self {
             Self::ByName { .. } => None,
             Self::ByLabel { key, value } => Some(format!("{key}={value}")),
@@ -157,7 +152,7 @@ impl NodeQuery {
     }
 
     /// Looks the node up in a synced Node cache (metadata is enough: readiness is never read).
-    pub fn lookup_in<'a, I>(&self, nodes: I) -> NodeLookup
+    pub(crate) fn lookup_in<'a, I>(&self, nodes: I) -> NodeLookup
     where
         I: IntoIterator<Item = &'a ObjectMeta>,
     {
@@ -193,7 +188,7 @@ impl fmt::Display for NodeQuery {
 
 /// The answer to a node lookup.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum NodeLookup {
+pub(crate) enum NodeLookup {
     /// A matching Node exists (whatever its readiness), with its UID when known.
     Found {
         /// `metadata.uid`.
@@ -212,7 +207,7 @@ pub enum NodeLookup {
 impl NodeLookup {
     /// Maps a live `Api::get_opt` / `Api::get` result for [`NodeQuery::ByName`]. Only a 404 is
     /// absence; every other error is [`NodeLookup::Failed`].
-    pub fn from_get<K: kube::Resource>(result: &Result<Option<K>, kube::Error>) -> Self {
+    pub(crate) fn from_get<K: kube::Resource>(result: &Result<Option<K>, kube::Error>) -> Self {
         match result {
             Ok(Some(node)) => Self::Found {
                 uid: node.meta().uid.clone(),
@@ -227,7 +222,7 @@ impl NodeLookup {
 
     /// Maps a live label-selected LIST (`Api::list_metadata` items) for [`NodeQuery::ByLabel`]: an
     /// empty list is absence, an error never is.
-    pub fn from_list<K: kube::Resource>(result: &Result<Vec<K>, kube::Error>) -> Self {
+    pub(crate) fn from_list<K: kube::Resource>(result: &Result<Vec<K>, kube::Error>) -> Self {
         match result {
             Ok(items) => match items.first() {
                 Some(node) => Self::Found {
@@ -244,7 +239,7 @@ impl NodeLookup {
 
 /// What a node affinity says about where a volume lives.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Pin {
+pub(crate) enum Pin {
     /// No required node affinity.
     NoAffinity,
     /// Every term pins the same single node (query without a UID).
@@ -257,7 +252,7 @@ pub enum Pin {
 /// `matchFields metadata.name In [x]`, or a `matchExpressions` entry `k In [v]` with one value where
 /// `k` is a [`PerNodeKeys`] key or `v` is the `recorded` node name. Every term must pin the same
 /// node (terms are ORed: one unpinned term lets other nodes satisfy the affinity).
-pub fn pin_of(
+pub(crate) fn pin_of(
     affinity: Option<&VolumeNodeAffinity>,
     keys: &PerNodeKeys,
     recorded: Option<&str>,

@@ -53,7 +53,7 @@ pub(crate) fn reclaim_policy(pv: &PersistentVolume) -> ReclaimPolicy {
 
 /// How a PV relates to our driver.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Ownership {
+pub(crate) enum Ownership {
     /// Ours: provisioned by our driver (`dynamic`), or a static PV of our driver that has been
     /// bound to a claim.
     Ours {
@@ -72,7 +72,7 @@ pub enum Ownership {
 ///   our driver;
 /// - without (static): ours iff `spec.csi.driver` (or, for in-tree PVs, `migrated-to`) names our
 ///   driver and the PV is (or was) bound: phase Bound, Released or Failed.
-pub fn ownership(pv: &PersistentVolume, driver_name: &str) -> Ownership {
+pub(crate) fn ownership(pv: &PersistentVolume, driver_name: &str) -> Ownership {
     let migrated_to = annotation(&pv.metadata, names::ANN_MIGRATED_TO);
     if let Some(provisioner) = annotation(&pv.metadata, names::ANN_PROVISIONED_BY) {
         return if provisioner == driver_name || migrated_to == Some(driver_name) {
@@ -100,13 +100,13 @@ pub fn ownership(pv: &PersistentVolume, driver_name: &str) -> Ownership {
 }
 
 /// Whether this sidecar owns `pv` (see [`ownership`]).
-pub fn is_ours(pv: &PersistentVolume, driver_name: &str) -> bool {
+pub(crate) fn is_ours(pv: &PersistentVolume, driver_name: &str) -> bool {
     matches!(ownership(pv, driver_name), Ownership::Ours { .. })
 }
 
 /// The PV's StorageClass name: the beta annotation wins over `spec.storageClassName` (lib
 /// `GetPersistentVolumeClass`). `None` when neither is set (or both are empty).
-pub fn storage_class_name(pv: &PersistentVolume) -> Option<&str> {
+pub(crate) fn storage_class_name(pv: &PersistentVolume) -> Option<&str> {
     annotation(&pv.metadata, names::ANN_BETA_STORAGE_CLASS)
         .or_else(|| pv.spec.as_ref()?.storage_class_name.as_deref())
         .filter(|name| !name.is_empty())

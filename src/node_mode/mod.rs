@@ -11,6 +11,6 @@
 //! The provisioning and reclaim controllers use this concern through [`ownership`]'s decisions
 //! and [`scope::label_new_pv`]; it uses none of them.
 
-pub mod ownership;
-pub mod scope;
-pub mod watches;
+pub(crate) mod ownership;
+pub(crate) mod scope;
+pub(crate) mod watches;

@@ -54,8 +54,6 @@ use execute::*;
 use gone_node::intent_on_gone_node;
 use report::*;
 
-/// Upstream keeps a claim that failed with InvalidArgument out of the queue for 5 minutes.
-const INFEASIBLE_RETENTION: Duration = Duration::from_secs(5 * 60);
 /// Re-check every claim this often even without changes (upstream's resync is 15 minutes).
 const RESYNC: Duration = Duration::from_secs(10 * 60);
 /// How often the set of nodes running our driver is compared with the last one, to look at the
@@ -68,7 +66,7 @@ const PV_CREATE_ATTEMPTS: u32 = 5;
 
 /// Why a reconcile failed; the claim is retried with its backoff.
 #[derive(Debug, thiserror::Error)]
-pub enum ProvisionError {
+pub(crate) enum ProvisionError {
     /// Reported to the user in a `ProvisioningFailed` event already.
     #[error("{0}")]
     Reported(String),
@@ -152,7 +150,7 @@ fn settings_of(ctx: &Context) -> ProvisionSettings {
 }
 
 /// Runs the provisioning controller until shutdown.
-pub async fn run(
+pub(crate) async fn run(
     ctx: Arc<Context>,
     pvcs: impl Stream<Item = Arc<PersistentVolumeClaim>> + Send + 'static,
     pvs: impl Stream<Item = Arc<PersistentVolume>> + Send + 'static,
@@ -177,7 +175,7 @@ pub async fn run(
     let state = Arc::new(Provisioner {
         memory: Mutex::new(ClaimMemory::new(
             Backoff::new(p.retry_interval_start, p.retry_interval_max),
-            InfeasibleHold::new(INFEASIBLE_RETENTION),
+            InfeasibleHold::new(crate::retry::INFEASIBLE_HOLD_BACK),
             competition,
         )),
         node_topology,

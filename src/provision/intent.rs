@@ -14,7 +14,7 @@ use crate::model::meta::{has_finalizer, non_empty_annotation};
 use crate::names;
 
 /// Intent annotations for a volume name and provisioner secret.
-pub fn intent_annotations(
+pub(crate) fn intent_annotations(
     volume_name: &str,
     secret: Option<&SecretRef>,
 ) -> BTreeMap<&'static str, Option<String>> {
@@ -32,7 +32,7 @@ pub fn intent_annotations(
 }
 
 /// Every annotation the intent may carry.
-pub const INTENT_ANNOTATIONS: [&str; 4] = [
+pub(crate) const INTENT_ANNOTATIONS: [&str; 4] = [
     names::ANN_INTENT_VOLUME_NAME,
     names::ANN_INTENT_VOLUME_ID,
     names::ANN_INTENT_SECRET_NAME,
@@ -70,7 +70,7 @@ fn write(ops: Vec<Value>) -> Step {
 /// concurrent writes (the PV controller's annotations and status) do not make it fail; a changed
 /// finalizer list does. Adding the finalizer to a claim being deleted is refused by the API
 /// server: [`Step::ObjectDeleting`].
-pub fn intent_write_step(
+pub(crate) fn intent_write_step(
     meta: &ObjectMeta,
     wanted: &BTreeMap<&'static str, Option<String>>,
 ) -> Step {
@@ -134,7 +134,7 @@ pub fn intent_write_step(
 /// The write that removes the intent finalizer and every intent annotation from the claim
 /// described by `meta`: `test` + `remove` of our finalizer at its index, `remove` of each of our
 /// annotations present. Nothing else of the claim is relied on.
-pub fn intent_removal_step(meta: &ObjectMeta) -> Step {
+pub(crate) fn intent_removal_step(meta: &ObjectMeta) -> Step {
     let mut ops = Vec::new();
     let finalizers = meta.finalizers.as_deref().unwrap_or_default();
     if let Some(i) = finalizers
@@ -161,28 +161,28 @@ pub fn intent_removal_step(meta: &ObjectMeta) -> Step {
 
 /// A volume to delete because its claim no longer wants it.
 #[derive(Debug, Clone)]
-pub struct IntentCleanup {
+pub(crate) struct IntentCleanup {
     /// The intent's volume name.
-    pub volume_name: String,
+    pub(crate) volume_name: String,
     /// The volume id, when CreateVolume's answer was recorded.
-    pub volume_id: Option<String>,
+    pub(crate) volume_id: Option<String>,
     /// The provisioner secret recorded with the intent (for CreateVolume replay and DeleteVolume).
-    pub secret: Option<SecretRef>,
+    pub(crate) secret: Option<SecretRef>,
     /// Without a volume id: the CreateVolume to replay (same name) to learn it. The driver answers
     /// with the existing volume, or creates it, which is then deleted just the same. A failed
     /// replay is judged by [`super::classify::replay_verdict`].
-    pub replay: Option<CreateVolumeRequest>,
+    pub(crate) replay: Option<CreateVolumeRequest>,
     /// Whether `replay` is the request the original call was built from (same class, same
     /// inputs); otherwise a minimal one (class gone or inputs no longer valid), whose refusal
     /// proves nothing.
-    pub replay_is_exact: bool,
+    pub(crate) replay_is_exact: bool,
     /// Why the volume is no longer wanted.
-    pub reason: CleanupReason,
+    pub(crate) reason: CleanupReason,
 }
 
 /// Why an intent's volume is deleted.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum CleanupReason {
+pub(crate) enum CleanupReason {
     /// The claim is being deleted.
     ClaimDeleted,
     /// The claim got bound to another PV.
@@ -190,7 +190,7 @@ pub enum CleanupReason {
 }
 
 /// Whether the claim carries the provisioning intent.
-pub fn has_intent(pvc: &PersistentVolumeClaim) -> bool {
+pub(crate) fn has_intent(pvc: &PersistentVolumeClaim) -> bool {
     has_finalizer(&pvc.metadata, names::FINALIZER_PROVISIONING_INTENT)
 }
 

@@ -41,7 +41,7 @@ const MAX_STEPS: usize = 4;
 
 /// Why a reconcile failed; the PV is retried with its backoff.
 #[derive(Debug, thiserror::Error)]
-pub enum ReclaimFailure {
+pub(crate) enum ReclaimFailure {
     /// Reported in a `VolumeFailedDelete` event already.
     #[error("{0}")]
     Reported(String),
@@ -75,7 +75,7 @@ struct Reclaimer {
 }
 
 /// Runs the reclaim controller until shutdown.
-pub async fn run(
+pub(crate) async fn run(
     ctx: Arc<Context>,
     pvs: impl Stream<Item = Arc<PersistentVolume>> + Send + 'static,
     pvcs: impl Stream<Item = Arc<PersistentVolumeClaim>> + Send + 'static,

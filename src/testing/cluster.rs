@@ -17,12 +17,12 @@ use super::{DRIVER, deletion_time, meta, strings};
 
 /// Builder returned by [`node`].
 #[derive(Clone, Debug)]
-pub struct NodeBuilder {
+pub(crate) struct NodeBuilder {
     obj: Node,
 }
 
 /// A Node with UID `uid-<name>` and no labels.
-pub fn node(name: &str) -> NodeBuilder {
+pub(crate) fn node(name: &str) -> NodeBuilder {
     NodeBuilder {
         obj: Node {
             metadata: meta(None, name, format!("uid-{name}")),
@@ -35,7 +35,7 @@ meta_setters!(NodeBuilder, Node);
 
 impl NodeBuilder {
     /// Adds several labels.
-    pub fn labels<'a, I>(mut self, labels: I) -> Self
+    pub(crate) fn labels<'a, I>(mut self, labels: I) -> Self
     where
         I: IntoIterator<Item = (&'a str, &'a str)>,
     {
@@ -48,12 +48,12 @@ impl NodeBuilder {
 
 /// Builder returned by [`csinode`].
 #[derive(Clone, Debug)]
-pub struct CsiNodeBuilder {
+pub(crate) struct CsiNodeBuilder {
     obj: CSINode,
 }
 
 /// A CSINode (named like its Node) with no drivers.
-pub fn csinode(name: &str) -> CsiNodeBuilder {
+pub(crate) fn csinode(name: &str) -> CsiNodeBuilder {
     CsiNodeBuilder {
         obj: CSINode {
             metadata: meta(None, name, format!("uid-csinode-{name}")),
@@ -66,7 +66,7 @@ meta_setters!(CsiNodeBuilder, CSINode);
 
 impl CsiNodeBuilder {
     /// Registers a driver with its node id and topology keys (an empty list means none reported).
-    pub fn driver<I, S>(mut self, driver: &str, node_id: &str, topology_keys: I) -> Self
+    pub(crate) fn driver<I, S>(mut self, driver: &str, node_id: &str, topology_keys: I) -> Self
     where
         I: IntoIterator<Item = S>,
         S: Into<String>,
@@ -86,12 +86,12 @@ impl CsiNodeBuilder {
 
 /// Builder returned by [`volume_attachment`].
 #[derive(Clone, Debug)]
-pub struct VolumeAttachmentBuilder {
+pub(crate) struct VolumeAttachmentBuilder {
     obj: VolumeAttachment,
 }
 
 /// A VolumeAttachment by [`DRIVER`] of PV `pv` to node `node`, not attached.
-pub fn volume_attachment(name: &str, pv: &str, node: &str) -> VolumeAttachmentBuilder {
+pub(crate) fn volume_attachment(name: &str, pv: &str, node: &str) -> VolumeAttachmentBuilder {
     VolumeAttachmentBuilder {
         obj: VolumeAttachment {
             metadata: meta(None, name, format!("uid-{name}")),
@@ -112,12 +112,12 @@ meta_setters!(VolumeAttachmentBuilder, VolumeAttachment);
 
 impl VolumeAttachmentBuilder {
     /// Sets `spec.attacher`.
-    pub fn attacher(mut self, driver: &str) -> Self {
+    pub(crate) fn attacher(mut self, driver: &str) -> Self {
         self.obj.spec.attacher = driver.to_owned();
         self
     }
     /// Sets `status.attached`.
-    pub fn attached(mut self, attached: bool) -> Self {
+    pub(crate) fn attached(mut self, attached: bool) -> Self {
         self.obj
             .status
             .get_or_insert_with(VolumeAttachmentStatus::default)
@@ -128,12 +128,12 @@ impl VolumeAttachmentBuilder {
 
 /// Builder returned by [`vac`].
 #[derive(Clone, Debug)]
-pub struct VacBuilder {
+pub(crate) struct VacBuilder {
     obj: VolumeAttributesClass,
 }
 
 /// A VolumeAttributesClass of [`DRIVER`] with no parameters.
-pub fn vac(name: &str) -> VacBuilder {
+pub(crate) fn vac(name: &str) -> VacBuilder {
     VacBuilder {
         obj: VolumeAttributesClass {
             metadata: meta(None, name, format!("uid-{name}")),
@@ -147,12 +147,12 @@ meta_setters!(VacBuilder, VolumeAttributesClass);
 
 impl VacBuilder {
     /// Sets `driverName`.
-    pub fn driver(mut self, driver: &str) -> Self {
+    pub(crate) fn driver(mut self, driver: &str) -> Self {
         self.obj.driver_name = driver.to_owned();
         self
     }
     /// Adds one parameter.
-    pub fn param(mut self, key: &str, value: &str) -> Self {
+    pub(crate) fn param(mut self, key: &str, value: &str) -> Self {
         self.obj
             .parameters
             .get_or_insert_with(BTreeMap::new)
