@@ -119,16 +119,18 @@ pub(crate) enum DeleteOutcome {
 
 // === Pure patch builders ===
 
-fn pointer<'t>(tokens: impl IntoIterator<Item = Token<'t>>) -> PointerBuf {
+/// A JSON pointer from its tokens (escaped as RFC 6901 says).
+pub(crate) fn pointer<'t>(tokens: impl IntoIterator<Item = Token<'t>>) -> PointerBuf {
     PointerBuf::from_tokens(tokens)
 }
 
-fn meta_path(field: &str) -> PointerBuf {
+/// `/metadata/<field>`.
+pub(crate) fn meta_path(field: &str) -> PointerBuf {
     pointer([Token::new("metadata"), Token::new(field.to_owned())])
 }
 
 /// `/metadata/annotations/<key>`, the key escaped.
-fn annotation_path(key: &str) -> PointerBuf {
+pub(crate) fn annotation_path(key: &str) -> PointerBuf {
     pointer([
         Token::new("metadata"),
         Token::new("annotations"),
@@ -136,20 +138,34 @@ fn annotation_path(key: &str) -> PointerBuf {
     ])
 }
 
-fn test_op(path: PointerBuf, value: Value) -> PatchOperation {
+/// A `test` operation.
+pub(crate) fn test_op(path: PointerBuf, value: Value) -> PatchOperation {
     PatchOperation::Test(TestOperation { path, value })
 }
 
-fn add_op(path: PointerBuf, value: Value) -> PatchOperation {
+/// An `add` operation.
+pub(crate) fn add_op(path: PointerBuf, value: Value) -> PatchOperation {
     PatchOperation::Add(AddOperation { path, value })
 }
 
 /// Preconditions every write carries: the UID we read (if known).
-fn guard(meta: &ObjectMeta) -> Vec<PatchOperation> {
+pub(crate) fn guard(meta: &ObjectMeta) -> Vec<PatchOperation> {
     meta.uid
         .iter()
         .map(|uid| test_op(meta_path("uid"), Value::String(uid.clone())))
         .collect()
+}
+
+/// A `remove` operation.
+pub(crate) fn remove_op(path: PointerBuf) -> PatchOperation {
+    PatchOperation::Remove(RemoveOperation { path })
+}
+
+/// The `test` of the resourceVersion we read, if known.
+pub(crate) fn version_test(meta: &ObjectMeta) -> Option<PatchOperation> {
+    meta.resource_version
+        .as_ref()
+        .map(|rv| test_op(meta_path("resourceVersion"), Value::String(rv.clone())))
 }
 
 /// Guard for creating a whole metadata map/list that is absent in `meta`: `add` would replace a
