@@ -1,5 +1,5 @@
 //! What the controllers run on: the shared [`Context`] (clients, driver, caches, settings), the
-//! [`Shutdown`] signal, and [`VolumeLocks`]. The composition root ([`crate::app`]) builds them;
+//! [`Shutdown`] signal, [`VolumeLocks`], and the controller [`skeleton`] both controllers run on. The composition root ([`crate::app`]) builds them;
 //! the controllers only use them, so nothing depends on the composition root.
 
 use std::collections::HashSet;
@@ -17,6 +17,8 @@ use crate::k8s::events::Recorder;
 use crate::k8s::watch::AttachmentIndex;
 use crate::metrics::Metrics;
 use crate::metrics::node_gone::NodeGoneMetrics;
+
+pub(crate) mod skeleton;
 
 /// Everything the controllers share: clients, the driver, caches and process-wide settings.
 pub(crate) struct Context {
