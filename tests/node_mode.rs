@@ -127,18 +127,6 @@ async fn delete_pod(cluster: &Cluster, claim: &str) {
         .await;
 }
 
-fn annotation<'a>(pv: &'a PersistentVolume, key: &str) -> Option<&'a str> {
-    pv.metadata
-        .annotations
-        .as_ref()?
-        .get(key)
-        .map(String::as_str)
-}
-
-fn label<'a>(pv: &'a PersistentVolume, key: &str) -> Option<&'a str> {
-    pv.metadata.labels.as_ref()?.get(key).map(String::as_str)
-}
-
 fn name_of(pv: &PersistentVolume) -> String {
     pv.metadata.name.clone().expect("PV name")
 }
