@@ -45,7 +45,7 @@ use serde_json::{Value, json};
 
 use crate::model::locate::node_query;
 use crate::model::locate::{Mode, PerNodeKeys, Pin, pin_of};
-use crate::model::meta::non_empty_annotation as annotation;
+use crate::model::meta::{has_finalizer, non_empty_annotation as annotation};
 use crate::names;
 
 /// Page size of every list (initial watch lists and sweeps): bounded memory while listing.
@@ -333,30 +333,20 @@ pub(crate) enum ClaimInterest {
 
 /// Classifies a claim from its metadata alone (`driver`: ours; `me`: `NODE_NAME`).
 pub(crate) fn claim_interest(meta: &ObjectMeta, driver: &str, me: &str) -> ClaimInterest {
-    let annotation = |key: &str| {
-        meta.annotations
-            .as_ref()
-            .and_then(|a| a.get(key))
-            .map(String::as_str)
-            .filter(|v| !v.is_empty())
-    };
     let has_our_finalizer = meta
         .finalizers
         .iter()
         .flatten()
         .any(|f| OUR_CLAIM_FINALIZERS.contains(&f.as_str()));
-    let bound = annotation(names::ANN_BIND_COMPLETED).is_some();
-    let selected = annotation(names::ANN_SELECTED_NODE);
-    let has_intent = meta
-        .finalizers
-        .iter()
-        .flatten()
-        .any(|f| f == names::FINALIZER_PROVISIONING_INTENT);
-    let provisioner = annotation(names::ANN_STORAGE_PROVISIONER)
-        .or_else(|| annotation(names::ANN_BETA_STORAGE_PROVISIONER));
+    let bound = annotation(meta, names::ANN_BIND_COMPLETED).is_some();
+    let selected = annotation(meta, names::ANN_SELECTED_NODE);
+    let has_intent = has_finalizer(meta, names::FINALIZER_PROVISIONING_INTENT);
+    let provisioner = annotation(meta, names::ANN_STORAGE_PROVISIONER)
+        .or_else(|| annotation(meta, names::ANN_BETA_STORAGE_PROVISIONER));
     // Every driver running this sidecar uses the same intent finalizer: only our driver's count.
     let our_intent = has_intent
-        && (provisioner == Some(driver) || annotation(names::ANN_MIGRATED_TO) == Some(driver));
+        && (provisioner == Some(driver)
+            || annotation(meta, names::ANN_MIGRATED_TO) == Some(driver));
     match selected {
         None if our_intent => return ClaimInterest::IntentWithoutNode,
         Some(node) if our_intent && node != me && meta.deletion_timestamp.is_some() => {
@@ -385,11 +375,7 @@ pub(crate) fn claim_interest(meta: &ObjectMeta, driver: &str, me: &str) -> Claim
 /// volumes: the deletion checks read them from the cache instead of the API server). Memory follows
 /// this node's volumes and the pending claims, not all claims.
 pub(crate) fn cached_claim(meta: &ObjectMeta, driver: &str, me: &str) -> bool {
-    let selected_here = meta
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(names::ANN_SELECTED_NODE))
-        .is_some_and(|n| n == me);
+    let selected_here = annotation(meta, names::ANN_SELECTED_NODE) == Some(me);
     selected_here || claim_interest(meta, driver, me) != ClaimInterest::Ignore
 }
 
