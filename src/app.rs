@@ -244,7 +244,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         watches.pvcs.subscribe(),
         shutdown.clone(),
     );
-    let gone = crate::node::controller::run(ctx.clone(), shutdown.clone());
+    let gone = crate::gone_nodes::controller::run(ctx.clone(), shutdown.clone());
     // Always leader until leader election lands; then pass its watch::Receiver<bool> here.
     let (_leader_tx, leader) = watch::channel(true);
     let capacity = async {
@@ -366,11 +366,11 @@ fn start_watches(client: &Client, config: &Config, driver: &DriverInfo) -> Watch
     }
 }
 
-/// Node-deployment mode: each instance caches only what it may act on (`node::watches`), so its
+/// Node-deployment mode: each instance caches only what it may act on (`node_mode::watches`), so its
 /// memory follows its own node, not the cluster.
 async fn node_mode_watches(client: &Client, driver: &DriverInfo, node_name: &str) -> Watches {
     // Subscribers as in controller mode: PVCs and PVs feed provisioning and reclaim.
-    let scoped = crate::node::watches::start(client, driver, node_name, 2).await;
+    let scoped = crate::node_mode::watches::start(client, driver, node_name, 2).await;
     let classes = watch_shared(
         Api::all(client.clone()),
         watcher::Config::default(),

@@ -29,7 +29,7 @@ use crate::metrics::{CONTENT_TYPE, Metrics};
 /// Health state shared between the HTTP server and the code that knows it (leader election).
 /// Cloning shares the state.
 #[derive(Debug, Clone, Default)]
-pub struct Health {
+pub(crate) struct Health {
     /// `None` while healthy, else why not.
     leader_election: Arc<RwLock<Option<String>>>,
     /// Missing RBAC permissions found by the start-up self-check, one per line; empty when none.
@@ -38,22 +38,24 @@ pub struct Health {
 
 impl Health {
     /// A healthy state.
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self::default()
     }
 
     /// Leader election works (or this replica is not leading, which is fine).
-    pub fn set_leader_election_healthy(&self) {
+    #[allow(dead_code, reason = "set by leader election, being built")]
+    pub(crate) fn set_leader_election_healthy(&self) {
         *crate::sync::write(&self.leader_election) = None;
     }
 
     /// The leader failed to renew its Lease in time; `/healthz/leader-election` reports `reason`.
-    pub fn set_leader_election_unhealthy(&self, reason: impl Into<String>) {
+    #[allow(dead_code, reason = "set by leader election, being built")]
+    pub(crate) fn set_leader_election_unhealthy(&self, reason: impl Into<String>) {
         *crate::sync::write(&self.leader_election) = Some(reason.into());
     }
 
     /// The start-up RBAC self-check found `missing` (one permission per line; empty: none).
-    pub fn set_rbac_missing(&self, missing: impl Into<String>) {
+    pub(crate) fn set_rbac_missing(&self, missing: impl Into<String>) {
         *crate::sync::write(&self.rbac) = missing.into();
     }
 
@@ -68,7 +70,7 @@ impl Health {
 
 /// The HTTP server failed.
 #[derive(Debug, thiserror::Error)]
-pub enum HttpError {
+pub(crate) enum HttpError {
     /// The listen address is taken, not local, or not resolvable.
     #[error("cannot listen on {flag}={address:?}: {source}; choose a free address or unset {flag}")]
     Listen {
@@ -89,7 +91,7 @@ pub enum HttpError {
 /// A bound, not yet serving, HTTP server. Binding first lets the caller fail fast on a taken port
 /// and learn the port of `:0`.
 #[derive(Debug)]
-pub struct HttpServer {
+pub(crate) struct HttpServer {
     listener: TcpListener,
     router: Router,
 }
@@ -102,7 +104,7 @@ struct AppState {
 }
 
 /// Binds the listen address of `options`.
-pub async fn bind(
+pub(crate) async fn bind(
     options: &HttpOptions,
     metrics: Arc<Metrics>,
     health: Health,
@@ -133,24 +135,15 @@ pub async fn bind(
     })
 }
 
-/// Binds and serves until `shutdown` completes.
-pub async fn serve(
-    options: &HttpOptions,
-    metrics: Arc<Metrics>,
-    health: Health,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-) -> Result<(), HttpError> {
-    bind(options, metrics, health).await?.run(shutdown).await
-}
-
 impl HttpServer {
     /// The bound address (with the actual port when `:0` was asked for).
-    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+    #[cfg(test)]
+    pub(crate) fn local_addr(&self) -> io::Result<SocketAddr> {
         self.listener.local_addr()
     }
 
     /// Serves until `shutdown` completes, then lets in-flight requests finish.
-    pub async fn run(
+    pub(crate) async fn run(
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> Result<(), HttpError> {

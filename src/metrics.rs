@@ -18,30 +18,30 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
-pub mod node_gone;
+pub(crate) mod node_gone;
 
 /// Content type of [`Metrics::encode`]'s output (OpenMetrics text, which Prometheus scrapes).
-pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+pub(crate) const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 /// Prometheus client_golang's `DefBuckets`, which upstream's duration histograms use.
-pub const DEFAULT_BUCKETS: [f64; 11] = [
+pub(crate) const DEFAULT_BUCKETS: [f64; 11] = [
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
 ];
 
 /// Labels of the PVC provisioning families.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ClaimLabels {
+pub(crate) struct ClaimLabels {
     /// The PVC's `spec.storageClassName`.
-    pub class: String,
+    pub(crate) class: String,
     /// The PVC's `spec.dataSource.kind`, or empty.
-    pub source: String,
+    pub(crate) source: String,
 }
 
 /// Labels of the PV deletion families.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct VolumeLabels {
+pub(crate) struct VolumeLabels {
     /// The PV's `spec.storageClassName`.
-    pub class: String,
+    pub(crate) class: String,
 }
 
 type DurationFamily<L> = Family<L, Histogram, fn() -> Histogram>;
@@ -52,7 +52,7 @@ fn default_histogram() -> Histogram {
 
 /// `controller_persistentvolumeclaim_provision_*`.
 #[derive(Debug, Clone)]
-pub struct ProvisionMetrics {
+pub(crate) struct ProvisionMetrics {
     total: Family<ClaimLabels, Counter>,
     failed: Family<ClaimLabels, Counter>,
     duration: DurationFamily<ClaimLabels>,
@@ -70,7 +70,7 @@ impl Default for ProvisionMetrics {
 
 impl ProvisionMetrics {
     /// A volume was provisioned for a claim in `duration` (from the first attempt).
-    pub fn succeeded(&self, class: &str, source: &str, duration: Duration) {
+    pub(crate) fn succeeded(&self, class: &str, source: &str, duration: Duration) {
         let labels = ClaimLabels {
             class: class.to_owned(),
             source: source.to_owned(),
@@ -82,7 +82,7 @@ impl ProvisionMetrics {
     }
 
     /// A provisioning attempt failed (it will be retried).
-    pub fn failed(&self, class: &str, source: &str) {
+    pub(crate) fn failed(&self, class: &str, source: &str) {
         let labels = ClaimLabels {
             class: class.to_owned(),
             source: source.to_owned(),
@@ -93,7 +93,7 @@ impl ProvisionMetrics {
 
 /// `controller_persistentvolume_delete_*`.
 #[derive(Debug, Clone)]
-pub struct DeleteMetrics {
+pub(crate) struct DeleteMetrics {
     total: Family<VolumeLabels, Counter>,
     failed: Family<VolumeLabels, Counter>,
     duration: DurationFamily<VolumeLabels>,
@@ -111,7 +111,7 @@ impl Default for DeleteMetrics {
 
 impl DeleteMetrics {
     /// A volume was deleted in `duration`.
-    pub fn succeeded(&self, class: &str, duration: Duration) {
+    pub(crate) fn succeeded(&self, class: &str, duration: Duration) {
         let labels = VolumeLabels {
             class: class.to_owned(),
         };
@@ -122,7 +122,7 @@ impl DeleteMetrics {
     }
 
     /// A deletion attempt failed (it will be retried).
-    pub fn failed(&self, class: &str) {
+    pub(crate) fn failed(&self, class: &str) {
         self.failed
             .get_or_create(&VolumeLabels {
                 class: class.to_owned(),
@@ -134,29 +134,29 @@ impl DeleteMetrics {
 /// Work that is pending right now (ours; upstream has no such gauges): what an operator alerts on
 /// when it does not come down. Counted from the caches when scraped ([`Metrics::on_scrape`]).
 #[derive(Debug, Clone, Default)]
-pub struct BacklogMetrics {
+pub(crate) struct BacklogMetrics {
     /// `csi_provisioner_claims_with_intent`.
-    pub claims_with_intent: Gauge,
+    pub(crate) claims_with_intent: Gauge,
     /// `csi_provisioner_volumes_awaiting_deletion`.
-    pub volumes_awaiting_deletion: Gauge,
+    pub(crate) volumes_awaiting_deletion: Gauge,
 }
 
 /// Labels of `csi_provisioner_retries_total`.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ControllerLabels {
+pub(crate) struct ControllerLabels {
     /// `provisioning` or `deletion`.
     pub controller: String,
 }
 
 /// Labels of `csi_provisioner_volumes_stuck`.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct StuckLabels {
+pub(crate) struct StuckLabels {
     /// `Released` or `Terminating`.
     pub state: String,
 }
 
 /// How long a PV may stay Released or Terminating before it counts as stuck.
-pub const STUCK_AFTER: std::time::Duration = std::time::Duration::from_secs(10 * 60);
+pub(crate) const STUCK_AFTER: std::time::Duration = std::time::Duration::from_secs(10 * 60);
 
 /// Claim-to-Bound buckets, in seconds: from one second to an hour.
 const CLAIM_TO_BOUND_BUCKETS: [f64; 12] = [
@@ -166,7 +166,7 @@ const CLAIM_TO_BOUND_BUCKETS: [f64; 12] = [
 /// What operators alert on and upstream lacks (ours): latency as users see it, work waiting, and
 /// volumes that do not move.
 #[derive(Debug, Clone)]
-pub struct OperatorMetrics {
+pub(crate) struct OperatorMetrics {
     /// `csi_provisioner_claim_to_bound_seconds`: from a claim's creation until it was seen Bound
     /// to the PV this process created, retries included.
     pub claim_to_bound: Histogram,
@@ -192,7 +192,7 @@ impl Default for OperatorMetrics {
 
 impl OperatorMetrics {
     /// One failed reconcile of `controller`, queued again.
-    pub fn retried(&self, controller: &str) {
+    pub(crate) fn retried(&self, controller: &str) {
         self.retries
             .get_or_create(&ControllerLabels {
                 controller: controller.to_owned(),
@@ -201,7 +201,7 @@ impl OperatorMetrics {
     }
 
     /// Sets the stuck-volume gauge of `state`.
-    pub fn set_stuck(&self, state: &str, count: i64) {
+    pub(crate) fn set_stuck(&self, state: &str, count: i64) {
         self.volumes_stuck
             .get_or_create(&StuckLabels {
                 state: state.to_owned(),
@@ -221,12 +221,12 @@ impl std::fmt::Debug for ScrapeHook {
 
 /// The process's metrics: the registry and the handles of the families registered here.
 #[derive(Debug)]
-pub struct Metrics {
+pub(crate) struct Metrics {
     registry: Registry,
     /// PVC provisioning outcomes.
-    pub provision: ProvisionMetrics,
+    pub(crate) provision: ProvisionMetrics,
     /// PV deletion outcomes.
-    pub delete: DeleteMetrics,
+    pub(crate) delete: DeleteMetrics,
     /// Pending work, counted at scrape time.
     pub backlog: BacklogMetrics,
     /// Latency, retries and stuck volumes.
@@ -242,7 +242,7 @@ impl Default for Metrics {
 
 impl Metrics {
     /// A registry with the provisioning and deletion families registered.
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         let mut registry = Registry::default();
         let provision = ProvisionMetrics::default();
         let delete = DeleteMetrics::default();
@@ -321,22 +321,17 @@ impl Metrics {
 
     /// Sets what runs before every scrape, once the caches it counts from exist (later calls are
     /// ignored: there is one set of caches per process).
-    pub fn on_scrape(&self, refresh: impl Fn() + Send + Sync + 'static) {
+    pub(crate) fn on_scrape(&self, refresh: impl Fn() + Send + Sync + 'static) {
         let _ = self.before_scrape.set(ScrapeHook(Box::new(refresh)));
     }
 
     /// The registry, for other modules to register their families at start-up.
-    pub fn registry_mut(&mut self) -> &mut Registry {
+    pub(crate) fn registry_mut(&mut self) -> &mut Registry {
         &mut self.registry
     }
 
-    /// The registry, read-only.
-    pub fn registry(&self) -> &Registry {
-        &self.registry
-    }
-
     /// Every family in OpenMetrics text format (see [`CONTENT_TYPE`]), ending with `# EOF`.
-    pub fn encode(&self) -> Result<String, std::fmt::Error> {
+    pub(crate) fn encode(&self) -> Result<String, std::fmt::Error> {
         if let Some(ScrapeHook(refresh)) = self.before_scrape.get() {
             refresh();
         }

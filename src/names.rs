@@ -182,10 +182,10 @@ pub const LABEL_DRIVER_NAME: &str = "csi.storage.k8s.io/drivername";
 /// CSIStorageCapacity label naming the managing instance.
 pub const LABEL_MANAGED_BY: &str = "csi.storage.k8s.io/managed-by";
 /// PV label (ours): the driver of a PV we manage, so node-mode instances can list and watch only
-/// their driver's PVs (see `node::scope`).
+/// their driver's PVs (see `node_mode::scope`).
 pub const LABEL_PV_DRIVER: &str = "csi-provisioner.rs/driver";
 /// PV label (ours): the node whose instance handles the PV in node-deployment mode, or
-/// [`LABEL_VALUE_ANY_NODE`]; each instance watches only its own value (see `node::scope`).
+/// [`LABEL_VALUE_ANY_NODE`]; each instance watches only its own value (see `node_mode::scope`).
 pub const LABEL_PV_NODE: &str = "csi-provisioner.rs/node";
 /// Value of [`LABEL_PV_NODE`] for PVs not pinned to one node (no or zonal node affinity), which
 /// every instance may handle. The underscore makes it impossible as a node name.

@@ -16,12 +16,12 @@ use std::time::{Duration, Instant};
 
 /// How long a claim whose CreateVolume failed with `InvalidArgument` is held back, unless its
 /// StorageClass is replaced (new UID). Upstream's value is fixed at 5 minutes (reference §10).
-pub const INFEASIBLE_HOLD_BACK: Duration = Duration::from_secs(5 * 60);
+pub(crate) const INFEASIBLE_HOLD_BACK: Duration = Duration::from_secs(5 * 60);
 
 /// Per-key exponential backoff: the n-th consecutive failure of a key waits `start·2^(n-1)`,
 /// capped at `max`; [`Backoff::reset`] on success starts the key over.
 #[derive(Debug, Clone)]
-pub struct Backoff<K> {
+pub(crate) struct Backoff<K> {
     start: Duration,
     max: Duration,
     failures: HashMap<K, u32>,
@@ -29,7 +29,7 @@ pub struct Backoff<K> {
 
 impl<K: Eq + Hash + Clone> Backoff<K> {
     /// A backoff from `start` doubling up to `max` (`--retry-interval-start`, `--retry-interval-max`).
-    pub fn new(start: Duration, max: Duration) -> Self {
+    pub(crate) fn new(start: Duration, max: Duration) -> Self {
         Self {
             start,
             max,
@@ -38,7 +38,7 @@ impl<K: Eq + Hash + Clone> Backoff<K> {
     }
 
     /// Records one more failure of `key` and returns how long to wait before retrying it.
-    pub fn failed(&mut self, key: &K) -> Duration {
+    pub(crate) fn failed(&mut self, key: &K) -> Duration {
         let count = self.failures.entry(key.clone()).or_insert(0);
         let delay = delay_after(self.start, self.max, *count);
         *count = count.saturating_add(1);
@@ -46,38 +46,42 @@ impl<K: Eq + Hash + Clone> Backoff<K> {
     }
 
     /// The delay the next failure of `key` would get, without recording anything.
-    pub fn peek(&self, key: &K) -> Duration {
+    #[cfg(test)]
+    pub(crate) fn peek(&self, key: &K) -> Duration {
         delay_after(self.start, self.max, self.failures(key))
     }
 
     /// Consecutive failures recorded for `key` since the last reset.
-    pub fn failures(&self, key: &K) -> u32 {
+    #[cfg(test)]
+    pub(crate) fn failures(&self, key: &K) -> u32 {
         self.failures.get(key).copied().unwrap_or(0)
     }
 
     /// Forgets `key` (call on success, or when the object is gone).
-    pub fn reset(&mut self, key: &K) {
+    pub(crate) fn reset(&mut self, key: &K) {
         self.failures.remove(key);
     }
 
     /// Keeps only the keys `keep` accepts (drops the state of objects that are gone).
-    pub fn retain(&mut self, mut keep: impl FnMut(&K) -> bool) {
+    pub(crate) fn retain(&mut self, mut keep: impl FnMut(&K) -> bool) {
         self.failures.retain(|k, _| keep(k));
     }
 
     /// Number of keys with at least one recorded failure (for tests and metrics).
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
         self.failures.len()
     }
 
     /// Whether no key has a recorded failure.
-    pub fn is_empty(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_empty(&self) -> bool {
         self.failures.is_empty()
     }
 }
 
 /// `start·2^previous_failures`, capped at `max`, without overflow for any count.
-pub fn delay_after(start: Duration, max: Duration, previous_failures: u32) -> Duration {
+pub(crate) fn delay_after(start: Duration, max: Duration, previous_failures: u32) -> Duration {
     // 2^32 times any non-zero start already exceeds every sensible max; checked_* keeps it exact.
     2u32.checked_pow(previous_failures)
         .and_then(|factor| start.checked_mul(factor))
@@ -87,11 +91,11 @@ pub fn delay_after(start: Duration, max: Duration, previous_failures: u32) -> Du
 /// Why a claim is not provisioned right now: it failed as infeasible recently and its
 /// StorageClass has not changed since. Display is upstream's text.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HeldBack {
+pub(crate) struct HeldBack {
     /// The claim key (the PVC UID) as upstream prints it.
-    pub key: String,
+    pub(crate) key: String,
     /// How long the hold-back still lasts.
-    pub remaining: Duration,
+    pub(crate) remaining: Duration,
 }
 
 impl fmt::Display for HeldBack {
@@ -110,14 +114,14 @@ impl std::error::Error for HeldBack {}
 /// are not retried for [`INFEASIBLE_HOLD_BACK`], unless the StorageClass UID changes (a class
 /// deleted and re-created with fixed parameters should be tried at once).
 #[derive(Debug, Clone)]
-pub struct InfeasibleHold<K> {
+pub(crate) struct InfeasibleHold<K> {
     retention: Duration,
     entries: HashMap<K, (Instant, String)>,
 }
 
 impl<K: Eq + Hash + Clone + fmt::Display> InfeasibleHold<K> {
     /// A hold-back of `retention` (use [`INFEASIBLE_HOLD_BACK`] in production).
-    pub fn new(retention: Duration) -> Self {
+    pub(crate) fn new(retention: Duration) -> Self {
         Self {
             retention,
             entries: HashMap::new(),
@@ -125,13 +129,13 @@ impl<K: Eq + Hash + Clone + fmt::Display> InfeasibleHold<K> {
     }
 
     /// Records that `key` failed as infeasible at `now` with the StorageClass of UID `class_uid`.
-    pub fn record(&mut self, key: K, class_uid: &str, now: Instant) {
+    pub(crate) fn record(&mut self, key: K, class_uid: &str, now: Instant) {
         self.entries.insert(key, (now, class_uid.to_owned()));
     }
 
     /// `Err(HeldBack)` while `key` must still wait. Drops the entry once it has expired or the
     /// class UID differs from the recorded one, so the claim is provisioned normally again.
-    pub fn check(&mut self, key: &K, class_uid: &str, now: Instant) -> Result<(), HeldBack> {
+    pub(crate) fn check(&mut self, key: &K, class_uid: &str, now: Instant) -> Result<(), HeldBack> {
         let Some((since, recorded_uid)) = self.entries.get(key) else {
             return Ok(());
         };
@@ -147,17 +151,18 @@ impl<K: Eq + Hash + Clone + fmt::Display> InfeasibleHold<K> {
     }
 
     /// Forgets `key` (the claim was provisioned, or deleted).
-    pub fn remove(&mut self, key: &K) {
+    pub(crate) fn remove(&mut self, key: &K) {
         self.entries.remove(key);
     }
 
     /// Whether `key` has an entry (expired or not).
-    pub fn contains(&self, key: &K) -> bool {
+    #[cfg(test)]
+    pub(crate) fn contains(&self, key: &K) -> bool {
         self.entries.contains_key(key)
     }
 
     /// Keeps only the keys `keep` accepts (drops the state of claims that are gone).
-    pub fn retain(&mut self, mut keep: impl FnMut(&K) -> bool) {
+    pub(crate) fn retain(&mut self, mut keep: impl FnMut(&K) -> bool) {
         self.entries.retain(|k, _| keep(k));
     }
 }

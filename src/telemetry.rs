@@ -47,7 +47,9 @@ pub enum TelemetryError {
     /// `RUST_LOG` does not parse.
     #[error("RUST_LOG={value:?} is not a valid filter ({source}); unset it to use -v")]
     InvalidRustLog {
+        /// The variable's value.
         value: String,
+        /// Why it does not parse.
         #[source]
         source: tracing_subscriber::filter::ParseError,
     },

@@ -16,26 +16,23 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
-    CSIPersistentVolumeSource, Node, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm,
+    CSIPersistentVolumeSource, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm,
     ObjectReference, PersistentVolume, PersistentVolumeClaim, PersistentVolumeClaimSpec,
     PersistentVolumeClaimStatus, PersistentVolumeSpec, PersistentVolumeStatus, SecretReference,
     TopologySelectorLabelRequirement, TopologySelectorTerm, TypedLocalObjectReference,
     TypedObjectReference, VolumeNodeAffinity, VolumeResourceRequirements,
 };
-use k8s_openapi::api::storage::v1::{
-    CSINode, CSINodeDriver, CSINodeSpec, StorageClass, VolumeAttachment, VolumeAttachmentSource,
-    VolumeAttachmentSpec, VolumeAttachmentStatus, VolumeAttributesClass,
-};
+use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, Time};
 
 use crate::names;
 
 /// Driver name every builder uses unless told otherwise.
-pub const DRIVER: &str = "mock.csi.test";
+pub(crate) const DRIVER: &str = "mock.csi.test";
 
 /// A fixed deletion timestamp: tests never depend on the wall clock.
-pub fn deletion_time() -> Time {
+pub(crate) fn deletion_time() -> Time {
     Time(jiff::Timestamp::from_second(1_700_000_000).expect("valid timestamp"))
 }
 
@@ -62,22 +59,22 @@ macro_rules! meta_setters {
     ($builder:ident, $ty:ident) => {
         impl $builder {
             /// Sets `metadata.uid`.
-            pub fn uid(mut self, uid: &str) -> Self {
+            pub(crate) fn uid(mut self, uid: &str) -> Self {
                 self.obj.metadata.uid = Some(uid.to_owned());
                 self
             }
             /// Removes `metadata.uid` (a corrupted object).
-            pub fn no_uid(mut self) -> Self {
+            pub(crate) fn no_uid(mut self) -> Self {
                 self.obj.metadata.uid = None;
                 self
             }
             /// Sets `metadata.resourceVersion`.
-            pub fn resource_version(mut self, rv: &str) -> Self {
+            pub(crate) fn resource_version(mut self, rv: &str) -> Self {
                 self.obj.metadata.resource_version = Some(rv.to_owned());
                 self
             }
             /// Adds one annotation.
-            pub fn annotation(mut self, key: &str, value: &str) -> Self {
+            pub(crate) fn annotation(mut self, key: &str, value: &str) -> Self {
                 self.obj
                     .metadata
                     .annotations
@@ -86,7 +83,7 @@ macro_rules! meta_setters {
                 self
             }
             /// Adds one label.
-            pub fn label(mut self, key: &str, value: &str) -> Self {
+            pub(crate) fn label(mut self, key: &str, value: &str) -> Self {
                 self.obj
                     .metadata
                     .labels
@@ -95,7 +92,7 @@ macro_rules! meta_setters {
                 self
             }
             /// Adds one finalizer.
-            pub fn finalizer(mut self, finalizer: &str) -> Self {
+            pub(crate) fn finalizer(mut self, finalizer: &str) -> Self {
                 self.obj
                     .metadata
                     .finalizers
@@ -104,12 +101,12 @@ macro_rules! meta_setters {
                 self
             }
             /// Sets `metadata.deletionTimestamp` (to [`deletion_time`]).
-            pub fn deleting(mut self) -> Self {
+            pub(crate) fn deleting(mut self) -> Self {
                 self.obj.metadata.deletion_timestamp = Some(deletion_time());
                 self
             }
             /// Returns the built object.
-            pub fn build(self) -> $ty {
+            pub(crate) fn build(self) -> $ty {
                 self.obj
             }
         }
@@ -121,16 +118,19 @@ macro_rules! meta_setters {
     };
 }
 
+mod cluster;
+pub(crate) use cluster::*;
+
 // === PersistentVolumeClaim ===
 
 /// Builder returned by [`pvc`].
 #[derive(Clone, Debug)]
-pub struct PvcBuilder {
+pub(crate) struct PvcBuilder {
     obj: PersistentVolumeClaim,
 }
 
 /// A pending `ReadWriteOnce` claim of `1Gi` with UID `uid-<ns>-<name>`.
-pub fn pvc(namespace: &str, name: &str) -> PvcBuilder {
+pub(crate) fn pvc(namespace: &str, name: &str) -> PvcBuilder {
     let mut requests = BTreeMap::new();
     requests.insert("storage".to_owned(), Quantity("1Gi".to_owned()));
     PvcBuilder {
@@ -160,24 +160,24 @@ impl PvcBuilder {
     }
 
     /// Sets the GA `volume.kubernetes.io/storage-provisioner` annotation.
-    pub fn provisioner(self, driver: &str) -> Self {
+    pub(crate) fn provisioner(self, driver: &str) -> Self {
         self.annotation(names::ANN_STORAGE_PROVISIONER, driver)
     }
     /// Sets only the beta `volume.beta.kubernetes.io/storage-provisioner` annotation.
-    pub fn beta_provisioner(self, driver: &str) -> Self {
+    pub(crate) fn beta_provisioner(self, driver: &str) -> Self {
         self.annotation(names::ANN_BETA_STORAGE_PROVISIONER, driver)
     }
     /// Sets `spec.storageClassName`.
-    pub fn class(mut self, class: &str) -> Self {
+    pub(crate) fn class(mut self, class: &str) -> Self {
         self.spec().storage_class_name = Some(class.to_owned());
         self
     }
     /// Sets the beta `volume.beta.kubernetes.io/storage-class` annotation.
-    pub fn beta_class(self, class: &str) -> Self {
+    pub(crate) fn beta_class(self, class: &str) -> Self {
         self.annotation(names::ANN_BETA_STORAGE_CLASS, class)
     }
     /// Sets `resources.requests.storage` (any string, so invalid sizes can be tested).
-    pub fn request(mut self, size: &str) -> Self {
+    pub(crate) fn request(mut self, size: &str) -> Self {
         self.spec()
             .resources
             .get_or_insert_with(Default::default)
@@ -187,7 +187,7 @@ impl PvcBuilder {
         self
     }
     /// Removes `resources.requests.storage`.
-    pub fn no_request(mut self) -> Self {
+    pub(crate) fn no_request(mut self) -> Self {
         if let Some(requests) = self
             .spec()
             .resources
@@ -199,7 +199,7 @@ impl PvcBuilder {
         self
     }
     /// Replaces `spec.accessModes`.
-    pub fn access_modes<I, S>(mut self, modes: I) -> Self
+    pub(crate) fn access_modes<I, S>(mut self, modes: I) -> Self
     where
         I: IntoIterator<Item = S>,
         S: Into<String>,
@@ -208,26 +208,26 @@ impl PvcBuilder {
         self
     }
     /// Sets `volume.kubernetes.io/selected-node`.
-    pub fn selected_node(self, node: &str) -> Self {
+    pub(crate) fn selected_node(self, node: &str) -> Self {
         self.annotation(names::ANN_SELECTED_NODE, node)
     }
     /// Sets `spec.volumeMode: Block`.
-    pub fn volume_mode_block(mut self) -> Self {
+    pub(crate) fn volume_mode_block(mut self) -> Self {
         self.spec().volume_mode = Some("Block".to_owned());
         self
     }
     /// Sets `spec.volumeMode: Filesystem`.
-    pub fn volume_mode_filesystem(mut self) -> Self {
+    pub(crate) fn volume_mode_filesystem(mut self) -> Self {
         self.spec().volume_mode = Some("Filesystem".to_owned());
         self
     }
     /// Sets `spec.volumeName` (bound or pre-bound claim).
-    pub fn volume_name(mut self, pv: &str) -> Self {
+    pub(crate) fn volume_name(mut self, pv: &str) -> Self {
         self.spec().volume_name = Some(pv.to_owned());
         self
     }
     /// Sets a label selector with one `matchLabels` entry.
-    pub fn selector(mut self, key: &str, value: &str) -> Self {
+    pub(crate) fn selector(mut self, key: &str, value: &str) -> Self {
         let mut labels = BTreeMap::new();
         labels.insert(key.to_owned(), value.to_owned());
         self.spec().selector = Some(LabelSelector {
@@ -237,7 +237,7 @@ impl PvcBuilder {
         self
     }
     /// Sets `spec.dataSource`.
-    pub fn data_source(mut self, api_group: Option<&str>, kind: &str, name: &str) -> Self {
+    pub(crate) fn data_source(mut self, api_group: Option<&str>, kind: &str, name: &str) -> Self {
         self.spec().data_source = Some(TypedLocalObjectReference {
             api_group: api_group.map(str::to_owned),
             kind: kind.to_owned(),
@@ -246,7 +246,7 @@ impl PvcBuilder {
         self
     }
     /// Sets `spec.dataSourceRef`.
-    pub fn data_source_ref(
+    pub(crate) fn data_source_ref(
         mut self,
         api_group: Option<&str>,
         kind: &str,
@@ -262,12 +262,12 @@ impl PvcBuilder {
         self
     }
     /// Sets `spec.volumeAttributesClassName`.
-    pub fn vac(mut self, class: &str) -> Self {
+    pub(crate) fn vac(mut self, class: &str) -> Self {
         self.spec().volume_attributes_class_name = Some(class.to_owned());
         self
     }
     /// Sets `status.phase`.
-    pub fn phase(mut self, phase: &str) -> Self {
+    pub(crate) fn phase(mut self, phase: &str) -> Self {
         self.obj.status.get_or_insert_with(Default::default).phase = Some(phase.to_owned());
         self
     }
@@ -277,12 +277,12 @@ impl PvcBuilder {
 
 /// Builder returned by [`sc`].
 #[derive(Clone, Debug)]
-pub struct ScBuilder {
+pub(crate) struct ScBuilder {
     obj: StorageClass,
 }
 
 /// A StorageClass of [`DRIVER`] with UID `uid-<name>` and nothing else set.
-pub fn sc(name: &str) -> ScBuilder {
+pub(crate) fn sc(name: &str) -> ScBuilder {
     ScBuilder {
         obj: StorageClass {
             metadata: meta(None, name, format!("uid-{name}")),
@@ -296,12 +296,12 @@ meta_setters!(ScBuilder, StorageClass);
 
 impl ScBuilder {
     /// Sets `provisioner`.
-    pub fn provisioner(mut self, driver: &str) -> Self {
+    pub(crate) fn provisioner(mut self, driver: &str) -> Self {
         self.obj.provisioner = driver.to_owned();
         self
     }
     /// Adds one parameter.
-    pub fn param(mut self, key: &str, value: &str) -> Self {
+    pub(crate) fn param(mut self, key: &str, value: &str) -> Self {
         self.obj
             .parameters
             .get_or_insert_with(BTreeMap::new)
@@ -309,17 +309,17 @@ impl ScBuilder {
         self
     }
     /// Sets `volumeBindingMode: WaitForFirstConsumer`.
-    pub fn binding_wffc(mut self) -> Self {
+    pub(crate) fn binding_wffc(mut self) -> Self {
         self.obj.volume_binding_mode = Some("WaitForFirstConsumer".to_owned());
         self
     }
     /// Sets `volumeBindingMode: Immediate` explicitly.
-    pub fn binding_immediate(mut self) -> Self {
+    pub(crate) fn binding_immediate(mut self) -> Self {
         self.obj.volume_binding_mode = Some("Immediate".to_owned());
         self
     }
     /// Appends one `allowedTopologies` term: the AND of its `(key, values)` expressions.
-    pub fn allowed_topology<'a, I>(mut self, expressions: I) -> Self
+    pub(crate) fn allowed_topology<'a, I>(mut self, expressions: I) -> Self
     where
         I: IntoIterator<Item = (&'a str, Vec<&'a str>)>,
     {
@@ -331,16 +331,16 @@ impl ScBuilder {
         self
     }
     /// Sets `reclaimPolicy: Retain`.
-    pub fn reclaim_retain(self) -> Self {
+    pub(crate) fn reclaim_retain(self) -> Self {
         self.reclaim("Retain")
     }
     /// Sets `reclaimPolicy`.
-    pub fn reclaim(mut self, policy: &str) -> Self {
+    pub(crate) fn reclaim(mut self, policy: &str) -> Self {
         self.obj.reclaim_policy = Some(policy.to_owned());
         self
     }
     /// Sets `mountOptions`.
-    pub fn mount_options<I, S>(mut self, options: I) -> Self
+    pub(crate) fn mount_options<I, S>(mut self, options: I) -> Self
     where
         I: IntoIterator<Item = S>,
         S: Into<String>,
@@ -351,7 +351,7 @@ impl ScBuilder {
 }
 
 /// One `TopologySelectorTerm` from `(key, values)` expressions.
-pub fn topology_term<'a, I>(expressions: I) -> TopologySelectorTerm
+pub(crate) fn topology_term<'a, I>(expressions: I) -> TopologySelectorTerm
 where
     I: IntoIterator<Item = (&'a str, Vec<&'a str>)>,
 {
@@ -372,12 +372,12 @@ where
 
 /// Builder returned by [`pv`].
 #[derive(Clone, Debug)]
-pub struct PvBuilder {
+pub(crate) struct PvBuilder {
     obj: PersistentVolume,
 }
 
 /// A CSI PV of [`DRIVER`] with handle `handle-<name>`, `ReadWriteOnce`, `1Gi`, no claim, no phase.
-pub fn pv(name: &str) -> PvBuilder {
+pub(crate) fn pv(name: &str) -> PvBuilder {
     let mut capacity = BTreeMap::new();
     capacity.insert("storage".to_owned(), Quantity("1Gi".to_owned()));
     PvBuilder {
@@ -409,22 +409,22 @@ impl PvBuilder {
     }
 
     /// Sets `spec.csi.driver`.
-    pub fn driver(mut self, driver: &str) -> Self {
+    pub(crate) fn driver(mut self, driver: &str) -> Self {
         self.csi().driver = driver.to_owned();
         self
     }
     /// Sets `spec.csi.volumeHandle`.
-    pub fn handle(mut self, handle: &str) -> Self {
+    pub(crate) fn handle(mut self, handle: &str) -> Self {
         self.csi().volume_handle = handle.to_owned();
         self
     }
     /// Removes `spec.csi` (a non-CSI volume).
-    pub fn no_csi(mut self) -> Self {
+    pub(crate) fn no_csi(mut self) -> Self {
         self.spec().csi = None;
         self
     }
     /// Adds one `spec.csi.volumeAttributes` entry.
-    pub fn volume_attribute(mut self, key: &str, value: &str) -> Self {
+    pub(crate) fn volume_attribute(mut self, key: &str, value: &str) -> Self {
         self.csi()
             .volume_attributes
             .get_or_insert_with(BTreeMap::new)
@@ -432,7 +432,7 @@ impl PvBuilder {
         self
     }
     /// Sets `spec.claimRef` to the claim (kind, apiVersion, namespace, name, uid, resourceVersion).
-    pub fn claim(mut self, claim: &PersistentVolumeClaim) -> Self {
+    pub(crate) fn claim(mut self, claim: &PersistentVolumeClaim) -> Self {
         self.spec().claim_ref = Some(ObjectReference {
             api_version: Some("v1".to_owned()),
             kind: Some("PersistentVolumeClaim".to_owned()),
@@ -445,7 +445,7 @@ impl PvBuilder {
         self
     }
     /// Sets `spec.claimRef` from its parts (for a claim that no longer exists).
-    pub fn claim_ref(mut self, namespace: &str, name: &str, uid: &str) -> Self {
+    pub(crate) fn claim_ref(mut self, namespace: &str, name: &str, uid: &str) -> Self {
         self.spec().claim_ref = Some(ObjectReference {
             api_version: Some("v1".to_owned()),
             kind: Some("PersistentVolumeClaim".to_owned()),
@@ -457,7 +457,7 @@ impl PvBuilder {
         self
     }
     /// Sets `status.phase` (`Pending`, `Available`, `Bound`, `Released`, `Failed`).
-    pub fn phase(mut self, phase: &str) -> Self {
+    pub(crate) fn phase(mut self, phase: &str) -> Self {
         self.obj
             .status
             .get_or_insert_with(PersistentVolumeStatus::default)
@@ -465,26 +465,26 @@ impl PvBuilder {
         self
     }
     /// Sets `spec.persistentVolumeReclaimPolicy`.
-    pub fn reclaim(mut self, policy: &str) -> Self {
+    pub(crate) fn reclaim(mut self, policy: &str) -> Self {
         self.spec().persistent_volume_reclaim_policy = Some(policy.to_owned());
         self
     }
     /// Sets the `pv.kubernetes.io/provisioned-by` annotation.
-    pub fn provisioned_by(self, driver: &str) -> Self {
+    pub(crate) fn provisioned_by(self, driver: &str) -> Self {
         self.annotation(names::ANN_PROVISIONED_BY, driver)
     }
     /// Sets the deletion-secret annotation pair (as the provisioner writes it, possibly empty).
-    pub fn deletion_secret(self, name: &str, namespace: &str) -> Self {
+    pub(crate) fn deletion_secret(self, name: &str, namespace: &str) -> Self {
         self.annotation(names::ANN_DELETION_SECRET_NAME, name)
             .annotation(names::ANN_DELETION_SECRET_NAMESPACE, namespace)
     }
     /// Sets `spec.storageClassName`.
-    pub fn class(mut self, class: &str) -> Self {
+    pub(crate) fn class(mut self, class: &str) -> Self {
         self.spec().storage_class_name = Some(class.to_owned());
         self
     }
     /// Sets `spec.capacity.storage`.
-    pub fn capacity(mut self, size: &str) -> Self {
+    pub(crate) fn capacity(mut self, size: &str) -> Self {
         self.spec()
             .capacity
             .get_or_insert_with(BTreeMap::new)
@@ -492,7 +492,7 @@ impl PvBuilder {
         self
     }
     /// Sets `spec.csi.controllerPublishSecretRef`.
-    pub fn controller_publish_secret(mut self, name: &str, namespace: &str) -> Self {
+    pub(crate) fn controller_publish_secret(mut self, name: &str, namespace: &str) -> Self {
         self.csi().controller_publish_secret_ref = Some(SecretReference {
             name: Some(name.to_owned()),
             namespace: Some(namespace.to_owned()),
@@ -501,7 +501,7 @@ impl PvBuilder {
     }
     /// Appends one required node-selector term: the AND of `key In [value]` expressions, the
     /// shape the provisioner writes from a CSI accessible topology.
-    pub fn node_affinity<'a, I>(mut self, segments: I) -> Self
+    pub(crate) fn node_affinity<'a, I>(mut self, segments: I) -> Self
     where
         I: IntoIterator<Item = (&'a str, &'a str)>,
     {
@@ -528,156 +528,8 @@ impl PvBuilder {
         self
     }
     /// Sets `spec.volumeMode: Block`.
-    pub fn volume_mode_block(mut self) -> Self {
+    pub(crate) fn volume_mode_block(mut self) -> Self {
         self.spec().volume_mode = Some("Block".to_owned());
-        self
-    }
-}
-
-// === Node and CSINode ===
-
-/// Builder returned by [`node`].
-#[derive(Clone, Debug)]
-pub struct NodeBuilder {
-    obj: Node,
-}
-
-/// A Node with UID `uid-<name>` and no labels.
-pub fn node(name: &str) -> NodeBuilder {
-    NodeBuilder {
-        obj: Node {
-            metadata: meta(None, name, format!("uid-{name}")),
-            ..Node::default()
-        },
-    }
-}
-
-meta_setters!(NodeBuilder, Node);
-
-impl NodeBuilder {
-    /// Adds several labels.
-    pub fn labels<'a, I>(mut self, labels: I) -> Self
-    where
-        I: IntoIterator<Item = (&'a str, &'a str)>,
-    {
-        for (key, value) in labels {
-            self = self.label(key, value);
-        }
-        self
-    }
-}
-
-/// Builder returned by [`csinode`].
-#[derive(Clone, Debug)]
-pub struct CsiNodeBuilder {
-    obj: CSINode,
-}
-
-/// A CSINode (named like its Node) with no drivers.
-pub fn csinode(name: &str) -> CsiNodeBuilder {
-    CsiNodeBuilder {
-        obj: CSINode {
-            metadata: meta(None, name, format!("uid-csinode-{name}")),
-            spec: CSINodeSpec { drivers: vec![] },
-        },
-    }
-}
-
-meta_setters!(CsiNodeBuilder, CSINode);
-
-impl CsiNodeBuilder {
-    /// Registers a driver with its node id and topology keys (an empty list means none reported).
-    pub fn driver<I, S>(mut self, driver: &str, node_id: &str, topology_keys: I) -> Self
-    where
-        I: IntoIterator<Item = S>,
-        S: Into<String>,
-    {
-        let keys = strings(topology_keys);
-        self.obj.spec.drivers.push(CSINodeDriver {
-            name: driver.to_owned(),
-            node_id: node_id.to_owned(),
-            topology_keys: (!keys.is_empty()).then_some(keys),
-            allocatable: None,
-        });
-        self
-    }
-}
-
-// === VolumeAttachment and VolumeAttributesClass ===
-
-/// Builder returned by [`volume_attachment`].
-#[derive(Clone, Debug)]
-pub struct VolumeAttachmentBuilder {
-    obj: VolumeAttachment,
-}
-
-/// A VolumeAttachment by [`DRIVER`] of PV `pv` to node `node`, not attached.
-pub fn volume_attachment(name: &str, pv: &str, node: &str) -> VolumeAttachmentBuilder {
-    VolumeAttachmentBuilder {
-        obj: VolumeAttachment {
-            metadata: meta(None, name, format!("uid-{name}")),
-            spec: VolumeAttachmentSpec {
-                attacher: DRIVER.to_owned(),
-                node_name: node.to_owned(),
-                source: VolumeAttachmentSource {
-                    persistent_volume_name: Some(pv.to_owned()),
-                    inline_volume_spec: None,
-                },
-            },
-            status: None,
-        },
-    }
-}
-
-meta_setters!(VolumeAttachmentBuilder, VolumeAttachment);
-
-impl VolumeAttachmentBuilder {
-    /// Sets `spec.attacher`.
-    pub fn attacher(mut self, driver: &str) -> Self {
-        self.obj.spec.attacher = driver.to_owned();
-        self
-    }
-    /// Sets `status.attached`.
-    pub fn attached(mut self, attached: bool) -> Self {
-        self.obj
-            .status
-            .get_or_insert_with(VolumeAttachmentStatus::default)
-            .attached = attached;
-        self
-    }
-}
-
-/// Builder returned by [`vac`].
-#[derive(Clone, Debug)]
-pub struct VacBuilder {
-    obj: VolumeAttributesClass,
-}
-
-/// A VolumeAttributesClass of [`DRIVER`] with no parameters.
-pub fn vac(name: &str) -> VacBuilder {
-    VacBuilder {
-        obj: VolumeAttributesClass {
-            metadata: meta(None, name, format!("uid-{name}")),
-            driver_name: DRIVER.to_owned(),
-            parameters: None,
-        },
-    }
-}
-
-meta_setters!(VacBuilder, VolumeAttributesClass);
-
-impl VacBuilder {
-    /// Sets `driverName`.
-    pub fn driver(mut self, driver: &str) -> Self {
-        self.obj.driver_name = driver.to_owned();
-        self
-    }
-    /// Adds one parameter.
-    pub fn param(mut self, key: &str, value: &str) -> Self {
-        self.obj
-            .parameters
-            .get_or_insert_with(BTreeMap::new)
-            .insert(key.to_owned(), value.to_owned());
         self
     }
 }

@@ -6,7 +6,9 @@
 //! - top-level modules (`app`, `provision`, `node`, ...), and
 //! - within each top-level module, its direct submodules (`provision::plan`, `node::scope`, ...).
 //!
-//! Run it alone with `cargo test --test architecture`.
+//! A fourth test keeps every non-test source file at 600 lines or fewer.
+//!
+//! Run them alone with `cargo test --test architecture`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -84,6 +86,59 @@ fn the_checker_sees_real_imports() {
         |p| p.first().cloned(),
     );
     assert_eq!(cycles(&graph).len(), 1);
+}
+
+#[test]
+fn no_source_file_outside_tests_is_over_600_lines() {
+    // Long files hide several concerns; unit tests live beside their module in `*_tests.rs`.
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let long: Vec<String> = rust_files(&src)
+        .into_iter()
+        .filter(|file| !file.to_string_lossy().ends_with("_tests.rs"))
+        .filter_map(|file| {
+            let lines = std::fs::read_to_string(&file).unwrap().lines().count();
+            (lines > 600).then(|| format!("{} ({lines} lines)", file.display()))
+        })
+        .collect();
+    assert!(long.is_empty(), "split these files: {long:?}");
+}
+
+#[test]
+fn the_readme_module_table_names_every_top_level_module_and_no_other() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let lib = std::fs::read_to_string(root.join("src/lib.rs")).unwrap();
+    let declared: BTreeSet<String> = lib
+        .lines()
+        .filter_map(|line| line.trim().strip_suffix(';'))
+        .filter_map(|line| line.rsplit_once("mod ").map(|(_, name)| name.to_owned()))
+        .filter(|name| name != "testing")
+        .collect();
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let section = readme
+        .split("## How it is built")
+        .nth(1)
+        .and_then(|rest| rest.split("### ").next())
+        .expect("README has a \"How it is built\" section");
+    // First column of each table row; submodules are named in parentheses after their module.
+    let named: BTreeSet<String> = section
+        .lines()
+        .filter(|line| line.starts_with("| `"))
+        .filter_map(|line| line.split('|').nth(1))
+        .flat_map(|cell| {
+            let mut depth = 0;
+            let mut out = Vec::new();
+            for (i, part) in cell.split('`').enumerate() {
+                if i % 2 == 1 && depth == 0 {
+                    out.push(part.to_owned());
+                } else {
+                    depth += part.matches('(').count();
+                    depth -= part.matches(')').count().min(depth);
+                }
+            }
+            out
+        })
+        .collect();
+    assert_eq!(named, declared, "README's module table against src/lib.rs");
 }
 
 /// Module -> the modules its non-test code names.

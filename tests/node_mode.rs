@@ -127,18 +127,6 @@ async fn delete_pod(cluster: &Cluster, claim: &str) {
         .await;
 }
 
-fn annotation<'a>(pv: &'a PersistentVolume, key: &str) -> Option<&'a str> {
-    pv.metadata
-        .annotations
-        .as_ref()?
-        .get(key)
-        .map(String::as_str)
-}
-
-fn label<'a>(pv: &'a PersistentVolume, key: &str) -> Option<&'a str> {
-    pv.metadata.labels.as_ref()?.get(key).map(String::as_str)
-}
-
 fn name_of(pv: &PersistentVolume) -> String {
     pv.metadata.name.clone().expect("PV name")
 }
@@ -376,8 +364,9 @@ async fn when_the_first_ranked_instance_does_not_act_the_next_one_answers_after_
     let pv_name = volume_on_a_lost_node(&cluster, &mut members).await;
     // The instances agree, without talking, on who answers first: rendezvous order of the
     // driver's clean-up key over the live instances (node-a is gone).
-    let key = csi_provisioner::node::gone::janitor_key(DRIVER);
-    let order = csi_provisioner::node::rendezvous::rendezvous_order(&key, ["node-b", "node-c"]);
+    // The clean-up's rendezvous key: fixed forever, instances of different versions must agree.
+    let key = format!("{DRIVER}/deleted-node-cleanup");
+    let order = csi_provisioner::rendezvous::rendezvous_order(&key, ["node-b", "node-c"]);
     let index = |node: &str| members.iter().position(|m| m.node == node).expect("member");
     let (first, second) = (index(order[0]), index(order[1]));
     // The first-ranked instance is stuck: its sidecar is gone, but its Node and CSINode stay,

@@ -39,14 +39,6 @@ async fn wait_claim<T>(
     .await
 }
 
-fn annotation<'a>(pvc: &'a PersistentVolumeClaim, key: &str) -> Option<&'a str> {
-    pvc.metadata
-        .annotations
-        .as_ref()?
-        .get(key)
-        .map(String::as_str)
-}
-
 fn has_intent(pvc: &PersistentVolumeClaim) -> bool {
     pvc.metadata
         .finalizers

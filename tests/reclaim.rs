@@ -50,28 +50,6 @@ fn phase(pv: &PersistentVolume) -> &str {
 }
 
 impl Cluster {
-    /// Every Event on an object as `(reason, message, count)`: an aggregated repeat is one Event
-    /// with a count above 1.
-    async fn events_counted(&self, kind: &str, name: &str) -> Vec<(String, String, i32)> {
-        let api: Api<k8s_openapi::api::core::v1::Event> = Api::all(self.client.clone());
-        let list = api.list(&ListParams::default()).await.expect("list events");
-        list.items
-            .into_iter()
-            .filter(|e| {
-                e.involved_object.kind.as_deref() == Some(kind)
-                    && e.involved_object.name.as_deref() == Some(name)
-            })
-            .map(|e| {
-                let count = e.count.unwrap_or(1);
-                (
-                    e.reason.unwrap_or_default(),
-                    e.message.unwrap_or_default(),
-                    count,
-                )
-            })
-            .collect()
-    }
-
     /// Waits until PV `name` exists and `check` holds for it; returns it.
     async fn wait_pv(
         &self,

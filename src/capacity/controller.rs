@@ -23,7 +23,7 @@ use futures::stream::FuturesUnordered;
 use k8s_openapi::api::core::v1::{Node, PersistentVolume};
 use k8s_openapi::api::storage::v1::{CSINode, CSIStorageCapacity};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
-use kube::api::{DeleteParams, ListParams, PostParams};
+use kube::api::DeleteParams;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::{Api, Client};
@@ -31,22 +31,21 @@ use tokio::sync::{mpsc, watch};
 use tracing::{debug, info, warn};
 
 use super::metrics::CapacityMetrics;
-use super::plan::{self, Diff, Identity, Key, Reported, Segment, Write};
+use super::plan::{self, Diff, Identity, Key, Segment};
 use crate::config::{Config, RateLimit};
 use crate::csi::DriverInfo;
-use crate::csi::v1;
 use crate::k8s::watch::watch_shared;
 use crate::retry::Backoff;
 use crate::runtime::{CapacityNudge, Context, Shutdown};
 
 /// How often the desired set is compared with the caches (in memory only).
-pub const CHECK_PERIOD: Duration = Duration::from_secs(1);
+pub(crate) const CHECK_PERIOD: Duration = Duration::from_secs(1);
 /// How long an object we created is trusted to exist before the watch shows it; past that it is
 /// presumed deleted by someone and created again.
 const CREATED_GRACE: Duration = Duration::from_secs(30);
 
 /// Everything decided at start-up.
-pub struct Capacity {
+pub(crate) struct Capacity {
     client: Client,
     identity: Identity,
     namespace: String,
@@ -60,7 +59,7 @@ pub struct Capacity {
 /// Start-up of the feature (upstream's order and messages): `NAMESPACE` (and `POD_NAME` for an
 /// owner) from the environment, the client with the capacity rate budget, the owner lookup. Errors
 /// are fatal, as upstream. Returns a no-op nudge and `None` when `--enable-capacity` is off.
-pub async fn prepare(
+pub(crate) async fn prepare(
     config: &Config,
     driver: &DriverInfo,
     metrics: CapacityMetrics,
@@ -75,9 +74,11 @@ pub async fn prepare(
         .context("need NAMESPACE env variable for CSIStorageCapacity objects")?;
     let mut kube = config.kube.clone();
     kube.rate_limit = rate_limit(options.qps, options.burst)?;
-    let client = crate::k8s::client::build_client(&kube)
+    // A bucket of its own: capacity requests never take the workers' budget, nor they its.
+    let client = crate::k8s::client::build_clients(&kube)
         .await
-        .context("building the capacity controller's Kubernetes client")?;
+        .context("building the capacity controller's Kubernetes client")?
+        .workers;
     let owner = match u32::try_from(options.ownerref_level) {
         Err(_) => None,
         Ok(levels) => {
@@ -170,7 +171,12 @@ type Done = (Item, Result<Option<CSIStorageCapacity>, String>);
 impl Capacity {
     /// Runs until shutdown. `leader` says whether this instance may write (pass a receiver that
     /// always reads `true` without leader election).
-    pub async fn run(self, ctx: Arc<Context>, leader: watch::Receiver<bool>, shutdown: Shutdown) {
+    pub(crate) async fn run(
+        self,
+        ctx: Arc<Context>,
+        leader: watch::Receiver<bool>,
+        shutdown: Shutdown,
+    ) {
         let Capacity {
             client,
             identity,
@@ -218,7 +224,7 @@ impl Capacity {
             "capacity controller started"
         );
         if let Some(node) = &ctx.config.node_deployment {
-            tokio::spawn(sweep_orphans(
+            tokio::spawn(super::orphans::sweep(
                 ctx.clone(),
                 client.clone(),
                 namespace.clone(),
@@ -472,7 +478,7 @@ impl Loop<'_> {
                     namespace,
                     owner,
                 } => {
-                    sync(
+                    super::sync::sync(
                         &api,
                         csi.as_ref(),
                         &key,
@@ -528,179 +534,4 @@ enum Job {
         namespace: String,
         owner: Option<OwnerReference>,
     },
-}
-
-/// GetCapacity for `key`, then the write [`plan::decide`] asks for. Returns the object written.
-#[allow(clippy::too_many_arguments)]
-async fn sync(
-    api: &Api<CSIStorageCapacity>,
-    csi: &dyn crate::csi::CsiController,
-    key: &Key,
-    parameters: std::collections::BTreeMap<String, String>,
-    existing: Option<&CSIStorageCapacity>,
-    identity: &Identity,
-    namespace: &str,
-    owner: Option<&OwnerReference>,
-) -> Result<Option<CSIStorageCapacity>, String> {
-    let request = v1::GetCapacityRequest {
-        volume_capabilities: Vec::new(),
-        parameters: parameters.into_iter().collect(),
-        // An empty segment (a driver without topology keys) asks for the driver's total.
-        accessible_topology: (!key.segment.is_empty()).then(|| v1::Topology {
-            segments: key.segment.clone().into_iter().collect(),
-        }),
-    };
-    let answer = csi.get_capacity(request).await.map_err(|status| {
-        format!(
-            "CSI GetCapacity for class {} segment {:?}: rpc error: code = {:?} desc = {}",
-            key.class,
-            key.segment,
-            status.code(),
-            status.message()
-        )
-    })?;
-    let reported = Reported {
-        available: answer.available_capacity,
-        maximum_volume_size: answer.maximum_volume_size,
-    };
-    match plan::decide(identity, namespace, owner, key, reported, existing) {
-        Write::Nothing => {
-            debug!(class = %key.class, segment = ?key.segment, available = reported.available, "capacity unchanged, no write");
-            Ok(None)
-        }
-        Write::Create(object) => {
-            let created = api
-                .create(&PostParams::default(), &object)
-                .await
-                .map_err(|e| {
-                    format!(
-                        "create CSIStorageCapacity for class {} segment {:?}: {e}",
-                        key.class, key.segment
-                    )
-                })?;
-            info!(
-                object = created.metadata.name.as_deref().unwrap_or_default(),
-                class = %key.class,
-                segment = ?key.segment,
-                available = reported.available,
-                "created CSIStorageCapacity"
-            );
-            Ok(Some(created))
-        }
-        Write::Update(object) => {
-            let name = object.metadata.name.clone().unwrap_or_default();
-            let updated = api
-                .replace(&name, &PostParams::default(), &object)
-                .await
-                .map_err(|e| format!("update CSIStorageCapacity {name}: {e}"))?;
-            info!(object = %name, class = %key.class, segment = ?key.segment, available = reported.available, "updated CSIStorageCapacity");
-            Ok(Some(updated))
-        }
-    }
-}
-
-/// Node-deployment mode: deletes the objects of instances whose node was deleted (nobody else
-/// would: each instance manages only its own). One instance acts, the first in rendezvous order
-/// among the live instances; an id must have had no Node for `--deleted-node-grace-period`
-/// (observed in the cache) and still have none in a live list before its objects are deleted.
-async fn sweep_orphans(
-    ctx: Arc<Context>,
-    client: Client,
-    namespace: String,
-    me: String,
-    leader: watch::Receiver<bool>,
-    shutdown: Shutdown,
-) {
-    let (Some(nodes), Some(csinodes)) = (ctx.stores.nodes.clone(), ctx.stores.csinodes.clone())
-    else {
-        return;
-    };
-    let driver = ctx.driver.name.clone();
-    let grace = ctx.config.deleted_node.grace_period;
-    let api: Api<CSIStorageCapacity> = Api::namespaced(client.clone(), &namespace);
-    let node_api: Api<Node> = Api::all(client);
-    let selector = format!("{}={driver}", crate::names::LABEL_DRIVER_NAME);
-    let key = format!("{driver}/capacity-orphans");
-    let mut missing_since: HashMap<String, Instant> = HashMap::new();
-    let period = crate::node::gone::check_interval(grace);
-    let mut ticks = tokio::time::interval(period);
-    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let stop = shutdown.requested();
-    tokio::pin!(stop);
-    loop {
-        tokio::select! {
-            () = &mut stop => return,
-            _ = ticks.tick() => {}
-        }
-        let node_names: Vec<String> = nodes
-            .state()
-            .iter()
-            .filter_map(|n| n.metadata.name.clone())
-            .collect();
-        let live: Vec<String> = csinodes
-            .state()
-            .iter()
-            .filter(|c| c.spec.drivers.iter().any(|d| d.name == driver))
-            .filter_map(|c| c.metadata.name.clone())
-            .filter(|n| node_names.contains(n))
-            .collect();
-        let actor = crate::node::rendezvous::rank_of(&key, &me, live.iter().map(String::as_str));
-        if !*leader.borrow() || actor != Some(0) {
-            missing_since.clear();
-            continue;
-        }
-        let objects = match api.list(&ListParams::default().labels(&selector)).await {
-            Ok(list) => list.items,
-            Err(e) => {
-                warn!(error = %e, "listing CSIStorageCapacities of other instances failed; retrying later");
-                continue;
-            }
-        };
-        let orphans = plan::orphaned(&driver, &objects, node_names.iter().map(String::as_str));
-        missing_since.retain(|id, _| orphans.contains_key(id));
-        let now = Instant::now();
-        let due: Vec<&String> = orphans
-            .keys()
-            .filter(|id| {
-                now.duration_since(*missing_since.entry((*id).clone()).or_insert(now)) >= grace
-            })
-            .collect();
-        if due.is_empty() {
-            continue;
-        }
-        // The cache said absent for the whole grace period: confirm with a live list.
-        let live_nodes = match node_api.list_metadata(&ListParams::default()).await {
-            Ok(list) => list
-                .items
-                .into_iter()
-                .filter_map(|n| n.metadata.name)
-                .collect::<Vec<_>>(),
-            Err(e) => {
-                warn!(error = %e, "listing Nodes to confirm a deleted node failed; retrying later");
-                continue;
-            }
-        };
-        let confirmed = plan::orphaned(&driver, &objects, live_nodes.iter().map(String::as_str));
-        for id in due {
-            let Some(names) = confirmed.get(id) else {
-                continue;
-            };
-            let mut all_gone = true;
-            for name in names {
-                match api.delete(name, &DeleteParams::default()).await {
-                    Ok(_) => {
-                        info!(object = %name, managed_by = %id, "deleted CSIStorageCapacity of an instance whose node no longer exists")
-                    }
-                    Err(kube::Error::Api(s)) if s.code == 404 => {}
-                    Err(e) => {
-                        all_gone = false;
-                        warn!(object = %name, error = %e, "deleting CSIStorageCapacity of a deleted node failed; retrying later");
-                    }
-                }
-            }
-            if all_gone {
-                missing_since.remove(id);
-            }
-        }
-    }
 }

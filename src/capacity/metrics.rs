@@ -11,7 +11,7 @@ use prometheus_client::registry::Registry;
 
 /// Handles to the gauges; cheap to clone. Unregistered (and so never exposed) when the feature is off.
 #[derive(Clone, Debug, Default)]
-pub struct CapacityMetrics {
+pub(crate) struct CapacityMetrics {
     goal: Gauge,
     current: Gauge,
     obsolete: Gauge,
@@ -19,7 +19,7 @@ pub struct CapacityMetrics {
 
 impl CapacityMetrics {
     /// Creates the gauges and, when `enabled`, registers them in `registry`.
-    pub fn register_if(enabled: bool, registry: &mut Registry) -> Self {
+    pub(crate) fn register_if(enabled: bool, registry: &mut Registry) -> Self {
         let metrics = Self::default();
         if enabled {
             registry.register(
@@ -42,7 +42,7 @@ impl CapacityMetrics {
     }
 
     /// Records one comparison of the desired set with the objects.
-    pub fn observe(&self, goal: usize, current: usize, obsolete: usize) {
+    pub(crate) fn observe(&self, goal: usize, current: usize, obsolete: usize) {
         let set = |g: &Gauge, n: usize| g.set(i64::try_from(n).unwrap_or(i64::MAX));
         set(&self.goal, goal);
         set(&self.current, current);

@@ -5,13 +5,16 @@
 //! This module owns those objects and nothing else: their desired set (classes x segments, `plan`),
 //! the mapping of existing objects onto it (objects an upstream sidecar created are adopted by their
 //! labels, never duplicated), the writes (create, update only when a value changed, delete when a
-//! class or segment went away), the owner reference (`owner`) and the shell (`controller`) that
-//! polls the driver, on `--capacity-poll-interval`, on topology or class changes, and right after a
-//! volume was created or deleted in a segment (`runtime::CapacityNudge`).
+//! class or segment went away), the owner reference (`owner`), the clean-up after deleted nodes in
+//! node mode (`orphans`), and the shell (`controller`, one sync in `sync`) that polls the driver on
+//! `--capacity-poll-interval`, on topology or class changes, and right after a volume was created
+//! or deleted in a segment (`runtime::CapacityNudge`).
 
-pub mod controller;
-pub mod metrics;
-pub mod owner;
-pub mod plan;
+pub(crate) mod controller;
+pub(crate) mod metrics;
+pub(crate) mod orphans;
+pub(crate) mod owner;
+pub(crate) mod plan;
 #[cfg(test)]
 mod plan_tests;
+pub(crate) mod sync;

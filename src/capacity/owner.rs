@@ -12,7 +12,7 @@ use super::plan::controller_of;
 
 /// Why no owner could be determined (fatal at start-up, as upstream).
 #[derive(Debug, thiserror::Error)]
-pub enum OwnerError {
+pub(crate) enum OwnerError {
     /// A GET along the chain failed.
     #[error("look up owner(s) of pod: get {kind} {namespace}/{name}: {source}")]
     Get {
@@ -35,7 +35,7 @@ pub enum OwnerError {
 }
 
 /// The owner reference `levels` steps up from Pod `pod` in `namespace` (`levels >= 0`).
-pub async fn lookup(
+pub(crate) async fn lookup(
     client: &Client,
     namespace: &str,
     pod: &str,

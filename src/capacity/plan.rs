@@ -17,37 +17,37 @@ use crate::provision::quantity::{bytes_to_quantity, parse_quantity};
 
 /// Topology labels of one segment (sorted by key); empty for a driver without topology keys, which
 /// matches every node.
-pub type Segment = BTreeMap<String, String>;
+pub(crate) type Segment = BTreeMap<String, String>;
 
 /// `generateName` of the objects we create (upstream's prefix).
-pub const GENERATE_NAME: &str = "csisc-";
+pub(crate) const GENERATE_NAME: &str = "csisc-";
 /// `managed-by` value of a central (Deployment) instance.
-pub const MANAGED_BY_CENTRAL: &str = "external-provisioner";
+pub(crate) const MANAGED_BY_CENTRAL: &str = "external-provisioner";
 /// Longest label value (DNS-1035 label length, as upstream bounds the node-mode id).
 const MAX_LABEL_LENGTH: usize = 63;
 
 /// One desired object: a StorageClass in a topology segment.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Key {
+pub(crate) struct Key {
     /// StorageClass name.
-    pub class: String,
+    pub(crate) class: String,
     /// Topology segment.
-    pub segment: Segment,
+    pub(crate) segment: Segment,
 }
 
 /// Which objects this instance manages: the two labels every object it creates carries, and only
 /// objects carrying both with these values are ever updated or deleted.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Identity {
+pub(crate) struct Identity {
     /// Our driver's name (label `csi.storage.k8s.io/drivername`).
-    pub driver: String,
+    pub(crate) driver: String,
     /// This instance's id (label `csi.storage.k8s.io/managed-by`), see [`managed_by_id`].
-    pub managed_by: String,
+    pub(crate) managed_by: String,
 }
 
 impl Identity {
     /// The label selector of our objects, for the watch.
-    pub fn selector(&self) -> String {
+    pub(crate) fn selector(&self) -> String {
         format!(
             "{LABEL_DRIVER_NAME}={},{LABEL_MANAGED_BY}={}",
             self.driver, self.managed_by
@@ -55,7 +55,7 @@ impl Identity {
     }
 
     /// Whether `object` carries both of our labels.
-    pub fn manages(&self, object: &CSIStorageCapacity) -> bool {
+    pub(crate) fn manages(&self, object: &CSIStorageCapacity) -> bool {
         let labels = object.metadata.labels.as_ref();
         let label = |k: &str| labels.and_then(|l| l.get(k)).map(String::as_str);
         label(LABEL_DRIVER_NAME) == Some(self.driver.as_str())
@@ -66,7 +66,7 @@ impl Identity {
 /// Upstream's `managed-by` id: `external-provisioner`, or in node-deployment mode
 /// `external-provisioner-<node>`, shortened to 63 characters with an FNV-32a hash when longer, so
 /// objects an upstream instance created are recognised as ours.
-pub fn managed_by_id(node: Option<&str>) -> String {
+pub(crate) fn managed_by_id(node: Option<&str>) -> String {
     match node {
         None => MANAGED_BY_CENTRAL.to_owned(),
         Some(node) => name_with_max_length(MANAGED_BY_CENTRAL, node, MAX_LABEL_LENGTH),
@@ -114,7 +114,7 @@ fn fnv1a32(bytes: &[u8]) -> u32 {
 /// topology keys in the labels of the Node of the same name. A CSINode without its Node, or a Node
 /// missing one of the keys (its labels not written yet), gives no segment; a driver without keys
 /// gives the empty segment.
-pub fn segments<'a>(
+pub(crate) fn segments<'a>(
     driver: &str,
     csinodes: impl IntoIterator<Item = &'a CSINode>,
     node: impl Fn(&str) -> Option<Arc<Node>>,
@@ -142,7 +142,7 @@ pub fn segments<'a>(
 
 /// Names of the classes that get objects: our driver's, without `Immediate` binding unless
 /// `for_immediate_binding` (a class without a mode counts as `Immediate`, as the API defaults it).
-pub fn classes<'a>(
+pub(crate) fn classes<'a>(
     driver: &str,
     for_immediate_binding: bool,
     all: impl IntoIterator<Item = &'a StorageClass>,
@@ -158,7 +158,7 @@ pub fn classes<'a>(
 }
 
 /// Every (class, segment) pair.
-pub fn desired(classes: &BTreeSet<String>, segments: &BTreeSet<Segment>) -> BTreeSet<Key> {
+pub(crate) fn desired(classes: &BTreeSet<String>, segments: &BTreeSet<Segment>) -> BTreeSet<Key> {
     classes
         .iter()
         .flat_map(|class| {
@@ -172,7 +172,7 @@ pub fn desired(classes: &BTreeSet<String>, segments: &BTreeSet<Segment>) -> BTre
 
 /// The (class, segment) an object describes; `None` for a node topology that is not plain
 /// `matchLabels` (no segment of ours looks like that, so such an object is obsolete).
-pub fn key_of(object: &CSIStorageCapacity) -> Option<Key> {
+pub(crate) fn key_of(object: &CSIStorageCapacity) -> Option<Key> {
     let segment = match &object.node_topology {
         None => Segment::new(),
         Some(LabelSelector {
@@ -193,19 +193,19 @@ pub fn key_of(object: &CSIStorageCapacity) -> Option<Key> {
 
 /// How the objects we manage map onto the desired keys.
 #[derive(Debug, Default, PartialEq, Eq)]
-pub struct Diff {
+pub(crate) struct Diff {
     /// The object kept for each desired key that has one (by name).
-    pub existing: BTreeMap<Key, String>,
+    pub(crate) existing: BTreeMap<Key, String>,
     /// Desired keys without an object: to create.
-    pub missing: BTreeSet<Key>,
+    pub(crate) missing: BTreeSet<Key>,
     /// Our objects that match no desired key, or duplicate the one kept: to delete (by name).
-    pub obsolete: Vec<String>,
+    pub(crate) obsolete: Vec<String>,
 }
 
 /// Maps the managed objects among `actual` onto `desired`. Of several objects for one key the
 /// oldest is kept (then the first by name), so two instances or a restart never fight over which
 /// one stays. Objects `identity` does not manage are ignored entirely.
-pub fn diff(
+pub(crate) fn diff(
     identity: &Identity,
     desired: &BTreeSet<Key>,
     actual: &[Arc<CSIStorageCapacity>],
@@ -244,16 +244,16 @@ pub fn diff(
 
 /// What the driver answered for one key.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Reported {
+pub(crate) struct Reported {
     /// `available_capacity` in bytes.
-    pub available: i64,
+    pub(crate) available: i64,
     /// `maximum_volume_size` in bytes, when the driver reports it.
-    pub maximum_volume_size: Option<i64>,
+    pub(crate) maximum_volume_size: Option<i64>,
 }
 
 /// The write one sync needs.
 #[derive(Clone, Debug, PartialEq)]
-pub enum Write {
+pub(crate) enum Write {
     /// Nothing changed: no request at all.
     Nothing,
     /// Create this object (named by `generateName`).
@@ -265,7 +265,7 @@ pub enum Write {
 /// The write for `key` after the driver reported `reported`: create when there is no object, update
 /// when the capacity, the maximum volume size or our owner reference differ, and nothing otherwise
 /// (the point of the feature's write budget: an unchanged value costs no request).
-pub fn decide(
+pub(crate) fn decide(
     identity: &Identity,
     namespace: &str,
     owner: Option<&OwnerReference>,
@@ -331,7 +331,7 @@ fn is_controlled_by(object: &CSIStorageCapacity, owner: &OwnerReference) -> bool
 
 /// The segment a node-selector term of a PV's affinity describes (`In` with exactly one value per
 /// key, as we and upstream write them); `None` for any other shape.
-pub fn segment_of_term(term: &NodeSelectorTerm) -> Option<Segment> {
+pub(crate) fn segment_of_term(term: &NodeSelectorTerm) -> Option<Segment> {
     if term.match_fields.as_ref().is_some_and(|f| !f.is_empty()) {
         return None;
     }
@@ -347,7 +347,7 @@ pub fn segment_of_term(term: &NodeSelectorTerm) -> Option<Segment> {
 
 /// Which objects a volume created or deleted in may have changed.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Affected {
+pub(crate) enum Affected {
     /// Every class in these segments (the volume's node affinity).
     Segments(Vec<Segment>),
     /// Every segment of this class (a volume without node affinity).
@@ -356,7 +356,7 @@ pub enum Affected {
 
 /// What a CreateVolume or DeleteVolume of `pv`'s volume may have changed: the segments of its node
 /// affinity, or, without affinity, its class everywhere; `None` when neither is known.
-pub fn affected(pv: &PersistentVolume) -> Option<Affected> {
+pub(crate) fn affected(pv: &PersistentVolume) -> Option<Affected> {
     let spec = pv.spec.as_ref()?;
     let terms = spec
         .node_affinity
@@ -373,7 +373,7 @@ pub fn affected(pv: &PersistentVolume) -> Option<Affected> {
 
 impl Affected {
     /// Whether `key` is among what changed.
-    pub fn covers(&self, key: &Key) -> bool {
+    pub(crate) fn covers(&self, key: &Key) -> bool {
         match self {
             Affected::Segments(segments) => segments.contains(&key.segment),
             Affected::Class(class) => &key.class == class,
@@ -382,7 +382,7 @@ impl Affected {
 }
 
 /// The controlling owner among `refs` (at most one exists), as the owner chain follows it.
-pub fn controller_of(refs: &[OwnerReference]) -> Option<&OwnerReference> {
+pub(crate) fn controller_of(refs: &[OwnerReference]) -> Option<&OwnerReference> {
     refs.iter().find(|r| r.controller == Some(true))
 }
 
@@ -390,7 +390,7 @@ pub fn controller_of(refs: &[OwnerReference]) -> Option<&OwnerReference> {
 /// by `managed-by` id (each id's object names, sorted). An id is orphaned when it is neither the
 /// central id nor the id of any node in `nodes` (the ids are computed, so shortened ids of long
 /// node names are recognised too); objects of other drivers and of live nodes never are.
-pub fn orphaned<'a>(
+pub(crate) fn orphaned<'a>(
     driver: &str,
     objects: impl IntoIterator<Item = &'a CSIStorageCapacity>,
     nodes: impl IntoIterator<Item = &'a str>,

@@ -47,8 +47,9 @@ pub mod method {
     pub const NODE_GET_INFO: &str = "/csi.v1.Node/NodeGetInfo";
 }
 
-/// The Controller-service calls the provisioner makes. Production uses [`GrpcCsi`]; unit tests use
-/// an in-memory fake. Object safe: hold it as `Arc<dyn CsiController>`.
+/// The Controller-service calls the provisioner makes, implemented by [`GrpcCsi`] (the end-to-end
+/// tests run it against the mock driver on a real socket). Object safe: hold it as
+/// `Arc<dyn CsiController>`, so a test double can stand in for the driver.
 pub trait CsiController: Send + Sync {
     /// `CreateVolume`.
     fn create_volume(

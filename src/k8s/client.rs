@@ -24,7 +24,7 @@ use crate::config::{KubeOptions, RateLimit};
 
 /// A Kubernetes client could not be built.
 #[derive(Debug, thiserror::Error)]
-pub enum ClientError {
+pub(crate) enum ClientError {
     /// The kubeconfig file is missing or invalid.
     #[error("cannot load kubeconfig {path:?} (from KUBECONFIG or --kubeconfig): {source}")]
     Kubeconfig {
@@ -56,13 +56,14 @@ pub enum ClientError {
 /// Builds the API client: `--kubeconfig` (with `--master` overriding its server) or `--master`
 /// alone, else the in-cluster configuration; every request passes the `--kube-api-qps` /
 /// `--kube-api-burst` token bucket.
-pub async fn build_client(options: &KubeOptions) -> Result<kube::Client, ClientError> {
+#[cfg(test)]
+pub(crate) async fn build_client(options: &KubeOptions) -> Result<kube::Client, ClientError> {
     Ok(build_clients(options).await?.workers)
 }
 
 /// The clients of one process, all within one `--kube-api-qps` / `--kube-api-burst` budget.
 #[derive(Clone)]
-pub struct Clients {
+pub(crate) struct Clients {
     /// Every request waits for a token of the bucket.
     pub workers: kube::Client,
     /// No limiter of its own: for background senders that take spare tokens of `bucket` first
@@ -73,7 +74,7 @@ pub struct Clients {
 }
 
 /// [`Clients`] over one configuration and one bucket.
-pub async fn build_clients(options: &KubeOptions) -> Result<Clients, ClientError> {
+pub(crate) async fn build_clients(options: &KubeOptions) -> Result<Clients, ClientError> {
     let config = kube_config(options).await?;
     let background = kube::Client::try_from(config.clone()).map_err(ClientError::Build)?;
     let builder = kube::client::ClientBuilder::try_from(config).map_err(ClientError::Build)?;
@@ -95,7 +96,7 @@ pub async fn build_clients(options: &KubeOptions) -> Result<Clients, ClientError
 
 /// The client configuration `options` select (upstream: `BuildConfigFromFlags` or
 /// `InClusterConfig`).
-pub async fn kube_config(options: &KubeOptions) -> Result<kube::Config, ClientError> {
+pub(crate) async fn kube_config(options: &KubeOptions) -> Result<kube::Config, ClientError> {
     let mut config = source_config(options).await?;
     // Audit logs, API priority and fairness, and kube-sim's counters tell the sidecar's requests
     // apart by this header; kube-rs sends none of its own. The shape is client-go's default
@@ -109,7 +110,7 @@ pub async fn kube_config(options: &KubeOptions) -> Result<kube::Config, ClientEr
 
 /// What this sidecar sends as `User-Agent` (the architecture as Go names it).
 #[cfg(target_arch = "x86_64")]
-pub const USER_AGENT: &str = concat!(
+pub(crate) const USER_AGENT: &str = concat!(
     "csi-provisioner/",
     env!("CARGO_PKG_VERSION"),
     " (linux/amd64) csi-provisioner-rs"
@@ -171,7 +172,7 @@ async fn source_config(options: &KubeOptions) -> Result<kube::Config, ClientErro
 
 /// governor's clock on tokio's time, so that waiting (tokio timers) and accounting agree.
 #[derive(Debug, Clone, Copy)]
-pub struct TokioClock {
+pub(crate) struct TokioClock {
     origin: tokio::time::Instant,
 }
 
@@ -200,7 +201,7 @@ impl Clock for TokioClock {
 /// waiting and none has asked for one for [`TokenBucket::quiet`]. Both count against the same
 /// limit, so the API server never sees more than the flags allow.
 #[derive(Debug)]
-pub struct TokenBucket<C: Clock = TokioClock> {
+pub(crate) struct TokenBucket<C: Clock = TokioClock> {
     limiter: RateLimiter<NotKeyed, InMemoryState, C, NoOpMiddleware<C::Instant>>,
     clock: C,
     /// Worker requests waiting for a token right now.
@@ -212,7 +213,7 @@ pub struct TokenBucket<C: Clock = TokioClock> {
 
 impl<C: Clock + Clone> TokenBucket<C> {
     /// A full bucket.
-    pub fn with_clock(limit: RateLimit, clock: C) -> Self {
+    pub(crate) fn with_clock(limit: RateLimit, clock: C) -> Self {
         let burst = NonZeroU32::new(limit.burst).unwrap_or(NonZeroU32::MIN);
         // A rate above 1e9/s would need a sub-nanosecond period; treat it as 1ns (no practical limit).
         let period = Duration::from_secs_f64(1.0 / limit.qps).max(Duration::from_nanos(1));
@@ -231,7 +232,7 @@ impl<C: Clock + Clone> TokenBucket<C> {
     }
 
     /// A worker takes a token, or learns how long until one is available.
-    pub fn try_acquire(&self) -> Result<(), Duration> {
+    pub(crate) fn try_acquire(&self) -> Result<(), Duration> {
         *crate::sync::lock(&self.last_demand) = Some(self.clock.now());
         self.limiter
             .check()
@@ -240,7 +241,7 @@ impl<C: Clock + Clone> TokenBucket<C> {
 
     /// Background work takes a token only when the workers leave it: none is waiting and none
     /// asked within [`TokenBucket::quiet`]. Otherwise says when to look again.
-    pub fn try_acquire_spare(&self) -> Result<(), Duration> {
+    pub(crate) fn try_acquire_spare(&self) -> Result<(), Duration> {
         if self.waiting.load(Ordering::Acquire) > 0 {
             return Err(self.quiet);
         }
@@ -257,7 +258,8 @@ impl<C: Clock + Clone> TokenBucket<C> {
     }
 
     /// How long the workers must have left the bucket alone before background work may use it.
-    pub fn quiet(&self) -> Duration {
+    #[cfg(test)]
+    pub(crate) fn quiet(&self) -> Duration {
         self.quiet
     }
 
@@ -272,13 +274,14 @@ impl<C: Clock + Clone> TokenBucket<C> {
 
 /// Tower layer that makes every request take a token from one shared bucket first.
 #[derive(Debug, Clone)]
-pub struct TokenBucketLayer {
+pub(crate) struct TokenBucketLayer {
     bucket: Arc<TokenBucket>,
 }
 
 impl TokenBucketLayer {
     /// A layer over a fresh, full bucket.
-    pub fn new(limit: RateLimit) -> Self {
+    #[cfg(test)]
+    pub(crate) fn new(limit: RateLimit) -> Self {
         Self::over(Arc::new(TokenBucket::with_clock(
             limit,
             TokioClock::default(),
@@ -286,7 +289,7 @@ impl TokenBucketLayer {
     }
 
     /// A layer over `bucket`, which other takers may share.
-    pub fn over(bucket: Arc<TokenBucket>) -> Self {
+    pub(crate) fn over(bucket: Arc<TokenBucket>) -> Self {
         Self { bucket }
     }
 }
@@ -308,7 +311,7 @@ impl<S> Layer<S> for TokenBucketLayer {
 /// The service of [`TokenBucketLayer`]. The token is taken in `poll_ready`, so callers queue in
 /// order (kube's client drives it through a `Buffer`, one request at a time) instead of all
 /// waking at once when a token arrives.
-pub struct TokenBucketService<S> {
+pub(crate) struct TokenBucketService<S> {
     inner: S,
     bucket: Arc<TokenBucket>,
     wait: Option<Pin<Box<tokio::time::Sleep>>>,

@@ -11,7 +11,7 @@ use kube::core::Status;
 
 /// What a failed Kubernetes API call means for the caller.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ApiErrorClass {
+pub(crate) enum ApiErrorClass {
     /// 409 Conflict: the object changed under us (resourceVersion / UID precondition). Re-read, retry.
     Conflict,
     /// 404: the object (or its namespace) does not exist.
@@ -43,7 +43,8 @@ impl ApiErrorClass {
     /// changing anything. Final classes (`NotFound`, `AlreadyExists`, `Invalid`, `Forbidden`,
     /// `Other`) still go through the per-object backoff of the shells: upstream retries every
     /// failure forever, this only says whether an *immediate* retry loop makes sense.
-    pub fn is_retryable(self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_retryable(self) -> bool {
         match self {
             Self::Conflict
             | Self::Gone
@@ -59,7 +60,7 @@ impl ApiErrorClass {
     }
 
     /// The minimum wait the server asked for, if any.
-    pub fn retry_after(self) -> Option<Duration> {
+    pub(crate) fn retry_after(self) -> Option<Duration> {
         match self {
             Self::Throttled { retry_after } => retry_after,
             _ => None,
@@ -67,7 +68,7 @@ impl ApiErrorClass {
     }
 
     /// Short stable name, for logs and metric labels.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Self::Conflict => "conflict",
             Self::NotFound => "not_found",
@@ -91,7 +92,7 @@ impl std::fmt::Display for ApiErrorClass {
 
 /// A one-line description of `err` for events and logs: the API server's own message and code,
 /// instead of kube's rendering of the whole Status structure.
-pub fn describe(err: &kube::Error) -> String {
+pub(crate) fn describe(err: &kube::Error) -> String {
     match err {
         kube::Error::Api(status) if !status.message.is_empty() => {
             format!("{} (HTTP {})", status.message, status.code)
@@ -101,7 +102,7 @@ pub fn describe(err: &kube::Error) -> String {
 }
 
 /// Classifies any error returned by a `kube::Api` call.
-pub fn classify(err: &kube::Error) -> ApiErrorClass {
+pub(crate) fn classify(err: &kube::Error) -> ApiErrorClass {
     match err {
         kube::Error::Api(status) => classify_status(status),
         kube::Error::HyperError(_)
@@ -114,7 +115,7 @@ pub fn classify(err: &kube::Error) -> ApiErrorClass {
 }
 
 /// Classifies a `Status` returned by the API server.
-pub fn classify_status(status: &Status) -> ApiErrorClass {
+pub(crate) fn classify_status(status: &Status) -> ApiErrorClass {
     use kube::core::response::reason;
 
     // Known reasons first (a reason clarifies the code, apimachinery `ReasonForError`); the code

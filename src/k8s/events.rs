@@ -36,17 +36,17 @@ use crate::names;
 
 /// Repeats within this time of the previous one update the existing Event (the API server keeps
 /// Events for `--event-ttl`, 1h by default; an expired one is simply created again).
-pub const AGGREGATION_WINDOW: SignedDuration = SignedDuration::from_hours(1);
+pub(crate) const AGGREGATION_WINDOW: SignedDuration = SignedDuration::from_hours(1);
 /// While an episode lasts, its Event is refreshed (count + 1, lastTimestamp) at most this often.
-pub const EPISODE_REFRESH: SignedDuration = SignedDuration::from_mins(10);
+pub(crate) const EPISODE_REFRESH: SignedDuration = SignedDuration::from_mins(10);
 /// Remembered Events (and episodes); the oldest is forgotten first. client-go uses 4096 too.
-pub const CACHE_CAPACITY: usize = 4096;
+pub(crate) const CACHE_CAPACITY: usize = 4096;
 /// Longest message we send; longer ones are cut (the events API refuses notes over 1 kB).
-pub const MAX_MESSAGE_BYTES: usize = 1024;
+pub(crate) const MAX_MESSAGE_BYTES: usize = 1024;
 
 /// Event severity, as in `kubectl describe`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum EventType {
+pub(crate) enum EventType {
     /// Something happened as expected.
     Normal,
     /// Something needs a human's attention.
@@ -55,7 +55,7 @@ pub enum EventType {
 
 impl EventType {
     /// The wire value (`Normal` / `Warning`).
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Self::Normal => "Normal",
             Self::Warning => "Warning",
@@ -65,16 +65,17 @@ impl EventType {
 
 /// Who reports the events (`source.component`, `source.host`).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct EventSource {
+pub(crate) struct EventSource {
     /// `source.component` and `reportingComponent`.
-    pub component: String,
+    pub(crate) component: String,
     /// `source.host` and `reportingInstance`, when known.
-    pub host: Option<String>,
+    pub(crate) host: Option<String>,
 }
 
 impl EventSource {
     /// The component upstream's CSI-specific code reports as: `external-provisioner`.
-    pub fn csi_provisioner() -> Self {
+    #[cfg(test)]
+    pub(crate) fn csi_provisioner() -> Self {
         Self {
             component: names::EVENT_COMPONENT.to_owned(),
             host: None,
@@ -84,7 +85,7 @@ impl EventSource {
     /// The component upstream's provisioning library reports as (Provisioning,
     /// ProvisioningSucceeded, ProvisioningFailed, VolumeFailedDelete):
     /// `<driverName>_<hostname>_<id>`, `id` being a per-process UUID.
-    pub fn provisioner_lib(driver: &str, hostname: &str, id: &str) -> Self {
+    pub(crate) fn provisioner_lib(driver: &str, hostname: &str, id: &str) -> Self {
         Self {
             component: format!("{driver}_{hostname}_{id}"),
             host: None,
@@ -93,7 +94,7 @@ impl EventSource {
 }
 
 /// A random RFC 4122 version-4 UUID, for [`EventSource::provisioner_lib`]'s per-process id.
-pub fn random_uuid() -> String {
+pub(crate) fn random_uuid() -> String {
     let mut b: [u8; 16] = rand::random();
     b[6] = (b[6] & 0x0f) | 0x40;
     b[8] = (b[8] & 0x3f) | 0x80;
@@ -110,25 +111,25 @@ pub fn random_uuid() -> String {
 
 /// One event to record about an object.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct EventSpec {
+pub(crate) struct EventSpec {
     /// Normal or Warning.
-    pub type_: EventType,
+    pub(crate) type_: EventType,
     /// Upstream's reason string ([`crate::names`] `EVENT_*`).
-    pub reason: String,
+    pub(crate) reason: String,
     /// Human-readable message; never a secret value.
-    pub message: String,
+    pub(crate) message: String,
     /// When set, record this only once per episode with this key (see [`Recorder::end_episode`]).
-    pub dedupe_key: Option<String>,
+    pub(crate) dedupe_key: Option<String>,
 }
 
 impl EventSpec {
     /// A Normal event.
-    pub fn normal(reason: &str, message: impl Into<String>) -> Self {
+    pub(crate) fn normal(reason: &str, message: impl Into<String>) -> Self {
         Self::new(EventType::Normal, reason, message)
     }
 
     /// A Warning event.
-    pub fn warning(reason: &str, message: impl Into<String>) -> Self {
+    pub(crate) fn warning(reason: &str, message: impl Into<String>) -> Self {
         Self::new(EventType::Warning, reason, message)
     }
 
@@ -142,7 +143,7 @@ impl EventSpec {
     }
 
     /// Records this once per episode `key` (e.g. `wait-detach/<pv uid>`), not once per retry.
-    pub fn once_per(mut self, key: impl Into<String>) -> Self {
+    pub(crate) fn once_per(mut self, key: impl Into<String>) -> Self {
         self.dedupe_key = Some(key.into());
         self
     }
@@ -161,7 +162,7 @@ fn truncate(mut message: String) -> String {
 }
 
 /// The `involvedObject` reference for `obj`: kind, apiVersion, namespace, name, uid, resourceVersion.
-pub fn reference_to<K: Resource<DynamicType = ()>>(obj: &K) -> ObjectReference {
+pub(crate) fn reference_to<K: Resource<DynamicType = ()>>(obj: &K) -> ObjectReference {
     ObjectReference {
         api_version: Some(K::api_version(&()).into_owned()),
         kind: Some(K::kind(&()).into_owned()),
@@ -392,7 +393,7 @@ pub(crate) fn build_event(
 
 /// Writes Events; cheap to clone (clones share the client and the aggregation cache).
 #[derive(Clone)]
-pub struct Recorder {
+pub(crate) struct Recorder {
     client: Client,
     source: Arc<EventSource>,
     correlator: Arc<Mutex<Correlator>>,
@@ -410,7 +411,7 @@ impl std::fmt::Debug for Recorder {
 
 impl Recorder {
     /// A recorder reporting as `source`.
-    pub fn new(client: Client, source: EventSource) -> Self {
+    pub(crate) fn new(client: Client, source: EventSource) -> Self {
         Self {
             client,
             source: Arc::new(source),
@@ -426,7 +427,7 @@ impl Recorder {
     /// ([`TokenBucket::try_acquire_spare`]): only while no worker request waits. Under sustained
     /// pressure events wait; when it ends every queued event is written, with the times it
     /// happened. Upstream's recorder instead competes for the same tokens and drops what loses.
-    pub fn queued(
+    pub(crate) fn queued(
         client: Client,
         source: EventSource,
         bucket: Option<Arc<TokenBucket>>,
@@ -448,19 +449,8 @@ impl Recorder {
         }
     }
 
-    /// The same recorder reporting as another component (shares the cache; the component is part
-    /// of the aggregation key, so the two never merge each other's events).
-    pub fn with_source(&self, source: EventSource) -> Self {
-        Self {
-            client: self.client.clone(),
-            source: Arc::new(source),
-            correlator: self.correlator.clone(),
-            queue: self.queue.clone(),
-        }
-    }
-
     /// Records `spec` about `object`, awaiting the API call. Never fails: errors are logged.
-    pub async fn publish(&self, object: &ObjectReference, spec: EventSpec) {
+    pub(crate) async fn publish(&self, object: &ObjectReference, spec: EventSpec) {
         let now = Timestamp::now();
         let source = self.source.clone();
         self.send(&source, object, spec, now, now, 1, None).await;
@@ -545,7 +535,7 @@ impl Recorder {
     }
 
     /// Records `spec` about `object` in a background task and returns at once.
-    pub fn emit(&self, object: ObjectReference, spec: EventSpec) {
+    pub(crate) fn emit(&self, object: ObjectReference, spec: EventSpec) {
         if let Some(queue) = &self.queue {
             queue.push_event(self.source.clone(), object, spec, Timestamp::now());
             return;
@@ -555,7 +545,7 @@ impl Recorder {
     }
 
     /// Ends the episode `key`: the next event carrying that key is recorded again.
-    pub fn end_episode(&self, key: &str) {
+    pub(crate) fn end_episode(&self, key: &str) {
         if let Some(queue) = &self.queue {
             // In order with the queued events: an event of the episode still waiting must not
             // open it again after this.
@@ -589,11 +579,11 @@ impl Recorder {
 
 /// Events waiting for spare rate budget, at most this many (client-go's broadcaster queue holds
 /// 1000 and drops the newest; we drop the oldest, whose claim has likely moved on).
-pub const QUEUE_CAPACITY: usize = 4096;
+pub(crate) const QUEUE_CAPACITY: usize = 4096;
 
 /// `csi_provisioner_events_queued` and `csi_provisioner_events_dropped_total`.
 #[derive(Debug, Clone, Default)]
-pub struct EventQueueMetrics {
+pub(crate) struct EventQueueMetrics {
     /// Events waiting to be written.
     pub queued: Gauge,
     /// Events dropped because the queue was full.
@@ -602,7 +592,7 @@ pub struct EventQueueMetrics {
 
 impl EventQueueMetrics {
     /// Registers both families in `registry`.
-    pub fn register(registry: &mut Registry) -> Self {
+    pub(crate) fn register(registry: &mut Registry) -> Self {
         let metrics = Self::default();
         registry.register(
             "csi_provisioner_events_queued",

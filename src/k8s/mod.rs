@@ -2,9 +2,9 @@
 //! finalizer patches, error classification and the event recorder.
 
 pub(crate) mod access;
-pub mod client;
-pub mod errors;
-pub mod events;
-pub mod patch;
-pub mod secrets;
-pub mod watch;
+pub(crate) mod client;
+pub(crate) mod errors;
+pub(crate) mod events;
+pub(crate) mod patch;
+pub(crate) mod secrets;
+pub(crate) mod watch;

@@ -62,7 +62,7 @@ const WARN_AFTER_ATTEMPTS: u32 = 10;
 
 /// What one attempt should do, computed from one copy of the object by a pure function.
 #[derive(Clone, Debug, PartialEq)]
-pub enum Step {
+pub(crate) enum Step {
     /// The object already is as wanted.
     AlreadyDone,
     /// The object is being deleted and the wanted write is one the server refuses on deleting
@@ -74,7 +74,7 @@ pub enum Step {
 
 /// How a patch call ended (errors other than "gone" are in [`PatchError`]).
 #[derive(Clone, Debug, PartialEq)]
-pub enum PatchOutcome<K> {
+pub(crate) enum PatchOutcome<K> {
     /// The patch was applied; the object as the server returned it.
     Patched(K),
     /// A fresh read showed there was nothing to do; that fresh object.
@@ -86,15 +86,7 @@ pub enum PatchOutcome<K> {
     Gone,
 }
 
-impl<K> PatchOutcome<K> {
-    /// The object after the call, if it still exists.
-    pub fn object(&self) -> Option<&K> {
-        match self {
-            Self::Patched(k) | Self::Unchanged(k) | Self::Deleting(k) => Some(k),
-            Self::Gone => None,
-        }
-    }
-}
+impl<K> PatchOutcome<K> {}
 
 /// A patch or delete that failed for a reason other than a lost race or a missing object.
 #[derive(Debug, thiserror::Error)]
@@ -102,23 +94,23 @@ impl<K> PatchOutcome<K> {
     "{action} on {kind} {name:?} failed ({class}): {}",
     super::errors::describe(source)
 )]
-pub struct PatchError {
+pub(crate) struct PatchError {
     /// What we tried, e.g. `remove finalizer external-provisioner.volume.kubernetes.io/finalizer`.
-    pub action: String,
+    pub(crate) action: String,
     /// Kind of the object (`PersistentVolume`).
-    pub kind: String,
+    pub(crate) kind: String,
     /// Name of the object.
-    pub name: String,
+    pub(crate) name: String,
     /// What the failure means for the caller (back off, give up, fix RBAC...).
-    pub class: ApiErrorClass,
+    pub(crate) class: ApiErrorClass,
     /// The API error.
     #[source]
-    pub source: kube::Error,
+    pub(crate) source: kube::Error,
 }
 
 /// Result of [`delete_with_uid`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum DeleteOutcome {
+pub(crate) enum DeleteOutcome {
     /// The DELETE was accepted (the object may stay Terminating while finalizers remain).
     Deleted,
     /// The object was already gone, or its name now belongs to another object.
@@ -127,16 +119,18 @@ pub enum DeleteOutcome {
 
 // === Pure patch builders ===
 
-fn pointer<'t>(tokens: impl IntoIterator<Item = Token<'t>>) -> PointerBuf {
+/// A JSON pointer from its tokens (escaped as RFC 6901 says).
+pub(crate) fn pointer<'t>(tokens: impl IntoIterator<Item = Token<'t>>) -> PointerBuf {
     PointerBuf::from_tokens(tokens)
 }
 
-fn meta_path(field: &str) -> PointerBuf {
+/// `/metadata/<field>`.
+pub(crate) fn meta_path(field: &str) -> PointerBuf {
     pointer([Token::new("metadata"), Token::new(field.to_owned())])
 }
 
 /// `/metadata/annotations/<key>`, the key escaped.
-fn annotation_path(key: &str) -> PointerBuf {
+pub(crate) fn annotation_path(key: &str) -> PointerBuf {
     pointer([
         Token::new("metadata"),
         Token::new("annotations"),
@@ -144,20 +138,34 @@ fn annotation_path(key: &str) -> PointerBuf {
     ])
 }
 
-fn test_op(path: PointerBuf, value: Value) -> PatchOperation {
+/// A `test` operation.
+pub(crate) fn test_op(path: PointerBuf, value: Value) -> PatchOperation {
     PatchOperation::Test(TestOperation { path, value })
 }
 
-fn add_op(path: PointerBuf, value: Value) -> PatchOperation {
+/// An `add` operation.
+pub(crate) fn add_op(path: PointerBuf, value: Value) -> PatchOperation {
     PatchOperation::Add(AddOperation { path, value })
 }
 
 /// Preconditions every write carries: the UID we read (if known).
-fn guard(meta: &ObjectMeta) -> Vec<PatchOperation> {
+pub(crate) fn guard(meta: &ObjectMeta) -> Vec<PatchOperation> {
     meta.uid
         .iter()
         .map(|uid| test_op(meta_path("uid"), Value::String(uid.clone())))
         .collect()
+}
+
+/// A `remove` operation.
+pub(crate) fn remove_op(path: PointerBuf) -> PatchOperation {
+    PatchOperation::Remove(RemoveOperation { path })
+}
+
+/// The `test` of the resourceVersion we read, if known.
+pub(crate) fn version_test(meta: &ObjectMeta) -> Option<PatchOperation> {
+    meta.resource_version
+        .as_ref()
+        .map(|rv| test_op(meta_path("resourceVersion"), Value::String(rv.clone())))
 }
 
 /// Guard for creating a whole metadata map/list that is absent in `meta`: `add` would replace a
@@ -174,7 +182,7 @@ fn guard_absent(meta: &ObjectMeta) -> Vec<PatchOperation> {
 }
 
 /// Step that adds `finalizer` to the object described by `meta`.
-pub fn add_finalizer_step(meta: &ObjectMeta, finalizer: &str) -> Step {
+pub(crate) fn add_finalizer_step(meta: &ObjectMeta, finalizer: &str) -> Step {
     let current = meta.finalizers.as_deref().unwrap_or_default();
     if current.iter().any(|f| f == finalizer) {
         return Step::AlreadyDone;
@@ -205,7 +213,7 @@ pub fn add_finalizer_step(meta: &ObjectMeta, finalizer: &str) -> Step {
 }
 
 /// Step that removes `finalizer` from the object described by `meta`.
-pub fn remove_finalizer_step(meta: &ObjectMeta, finalizer: &str) -> Step {
+pub(crate) fn remove_finalizer_step(meta: &ObjectMeta, finalizer: &str) -> Step {
     let current = meta.finalizers.as_deref().unwrap_or_default();
     let Some(index) = current.iter().position(|f| f == finalizer) else {
         return Step::AlreadyDone;
@@ -222,7 +230,7 @@ pub fn remove_finalizer_step(meta: &ObjectMeta, finalizer: &str) -> Step {
 }
 
 /// Step that sets annotation `key` to `value`.
-pub fn set_annotation_step(meta: &ObjectMeta, key: &str, value: &str) -> Step {
+pub(crate) fn set_annotation_step(meta: &ObjectMeta, key: &str, value: &str) -> Step {
     let current = meta.annotations.as_ref();
     if current.and_then(|a| a.get(key)).map(String::as_str) == Some(value) {
         return Step::AlreadyDone;
@@ -247,7 +255,8 @@ pub fn set_annotation_step(meta: &ObjectMeta, key: &str, value: &str) -> Step {
 }
 
 /// Step that removes annotation `key`.
-pub fn remove_annotation_step(meta: &ObjectMeta, key: &str) -> Step {
+#[cfg(test)]
+pub(crate) fn remove_annotation_step(meta: &ObjectMeta, key: &str) -> Step {
     if !meta
         .annotations
         .as_ref()
@@ -264,7 +273,7 @@ pub fn remove_annotation_step(meta: &ObjectMeta, key: &str) -> Step {
 
 /// Step that removes annotation `key` only while it still has `value`: a decision taken on one
 /// value (e.g. "node X has no driver") must not remove another value written meanwhile.
-pub fn remove_annotation_if_step(meta: &ObjectMeta, key: &str, value: &str) -> Step {
+pub(crate) fn remove_annotation_if_step(meta: &ObjectMeta, key: &str, value: &str) -> Step {
     let current = meta.annotations.as_ref().and_then(|a| a.get(key));
     if current.map(String::as_str) != Some(value) {
         return Step::AlreadyDone;
@@ -281,7 +290,7 @@ pub fn remove_annotation_if_step(meta: &ObjectMeta, key: &str, value: &str) -> S
 /// Adds `finalizer` to `obj` (PV, PVC, ...). `obj` may be a cached copy: its name and UID identify
 /// the target, its finalizer list seeds the first attempt. Returns [`PatchOutcome::Deleting`] when
 /// the object is being deleted (the server refuses new finalizers then).
-pub async fn add_finalizer<K>(
+pub(crate) async fn add_finalizer<K>(
     api: &Api<K>,
     obj: &K,
     finalizer: &str,
@@ -295,7 +304,7 @@ where
 
 /// Removes `finalizer` from `obj`; never removes anyone else's finalizer, whatever happens to the
 /// list concurrently. [`PatchOutcome::Unchanged`] means a fresh read no longer has it.
-pub async fn remove_finalizer<K>(
+pub(crate) async fn remove_finalizer<K>(
     api: &Api<K>,
     obj: &K,
     finalizer: &str,
@@ -308,7 +317,7 @@ where
 }
 
 /// Sets annotation `key` to `value` on `obj`.
-pub async fn set_annotation<K>(
+pub(crate) async fn set_annotation<K>(
     api: &Api<K>,
     obj: &K,
     key: &str,
@@ -322,7 +331,8 @@ where
 }
 
 /// Removes annotation `key` from `obj`.
-pub async fn remove_annotation<K>(
+#[cfg(test)]
+pub(crate) async fn remove_annotation<K>(
     api: &Api<K>,
     obj: &K,
     key: &str,
@@ -343,7 +353,7 @@ where
 /// - 409 and 422 (a failed `test`) re-read and retry without a cap. A 422 against a fresh read whose
 ///   resourceVersion has not moved is not a lost race but a rejected write: returned as an error.
 /// - 404, or another UID under the name: [`PatchOutcome::Gone`]. Any other error is returned.
-pub async fn patch_fresh<K, F>(
+pub(crate) async fn patch_fresh<K, F>(
     api: &Api<K>,
     seed: &K,
     action: &str,
@@ -430,7 +440,7 @@ where
 
 /// The body of a write to one object.
 #[derive(Clone, Copy, Debug)]
-pub enum Change<'a> {
+pub(crate) enum Change<'a> {
     /// A JSON patch; its `test` ops are its preconditions.
     Json(&'a json_patch::Patch),
     /// A merge patch; a `metadata.resourceVersion` in it is its precondition.
@@ -453,7 +463,11 @@ static PATCH_REFUSED: LazyLock<Mutex<HashSet<String>>> = LazyLock::new(Default::
 ///
 /// The write therefore means exactly what the PATCH meant; it costs one more request. A 403 on the
 /// PUT too is returned as it is (RBAC lacks both verbs, or an admission webhook refused).
-pub async fn apply_change<K>(api: &Api<K>, name: &str, change: Change<'_>) -> Result<K, kube::Error>
+pub(crate) async fn apply_change<K>(
+    api: &Api<K>,
+    name: &str,
+    change: Change<'_>,
+) -> Result<K, kube::Error>
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
 {
@@ -519,7 +533,7 @@ where
 
 /// Deletes `name` only if it still has `uid` (a DELETE precondition), so a re-created object of the
 /// same name is never deleted by mistake. A UID mismatch (409) or 404 is [`DeleteOutcome::Gone`].
-pub async fn delete_with_uid<K>(
+pub(crate) async fn delete_with_uid<K>(
     api: &Api<K>,
     name: &str,
     uid: &str,

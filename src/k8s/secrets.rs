@@ -9,18 +9,18 @@ use kube::{Api, Client};
 /// A Secret could not be read; the message has upstream's wording and never a value.
 #[derive(Debug, thiserror::Error)]
 #[error("error getting secret {name} in namespace {namespace}: {source}")]
-pub struct SecretFetchError {
+pub(crate) struct SecretFetchError {
     /// Secret name.
-    pub name: String,
+    pub(crate) name: String,
     /// Secret namespace.
-    pub namespace: String,
+    pub(crate) namespace: String,
     /// The API error.
     #[source]
-    pub source: kube::Error,
+    pub(crate) source: kube::Error,
 }
 
 /// The data of Secret `namespace/name` as CSI wants it: key -> UTF-8 value.
-pub async fn credentials(
+pub(crate) async fn credentials(
     client: &Client,
     name: &str,
     namespace: &str,

@@ -34,18 +34,22 @@ const SHARED_BUFFER: usize = 1024;
 const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
 /// A watched resource: its store and one change stream per controller that asked for one.
-pub struct Watched<K>
+pub(crate) struct Watched<K>
 where
     K: Resource + Clone + 'static,
     K::DynamicType: Eq + Hash + Clone,
 {
     /// Read side of the cache.
-    pub store: Store<K>,
+    pub(crate) store: Store<K>,
     // Every stream must be consumed by its controller: an idle subscriber fills its buffer and then
     // stalls the watch, so exactly as many are made as are asked for.
     streams: Vec<ReceiverStream<Arc<K>>>,
     /// The task driving the watch.
-    pub task: JoinHandle<()>,
+    #[allow(
+        dead_code,
+        reason = "the handle of a task that runs for the life of the process; tests abort it"
+    )]
+    pub(crate) task: JoinHandle<()>,
 }
 
 impl<K> Watched<K>
@@ -57,7 +61,7 @@ where
     ///
     /// # Panics
     /// When more streams are taken than were asked for (a wiring bug caught at start-up).
-    pub fn subscribe(&mut self) -> impl Stream<Item = Arc<K>> + Send + 'static {
+    pub(crate) fn subscribe(&mut self) -> impl Stream<Item = Arc<K>> + Send + 'static {
         self.streams
             .pop()
             .expect("more subscriptions taken than watch_shared was asked for")
@@ -66,7 +70,7 @@ where
 
 /// Ticks every `period`, first after one period: a controller's periodic re-check of every object
 /// (upstream's resync), for changes a watch cannot announce.
-pub fn resync_every(period: std::time::Duration) -> impl Stream<Item = ()> + Send + 'static {
+pub(crate) fn resync_every(period: std::time::Duration) -> impl Stream<Item = ()> + Send + 'static {
     let mut interval = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     tokio_stream::wrappers::IntervalStream::new(interval).map(|_| ())
@@ -74,7 +78,7 @@ pub fn resync_every(period: std::time::Duration) -> impl Stream<Item = ()> + Sen
 
 /// Runs `task` at every [`resync_every`] tick until the returned handle is aborted: the
 /// house-keeping of a controller's in-memory state (forgetting objects that are gone).
-pub fn spawn_every(
+pub(crate) fn spawn_every(
     period: std::time::Duration,
     mut task: impl FnMut() + Send + 'static,
 ) -> JoinHandle<()> {
@@ -91,7 +95,7 @@ pub fn spawn_every(
 /// per change; the first look is taken now). For what a watch subscriber is not told about:
 /// deletions, or an object leaving a set derived from the cache (e.g. the nodes running an
 /// instance of our driver).
-pub fn departures(
+pub(crate) fn departures(
     period: std::time::Duration,
     snapshot: impl Fn() -> HashSet<String> + Send + 'static,
 ) -> impl Stream<Item = Vec<String>> + Send + 'static {
@@ -114,7 +118,7 @@ pub fn departures(
 }
 
 /// Strips what no controller reads before an object is cached.
-pub fn strip<K: Resource>(obj: &mut K) {
+pub(crate) fn strip<K: Resource>(obj: &mut K) {
     let meta = obj.meta_mut();
     meta.managed_fields = None;
     if let Some(ann) = meta.annotations.as_mut() {
@@ -123,7 +127,7 @@ pub fn strip<K: Resource>(obj: &mut K) {
 }
 
 /// Starts a shared, stripped, auto-retrying watch of `api` with `subscribers` change streams.
-pub fn watch_shared<K>(
+pub(crate) fn watch_shared<K>(
     api: Api<K>,
     config: watcher::Config,
     what: &'static str,
@@ -139,9 +143,9 @@ where
 /// Like [`watch_shared`], but `shape` runs on every object after [`strip`]: it may strip more, and
 /// returns whether the object is kept. Objects not kept never enter the store (an update that makes
 /// a cached object uninteresting removes it), so memory follows what the controllers act on, not
-/// what the API server sends (node-deployment scoping, `node::scope`). Subscribers are not told
+/// what the API server sends (node-deployment scoping, `node_mode::scope`). Subscribers are not told
 /// about removals made this way, as for deletions.
-pub fn watch_shared_scoped<K, F>(
+pub(crate) fn watch_shared_scoped<K, F>(
     api: Api<K>,
     config: watcher::Config,
     what: &'static str,
@@ -226,7 +230,7 @@ where
 /// VolumeAttachments by the PV they attach, so the delete path asks "is this PV attached?" in O(1)
 /// instead of scanning every attachment (upstream lists all of them on every delete).
 #[derive(Clone, Default)]
-pub struct AttachmentIndex {
+pub(crate) struct AttachmentIndex {
     inner: Arc<RwLock<AttachmentState>>,
 }
 
@@ -245,7 +249,7 @@ struct AttachmentState {
 
 impl AttachmentIndex {
     /// The node of one attachment naming `pv`, if any exists.
-    pub fn attached_node(&self, pv: &str) -> Option<String> {
+    pub(crate) fn attached_node(&self, pv: &str) -> Option<String> {
         let state = crate::sync::read(&self.inner);
         state
             .by_pv
@@ -254,12 +258,12 @@ impl AttachmentIndex {
     }
 
     /// Whether the initial list has been seen (before that, "not attached" is not known).
-    pub fn is_ready(&self) -> bool {
+    pub(crate) fn is_ready(&self) -> bool {
         crate::sync::read(&self.inner).ready
     }
 
     /// Completes once the initial list has been seen.
-    pub async fn wait_until_ready(&self) {
+    pub(crate) async fn wait_until_ready(&self) {
         // Start-up only, and the list usually arrives within a round trip: a short poll is
         // simpler than a notification channel that every index would carry for its lifetime.
         while !self.is_ready() {
@@ -268,7 +272,7 @@ impl AttachmentIndex {
     }
 
     /// Applies one watcher event.
-    pub fn apply(&self, event: &watcher::Event<VolumeAttachment>) {
+    pub(crate) fn apply(&self, event: &watcher::Event<VolumeAttachment>) {
         let mut state = crate::sync::write(&self.inner);
         match event {
             watcher::Event::Init => state.relist = Some(Vec::new()),
@@ -319,14 +323,14 @@ impl AttachmentIndex {
 
     /// Names of PVs as their last VolumeAttachment goes away, so a deletion waiting for the detach
     /// goes on at once instead of at its next retry. One consumer: a new call replaces the last.
-    pub fn detachments(&self) -> impl Stream<Item = String> + Send + 'static {
+    pub(crate) fn detachments(&self) -> impl Stream<Item = String> + Send + 'static {
         let (tx, rx) = mpsc::unbounded_channel();
         crate::sync::write(&self.inner).detached = Some(tx);
         tokio_stream::wrappers::UnboundedReceiverStream::new(rx)
     }
 
     /// Starts the watch that keeps this index current.
-    pub fn spawn(&self, api: Api<VolumeAttachment>) -> JoinHandle<()> {
+    pub(crate) fn spawn(&self, api: Api<VolumeAttachment>) -> JoinHandle<()> {
         let index = self.clone();
         tokio::spawn(
             async move {

@@ -15,7 +15,7 @@ use prometheus_client::registry::Registry;
 
 /// Handles to the dead-node metrics; cheap to clone (shared atomics).
 #[derive(Clone, Debug, Default)]
-pub struct NodeGoneMetrics {
+pub(crate) struct NodeGoneMetrics {
     volumes: Counter,
     claims: Counter,
     waiting: Gauge,
@@ -23,7 +23,7 @@ pub struct NodeGoneMetrics {
 
 impl NodeGoneMetrics {
     /// Creates the metrics and registers them in `registry`.
-    pub fn register(registry: &mut Registry) -> Self {
+    pub(crate) fn register(registry: &mut Registry) -> Self {
         let metrics = Self::default();
         registry.register(
             "csi_provisioner_deleted_node_volumes",
@@ -45,17 +45,17 @@ impl NodeGoneMetrics {
     }
 
     /// One PV answered as deleted.
-    pub fn volume_answered(&self) {
+    pub(crate) fn volume_answered(&self) {
         self.volumes.inc();
     }
 
     /// One claim deleted by the opt-in clean-up.
-    pub fn claim_deleted(&self) {
+    pub(crate) fn claim_deleted(&self) {
         self.claims.inc();
     }
 
-    /// Sets the waiting gauge (from [`crate::node::gone::NodeGoneTracker::waiting`]).
-    pub fn set_waiting(&self, volumes: usize) {
+    /// Sets the waiting gauge (from [`crate::gone_nodes::tracker::NodeGoneTracker::waiting`]).
+    pub(crate) fn set_waiting(&self, volumes: usize) {
         self.waiting.set(i64::try_from(volumes).unwrap_or(i64::MAX));
     }
 }

@@ -1,5 +1,5 @@
-//! The model layer: typed facts about the Kubernetes objects every concern reads (claims, volumes,
-//! CSINodes, topology), so that no concern reads another concern's module to learn a claim's own
+//! The model layer: typed facts about the Kubernetes objects every concern reads (claims, volumes
+//! and where they live, CSINodes, topology), so that no concern reads another concern's module to learn a claim's own
 //! fields. It depends only on [`crate::names`], [`crate::gofmt`] and the CSI types, never on a
 //! controller.
 //!
@@ -9,5 +9,7 @@
 
 pub(crate) mod claim;
 pub(crate) mod csinode;
+pub(crate) mod locate;
 pub(crate) mod meta;
 pub(crate) mod topology;
+pub(crate) mod volume;

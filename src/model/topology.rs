@@ -17,11 +17,11 @@ use crate::csi::v1::Topology;
 
 /// One topology term: the AND of `key=value` segments, kept sorted by key then value.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
-pub struct Term(pub(crate) Vec<(String, String)>);
+pub(crate) struct Term(pub(crate) Vec<(String, String)>);
 
 impl Term {
     /// A term from segments (sorted on construction).
-    pub fn new<K: Into<String>, V: Into<String>>(
+    pub(crate) fn new<K: Into<String>, V: Into<String>>(
         segments: impl IntoIterator<Item = (K, V)>,
     ) -> Self {
         let mut v: Vec<(String, String)> = segments
@@ -32,13 +32,8 @@ impl Term {
         Term(v)
     }
 
-    /// The sorted segments.
-    pub fn segments(&self) -> &[(String, String)] {
-        &self.0
-    }
-
     /// Upstream's ordering: shorter terms first, then by key, then by value.
-    pub fn compare(&self, other: &Term) -> Ordering {
+    pub(crate) fn compare(&self, other: &Term) -> Ordering {
         self.0
             .len()
             .cmp(&other.0.len())
@@ -47,7 +42,7 @@ impl Term {
 
     /// Whether every segment of `self` appears in `other` (both sorted), with upstream's
     /// single-pass walk: a segment of `other` with a matching key but another value is a miss.
-    pub fn is_subset_of(&self, other: &Term) -> bool {
+    pub(crate) fn is_subset_of(&self, other: &Term) -> bool {
         if self.0.is_empty() {
             return true;
         }
@@ -102,7 +97,7 @@ pub(crate) fn terms_fmt(terms: &[Term]) -> String {
 
 /// Expands allowedTopologies into terms: each selector term (an OR) becomes the cartesian
 /// product of its expressions' values (an AND of ORs); the results are concatenated.
-pub fn flatten(allowed: &[TopologySelectorTerm]) -> Vec<Term> {
+pub(crate) fn flatten(allowed: &[TopologySelectorTerm]) -> Vec<Term> {
     let mut out = Vec::new();
     for selector in allowed {
         let mut acc: Vec<Vec<(String, String)>> = Vec::new();
@@ -129,14 +124,14 @@ pub fn flatten(allowed: &[TopologySelectorTerm]) -> Vec<Term> {
 }
 
 /// Sorts with [`Term::compare`] and drops duplicates.
-pub fn sort_and_dedupe(terms: &mut Vec<Term>) {
+pub(crate) fn sort_and_dedupe(terms: &mut Vec<Term>) {
     terms.sort_by(Term::compare);
     terms.dedup();
 }
 
 /// The topology keys `driver` registered on `csinode`: `None` when the driver is not on that
 /// node at all, `Some(empty)` when it registered without topology.
-pub fn driver_topology_keys<'a>(csinode: &'a CSINode, driver: &str) -> Option<&'a [String]> {
+pub(crate) fn driver_topology_keys<'a>(csinode: &'a CSINode, driver: &str) -> Option<&'a [String]> {
     csinode
         .spec
         .drivers
@@ -149,7 +144,7 @@ pub fn driver_topology_keys<'a>(csinode: &'a CSINode, driver: &str) -> Option<&'
 /// with segments, one `key In [value]` expression per segment, sorted by key (upstream's order is
 /// random). `None` when no topology has segments (an empty term list would be rejected by the
 /// API server).
-pub fn volume_node_affinity(accessible_topology: &[Topology]) -> Option<VolumeNodeAffinity> {
+pub(crate) fn volume_node_affinity(accessible_topology: &[Topology]) -> Option<VolumeNodeAffinity> {
     let terms: Vec<NodeSelectorTerm> = accessible_topology
         .iter()
         .filter(|t| !t.segments.is_empty())
@@ -181,20 +176,20 @@ pub fn volume_node_affinity(accessible_topology: &[Topology]) -> Option<VolumeNo
 /// A node selector requirement that cannot be evaluated.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("invalid node selector requirement {key} {operator}: {reason}")]
-pub struct AffinityError {
+pub(crate) struct AffinityError {
     /// Requirement key.
-    pub key: String,
+    pub(crate) key: String,
     /// Requirement operator.
-    pub operator: String,
+    pub(crate) operator: String,
     /// What is wrong with it.
-    pub reason: &'static str,
+    pub(crate) reason: &'static str,
 }
 
 /// Whether a PV with `affinity` is accessible from a node whose topology is `node_segments`
 /// (node mode: the segments from NodeGetInfo). No affinity, no required selector or no node
 /// topology means accessible, as upstream. Terms are ORed, expressions ANDed; a term without
 /// expressions and fields matches nothing. Errors only when no term matched and one was invalid.
-pub fn volume_is_accessible(
+pub(crate) fn volume_is_accessible(
     affinity: Option<&VolumeNodeAffinity>,
     node_segments: Option<&HashMap<String, String>>,
 ) -> Result<bool, AffinityError> {

@@ -51,17 +51,20 @@ fn generate_volume_node_affinity_cases() {
 #[test]
 fn topology_term_sort() {
     // "empty", "single-key", "multiple-keys", "multiple-values"
-    assert_eq!(Term::new(Vec::<(String, String)>::new()).segments(), &[]);
+    assert_eq!(Term::new(Vec::<(String, String)>::new()).0.as_slice(), &[]);
     assert_eq!(
-        t(&[("zone", "z1")]).segments(),
-        t(&[("zone", "z1")]).segments()
+        t(&[("zone", "z1")]).0.as_slice(),
+        t(&[("zone", "z1")]).0.as_slice()
     );
     assert_eq!(
-        t(&[("zone", "z1"), ("rack", "r1"), ("host", "h1")]).segments()[0].0,
+        t(&[("zone", "z1"), ("rack", "r1"), ("host", "h1")])
+            .0
+            .as_slice()[0]
+            .0,
         "host"
     );
     assert_eq!(
-        t(&[("zone", "z2"), ("zone", "z1")]).segments(),
+        t(&[("zone", "z2"), ("zone", "z1")]).0.as_slice(),
         &[
             ("zone".to_owned(), "z1".to_owned()),
             ("zone".to_owned(), "z2".to_owned())

@@ -7,13 +7,17 @@ use tonic::Code;
 /// exist or still appear; with the durable intent on the claim, the shell keeps the intent for
 /// every state except a success.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum ProvisioningState {
+pub(crate) enum ProvisioningState {
     /// The operation ended (failed for sure, nothing in progress). Still retried with backoff.
     Finished,
     /// The driver may still be creating the volume: retry the same request, even if the claim
     /// is deleted meanwhile.
     InBackground,
     /// Failed before anything reached the driver; the previous state stands.
+    #[allow(
+        dead_code,
+        reason = "upstream's state, not produced until data sources and capacity checks can fail before the call"
+    )]
     NoChange,
     /// Give up on this node: clear `volume.kubernetes.io/selected-node` so the scheduler picks again.
     Reschedule,
@@ -21,7 +25,8 @@ pub enum ProvisioningState {
 
 impl ProvisioningState {
     /// Upstream's string for the state (logs and metrics).
-    pub fn as_str(self) -> &'static str {
+    #[cfg(test)]
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             ProvisioningState::Finished => "Finished",
             ProvisioningState::InBackground => "Background",
@@ -32,13 +37,13 @@ impl ProvisioningState {
 }
 
 /// `may_reschedule` as upstream computes it: the driver supports topology and a node is selected.
-pub fn may_reschedule(topology_supported: bool, selected_node: Option<&str>) -> bool {
+pub(crate) fn may_reschedule(topology_supported: bool, selected_node: Option<&str>) -> bool {
     topology_supported && selected_node.is_some_and(|n| !n.is_empty())
 }
 
 /// The state of a CreateVolume that failed with gRPC `code`. Our own `--timeout` expiring shows
 /// up as `Cancelled` or `DeadlineExceeded`: both mean the driver may still be working.
-pub fn provisioning_state(code: Code, may_reschedule: bool) -> ProvisioningState {
+pub(crate) fn provisioning_state(code: Code, may_reschedule: bool) -> ProvisioningState {
     use ProvisioningState::*;
     match code {
         // CSI: no capacity in the requested topology; another node may have some.
@@ -64,24 +69,16 @@ pub fn provisioning_state(code: Code, may_reschedule: bool) -> ProvisioningState
     }
 }
 
-/// The state of a CreateVolume failure that may not be a gRPC status at all (transport failure
-/// before or during the call): upstream treats those as possibly in progress.
-pub fn state_of_failure(status: Option<&tonic::Status>, may_reschedule: bool) -> ProvisioningState {
-    status.map_or(ProvisioningState::InBackground, |s| {
-        provisioning_state(s.code(), may_reschedule)
-    })
-}
-
 /// `InvalidArgument` is "infeasible": the claim is held back for 5 minutes unless its
 /// StorageClass changes (see [`crate::retry::InfeasibleHold`]).
-pub fn is_infeasible(code: Code) -> bool {
+pub(crate) fn is_infeasible(code: Code) -> bool {
     code == Code::InvalidArgument
 }
 
 /// What a failed CreateVolume *replay* (sent only to learn the id of an intent's volume before
 /// deleting it, see `plan::IntentCleanup`) says about that volume.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ReplayVerdict {
+pub(crate) enum ReplayVerdict {
     /// The volume does not exist: the intent can be finished without DeleteVolume.
     VolumeAbsent,
     /// Transient, or the driver did not get far enough to tell: retry with backoff.
@@ -94,7 +91,7 @@ pub enum ReplayVerdict {
 /// Classifies a failed replay. An exact replay (same parameters as the original call) that the
 /// driver refuses for good proves the original was refused too, so no volume exists; a minimal
 /// replay proves nothing. Authentication and internal errors are retried, never taken as proof.
-pub fn replay_verdict(code: Code, exact_replay: bool) -> ReplayVerdict {
+pub(crate) fn replay_verdict(code: Code, exact_replay: bool) -> ReplayVerdict {
     match code {
         Code::AlreadyExists => ReplayVerdict::NeedsAdmin,
         Code::InvalidArgument
@@ -123,7 +120,7 @@ pub fn replay_verdict(code: Code, exact_replay: bool) -> ReplayVerdict {
 }
 
 /// The event message when a replay cannot tell whether the intent's volume exists.
-pub fn replay_needs_admin_message(volume_name: &str, error: &str) -> String {
+pub(crate) fn replay_needs_admin_message(volume_name: &str, error: &str) -> String {
     format!(
         "cannot tell whether volume {volume_name} exists: CreateVolume (sent to learn its id before deleting it) failed: {error}; \
          check the storage backend, delete the volume there if it exists, then remove the finalizer {} from the claim",
@@ -132,7 +129,7 @@ pub fn replay_needs_admin_message(volume_name: &str, error: &str) -> String {
 }
 
 /// Upstream's ProvisioningFailed message for an infeasible failure.
-pub fn infeasible_event_message(error: &str) -> String {
+pub(crate) fn infeasible_event_message(error: &str) -> String {
     format!("Volume provisioning failed with infeasible error. Retries will be delayed. {error}")
 }
 
@@ -184,13 +181,6 @@ mod tests {
                 }
             }
         }
-    }
-
-    #[test]
-    fn failures_without_a_grpc_status_may_still_be_in_progress() {
-        assert_eq!(state_of_failure(None, true), InBackground);
-        let status = tonic::Status::invalid_argument("bad");
-        assert_eq!(state_of_failure(Some(&status), true), Finished);
     }
 
     #[test]

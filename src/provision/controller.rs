@@ -12,10 +12,10 @@ use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::{CSINode, StorageClass, VolumeAttributesClass};
 use kube::api::PostParams;
-use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
+use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, ResourceExt};
-use tracing::{Instrument, debug, info, info_span, warn};
+use tracing::{debug, info, info_span, warn};
 
 use super::classify::{
     ProvisioningState, infeasible_event_message, is_infeasible, provisioning_state,
@@ -35,10 +35,11 @@ use crate::k8s::errors::{ApiErrorClass, classify, describe};
 use crate::k8s::events::{EventSpec, reference_to};
 use crate::k8s::patch::{self, PatchOutcome, Step};
 use crate::names;
-use crate::node::ownership::{
+use crate::node_mode::ownership::{
     self, Competition, CsiNodeLookup, NodeIdentity, Recheck, recheck_before_claiming,
 };
 use crate::retry::{Attempt, Backoff, InfeasibleHold, retry_transient};
+use crate::runtime::skeleton::{self, LOCK_RETRY};
 use crate::runtime::{Context, Shutdown};
 
 mod claim_writes;
@@ -55,21 +56,15 @@ use execute::*;
 use gone_node::intent_on_gone_node;
 use report::*;
 
-/// Upstream keeps a claim that failed with InvalidArgument out of the queue for 5 minutes.
-const INFEASIBLE_RETENTION: Duration = Duration::from_secs(5 * 60);
-/// Re-check every claim this often even without changes (upstream's resync is 15 minutes).
-const RESYNC: Duration = Duration::from_secs(10 * 60);
 /// How often the set of nodes running our driver is compared with the last one, to look at the
 /// pending claims selected to a node that left it.
 const NODE_DEPARTURE_POLL: Duration = Duration::from_secs(2);
-/// Retry delay when the volume name is busy with a delete in this process.
-const LOCK_RETRY: Duration = Duration::from_millis(500);
 /// Attempts to create the PV object before the claim is requeued (and CreateVolume replayed).
 const PV_CREATE_ATTEMPTS: u32 = 5;
 
 /// Why a reconcile failed; the claim is retried with its backoff.
 #[derive(Debug, thiserror::Error)]
-pub enum ProvisionError {
+pub(crate) enum ProvisionError {
     /// Reported to the user in a `ProvisioningFailed` event already.
     #[error("{0}")]
     Reported(String),
@@ -153,7 +148,7 @@ fn settings_of(ctx: &Context) -> ProvisionSettings {
 }
 
 /// Runs the provisioning controller until shutdown.
-pub async fn run(
+pub(crate) async fn run(
     ctx: Arc<Context>,
     pvcs: impl Stream<Item = Arc<PersistentVolumeClaim>> + Send + 'static,
     pvs: impl Stream<Item = Arc<PersistentVolume>> + Send + 'static,
@@ -178,7 +173,7 @@ pub async fn run(
     let state = Arc::new(Provisioner {
         memory: Mutex::new(ClaimMemory::new(
             Backoff::new(p.retry_interval_start, p.retry_interval_max),
-            InfeasibleHold::new(INFEASIBLE_RETENTION),
+            InfeasibleHold::new(crate::retry::INFEASIBLE_HOLD_BACK),
             competition,
         )),
         node_topology,
@@ -186,15 +181,8 @@ pub async fn run(
         ctx: ctx.clone(),
     });
 
-    // Per-claim state of vanished claims goes at each resync (cheap: one pass over the cache).
-    let pruner = {
-        let state = state.clone();
-        crate::k8s::watch::spawn_every(RESYNC, move || state.forget_vanished_claims())
-    };
-
     let claims = ctx.stores.pvcs.clone();
     let class_index = claims.clone();
-    let workers = u16::try_from(p.worker_threads.max(1)).unwrap_or(u16::MAX);
     let mut controller = Controller::for_shared_stream(pvcs, claims.clone())
         // A PV created, bound or deleted changes what its claim needs (finish or clean up the intent).
         .watches_shared_stream(pvs, |pv| {
@@ -247,19 +235,22 @@ pub async fn run(
         });
         controller = controller.reconcile_on(departed);
     }
-    controller
-        .reconcile_all_on(crate::k8s::watch::resync_every(RESYNC))
-        .with_config(ControllerConfig::default().concurrency(workers))
-        .graceful_shutdown_on(shutdown.requested())
-        .run(reconcile, error_policy, state)
-        .for_each(|result| async move {
-            if let Err(e) = result {
-                debug!(error = %e, "claim reconcile ended with an error");
-            }
-        })
-        .instrument(info_span!("provisioning"))
-        .await;
-    pruner.abort();
+    // Per-claim state of vanished claims goes at each resync (cheap: one pass over the cache).
+    let pruned = state.clone();
+    let prune = move || pruned.forget_vanished_claims();
+    let span = info_span!("provisioning");
+    skeleton::drive(
+        &ctx,
+        span,
+        "claim",
+        controller,
+        reconcile,
+        error_policy,
+        state,
+        prune,
+        shutdown,
+    )
+    .await;
 }
 
 /// Unbound claims in `claims` whose selected node is one of `nodes`.

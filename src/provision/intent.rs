@@ -3,18 +3,21 @@
 
 use std::collections::BTreeMap;
 
+use json_patch::jsonptr::Token;
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::secrets::SecretRef;
 use crate::csi::v1::CreateVolumeRequest;
-use crate::k8s::patch::Step;
+use crate::k8s::patch::{
+    Step, add_op, annotation_path, guard, meta_path, pointer, remove_op, test_op, version_test,
+};
 use crate::model::meta::{has_finalizer, non_empty_annotation};
 use crate::names;
 
 /// Intent annotations for a volume name and provisioner secret.
-pub fn intent_annotations(
+pub(crate) fn intent_annotations(
     volume_name: &str,
     secret: Option<&SecretRef>,
 ) -> BTreeMap<&'static str, Option<String>> {
@@ -32,54 +35,24 @@ pub fn intent_annotations(
 }
 
 /// Every annotation the intent may carry.
-pub const INTENT_ANNOTATIONS: [&str; 4] = [
+pub(crate) const INTENT_ANNOTATIONS: [&str; 4] = [
     names::ANN_INTENT_VOLUME_NAME,
     names::ANN_INTENT_VOLUME_ID,
     names::ANN_INTENT_SECRET_NAME,
     names::ANN_INTENT_SECRET_NAMESPACE,
 ];
 
-/// JSON pointer of a metadata member (`~` and `/` escaped as RFC 6901 says).
-fn meta_pointer(field: &str, key: Option<&str>) -> String {
-    match key {
-        None => format!("/metadata/{field}"),
-        Some(k) => format!(
-            "/metadata/{field}/{}",
-            k.replace('~', "~0").replace('/', "~1")
-        ),
-    }
-}
-
-fn uid_test(meta: &ObjectMeta) -> Vec<Value> {
-    meta.uid
-        .iter()
-        .map(|uid| json!({"op": "test", "path": "/metadata/uid", "value": uid}))
-        .collect()
-}
-
-fn write(ops: Vec<Value>) -> Step {
-    match serde_json::from_value::<json_patch::Patch>(Value::Array(ops)) {
-        Ok(patch) => Step::Write(patch),
-        // Built from strings and maps only, so it always deserializes; never write a guess.
-        Err(_) => Step::AlreadyDone,
-    }
-}
-
 /// The write that records the intent (finalizer plus `wanted` annotations, `None` = remove) on
 /// the claim described by `meta`. Its `test` ops cover only what it touches, so unrelated
 /// concurrent writes (the PV controller's annotations and status) do not make it fail; a changed
 /// finalizer list does. Adding the finalizer to a claim being deleted is refused by the API
 /// server: [`Step::ObjectDeleting`].
-pub fn intent_write_step(
+pub(crate) fn intent_write_step(
     meta: &ObjectMeta,
     wanted: &BTreeMap<&'static str, Option<String>>,
 ) -> Step {
     let mut ops = Vec::new();
     // `add` of a missing list would replace one created meanwhile: such writes pin the version.
-    let version_test = meta
-        .resource_version
-        .iter()
-        .map(|rv| json!({"op": "test", "path": "/metadata/resourceVersion", "value": rv}));
     let mut version_tested = false;
     let finalizers = meta.finalizers.as_deref().unwrap_or_default();
     if !finalizers
@@ -89,15 +62,20 @@ pub fn intent_write_step(
         if meta.deletion_timestamp.is_some() {
             return Step::ObjectDeleting;
         }
+        let ours = Value::String(names::FINALIZER_PROVISIONING_INTENT.to_owned());
         if finalizers.is_empty() {
-            ops.extend(version_test.clone());
+            ops.extend(version_test(meta));
             version_tested = true;
-            ops.push(json!({"op": "add", "path": "/metadata/finalizers",
-                "value": [names::FINALIZER_PROVISIONING_INTENT]}));
+            ops.push(add_op(meta_path("finalizers"), Value::Array(vec![ours])));
         } else {
-            ops.push(json!({"op": "test", "path": "/metadata/finalizers", "value": finalizers}));
-            ops.push(json!({"op": "add", "path": "/metadata/finalizers/-",
-                "value": names::FINALIZER_PROVISIONING_INTENT}));
+            let list = finalizers.iter().cloned().map(Value::String).collect();
+            ops.push(test_op(meta_path("finalizers"), Value::Array(list)));
+            let end = pointer([
+                Token::new("metadata"),
+                Token::new("finalizers"),
+                Token::new("-"),
+            ]);
+            ops.push(add_op(end, ours));
         }
     }
     let current = meta.annotations.clone().unwrap_or_default();
@@ -112,77 +90,86 @@ pub fn intent_write_step(
         .map(|(k, _)| *k);
     if current.is_empty() && !sets.is_empty() {
         if !version_tested {
-            ops.extend(version_test);
+            ops.extend(version_test(meta));
         }
-        ops.push(json!({"op": "add", "path": "/metadata/annotations", "value": sets}));
+        let map = sets
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), Value::String((*v).clone())))
+            .collect();
+        ops.push(add_op(meta_path("annotations"), Value::Object(map)));
     } else {
         for (k, v) in sets {
-            ops.push(
-                json!({"op": "add", "path": meta_pointer("annotations", Some(k)), "value": v}),
-            );
+            ops.push(add_op(annotation_path(k), Value::String(v.clone())));
         }
     }
     for k in removes {
-        ops.push(json!({"op": "remove", "path": meta_pointer("annotations", Some(k))}));
+        ops.push(remove_op(annotation_path(k)));
     }
     if ops.is_empty() {
         return Step::AlreadyDone;
     }
-    write(uid_test(meta).into_iter().chain(ops).collect())
+    Step::Write(json_patch::Patch(
+        guard(meta).into_iter().chain(ops).collect(),
+    ))
 }
 
 /// The write that removes the intent finalizer and every intent annotation from the claim
 /// described by `meta`: `test` + `remove` of our finalizer at its index, `remove` of each of our
 /// annotations present. Nothing else of the claim is relied on.
-pub fn intent_removal_step(meta: &ObjectMeta) -> Step {
+pub(crate) fn intent_removal_step(meta: &ObjectMeta) -> Step {
     let mut ops = Vec::new();
     let finalizers = meta.finalizers.as_deref().unwrap_or_default();
     if let Some(i) = finalizers
         .iter()
         .position(|f| f == names::FINALIZER_PROVISIONING_INTENT)
     {
-        let path = format!("/metadata/finalizers/{i}");
-        ops.push(
-            json!({"op": "test", "path": path, "value": names::FINALIZER_PROVISIONING_INTENT}),
-        );
-        ops.push(json!({"op": "remove", "path": path}));
+        let path = pointer([
+            Token::new("metadata"),
+            Token::new("finalizers"),
+            Token::from(i),
+        ]);
+        let ours = Value::String(names::FINALIZER_PROVISIONING_INTENT.to_owned());
+        ops.push(test_op(path.clone(), ours));
+        ops.push(remove_op(path));
     }
     let current = meta.annotations.as_ref();
     for k in INTENT_ANNOTATIONS {
         if current.is_some_and(|a| a.contains_key(k)) {
-            ops.push(json!({"op": "remove", "path": meta_pointer("annotations", Some(k))}));
+            ops.push(remove_op(annotation_path(k)));
         }
     }
     if ops.is_empty() {
         return Step::AlreadyDone;
     }
-    write(uid_test(meta).into_iter().chain(ops).collect())
+    Step::Write(json_patch::Patch(
+        guard(meta).into_iter().chain(ops).collect(),
+    ))
 }
 
 /// A volume to delete because its claim no longer wants it.
 #[derive(Debug, Clone)]
-pub struct IntentCleanup {
+pub(crate) struct IntentCleanup {
     /// The intent's volume name.
-    pub volume_name: String,
+    pub(crate) volume_name: String,
     /// The volume id, when CreateVolume's answer was recorded.
-    pub volume_id: Option<String>,
+    pub(crate) volume_id: Option<String>,
     /// The provisioner secret recorded with the intent (for CreateVolume replay and DeleteVolume).
-    pub secret: Option<SecretRef>,
+    pub(crate) secret: Option<SecretRef>,
     /// Without a volume id: the CreateVolume to replay (same name) to learn it. The driver answers
     /// with the existing volume, or creates it, which is then deleted just the same. A failed
     /// replay is judged by [`super::classify::replay_verdict`].
-    pub replay: Option<CreateVolumeRequest>,
+    pub(crate) replay: Option<CreateVolumeRequest>,
     /// Whether `replay` is the request the original call was built from (same class, same
     /// inputs); otherwise a minimal one (class gone or inputs no longer valid), whose refusal
     /// proves nothing.
-    pub replay_is_exact: bool,
+    pub(crate) replay_is_exact: bool,
     /// Why the volume is no longer wanted.
-    pub reason: CleanupReason,
+    pub(crate) reason: CleanupReason,
 }
 
 /// Why an intent's volume is deleted.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum CleanupReason {
+pub(crate) enum CleanupReason {
     /// The claim is being deleted.
     ClaimDeleted,
     /// The claim got bound to another PV.
@@ -190,7 +177,7 @@ pub enum CleanupReason {
 }
 
 /// Whether the claim carries the provisioning intent.
-pub fn has_intent(pvc: &PersistentVolumeClaim) -> bool {
+pub(crate) fn has_intent(pvc: &PersistentVolumeClaim) -> bool {
     has_finalizer(&pvc.metadata, names::FINALIZER_PROVISIONING_INTENT)
 }
 
@@ -205,6 +192,7 @@ pub(super) fn intent_secret(pvc: &PersistentVolumeClaim) -> Option<SecretRef> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     fn meta(finalizers: &[&str], annotations: &[(&str, &str)]) -> ObjectMeta {
         ObjectMeta {

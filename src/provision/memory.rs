@@ -19,7 +19,7 @@ use super::classify::ProvisioningState;
 use super::plan::IgnoreReason;
 use super::topology::RequirementCache;
 use crate::csi::v1::TopologyRequirement;
-use crate::node::ownership::Competition;
+use crate::node_mode::ownership::Competition;
 use crate::retry::{Backoff, HeldBack, InfeasibleHold};
 
 /// Per-claim memory of the provisioning controller.

@@ -1,15 +1,15 @@
 //! Provisioning: PVC -> CreateVolume -> PV. Pure decisions (which claims, the request, secrets,
 //! topology, the PV object) plus the controller shell that executes them.
 
-pub mod classify;
-pub mod controller;
-pub mod intent;
+pub(crate) mod classify;
+pub(crate) mod controller;
+pub(crate) mod intent;
 pub(crate) mod memory;
-pub mod params;
-pub mod plan;
-pub mod plan_error;
-pub mod pv;
-pub mod quantity;
-pub mod request;
-pub mod secrets;
-pub mod topology;
+pub(crate) mod params;
+pub(crate) mod plan;
+pub(crate) mod plan_error;
+pub(crate) mod pv;
+pub(crate) mod quantity;
+pub(crate) mod request;
+pub(crate) mod secrets;
+pub(crate) mod topology;

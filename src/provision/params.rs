@@ -10,7 +10,7 @@ use crate::names;
 
 /// Why the parameters of a StorageClass cannot be used. `Display` is upstream's text.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ParamError {
+pub(crate) enum ParamError {
     /// A `csi.storage.k8s.io/` key this sidecar does not know (typo or a newer sidecar's key).
     #[error(
         "failed to strip CSI Parameters of prefixed keys: found unknown parameter key {} with reserved namespace csi.storage.k8s.io/",
@@ -25,7 +25,7 @@ pub enum ParamError {
 }
 
 /// Whether `key` is one of the reserved keys the sidecar consumes itself.
-pub fn is_known_prefixed_key(key: &str) -> bool {
+pub(crate) fn is_known_prefixed_key(key: &str) -> bool {
     key == names::PARAM_FSTYPE
         || key == names::PARAM_SECRET_NAME
         || key == names::PARAM_SECRET_NAMESPACE
@@ -37,7 +37,7 @@ pub fn is_known_prefixed_key(key: &str) -> bool {
 
 /// The parameters passed to CreateVolume: every key except the known reserved ones. Deprecated
 /// unprefixed keys (`fstype`, `csiProvisionerSecretName`, ...) are passed on, as upstream does.
-pub fn strip_prefixed_parameters(
+pub(crate) fn strip_prefixed_parameters(
     params: &BTreeMap<String, String>,
 ) -> Result<HashMap<String, String>, ParamError> {
     let mut out = HashMap::with_capacity(params.len());
@@ -56,7 +56,7 @@ pub fn strip_prefixed_parameters(
 /// The filesystem type for mount volumes: `csi.storage.k8s.io/fstype`, else the deprecated
 /// `fstype` (matched case-insensitively), else `default_fs_type` (`--default-fstype`); `""` means
 /// "let the driver choose".
-pub fn resolve_fs_type(
+pub(crate) fn resolve_fs_type(
     params: &BTreeMap<String, String>,
     default_fs_type: &str,
 ) -> Result<String, ParamError> {
@@ -76,7 +76,7 @@ pub fn resolve_fs_type(
 }
 
 /// Adds the `--extra-create-metadata` keys (claim name and namespace, PV name).
-pub fn add_extra_create_metadata(
+pub(crate) fn add_extra_create_metadata(
     params: &mut HashMap<String, String>,
     claim_name: &str,
     claim_namespace: &str,
@@ -92,7 +92,7 @@ pub fn add_extra_create_metadata(
 
 /// Upstream's deprecation warnings for the deprecated keys present in `params`, for the shell to
 /// log (at most once per StorageClass, to keep logs readable).
-pub fn deprecation_warnings(params: &BTreeMap<String, String>) -> Vec<String> {
+pub(crate) fn deprecation_warnings(params: &BTreeMap<String, String>) -> Vec<String> {
     let mut warnings = Vec::new();
     for key in params.keys() {
         if key.eq_ignore_ascii_case("fstype") {

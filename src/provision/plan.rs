@@ -43,69 +43,69 @@ use super::topology::{TopologyError, TopologyView};
 use crate::csi::probe::{ControllerCapabilities, PluginCapabilities};
 use crate::csi::v1::{CreateVolumeRequest, TopologyRequirement};
 use crate::names;
-use crate::node::ownership::{
+use crate::node_mode::ownership::{
     self, ClearSelectedNode, CsiNodeLookup, NodeIdentity, NotOwned, Ownership, OwnershipInputs,
 };
 
-pub use super::intent::{CleanupReason, IntentCleanup, has_intent, intent_annotations};
+pub(crate) use super::intent::{CleanupReason, IntentCleanup, has_intent, intent_annotations};
 use build::{Stop, plan};
 pub(crate) use cleanup::{AfterReplay, CleanupStep, after_replay, cleanup_step};
 use cleanup::{IntentOwner, cleanup, intent_owner};
 
 mod build;
 mod cleanup;
-pub use super::plan_error::{Capability, PlanError};
+pub(crate) use super::plan_error::{Capability, PlanError};
 use crate::model::claim::{claim_class_name, is_ours, provisioner, selected_node};
 use crate::model::meta::non_empty_annotation;
 
 /// Process-wide settings (from flags, gates and the driver handshake).
 #[derive(Debug, Clone, Default)]
 #[allow(clippy::struct_excessive_bools)]
-pub struct ProvisionSettings {
+pub(crate) struct ProvisionSettings {
     /// Our driver name (GetPluginInfo).
-    pub driver: String,
+    pub(crate) driver: String,
     /// Provisioner identity written into every PV's volume attributes.
-    pub provisioner_identity: String,
+    pub(crate) provisioner_identity: String,
     /// `--volume-name-prefix`.
-    pub volume_name_prefix: String,
+    pub(crate) volume_name_prefix: String,
     /// `--volume-name-uuid-length` (`None` for the default -1).
-    pub volume_name_uuid_length: Option<usize>,
+    pub(crate) volume_name_uuid_length: Option<usize>,
     /// `--default-fstype` (`""` when unset).
-    pub default_fs_type: String,
+    pub(crate) default_fs_type: String,
     /// `--extra-create-metadata`.
-    pub extra_create_metadata: bool,
+    pub(crate) extra_create_metadata: bool,
     /// `--strict-topology`.
-    pub strict_topology: bool,
+    pub(crate) strict_topology: bool,
     /// `--immediate-topology`.
-    pub immediate_topology: bool,
+    pub(crate) immediate_topology: bool,
     /// `--controller-publish-readonly`.
-    pub controller_publish_read_only: bool,
+    pub(crate) controller_publish_read_only: bool,
     /// `Topology` gate on and the plugin reports VOLUME_ACCESSIBILITY_CONSTRAINTS.
-    pub topology: bool,
+    pub(crate) topology: bool,
     /// `VolumeAttributesClass` gate (after start-up auto-disabling).
-    pub volume_attributes_class: bool,
+    pub(crate) volume_attributes_class: bool,
     /// `CrossNamespaceVolumeDataSource` gate.
-    pub cross_namespace_data_source: bool,
+    pub(crate) cross_namespace_data_source: bool,
     /// Plugin capabilities.
-    pub plugin: PluginCapabilities,
+    pub(crate) plugin: PluginCapabilities,
     /// Controller capabilities.
-    pub controller: ControllerCapabilities,
+    pub(crate) controller: ControllerCapabilities,
     /// Node-deployment mode, when on.
-    pub node: Option<NodeMode>,
+    pub(crate) node: Option<NodeMode>,
 }
 
 /// Node-deployment settings.
 #[derive(Debug, Clone, Default)]
-pub struct NodeMode {
+pub(crate) struct NodeMode {
     /// Our node (`NODE_NAME`) and its NodeGetInfo segments.
-    pub me: NodeIdentity,
+    pub(crate) me: NodeIdentity,
     /// `--node-deployment-immediate-binding`.
-    pub immediate_binding: bool,
+    pub(crate) immediate_binding: bool,
 }
 
 /// A lookup the shell did (or did not) make for the claim.
 #[derive(Debug, Default)]
-pub enum Lookup<'a, T> {
+pub(crate) enum Lookup<'a, T> {
     /// Not looked up (not needed, or not known yet).
     #[default]
     NotLookedUp,
@@ -129,47 +129,55 @@ impl<T> Copy for Lookup<'_, T> {}
 /// The claim's data source, as resolved by the shell (snapshot/clone resolution is a later issue;
 /// this is the extension point).
 #[derive(Debug, Clone, Default)]
-pub enum SourceLookup {
+pub(crate) enum SourceLookup {
     /// Not resolved.
     #[default]
     NotResolved,
     /// Resolved to a content source.
+    #[allow(
+        dead_code,
+        reason = "the data-source extension point: snapshots and clones are not resolved yet"
+    )]
     Resolved(ContentSource),
     /// Resolution failed with this error text.
+    #[allow(
+        dead_code,
+        reason = "the data-source extension point: snapshots and clones are not resolved yet"
+    )]
     Failed(String),
 }
 
 /// What the shell read before calling [`decide_claim`].
 #[derive(Clone, Copy)]
-pub struct ClaimContext<'a> {
+pub(crate) struct ClaimContext<'a> {
     /// Process-wide settings.
-    pub settings: &'a ProvisionSettings,
+    pub(crate) settings: &'a ProvisionSettings,
     /// The StorageClass named by [`claim_class_name`], from the cache.
-    pub class: Option<&'a StorageClass>,
+    pub(crate) class: Option<&'a StorageClass>,
     /// Whether a PV named [`claim_volume_name`] exists (cache; see the module doc on lag).
-    pub pv_exists: bool,
+    pub(crate) pv_exists: bool,
     /// Nodes and CSINodes (reflector stores; node mode: its fixed view of its own node).
-    pub topology: &'a dyn TopologyView,
-    /// Whether the selected node runs our driver, when known (`node::ownership` decides who may
+    pub(crate) topology: &'a dyn TopologyView,
+    /// Whether the selected node runs our driver, when known (`node_mode::ownership` decides who may
     /// clear a selected node; pass `Unknown` otherwise).
-    pub selected_node_driver: CsiNodeLookup,
+    pub(crate) selected_node_driver: CsiNodeLookup,
     /// UID of the selected Node, when cached (recorded on the PV).
-    pub selected_node_uid: Option<&'a str>,
+    pub(crate) selected_node_uid: Option<&'a str>,
     /// The accessibility requirement pinned for this claim by an earlier attempt whose
     /// CreateVolume may still be in progress ([`super::topology::RequirementCache`]): sent again
     /// as is, without looking at nodes, so a retry is identical even if the node is gone
     /// (upstream's per-PVC topology cache). While one is pinned, pass
     /// `selected_node_driver: Unknown` too: the node is settled until the attempt ends.
-    pub pinned_topology: Option<&'a TopologyRequirement>,
+    pub(crate) pinned_topology: Option<&'a TopologyRequirement>,
     /// The VolumeAttributesClass named by the claim (needed when the gate is on and one is named).
-    pub vac: Lookup<'a, VolumeAttributesClass>,
+    pub(crate) vac: Lookup<'a, VolumeAttributesClass>,
     /// The claim's data source (needed for VolumeSnapshot and PersistentVolumeClaim sources).
-    pub source: &'a SourceLookup,
+    pub(crate) source: &'a SourceLookup,
 }
 
 /// What to do with a claim.
 #[derive(Debug, Clone)]
-pub enum ClaimDecision {
+pub(crate) enum ClaimDecision {
     /// Nothing to do; no event.
     Ignore(IgnoreReason),
     /// Provision: write the intent if needed, fetch the secret, call CreateVolume, create the PV.
@@ -179,7 +187,7 @@ pub enum ClaimDecision {
     /// Remove `volume.kubernetes.io/selected-node` so the scheduler picks another node.
     ClearSelectedNode(ClearReason),
     /// Node mode: an unselected Immediate-binding claim this node could serve; run the
-    /// competition (`node::ownership`).
+    /// competition (`node_mode::ownership`).
     Compete,
     /// The claim is gone (or bound elsewhere) but its volume may exist: delete it.
     CleanupIntent(Box<IntentCleanup>),
@@ -202,7 +210,7 @@ pub enum ClaimDecision {
 
 /// Why a claim is left alone (debug logs only).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum IgnoreReason {
+pub(crate) enum IgnoreReason {
     /// The claim is being deleted and no provisioning was ever started.
     ClaimDeleting,
     /// `spec.volumeName` is set: bound or pre-bound.
@@ -222,8 +230,8 @@ pub enum IgnoreReason {
 
 /// Why the selected node is cleared.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ClearReason {
-    /// The node has no instance of our driver (`node::ownership`; event `SelectedNodeCleared`).
+pub(crate) enum ClearReason {
+    /// The node has no instance of our driver (`node_mode::ownership`; event `SelectedNodeCleared`).
     NoDriverInstance(ClearSelectedNode),
     /// Upstream's reschedule: the selected node's CSINode is missing (event `ProvisioningFailed`).
     Reschedule(TopologyError),
@@ -231,7 +239,7 @@ pub enum ClearReason {
 
 impl ClearReason {
     /// The event reason.
-    pub fn event_reason(&self) -> &'static str {
+    pub(crate) fn event_reason(&self) -> &'static str {
         match self {
             ClearReason::NoDriverInstance(c) => c.reason,
             ClearReason::Reschedule(_) => names::EVENT_PROVISIONING_FAILED,
@@ -239,7 +247,7 @@ impl ClearReason {
     }
 
     /// The event message.
-    pub fn message(&self) -> String {
+    pub(crate) fn message(&self) -> String {
         match self {
             ClearReason::NoDriverInstance(c) => c.message.clone(),
             ClearReason::Reschedule(e) => e.to_string(),
@@ -249,32 +257,30 @@ impl ClearReason {
 
 /// Everything the shell needs to provision.
 #[derive(Debug, Clone)]
-pub struct ProvisionPlan {
+pub(crate) struct ProvisionPlan {
     /// The volume (and PV) name.
-    pub volume_name: String,
+    pub(crate) volume_name: String,
     /// CreateVolume request without secrets; add the provisioner secret's data before sending.
-    pub request: CreateVolumeRequest,
+    pub(crate) request: CreateVolumeRequest,
     /// The secret whose data goes into `request.secrets` (upstream: a fetch error is NoChange,
     /// `error getting secret <name> in namespace <ns>: <err>`).
-    pub provisioner_secret: Option<SecretRef>,
+    pub(crate) provisioner_secret: Option<SecretRef>,
     /// The PV, minus what the driver answers ([`super::pv::accept_answer`], [`super::pv::build_pv`]).
-    pub pv: PvTemplate,
-    /// The selected node, if any.
-    pub selected_node: Option<String>,
+    pub(crate) pv: PvTemplate,
     /// Whether `ResourceExhausted` means reschedule ([`super::classify::provisioning_state`]).
-    pub may_reschedule: bool,
+    pub(crate) may_reschedule: bool,
     /// UID of the StorageClass, for the infeasible hold-back ([`crate::retry::InfeasibleHold`]).
-    pub class_uid: String,
+    pub(crate) class_uid: String,
     /// Whether the claim still needs the intent (finalizer and annotations) written before the
     /// first CreateVolume.
-    pub needs_intent_write: bool,
+    pub(crate) needs_intent_write: bool,
     /// Upstream's deprecation warnings for the class's parameters (log them once per class).
-    pub warnings: Vec<String>,
+    pub(crate) warnings: Vec<String>,
 }
 
 impl ProvisionPlan {
     /// The intent annotations to write with the finalizer (`None` removes a stale key).
-    pub fn intent_annotations(&self) -> BTreeMap<&'static str, Option<String>> {
+    pub(crate) fn intent_annotations(&self) -> BTreeMap<&'static str, Option<String>> {
         intent_annotations(&self.volume_name, self.provisioner_secret.as_ref())
     }
 }
@@ -282,7 +288,7 @@ impl ProvisionPlan {
 /// The volume name of a claim: the intent's when recorded (so a changed `--volume-name-prefix`
 /// never forks a claim into two volumes), else `<prefix>-<uid>`. The shell checks whether a PV of
 /// this name exists ([`ClaimContext::pv_exists`]).
-pub fn claim_volume_name(
+pub(crate) fn claim_volume_name(
     pvc: &PersistentVolumeClaim,
     settings: &ProvisionSettings,
 ) -> Result<String, RequestError> {
@@ -341,7 +347,7 @@ pub(crate) fn selected_node_to_check(
 }
 
 /// Decides what to do with `pvc`.
-pub fn decide_claim(pvc: &PersistentVolumeClaim, ctx: &ClaimContext<'_>) -> ClaimDecision {
+pub(crate) fn decide_claim(pvc: &PersistentVolumeClaim, ctx: &ClaimContext<'_>) -> ClaimDecision {
     let settings = ctx.settings;
     let deleting = pvc.metadata.deletion_timestamp.is_some();
     let bound_to = pvc

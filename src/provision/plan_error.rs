@@ -1,7 +1,6 @@
 //! Why a claim cannot be provisioned as it is ([`PlanError`]): the `ProvisioningFailed` event
 //! messages, upstream's text wherever upstream has one, and what upstream's state would be.
 
-use super::classify::ProvisioningState;
 use super::params::ParamError;
 use super::request::RequestError;
 use super::secrets::SecretError;
@@ -10,7 +9,7 @@ use crate::gofmt;
 
 /// A driver capability a claim needs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Capability {
+pub(crate) enum Capability {
     /// Plugin CONTROLLER_SERVICE.
     ControllerService,
     /// CREATE_DELETE_VOLUME.
@@ -25,7 +24,7 @@ pub enum Capability {
 
 /// Bad input. `Display` is the `ProvisioningFailed` event message (upstream's text where it has one).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum PlanError {
+pub(crate) enum PlanError {
     /// No class named.
     #[error(
         "the claim names no StorageClass: set spec.storageClassName to a class provisioned by {driver}"
@@ -136,20 +135,21 @@ fn capability_message(c: Capability) -> &'static str {
 impl PlanError {
     /// Upstream's provisioning state for the error (metrics and logs): input errors are
     /// `Finished`, lookups that may succeed later are `NoChange`.
-    pub fn state(&self) -> ProvisioningState {
+    #[cfg(test)]
+    pub(crate) fn state(&self) -> super::classify::ProvisioningState {
         match self {
             PlanError::SourceUnresolved { .. }
             | PlanError::Secret(_)
             | PlanError::Topology(_)
             | PlanError::VacNotFound(_)
-            | PlanError::VacLookupFailed(_) => ProvisioningState::NoChange,
-            _ => ProvisioningState::Finished,
+            | PlanError::VacLookupFailed(_) => super::classify::ProvisioningState::NoChange,
+            _ => super::classify::ProvisioningState::Finished,
         }
     }
 
     /// Whether upstream emits its Normal `Provisioning` event before this error (errors found by
     /// the CSI part rather than the generic controller): emit it too, for identical event streams.
-    pub fn follows_provisioning_event(&self) -> bool {
+    pub(crate) fn follows_provisioning_event(&self) -> bool {
         !matches!(
             self,
             PlanError::NoClassName { .. }

@@ -19,64 +19,64 @@ use crate::names;
 
 /// Everything about the PV that is known before CreateVolume (built by the plan).
 #[derive(Debug, Clone, PartialEq)]
-pub struct PvTemplate {
+pub(crate) struct PvTemplate {
     /// PV name = volume name.
-    pub name: String,
+    pub(crate) name: String,
     /// `spec.csi.driver`.
-    pub driver: String,
+    pub(crate) driver: String,
     /// `pv.kubernetes.io/provisioned-by`: the StorageClass provisioner.
-    pub provisioned_by: String,
+    pub(crate) provisioned_by: String,
     /// Stored under `storage.kubernetes.io/csiProvisionerIdentity` in the volume attributes.
-    pub provisioner_identity: String,
+    pub(crate) provisioner_identity: String,
     /// `spec.claimRef`.
-    pub claim_ref: ObjectReference,
+    pub(crate) claim_ref: ObjectReference,
     /// `spec.storageClassName`.
-    pub class_name: String,
+    pub(crate) class_name: String,
     /// `spec.accessModes` (the claim's).
-    pub access_modes: Vec<String>,
+    pub(crate) access_modes: Vec<String>,
     /// `spec.mountOptions` (the class's).
-    pub mount_options: Option<Vec<String>>,
+    pub(crate) mount_options: Option<Vec<String>>,
     /// `spec.persistentVolumeReclaimPolicy` (the class's; the API server defaults it to Delete).
-    pub reclaim_policy: Option<String>,
+    pub(crate) reclaim_policy: Option<String>,
     /// `spec.volumeMode` (the claim's, if set).
-    pub volume_mode: Option<String>,
+    pub(crate) volume_mode: Option<String>,
     /// Block volumes carry no fsType.
-    pub block: bool,
+    pub(crate) block: bool,
     /// `spec.csi.fsType` for mount volumes (omitted when empty).
-    pub fs_type: String,
+    pub(crate) fs_type: String,
     /// The resolved secret references of the class.
-    pub secrets: SecretRefs,
+    pub(crate) secrets: SecretRefs,
     /// `spec.csi.readOnly`.
-    pub read_only: bool,
+    pub(crate) read_only: bool,
     /// Whether to write `spec.nodeAffinity` from the driver's accessible topology.
-    pub topology: bool,
+    pub(crate) topology: bool,
     /// `spec.volumeAttributesClassName`.
-    pub volume_attributes_class: Option<String>,
+    pub(crate) volume_attributes_class: Option<String>,
     /// Requested bytes (used when the driver reports capacity 0).
-    pub required_bytes: i64,
+    pub(crate) required_bytes: i64,
     /// The claim has a data source, so the answer must report a content source.
-    pub expects_content_source: bool,
+    pub(crate) expects_content_source: bool,
     /// Node mode: the node the volume lives on, as `(name, uid)` annotations.
-    pub node: Option<(String, Option<String>)>,
+    pub(crate) node: Option<(String, Option<String>)>,
 }
 
 /// A driver answer that was accepted.
 #[derive(Debug, Clone, PartialEq)]
-pub struct CreatedVolume {
+pub(crate) struct CreatedVolume {
     /// The volume id (PV `volumeHandle`).
-    pub volume_id: String,
+    pub(crate) volume_id: String,
     /// Capacity to record: the driver's, or the request when it reported 0 ("unknown").
-    pub capacity_bytes: i64,
+    pub(crate) capacity_bytes: i64,
     /// The driver's volume context.
-    pub volume_context: BTreeMap<String, String>,
+    pub(crate) volume_context: BTreeMap<String, String>,
     /// The driver's accessible topology.
-    pub accessible_topology: Vec<Topology>,
+    pub(crate) accessible_topology: Vec<Topology>,
 }
 
 /// A CreateVolume answer that cannot become a PV. `Display` is upstream's text where upstream
 /// has one.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum AnswerError {
+pub(crate) enum AnswerError {
     /// `CreateVolumeResponse.volume` is missing (upstream panics).
     #[error(
         "CreateVolume for {name} succeeded without returning a volume, which violates the CSI spec: report this to the driver's maintainers"
@@ -113,7 +113,7 @@ pub enum AnswerError {
 
 impl AnswerError {
     /// The volume the shell must delete before reporting the error (upstream's cleanup).
-    pub fn volume_to_delete(&self) -> Option<&str> {
+    pub(crate) fn volume_to_delete(&self) -> Option<&str> {
         match self {
             AnswerError::CapacityTooSmall { volume_id, .. }
             | AnswerError::ContentSourceMissing { volume_id } => Some(volume_id),
@@ -122,7 +122,7 @@ impl AnswerError {
     }
 
     /// Upstream's message when deleting the volume again failed as well.
-    pub fn with_failed_cleanup(&self, pv_name: &str, cleanup_error: &str) -> String {
+    pub(crate) fn with_failed_cleanup(&self, pv_name: &str, cleanup_error: &str) -> String {
         // Upstream capitalises only the capacity case.
         let cleanup = match self {
             AnswerError::ContentSourceMissing { .. } => "cleanup",
@@ -133,7 +133,7 @@ impl AnswerError {
 }
 
 /// Checks the driver's answer against the request.
-pub fn accept_answer(
+pub(crate) fn accept_answer(
     template: &PvTemplate,
     response: &CreateVolumeResponse,
 ) -> Result<CreatedVolume, AnswerError> {
@@ -175,7 +175,7 @@ pub fn accept_answer(
 }
 
 /// The claimRef upstream writes: kind, apiVersion, namespace, name, uid and resourceVersion.
-pub fn claim_ref(claim: &PersistentVolumeClaim) -> ObjectReference {
+pub(crate) fn claim_ref(claim: &PersistentVolumeClaim) -> ObjectReference {
     ObjectReference {
         api_version: Some("v1".to_owned()),
         kind: Some("PersistentVolumeClaim".to_owned()),
@@ -192,7 +192,7 @@ fn secret_ref(r: &Option<SecretRef>) -> Option<SecretReference> {
 }
 
 /// The PV object to create.
-pub fn build_pv(template: &PvTemplate, volume: &CreatedVolume) -> PersistentVolume {
+pub(crate) fn build_pv(template: &PvTemplate, volume: &CreatedVolume) -> PersistentVolume {
     let t = template;
     let mut annotations = BTreeMap::new();
     annotations.insert(

@@ -4,7 +4,7 @@
 
 /// Why a quantity string is not a usable size.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum QuantityError {
+pub(crate) enum QuantityError {
     /// Not of the form `<number><suffix>` (e.g. `10Gi`, `500M`, `1.5Ti`, `1e9`).
     #[error(
         "quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"
@@ -19,7 +19,7 @@ pub enum QuantityError {
 }
 
 /// Bytes of a quantity string, rounded up to a whole byte.
-pub fn parse_quantity(s: &str) -> Result<i64, QuantityError> {
+pub(crate) fn parse_quantity(s: &str) -> Result<i64, QuantityError> {
     let (negative, rest) = match s.as_bytes().first() {
         Some(b'+') => (false, &s[1..]),
         Some(b'-') => (true, &s[1..]),
@@ -105,7 +105,7 @@ fn parse_suffix(suffix: &str) -> Result<(u32, i64), QuantityError> {
 /// `resource.NewQuantity(bytes, BinarySI).String()`: the largest binary suffix that divides the
 /// value exactly (`5Gi`, `1536Ki`), no suffix otherwise (`1500`); values below 1024 print in
 /// decimal SI, as upstream (`1000` is `1k`).
-pub fn bytes_to_quantity(bytes: i64) -> String {
+pub(crate) fn bytes_to_quantity(bytes: i64) -> String {
     if bytes.unsigned_abs() < 1024 {
         return if bytes != 0 && bytes % 1000 == 0 {
             format!("{}k", bytes / 1000)

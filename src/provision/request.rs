@@ -17,7 +17,7 @@ use crate::csi::v1::{
 
 /// Why a claim's request cannot be built. `Display` is upstream's text where upstream has one.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum RequestError {
+pub(crate) enum RequestError {
     /// `--volume-name-prefix` is empty.
     #[error("volume name prefix cannot be of length 0")]
     EmptyPrefix,
@@ -48,7 +48,7 @@ pub enum RequestError {
 /// the UID without dashes cut to that many characters. Deterministic, so a retry after a crash
 /// asks the driver for the same volume. A length beyond the 32 characters of a UID keeps the whole
 /// UID (upstream panics).
-pub fn make_volume_name(
+pub(crate) fn make_volume_name(
     prefix: &str,
     uid: &str,
     uuid_length: Option<usize>,
@@ -71,7 +71,7 @@ pub fn make_volume_name(
 
 /// Bytes requested by the claim (`spec.resources.requests.storage`, rounded up); 0 when unset,
 /// as upstream.
-pub fn requested_bytes(claim: &PersistentVolumeClaim) -> Result<i64, RequestError> {
+pub(crate) fn requested_bytes(claim: &PersistentVolumeClaim) -> Result<i64, RequestError> {
     let Some(value) = claim
         .spec
         .as_ref()
@@ -88,13 +88,16 @@ pub fn requested_bytes(claim: &PersistentVolumeClaim) -> Result<i64, RequestErro
 }
 
 /// Whether the claim asks for a raw block device (`spec.volumeMode: Block`).
-pub fn is_block(claim: &PersistentVolumeClaim) -> bool {
+pub(crate) fn is_block(claim: &PersistentVolumeClaim) -> bool {
     claim.spec.as_ref().and_then(|s| s.volume_mode.as_deref()) == Some("Block")
 }
 
 /// The CSI access mode of one Kubernetes access mode. With the driver's
 /// `SINGLE_NODE_MULTI_WRITER` capability, RWO and RWOP map to the finer-grained modes.
-pub fn csi_access_mode(mode: &str, single_node_multi_writer: bool) -> Result<Mode, RequestError> {
+pub(crate) fn csi_access_mode(
+    mode: &str,
+    single_node_multi_writer: bool,
+) -> Result<Mode, RequestError> {
     Ok(match (mode, single_node_multi_writer) {
         ("ReadWriteOnce", false) => Mode::SingleNodeWriter,
         ("ReadWriteOnce", true) => Mode::SingleNodeMultiWriter,
@@ -108,7 +111,7 @@ pub fn csi_access_mode(mode: &str, single_node_multi_writer: bool) -> Result<Mod
 
 /// One capability per access mode: `block{}` for block claims, otherwise
 /// `mount{fs_type, mount_flags}` with the StorageClass mount options.
-pub fn volume_capabilities(
+pub(crate) fn volume_capabilities(
     access_modes: &[String],
     block: bool,
     fs_type: &str,
@@ -143,7 +146,11 @@ pub fn volume_capabilities(
 /// Where a new volume's content comes from, once the shell has resolved the claim's data source
 /// (snapshot and clone sources are validated elsewhere; this is only the wire form).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ContentSource {
+#[allow(
+    dead_code,
+    reason = "built once snapshots and clones are resolved (data sources, being built)"
+)]
+pub(crate) enum ContentSource {
     /// Restore from `VolumeSnapshotContent.status.snapshotHandle`.
     Snapshot {
         /// The snapshot handle.
@@ -158,7 +165,7 @@ pub enum ContentSource {
 
 impl ContentSource {
     /// The CSI message.
-    pub fn to_csi(&self) -> VolumeContentSource {
+    pub(crate) fn to_csi(&self) -> VolumeContentSource {
         VolumeContentSource {
             r#type: Some(match self {
                 ContentSource::Snapshot { snapshot_id } => Type::Snapshot(SnapshotSource {
@@ -174,25 +181,25 @@ impl ContentSource {
 
 /// Everything a CreateVolume request is made of, already resolved.
 #[derive(Debug, Clone, Default)]
-pub struct RequestParts {
+pub(crate) struct RequestParts {
     /// The volume name.
-    pub name: String,
+    pub(crate) name: String,
     /// Requested bytes (`capacity_range.required_bytes`; `limit_bytes` stays unset).
-    pub required_bytes: i64,
+    pub(crate) required_bytes: i64,
     /// One per access mode.
-    pub capabilities: Vec<VolumeCapability>,
+    pub(crate) capabilities: Vec<VolumeCapability>,
     /// StorageClass parameters without reserved keys, plus extra metadata.
-    pub parameters: HashMap<String, String>,
+    pub(crate) parameters: HashMap<String, String>,
     /// The data source, if any.
-    pub content_source: Option<ContentSource>,
+    pub(crate) content_source: Option<ContentSource>,
     /// Only when the driver supports topology.
-    pub accessibility: Option<TopologyRequirement>,
+    pub(crate) accessibility: Option<TopologyRequirement>,
     /// VolumeAttributesClass parameters (gate on and a class named by the claim).
-    pub mutable_parameters: Option<BTreeMap<String, String>>,
+    pub(crate) mutable_parameters: Option<BTreeMap<String, String>>,
 }
 
 /// The request, without secrets (the shell adds the provisioner secret's data).
-pub fn create_volume_request(parts: RequestParts) -> CreateVolumeRequest {
+pub(crate) fn create_volume_request(parts: RequestParts) -> CreateVolumeRequest {
     CreateVolumeRequest {
         name: parts.name,
         capacity_range: Some(CapacityRange {

@@ -29,7 +29,7 @@ use crate::names;
 
 /// The CSI calls a StorageClass can name a secret for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum SecretKind {
+pub(crate) enum SecretKind {
     /// CreateVolume and DeleteVolume.
     Provisioner,
     /// ControllerPublishVolume / ControllerUnpublishVolume (stored on the PV).
@@ -64,7 +64,7 @@ const DEFAULT_KEYS: SecretKeys = SecretKeys {
 
 impl SecretKind {
     /// Every type, in the order upstream resolves them.
-    pub const ALL: [SecretKind; 7] = [
+    pub(crate) const ALL: [SecretKind; 7] = [
         SecretKind::Provisioner,
         SecretKind::ControllerPublish,
         SecretKind::NodeStage,
@@ -74,19 +74,14 @@ impl SecretKind {
         SecretKind::ControllerModify,
     ];
 
-    /// Upstream's name for the type, as used in its error messages (`Provisioner`, `NodeStage`, ...).
-    pub fn label(self) -> &'static str {
-        self.keys().label
-    }
-
     /// The `(name, namespace)` parameter keys of the type.
-    pub fn keys_in_params(self) -> (&'static str, &'static str) {
+    pub(crate) fn keys_in_params(self) -> (&'static str, &'static str) {
         let keys = self.keys();
         (keys.name, keys.namespace)
     }
 
     /// The deprecated `(name, namespace)` keys, for the four types that have them.
-    pub fn deprecated_keys_in_params(self) -> Option<(&'static str, &'static str)> {
+    pub(crate) fn deprecated_keys_in_params(self) -> Option<(&'static str, &'static str)> {
         self.keys().deprecated
     }
 
@@ -153,16 +148,16 @@ impl SecretKind {
 
 /// A resolved secret reference (validated name and namespace).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct SecretRef {
+pub(crate) struct SecretRef {
     /// Secret name (a DNS-1123 subdomain).
-    pub name: String,
+    pub(crate) name: String,
     /// Secret namespace (a DNS-1123 label).
-    pub namespace: String,
+    pub(crate) namespace: String,
 }
 
 impl SecretRef {
     /// Convenience constructor.
-    pub fn new(name: impl Into<String>, namespace: impl Into<String>) -> Self {
+    pub(crate) fn new(name: impl Into<String>, namespace: impl Into<String>) -> Self {
         Self {
             name: name.into(),
             namespace: namespace.into(),
@@ -181,28 +176,28 @@ impl From<&SecretRef> for SecretReference {
 
 /// The claim as seen by templates.
 #[derive(Debug, Clone, Copy)]
-pub struct ClaimIdentity<'a> {
+pub(crate) struct ClaimIdentity<'a> {
     /// `${pvc.name}`.
-    pub name: &'a str,
+    pub(crate) name: &'a str,
     /// `${pvc.namespace}`.
-    pub namespace: &'a str,
+    pub(crate) namespace: &'a str,
     /// `${pvc.annotations['KEY']}`; `None` when they are not known (deletion), which makes any
     /// annotation token invalid.
-    pub annotations: Option<&'a BTreeMap<String, String>>,
+    pub(crate) annotations: Option<&'a BTreeMap<String, String>>,
 }
 
 /// What templates may refer to: the PV name always, the claim when one is known.
 #[derive(Debug, Clone, Copy)]
-pub struct TemplateContext<'a> {
+pub(crate) struct TemplateContext<'a> {
     /// `${pv.name}`.
-    pub pv_name: &'a str,
+    pub(crate) pv_name: &'a str,
     /// The claim, if any.
-    pub claim: Option<ClaimIdentity<'a>>,
+    pub(crate) claim: Option<ClaimIdentity<'a>>,
 }
 
 /// Why the secret keys of a StorageClass are unusable (before any template is expanded).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum SecretKeyError {
+pub(crate) enum SecretKeyError {
     /// The prefixed and the deprecated key of the same field are both set.
     #[error(
         "{kind} secrets specified in parameters with both \"csi\" and \"csi.storage.k8s.io/\" keys"
@@ -229,7 +224,7 @@ pub enum SecretKeyError {
 
 /// A secret reference that cannot be resolved. `Display` is upstream's text.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum SecretError {
+pub(crate) enum SecretError {
     /// The type's own keys are malformed.
     #[error("failed to get name and namespace template from params: {0}")]
     Keys(SecretKeyError),
@@ -316,7 +311,7 @@ fn templates(
 
 /// Resolves the secret reference of `kind` from StorageClass `params`, or `None` when neither the
 /// type's keys nor the default keys are set.
-pub fn secret_reference(
+pub(crate) fn secret_reference(
     kind: SecretKind,
     params: &BTreeMap<String, String>,
     ctx: &TemplateContext<'_>,
@@ -370,7 +365,7 @@ pub fn secret_reference(
 ///
 /// PVs we created carry the resolved pair in `volume.kubernetes.io/provisioner-deletion-secret-*`
 /// annotations; read those first and call this only when they are absent.
-pub fn resolve_provisioner_secret_for_delete(
+pub(crate) fn resolve_provisioner_secret_for_delete(
     params: &BTreeMap<String, String>,
     pv_name: &str,
     claim_name: &str,
@@ -389,25 +384,25 @@ pub fn resolve_provisioner_secret_for_delete(
 
 /// Every secret reference a new PV needs, resolved in upstream's order (first error wins).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct SecretRefs {
+pub(crate) struct SecretRefs {
     /// CreateVolume/DeleteVolume; its data goes into the request, the ref into PV annotations.
-    pub provisioner: Option<SecretRef>,
+    pub(crate) provisioner: Option<SecretRef>,
     /// `spec.csi.controllerPublishSecretRef`.
-    pub controller_publish: Option<SecretRef>,
+    pub(crate) controller_publish: Option<SecretRef>,
     /// `spec.csi.nodeStageSecretRef`.
-    pub node_stage: Option<SecretRef>,
+    pub(crate) node_stage: Option<SecretRef>,
     /// `spec.csi.nodePublishSecretRef`.
-    pub node_publish: Option<SecretRef>,
+    pub(crate) node_publish: Option<SecretRef>,
     /// `spec.csi.controllerExpandSecretRef`.
-    pub controller_expand: Option<SecretRef>,
+    pub(crate) controller_expand: Option<SecretRef>,
     /// `spec.csi.nodeExpandSecretRef`.
-    pub node_expand: Option<SecretRef>,
+    pub(crate) node_expand: Option<SecretRef>,
     /// The controller-modify PV annotations.
-    pub controller_modify: Option<SecretRef>,
+    pub(crate) controller_modify: Option<SecretRef>,
 }
 
 /// Resolves all seven secret types for provisioning.
-pub fn resolve_all(
+pub(crate) fn resolve_all(
     params: &BTreeMap<String, String>,
     ctx: &TemplateContext<'_>,
 ) -> Result<SecretRefs, SecretError> {
@@ -449,7 +444,7 @@ fn expand_checked(
 /// Go's `os.Expand`: `${name}` and `$name` (ASCII alphanumerics and `_`) are replaced via `map`;
 /// `$` followed by one of `*#$@!?-0..9` is a one-character special name; `${}` and an unclosed
 /// `${` are dropped; a `$` followed by nothing expandable stays literal.
-pub fn go_expand(s: &str, mut map: impl FnMut(&str) -> String) -> String {
+pub(crate) fn go_expand(s: &str, mut map: impl FnMut(&str) -> String) -> String {
     let bytes = s.as_bytes();
     let mut out = String::with_capacity(s.len());
     let mut copied_to = 0;
@@ -509,7 +504,7 @@ fn shell_name(s: &str) -> (Option<&str>, usize) {
 }
 
 /// RFC 1123 label: at most 63 of `[a-z0-9-]`, starting and ending alphanumeric.
-pub fn is_dns1123_label(s: &str) -> bool {
+pub(crate) fn is_dns1123_label(s: &str) -> bool {
     let b = s.as_bytes();
     !b.is_empty()
         && b.len() <= 63
@@ -521,7 +516,7 @@ pub fn is_dns1123_label(s: &str) -> bool {
 
 /// RFC 1123 subdomain: at most 253 characters of dot-separated labels (each label as above,
 /// without the 63-character limit, as Kubernetes checks it).
-pub fn is_dns1123_subdomain(s: &str) -> bool {
+pub(crate) fn is_dns1123_subdomain(s: &str) -> bool {
     s.len() <= 253
         && s.split('.').all(|label| {
             let b = label.as_bytes();

@@ -28,7 +28,7 @@ use crate::gofmt;
 use crate::model::topology::{Term, driver_topology_keys, flatten, sort_and_dedupe, terms_fmt};
 
 /// Read access to the cluster's nodes. `Vec<Arc<_>>` matches `reflector::Store::state()`.
-pub trait TopologyView {
+pub(crate) trait TopologyView {
     /// The CSINode of `name`, if it exists.
     fn csinode(&self, name: &str) -> Option<Arc<CSINode>>;
     /// The Node of `name`, if it exists.
@@ -43,17 +43,17 @@ pub trait TopologyView {
 /// A fixed set of objects: tests, and node mode (upstream gives its topology code a fake CSINode
 /// and Node built from NodeGetInfo).
 #[derive(Debug, Clone, Default)]
-pub struct StaticTopology {
+pub(crate) struct StaticTopology {
     /// CSINodes, in the order [`TopologyView::csinodes`] returns them.
-    pub csinodes: Vec<Arc<CSINode>>,
+    pub(crate) csinodes: Vec<Arc<CSINode>>,
     /// Nodes.
-    pub nodes: Vec<Arc<Node>>,
+    pub(crate) nodes: Vec<Arc<Node>>,
 }
 
 impl StaticTopology {
     /// Node mode's view: a CSINode `node_name` registering `driver` with the keys of `segments`,
     /// and a Node of that name labelled with `segments`.
-    pub fn single_node(
+    pub(crate) fn single_node(
         node_name: &str,
         driver: &str,
         node_id: &str,
@@ -120,7 +120,7 @@ impl TopologyView for StaticTopology {
 
 /// Why no accessibility requirement could be built. `Display` is upstream's text.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum TopologyError {
+pub(crate) enum TopologyError {
     /// The selected node has no CSINode object (node deleted, or the kubelet never registered):
     /// upstream answers with a reschedule, i.e. clears the selected node.
     #[error(
@@ -197,33 +197,33 @@ pub enum TopologyError {
 impl TopologyError {
     /// Whether upstream answers this with a reschedule (clear the selected node) rather than a
     /// retry of the same request.
-    pub fn is_reschedule(&self) -> bool {
+    pub(crate) fn is_reschedule(&self) -> bool {
         matches!(self, TopologyError::SelectedCsiNodeNotFound { .. })
     }
 }
 
 /// Inputs of [`generate_accessibility_requirements`] besides the cluster view.
 #[derive(Debug, Clone, Copy)]
-pub struct TopologyParams<'a> {
+pub(crate) struct TopologyParams<'a> {
     /// Our driver name (CSINode driver entries are matched on it).
-    pub driver: &'a str,
+    pub(crate) driver: &'a str,
     /// Claim name (StatefulSet spreading hashes it).
-    pub claim_name: &'a str,
+    pub(crate) claim_name: &'a str,
     /// The StorageClass allowedTopologies.
-    pub allowed_topologies: &'a [TopologySelectorTerm],
+    pub(crate) allowed_topologies: &'a [TopologySelectorTerm],
     /// The selected node, when the claim has one.
-    pub selected_node: Option<&'a str>,
+    pub(crate) selected_node: Option<&'a str>,
     /// `--strict-topology`.
-    pub strict: bool,
+    pub(crate) strict: bool,
     /// `--immediate-topology`.
-    pub immediate: bool,
+    pub(crate) immediate: bool,
 }
 
 /// The requisite and preferred terms; `None` when no requirement is sent.
-pub type RequirementTerms = Option<(Vec<Term>, Vec<Term>)>;
+pub(crate) type RequirementTerms = Option<(Vec<Term>, Vec<Term>)>;
 
 /// The CreateVolume `accessibility_requirements`; `Ok(None)` leaves the field unset.
-pub fn generate_accessibility_requirements(
+pub(crate) fn generate_accessibility_requirements(
     params: &TopologyParams<'_>,
     view: &dyn TopologyView,
 ) -> Result<Option<TopologyRequirement>, TopologyError> {
@@ -245,7 +245,7 @@ pub fn generate_accessibility_requirements(
 }
 
 /// [`generate_accessibility_requirements`] as terms (for tests and logs).
-pub fn requirement_terms(
+pub(crate) fn requirement_terms(
     params: &TopologyParams<'_>,
     view: &dyn TopologyView,
 ) -> Result<RequirementTerms, TopologyError> {
@@ -386,19 +386,19 @@ fn aggregate(view: &dyn TopologyView, keys: &[String]) -> Result<Vec<Term>, Topo
 /// CreateVolume, [`RequirementCache::pin`] the request's requirement; then
 /// [`RequirementCache::settle`] with the outcome.
 #[derive(Debug, Clone, Default)]
-pub struct RequirementCache {
+pub(crate) struct RequirementCache {
     by_uid: HashMap<String, TopologyRequirement>,
 }
 
 impl RequirementCache {
     /// The requirement pinned for claim `uid`.
-    pub fn get(&self, uid: &str) -> Option<&TopologyRequirement> {
+    pub(crate) fn get(&self, uid: &str) -> Option<&TopologyRequirement> {
         self.by_uid.get(uid)
     }
 
     /// Pins the requirement a CreateVolume was sent with (nothing to pin when it had none: a
     /// request without requirements is recomputed identically without looking at nodes).
-    pub fn pin(&mut self, uid: &str, sent: Option<&TopologyRequirement>) {
+    pub(crate) fn pin(&mut self, uid: &str, sent: Option<&TopologyRequirement>) {
         if let Some(req) = sent {
             self.by_uid.insert(uid.to_owned(), req.clone());
         }
@@ -407,7 +407,11 @@ impl RequirementCache {
     /// After a CreateVolume outcome (`None` = success): upstream forgets the pin on success, on a
     /// final error and on reschedule, and keeps it while the volume may still be in progress or
     /// nothing reached the driver.
-    pub fn settle(&mut self, uid: &str, failure: Option<super::classify::ProvisioningState>) {
+    pub(crate) fn settle(
+        &mut self,
+        uid: &str,
+        failure: Option<super::classify::ProvisioningState>,
+    ) {
         use super::classify::ProvisioningState::*;
         match failure {
             None | Some(Finished) | Some(Reschedule) => self.forget(uid),
@@ -416,28 +420,24 @@ impl RequirementCache {
     }
 
     /// Forgets claim `uid` (also when the claim is deleted or its selected node is cleared).
-    pub fn forget(&mut self, uid: &str) {
+    pub(crate) fn forget(&mut self, uid: &str) {
         self.by_uid.remove(uid);
     }
 
     /// Keeps only the claims `keep` accepts (drops the pins of claims that are gone).
-    pub fn retain(&mut self, mut keep: impl FnMut(&str) -> bool) {
+    pub(crate) fn retain(&mut self, mut keep: impl FnMut(&str) -> bool) {
         self.by_uid.retain(|uid, _| keep(uid));
     }
 
-    /// Number of pinned claims.
-    pub fn len(&self) -> usize {
-        self.by_uid.len()
-    }
-
     /// Whether nothing is pinned.
-    pub fn is_empty(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_empty(&self) -> bool {
         self.by_uid.is_empty()
     }
 }
 
 /// 32-bit FNV-1 (multiply, then xor; not FNV-1a), as Go's `fnv.New32`.
-pub fn fnv1_32(data: &[u8]) -> u32 {
+pub(crate) fn fnv1_32(data: &[u8]) -> u32 {
     data.iter().fold(0x811c_9dc5_u32, |hash, b| {
         hash.wrapping_mul(0x0100_0193) ^ u32::from(*b)
     })
@@ -446,7 +446,7 @@ pub fn fnv1_32(data: &[u8]) -> u32 {
 /// The StatefulSet spreading inputs of a claim name (upstream `getPVCNameHashAndIndexOffset`):
 /// for `claim-set-3` the hash of `set` and index 3; otherwise the hash of the whole name and 0.
 /// Upstream uses a random hash for an empty name; we use 0 (claims always have names).
-pub fn claim_name_hash_and_index(name: &str) -> (u32, u32) {
+pub(crate) fn claim_name_hash_and_index(name: &str) -> (u32, u32) {
     if name.is_empty() {
         return (0, 0);
     }

@@ -9,10 +9,10 @@ use std::time::{Duration, Instant};
 
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
-use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
+use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
-use tracing::{Instrument, debug, info, info_span, warn};
+use tracing::{debug, info, info_span, warn};
 
 use super::plan::{
     self, AttachmentState, ClaimState, DeletionSecrets, Locality, ReclaimAction, ReclaimContext,
@@ -22,14 +22,11 @@ use crate::csi::v1;
 use crate::k8s::events::{EventSpec, reference_to};
 use crate::k8s::patch::{self, DeleteOutcome, PatchOutcome};
 use crate::names;
-use crate::node::ownership::may_delete_here;
+use crate::node_mode::ownership::may_delete_here;
 use crate::retry::Backoff;
+use crate::runtime::skeleton::{self, LOCK_RETRY};
 use crate::runtime::{Context, Shutdown};
 
-/// Re-check every PV this often even without changes (a claim deleted while a watch was down...).
-const RESYNC: Duration = Duration::from_secs(10 * 60);
-/// Retry delay when the volume name is busy with a create in this process.
-const LOCK_RETRY: Duration = Duration::from_millis(500);
 /// Longest pause between two looks at a PV that waits for its volume to be detached.
 const DETACH_RECHECK_MAX: Duration = Duration::from_secs(10);
 /// Retry delay when a cache the decision needs has not been filled yet.
@@ -41,7 +38,7 @@ const MAX_STEPS: usize = 4;
 
 /// Why a reconcile failed; the PV is retried with its backoff.
 #[derive(Debug, thiserror::Error)]
-pub enum ReclaimFailure {
+pub(crate) enum ReclaimFailure {
     /// Reported in a `VolumeFailedDelete` event already.
     #[error("{0}")]
     Reported(String),
@@ -75,7 +72,7 @@ struct Reclaimer {
 }
 
 /// Runs the reclaim controller until shutdown.
-pub async fn run(
+pub(crate) async fn run(
     ctx: Arc<Context>,
     pvs: impl Stream<Item = Arc<PersistentVolume>> + Send + 'static,
     pvcs: impl Stream<Item = Arc<PersistentVolumeClaim>> + Send + 'static,
@@ -96,7 +93,6 @@ pub async fn run(
         waiting_for_detach: Mutex::new(HashSet::new()),
         ctx: ctx.clone(),
     });
-    let workers = u16::try_from(p.worker_threads.max(1)).unwrap_or(u16::MAX);
     let mut controller = Controller::for_shared_stream(pvs, ctx.stores.pvs.clone())
         // A claim that changes (bound, being deleted) matters to its PV.
         .watches_shared_stream(pvcs, |pvc| {
@@ -111,23 +107,21 @@ pub async fn run(
         controller = controller.reconcile_on(index.detachments().map(|pv| ObjectRef::new(&pv)));
     }
     // Per-PV state of vanished PVs goes at each resync.
-    let pruner = {
-        let state = state.clone();
-        crate::k8s::watch::spawn_every(RESYNC, move || state.forget_vanished_pvs())
-    };
-    controller
-        .reconcile_all_on(crate::k8s::watch::resync_every(RESYNC))
-        .with_config(ControllerConfig::default().concurrency(workers))
-        .graceful_shutdown_on(shutdown.requested())
-        .run(reconcile, error_policy, state)
-        .for_each(|result| async move {
-            if let Err(e) = result {
-                debug!(error = %e, "PV reconcile ended with an error");
-            }
-        })
-        .instrument(info_span!("reclaim"))
-        .await;
-    pruner.abort();
+    let pruned = state.clone();
+    let prune = move || pruned.forget_vanished_pvs();
+    let span = info_span!("reclaim");
+    skeleton::drive(
+        &ctx,
+        span,
+        "PV",
+        controller,
+        reconcile,
+        error_policy,
+        state,
+        prune,
+        shutdown,
+    )
+    .await;
 }
 
 fn error_policy(
@@ -217,7 +211,8 @@ async fn step(state: &Reclaimer, pv: &PersistentVolume) -> Result<Next, ReclaimF
             .attached_node(&name)
             .map_or(AttachmentState::Detached, AttachmentState::AttachedTo),
     };
-    let class = plan::storage_class_name(pv).map(|c| ctx.stores.classes.get(&ObjectRef::new(c)));
+    let class = crate::model::volume::storage_class_name(pv)
+        .map(|c| ctx.stores.classes.get(&ObjectRef::new(c)));
     let storage_class = match &class {
         Some(Some(c)) => StorageClassLookup::Found(c.as_ref()),
         Some(None) | None => StorageClassLookup::Missing,

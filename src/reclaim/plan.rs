@@ -28,6 +28,8 @@ use k8s_openapi::api::storage::v1::StorageClass;
 
 use crate::model::meta::annotation;
 use crate::model::topology::AffinityError;
+use crate::model::volume::{Ownership, is_ours, ownership, storage_class_name};
+use crate::model::volume::{ReclaimPolicy, claim_uid, has_our_finalizer, phase, reclaim_policy};
 use crate::names;
 use crate::provision::secrets::{SecretError, SecretRef, resolve_provisioner_secret_for_delete};
 
@@ -35,7 +37,7 @@ use crate::provision::secrets::{SecretError, SecretRef, resolve_provisioner_secr
 
 /// Whether the claim named by the PV's `claimRef` still exists (see [`claim_state`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ClaimState {
+pub(crate) enum ClaimState {
     /// A PVC with that namespace/name (and UID, when the claimRef has one) exists.
     Exists,
     /// No such PVC, or one with another UID. From a cache this must be confirmed by a live GET
@@ -47,7 +49,7 @@ pub enum ClaimState {
 
 /// Whether a VolumeAttachment still names the PV (looked up in the shell's index by PV name).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum AttachmentState {
+pub(crate) enum AttachmentState {
     /// No VolumeAttachment names the PV.
     Detached,
     /// A VolumeAttachment names the PV; `spec.nodeName` of one of them.
@@ -59,7 +61,7 @@ pub enum AttachmentState {
 /// Which deployment this instance is, and for node deployments whether this node is the one that
 /// may delete the volume. The hook for node-deployment ownership rules.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Locality {
+pub(crate) enum Locality {
     /// Central (controller) deployment: every volume of our driver is ours to delete.
     Central,
     /// Node deployment: `accessible` is upstream's `VolumeIsAccessible(pv.nodeAffinity, own
@@ -75,41 +77,45 @@ pub enum Locality {
 
 /// The StorageClass named by the PV, as far as the shell's store knows.
 #[derive(Clone, Copy, Debug)]
-pub enum StorageClassLookup<'a> {
+pub(crate) enum StorageClassLookup<'a> {
     /// Found.
     Found(&'a StorageClass),
     /// Not in the (synced) store: deleted meanwhile.
     Missing,
     /// The store is not synced yet.
+    #[allow(
+        dead_code,
+        reason = "the shell waits for synced caches before it starts; the decision still covers it"
+    )]
     Unknown,
 }
 
 /// Everything [`decide`] needs besides the PV; the shell fills it from its stores.
 #[derive(Clone, Debug)]
-pub struct ReclaimContext<'a> {
+pub(crate) struct ReclaimContext<'a> {
     /// Our driver name (`GetPluginInfo`).
-    pub driver_name: &'a str,
+    pub(crate) driver_name: &'a str,
     /// Whether the PV's claim still exists; only read when [`claim_to_check`] returns a claim.
-    pub claim: ClaimState,
+    pub(crate) claim: ClaimState,
     /// Whether the driver has the `PUBLISH_UNPUBLISH_VOLUME` controller capability (only then are
     /// VolumeAttachments consulted, as upstream).
-    pub publish_unpublish: bool,
+    pub(crate) publish_unpublish: bool,
     /// VolumeAttachments naming this PV; only read when `publish_unpublish`.
-    pub attachment: AttachmentState,
+    pub(crate) attachment: AttachmentState,
     /// Central or node deployment.
-    pub locality: Locality,
+    pub(crate) locality: Locality,
     /// The PV's StorageClass ([`storage_class_name`]); only read when the PV lacks the
     /// deletion-secret annotations ([`needs_storage_class`]).
-    pub storage_class: StorageClassLookup<'a>,
+    pub(crate) storage_class: StorageClassLookup<'a>,
     /// This process already got OK from DeleteVolume for this PV UID (in-memory only).
-    pub volume_deleted: bool,
+    pub(crate) volume_deleted: bool,
 }
 
 // === Outputs ===
 
 /// The one next step for a PV.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum ReclaimAction {
+pub(crate) enum ReclaimAction {
     /// Add our deletion-protection finalizer (a patch; see `k8s::patch::add_finalizer`).
     AddFinalizer,
     /// Remove our finalizer without touching the backend volume.
@@ -142,7 +148,7 @@ pub enum ReclaimAction {
 
 /// Why our finalizer is removed without deleting the volume.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum RemoveReason {
+pub(crate) enum RemoveReason {
     /// Reclaim policy Retain (or unset, which the API defaults to Retain): the volume is kept.
     ReclaimRetain,
     /// Reclaim policy Recycle: never deleted by a provisioner.
@@ -156,7 +162,7 @@ pub enum RemoveReason {
 
 /// Why nothing is done.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SkipReason {
+pub(crate) enum SkipReason {
     /// Another provisioner's PV, or not a CSI PV of our driver.
     NotOurs,
     /// A static PV of our driver that has never been bound: no finalizer (KEP-2644).
@@ -188,7 +194,7 @@ pub enum SkipReason {
 
 /// The provisioner secret for DeleteVolume (upstream `handleSecretsForDeletion`).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum DeletionSecrets {
+pub(crate) enum DeletionSecrets {
     /// Send no secret.
     None,
     /// Fetch this Secret and send its data. If the fetch fails, log it and delete without
@@ -200,7 +206,7 @@ pub enum DeletionSecrets {
 
 impl DeletionSecrets {
     /// The Secret to fetch, if any.
-    pub fn secret_ref(&self) -> Option<&SecretRef> {
+    pub(crate) fn secret_ref(&self) -> Option<&SecretRef> {
         match self {
             Self::Fetch(r) => Some(r),
             Self::None | Self::NoneWithWarning(_) => None,
@@ -210,7 +216,7 @@ impl DeletionSecrets {
 
 /// Why a PV without deletion-secret annotations is deleted without secrets.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum SecretWarning {
+pub(crate) enum SecretWarning {
     /// Its StorageClass no longer exists.
     StorageClassMissing {
         /// The class name.
@@ -236,7 +242,7 @@ impl fmt::Display for SecretWarning {
 
 /// Why the volume cannot be deleted before even calling the driver. `Display` is the event text.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum ReclaimError {
+pub(crate) enum ReclaimError {
     /// The PV has no `spec.csi` (upstream's text).
     #[error("invalid CSI PV")]
     InvalidCsiPv,
@@ -263,99 +269,11 @@ pub enum ReclaimError {
     },
 }
 
-// === Reading the PV ===
-
-fn phase(pv: &PersistentVolume) -> Option<&str> {
-    pv.status.as_ref()?.phase.as_deref()
-}
-
-fn has_our_finalizer(pv: &PersistentVolume) -> bool {
-    pv.metadata
-        .finalizers
-        .as_deref()
-        .unwrap_or_default()
-        .iter()
-        .any(|f| f == names::FINALIZER_PV_DELETION_PROTECTION)
-}
-
-fn claim_uid(pv: &PersistentVolume) -> Option<&str> {
-    let claim_ref = pv.spec.as_ref()?.claim_ref.as_ref()?;
-    claim_ref.uid.as_deref().filter(|uid| !uid.is_empty())
-}
-
-/// The PV's reclaim policy; unset or unknown counts as Retain (the API default, and the safe side).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum ReclaimPolicy {
-    Delete,
-    Retain,
-    Recycle,
-}
-
-fn reclaim_policy(pv: &PersistentVolume) -> ReclaimPolicy {
-    let policy = pv
-        .spec
-        .as_ref()
-        .and_then(|s| s.persistent_volume_reclaim_policy.as_deref());
-    match policy {
-        Some(names::RECLAIM_DELETE) => ReclaimPolicy::Delete,
-        Some(names::RECLAIM_RECYCLE) => ReclaimPolicy::Recycle,
-        _ => ReclaimPolicy::Retain,
-    }
-}
-
-/// How a PV relates to our driver.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Ownership {
-    /// Ours: provisioned by our driver (`dynamic`), or a static PV of our driver that has been
-    /// bound to a claim.
-    Ours {
-        /// `pv.kubernetes.io/provisioned-by` names our driver (or it was migrated to it).
-        dynamic: bool,
-    },
-    /// A static PV of our driver that has never been bound (or is unbound again): not protected.
-    OurDriverUnbound,
-    /// Another provisioner's, or not ours at all.
-    NotOurs,
-}
-
-/// Upstream's `isProvisionerForVolume`, with KEP-2644's rule that a static PV is protected only
-/// once bound:
-/// - with `pv.kubernetes.io/provisioned-by`: ours iff it, or `pv.kubernetes.io/migrated-to`, names
-///   our driver;
-/// - without (static): ours iff `spec.csi.driver` (or, for in-tree PVs, `migrated-to`) names our
-///   driver and the PV is (or was) bound: phase Bound, Released or Failed.
-pub fn ownership(pv: &PersistentVolume, driver_name: &str) -> Ownership {
-    let migrated_to = annotation(&pv.metadata, names::ANN_MIGRATED_TO);
-    if let Some(provisioner) = annotation(&pv.metadata, names::ANN_PROVISIONED_BY) {
-        return if provisioner == driver_name || migrated_to == Some(driver_name) {
-            Ownership::Ours { dynamic: true }
-        } else {
-            Ownership::NotOurs
-        };
-    }
-    let driver = match pv.spec.as_ref().and_then(|s| s.csi.as_ref()) {
-        Some(csi) => Some(csi.driver.as_str()),
-        None => migrated_to,
-    };
-    if driver != Some(driver_name) {
-        return Ownership::NotOurs;
-    }
-    let bound = matches!(
-        phase(pv),
-        Some(names::PV_PHASE_BOUND | names::PV_PHASE_RELEASED | names::PV_PHASE_FAILED)
-    );
-    if bound {
-        Ownership::Ours { dynamic: false }
-    } else {
-        Ownership::OurDriverUnbound
-    }
-}
-
 /// Whether `pv` is a volume of ours whose backend volume is still to be deleted: it carries our
 /// deletion-protection finalizer, its reclaim policy is Delete, and it is released (or failed), or
 /// being deleted (perhaps still bound: PV protection keeps it until it is released). A count of
 /// these that does not come down is a deletion that is stuck (detach, driver errors).
-pub fn awaits_deletion(pv: &PersistentVolume, driver_name: &str) -> bool {
+pub(crate) fn awaits_deletion(pv: &PersistentVolume, driver_name: &str) -> bool {
     has_our_finalizer(pv)
         && reclaim_policy(pv) == ReclaimPolicy::Delete
         && is_ours(pv, driver_name)
@@ -366,30 +284,10 @@ pub fn awaits_deletion(pv: &PersistentVolume, driver_name: &str) -> bool {
             ))
 }
 
-/// Whether this sidecar owns `pv` (see [`ownership`]).
-pub fn is_ours(pv: &PersistentVolume, driver_name: &str) -> bool {
-    matches!(ownership(pv, driver_name), Ownership::Ours { .. })
-}
-
-/// The PV's StorageClass name: the beta annotation wins over `spec.storageClassName` (lib
-/// `GetPersistentVolumeClass`). `None` when neither is set (or both are empty).
-pub fn storage_class_name(pv: &PersistentVolume) -> Option<&str> {
-    annotation(&pv.metadata, names::ANN_BETA_STORAGE_CLASS)
-        .or_else(|| pv.spec.as_ref()?.storage_class_name.as_deref())
-        .filter(|name| !name.is_empty())
-}
-
-/// Whether the deletion secret must come from the StorageClass (the PV lacks one of the two
-/// deletion-secret annotations, as PVs made by old sidecars do).
-pub fn needs_storage_class(pv: &PersistentVolume) -> bool {
-    annotation(&pv.metadata, names::ANN_DELETION_SECRET_NAME).is_none()
-        || annotation(&pv.metadata, names::ANN_DELETION_SECRET_NAMESPACE).is_none()
-}
-
 /// The claim whose existence decides whether `pv` counts as released although its phase is not
 /// `Released` yet: `(namespace, name, uid)` of a claimRef carrying a UID. `None`: nothing to look
 /// up (phase already Released, no claim UID, or Failed and not being deleted).
-pub fn claim_to_check(pv: &PersistentVolume) -> Option<(&str, &str, &str)> {
+pub(crate) fn claim_to_check(pv: &PersistentVolume) -> Option<(&str, &str, &str)> {
     match phase(pv) {
         Some(names::PV_PHASE_RELEASED) => return None,
         Some(names::PV_PHASE_FAILED) if pv.metadata.deletion_timestamp.is_none() => return None,
@@ -405,7 +303,10 @@ pub fn claim_to_check(pv: &PersistentVolume) -> Option<(&str, &str, &str)> {
 
 /// [`ClaimState`] from a lookup of [`claim_to_check`]'s claim: `found` is the PVC with that
 /// namespace/name, if any. A PVC re-created under the same name (another UID) is not our claim.
-pub fn claim_state(pv: &PersistentVolume, found: Option<&PersistentVolumeClaim>) -> ClaimState {
+pub(crate) fn claim_state(
+    pv: &PersistentVolume,
+    found: Option<&PersistentVolumeClaim>,
+) -> ClaimState {
     let (Some(want), Some(found)) = (claim_uid(pv), found) else {
         return if found.is_some() {
             ClaimState::Exists
@@ -462,7 +363,7 @@ fn release(pv: &PersistentVolume, claim: ClaimState) -> Release {
 }
 
 /// Upstream `handleSecretsForDeletion`, minus the fetch.
-pub fn deletion_secrets(
+pub(crate) fn deletion_secrets(
     pv: &PersistentVolume,
     storage_class: StorageClassLookup<'_>,
 ) -> Result<Option<DeletionSecrets>, ReclaimError> {
@@ -515,7 +416,7 @@ pub fn deletion_secrets(
 }
 
 /// The next step for `pv`.
-pub fn decide(pv: &PersistentVolume, ctx: &ReclaimContext<'_>) -> ReclaimAction {
+pub(crate) fn decide(pv: &PersistentVolume, ctx: &ReclaimContext<'_>) -> ReclaimAction {
     let has_finalizer = has_our_finalizer(pv);
     let deleting = pv.metadata.deletion_timestamp.is_some();
 
@@ -611,13 +512,13 @@ pub fn decide(pv: &PersistentVolume, ctx: &ReclaimContext<'_>) -> ReclaimAction 
 }
 
 /// Upstream's text for a PV that waits for detach (the VolumeFailedDelete event message).
-pub fn detach_message(pv_name: &str, node: &str) -> String {
+pub(crate) fn detach_message(pv_name: &str, node: &str) -> String {
     format!("persistentvolume {pv_name} is still attached to node {node}")
 }
 
 /// Event dedupe key of one "waiting for detach" episode of a PV (by UID: a re-created PV of the
 /// same name starts a new episode). End it when the PV is deleted or the wait is over.
-pub fn wait_for_detach_episode(pv: &PersistentVolume) -> String {
+pub(crate) fn wait_for_detach_episode(pv: &PersistentVolume) -> String {
     format!(
         "wait-for-detach/{}",
         pv.metadata

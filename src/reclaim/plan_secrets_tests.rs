@@ -85,7 +85,6 @@ fn without_annotations_the_secret_comes_from_the_class_templates() {
         ),
     ]);
     let volume = without_secret_annotations().build();
-    assert!(needs_storage_class(&volume));
     assert_eq!(
         secrets_of(volume, StorageClassLookup::Found(&class)),
         delete_volume(DeletionSecrets::Fetch(SecretRef::new("c-pv-1", "ns")))

@@ -1,5 +1,5 @@
 //! What the controllers run on: the shared [`Context`] (clients, driver, caches, settings), the
-//! [`Shutdown`] signal, and [`VolumeLocks`]. The composition root ([`crate::app`]) builds them;
+//! [`Shutdown`] signal, [`VolumeLocks`], and the controller [`skeleton`] both controllers run on. The composition root ([`crate::app`]) builds them;
 //! the controllers only use them, so nothing depends on the composition root.
 
 use std::collections::HashSet;
@@ -18,32 +18,34 @@ use crate::k8s::watch::AttachmentIndex;
 use crate::metrics::Metrics;
 use crate::metrics::node_gone::NodeGoneMetrics;
 
+pub(crate) mod skeleton;
+
 /// Everything the controllers share: clients, the driver, caches and process-wide settings.
-pub struct Context {
+pub(crate) struct Context {
     /// Validated flags.
-    pub config: Arc<Config>,
+    pub(crate) config: Arc<Config>,
     /// Rate-limited Kubernetes client.
-    pub client: Client,
+    pub(crate) client: Client,
     /// The driver's controller service, with `--timeout` on every call.
-    pub csi: Arc<dyn CsiController>,
+    pub(crate) csi: Arc<dyn CsiController>,
     /// What the handshake learned about the driver.
-    pub driver: Arc<DriverInfo>,
+    pub(crate) driver: Arc<DriverInfo>,
     /// Written into every PV's volume attributes (upstream's provisioner identity).
-    pub identity: String,
+    pub(crate) identity: String,
     /// Whether the VolumeAttributesClass gate is on after start-up auto-disabling.
-    pub volume_attributes_class: bool,
+    pub(crate) volume_attributes_class: bool,
     /// Events with upstream's source component.
-    pub events: Recorder,
+    pub(crate) events: Recorder,
     /// Upstream provisioning/deletion metrics.
-    pub metrics: Arc<Metrics>,
+    pub(crate) metrics: Arc<Metrics>,
     /// Dead-node metrics.
-    pub node_metrics: NodeGoneMetrics,
+    pub(crate) node_metrics: NodeGoneMetrics,
     /// Caches.
-    pub stores: Stores,
+    pub(crate) stores: Stores,
     /// Volume names with a CreateVolume or DeleteVolume in flight in this process.
-    pub volume_locks: VolumeLocks,
+    pub(crate) volume_locks: VolumeLocks,
     /// Refreshes capacity after a volume was created or deleted (a no-op without --enable-capacity).
-    pub capacity: CapacityNudge,
+    pub(crate) capacity: CapacityNudge,
 }
 
 /// Nudges buffered before new ones are dropped; a dropped nudge only delays a refresh to the next
@@ -55,17 +57,17 @@ const NUDGE_BUFFER: usize = 256;
 /// than at the next poll. Cheap to clone; a no-op when capacity tracking is off. It carries only
 /// the PV's class and node affinity, so the controllers that call it need nothing of `capacity`.
 #[derive(Clone, Debug, Default)]
-pub struct CapacityNudge(Option<mpsc::Sender<PersistentVolume>>);
+pub(crate) struct CapacityNudge(Option<mpsc::Sender<PersistentVolume>>);
 
 impl CapacityNudge {
     /// A nudge and the receiving end the capacity controller consumes.
-    pub fn channel() -> (Self, mpsc::Receiver<PersistentVolume>) {
+    pub(crate) fn channel() -> (Self, mpsc::Receiver<PersistentVolume>) {
         let (tx, rx) = mpsc::channel(NUDGE_BUFFER);
         (Self(Some(tx)), rx)
     }
 
     /// Call after `CreateVolume` or `DeleteVolume` of `pv`'s volume succeeded. Never blocks.
-    pub fn volume_changed(&self, pv: &PersistentVolume) {
+    pub(crate) fn volume_changed(&self, pv: &PersistentVolume) {
         let Some(tx) = &self.0 else { return };
         let spec = pv.spec.as_ref();
         let slim = PersistentVolume {
@@ -82,35 +84,35 @@ impl CapacityNudge {
 
 /// Reflector stores the controllers read from.
 #[derive(Clone)]
-pub struct Stores {
+pub(crate) struct Stores {
     /// PersistentVolumeClaims.
-    pub pvcs: Store<PersistentVolumeClaim>,
+    pub(crate) pvcs: Store<PersistentVolumeClaim>,
     /// PersistentVolumes.
-    pub pvs: Store<PersistentVolume>,
+    pub(crate) pvs: Store<PersistentVolume>,
     /// StorageClasses.
-    pub classes: Store<StorageClass>,
+    pub(crate) classes: Store<StorageClass>,
     /// Nodes (topology or dead-node handling only).
-    pub nodes: Option<Store<Node>>,
+    pub(crate) nodes: Option<Store<Node>>,
     /// CSINodes (topology or dead-node handling only).
-    pub csinodes: Option<Store<CSINode>>,
+    pub(crate) csinodes: Option<Store<CSINode>>,
     /// VolumeAttachments by PV (drivers with PUBLISH_UNPUBLISH_VOLUME only).
-    pub attachments: Option<AttachmentIndex>,
+    pub(crate) attachments: Option<AttachmentIndex>,
 }
 
 /// Names of volumes with a CreateVolume or DeleteVolume in flight, so a claim's create and a PV's
 /// delete for the same volume never overlap (upstream issue 1469).
 #[derive(Clone, Default)]
-pub struct VolumeLocks(Arc<Mutex<HashSet<String>>>);
+pub(crate) struct VolumeLocks(Arc<Mutex<HashSet<String>>>);
 
 /// Held while an operation on one volume name runs; released on drop.
-pub struct VolumeLock {
+pub(crate) struct VolumeLock {
     locks: VolumeLocks,
     name: String,
 }
 
 impl VolumeLocks {
     /// Takes the lock for `name`, or `None` when another operation on it is in flight.
-    pub fn try_lock(&self, name: &str) -> Option<VolumeLock> {
+    pub(crate) fn try_lock(&self, name: &str) -> Option<VolumeLock> {
         let mut held = crate::sync::lock(&self.0);
         held.insert(name.to_owned()).then(|| VolumeLock {
             locks: self.clone(),
@@ -128,7 +130,7 @@ impl Drop for VolumeLock {
 
 /// A shutdown signal every task can wait on.
 #[derive(Clone)]
-pub struct Shutdown(watch::Receiver<bool>);
+pub(crate) struct Shutdown(watch::Receiver<bool>);
 
 impl Shutdown {
     /// A shutdown signalled by `true` on this channel.
@@ -137,13 +139,13 @@ impl Shutdown {
     }
 
     /// Completes once shutdown was requested.
-    pub async fn requested(mut self) {
+    pub(crate) async fn requested(mut self) {
         // An error means the sender is gone, which only happens at process exit: stop as well.
         let _ = self.0.wait_for(|stop| *stop).await;
     }
 
     /// The raw receiver, for APIs that take one.
-    pub fn receiver(&self) -> watch::Receiver<bool> {
+    pub(crate) fn receiver(&self) -> watch::Receiver<bool> {
         self.0.clone()
     }
 }

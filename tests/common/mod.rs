@@ -10,13 +10,13 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{
-    Namespace, Node, PersistentVolume, PersistentVolumeClaim, PersistentVolumeClaimSpec, Pod,
-    PodSpec, Secret, VolumeResourceRequirements,
+    Event, Namespace, Node, PersistentVolume, PersistentVolumeClaim, PersistentVolumeClaimSpec,
+    Pod, PodSpec, Secret, VolumeResourceRequirements,
 };
 use k8s_openapi::api::storage::v1::{CSINode, CSINodeDriver, CSINodeSpec, StorageClass};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::api::{DeleteParams, ListParams, ObjectMeta, PostParams};
-use kube::{Api, Client};
+use kube::{Api, Client, Resource};
 use kube_sim::{Sim, SimConfig};
 use mock_csi_driver::StateDump;
 use mock_csi_driver::control::ControlClient;
@@ -241,21 +241,46 @@ impl Cluster {
         .await;
     }
 
-    /// Total `count` of the events with `reason` on an object (an aggregated event counts as many
-    /// times as it was recorded).
-    pub async fn event_count(&self, kind: &str, ns: &str, name: &str, reason: &str) -> i32 {
-        let api: Api<k8s_openapi::api::core::v1::Event> = Api::all(self.client.clone());
+    /// The Events on an object (`ns` empty: any namespace, as for cluster-scoped objects).
+    pub async fn events_on(&self, kind: &str, ns: &str, name: &str) -> Vec<Event> {
+        let api: Api<Event> = Api::all(self.client.clone());
         let list = api.list(&ListParams::default()).await.expect("list events");
         list.items
-            .iter()
+            .into_iter()
             .filter(|e| {
                 e.involved_object.kind.as_deref() == Some(kind)
                     && e.involved_object.name.as_deref() == Some(name)
                     && (ns.is_empty() || e.involved_object.namespace.as_deref() == Some(ns))
-                    && e.reason.as_deref() == Some(reason)
             })
+            .collect()
+    }
+
+    /// Total `count` of the events with `reason` on an object (an aggregated event counts as many
+    /// times as it was recorded).
+    pub async fn event_count(&self, kind: &str, ns: &str, name: &str, reason: &str) -> i32 {
+        self.events_on(kind, ns, name)
+            .await
+            .iter()
+            .filter(|e| e.reason.as_deref() == Some(reason))
             .map(|e| e.count.unwrap_or(1).max(1))
             .sum()
+    }
+
+    /// Every Event on an object as `(reason, message, count)`: an aggregated repeat is one Event
+    /// with a count above 1.
+    pub async fn events_counted(&self, kind: &str, name: &str) -> Vec<(String, String, i32)> {
+        self.events_on(kind, "", name)
+            .await
+            .into_iter()
+            .map(|e| {
+                let count = e.count.unwrap_or(1);
+                (
+                    e.reason.unwrap_or_default(),
+                    e.message.unwrap_or_default(),
+                    count,
+                )
+            })
+            .collect()
     }
 
     /// Deletes a PVC and waits until it is gone from the API.
@@ -312,15 +337,9 @@ impl Cluster {
 
     /// Messages of events on an object, e.g. `("PersistentVolumeClaim", "default", "c1")`.
     pub async fn events_for(&self, kind: &str, ns: &str, name: &str) -> Vec<(String, String)> {
-        let api: Api<k8s_openapi::api::core::v1::Event> = Api::all(self.client.clone());
-        let list = api.list(&ListParams::default()).await.expect("list events");
-        list.items
+        self.events_on(kind, ns, name)
+            .await
             .into_iter()
-            .filter(|e| {
-                e.involved_object.kind.as_deref() == Some(kind)
-                    && e.involved_object.name.as_deref() == Some(name)
-                    && (ns.is_empty() || e.involved_object.namespace.as_deref() == Some(ns))
-            })
             .map(|e| (e.reason.unwrap_or_default(), e.message.unwrap_or_default()))
             .collect()
     }
@@ -365,6 +384,20 @@ impl Cluster {
         )
         .await
     }
+}
+
+/// An object's annotation as stored.
+pub fn annotation<'a, K: Resource>(obj: &'a K, key: &str) -> Option<&'a str> {
+    obj.meta()
+        .annotations
+        .as_ref()?
+        .get(key)
+        .map(String::as_str)
+}
+
+/// An object's label as stored.
+pub fn label<'a, K: Resource>(obj: &'a K, key: &str) -> Option<&'a str> {
+    obj.meta().labels.as_ref()?.get(key).map(String::as_str)
 }
 
 /// A StorageClass of our driver.

@@ -96,8 +96,8 @@ pub(super) async fn provision(
 
     let mut pv = build_pv(&plan.pv, &created);
     if let Some(mode) = &state.settings.node {
-        // Node mode: each instance watches only PVs labelled with its node (node::scope).
-        crate::node::scope::label_new_pv(
+        // Node mode: each instance watches only PVs labelled with its node (node_mode::scope).
+        crate::node_mode::scope::label_new_pv(
             &mut pv,
             &state.settings.driver,
             &mode.me.name,

@@ -18,7 +18,7 @@ pub(super) async fn intent_on_gone_node(
     let grace = state.ctx.config.deleted_node.grace_period;
     let key = claim_key(pvc);
     let since = state.memory().node_missing_since(&key, Instant::now());
-    let due = crate::node::gone::grace_deadline(since, grace, Duration::ZERO, 0);
+    let due = crate::gone_nodes::policy::grace_deadline(since, grace, Duration::ZERO, 0);
     let now = Instant::now();
     if now < due {
         debug!(claim = %claim_name(pvc), %node, "the node of the claim's provisioning intent is missing; waiting for the grace period");

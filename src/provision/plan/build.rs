@@ -195,7 +195,6 @@ pub(super) fn plan(
         request,
         provisioner_secret: secrets.provisioner,
         pv,
-        selected_node: node.map(str::to_owned),
         may_reschedule: may_reschedule(settings.topology, node),
         class_uid: class.metadata.uid.clone().unwrap_or_default(),
         needs_intent_write: !recorded,

@@ -17,26 +17,26 @@ use k8s_openapi::api::storage::v1::CSINode;
 use kube::{Api, Client};
 use tracing::{info, warn};
 
-use super::locate::{HOSTNAME_LABEL, PerNodeKeys};
 use super::scope;
 use crate::csi::DriverInfo;
 use crate::k8s::watch::{Watched, watch_shared_scoped};
+use crate::model::locate::{HOSTNAME_LABEL, PerNodeKeys};
 
 /// The scoped watches of one node-mode instance.
-pub struct NodeWatches {
+pub(crate) struct NodeWatches {
     /// Claims this instance may act on.
-    pub pvcs: Watched<PersistentVolumeClaim>,
+    pub(crate) pvcs: Watched<PersistentVolumeClaim>,
     /// This node's PVs and PVs of no single node.
-    pub pvs: Watched<PersistentVolume>,
+    pub(crate) pvs: Watched<PersistentVolume>,
     /// Stripped Nodes.
-    pub nodes: Watched<Node>,
+    pub(crate) nodes: Watched<Node>,
     /// Stripped CSINodes.
-    pub csinodes: Watched<CSINode>,
+    pub(crate) csinodes: Watched<CSINode>,
 }
 
 /// Starts the scoped watches of the instance on `node_name` (`subscribers`: change streams of the
 /// claim and PV watches).
-pub async fn start(
+pub(crate) async fn start(
     client: &Client,
     driver: &DriverInfo,
     node_name: &str,

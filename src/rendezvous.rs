@@ -26,7 +26,7 @@ fn fnv1a64(parts: &[&[u8]]) -> u64 {
     hash
 }
 
-/// FNV-1a 64-bit of a string (also the hashed label values of `node::scope`).
+/// FNV-1a 64-bit of a string (also the hashed label values of `node_mode::scope`).
 pub(crate) fn fnv1a64_str(s: &str) -> u64 {
     fnv1a64(&[s.as_bytes()])
 }

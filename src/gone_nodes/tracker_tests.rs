@@ -1,7 +1,14 @@
 //! Tests of the dead-node tracker ([`super`]).
 
+use std::time::Duration;
+
 use super::*;
-use crate::node::locate::HOSTNAME_LABEL;
+use crate::gone_nodes::candidates::*;
+use crate::gone_nodes::policy::*;
+use crate::model::locate::HOSTNAME_LABEL;
+use crate::model::locate::Mode;
+use crate::model::locate::{Unlocated, node_query};
+use crate::rendezvous;
 use crate::testing::{PvBuilder, node, pv, pvc};
 use k8s_openapi::api::core::v1::{NodeCondition, NodeStatus};
 use kube::core::Status;
@@ -436,7 +443,7 @@ fn a_volume_without_affinity_relies_on_the_record_in_node_mode_only() {
     );
     assert_eq!(
         node_query(&volume, Mode::Controller, &PerNodeKeys::default()),
-        Err(Skip::NotNodeLocal)
+        Err(Unlocated::NotNodeLocal)
     );
 }
 

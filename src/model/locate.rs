@@ -6,19 +6,20 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
-use k8s_openapi::api::core::v1::VolumeNodeAffinity;
+use k8s_openapi::api::core::v1::{PersistentVolume, VolumeNodeAffinity};
 use k8s_openapi::api::storage::v1::CSINode;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::k8s::errors::{ApiErrorClass, classify as classify_api_error};
+use crate::model::meta::non_empty_annotation;
 use crate::names;
 
 /// The well-known label every kubelet sets to its host name.
-pub const HOSTNAME_LABEL: &str = "kubernetes.io/hostname";
+pub(crate) const HOSTNAME_LABEL: &str = "kubernetes.io/hostname";
 
 /// How the sidecar is deployed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Mode {
+pub(crate) enum Mode {
     /// `--node-deployment`: one instance per node.
     Node,
     /// One (leader-elected) instance beside the controller plugin.
@@ -30,7 +31,7 @@ pub enum Mode {
 /// (e.g. `topology.hostpath.csi/node`). Zone or region keys never qualify, so zonal volumes are
 /// never taken for node-local ones.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PerNodeKeys(BTreeSet<String>);
+pub(crate) struct PerNodeKeys(BTreeSet<String>);
 
 impl Default for PerNodeKeys {
     fn default() -> Self {
@@ -40,7 +41,7 @@ impl Default for PerNodeKeys {
 
 impl PerNodeKeys {
     /// `kubernetes.io/hostname` plus `extra`.
-    pub fn new<I, S>(extra: I) -> Self
+    pub(crate) fn new<I, S>(extra: I) -> Self
     where
         I: IntoIterator<Item = S>,
         S: Into<String>,
@@ -53,7 +54,7 @@ impl PerNodeKeys {
     /// Derives the per-node keys from one node running our driver: its name, its
     /// `kubernetes.io/hostname` label, and its topology segments (node mode: our `NodeGetInfo`
     /// segments; controller mode: any CSINode's topology keys resolved against that Node's labels).
-    pub fn from_node<'a, I>(node_name: &str, hostname: Option<&str>, segments: I) -> Self
+    pub(crate) fn from_node<'a, I>(node_name: &str, hostname: Option<&str>, segments: I) -> Self
     where
         I: IntoIterator<Item = (&'a String, &'a String)>,
     {
@@ -71,7 +72,7 @@ impl PerNodeKeys {
     /// driver registers in CSINodes counts when, on every node whose Node carries it, its value is
     /// that node's name or host name; a single node where it is shared (a zone) rules it out.
     /// `labels_of` returns a Node's labels by name.
-    pub fn from_cluster<'a, C, L>(driver: &str, csinodes: C, labels_of: L) -> Self
+    pub(crate) fn from_cluster<'a, C, L>(driver: &str, csinodes: C, labels_of: L) -> Self
     where
         C: IntoIterator<Item = &'a CSINode>,
         L: Fn(&str) -> Option<&'a BTreeMap<String, String>>,
@@ -108,19 +109,14 @@ impl PerNodeKeys {
     }
 
     /// Whether `key` identifies a single node.
-    pub fn contains(&self, key: &str) -> bool {
+    pub(crate) fn contains(&self, key: &str) -> bool {
         self.0.contains(key)
-    }
-
-    /// The keys (for the Node metadata stripping in [`crate::node::scope`]).
-    pub fn keys(&self) -> impl Iterator<Item = &str> {
-        self.0.iter().map(String::as_str)
     }
 }
 
 /// How to find the node a volume lives on.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub enum NodeQuery {
+pub(crate) enum NodeQuery {
     /// The Node named `name` (GET); with `uid`, a Node of that name with another UID is a new node.
     ByName {
         /// Node name.
@@ -140,7 +136,7 @@ pub enum NodeQuery {
 impl NodeQuery {
     /// The node's name as far as we know it (the label value for label lookups): for messages,
     /// logs, and the scoping label.
-    pub fn node_name(&self) -> &str {
+    pub(crate) fn node_name(&self) -> &str {
         match self {
             Self::ByName { name, .. } => name,
             Self::ByLabel { value, .. } => value,
@@ -148,7 +144,7 @@ impl NodeQuery {
     }
 
     /// Label selector of the live LIST for [`NodeQuery::ByLabel`] (`None`: GET by name instead).
-    pub fn label_selector(&self) -> Option<String> {
+    pub(crate) fn label_selector(&self) -> Option<String> {
         match self {
             Self::ByName { .. } => None,
             Self::ByLabel { key, value } => Some(format!("{key}={value}")),
@@ -156,7 +152,7 @@ impl NodeQuery {
     }
 
     /// Looks the node up in a synced Node cache (metadata is enough: readiness is never read).
-    pub fn lookup_in<'a, I>(&self, nodes: I) -> NodeLookup
+    pub(crate) fn lookup_in<'a, I>(&self, nodes: I) -> NodeLookup
     where
         I: IntoIterator<Item = &'a ObjectMeta>,
     {
@@ -192,7 +188,7 @@ impl fmt::Display for NodeQuery {
 
 /// The answer to a node lookup.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum NodeLookup {
+pub(crate) enum NodeLookup {
     /// A matching Node exists (whatever its readiness), with its UID when known.
     Found {
         /// `metadata.uid`.
@@ -211,7 +207,7 @@ pub enum NodeLookup {
 impl NodeLookup {
     /// Maps a live `Api::get_opt` / `Api::get` result for [`NodeQuery::ByName`]. Only a 404 is
     /// absence; every other error is [`NodeLookup::Failed`].
-    pub fn from_get<K: kube::Resource>(result: &Result<Option<K>, kube::Error>) -> Self {
+    pub(crate) fn from_get<K: kube::Resource>(result: &Result<Option<K>, kube::Error>) -> Self {
         match result {
             Ok(Some(node)) => Self::Found {
                 uid: node.meta().uid.clone(),
@@ -226,7 +222,7 @@ impl NodeLookup {
 
     /// Maps a live label-selected LIST (`Api::list_metadata` items) for [`NodeQuery::ByLabel`]: an
     /// empty list is absence, an error never is.
-    pub fn from_list<K: kube::Resource>(result: &Result<Vec<K>, kube::Error>) -> Self {
+    pub(crate) fn from_list<K: kube::Resource>(result: &Result<Vec<K>, kube::Error>) -> Self {
         match result {
             Ok(items) => match items.first() {
                 Some(node) => Self::Found {
@@ -243,7 +239,7 @@ impl NodeLookup {
 
 /// What a node affinity says about where a volume lives.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Pin {
+pub(crate) enum Pin {
     /// No required node affinity.
     NoAffinity,
     /// Every term pins the same single node (query without a UID).
@@ -256,7 +252,7 @@ pub enum Pin {
 /// `matchFields metadata.name In [x]`, or a `matchExpressions` entry `k In [v]` with one value where
 /// `k` is a [`PerNodeKeys`] key or `v` is the `recorded` node name. Every term must pin the same
 /// node (terms are ORed: one unpinned term lets other nodes satisfy the affinity).
-pub fn pin_of(
+pub(crate) fn pin_of(
     affinity: Option<&VolumeNodeAffinity>,
     keys: &PerNodeKeys,
     recorded: Option<&str>,
@@ -313,18 +309,38 @@ fn single(values: Option<&[String]>) -> Option<&str> {
     }
 }
 
-/// The annotations recording the provisioning node on a new PV ([`names::ANN_NODE_NAME`],
-/// [`names::ANN_NODE_UID`]). Node mode: our own Node; controller mode: the selected Node when it is
-/// in the cache. They serve the node-name-reuse check and PVs without node affinity.
-pub fn provisioning_node_annotations(
-    node_name: &str,
-    node_uid: Option<&str>,
-) -> Vec<(&'static str, String)> {
-    let mut out = vec![(names::ANN_NODE_NAME, node_name.to_owned())];
-    if let Some(uid) = node_uid.filter(|u| !u.is_empty()) {
-        out.push((names::ANN_NODE_UID, uid.to_owned()));
+/// Why a PV's node cannot be looked up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Unlocated {
+    /// The affinity can be satisfied by more than one node (zonal volume), or in controller mode a
+    /// volume without affinity: other nodes or the controller plugin can still reach it.
+    NotNodeLocal,
+    /// No node recorded and no affinity: where it lived is unknown.
+    NoNodeKnown,
+}
+
+/// How to find the node `pv` lives on, or why it is not node-local.
+pub(crate) fn node_query(
+    pv: &PersistentVolume,
+    mode: Mode,
+    keys: &PerNodeKeys,
+) -> Result<NodeQuery, Unlocated> {
+    let recorded = non_empty_annotation(&pv.metadata, names::ANN_NODE_NAME);
+    let affinity = pv.spec.as_ref().and_then(|s| s.node_affinity.as_ref());
+    let by_record = |name: &str| NodeQuery::ByName {
+        name: name.to_owned(),
+        uid: non_empty_annotation(&pv.metadata, names::ANN_NODE_UID).map(str::to_owned),
+    };
+    match (recorded, pin_of(affinity, keys, recorded)) {
+        (_, Pin::Spread) => Err(Unlocated::NotNodeLocal),
+        (Some(name), Pin::Node(_)) => Ok(by_record(name)),
+        // Without affinity every instance may reach the volume in controller mode (one controller
+        // plugin serves all nodes), so only node mode trusts the record alone.
+        (Some(name), Pin::NoAffinity) if mode == Mode::Node => Ok(by_record(name)),
+        (Some(_), Pin::NoAffinity) => Err(Unlocated::NotNodeLocal),
+        (None, Pin::Node(query)) => Ok(query),
+        (None, Pin::NoAffinity) => Err(Unlocated::NoNodeKnown),
     }
-    out
 }
 
 #[cfg(test)]
@@ -483,17 +499,5 @@ mod tests {
             ),
             Pin::NoAffinity
         );
-    }
-
-    #[test]
-    fn provisioning_annotations_record_name_and_uid() {
-        assert_eq!(
-            provisioning_node_annotations("n1", Some("u1")),
-            vec![
-                ("csi-provisioner.rs/node-name", "n1".to_owned()),
-                ("csi-provisioner.rs/node-uid", "u1".to_owned())
-            ]
-        );
-        assert_eq!(provisioning_node_annotations("n1", Some("")).len(), 1);
     }
 }

@@ -314,14 +314,6 @@ fn competition_attempts_count_per_claim_and_are_forgotten() {
     assert_eq!(c.attempts("a"), 0);
     assert_eq!(c.next_delay("a", 0.0), Duration::from_secs(1));
     assert_eq!(c.len(), 2);
-    assert_eq!(
-        compete_poll_interval(Duration::from_secs(20)),
-        Duration::from_millis(200)
-    );
-    assert_eq!(
-        compete_poll_interval(Duration::from_millis(100)),
-        Duration::from_millis(10)
-    );
 }
 
 #[test]
@@ -362,15 +354,6 @@ fn the_recheck_claims_only_a_still_pending_unselected_claim_with_the_same_uid() 
         recheck_before_claiming(Some(&deleting), &uid, "n1"),
         Recheck::Abandon(Abandon::NoLongerPending)
     );
-}
-
-#[test]
-fn the_capacity_precheck_passes_zero_requests_errors_and_any_term_with_room() {
-    assert!(capacity_allows(0, []));
-    assert!(capacity_allows(10, [Some(5), Some(10)]));
-    assert!(capacity_allows(10, [Some(5), None]), "an error proceeds");
-    assert!(!capacity_allows(10, [Some(5), Some(9)]));
-    assert!(!capacity_allows(10, []));
 }
 
 #[test]

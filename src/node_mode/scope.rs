@@ -1,6 +1,6 @@
 //! What each node-deployment instance lists and watches, so that its memory stays flat as the
 //! cluster grows: selectors, watcher configurations, metadata stripping, PV scoping labels, and which
-//! claims an instance may act on. [`crate::node::watches`] wires them.
+//! claims an instance may act on. [`crate::node_mode::watches`] wires them.
 //!
 //! Upstream gives every instance of a DaemonSet a full cache of every PVC, PV, StorageClass and
 //! VolumeAttachment of the cluster (hundreds of MiB per node on large clusters, upstream issue
@@ -18,12 +18,10 @@
 //! Per-node state is a name, a UID and a few labels (tens of bytes): against upstream's full
 //! objects of every kind, memory now grows with this node's own volumes and the pending claims, not
 //! with the cluster's. Claims and Nodes still stream through every instance in full (the API server
-//! cannot filter claims by annotation). A metadata-only claim watch feeding [`InterestingClaims`]
-//! (full GETs only for the claims acted on) would also cut that traffic; it is designed and tested
-//! here but not wired, because the provisioning controller reads full claims from its cache.
+//! cannot filter claims by annotation).
 //!
-//! The dead-node clean-up runs in at most [`crate::node::gone::MAX_ACTOR_RANKS`] instances (the
-//! first ones in rendezvous order for [`crate::node::gone::janitor_key`]; in controller mode the one
+//! The dead-node clean-up runs in at most [`crate::gone_nodes::tracker::MAX_ACTOR_RANKS`] instances (the
+//! first ones in rendezvous order for [`crate::gone_nodes::tracker::janitor_key`]; in controller mode the one
 //! instance, which reads its full PV cache instead). They list the PVs of a Node that disappears
 //! ([`node_pv_selector`]), and when they take over and every [`SWEEP_INTERVAL`] sweep the driver's
 //! PVs for nodes that vanished while no instance was watching: a metadata-only, paginated list
@@ -31,43 +29,32 @@
 //! written by upstream or an older version: a paginated list of PVs without our driver label
 //! ([`unlabelled_pv_selector`]; full objects, since static PVs name their driver only in the spec),
 //! [`existing_pv_labels`], [`label_patch`]; each instance also labels its own node's such PVs at
-//! start-up ([`crate::node::controller`]).
+//! start-up ([`crate::gone_nodes::controller`]).
 //!
 //! Labels only narrow what is watched; every decision still reads the PV's affinity and
 //! annotations, so a wrong or missing label can delay work but never misdirect it.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::fmt;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, VolumeNodeAffinity};
+use k8s_openapi::api::core::v1::{PersistentVolume, VolumeNodeAffinity};
 use k8s_openapi::api::storage::v1::CSINode;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::core::PartialObjectMeta;
 use kube::runtime::watcher;
 use serde_json::{Value, json};
 
-use crate::model::meta::non_empty_annotation as annotation;
+use crate::model::locate::node_query;
+use crate::model::locate::{Mode, PerNodeKeys, Pin, pin_of};
+use crate::model::meta::{has_finalizer, non_empty_annotation as annotation};
 use crate::names;
-use crate::node::gone::node_query;
-use crate::node::locate::{Mode, PerNodeKeys, Pin, pin_of};
 
 /// Page size of every list (initial watch lists and sweeps): bounded memory while listing.
-pub const PAGE_SIZE: u32 = 500;
+pub(crate) const PAGE_SIZE: u32 = 500;
 /// How often the clean-up instance sweeps all of the driver's PVs for nodes that vanished unseen.
-pub const SWEEP_INTERVAL: Duration = Duration::from_secs(30 * 60);
+pub(crate) const SWEEP_INTERVAL: Duration = Duration::from_secs(30 * 60);
 
-/// Claim annotations kept in the claim index; every other annotation is dropped.
-pub const KEPT_CLAIM_ANNOTATIONS: [&str; 5] = [
-    names::ANN_SELECTED_NODE,
-    names::ANN_STORAGE_PROVISIONER,
-    names::ANN_BETA_STORAGE_PROVISIONER,
-    names::ANN_BIND_COMPLETED,
-    names::ANN_BETA_STORAGE_CLASS,
-];
-
-/// Claim finalizers of ours kept in the claim index (the claim needs us while they are there).
-pub const KEPT_CLAIM_FINALIZERS: [&str; 2] = [
+/// Finalizers of ours on a claim (the claim needs us while they are there).
+const OUR_CLAIM_FINALIZERS: [&str; 2] = [
     names::FINALIZER_PROVISIONING_INTENT,
     names::FINALIZER_CLONING_PROTECTION,
 ];
@@ -76,7 +63,7 @@ pub const KEPT_CLAIM_FINALIZERS: [&str; 2] = [
 
 /// Whether `s` is a valid label value: at most 63 characters of `[A-Za-z0-9._-]`, starting and
 /// ending with an alphanumeric (empty is valid too).
-pub fn is_valid_label_value(s: &str) -> bool {
+pub(crate) fn is_valid_label_value(s: &str) -> bool {
     let bytes = s.as_bytes();
     let edge_ok = |b: Option<&u8>| b.is_none_or(u8::is_ascii_alphanumeric);
     s.len() <= 63
@@ -91,18 +78,18 @@ pub fn is_valid_label_value(s: &str) -> bool {
 /// value (every node name of up to 63 characters is), else `hash_` and 16 hex digits of its
 /// FNV-1a 64-bit hash. The underscore keeps it apart from real names; a collision could only add a
 /// PV to an instance's watch, never remove one.
-pub fn label_value(name: &str) -> String {
+pub(crate) fn label_value(name: &str) -> String {
     if is_valid_label_value(name) {
         name.to_owned()
     } else {
-        format!("hash_{:016x}", crate::node::rendezvous::fnv1a64_str(name))
+        format!("hash_{:016x}", crate::rendezvous::fnv1a64_str(name))
     }
 }
 
 /// The [`names::LABEL_PV_NODE`] values an instance watches: its node name, its host name label
 /// when different (PVs pinned by `kubernetes.io/hostname` are labelled with it), and
 /// [`names::LABEL_VALUE_ANY_NODE`].
-pub fn instance_label_values(node_name: &str, hostname: Option<&str>) -> Vec<String> {
+pub(crate) fn instance_label_values(node_name: &str, hostname: Option<&str>) -> Vec<String> {
     let mut values = vec![label_value(node_name)];
     if let Some(h) = hostname.map(label_value).filter(|h| !values.contains(h)) {
         values.push(h);
@@ -114,7 +101,7 @@ pub fn instance_label_values(node_name: &str, hostname: Option<&str>) -> Vec<Str
 /// The [`names::LABEL_PV_NODE`] values under which a Node's PVs may be labelled: its name, its
 /// host name, and its values of the per-node keys (legacy PVs pinned by such a key are labelled
 /// with that value). When the Node disappears, the clean-up lists the PVs under these values.
-pub fn node_label_values(meta: &ObjectMeta, keys: &PerNodeKeys) -> BTreeSet<String> {
+pub(crate) fn node_label_values(meta: &ObjectMeta, keys: &PerNodeKeys) -> BTreeSet<String> {
     let mut values: BTreeSet<String> = meta.name.iter().map(|n| label_value(n)).collect();
     if let Some(labels) = &meta.labels {
         values.extend(
@@ -132,7 +119,7 @@ pub fn node_label_values(meta: &ObjectMeta, keys: &PerNodeKeys) -> BTreeSet<Stri
 /// Labels for a PV this node-mode instance creates: our driver, and our node when the PV's
 /// affinity pins it to one node (otherwise [`names::LABEL_VALUE_ANY_NODE`]: every instance may
 /// reach it, as upstream).
-pub fn new_pv_labels(
+pub(crate) fn new_pv_labels(
     driver: &str,
     node_name: &str,
     affinity: Option<&VolumeNodeAffinity>,
@@ -151,8 +138,12 @@ pub fn new_pv_labels(
 
 /// Adds the [`new_pv_labels`] to a PV this node-mode instance is about to create (`segments`: our
 /// `NodeGetInfo` segments, which tell which affinity keys name our node).
-pub fn label_new_pv<'a, I>(pv: &mut PersistentVolume, driver: &str, node_name: &str, segments: I)
-where
+pub(crate) fn label_new_pv<'a, I>(
+    pv: &mut PersistentVolume,
+    driver: &str,
+    node_name: &str,
+    segments: I,
+) where
     I: IntoIterator<Item = (&'a String, &'a String)>,
 {
     let keys = PerNodeKeys::from_node(node_name, None, segments);
@@ -164,7 +155,7 @@ where
 /// For the upgrade sweep: the labels an existing PV of `driver` should carry, or `None` when it is
 /// not ours or already carries them. The node comes from our node-name annotation, else the node
 /// pinned by its affinity; volumes of no single node get [`names::LABEL_VALUE_ANY_NODE`].
-pub fn existing_pv_labels(
+pub(crate) fn existing_pv_labels(
     pv: &PersistentVolume,
     driver: &str,
     keys: &PerNodeKeys,
@@ -190,7 +181,7 @@ pub fn existing_pv_labels(
 }
 
 /// Merge patch setting `labels` (only those keys; nobody else writes them).
-pub fn label_patch(labels: &BTreeMap<String, String>) -> Value {
+pub(crate) fn label_patch(labels: &BTreeMap<String, String>) -> Value {
     json!({ "metadata": { "labels": labels } })
 }
 
@@ -200,7 +191,10 @@ pub fn label_patch(labels: &BTreeMap<String, String>) -> Value {
 /// `node_present(name, recorded_uid)` answers from the Node cache: a Node of that name (or host
 /// name, for label values) exists, with `recorded_uid` when one is given. PVs of no single node are
 /// never suspects; hashed label values (overlong names) always are.
-pub fn sweep_suspect(meta: &ObjectMeta, node_present: impl Fn(&str, Option<&str>) -> bool) -> bool {
+pub(crate) fn sweep_suspect(
+    meta: &ObjectMeta,
+    node_present: impl Fn(&str, Option<&str>) -> bool,
+) -> bool {
     if let Some(name) = annotation(meta, names::ANN_NODE_NAME) {
         return !node_present(name, annotation(meta, names::ANN_NODE_UID));
     }
@@ -220,7 +214,7 @@ pub fn sweep_suspect(meta: &ObjectMeta, node_present: impl Fn(&str, Option<&str>
 
 /// The PVs an instance watches: its driver's PVs labelled with one of `values`
 /// ([`instance_label_values`]).
-pub fn own_pv_selector(driver: &str, values: &[String]) -> String {
+pub(crate) fn own_pv_selector(driver: &str, values: &[String]) -> String {
     format!(
         "{}={},{}",
         names::LABEL_PV_DRIVER,
@@ -230,7 +224,7 @@ pub fn own_pv_selector(driver: &str, values: &[String]) -> String {
 }
 
 /// The PVs of some (dead) nodes, by their node names (label-selected LIST or watch).
-pub fn node_pv_selector<'a, I>(driver: &str, node_names: I) -> String
+pub(crate) fn node_pv_selector<'a, I>(driver: &str, node_names: I) -> String
 where
     I: IntoIterator<Item = &'a str>,
 {
@@ -244,13 +238,13 @@ where
 }
 
 /// All PVs of the driver (the clean-up sweep).
-pub fn driver_pv_selector(driver: &str) -> String {
+pub(crate) fn driver_pv_selector(driver: &str) -> String {
     format!("{}={}", names::LABEL_PV_DRIVER, label_value(driver))
 }
 
 /// PVs without our labels (written by upstream or an older version): the upgrade sweep lists
 /// these and labels those of our driver.
-pub fn unlabelled_pv_selector() -> String {
+pub(crate) fn unlabelled_pv_selector() -> String {
     format!("!{}", names::LABEL_PV_DRIVER)
 }
 
@@ -261,7 +255,11 @@ fn in_set<'a>(key: &str, values: impl Iterator<Item = &'a str>) -> String {
 }
 
 /// Watcher configuration of this instance's PV watch.
-pub fn own_pv_watch(driver: &str, node_name: &str, hostname: Option<&str>) -> watcher::Config {
+pub(crate) fn own_pv_watch(
+    driver: &str,
+    node_name: &str,
+    hostname: Option<&str>,
+) -> watcher::Config {
     let values = instance_label_values(node_name, hostname);
     watcher::Config::default()
         .labels(&own_pv_selector(driver, &values))
@@ -269,39 +267,16 @@ pub fn own_pv_watch(driver: &str, node_name: &str, hostname: Option<&str>) -> wa
 }
 
 /// Watcher configuration of the metadata-only claim, Node and CSINode watches (no selector: the
-/// API cannot filter them by annotation; stripping and [`InterestingClaims`] keep memory small).
-pub fn paged_watch() -> watcher::Config {
+/// API cannot filter them by annotation).
+pub(crate) fn paged_watch() -> watcher::Config {
     watcher::Config::default().page_size(PAGE_SIZE)
 }
 
 // === Stripping before caching ===
 
-/// Keeps only what the claim decisions read: identity, resourceVersion, deletion time, the
-/// [`KEPT_CLAIM_ANNOTATIONS`] and [`KEPT_CLAIM_FINALIZERS`].
-pub fn strip_claim_metadata(meta: &mut ObjectMeta) {
-    let annotations = meta.annotations.take().map(|mut a| {
-        a.retain(|k, _| KEPT_CLAIM_ANNOTATIONS.contains(&k.as_str()));
-        a
-    });
-    let finalizers = meta.finalizers.take().map(|mut f| {
-        f.retain(|f| KEPT_CLAIM_FINALIZERS.contains(&f.as_str()));
-        f
-    });
-    *meta = ObjectMeta {
-        name: meta.name.take(),
-        namespace: meta.namespace.take(),
-        uid: meta.uid.take(),
-        resource_version: meta.resource_version.take(),
-        deletion_timestamp: meta.deletion_timestamp.take(),
-        annotations: annotations.filter(|a| !a.is_empty()),
-        finalizers: finalizers.filter(|f| !f.is_empty()),
-        ..ObjectMeta::default()
-    };
-}
-
 /// Keeps a Node's name, UID, resourceVersion, deletion time and the labels in `keys` (the per-node
 /// keys the dead-node lookups match on). Readiness is deliberately not kept: NotReady is not gone.
-pub fn strip_node_metadata(meta: &mut ObjectMeta, keys: &PerNodeKeys) {
+pub(crate) fn strip_node_metadata(meta: &mut ObjectMeta, keys: &PerNodeKeys) {
     let labels = meta.labels.take().map(|mut l| {
         l.retain(|k, _| keys.contains(k));
         l
@@ -317,7 +292,7 @@ pub fn strip_node_metadata(meta: &mut ObjectMeta, keys: &PerNodeKeys) {
 }
 
 /// Keeps a CSINode's identity and our driver's entry only (without allocatable counts).
-pub fn strip_csinode(csinode: &mut CSINode, driver: &str) {
+pub(crate) fn strip_csinode(csinode: &mut CSINode, driver: &str) {
     let meta = &mut csinode.metadata;
     *meta = ObjectMeta {
         name: meta.name.take(),
@@ -335,7 +310,7 @@ pub fn strip_csinode(csinode: &mut CSINode, driver: &str) {
 
 /// Why a claim is in an instance's index.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum ClaimInterest {
+pub(crate) enum ClaimInterest {
     /// Not this instance's business: not kept.
     Ignore,
     /// Selected to this node (or carrying one of our finalizers while selected here): provision.
@@ -343,7 +318,7 @@ pub enum ClaimInterest {
     /// Ours, pending and unselected: maybe compete (immediate binding).
     Compete,
     /// Ours, pending, selected to another node: the rendezvous-chosen instance checks that node
-    /// runs our driver ([`crate::node::ownership::selected_node_check`]).
+    /// runs our driver ([`crate::node_mode::ownership::selected_node_check`]).
     SelectedElsewhere(String),
     /// Carries our provisioning intent but no node is selected any more (cleared for a reschedule
     /// after a final CreateVolume error): no instance owns it, so every instance keeps it, and
@@ -357,31 +332,21 @@ pub enum ClaimInterest {
 }
 
 /// Classifies a claim from its metadata alone (`driver`: ours; `me`: `NODE_NAME`).
-pub fn claim_interest(meta: &ObjectMeta, driver: &str, me: &str) -> ClaimInterest {
-    let annotation = |key: &str| {
-        meta.annotations
-            .as_ref()
-            .and_then(|a| a.get(key))
-            .map(String::as_str)
-            .filter(|v| !v.is_empty())
-    };
+pub(crate) fn claim_interest(meta: &ObjectMeta, driver: &str, me: &str) -> ClaimInterest {
     let has_our_finalizer = meta
         .finalizers
         .iter()
         .flatten()
-        .any(|f| KEPT_CLAIM_FINALIZERS.contains(&f.as_str()));
-    let bound = annotation(names::ANN_BIND_COMPLETED).is_some();
-    let selected = annotation(names::ANN_SELECTED_NODE);
-    let has_intent = meta
-        .finalizers
-        .iter()
-        .flatten()
-        .any(|f| f == names::FINALIZER_PROVISIONING_INTENT);
-    let provisioner = annotation(names::ANN_STORAGE_PROVISIONER)
-        .or_else(|| annotation(names::ANN_BETA_STORAGE_PROVISIONER));
+        .any(|f| OUR_CLAIM_FINALIZERS.contains(&f.as_str()));
+    let bound = annotation(meta, names::ANN_BIND_COMPLETED).is_some();
+    let selected = annotation(meta, names::ANN_SELECTED_NODE);
+    let has_intent = has_finalizer(meta, names::FINALIZER_PROVISIONING_INTENT);
+    let provisioner = annotation(meta, names::ANN_STORAGE_PROVISIONER)
+        .or_else(|| annotation(meta, names::ANN_BETA_STORAGE_PROVISIONER));
     // Every driver running this sidecar uses the same intent finalizer: only our driver's count.
     let our_intent = has_intent
-        && (provisioner == Some(driver) || annotation(names::ANN_MIGRATED_TO) == Some(driver));
+        && (provisioner == Some(driver)
+            || annotation(meta, names::ANN_MIGRATED_TO) == Some(driver));
     match selected {
         None if our_intent => return ClaimInterest::IntentWithoutNode,
         Some(node) if our_intent && node != me && meta.deletion_timestamp.is_some() => {
@@ -409,153 +374,9 @@ pub fn claim_interest(meta: &ObjectMeta, driver: &str, me: &str) -> ClaimInteres
 /// ignore, plus every claim selected to this node even once bound (the claims of this node's own
 /// volumes: the deletion checks read them from the cache instead of the API server). Memory follows
 /// this node's volumes and the pending claims, not all claims.
-pub fn cached_claim(meta: &ObjectMeta, driver: &str, me: &str) -> bool {
-    let selected_here = meta
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(names::ANN_SELECTED_NODE))
-        .is_some_and(|n| n == me);
+pub(crate) fn cached_claim(meta: &ObjectMeta, driver: &str, me: &str) -> bool {
+    let selected_here = annotation(meta, names::ANN_SELECTED_NODE) == Some(me);
     selected_here || claim_interest(meta, driver, me) != ClaimInterest::Ignore
-}
-
-/// Namespace and name of a claim.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ClaimKey {
-    /// Namespace.
-    pub namespace: String,
-    /// Name.
-    pub name: String,
-}
-
-impl ClaimKey {
-    fn of(meta: &ObjectMeta) -> Option<Self> {
-        Some(Self {
-            namespace: meta.namespace.clone()?,
-            name: meta.name.clone()?,
-        })
-    }
-}
-
-impl fmt::Display for ClaimKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}", self.namespace, self.name)
-    }
-}
-
-/// One indexed claim.
-#[derive(Clone, Debug, PartialEq)]
-pub struct IndexedClaim {
-    /// Stripped metadata ([`strip_claim_metadata`]).
-    pub meta: ObjectMeta,
-    /// Why it is kept.
-    pub interest: ClaimInterest,
-}
-
-/// The claims this instance may act on, fed by the metadata-only claim watch; everything else is
-/// dropped as it streams by, so memory follows the pending claims, not all claims.
-#[derive(Clone, Debug)]
-pub struct InterestingClaims {
-    driver: String,
-    me: String,
-    claims: HashMap<ClaimKey, IndexedClaim>,
-    relist: Option<HashMap<ClaimKey, IndexedClaim>>,
-    ready: bool,
-}
-
-impl InterestingClaims {
-    /// An empty index for `driver` on node `me`.
-    pub fn new(driver: &str, me: &str) -> Self {
-        Self {
-            driver: driver.to_owned(),
-            me: me.to_owned(),
-            claims: HashMap::new(),
-            relist: None,
-            ready: false,
-        }
-    }
-
-    /// Applies one watcher event; returns the claims to (re)queue: those kept now, and those
-    /// dropped that were kept before (so their work can be cancelled).
-    pub fn apply(
-        &mut self,
-        event: watcher::Event<PartialObjectMeta<PersistentVolumeClaim>>,
-    ) -> Vec<ClaimKey> {
-        match event {
-            watcher::Event::Init => {
-                self.relist = Some(HashMap::new());
-                Vec::new()
-            }
-            watcher::Event::InitApply(obj) => {
-                if let Some((key, claim)) = self.index(obj.metadata)
-                    && let Some(relist) = self.relist.as_mut()
-                {
-                    relist.insert(key, claim);
-                }
-                Vec::new()
-            }
-            watcher::Event::InitDone => {
-                let fresh = self.relist.take().unwrap_or_default();
-                let mut keys: BTreeSet<ClaimKey> = self.claims.keys().cloned().collect();
-                keys.extend(fresh.keys().cloned());
-                self.claims = fresh;
-                self.ready = true;
-                keys.into_iter().collect()
-            }
-            watcher::Event::Apply(obj) => {
-                let Some(key) = ClaimKey::of(&obj.metadata) else {
-                    return Vec::new();
-                };
-                let was_kept = self.claims.remove(&key).is_some();
-                match self.index(obj.metadata) {
-                    Some((key, claim)) => {
-                        self.claims.insert(key.clone(), claim);
-                        vec![key]
-                    }
-                    None if was_kept => vec![key],
-                    None => Vec::new(),
-                }
-            }
-            watcher::Event::Delete(obj) => match ClaimKey::of(&obj.metadata) {
-                Some(key) if self.claims.remove(&key).is_some() => vec![key],
-                _ => Vec::new(),
-            },
-        }
-    }
-
-    fn index(&self, mut meta: ObjectMeta) -> Option<(ClaimKey, IndexedClaim)> {
-        let interest = claim_interest(&meta, &self.driver, &self.me);
-        if interest == ClaimInterest::Ignore {
-            return None;
-        }
-        strip_claim_metadata(&mut meta);
-        let key = ClaimKey::of(&meta)?;
-        Some((key, IndexedClaim { meta, interest }))
-    }
-
-    /// The indexed claim, if kept.
-    pub fn get(&self, key: &ClaimKey) -> Option<&IndexedClaim> {
-        self.claims.get(key)
-    }
-
-    /// Kept claims.
-    pub fn iter(&self) -> impl Iterator<Item = (&ClaimKey, &IndexedClaim)> {
-        self.claims.iter()
-    }
-
-    /// Number of kept claims.
-    pub fn len(&self) -> usize {
-        self.claims.len()
-    }
-
-    /// Whether no claim is kept.
-    pub fn is_empty(&self) -> bool {
-        self.claims.is_empty()
-    }
-
-    /// Whether the initial list has completed (before that, absence means nothing).
-    pub fn is_ready(&self) -> bool {
-        self.ready
-    }
 }
 
 #[cfg(test)]

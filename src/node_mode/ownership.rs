@@ -34,12 +34,9 @@ use crate::model::csinode::{csinode_lists_driver, live_instances};
 use crate::model::topology::{self, AffinityError, allowed_topologies_admit};
 use crate::names;
 
-/// Upstream's IgnoredError text when a node-mode instance is asked to delete another node's volume.
-pub const NOT_PROVISIONED_HERE: &str = "PV was not provisioned on this node";
-
 /// What a node-mode instance does with a claim.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Ownership {
+pub(crate) enum Ownership {
     /// The claim's selected node is ours: provision it.
     Owned,
     /// Unselected claim of an Immediate class we could serve: start competing for it
@@ -54,7 +51,7 @@ pub enum Ownership {
 
 /// Why a claim is not this instance's (for debug logs; never an event).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum NotOwned {
+pub(crate) enum NotOwned {
     /// Another node is selected (the normal case for most claims on a large cluster).
     SelectedOtherNode(String),
     /// Neither `spec.storageClassName` nor the beta class annotation names a class.
@@ -71,42 +68,43 @@ pub enum NotOwned {
 
 impl NotOwned {
     /// Whether the same claim may become ours without itself changing (a class that arrives later).
-    pub fn should_retry(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn should_retry(&self) -> bool {
         matches!(self, Self::StorageClassNotFound(_))
     }
 }
 
 /// This instance's node as the ownership decisions need it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct NodeIdentity {
+pub(crate) struct NodeIdentity {
     /// `NODE_NAME`.
-    pub name: String,
+    pub(crate) name: String,
     /// `NodeGetInfo.accessible_topology.segments` (empty when the driver reports none).
-    pub segments: HashMap<String, String>,
+    pub(crate) segments: HashMap<String, String>,
 }
 
 /// What the shell looks up before calling [`check_node`].
 #[derive(Clone, Copy, Debug)]
-pub struct OwnershipInputs<'a> {
+pub(crate) struct OwnershipInputs<'a> {
     /// This instance's node.
-    pub me: &'a NodeIdentity,
+    pub(crate) me: &'a NodeIdentity,
     /// Our driver's name (for the clear-selected-node message).
-    pub driver: &'a str,
+    pub(crate) driver: &'a str,
     /// Topology gate on and the plugin has `VOLUME_ACCESSIBILITY_CONSTRAINTS`.
-    pub topology_supported: bool,
+    pub(crate) topology_supported: bool,
     /// `--node-deployment-immediate-binding`.
-    pub immediate_binding: bool,
+    pub(crate) immediate_binding: bool,
     /// The claim's class from the cache (named by [`claim_class_name`]); `None` when not found.
     /// Only read for unselected claims.
-    pub storage_class: Option<&'a StorageClass>,
+    pub(crate) storage_class: Option<&'a StorageClass>,
     /// Only read when another node is selected: whether that node runs our driver. The shell passes
     /// [`CsiNodeLookup::Unknown`] unless this instance is the one chosen to clear (rendezvous rank 0
     /// of the claim UID among live instances) and the CSINode cache has synced.
-    pub selected_node_driver: CsiNodeLookup,
+    pub(crate) selected_node_driver: CsiNodeLookup,
 }
 
 /// Upstream `checkNode` (reference §6.2) plus the clear-selected-node rule.
-pub fn check_node(pvc: &PersistentVolumeClaim, inputs: &OwnershipInputs<'_>) -> Ownership {
+pub(crate) fn check_node(pvc: &PersistentVolumeClaim, inputs: &OwnershipInputs<'_>) -> Ownership {
     match selected_node(pvc) {
         Some(node) if node == inputs.me.name => Ownership::Owned,
         Some(node) => match selected_node_check(pvc, inputs.driver, inputs.selected_node_driver) {
@@ -144,7 +142,7 @@ fn immediate_binding_path(pvc: &PersistentVolumeClaim, inputs: &OwnershipInputs<
 
 /// Whether a node runs an instance of our driver, as its CSINode says.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum CsiNodeLookup {
+pub(crate) enum CsiNodeLookup {
     /// Not looked up, cache not synced, or the lookup failed: never clear on this.
     #[default]
     Unknown,
@@ -158,7 +156,7 @@ pub enum CsiNodeLookup {
 
 impl CsiNodeLookup {
     /// Classifies a CSINode from a synced cache or a live GET (`None` = absent / 404).
-    pub fn of(csinode: Option<&CSINode>, driver: &str) -> Self {
+    pub(crate) fn of(csinode: Option<&CSINode>, driver: &str) -> Self {
         match csinode {
             None => Self::NotFound,
             Some(c) if csinode_lists_driver(c, driver) => Self::HasDriver,
@@ -169,13 +167,13 @@ impl CsiNodeLookup {
 
 /// The decision to clear a claim's selected node, with its event and patch.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ClearSelectedNode {
+pub(crate) struct ClearSelectedNode {
     /// The selected node being cleared.
-    pub node: String,
+    pub(crate) node: String,
     /// Warning event reason on the PVC ([`names::EVENT_SELECTED_NODE_CLEARED`]).
-    pub reason: &'static str,
+    pub(crate) reason: &'static str,
     /// Event message: which node and why.
-    pub message: String,
+    pub(crate) message: String,
 }
 
 /// In either mode: a claim whose selected node has no instance of `driver` gets its selected node
@@ -184,7 +182,7 @@ pub struct ClearSelectedNode {
 ///
 /// The shell removes the annotation only while it still names that node
 /// ([`crate::k8s::patch::remove_annotation_if_step`]) and records the Warning event on the PVC.
-pub fn selected_node_check(
+pub(crate) fn selected_node_check(
     pvc: &PersistentVolumeClaim,
     driver: &str,
     lookup: CsiNodeLookup,
@@ -210,7 +208,7 @@ pub fn selected_node_check(
 /// always in controller mode (`me` is `None`); in node mode only the first instance in rendezvous
 /// order of the claim UID among the live instances (nodes whose CSINode lists `driver`), so one
 /// instance clears the claim and records one event instead of every node of the cluster.
-pub fn checks_selected_node(
+pub(crate) fn checks_selected_node(
     me: Option<&str>,
     claim_uid: &str,
     csinodes: &[std::sync::Arc<CSINode>],
@@ -220,7 +218,7 @@ pub fn checks_selected_node(
         return true;
     };
     let live = live_instances(csinodes.iter().map(AsRef::as_ref), driver);
-    crate::node::rendezvous::rank_of(claim_uid, me, live.iter().map(String::as_str)) == Some(0)
+    crate::rendezvous::rank_of(claim_uid, me, live.iter().map(String::as_str)) == Some(0)
 }
 
 // === The immediate-binding competition (upstream becomeOwner) ===
@@ -228,7 +226,7 @@ pub fn checks_selected_node(
 /// `becomeOwner`'s delay before attempt `attempt` (0 for the first): `base·2^attempt` capped at
 /// `max`, minus `jitter·base` where `jitter` is a uniform sample in `[0, 1)`, floored at zero. So
 /// the first attempt waits in `(0, base]` and instances rarely write at the same moment.
-pub fn compete_delay(attempt: u32, base: Duration, max: Duration, jitter: f64) -> Duration {
+pub(crate) fn compete_delay(attempt: u32, base: Duration, max: Duration, jitter: f64) -> Duration {
     let exponential = base
         .checked_mul(2u32.saturating_pow(attempt.min(31)))
         .unwrap_or(max)
@@ -241,15 +239,9 @@ pub fn compete_delay(attempt: u32, base: Duration, max: Duration, jitter: f64) -
     exponential.saturating_sub(base.mul_f64(jitter))
 }
 
-/// How often to re-read the claim while waiting out a competition delay (upstream
-/// `max(base/100, 10ms)`), to stop early when another node wins.
-pub fn compete_poll_interval(base: Duration) -> Duration {
-    (base / 100).max(Duration::from_millis(10))
-}
-
 /// Per-claim-UID attempt counts of the competition (upstream's per-UID exponential limiter).
 #[derive(Clone, Debug)]
-pub struct Competition {
+pub(crate) struct Competition {
     base: Duration,
     max: Duration,
     attempts: HashMap<String, u32>,
@@ -257,7 +249,7 @@ pub struct Competition {
 
 impl Competition {
     /// `--node-deployment-base-delay`, `--node-deployment-max-delay`.
-    pub fn new(base: Duration, max: Duration) -> Self {
+    pub(crate) fn new(base: Duration, max: Duration) -> Self {
         Self {
             base,
             max,
@@ -267,7 +259,7 @@ impl Competition {
 
     /// The delay before the next attempt for claim `uid`, counting this attempt. `jitter` is a
     /// uniform sample in `[0, 1)` (the shell draws it; tests pass fixed values).
-    pub fn next_delay(&mut self, uid: &str, jitter: f64) -> Duration {
+    pub(crate) fn next_delay(&mut self, uid: &str, jitter: f64) -> Duration {
         let attempt = self.attempts.entry(uid.to_owned()).or_insert(0);
         let delay = compete_delay(*attempt, self.base, self.max, jitter);
         *attempt = attempt.saturating_add(1);
@@ -275,34 +267,31 @@ impl Competition {
     }
 
     /// Attempts made so far for `uid`.
-    pub fn attempts(&self, uid: &str) -> u32 {
+    #[cfg(test)]
+    pub(crate) fn attempts(&self, uid: &str) -> u32 {
         self.attempts.get(uid).copied().unwrap_or(0)
     }
 
     /// Forgets `uid`: after a win, when another node was selected, or when the claim is deleted.
-    pub fn forget(&mut self, uid: &str) {
+    pub(crate) fn forget(&mut self, uid: &str) {
         self.attempts.remove(uid);
     }
 
     /// Keeps only the claims `keep` accepts (drops the attempts of claims that are gone).
-    pub fn retain(&mut self, mut keep: impl FnMut(&str) -> bool) {
+    pub(crate) fn retain(&mut self, mut keep: impl FnMut(&str) -> bool) {
         self.attempts.retain(|uid, _| keep(uid));
     }
 
     /// Number of claims being competed for (for a gauge or a test).
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
         self.attempts.len()
-    }
-
-    /// Whether no claim is being competed for.
-    pub fn is_empty(&self) -> bool {
-        self.attempts.is_empty()
     }
 }
 
 /// What to do after the competition delay, from a fresh read of the claim.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Recheck {
+pub(crate) enum Recheck {
     /// Still unselected: write [`become_owner_patch`] with this resourceVersion.
     Claim {
         /// The claim's resourceVersion, the write's precondition.
@@ -316,7 +305,7 @@ pub enum Recheck {
 
 /// Why a competition ends without a write.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Abandon {
+pub(crate) enum Abandon {
     /// The claim is gone (upstream error `PVC not found`).
     ClaimGone,
     /// A claim of the same name with another UID (upstream error `PVC was replaced`).
@@ -330,7 +319,7 @@ pub enum Abandon {
 }
 
 /// Re-checks a claim (`current`, freshly read; `None` = 404) before writing our node into it.
-pub fn recheck_before_claiming(
+pub(crate) fn recheck_before_claiming(
     current: Option<&PersistentVolumeClaim>,
     uid: &str,
     me: &str,
@@ -362,25 +351,9 @@ pub fn recheck_before_claiming(
     }
 }
 
-/// Upstream's capacity pre-check before claiming: a zero request passes; a failed `GetCapacity`
-/// (`None`) passes too, so that provisioning surfaces the error in an event; otherwise some answer
-/// must be at least the request. `answers` holds one `available_capacity` per requisite term (or
-/// one without topology). `false`: give up silently, another node may take the claim.
-pub fn capacity_allows<I>(requested_bytes: i64, answers: I) -> bool
-where
-    I: IntoIterator<Item = Option<i64>>,
-{
-    if requested_bytes <= 0 {
-        return true;
-    }
-    answers
-        .into_iter()
-        .any(|available| available.is_none_or(|a| a >= requested_bytes))
-}
-
 /// Merge patch writing our node into `selected-node`, valid only against `resource_version`: the
 /// optimistic-concurrency write that decides the competition (409 Conflict for every loser).
-pub fn become_owner_patch(node: &str, resource_version: &str) -> Value {
+pub(crate) fn become_owner_patch(node: &str, resource_version: &str) -> Value {
     json!({
         "metadata": {
             "resourceVersion": resource_version,
@@ -396,7 +369,7 @@ pub fn become_owner_patch(node: &str, resource_version: &str) -> Value {
 /// topology (empty `segments`), counts as accessible everywhere, so every instance may ask its
 /// driver, which decides. `Ok(false)`: the delete path ends silently with [`NOT_PROVISIONED_HERE`]
 /// (upstream IgnoredError: no event, no retry). An error (an invalid affinity) is a delete failure.
-pub fn may_delete_here(
+pub(crate) fn may_delete_here(
     pv: &PersistentVolume,
     segments: &HashMap<String, String>,
 ) -> Result<bool, AffinityError> {

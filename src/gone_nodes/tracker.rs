@@ -32,291 +32,21 @@
 //!    considered gone with its node.
 
 use std::collections::{BTreeSet, HashMap};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::api::core::v1::PersistentVolume;
 
-use crate::model::meta::non_empty_annotation as annotation;
+use crate::model::locate::{NodeLookup, NodeQuery, PerNodeKeys};
 use crate::names;
-use crate::node::locate::{Mode, NodeLookup, NodeQuery, PerNodeKeys, Pin, pin_of};
-use crate::node::rendezvous;
 
-/// Only this many instances (the first in rendezvous order) track a volume: one actor and two
-/// fallbacks. The rest hold no state for it, so memory does not grow with the number of nodes.
-pub const MAX_ACTOR_RANKS: usize = 3;
-/// Longest extra wait per rank before a fallback instance acts (see [`fallback_delay`]).
-pub const MAX_FALLBACK_DELAY: Duration = Duration::from_secs(120);
-/// How soon to look again after a lookup that neither confirmed nor refuted absence (at most; see
-/// [`check_interval`]).
-pub const UNKNOWN_RECHECK: Duration = Duration::from_secs(30);
-
-/// How often the shell looks at the candidates, and how soon it asks again after an "unknown"
-/// answer: a tenth of the grace period, between 1 s and [`UNKNOWN_RECHECK`] (30 s for the default
-/// 5m grace period). Shorter grace periods (tests, impatient admins) get proportionally prompt checks
-/// without a busy loop.
-pub fn check_interval(grace_period: Duration) -> Duration {
-    (grace_period / 10).clamp(Duration::from_secs(1), UNKNOWN_RECHECK)
-}
-
-/// When an absence first seen at `first_absent` may be acted on by the instance of rendezvous
-/// `rank`: after the grace period, plus `fallback_delay` per rank. The one grace rule for a missing
-/// node, for its volumes here and for provisioning intents left on it
-/// (`provision::controller::gone_node`, where the actor is chosen per claim: rank 0).
-pub fn grace_deadline(
-    first_absent: Instant,
-    grace_period: Duration,
-    fallback_delay: Duration,
-    rank: usize,
-) -> Instant {
-    let extra = fallback_delay.saturating_mul(u32::try_from(rank).unwrap_or(u32::MAX));
-    first_absent + grace_period.saturating_add(extra)
-}
-
-/// Extra wait per rendezvous rank before a fallback instance acts: half the grace period, between
-/// 1 s and [`MAX_FALLBACK_DELAY`] (2 minutes for the default 5m grace period). An admin who shortens
-/// the grace period wants a prompt answer even when the first instance is stuck; the fallback
-/// re-reads the PV before acting, so a late first instance and its fallback do not both act.
-pub fn fallback_delay(grace_period: Duration) -> Duration {
-    (grace_period / 2).clamp(Duration::from_secs(1), MAX_FALLBACK_DELAY)
-}
-
-/// Rendezvous key of the dead-node clean-up for one driver. In node mode each instance watches only
-/// its own node's PVs, so nobody sees a dead node's PVs except the instance that lists them; the
-/// clean-up therefore is one job per driver (discover, then act), handed to the first live instance
-/// in rendezvous order for this key, with the next ones as fallbacks.
-pub fn janitor_key(driver: &str) -> String {
-    format!("{driver}/deleted-node-cleanup")
-}
-
-/// This instance's rank for `key` among `live` instances (the nodes whose CSINode lists our
-/// driver). Controller mode has a single active instance: always rank 0. `None`: do not track.
-pub fn actor_rank<'a, I>(mode: Mode, key: &str, me: &str, live: I) -> Option<usize>
-where
-    I: IntoIterator<Item = &'a str>,
-{
-    match mode {
-        Mode::Controller => Some(0),
-        Mode::Node => rendezvous::rank_of(key, me, live).filter(|r| *r < MAX_ACTOR_RANKS),
-    }
-}
-
-/// How to find the node `pv` lives on, or why it is not node-local.
-pub fn node_query(
-    pv: &PersistentVolume,
-    mode: Mode,
-    keys: &PerNodeKeys,
-) -> Result<NodeQuery, Skip> {
-    let recorded = annotation(&pv.metadata, names::ANN_NODE_NAME);
-    let affinity = pv.spec.as_ref().and_then(|s| s.node_affinity.as_ref());
-    let by_record = |name: &str| NodeQuery::ByName {
-        name: name.to_owned(),
-        uid: annotation(&pv.metadata, names::ANN_NODE_UID).map(str::to_owned),
-    };
-    match (recorded, pin_of(affinity, keys, recorded)) {
-        (_, Pin::Spread) => Err(Skip::NotNodeLocal),
-        (Some(name), Pin::Node(_)) => Ok(by_record(name)),
-        // Without affinity every instance may reach the volume in controller mode (one controller
-        // plugin serves all nodes), so only node mode trusts the record alone.
-        (Some(name), Pin::NoAffinity) if mode == Mode::Node => Ok(by_record(name)),
-        (Some(_), Pin::NoAffinity) => Err(Skip::NotNodeLocal),
-        (None, Pin::Node(query)) => Ok(query),
-        (None, Pin::NoAffinity) => Err(Skip::NoNodeKnown),
-    }
-}
-
-// === Which volumes are candidates ===
-
-/// Why a PV is not (or no longer) a dead-node candidate.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Skip {
-    /// Not a CSI volume of our driver.
-    NotOurDriver,
-    /// Reclaim policy other than `Delete`: the admin keeps it.
-    NotDeletePolicy,
-    /// Being deleted without our finalizer: someone else's business (upstream "already handled").
-    AlreadyHandled,
-    /// Bound, and `--deleted-node-pvc-cleanup` is off (or the claim reference has no UID).
-    BoundClaimKept,
-    /// `Pending`, `Available`, `Failed` or no phase.
-    NotReleased,
-    /// The affinity can be satisfied by more than one node (zonal volume), or in controller mode a
-    /// volume without affinity: other nodes or the controller plugin can still reach it.
-    NotNodeLocal,
-    /// No node recorded and no affinity: where it lived is unknown.
-    NoNodeKnown,
-}
-
-/// A claim to delete, with its UID as the delete precondition (local-static-provisioner does the
-/// same): a claim re-created under the same name is another object and is never touched.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ClaimToDelete {
-    /// Namespace.
-    pub namespace: String,
-    /// Name.
-    pub name: String,
-    /// UID from the PV's `claimRef`: the `DeleteParams` precondition.
-    pub uid: String,
-}
-
-/// What answering a candidate means.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Target {
-    /// A released volume (or one deleted first, whose claim is gone).
-    Volume {
-        /// The PV object still has to be deleted (no deletionTimestamp yet).
-        delete_object: bool,
-        /// Our deletion-protection finalizer is on it.
-        remove_finalizer: bool,
-    },
-    /// Opt-in: the claim still bound to it.
-    Claim(ClaimToDelete),
-}
-
-/// A dead-node candidate: where its node is looked up and what answering it means.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Candidate {
-    /// The lookup that decides absence.
-    pub query: NodeQuery,
-    /// The action once absence is confirmed.
-    pub target: Target,
-}
-
-/// Whether `pv` is a dead-node candidate under `config` (independent of any node's existence).
-pub fn classify(pv: &PersistentVolume, config: &GoneConfig) -> Result<Candidate, Skip> {
-    let spec = pv.spec.as_ref().ok_or(Skip::NotOurDriver)?;
-    if spec.csi.as_ref().map(|c| c.driver.as_str()) != Some(config.driver.as_str()) {
-        return Err(Skip::NotOurDriver);
-    }
-    if spec.persistent_volume_reclaim_policy.as_deref() != Some("Delete") {
-        return Err(Skip::NotDeletePolicy);
-    }
-    let has_finalizer = pv
-        .metadata
-        .finalizers
-        .iter()
-        .flatten()
-        .any(|f| f == names::FINALIZER_PV_DELETION_PROTECTION);
-    let deleting = pv.metadata.deletion_timestamp.is_some();
-    if deleting && !has_finalizer {
-        return Err(Skip::AlreadyHandled);
-    }
-    let phase = pv.status.as_ref().and_then(|s| s.phase.as_deref());
-    let target = match phase {
-        Some("Released") => Target::Volume {
-            delete_object: !deleting,
-            remove_finalizer: has_finalizer,
-        },
-        Some("Bound") => {
-            let claim = spec.claim_ref.as_ref();
-            match (
-                config.pvc_cleanup,
-                claim.and_then(|c| c.namespace.as_deref()),
-                claim.and_then(|c| c.name.as_deref()),
-                claim.and_then(|c| c.uid.as_deref()),
-            ) {
-                (true, Some(namespace), Some(name), Some(uid)) if !uid.is_empty() => {
-                    Target::Claim(ClaimToDelete {
-                        namespace: namespace.to_owned(),
-                        name: name.to_owned(),
-                        uid: uid.to_owned(),
-                    })
-                }
-                _ => return Err(Skip::BoundClaimKept),
-            }
-        }
-        _ => return Err(Skip::NotReleased),
-    };
-    let query = node_query(pv, config.mode, &config.per_node_keys)?;
-    Ok(Candidate { query, target })
-}
-
-/// Whether `pvc` is the very claim `pv` is bound to: same UID as the PV's `claimRef` and
-/// `spec.volumeName` naming the PV (local-static-provisioner's bond check). The shell checks this
-/// on a fresh read before deleting a claim for [`Target::Claim`].
-pub fn claim_bond_matches(pv: &PersistentVolume, pvc: &PersistentVolumeClaim) -> bool {
-    let claim_uid = pv
-        .spec
-        .as_ref()
-        .and_then(|s| s.claim_ref.as_ref())
-        .and_then(|c| c.uid.as_deref());
-    let volume_name = pvc.spec.as_ref().and_then(|s| s.volume_name.as_deref());
-    claim_uid.is_some()
-        && claim_uid == pvc.metadata.uid.as_deref()
-        && volume_name.is_some()
-        && volume_name == pv.metadata.name.as_deref()
-}
+use super::candidates::{Candidate, ClaimToDelete, Skip, Target, classify};
+use super::policy::{GoneConfig, MAX_ACTOR_RANKS, Now, grace_deadline};
 
 // === The tracker ===
 
-/// Settings of the dead-node clean-up.
-#[derive(Clone, Debug)]
-pub struct GoneConfig {
-    /// Our driver's name.
-    pub driver: String,
-    /// Deployment mode.
-    pub mode: Mode,
-    /// `--deleted-node-grace-period`.
-    pub grace_period: Duration,
-    /// Extra wait per rendezvous rank ([`fallback_delay`]).
-    pub fallback_delay: Duration,
-    /// `--deleted-node-pvc-cleanup`.
-    pub pvc_cleanup: bool,
-    /// Keys whose value identifies one node.
-    pub per_node_keys: PerNodeKeys,
-    /// How soon to ask again after an answer that is neither presence nor absence.
-    pub unknown_recheck: Duration,
-}
-
-impl GoneConfig {
-    /// Defaults for everything but the flags.
-    pub fn new(driver: &str, mode: Mode, grace_period: Duration, pvc_cleanup: bool) -> Self {
-        Self {
-            driver: driver.to_owned(),
-            mode,
-            grace_period,
-            fallback_delay: fallback_delay(grace_period),
-            pvc_cleanup,
-            per_node_keys: PerNodeKeys::default(),
-            unknown_recheck: UNKNOWN_RECHECK,
-        }
-    }
-}
-
-/// A point in time on both clocks: the monotonic one decides (immune to wall-clock steps), the
-/// wall one is only printed ("missing since ...").
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Now {
-    /// Monotonic time.
-    pub instant: Instant,
-    /// Wall time.
-    pub wall: jiff::Timestamp,
-}
-
-impl Now {
-    /// The current time.
-    pub fn system() -> Self {
-        Self {
-            instant: Instant::now(),
-            wall: jiff::Timestamp::now(),
-        }
-    }
-
-    /// This time plus `d` on both clocks (tests and timers).
-    pub fn after(self, d: Duration) -> Self {
-        let wall = jiff::SignedDuration::try_from(d)
-            .ok()
-            .and_then(|sd| self.wall.checked_add(sd).ok())
-            .unwrap_or(self.wall);
-        Self {
-            instant: self.instant + d,
-            wall,
-        }
-    }
-}
-
 /// Where a [`NodeLookup`] came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum LookupSource {
+pub(crate) enum LookupSource {
     /// A watch-fed cache: may start the timer, never decides.
     Cache,
     /// A live API call made just now (together with a live read of the PV).
@@ -325,16 +55,16 @@ pub enum LookupSource {
 
 /// One lookup fed to [`NodeGoneTracker::observe`].
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Lookup {
+pub(crate) struct Lookup {
     /// Where it came from.
-    pub source: LookupSource,
+    pub(crate) source: LookupSource,
     /// What it said.
-    pub result: NodeLookup,
+    pub(crate) result: NodeLookup,
 }
 
 impl Lookup {
     /// From a synced cache.
-    pub fn cached(result: NodeLookup) -> Self {
+    pub(crate) fn cached(result: NodeLookup) -> Self {
         Self {
             source: LookupSource::Cache,
             result,
@@ -342,7 +72,7 @@ impl Lookup {
     }
 
     /// From a live API call.
-    pub fn live(result: NodeLookup) -> Self {
+    pub(crate) fn live(result: NodeLookup) -> Self {
         Self {
             source: LookupSource::Live,
             result,
@@ -352,7 +82,7 @@ impl Lookup {
 
 /// What the shell does next for one PV.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum GoneAction {
+pub(crate) enum GoneAction {
     /// Nothing to do or wait for.
     Nothing,
     /// Observe this PV again at `deadline` (idempotent: the same deadline is returned while waiting).
@@ -374,7 +104,7 @@ pub enum GoneAction {
 
 /// Why tracking stopped.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum CancelReason {
+pub(crate) enum CancelReason {
     /// The node exists (again), with the recorded UID when one was recorded.
     NodePresent,
     /// The PV is no longer a candidate.
@@ -385,7 +115,7 @@ pub enum CancelReason {
 
 /// The writes that answer a PV whose node is gone; the shell executes them in order.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum GonePlan {
+pub(crate) enum GonePlan {
     /// Delete the PV object (precondition `pv_uid`) if `delete_object`, then remove our finalizer
     /// (guarded patch) if `remove_finalizer`, then record `event`; on success increment
     /// `csi_provisioner_deleted_node_volumes_total` and [`NodeGoneTracker::forget`] the PV.
@@ -416,11 +146,11 @@ pub enum GonePlan {
 
 /// An event to record.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct GoneEvent {
+pub(crate) struct GoneEvent {
     /// Always [`names::EVENT_VOLUME_NODE_GONE`], type Normal.
-    pub reason: &'static str,
+    pub(crate) reason: &'static str,
     /// Which node was missing, since when, and what was done.
-    pub message: String,
+    pub(crate) message: String,
 }
 
 #[derive(Clone, Debug)]
@@ -434,7 +164,7 @@ struct Entry {
 /// Per-PV memory of when each volume's node was first seen absent (in memory only: after a restart
 /// the grace period starts again, which only delays a clean-up).
 #[derive(Clone, Debug)]
-pub struct NodeGoneTracker {
+pub(crate) struct NodeGoneTracker {
     config: GoneConfig,
     entries: HashMap<String, Entry>,
 }
@@ -453,7 +183,7 @@ enum Absence {
 
 impl NodeGoneTracker {
     /// An empty tracker.
-    pub fn new(config: GoneConfig) -> Self {
+    pub(crate) fn new(config: GoneConfig) -> Self {
         Self {
             config,
             entries: HashMap::new(),
@@ -461,13 +191,13 @@ impl NodeGoneTracker {
     }
 
     /// The settings.
-    pub fn config(&self) -> &GoneConfig {
+    pub(crate) fn config(&self) -> &GoneConfig {
         &self.config
     }
 
     /// Feeds one observation of `pv` (with the lookup of its node made for [`node_query`] /
     /// [`Candidate::query`]) and this instance's `rank` ([`actor_rank`]; `None` = not an actor).
-    pub fn observe(
+    pub(crate) fn observe(
         &mut self,
         pv: &PersistentVolume,
         lookup: &Lookup,
@@ -531,22 +261,23 @@ impl NodeGoneTracker {
 
     /// Replaces the per-node keys (controller mode learns them from CSINodes and Nodes, which can
     /// change). A volume whose node query changes with them starts its grace period over.
-    pub fn set_per_node_keys(&mut self, keys: PerNodeKeys) {
+    pub(crate) fn set_per_node_keys(&mut self, keys: PerNodeKeys) {
         self.config.per_node_keys = keys;
     }
 
     /// Names of the PVs being tracked.
-    pub fn tracked(&self) -> impl Iterator<Item = &str> {
+    #[cfg(test)]
+    pub(crate) fn tracked(&self) -> impl Iterator<Item = &str> {
         self.entries.keys().map(String::as_str)
     }
 
     /// Drops a PV (deleted, answered, or this instance stopped running the clean-up).
-    pub fn forget(&mut self, pv: &str) {
+    pub(crate) fn forget(&mut self, pv: &str) {
         self.entries.remove(pv);
     }
 
     /// Keeps only the PVs in `names` (after a re-list, drop volumes that disappeared meanwhile).
-    pub fn retain<'a, I>(&mut self, names: I)
+    pub(crate) fn retain<'a, I>(&mut self, names: I)
     where
         I: IntoIterator<Item = &'a str>,
     {
@@ -557,12 +288,12 @@ impl NodeGoneTracker {
     /// PVs this instance waits on as the first-ranked actor: the value of
     /// `csi_provisioner_volumes_waiting_for_missing_node` (fallback ranks are not counted, so the
     /// sum over instances counts each volume once).
-    pub fn waiting(&self) -> usize {
+    pub(crate) fn waiting(&self) -> usize {
         self.entries.values().filter(|e| e.rank == 0).count()
     }
 
     /// When `pv`'s node was first seen absent, if it is being tracked.
-    pub fn first_absent(&self, pv: &str) -> Option<Now> {
+    pub(crate) fn first_absent(&self, pv: &str) -> Option<Now> {
         self.entries.get(pv).map(|e| e.first_absent)
     }
 
@@ -646,5 +377,5 @@ fn judge(query: &NodeQuery, result: &NodeLookup) -> Verdict {
 }
 
 #[cfg(test)]
-#[path = "gone_tests.rs"]
+#[path = "tracker_tests.rs"]
 mod tests;

@@ -15,10 +15,9 @@ use kube::api::{ListParams, Patch, PatchParams};
 use kube::{Api, ResourceExt};
 use tracing::{debug, info, warn};
 
-use super::gone;
-use super::locate::{HOSTNAME_LABEL, Mode, NodeLookup, NodeQuery, PerNodeKeys};
-use super::scope;
+use crate::model::locate::{HOSTNAME_LABEL, Mode, NodeLookup, NodeQuery, PerNodeKeys};
 use crate::names;
+use crate::node_mode::scope;
 use crate::runtime::Context;
 
 /// Each Node: name -> (UID, its [`scope::node_label_values`]).
@@ -115,7 +114,7 @@ impl<'a> NodeView<'a> {
 /// Whether the node `pv` lives on is missing from the cache (gone, or replaced by a Node of the
 /// same name with another UID), whatever the PV's phase. `false` for PVs of no single node.
 fn node_missing(pv: &PersistentVolume, keys: &PerNodeKeys, view: &NodeView<'_>) -> bool {
-    let Ok(query) = gone::node_query(pv, Mode::Node, keys) else {
+    let Ok(query) = crate::model::locate::node_query(pv, Mode::Node, keys) else {
         return false;
     };
     match (&query, view.lookup(&query)) {
@@ -285,7 +284,7 @@ async fn sweep(
 /// older version), so node-mode instances see them in their scoped watches. With `only`, just the
 /// PVs whose node label would be one of these values: each instance labels its own node's PVs at
 /// start-up (no herd of identical patches), the clean-up instances label the rest in their sweeps.
-pub async fn label_unlabelled(
+pub(crate) async fn label_unlabelled(
     ctx: &Context,
     keys: &PerNodeKeys,
     only: Option<&BTreeSet<String>>,

@@ -1,5 +1,5 @@
 //! The dead-node controller shell: answers Delete for volumes whose node no longer exists, driving
-//! [`super::gone::NodeGoneTracker`] with cache lookups and live GETs.
+//! [`super::tracker::NodeGoneTracker`] with cache lookups and live GETs.
 //!
 //! It runs in node-deployment mode, and in controller mode when Nodes and CSINodes are watched
 //! (topology on and supported by the driver); the tracker itself only considers volumes pinned to
@@ -11,14 +11,14 @@
 //!    Unranked instances hold no state and make no API calls.
 //! 2. PVs: controller mode reads the shared PV store (it holds every PV). Node mode watches only its
 //!    own node's PVs, so the ranked instances list, page by page, the PVs labelled with a missing
-//!    node (`node::discover`): nodes that vanished or were replaced since the last pass, and
+//!    node (`gone_nodes::discover`): nodes that vanished or were replaced since the last pass, and
 //!    those found by a sweep of the driver's PV *metadata* when the instance becomes ranked and
 //!    every [`scope::SWEEP_INTERVAL`]. The same sweep labels PVs written without our labels.
 //! 3. Each PV: cached Node lookup → [`NodeGoneTracker::observe`]; at the end of the grace period a
 //!    live Node GET (or label LIST) plus a live PV GET, observed again; then the plan is executed:
 //!    PV DELETE with a UID precondition, our finalizer removed, an event, the counter.
 //!
-//! [`janitor_key`]: super::gone::janitor_key
+//! [`janitor_key`]: super::policy::janitor_key
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
@@ -31,23 +31,22 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, ResourceExt};
 use tracing::{Instrument, debug, info, info_span, warn};
 
+use super::candidates::{claim_bond_matches, classify};
 use super::discover::{Lists, NodeView, StillMissing, label_unlabelled, list_page};
-use super::gone::{
-    self, CancelReason, GoneAction, GoneConfig, GonePlan, Lookup, NodeGoneTracker, Now,
-    check_interval, claim_bond_matches, classify,
-};
-use super::locate::{HOSTNAME_LABEL, Mode, NodeLookup, NodeQuery, PerNodeKeys};
-use super::scope;
+use super::policy::{self, GoneConfig, Now, check_interval};
+use super::tracker::{CancelReason, GoneAction, GonePlan, Lookup, NodeGoneTracker};
 use crate::k8s::events::{EventSpec, reference_to};
 use crate::k8s::patch::{self, DeleteOutcome};
+use crate::model::locate::{HOSTNAME_LABEL, Mode, NodeLookup, NodeQuery, PerNodeKeys};
 use crate::names;
+use crate::node_mode::scope;
 use crate::runtime::{Context, Shutdown};
 
 /// How often the Node and CSINode caches are compared with the last pass (cheap: in memory).
 const NODE_POLL: Duration = Duration::from_secs(1);
 
 /// Runs the dead-node controller until shutdown.
-pub async fn run(ctx: Arc<Context>, shutdown: Shutdown) {
+pub(crate) async fn run(ctx: Arc<Context>, shutdown: Shutdown) {
     let (Some(nodes), Some(csinodes)) = (ctx.stores.nodes.clone(), ctx.stores.csinodes.clone())
     else {
         debug!(
@@ -132,7 +131,7 @@ impl Janitor {
             Mode::Controller => (Some(ctx.stores.pvs.clone()), None),
             Mode::Node => (None, Some(Lists::default())),
         };
-        let key = gone::janitor_key(&ctx.driver.name);
+        let key = policy::janitor_key(&ctx.driver.name);
         let mut janitor = Self {
             tracker: NodeGoneTracker::new(config),
             ctx,
@@ -366,7 +365,7 @@ impl Janitor {
         .into_iter()
         .filter(|n| existing.contains(n.as_str()))
         .collect();
-        gone::actor_rank(
+        policy::actor_rank(
             self.mode,
             &self.key,
             &self.me,
@@ -580,7 +579,7 @@ fn log_cancel(pv: &str, reason: &CancelReason) {
 /// `driver`: any node coming, going or being replaced changes it.
 fn fingerprint(nodes: &[Arc<Node>], csinodes: &[Arc<CSINode>], driver: &str) -> u64 {
     let mix = |tag: &str, name: &str, uid: &str| {
-        crate::node::rendezvous::weight(tag, &format!("{name}\u{1}{uid}"))
+        crate::rendezvous::weight(tag, &format!("{name}\u{1}{uid}"))
     };
     let nodes_part = nodes.iter().fold(nodes.len() as u64, |acc, n| {
         acc ^ mix(
@@ -597,35 +596,5 @@ fn fingerprint(nodes: &[Arc<Node>], csinodes: &[Arc<CSINode>], driver: &str) -> 
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::testing::{DRIVER, csinode, node};
-
-    #[test]
-    fn the_fingerprint_changes_when_a_node_or_an_instance_comes_goes_or_is_replaced() {
-        let a = Arc::new(node("a").build());
-        let b = Arc::new(node("b").build());
-        let b2 = Arc::new(node("b").uid("uid-b2").build());
-        let ca = Arc::new(csinode("a").driver(DRIVER, "a", ["k"]).build());
-        let cb = Arc::new(csinode("b").driver(DRIVER, "b", ["k"]).build());
-        let other = Arc::new(csinode("b").driver("other", "b", ["k"]).build());
-        let base = fingerprint(&[a.clone(), b.clone()], &[ca.clone(), cb.clone()], DRIVER);
-        assert_eq!(
-            base,
-            fingerprint(&[b.clone(), a.clone()], &[cb.clone(), ca.clone()], DRIVER)
-        );
-        assert_ne!(
-            base,
-            fingerprint(std::slice::from_ref(&a), &[ca.clone(), cb.clone()], DRIVER)
-        );
-        assert_ne!(
-            base,
-            fingerprint(&[a.clone(), b2], &[ca.clone(), cb.clone()], DRIVER)
-        );
-        assert_ne!(
-            base,
-            fingerprint(&[a.clone(), b.clone()], std::slice::from_ref(&ca), DRIVER)
-        );
-        assert_ne!(base, fingerprint(&[a, b], &[ca, other], DRIVER));
-    }
-}
+#[path = "controller_tests.rs"]
+mod tests;

@@ -1,17 +1,11 @@
 //! Tests of [`super`].
 
+use std::collections::HashMap;
+
 use super::*;
 use crate::model::csinode::live_instances;
-use crate::node::locate::HOSTNAME_LABEL;
+use crate::model::locate::HOSTNAME_LABEL;
 use crate::testing::{DRIVER, csinode, node, pv, pvc};
-
-fn meta_of(claim: PersistentVolumeClaim) -> PartialObjectMeta<PersistentVolumeClaim> {
-    PartialObjectMeta {
-        types: None,
-        metadata: claim.metadata,
-        _phantom: std::marker::PhantomData,
-    }
-}
 
 #[test]
 fn node_names_are_label_values_and_overlong_names_are_hashed() {
@@ -178,49 +172,6 @@ fn the_sweep_fetches_only_pvs_whose_node_is_not_in_the_cache() {
 }
 
 #[test]
-fn stripping_keeps_only_what_decisions_read() {
-    let mut claim = pvc("ns", "c")
-        .selected_node("n1")
-        .provisioner(DRIVER)
-        .annotation("kubectl.kubernetes.io/last-applied-configuration", "{...}")
-        .label("app", "db")
-        .finalizer(names::FINALIZER_PVC_PROTECTION)
-        .finalizer(names::FINALIZER_PROVISIONING_INTENT)
-        .build()
-        .metadata;
-    strip_claim_metadata(&mut claim);
-    let ann = claim.annotations.as_ref().unwrap();
-    assert_eq!(ann.len(), 2);
-    assert!(ann.contains_key(names::ANN_SELECTED_NODE));
-    assert_eq!(claim.labels, None);
-    assert_eq!(
-        claim.finalizers,
-        Some(vec![names::FINALIZER_PROVISIONING_INTENT.to_owned()])
-    );
-    assert_eq!(claim.uid.as_deref(), Some("uid-ns-c"));
-
-    let keys = PerNodeKeys::default();
-    let mut n = node("n1")
-        .labels([
-            (HOSTNAME_LABEL, "n1"),
-            ("node.kubernetes.io/instance-type", "big"),
-        ])
-        .build()
-        .metadata;
-    strip_node_metadata(&mut n, &keys);
-    assert_eq!(n.labels.unwrap().len(), 1);
-    assert_eq!(n.uid.as_deref(), Some("uid-n1"));
-
-    let mut c = csinode("n1")
-        .driver("other.csi", "x", ["k"])
-        .driver(DRIVER, "n1", ["topology.hostpath.csi/node"])
-        .build();
-    strip_csinode(&mut c, DRIVER);
-    assert_eq!(c.spec.drivers.len(), 1);
-    assert_eq!(c.spec.drivers[0].name, DRIVER);
-}
-
-#[test]
 fn live_instances_are_the_nodes_whose_csinode_lists_our_driver() {
     let nodes = [
         csinode("b").driver(DRIVER, "b", ["k"]).build(),
@@ -345,74 +296,4 @@ fn the_node_mode_cache_keeps_this_nodes_bound_claims_but_not_other_nodes() {
     assert!(cached_claim(&pending_elsewhere.metadata, DRIVER, "n1"));
     let foreign = pvc("ns", "c").provisioner("other.csi").build();
     assert!(!cached_claim(&foreign.metadata, DRIVER, "n1"));
-}
-
-#[test]
-fn the_claim_index_keeps_only_interesting_claims_and_reports_changes() {
-    let mut index = InterestingClaims::new(DRIVER, "n1");
-    index.apply(watcher::Event::Init);
-    index.apply(watcher::Event::InitApply(meta_of(
-        pvc("ns", "mine")
-            .selected_node("n1")
-            .provisioner(DRIVER)
-            .build(),
-    )));
-    for i in 0..100 {
-        let other = pvc("ns", &format!("bound-{i}"))
-            .provisioner(DRIVER)
-            .selected_node("n2")
-            .annotation(names::ANN_BIND_COMPLETED, "yes")
-            .build();
-        index.apply(watcher::Event::InitApply(meta_of(other)));
-    }
-    assert!(!index.is_ready());
-    let queued = index.apply(watcher::Event::InitDone);
-    assert!(index.is_ready());
-    assert_eq!(index.len(), 1, "bound claims of other nodes are not kept");
-    assert_eq!(queued.len(), 1);
-
-    let mine = ClaimKey {
-        namespace: "ns".into(),
-        name: "mine".into(),
-    };
-    assert_eq!(index.get(&mine).unwrap().interest, ClaimInterest::Provision);
-
-    // Once bound it is dropped and reported, so its queued work can end.
-    let bound = pvc("ns", "mine")
-        .selected_node("n1")
-        .provisioner(DRIVER)
-        .annotation(names::ANN_BIND_COMPLETED, "yes")
-        .build();
-    assert_eq!(
-        index.apply(watcher::Event::Apply(meta_of(bound.clone()))),
-        vec![mine.clone()]
-    );
-    assert!(index.is_empty());
-    assert_eq!(
-        index.apply(watcher::Event::Apply(meta_of(bound.clone()))),
-        vec![]
-    );
-    assert_eq!(index.apply(watcher::Event::Delete(meta_of(bound))), vec![]);
-
-    let fresh = pvc("ns", "new").provisioner(DRIVER).build();
-    let key = ClaimKey {
-        namespace: "ns".into(),
-        name: "new".into(),
-    };
-    assert_eq!(
-        index.apply(watcher::Event::Apply(meta_of(fresh.clone()))),
-        vec![key.clone()]
-    );
-    assert_eq!(
-        index.apply(watcher::Event::Delete(meta_of(fresh))),
-        vec![key]
-    );
-
-    // A re-list drops claims deleted while disconnected, and reports them.
-    let gone = pvc("ns", "gone").provisioner(DRIVER).build();
-    index.apply(watcher::Event::Apply(meta_of(gone)));
-    index.apply(watcher::Event::Init);
-    let queued = index.apply(watcher::Event::InitDone);
-    assert_eq!(queued.len(), 1);
-    assert!(index.is_empty());
 }
