@@ -52,6 +52,9 @@ pub struct Context {
     pub stores: Stores,
     /// Volume names with a CreateVolume or DeleteVolume in flight in this process.
     pub volume_locks: VolumeLocks,
+    /// Whether this replica may act now (always without `--leader-election`); checked right
+    /// before CreateVolume, DeleteVolume and PV create.
+    pub leadership: crate::leader::Leadership,
 }
 
 /// Reflector stores the controllers read from.
@@ -202,16 +205,14 @@ async fn wait_ready(stores: &Stores, shutdown: &Shutdown) -> anyhow::Result<()> 
 pub async fn run(config: Config) -> anyhow::Result<()> {
     let shutdown = install_signal_handlers()?;
     let config = Arc::new(config);
-    if config.leader_election.is_some() {
-        // Accepted so upstream manifests start, but several active replicas would race each other.
-        warn!(
-            "--leader-election is not built yet: every replica of this Deployment acts on every claim; run exactly one replica (replicas: 1) until it is"
-        );
-    }
 
     let mut metrics = Metrics::new();
     let operations = OperationMetrics::register(metrics.registry_mut());
     let node_metrics = NodeGoneMetrics::register(metrics.registry_mut());
+    let leader_metrics = config
+        .leader_election
+        .is_some()
+        .then(|| crate::leader::LeaderMetrics::register(metrics.registry_mut()));
     let metrics = Arc::new(metrics);
     let health = Health::new();
     if let Some(options) = &config.http {
@@ -232,8 +233,28 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let driver = csi::handshake(channel.clone(), handshake).await?;
     driver.require_provisioning()?;
     info!(driver = %driver.name, version = %driver.vendor_version, "CSI driver ready");
-    let csi: Arc<dyn CsiController> =
-        Arc::new(GrpcCsi::new(channel, config.csi.timeout, operations));
+    // Leader election starts now, so standbys fill their caches while they wait.
+    let election = match (&config.leader_election, leader_metrics) {
+        (Some(options), Some(le_metrics)) => Some(
+            crate::leader::LeaderElection::start(
+                options,
+                &config.kube,
+                &driver.name,
+                config.node_deployment.is_some(),
+                health.clone(),
+                le_metrics,
+            )
+            .await?,
+        ),
+        _ => None,
+    };
+    let leadership = election
+        .as_ref()
+        .map_or_else(crate::leader::Leadership::always, |e| e.leadership());
+    let csi: Arc<dyn CsiController> = Arc::new(crate::leader::GuardedCsi::new(
+        Arc::new(GrpcCsi::new(channel, config.csi.timeout, operations)),
+        leadership.clone(),
+    ));
 
     let gates = &config.feature_gates;
     let volume_attributes_class = gates.volume_attributes_class
@@ -256,6 +277,15 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     };
     let stores = watches.stores.clone();
     wait_ready(&stores, &shutdown).await?;
+    if let Some(standby) = &election {
+        info!("caches filled; waiting for leadership");
+        if !standby.lead(shutdown.clone().requested()).await {
+            if let Some(election) = election {
+                election.release().await;
+            }
+            return Ok(());
+        }
+    }
     info!("caches filled; starting controllers");
 
     let ctx = Arc::new(Context {
@@ -270,6 +300,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         node_metrics,
         stores,
         volume_locks: VolumeLocks::default(),
+        leadership,
     });
 
     {
@@ -304,6 +335,10 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     );
     let gone = crate::node::controller::run(ctx.clone(), shutdown.clone());
     tokio::join!(provision, reclaim, gone);
+    if let Some(election) = election {
+        // Only now: nothing is in flight any more, so a standby may take over at once.
+        election.release().await;
+    }
     info!("controllers stopped; exiting");
     Ok(())
 }

@@ -14,6 +14,7 @@ pub mod config;
 pub mod csi;
 pub mod http;
 pub mod k8s;
+pub mod leader;
 pub mod metrics;
 pub mod names;
 pub mod node;

@@ -745,6 +745,8 @@ async fn create_pv(
     let mut delay = Duration::from_millis(100);
     let mut last = String::new();
     for attempt in 1..=PV_CREATE_ATTEMPTS {
+        // Leader election: a replica whose lease may have passed to another must not write.
+        state.ctx.leadership.acting().await;
         match api.create(&PostParams::default(), pv).await {
             Ok(_) => {
                 info!(pv = %name, "PV created");
