@@ -276,7 +276,13 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         None => start_watches(&client, &config, &driver),
     };
     let stores = watches.stores.clone();
-    wait_ready(&stores, &shutdown).await?;
+    if let Err(e) = wait_ready(&stores, &shutdown).await {
+        // The lease may have been won meanwhile: give it up rather than leave it to expire.
+        if let Some(election) = election {
+            election.release().await;
+        }
+        return Err(e);
+    }
     if let Some(standby) = &election {
         info!("caches filled; waiting for leadership");
         if !standby.lead(shutdown.clone().requested()).await {

@@ -469,6 +469,7 @@ async fn ours_and_upstreams_sidecar_share_one_lease() {
         (!h.is_empty()).then_some(h)
     })
     .await;
+    eprintln!("upstream holds the Lease as {their_id:?}");
     let ours = Replica::start(&cluster, "ours").await;
     ours.sidecar
         .wait_log(&["caches filled; waiting for leadership"], 1)
@@ -508,5 +509,12 @@ async fn ours_and_upstreams_sidecar_share_one_lease() {
     cluster.claim_of_class("default", "c4", "fast", "1Gi").await;
     cluster.wait_bound("default", "c4").await;
     assert_eq!((upstream_creates().await, ours.creates().await), (2, 2));
+    let spec = lease(&cluster).await.and_then(|l| l.spec).expect("Lease");
+    eprintln!(
+        "final Lease: holder {:?}, transitions {:?}",
+        spec.holder_identity, spec.lease_transitions
+    );
+    // Created by upstream (0), taken over by ours (1), then by upstream again (2).
+    assert_eq!(spec.lease_transitions, Some(2));
     let _ = theirs.kill().await;
 }
