@@ -518,3 +518,75 @@ async fn ours_and_upstreams_sidecar_share_one_lease() {
     assert_eq!(spec.lease_transitions, Some(2));
     let _ = theirs.kill().await;
 }
+
+/// The election has a request budget of its own: a leader whose workers have used up the
+/// `--kube-api-qps` token bucket still renews its lease on time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_saturated_worker_rate_limit_does_not_cost_the_lease() {
+    let cluster = Cluster::start().await;
+    let driver = Driver::start(cluster.dir.path(), "replica-a", &[]).await;
+    let mut flags = election_flags();
+    // Each claim costs the workers about six requests: 40 claims keep a 3/s bucket busy for over
+    // a minute, while a renewal every 0.5s needs 2/s of the election's own bucket.
+    flags.extend(["--kube-api-qps=3", "--kube-api-burst=3"]);
+    let sidecar = Sidecar::start_named(
+        &cluster,
+        &driver,
+        "sidecar-replica-a",
+        &flags,
+        &[("HOSTNAME", "replica-a")],
+    )
+    .await;
+    wait_holder(&cluster, &["replica-a"]).await;
+    cluster.add_class(&storage_class("fast", &[])).await;
+    for i in 0..40 {
+        cluster
+            .claim_of_class("default", &format!("c{i}"), "fast", "1Gi")
+            .await;
+    }
+    let transitions = lease(&cluster)
+        .await
+        .and_then(|l| l.spec?.lease_transitions);
+    // Three lease durations of saturation: renewals stuck behind the workers' requests would
+    // have missed the renew deadline several times over.
+    let start = Instant::now();
+    let mut renewals = std::collections::BTreeSet::new();
+    while start.elapsed() < 3 * LEASE_DURATION {
+        let l = lease(&cluster).await.expect("Lease");
+        assert_eq!(holder(&l), "replica-a");
+        if let Some(t) = l.spec.and_then(|s| s.renew_time) {
+            renewals.insert(t.0);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let bound = cluster
+        .pvcs("default")
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .filter(|c| c.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound"))
+        .count();
+    eprintln!(
+        "{} renewals seen in {:?}; {bound} of 40 claims bound meanwhile",
+        renewals.len(),
+        3 * LEASE_DURATION
+    );
+    assert!(
+        bound < 40,
+        "the workers' budget was not saturated; the test proves nothing"
+    );
+    assert!(
+        renewals.len() >= 6,
+        "renewals went on while the workers were throttled"
+    );
+    assert_eq!(
+        lease(&cluster)
+            .await
+            .and_then(|l| l.spec?.lease_transitions),
+        transitions
+    );
+    assert_eq!(sidecar.log_lines_with(&["Failed to renew lease"]), 0);
+    assert!(sidecar.pid().is_some(), "the leader still runs");
+}
