@@ -2,7 +2,8 @@
 //! each pod of a Deployment has its own driver container), contend for one Lease in kube-sim.
 //! Who acted is read from the drivers: their call counts and their logs' CreateVolume times.
 //!
-//! Timings are short (lease 2s, renew deadline 1.5s, retry 0.5s) so failovers take seconds.
+//! Timings are short (lease 3s, renew deadline 1.5s, retry 0.5s) so failovers take seconds; the
+//! 1.5s between renew deadline and lease duration is the safety margin timing checks rely on.
 
 mod common;
 
@@ -17,7 +18,7 @@ use tokio::time::Instant;
 
 /// `mock.csi.rs` with every character outside `[a-zA-Z0-9-]` replaced, as upstream names it.
 const LEASE: &str = "mock-csi-rs";
-const LEASE_DURATION: Duration = Duration::from_secs(2);
+const LEASE_DURATION: Duration = Duration::from_secs(3);
 const RENEW_DEADLINE: Duration = Duration::from_millis(1500);
 const RETRY_PERIOD: Duration = Duration::from_millis(500);
 /// Scheduling slack on a loaded 2-core machine, added to every timing bound.
@@ -27,7 +28,7 @@ fn election_flags() -> Vec<&'static str> {
     vec![
         "--leader-election",
         "--leader-election-namespace=default",
-        "--leader-election-lease-duration=2s",
+        "--leader-election-lease-duration=3s",
         "--leader-election-renew-deadline=1.5s",
         "--leader-election-retry-period=500ms",
         "--leader-election-labels=app:csi-provisioner",
@@ -203,7 +204,7 @@ async fn only_the_leader_acts(n: usize) {
     // The Lease is written as client-go writes it, with the labels from the flag.
     let lease = lease(&cluster).await.expect("Lease");
     let spec = lease.spec.as_ref().expect("spec");
-    assert_eq!(spec.lease_duration_seconds, Some(2));
+    assert_eq!(spec.lease_duration_seconds, Some(3));
     assert!(spec.acquire_time.is_some() && spec.renew_time.is_some());
     assert!(spec.lease_transitions.is_some());
     assert_eq!(
