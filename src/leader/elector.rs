@@ -243,8 +243,8 @@ impl Shell {
         self.metrics.set_leading(true);
         info!(lock = %self.describe, "Successfully acquired lease");
         debug!("became leader, starting");
-        self.record("became leader").await;
         let _ = self.leading.send(true);
+        self.record("became leader").await;
 
         loop {
             let until = self.until.borrow().unwrap_or(last);
