@@ -4,14 +4,12 @@
 //! capabilities, NodeGetInfo in node mode, then caches and controllers), so logs read the same. On
 //! SIGTERM/SIGINT the controllers stop taking work and let in-flight CSI calls finish or time out.
 
-use std::collections::HashSet;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context as _;
-use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::api::core::v1::{Node, ObjectReference, PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::{CSINode, StorageClass, VolumeAttachment};
-use kube::runtime::reflector::Store;
 use kube::runtime::watcher;
 use kube::{Api, Client};
 use tokio::sync::watch;
@@ -23,102 +21,12 @@ use crate::csi::{
     OperationMetrics,
 };
 use crate::http::{self, Health};
-use crate::k8s::events::{EventSource, Recorder};
+use crate::k8s::events::{EventQueueMetrics, EventSource, EventSpec, Recorder};
 use crate::k8s::watch::{AttachmentIndex, Watched, watch_shared};
 use crate::metrics::Metrics;
-use crate::node::metrics::NodeGoneMetrics;
-
-/// Everything the controllers share: clients, the driver, caches and process-wide settings.
-pub struct Context {
-    /// Validated flags.
-    pub config: Arc<Config>,
-    /// Rate-limited Kubernetes client.
-    pub client: Client,
-    /// The driver's controller service, with `--timeout` on every call.
-    pub csi: Arc<dyn CsiController>,
-    /// What the handshake learned about the driver.
-    pub driver: Arc<DriverInfo>,
-    /// Written into every PV's volume attributes (upstream's provisioner identity).
-    pub identity: String,
-    /// Whether the VolumeAttributesClass gate is on after start-up auto-disabling.
-    pub volume_attributes_class: bool,
-    /// Events with upstream's source component.
-    pub events: Recorder,
-    /// Upstream provisioning/deletion metrics.
-    pub metrics: Arc<Metrics>,
-    /// Dead-node metrics.
-    pub node_metrics: NodeGoneMetrics,
-    /// Caches.
-    pub stores: Stores,
-    /// Volume names with a CreateVolume or DeleteVolume in flight in this process.
-    pub volume_locks: VolumeLocks,
-    /// Whether this replica may act now (always without `--leader-election`); checked right
-    /// before CreateVolume, DeleteVolume and PV create.
-    pub leadership: crate::leader::Leadership,
-}
-
-/// Reflector stores the controllers read from.
-#[derive(Clone)]
-pub struct Stores {
-    /// PersistentVolumeClaims.
-    pub pvcs: Store<PersistentVolumeClaim>,
-    /// PersistentVolumes.
-    pub pvs: Store<PersistentVolume>,
-    /// StorageClasses.
-    pub classes: Store<StorageClass>,
-    /// Nodes (topology or dead-node handling only).
-    pub nodes: Option<Store<Node>>,
-    /// CSINodes (topology or dead-node handling only).
-    pub csinodes: Option<Store<CSINode>>,
-    /// VolumeAttachments by PV (drivers with PUBLISH_UNPUBLISH_VOLUME only).
-    pub attachments: Option<AttachmentIndex>,
-}
-
-/// Names of volumes with a CreateVolume or DeleteVolume in flight, so a claim's create and a PV's
-/// delete for the same volume never overlap (upstream issue 1469).
-#[derive(Clone, Default)]
-pub struct VolumeLocks(Arc<Mutex<HashSet<String>>>);
-
-/// Held while an operation on one volume name runs; released on drop.
-pub struct VolumeLock {
-    locks: VolumeLocks,
-    name: String,
-}
-
-impl VolumeLocks {
-    /// Takes the lock for `name`, or `None` when another operation on it is in flight.
-    pub fn try_lock(&self, name: &str) -> Option<VolumeLock> {
-        let mut held = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        held.insert(name.to_owned()).then(|| VolumeLock {
-            locks: self.clone(),
-            name: name.to_owned(),
-        })
-    }
-}
-
-impl Drop for VolumeLock {
-    fn drop(&mut self) {
-        let mut held = self.locks.0.lock().unwrap_or_else(|p| p.into_inner());
-        held.remove(&self.name);
-    }
-}
-
-/// A shutdown signal every task can wait on.
-#[derive(Clone)]
-pub struct Shutdown(watch::Receiver<bool>);
-
-impl Shutdown {
-    /// Completes once shutdown was requested.
-    pub async fn requested(mut self) {
-        // An error means the sender is gone, which only happens at process exit: stop as well.
-        let _ = self.0.wait_for(|stop| *stop).await;
-    }
-
-    /// The raw receiver, for APIs that take one.
-    pub fn receiver(&self) -> watch::Receiver<bool> {
-        self.0.clone()
-    }
-}
+use crate::metrics::node_gone::NodeGoneMetrics;
+use crate::model::meta::label;
+use crate::runtime::{Context, Shutdown, Stores, VolumeLocks};
 
 /// Installs SIGTERM/SIGINT handlers; the first signal requests a graceful shutdown.
 fn install_signal_handlers() -> anyhow::Result<Shutdown> {
@@ -141,7 +49,7 @@ fn install_signal_handlers() -> anyhow::Result<Shutdown> {
         warn!("second signal: exiting now");
         std::process::exit(1);
     });
-    Ok(Shutdown(rx))
+    Ok(Shutdown::new(rx))
 }
 
 /// Upstream's provisioner identity: `<unix-millis>-<rand 0..9999>-<driver>[-<node>]`.
@@ -213,6 +121,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         .leader_election
         .is_some()
         .then(|| crate::leader::LeaderMetrics::register(metrics.registry_mut()));
+    let event_metrics = EventQueueMetrics::register(metrics.registry_mut());
     let metrics = Arc::new(metrics);
     let health = Health::new();
     if let Some(options) = &config.http {
@@ -221,9 +130,10 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         tokio::spawn(server.run(shutdown.clone().requested()));
     }
 
-    let client = crate::k8s::client::build_client(&config.kube)
+    let clients = crate::k8s::client::build_clients(&config.kube)
         .await
         .context("building the Kubernetes client")?;
+    let client = clients.workers.clone();
 
     let endpoint = Endpoint::parse(&config.csi.address)?;
     let channel = csi::connect(endpoint, ConnectOptions::new(shutdown.receiver())).await?;
@@ -266,9 +176,20 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         .map(|n| n.node_name.as_str());
     let identity = provisioner_identity(&driver.name, node_name);
     let hostname = std::env::var("HOSTNAME").unwrap_or_else(|_| "localhost".to_owned());
-    let events = Recorder::new(
-        client.clone(),
+    // Events take only the rate budget the workers leave (k8s::events::Recorder::queued).
+    let events = Recorder::queued(
+        clients.background.clone(),
         EventSource::provisioner_lib(&driver.name, &hostname, &crate::k8s::events::random_uuid()),
+        clients.bucket.clone(),
+        event_metrics,
+    );
+
+    spawn_rbac_self_check(
+        &config,
+        &driver,
+        clients.background.clone(),
+        health.clone(),
+        events.clone(),
     );
 
     let mut watches = match &config.node_deployment {
@@ -347,6 +268,54 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     }
     info!("controllers stopped; exiting");
     Ok(())
+}
+
+/// Starts the RBAC self-check (`k8s::access`) in the background, on the background client (no
+/// limiter) so that its dozen requests, sent once, never take the workers' rate budget; its findings go to the log, `/healthz/rbac`
+/// and a Warning event on this Pod (`POD_NAME` / `NAMESPACE`, as upstream's capacity owner).
+fn spawn_rbac_self_check(
+    config: &Config,
+    driver: &DriverInfo,
+    client: Client,
+    health: Health,
+    events: Recorder,
+) {
+    use crate::k8s::access;
+    let features = access::Features {
+        nodes: config.node_deployment.is_some()
+            || (config.feature_gates.topology && driver.supports_topology()),
+        attachments: driver.controller.publish_unpublish_volume,
+        claim_cleanup: config.deleted_node.pvc_cleanup,
+        leader_election_namespace: config
+            .leader_election
+            .as_ref()
+            .map(crate::leader::lease_namespace),
+    };
+    tokio::spawn(async move {
+        let Some(missing) = access::self_check(&client, &features).await else {
+            return;
+        };
+        let lines: Vec<String> = missing.iter().map(access::Missing::describe).collect();
+        health.set_rbac_missing(lines.join("\n"));
+        let pod = std::env::var("POD_NAME")
+            .ok()
+            .zip(std::env::var("NAMESPACE").ok());
+        if let (false, Some((name, namespace))) = (missing.is_empty(), pod) {
+            let object = ObjectReference {
+                api_version: Some("v1".into()),
+                kind: Some("Pod".into()),
+                name: Some(name),
+                namespace: Some(namespace),
+                ..Default::default()
+            };
+            let message = format!(
+                "{}. Add to the sidecar's RBAC:\n{}",
+                lines.join("; "),
+                access::rules_to_add(&missing)
+            );
+            events.emit(object, EventSpec::warning("MissingRBACPermission", message));
+        }
+    });
 }
 
 /// The running watches.
@@ -448,22 +417,13 @@ fn count_backlog(
     let claims = claims
         .iter()
         .filter(|c| crate::provision::intent::has_intent(c))
-        .filter(|c| crate::provision::plan::is_ours(c, driver))
-        .filter(|c| node.is_none() || crate::node::ownership::selected_node(c) == node)
+        .filter(|c| crate::model::claim::is_ours(c, driver))
+        .filter(|c| node.is_none() || crate::model::claim::selected_node(c) == node)
         .count();
     let volumes = pvs
         .iter()
         .filter(|pv| crate::reclaim::plan::awaits_deletion(pv, driver))
-        .filter(|pv| {
-            node.is_none()
-                || pv
-                    .metadata
-                    .labels
-                    .as_ref()
-                    .and_then(|l| l.get(crate::names::LABEL_PV_NODE))
-                    .map(String::as_str)
-                    == node
-        })
+        .filter(|pv| node.is_none() || label(&pv.metadata, crate::names::LABEL_PV_NODE) == node)
         .count();
     let gauge = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
     (gauge(claims), gauge(volumes))
@@ -518,17 +478,6 @@ mod tests {
             (0, 0),
             "another driver's intents and volumes are its own sidecar's"
         );
-    }
-
-    #[test]
-    fn a_volume_name_is_locked_once_until_its_guard_drops() {
-        let locks = VolumeLocks::default();
-        let first = locks.try_lock("pvc-1");
-        assert!(first.is_some());
-        assert!(locks.try_lock("pvc-1").is_none());
-        assert!(locks.try_lock("pvc-2").is_some());
-        drop(first);
-        assert!(locks.try_lock("pvc-1").is_some());
     }
 
     #[test]

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use clap::{ArgAction, CommandFactory, Parser};
 
-use crate::config::FeatureGate;
+use crate::gofmt::{parse_go_bool, parse_go_duration};
 use crate::telemetry::LogFormat;
 
 /// The version printed by `--version`.
@@ -496,174 +496,6 @@ where
     out
 }
 
-/// Parses a boolean as Go's `strconv.ParseBool` does.
-pub fn parse_go_bool(text: &str) -> Result<bool, String> {
-    match text {
-        "1" | "t" | "T" | "TRUE" | "true" | "True" => Ok(true),
-        "0" | "f" | "F" | "FALSE" | "false" | "False" => Ok(false),
-        _ => Err(format!(
-            "invalid boolean {text:?} (use true or false; 1, t, T, TRUE, True, 0, f, F, FALSE, False also work)"
-        )),
-    }
-}
-
-/// Parses a duration as Go's `time.ParseDuration` does (`300ms`, `1.5h`, `1m30s`, `0`), except
-/// that negative durations are rejected: no flag of this program has a meaning for them.
-pub fn parse_go_duration(text: &str) -> Result<Duration, String> {
-    const UNITS: [(&str, u128); 9] = [
-        ("ns", 1),
-        ("us", 1_000),
-        ("µs", 1_000),
-        ("μs", 1_000),
-        ("ms", 1_000_000),
-        ("s", 1_000_000_000),
-        ("m", 60_000_000_000),
-        ("h", 3_600_000_000_000),
-        ("", 0),
-    ];
-    let invalid =
-        |why: &str| format!("invalid duration {text:?}: {why} (examples: 15s, 5m, 1m30s, 300ms)");
-    let (negative, mut rest) = match text.as_bytes().first() {
-        Some(b'-') => (true, &text[1..]),
-        Some(b'+') => (false, &text[1..]),
-        _ => (false, text),
-    };
-    if rest == "0" {
-        return Ok(Duration::ZERO);
-    }
-    if rest.is_empty() {
-        return Err(invalid("empty"));
-    }
-    let mut total: u128 = 0;
-    while !rest.is_empty() {
-        let int_len = rest.bytes().take_while(u8::is_ascii_digit).count();
-        let (int_part, after_int) = rest.split_at(int_len);
-        let (frac_part, after_number) = match after_int.strip_prefix('.') {
-            Some(after_dot) => {
-                let frac_len = after_dot.bytes().take_while(u8::is_ascii_digit).count();
-                after_dot.split_at(frac_len)
-            }
-            None => ("", after_int),
-        };
-        if int_part.is_empty() && frac_part.is_empty() {
-            return Err(invalid("expected a number"));
-        }
-        let unit_len = after_number
-            .char_indices()
-            .find(|&(_, c)| c == '.' || c.is_ascii_digit())
-            .map_or(after_number.len(), |(i, _)| i);
-        let (unit, after_unit) = after_number.split_at(unit_len);
-        let scale = match UNITS.iter().find(|(name, _)| *name == unit) {
-            Some((_, 0)) => return Err(invalid("missing unit")),
-            Some((_, scale)) => *scale,
-            None => {
-                return Err(invalid(&format!(
-                    "unknown unit {unit:?} (use ns, us, ms, s, m or h)"
-                )));
-            }
-        };
-        let int: u128 = if int_part.is_empty() {
-            0
-        } else {
-            int_part.parse().map_err(|_| invalid("out of range"))?
-        };
-        // Digits past the 18th are below a nanosecond for every unit, so they are dropped.
-        let frac_digits = &frac_part[..frac_part.len().min(18)];
-        let frac: u128 = if frac_digits.is_empty() {
-            0
-        } else {
-            frac_digits.parse().map_err(|_| invalid("bad fraction"))?
-        };
-        let frac_ns = frac * scale / 10u128.pow(frac_digits.len() as u32);
-        total = int
-            .checked_mul(scale)
-            .and_then(|v| v.checked_add(frac_ns))
-            .and_then(|v| v.checked_add(total))
-            .filter(|&v| v <= i64::MAX as u128)
-            .ok_or_else(|| invalid("out of range"))?;
-        rest = after_unit;
-    }
-    if negative && total > 0 {
-        return Err(invalid("negative durations are not allowed"));
-    }
-    let secs = (total / 1_000_000_000) as u64;
-    let nanos = (total % 1_000_000_000) as u32;
-    Ok(Duration::new(secs, nanos))
-}
-
-/// Formats a duration as Go's `time.Duration.String` does (`5m0s`, `1.5s`, `300ms`), so that
-/// messages quote values the way users wrote them in manifests.
-pub fn format_go_duration(duration: Duration) -> String {
-    fn trimmed(whole: u128, frac: u128, frac_digits: u32) -> String {
-        let frac = format!("{frac:0width$}", width = frac_digits as usize);
-        let frac = frac.trim_end_matches('0');
-        if frac.is_empty() {
-            whole.to_string()
-        } else {
-            format!("{whole}.{frac}")
-        }
-    }
-    let ns = duration.as_nanos();
-    if ns == 0 {
-        return "0s".to_owned();
-    }
-    if ns < 1_000 {
-        return format!("{ns}ns");
-    }
-    if ns < 1_000_000 {
-        return format!("{}µs", trimmed(ns / 1_000, ns % 1_000, 3));
-    }
-    if ns < 1_000_000_000 {
-        return format!("{}ms", trimmed(ns / 1_000_000, ns % 1_000_000, 6));
-    }
-    let hours = ns / 3_600_000_000_000;
-    let minutes = ns / 60_000_000_000 % 60;
-    let seconds = trimmed(ns / 1_000_000_000 % 60, ns % 1_000_000_000, 9);
-    match (hours, minutes) {
-        (0, 0) => format!("{seconds}s"),
-        (0, m) => format!("{m}m{seconds}s"),
-        (h, m) => format!("{h}h{m}m{seconds}s"),
-    }
-}
-
-/// One `--feature-gates` value: the gates it sets, in order.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct FeatureGateList(pub Vec<(FeatureGate, bool)>);
-
-/// Parses `Key=bool,Key2=bool` as component-base's feature gate flag does; an unknown gate is an
-/// error (as upstream). `HonorPVReclaimPolicy=true` is accepted as a no-op (the behaviour is always
-/// on; older manifests still set it), `=false` is refused because it cannot be honoured.
-pub fn parse_feature_gates(text: &str) -> Result<FeatureGateList, String> {
-    let mut gates = Vec::new();
-    for item in text
-        .split(',')
-        .map(str::trim)
-        .filter(|item| !item.is_empty())
-    {
-        let (key, value) = item.split_once('=').ok_or_else(|| {
-            format!("missing bool value for {item} (expected {item}=true or {item}=false)")
-        })?;
-        let (key, value) = (key.trim(), value.trim());
-        let gate: FeatureGate = key.parse().map_err(|_| {
-            format!(
-                "unrecognized feature gate: {key} (known: {})",
-                FeatureGate::ALL.map(FeatureGate::name).join(", ")
-            )
-        })?;
-        let enabled =
-            parse_go_bool(value).map_err(|err| format!("invalid value of {key}={value}: {err}"))?;
-        if gate == FeatureGate::HonorPvReclaimPolicy && !enabled {
-            return Err(
-                "cannot set feature gate HonorPVReclaimPolicy to false, feature is locked to true \
-                 (PV reclaim policy is always honoured; remove the gate)"
-                    .to_owned(),
-            );
-        }
-        gates.push((gate, enabled));
-    }
-    Ok(FeatureGateList(gates))
-}
-
 /// One `--leader-election-labels` value.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct LabelList(pub Vec<(String, String)>);
@@ -685,6 +517,10 @@ pub fn parse_labels(text: &str) -> Result<LabelList, String> {
 fn parse_log_format(text: &str) -> Result<LogFormat, String> {
     text.parse()
 }
+
+mod gates;
+
+pub use gates::{FeatureGate, FeatureGateList, parse_feature_gates};
 
 #[cfg(test)]
 #[path = "cli_tests.rs"]

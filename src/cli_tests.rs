@@ -1,5 +1,6 @@
 //! Unit tests of `cli.rs`: argv normalisation, Go booleans and durations, gates, labels.
 use super::*;
+use crate::gofmt::format_go_duration;
 
 fn parse(args: &[&str]) -> Result<Args, clap::Error> {
     Args::try_parse_go_style(std::iter::once(PROGRAM).chain(args.iter().copied()))

@@ -6,10 +6,10 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::str::FromStr;
 use std::time::Duration;
 
-use crate::cli::{Args, format_go_duration as go};
+use crate::cli::{Args, FeatureGate};
+use crate::gofmt::format_go_duration as go;
 use crate::telemetry::LogFormat;
 
 /// The whole configuration of one sidecar process.
@@ -605,66 +605,6 @@ fn not_yet_supported(args: &Args) -> Vec<String> {
         .filter(|&(_, on)| on)
         .map(|(gate, _)| format!("--feature-gates={gate}=true"));
     flags.chain(gate_flags).collect()
-}
-
-/// A feature gate name accepted by `--feature-gates`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum FeatureGate {
-    /// GA, default on: topology-aware provisioning (when the driver supports it).
-    Topology,
-    /// Alpha, default off: data sources in other namespaces.
-    CrossNamespaceVolumeDataSource,
-    /// GA, default on: VolumeAttributesClass parameters in CreateVolume.
-    VolumeAttributesClass,
-    /// Alpha, default off: release the Lease on SIGTERM.
-    ReleaseLeaderElectionOnExit,
-    /// Beta, default off: registered by csi-lib-utils but without effect on the provisioner.
-    MutableCsiNodeAllocatableCount,
-    /// Removed upstream (GA, always on); `=true` is accepted as a no-op for older manifests.
-    HonorPvReclaimPolicy,
-    /// Sets every alpha gate not set explicitly.
-    AllAlpha,
-    /// Sets every beta gate not set explicitly.
-    AllBeta,
-}
-
-impl FeatureGate {
-    /// Every gate, in `--help` order.
-    pub const ALL: [FeatureGate; 8] = [
-        Self::Topology,
-        Self::CrossNamespaceVolumeDataSource,
-        Self::VolumeAttributesClass,
-        Self::ReleaseLeaderElectionOnExit,
-        Self::MutableCsiNodeAllocatableCount,
-        Self::HonorPvReclaimPolicy,
-        Self::AllAlpha,
-        Self::AllBeta,
-    ];
-
-    /// The gate's name on the command line.
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Topology => "Topology",
-            Self::CrossNamespaceVolumeDataSource => "CrossNamespaceVolumeDataSource",
-            Self::VolumeAttributesClass => "VolumeAttributesClass",
-            Self::ReleaseLeaderElectionOnExit => "ReleaseLeaderElectionOnExit",
-            Self::MutableCsiNodeAllocatableCount => "MutableCSINodeAllocatableCount",
-            Self::HonorPvReclaimPolicy => "HonorPVReclaimPolicy",
-            Self::AllAlpha => "AllAlpha",
-            Self::AllBeta => "AllBeta",
-        }
-    }
-}
-
-impl FromStr for FeatureGate {
-    type Err = ();
-
-    fn from_str(name: &str) -> Result<Self, ()> {
-        Self::ALL
-            .into_iter()
-            .find(|gate| gate.name() == name)
-            .ok_or(())
-    }
 }
 
 /// The effective feature gates.

@@ -2,6 +2,8 @@
 //!
 //! - `GET <--metrics-path>`: every registered family, OpenMetrics text.
 //! - `GET /healthz`: `ok` while the process serves.
+//! - `GET /healthz/rbac`: `ok`, or 500 naming each permission the start-up RBAC self-check found
+//!   missing (see `k8s::access`).
 //! - `GET /healthz/leader-election`: only with `--leader-election` and `--http-endpoint` (not the
 //!   deprecated `--metrics-address`), as upstream: `ok`, or 500 `internal server error: <reason>`
 //!   once the leader-election code reports a failure through [`Health`].
@@ -12,7 +14,7 @@
 use std::future::Future;
 use std::io;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
-use std::sync::{Arc, PoisonError, RwLock};
+use std::sync::{Arc, RwLock};
 
 use axum::Router;
 use axum::extract::State;
@@ -30,6 +32,8 @@ use crate::metrics::{CONTENT_TYPE, Metrics};
 pub struct Health {
     /// `None` while healthy, else why not.
     leader_election: Arc<RwLock<Option<String>>>,
+    /// Missing RBAC permissions found by the start-up self-check, one per line; empty when none.
+    rbac: Arc<RwLock<String>>,
 }
 
 impl Health {
@@ -40,25 +44,25 @@ impl Health {
 
     /// Leader election works (or this replica is not leading, which is fine).
     pub fn set_leader_election_healthy(&self) {
-        *self
-            .leader_election
-            .write()
-            .unwrap_or_else(PoisonError::into_inner) = None;
+        *crate::sync::write(&self.leader_election) = None;
     }
 
     /// The leader failed to renew its Lease in time; `/healthz/leader-election` reports `reason`.
     pub fn set_leader_election_unhealthy(&self, reason: impl Into<String>) {
-        *self
-            .leader_election
-            .write()
-            .unwrap_or_else(PoisonError::into_inner) = Some(reason.into());
+        *crate::sync::write(&self.leader_election) = Some(reason.into());
+    }
+
+    /// The start-up RBAC self-check found `missing` (one permission per line; empty: none).
+    pub fn set_rbac_missing(&self, missing: impl Into<String>) {
+        *crate::sync::write(&self.rbac) = missing.into();
+    }
+
+    fn rbac_missing(&self) -> String {
+        crate::sync::read(&self.rbac).clone()
     }
 
     fn leader_election_problem(&self) -> Option<String> {
-        self.leader_election
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
+        crate::sync::read(&self.leader_election).clone()
     }
 }
 
@@ -163,7 +167,9 @@ impl HttpServer {
 }
 
 fn router(options: &HttpOptions, metrics: Arc<Metrics>, health: Health) -> Router {
-    let mut router = Router::new().route("/healthz", get(|| async { "ok" }));
+    let mut router = Router::new()
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/healthz/rbac", get(rbac_health));
     if options.leader_election_health {
         router = router.route("/healthz/leader-election", get(leader_election_health));
     }
@@ -174,6 +180,20 @@ fn router(options: &HttpOptions, metrics: Arc<Metrics>, health: Health) -> Route
         metrics_path: options.metrics_path.as_str().into(),
         health,
     })
+}
+
+/// Not part of `/healthz` on purpose: a restart does not grant a permission, and a liveness
+/// failure would turn a partly working sidecar into a crash loop.
+async fn rbac_health(State(state): State<AppState>) -> Response {
+    let missing = state.health.rbac_missing();
+    if missing.is_empty() {
+        return "ok".into_response();
+    }
+    (
+        StatusCode::INTERNAL_SERVER_ERROR,
+        format!("missing RBAC permissions:\n{missing}"),
+    )
+        .into_response()
 }
 
 async fn leader_election_health(State(state): State<AppState>) -> Response {

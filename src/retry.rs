@@ -1,5 +1,7 @@
-//! Per-object exponential backoff (`--retry-interval-start` .. `--retry-interval-max`) and the
-//! infeasible hold-back ("slow set") for claims whose CreateVolume failed with `InvalidArgument`.
+//! Per-object exponential backoff (`--retry-interval-start` .. `--retry-interval-max`), the
+//! infeasible hold-back ("slow set") for claims whose CreateVolume failed with `InvalidArgument`,
+//! and [`retry_transient`], the one in-place retry loop for a call whose transient failures are
+//! worth a few quick attempts before the object goes back to its backoff.
 //!
 //! Both are plain data: the caller passes `Instant`s in and wraps the value in a lock if it shares
 //! it between workers. This mirrors upstream's workqueue `ItemExponentialFailureRateLimiter` (one
@@ -160,6 +162,47 @@ impl<K: Eq + Hash + Clone + fmt::Display> InfeasibleHold<K> {
     }
 }
 
+/// What one attempt of [`retry_transient`] came to.
+pub(crate) enum Attempt<T, E> {
+    /// A final answer, success or not: no further attempt.
+    Done(Result<T, E>),
+    /// A failure that may pass: try again (after at least `retry_after`, when the server said).
+    Transient {
+        /// The failure, returned if no attempt is left.
+        error: E,
+        /// The server's Retry-After, if any.
+        retry_after: Option<Duration>,
+    },
+}
+
+/// Runs `attempt(n)` for n = 1..=`attempts` until it is [`Attempt::Done`], waiting between
+/// transient failures a delay that doubles from `start` up to `max` (at least the server's
+/// Retry-After). Returns the last transient error when the attempts run out.
+pub(crate) async fn retry_transient<T, E, Fut>(
+    attempts: u32,
+    start: Duration,
+    max: Duration,
+    mut attempt: impl FnMut(u32) -> Fut,
+) -> Result<T, E>
+where
+    Fut: Future<Output = Attempt<T, E>>,
+{
+    let mut delay = start;
+    let mut n = 1;
+    loop {
+        match attempt(n).await {
+            Attempt::Done(result) => return result,
+            Attempt::Transient { error, .. } if n >= attempts => return Err(error),
+            Attempt::Transient { retry_after, .. } => {
+                delay = delay.max(retry_after.unwrap_or_default());
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(max);
+                n += 1;
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -260,5 +303,45 @@ mod tests {
     fn claims_never_recorded_are_not_held() {
         let mut hold: InfeasibleHold<String> = InfeasibleHold::new(INFEASIBLE_HOLD_BACK);
         assert!(hold.check(&"x".to_owned(), "sc", Instant::now()).is_ok());
+    }
+
+    #[tokio::test]
+    async fn transient_failures_are_retried_until_done_or_out_of_attempts() {
+        let mut calls = 0;
+        let done: Result<u32, String> =
+            retry_transient(5, Duration::from_millis(1), Duration::from_millis(2), |n| {
+                calls += 1;
+                async move {
+                    if n < 3 {
+                        Attempt::Transient {
+                            error: format!("try {n}"),
+                            retry_after: None,
+                        }
+                    } else {
+                        Attempt::Done(Ok(n))
+                    }
+                }
+            })
+            .await;
+        assert_eq!((done, calls), (Ok(3), 3));
+        let out: Result<(), String> = retry_transient(
+            3,
+            Duration::from_millis(100),
+            Duration::from_secs(5),
+            |n| async move {
+                Attempt::Transient {
+                    error: format!("try {n}"),
+                    retry_after: Some(Duration::from_millis(1)),
+                }
+            },
+        )
+        .await;
+        assert_eq!(out, Err("try 3".to_owned()));
+        let refused: Result<(), &str> =
+            retry_transient(5, Duration::ZERO, Duration::ZERO, |_| async {
+                Attempt::Done(Err("final"))
+            })
+            .await;
+        assert_eq!(refused, Err("final"));
     }
 }

@@ -690,10 +690,14 @@ async fn node_lookups_failing_with_500_or_503_never_count_as_absence() {
         ..node_get()
     });
     cluster.delete_pvc_and_wait(NS, "data").await;
-    // The grace period ended and the live check was refused: the volume stays.
-    wait_for("a live Node GET answered 500", DEADLINE, || async {
-        (faults.hits(server_error) >= 1).then_some(())
-    })
+    // The grace period ended and the live check was refused: the volume stays. The witness that
+    // the sidecar has read the refusal and acted on it is its next attempt: a second faulted GET
+    // (counted when the request arrives, so the first alone proves nothing about the answer).
+    wait_for(
+        "a live Node GET answered 500, then retried",
+        DEADLINE,
+        || async { (faults.hits(server_error) >= 2).then_some(()) },
+    )
     .await;
     assert!(
         pv_exists(&cluster, &pv_name).await.is_some(),
@@ -706,9 +710,12 @@ async fn node_lookups_failing_with_500_or_503_never_count_as_absence() {
         ..node_get()
     });
     let before = faults.hits(unavailable);
-    wait_for("a live Node GET answered 503", DEADLINE, || async {
-        (faults.hits(unavailable) > before).then_some(())
-    })
+    // As above: the second faulted GET shows the sidecar came back to retry after the first 503.
+    wait_for(
+        "a live Node GET answered 503, then retried",
+        DEADLINE,
+        || async { (faults.hits(unavailable) >= before + 2).then_some(()) },
+    )
     .await;
     let still = pv_exists(&cluster, &pv_name)
         .await

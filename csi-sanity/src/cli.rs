@@ -7,8 +7,8 @@ use clap::Parser;
 
 use crate::options::{self, Options, OptionsError, Pattern, Secrets};
 
-/// Checks a CSI driver's Identity and Controller services (and NodeGetInfo) against the CSI
-/// spec rules the external-provisioner relies on. Prints one line per check (PASS/FAIL/SKIP),
+/// Checks a CSI driver's Identity and Controller services (and the Node rules a conformance
+/// run expects) against the CSI spec rules the external-provisioner relies on. Prints one line per check (PASS/FAIL/SKIP),
 /// then "N passed, N failed, N skipped"; exits 1 when a check failed, 2 when it could not run.
 #[derive(Debug, Parser)]
 #[command(name = "csi-sanity", version)]
@@ -52,6 +52,12 @@ pub struct Args {
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
     pub timeout: Duration,
 
+    /// Directory in which the node checks create a fresh directory per check, holding the
+    /// target and staging paths they hand to the driver (which must see the same filesystem).
+    /// Default: the system's temporary directory.
+    #[arg(long, value_name = "DIR")]
+    pub mount_dir: Option<PathBuf>,
+
     /// List the checks (name and what it verifies) and exit.
     #[arg(long)]
     pub list: bool,
@@ -90,6 +96,7 @@ impl Args {
             test_volume_mutable_parameters,
             test_snapshot_parameters,
             timeout,
+            mount_dir,
             list: _,
         } = self;
         let address = csi_address.unwrap_or_default();
@@ -109,6 +116,7 @@ impl Args {
         opts.test_volume_mutable_parameters = test_volume_mutable_parameters.into_iter().collect();
         opts.test_snapshot_parameters = test_snapshot_parameters.into_iter().collect();
         opts.timeout = timeout;
+        opts.mount_dir = mount_dir;
         Ok(opts)
     }
 }

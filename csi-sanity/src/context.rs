@@ -63,6 +63,8 @@ pub struct Ctx {
     pub controller_caps: Result<Vec<i32>, String>,
     /// NodeGetInfo, or why it failed.
     pub node_info: Result<NodeGetInfoResponse, String>,
+    /// Node RPC capabilities, or why NodeGetCapabilities failed.
+    pub node_caps: Result<Vec<i32>, String>,
     run_id: String,
     counter: AtomicU32,
     created: Mutex<Vec<Created>>,
@@ -107,6 +109,7 @@ impl Ctx {
             plugin_caps: Err("not asked yet".into()),
             controller_caps: Err("not asked yet".into()),
             node_info: Err("not asked yet".into()),
+            node_caps: Err("not asked yet".into()),
             run_id: uuid::Uuid::new_v4().simple().to_string()[..8].to_owned(),
             counter: AtomicU32::new(0),
             created: Mutex::new(Vec::new()),
@@ -152,6 +155,22 @@ impl Ctx {
             .await
             .map(tonic::Response::into_inner)
             .map_err(|s| describe("NodeGetInfo", &s));
+        ctx.node_caps = ctx
+            .node
+            .clone()
+            .node_get_capabilities(ctx.req(NodeGetCapabilitiesRequest {}))
+            .await
+            .map(|r| {
+                r.into_inner()
+                    .capabilities
+                    .into_iter()
+                    .filter_map(|c| match c.r#type {
+                        Some(node_service_capability::Type::Rpc(r)) => Some(r.r#type),
+                        _ => None,
+                    })
+                    .collect()
+            })
+            .map_err(|s| describe("NodeGetCapabilities", &s));
         Ok(ctx)
     }
 
@@ -188,6 +207,13 @@ impl Ctx {
     /// Whether ControllerGetCapabilities advertised `t`.
     pub fn has_rpc(&self, t: controller_service_capability::rpc::Type) -> bool {
         self.controller_caps
+            .as_ref()
+            .is_ok_and(|c| c.contains(&(t as i32)))
+    }
+
+    /// Whether NodeGetCapabilities advertised `t`.
+    pub fn has_node_rpc(&self, t: node_service_capability::rpc::Type) -> bool {
+        self.node_caps
             .as_ref()
             .is_ok_and(|c| c.contains(&(t as i32)))
     }

@@ -160,6 +160,10 @@ pub struct Options {
     pub test_snapshot_parameters: HashMap<String, String>,
     /// Deadline of each call (and of connecting and of waiting for Probe readiness).
     pub timeout: Duration,
+    /// Where the node checks make their target and staging paths (one fresh directory per
+    /// check inside it); the system's temporary directory when `None`. The driver must see
+    /// the same filesystem.
+    pub mount_dir: Option<PathBuf>,
 }
 
 impl Options {
@@ -175,6 +179,7 @@ impl Options {
             test_volume_mutable_parameters: HashMap::new(),
             test_snapshot_parameters: HashMap::new(),
             timeout: DEFAULT_TIMEOUT,
+            mount_dir: None,
         }
     }
 

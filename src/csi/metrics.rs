@@ -68,19 +68,13 @@ impl OperationMetrics {
 
     /// Sets the `driver_name` label for later observations (called once the driver told its name).
     pub fn set_driver_name(&self, name: &str) {
-        let mut guard = self
-            .driver_name
-            .write()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut guard = crate::sync::write(&self.driver_name);
         name.clone_into(&mut guard);
     }
 
     /// The current `driver_name` label value.
     pub fn driver_name(&self) -> String {
-        self.driver_name
-            .read()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .clone()
+        crate::sync::read(&self.driver_name).clone()
     }
 
     /// Records one finished call. `method` is the full gRPC path (`/csi.v1.Controller/CreateVolume`).

@@ -1,6 +1,7 @@
 //! CSI connection: the generated `csi.v1` types, the Unix-socket gRPC channel with wait/reconnect,
 //! the start-up handshake (Probe, plugin info and capabilities), per-call deadlines, secret redaction
-//! for logs, the `csi_sidecar_operations_seconds` metric and gRPC error classification.
+//! for logs, the `csi_sidecar_operations_seconds` metric, and how a failed call reads in messages
+//! ([`rpc_error`]). What a failed call *means* is each concern's decision (`provision::classify`).
 //!
 //! ```text
 //!  --csi-address ─► Endpoint::parse ─► connect() ─► Channel ─► handshake() ─► DriverInfo
@@ -30,3 +31,13 @@ pub use probe::{
     PluginCapabilities, handshake,
 };
 pub use redact::{Redact, redacted};
+
+/// A failed call as gRPC-Go prints it (`rpc error: code = NotFound desc = ...`), the text upstream's
+/// events and logs carry.
+pub fn rpc_error(status: &tonic::Status) -> String {
+    format!(
+        "rpc error: code = {:?} desc = {}",
+        status.code(),
+        status.message()
+    )
+}

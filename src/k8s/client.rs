@@ -8,11 +8,12 @@
 use std::future::Future;
 use std::num::NonZeroU32;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
-use governor::clock::Clock;
+use governor::clock::{Clock, Reference};
 use governor::middleware::NoOpMiddleware;
 use governor::state::{InMemoryState, NotKeyed};
 use governor::{Quota, RateLimiter};
@@ -56,17 +57,80 @@ pub enum ClientError {
 /// alone, else the in-cluster configuration; every request passes the `--kube-api-qps` /
 /// `--kube-api-burst` token bucket.
 pub async fn build_client(options: &KubeOptions) -> Result<kube::Client, ClientError> {
+    Ok(build_clients(options).await?.workers)
+}
+
+/// The clients of one process, all within one `--kube-api-qps` / `--kube-api-burst` budget.
+#[derive(Clone)]
+pub struct Clients {
+    /// Every request waits for a token of the bucket.
+    pub workers: kube::Client,
+    /// No limiter of its own: for background senders that take spare tokens of `bucket` first
+    /// ([`TokenBucket::try_acquire_spare`]).
+    pub background: kube::Client,
+    /// The shared bucket; `None` without a rate limit.
+    pub bucket: Option<Arc<TokenBucket>>,
+}
+
+/// [`Clients`] over one configuration and one bucket.
+pub async fn build_clients(options: &KubeOptions) -> Result<Clients, ClientError> {
     let config = kube_config(options).await?;
+    let background = kube::Client::try_from(config.clone()).map_err(ClientError::Build)?;
     let builder = kube::client::ClientBuilder::try_from(config).map_err(ClientError::Build)?;
-    Ok(match options.rate_limit {
-        Some(limit) => builder.with_layer(&TokenBucketLayer::new(limit)).build(),
+    let bucket = options
+        .rate_limit
+        .map(|limit| Arc::new(TokenBucket::with_clock(limit, TokioClock::default())));
+    let workers = match &bucket {
+        Some(bucket) => builder
+            .with_layer(&TokenBucketLayer::over(bucket.clone()))
+            .build(),
         None => builder.build(),
+    };
+    Ok(Clients {
+        workers,
+        background,
+        bucket,
     })
 }
 
 /// The client configuration `options` select (upstream: `BuildConfigFromFlags` or
 /// `InClusterConfig`).
 pub async fn kube_config(options: &KubeOptions) -> Result<kube::Config, ClientError> {
+    let mut config = source_config(options).await?;
+    // Audit logs, API priority and fairness, and kube-sim's counters tell the sidecar's requests
+    // apart by this header; kube-rs sends none of its own. The shape is client-go's default
+    // (`<binary>/<version> (<os>/<arch>) ...`), which upstream's sidecar sends.
+    config.headers.push((
+        http::header::USER_AGENT,
+        http::HeaderValue::from_static(USER_AGENT),
+    ));
+    Ok(config)
+}
+
+/// What this sidecar sends as `User-Agent` (the architecture as Go names it).
+#[cfg(target_arch = "x86_64")]
+pub const USER_AGENT: &str = concat!(
+    "csi-provisioner/",
+    env!("CARGO_PKG_VERSION"),
+    " (linux/amd64) csi-provisioner-rs"
+);
+/// What this sidecar sends as `User-Agent` (the architecture as Go names it).
+#[cfg(target_arch = "aarch64")]
+pub const USER_AGENT: &str = concat!(
+    "csi-provisioner/",
+    env!("CARGO_PKG_VERSION"),
+    " (linux/arm64) csi-provisioner-rs"
+);
+/// What this sidecar sends as `User-Agent`.
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+pub const USER_AGENT: &str = concat!(
+    "csi-provisioner/",
+    env!("CARGO_PKG_VERSION"),
+    " (linux) csi-provisioner-rs"
+);
+
+/// The configuration `options` select, before our own headers.
+async fn source_config(options: &KubeOptions) -> Result<kube::Config, ClientError> {
     let master = |default_scheme: &str| -> Option<Result<http::Uri, ClientError>> {
         let master = options.master.as_deref()?;
         // client-go accepts a bare host:port: plain HTTP without TLS material, HTTPS with it.
@@ -129,10 +193,21 @@ impl Clock for TokioClock {
 
 /// A token bucket of `burst` tokens refilled at `qps` per second (GCRA, equivalent to client-go's
 /// token bucket), over any governor clock.
+///
+/// Two kinds of takers share it: the workers' requests ([`TokenBucket::try_acquire`], through
+/// [`TokenBucketLayer`]) and background work that must never delay them, such as events
+/// ([`TokenBucket::try_acquire_spare`]): a spare token is handed out only while no worker is
+/// waiting and none has asked for one for [`TokenBucket::quiet`]. Both count against the same
+/// limit, so the API server never sees more than the flags allow.
 #[derive(Debug)]
 pub struct TokenBucket<C: Clock = TokioClock> {
     limiter: RateLimiter<NotKeyed, InMemoryState, C, NoOpMiddleware<C::Instant>>,
     clock: C,
+    /// Worker requests waiting for a token right now.
+    waiting: AtomicUsize,
+    /// When a worker last asked for a token.
+    last_demand: Mutex<Option<C::Instant>>,
+    quiet: Duration,
 }
 
 impl<C: Clock + Clone> TokenBucket<C> {
@@ -147,14 +222,51 @@ impl<C: Clock + Clone> TokenBucket<C> {
         Self {
             limiter: RateLimiter::direct_with_clock(quota, clock.clone()),
             clock,
+            waiting: AtomicUsize::new(0),
+            last_demand: Mutex::new(None),
+            // Two refill periods: a worker between two requests of one reconcile (a PATCH, then a
+            // PV create after the CSI call) keeps its claim on the next token.
+            quiet: (period * 2).clamp(Duration::from_millis(10), Duration::from_secs(1)),
         }
     }
 
-    /// Takes a token, or says how long until one is available.
+    /// A worker takes a token, or learns how long until one is available.
     pub fn try_acquire(&self) -> Result<(), Duration> {
+        *crate::sync::lock(&self.last_demand) = Some(self.clock.now());
         self.limiter
             .check()
             .map_err(|not_until| not_until.wait_time_from(self.clock.now()))
+    }
+
+    /// Background work takes a token only when the workers leave it: none is waiting and none
+    /// asked within [`TokenBucket::quiet`]. Otherwise says when to look again.
+    pub fn try_acquire_spare(&self) -> Result<(), Duration> {
+        if self.waiting.load(Ordering::Acquire) > 0 {
+            return Err(self.quiet);
+        }
+        let last = *crate::sync::lock(&self.last_demand);
+        if let Some(last) = last {
+            let since = Duration::from(self.clock.now().duration_since(last));
+            if since < self.quiet {
+                return Err(self.quiet - since);
+            }
+        }
+        self.limiter
+            .check()
+            .map_err(|not_until| not_until.wait_time_from(self.clock.now()).max(self.quiet))
+    }
+
+    /// How long the workers must have left the bucket alone before background work may use it.
+    pub fn quiet(&self) -> Duration {
+        self.quiet
+    }
+
+    fn set_waiting(&self, waiting: bool) {
+        if waiting {
+            self.waiting.fetch_add(1, Ordering::AcqRel);
+        } else {
+            self.waiting.fetch_sub(1, Ordering::AcqRel);
+        }
     }
 }
 
@@ -167,9 +279,15 @@ pub struct TokenBucketLayer {
 impl TokenBucketLayer {
     /// A layer over a fresh, full bucket.
     pub fn new(limit: RateLimit) -> Self {
-        Self {
-            bucket: Arc::new(TokenBucket::with_clock(limit, TokioClock::default())),
-        }
+        Self::over(Arc::new(TokenBucket::with_clock(
+            limit,
+            TokioClock::default(),
+        )))
+    }
+
+    /// A layer over `bucket`, which other takers may share.
+    pub fn over(bucket: Arc<TokenBucket>) -> Self {
+        Self { bucket }
     }
 }
 
@@ -182,6 +300,7 @@ impl<S> Layer<S> for TokenBucketLayer {
             bucket: self.bucket.clone(),
             wait: None,
             has_token: false,
+            counted_waiting: false,
         }
     }
 }
@@ -194,6 +313,16 @@ pub struct TokenBucketService<S> {
     bucket: Arc<TokenBucket>,
     wait: Option<Pin<Box<tokio::time::Sleep>>>,
     has_token: bool,
+    /// This service is counted in the bucket's waiting workers.
+    counted_waiting: bool,
+}
+
+impl<S> Drop for TokenBucketService<S> {
+    fn drop(&mut self) {
+        if self.counted_waiting {
+            self.bucket.set_waiting(false);
+        }
+    }
 }
 
 impl<S: Clone> Clone for TokenBucketService<S> {
@@ -204,6 +333,7 @@ impl<S: Clone> Clone for TokenBucketService<S> {
             bucket: self.bucket.clone(),
             wait: None,
             has_token: false,
+            counted_waiting: false,
         }
     }
 }
@@ -223,8 +353,18 @@ where
                 self.wait = None;
             }
             match self.bucket.try_acquire() {
-                Ok(()) => self.has_token = true,
-                Err(delay) => self.wait = Some(Box::pin(tokio::time::sleep(delay))),
+                Ok(()) => {
+                    self.has_token = true;
+                    if std::mem::take(&mut self.counted_waiting) {
+                        self.bucket.set_waiting(false);
+                    }
+                }
+                Err(delay) => {
+                    if !std::mem::replace(&mut self.counted_waiting, true) {
+                        self.bucket.set_waiting(true);
+                    }
+                    self.wait = Some(Box::pin(tokio::time::sleep(delay)));
+                }
             }
         }
         self.inner.poll_ready(cx)

@@ -68,6 +68,63 @@ fn fractional_qps_is_honoured() {
     assert_eq!(bucket.try_acquire(), Err(Duration::from_secs(2)));
 }
 
+#[test]
+fn background_work_takes_only_tokens_the_workers_leave() {
+    let clock = FakeRelativeClock::default();
+    // One token per 100 ms, burst 2: background work waits for 200 ms without worker demand.
+    let bucket = TokenBucket::with_clock(limit(10.0, 2), clock.clone());
+    assert_eq!(bucket.quiet(), MS(200));
+    assert_eq!(
+        bucket.try_acquire_spare(),
+        Ok(()),
+        "an idle bucket has spare tokens"
+    );
+
+    // A worker asked just now: a token is left, but background work waits out the quiet time.
+    assert_eq!(bucket.try_acquire(), Ok(()));
+    assert_eq!(bucket.try_acquire_spare(), Err(MS(200)));
+    clock.advance(MS(150));
+    assert_eq!(bucket.try_acquire_spare(), Err(MS(50)));
+
+    // A worker waiting for a token holds background work off however long it waits.
+    bucket.set_waiting(true);
+    clock.advance(MS(1000));
+    assert_eq!(bucket.try_acquire_spare(), Err(MS(200)));
+    bucket.set_waiting(false);
+
+    // Spare tokens come out of the same budget: after two, the worker waits a period.
+    assert_eq!(bucket.try_acquire_spare(), Ok(()));
+    assert_eq!(bucket.try_acquire_spare(), Ok(()));
+    assert_eq!(bucket.try_acquire(), Err(MS(100)));
+}
+
+#[tokio::test]
+async fn a_request_waiting_in_the_layer_holds_background_work_off_until_served() {
+    let bucket = Arc::new(TokenBucket::with_clock(
+        limit(1.0, 1),
+        TokioClock::default(),
+    ));
+    let (calls, inner) = counting();
+    let mut service = TokenBucketLayer::over(bucket.clone()).layer(inner);
+    service.ready().await.unwrap();
+    service.call(()).await.unwrap();
+    // The second request waits one second for its token.
+    let waker = futures::task::noop_waker();
+    assert!(
+        service
+            .poll_ready(&mut Context::from_waker(&waker))
+            .is_pending()
+    );
+    assert!(bucket.try_acquire_spare().is_err(), "a worker is waiting");
+    service.ready().await.unwrap();
+    service.call(()).await.unwrap();
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+    // Served, and quiet for longer than the quiet time (1 s at QPS 1) plus a refill: background
+    // may go.
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    assert_eq!(bucket.try_acquire_spare(), Ok(()));
+}
+
 /// A service that counts its calls.
 fn counting() -> (
     Arc<AtomicUsize>,
@@ -286,5 +343,25 @@ async fn outside_a_cluster_without_flags_the_error_says_what_to_set() {
             && message.contains("KUBECONFIG")
             && message.contains("--master"),
         "{message}"
+    );
+}
+
+#[tokio::test]
+async fn requests_say_they_come_from_csi_provisioner_in_client_gos_shape() {
+    let config = kube_config(&master_only("127.0.0.1:8080".into(), None))
+        .await
+        .unwrap();
+    let agent = config
+        .headers
+        .iter()
+        .find(|(name, _)| name == http::header::USER_AGENT)
+        .map(|(_, value)| value.to_str().unwrap().to_owned())
+        .expect("a User-Agent header");
+    assert!(
+        agent.starts_with(&format!(
+            "csi-provisioner/{} (linux/",
+            env!("CARGO_PKG_VERSION")
+        )),
+        "{agent}"
     );
 }

@@ -15,7 +15,7 @@
 //! shown to every user who can read Events: callers build them from our own error types, which
 //! never carry secret values.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -24,8 +24,13 @@ use k8s_openapi::api::core::v1::{Event, EventSource as K8sEventSource, ObjectRef
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Client, Resource, ResourceExt};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
 use serde_json::json;
+use tokio::sync::Notify;
 
+use super::client::TokenBucket;
 use super::errors::{ApiErrorClass, classify};
 use crate::names;
 
@@ -239,11 +244,26 @@ pub(crate) struct Correlator {
 }
 
 impl Correlator {
+    #[cfg(test)]
     fn observe(
         &mut self,
         key: AggregationKey,
         dedupe_key: Option<&str>,
         now: Timestamp,
+        fresh_name: impl FnOnce() -> String,
+    ) -> Decision {
+        self.observe_n(key, dedupe_key, now, now, 1, fresh_name)
+    }
+
+    /// [`Correlator::observe`] for `repeats` occurrences between `first` and `now` (repeats that
+    /// waited in the send queue together).
+    fn observe_n(
+        &mut self,
+        key: AggregationKey,
+        dedupe_key: Option<&str>,
+        first: Timestamp,
+        now: Timestamp,
+        repeats: i32,
         fresh_name: impl FnOnce() -> String,
     ) -> Decision {
         if let Some(episode) = dedupe_key {
@@ -257,7 +277,7 @@ impl Correlator {
         }
         match self.seen.get_mut(&key) {
             Some(seen) if now.duration_since(seen.last) < AGGREGATION_WINDOW => {
-                seen.count = seen.count.saturating_add(1);
+                seen.count = seen.count.saturating_add(repeats);
                 seen.last = now;
                 Decision::Update {
                     name: seen.name.clone(),
@@ -273,15 +293,15 @@ impl Correlator {
                     key,
                     Seen {
                         name: name.clone(),
-                        count: 1,
-                        first: now,
+                        count: repeats,
+                        first,
                         last: now,
                     },
                 );
                 Decision::Create {
                     name,
-                    count: 1,
-                    first: now,
+                    count: repeats,
+                    first,
                     last: now,
                 }
             }
@@ -376,6 +396,8 @@ pub struct Recorder {
     client: Client,
     source: Arc<EventSource>,
     correlator: Arc<Mutex<Correlator>>,
+    /// Set for a [`Recorder::queued`] recorder: events wait here for spare rate budget.
+    queue: Option<Arc<EventQueue>>,
 }
 
 impl std::fmt::Debug for Recorder {
@@ -393,6 +415,36 @@ impl Recorder {
             client,
             source: Arc::new(source),
             correlator: Arc::default(),
+            queue: None,
+        }
+    }
+
+    /// A recorder whose events never delay the workers: [`Recorder::emit`] queues them (at most
+    /// [`QUEUE_CAPACITY`]; repeats waiting together are merged into one write with their count;
+    /// when full, the oldest is dropped and counted), and one background task sends them through
+    /// `client` (no limiter of its own) after taking a *spare* token of `bucket`
+    /// ([`TokenBucket::try_acquire_spare`]): only while no worker request waits. Under sustained
+    /// pressure events wait; when it ends every queued event is written, with the times it
+    /// happened. Upstream's recorder instead competes for the same tokens and drops what loses.
+    pub fn queued(
+        client: Client,
+        source: EventSource,
+        bucket: Option<Arc<TokenBucket>>,
+        metrics: EventQueueMetrics,
+    ) -> Self {
+        let queue = Arc::new(EventQueue {
+            items: Mutex::new(VecDeque::new()),
+            wake: Notify::new(),
+            metrics,
+        });
+        let sender = Self::new(client.clone(), source.clone());
+        let correlator = sender.correlator.clone();
+        tokio::spawn(send_queued(sender, queue.clone(), bucket));
+        Self {
+            client,
+            source: Arc::new(source),
+            correlator,
+            queue: Some(queue),
         }
     }
 
@@ -403,21 +455,44 @@ impl Recorder {
             client: self.client.clone(),
             source: Arc::new(source),
             correlator: self.correlator.clone(),
+            queue: self.queue.clone(),
         }
     }
 
     /// Records `spec` about `object`, awaiting the API call. Never fails: errors are logged.
     pub async fn publish(&self, object: &ObjectReference, spec: EventSpec) {
         let now = Timestamp::now();
-        let key = AggregationKey::new(&self.source, object, &spec);
+        let source = self.source.clone();
+        self.send(&source, object, spec, now, now, 1, None).await;
+    }
+
+    /// Writes `repeats` occurrences of `spec` (between `first` and `last`) as `source`; with a
+    /// `gate`, every request first takes a spare token of it.
+    #[allow(clippy::too_many_arguments)]
+    async fn send(
+        &self,
+        source: &EventSource,
+        object: &ObjectReference,
+        spec: EventSpec,
+        first: Timestamp,
+        last: Timestamp,
+        repeats: i32,
+        gate: Option<&TokenBucket>,
+    ) {
+        let now = last;
+        let key = AggregationKey::new(source, object, &spec);
         let object_name = object.name.clone().unwrap_or_default();
-        let decision = self
-            .correlator
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .observe(key, spec.dedupe_key.as_deref(), now, || {
-                event_name(&object_name, now)
-            });
+        let decision = crate::sync::lock(&self.correlator).observe_n(
+            key,
+            spec.dedupe_key.as_deref(),
+            first,
+            now,
+            repeats,
+            || event_name(&object_name, now),
+        );
+        if !matches!(decision, Decision::Suppress) {
+            spare_token(gate).await;
+        }
         let api: Api<Event> = Api::namespaced(self.client.clone(), &event_namespace(object));
         let result = match decision {
             Decision::Suppress => return,
@@ -427,7 +502,7 @@ impl Recorder {
                 first,
                 last,
             } => {
-                self.create(&api, object, &spec, &name, count, first, last)
+                self.create(source, &api, object, &spec, &name, count, first, last)
                     .await
             }
             Decision::Update {
@@ -448,7 +523,8 @@ impl Recorder {
                     Ok(_) => Ok(()),
                     // Expired or deleted meanwhile: write it again under the same name.
                     Err(err) if classify(&err) == ApiErrorClass::NotFound => {
-                        self.create(&api, object, &spec, &name, count, first, last)
+                        spare_token(gate).await;
+                        self.create(source, &api, object, &spec, &name, count, first, last)
                             .await
                     }
                     Err(err) => Err(err),
@@ -470,21 +546,29 @@ impl Recorder {
 
     /// Records `spec` about `object` in a background task and returns at once.
     pub fn emit(&self, object: ObjectReference, spec: EventSpec) {
+        if let Some(queue) = &self.queue {
+            queue.push_event(self.source.clone(), object, spec, Timestamp::now());
+            return;
+        }
         let recorder = self.clone();
         tokio::spawn(async move { recorder.publish(&object, spec).await });
     }
 
     /// Ends the episode `key`: the next event carrying that key is recorded again.
     pub fn end_episode(&self, key: &str) {
-        self.correlator
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .end_episode(key);
+        if let Some(queue) = &self.queue {
+            // In order with the queued events: an event of the episode still waiting must not
+            // open it again after this.
+            queue.push(Queued::EndEpisode(key.to_owned()));
+            return;
+        }
+        crate::sync::lock(&self.correlator).end_episode(key);
     }
 
     #[allow(clippy::too_many_arguments)]
     async fn create(
         &self,
+        source: &EventSource,
         api: &Api<Event>,
         object: &ObjectReference,
         spec: &EventSpec,
@@ -493,12 +577,176 @@ impl Recorder {
         first: Timestamp,
         last: Timestamp,
     ) -> Result<(), kube::Error> {
-        let event = build_event(&self.source, object, spec, name, count, first, last);
+        let event = build_event(source, object, spec, name, count, first, last);
         match api.create(&PostParams::default(), &event).await {
             Ok(_) => Ok(()),
             // A concurrent publish of the same event created it first: nothing lost.
             Err(err) if classify(&err) == ApiErrorClass::AlreadyExists => Ok(()),
             Err(err) => Err(err),
+        }
+    }
+}
+
+/// Events waiting for spare rate budget, at most this many (client-go's broadcaster queue holds
+/// 1000 and drops the newest; we drop the oldest, whose claim has likely moved on).
+pub const QUEUE_CAPACITY: usize = 4096;
+
+/// `csi_provisioner_events_queued` and `csi_provisioner_events_dropped_total`.
+#[derive(Debug, Clone, Default)]
+pub struct EventQueueMetrics {
+    /// Events waiting to be written.
+    pub queued: Gauge,
+    /// Events dropped because the queue was full.
+    pub dropped: Counter,
+}
+
+impl EventQueueMetrics {
+    /// Registers both families in `registry`.
+    pub fn register(registry: &mut Registry) -> Self {
+        let metrics = Self::default();
+        registry.register(
+            "csi_provisioner_events_queued",
+            "Events waiting for spare API rate budget (events never delay provisioning or deletion).",
+            metrics.queued.clone(),
+        );
+        registry.register(
+            "csi_provisioner_events_dropped",
+            "Events dropped because the event queue was full under sustained API pressure.",
+            metrics.dropped.clone(),
+        );
+        metrics
+    }
+}
+
+/// One entry of the send queue.
+// Nearly every entry is an event: boxing it would cost an allocation each for nothing.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug)]
+enum Queued {
+    Event {
+        source: Arc<EventSource>,
+        object: ObjectReference,
+        spec: EventSpec,
+        first: Timestamp,
+        last: Timestamp,
+        repeats: i32,
+    },
+    EndEpisode(String),
+}
+
+#[derive(Debug)]
+struct EventQueue {
+    items: Mutex<VecDeque<Queued>>,
+    wake: Notify,
+    metrics: EventQueueMetrics,
+}
+
+impl EventQueue {
+    fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<Queued>> {
+        crate::sync::lock(&self.items)
+    }
+
+    /// Queues an occurrence, merged into a waiting one of the same event when there is one.
+    fn push_event(
+        &self,
+        source: Arc<EventSource>,
+        object: ObjectReference,
+        spec: EventSpec,
+        at: Timestamp,
+    ) {
+        {
+            let mut items = self.lock();
+            let waiting = items.iter_mut().rev().find_map(|item| match item {
+                Queued::Event {
+                    source: s,
+                    object: o,
+                    spec: e,
+                    last,
+                    repeats,
+                    ..
+                } if *e == spec && *o == object && *s == source => Some((last, repeats)),
+                _ => None,
+            });
+            if let Some((last, repeats)) = waiting {
+                *last = at;
+                *repeats = repeats.saturating_add(1);
+                return;
+            }
+        }
+        self.push(Queued::Event {
+            source,
+            object,
+            spec,
+            first: at,
+            last: at,
+            repeats: 1,
+        });
+    }
+
+    fn push(&self, item: Queued) {
+        let mut items = self.lock();
+        if items.len() >= QUEUE_CAPACITY {
+            let oldest_event = items.iter().position(|i| matches!(i, Queued::Event { .. }));
+            if let Some(index) = oldest_event {
+                items.remove(index);
+                self.metrics.dropped.inc();
+            }
+        }
+        items.push_back(item);
+        self.metrics
+            .queued
+            .set(i64::try_from(items.len()).unwrap_or(i64::MAX));
+        drop(items);
+        self.wake.notify_one();
+    }
+
+    fn pop(&self) -> Option<Queued> {
+        let mut items = self.lock();
+        let item = items.pop_front();
+        self.metrics
+            .queued
+            .set(i64::try_from(items.len()).unwrap_or(i64::MAX));
+        item
+    }
+}
+
+/// Waits for a spare token of `gate` (none needed without a rate limit).
+async fn spare_token(gate: Option<&TokenBucket>) {
+    let Some(bucket) = gate else { return };
+    while let Err(wait) = bucket.try_acquire_spare() {
+        tokio::time::sleep(wait).await;
+    }
+}
+
+/// The one background sender of a queued recorder: in order, one request at a time.
+async fn send_queued(sender: Recorder, queue: Arc<EventQueue>, bucket: Option<Arc<TokenBucket>>) {
+    loop {
+        let Some(item) = queue.pop() else {
+            queue.wake.notified().await;
+            continue;
+        };
+        match item {
+            Queued::EndEpisode(key) => crate::sync::lock(&sender.correlator).end_episode(&key),
+            Queued::Event {
+                source,
+                object,
+                spec,
+                first,
+                last,
+                repeats,
+            } => {
+                sender
+                    .send(
+                        &source,
+                        &object,
+                        spec,
+                        first,
+                        last,
+                        repeats,
+                        bucket.as_deref(),
+                    )
+                    .await;
+            }
         }
     }
 }

@@ -3,6 +3,7 @@
 
 use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use http::{Method, Request, Response, StatusCode};
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
@@ -314,4 +315,109 @@ async fn kube_sim_accepts_the_event_and_its_aggregated_update() {
     assert_eq!(event.reason.as_deref(), Some("VolumeFailedDelete"));
     assert_eq!(event.involved_object.name.as_deref(), Some("pv-1"));
     assert!(event.last_timestamp >= event.first_timestamp);
+}
+
+fn queue() -> EventQueue {
+    EventQueue {
+        items: Mutex::new(VecDeque::new()),
+        wake: Notify::new(),
+        metrics: EventQueueMetrics::default(),
+    }
+}
+
+fn queued_events(q: &EventQueue) -> Vec<(String, i32)> {
+    q.lock()
+        .iter()
+        .filter_map(|i| match i {
+            Queued::Event { spec, repeats, .. } => Some((spec.message.clone(), *repeats)),
+            Queued::EndEpisode(_) => None,
+        })
+        .collect()
+}
+
+#[test]
+fn repeats_waiting_together_become_one_write_with_their_count_and_times() {
+    let q = queue();
+    let source = Arc::new(EventSource::csi_provisioner());
+    let failed = EventSpec::warning(names::EVENT_PROVISIONING_FAILED, "quota exceeded");
+    let other = EventSpec::normal(names::EVENT_PROVISIONING, "provisioning");
+    q.push_event(source.clone(), pv_ref(), failed.clone(), at(0));
+    q.push_event(source.clone(), pv_ref(), other, at(1));
+    q.push_event(source.clone(), pv_ref(), failed.clone(), at(2));
+    q.push_event(source, pv_ref(), failed, at(3));
+    assert_eq!(
+        queued_events(&q),
+        [
+            ("quota exceeded".to_owned(), 3),
+            ("provisioning".to_owned(), 1)
+        ]
+    );
+    let Some(Queued::Event { first, last, .. }) = q.pop() else {
+        panic!("an event first")
+    };
+    assert_eq!((first, last), (at(0), at(3)));
+    assert_eq!(q.metrics.queued.get(), 1);
+}
+
+#[test]
+fn a_full_queue_drops_its_oldest_event_and_counts_it() {
+    let q = queue();
+    let source = Arc::new(EventSource::csi_provisioner());
+    for i in 0..QUEUE_CAPACITY + 2 {
+        let spec = EventSpec::normal(names::EVENT_PROVISIONING, format!("event {i}"));
+        q.push_event(source.clone(), pv_ref(), spec, at(0));
+    }
+    let events = queued_events(&q);
+    assert_eq!(events.len(), QUEUE_CAPACITY);
+    assert_eq!(events[0].0, "event 2", "the two oldest were dropped");
+    assert_eq!(q.metrics.dropped.get(), 2);
+}
+
+#[tokio::test]
+async fn a_queued_recorder_writes_every_event_once_the_budget_allows() {
+    let sim = kube_sim::Sim::start(kube_sim::SimConfig::bare())
+        .await
+        .unwrap();
+    // A bucket with no spare token for a while: one token every 200 ms, none left now.
+    let limit = crate::config::RateLimit { qps: 5.0, burst: 1 };
+    let bucket = Arc::new(TokenBucket::with_clock(limit, Default::default()));
+    assert_eq!(bucket.try_acquire(), Ok(()));
+    let metrics = EventQueueMetrics::default();
+    let recorder = Recorder::queued(
+        sim.client(),
+        EventSource::csi_provisioner(),
+        Some(bucket),
+        metrics.clone(),
+    );
+    let spec = EventSpec::warning(names::EVENT_VOLUME_FAILED_DELETE, "rpc error: boom");
+    for _ in 0..3 {
+        recorder.emit(pv_ref(), spec.clone());
+    }
+    recorder.emit(
+        pv_ref(),
+        EventSpec::normal(names::EVENT_PROVISIONING, "other"),
+    );
+    let events: Api<Event> = Api::namespaced(sim.client(), "default");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let list = loop {
+        let list = events.list(&Default::default()).await.unwrap();
+        if list.items.len() == 2 || std::time::Instant::now() > deadline {
+            break list;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let counts: Vec<_> = list
+        .items
+        .iter()
+        .map(|e| (e.reason.clone().unwrap_or_default(), e.count))
+        .collect();
+    assert!(
+        counts.contains(&("VolumeFailedDelete".to_owned(), Some(3))),
+        "{counts:?}"
+    );
+    assert!(
+        counts.contains(&("Provisioning".to_owned(), Some(1))),
+        "{counts:?}"
+    );
+    assert_eq!(metrics.queued.get(), 0);
 }

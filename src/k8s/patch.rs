@@ -458,10 +458,7 @@ where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
 {
     let plural = K::plural(&()).into_owned();
-    let refused = PATCH_REFUSED
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .contains(&plural);
+    let refused = crate::sync::lock(&PATCH_REFUSED).contains(&plural);
     if !refused {
         let params = PatchParams::default();
         let sent = match change {
@@ -473,10 +470,7 @@ where
         };
         match sent {
             Err(kube::Error::Api(status)) if status.code == 403 => {
-                let first = PATCH_REFUSED
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .insert(plural.clone());
+                let first = crate::sync::lock(&PATCH_REFUSED).insert(plural.clone());
                 if first {
                     tracing::warn!(resource = %plural, error = %status.message,
                         "the API server refuses to PATCH {plural}; writing them with GET and PUT \

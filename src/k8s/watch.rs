@@ -246,7 +246,7 @@ struct AttachmentState {
 impl AttachmentIndex {
     /// The node of one attachment naming `pv`, if any exists.
     pub fn attached_node(&self, pv: &str) -> Option<String> {
-        let state = self.inner.read().unwrap_or_else(|p| p.into_inner());
+        let state = crate::sync::read(&self.inner);
         state
             .by_pv
             .get(pv)
@@ -255,7 +255,7 @@ impl AttachmentIndex {
 
     /// Whether the initial list has been seen (before that, "not attached" is not known).
     pub fn is_ready(&self) -> bool {
-        self.inner.read().unwrap_or_else(|p| p.into_inner()).ready
+        crate::sync::read(&self.inner).ready
     }
 
     /// Completes once the initial list has been seen.
@@ -269,7 +269,7 @@ impl AttachmentIndex {
 
     /// Applies one watcher event.
     pub fn apply(&self, event: &watcher::Event<VolumeAttachment>) {
-        let mut state = self.inner.write().unwrap_or_else(|p| p.into_inner());
+        let mut state = crate::sync::write(&self.inner);
         match event {
             watcher::Event::Init => state.relist = Some(Vec::new()),
             watcher::Event::InitApply(va) => {
@@ -321,10 +321,7 @@ impl AttachmentIndex {
     /// goes on at once instead of at its next retry. One consumer: a new call replaces the last.
     pub fn detachments(&self) -> impl Stream<Item = String> + Send + 'static {
         let (tx, rx) = mpsc::unbounded_channel();
-        self.inner
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .detached = Some(tx);
+        crate::sync::write(&self.inner).detached = Some(tx);
         tokio_stream::wrappers::UnboundedReceiverStream::new(rx)
     }
 

@@ -8,7 +8,7 @@
 //! clientset: a saturated worker rate limit cannot cost the lease.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use jiff::Timestamp;
@@ -115,10 +115,7 @@ impl LeaderElection {
         if identity.is_empty() {
             return Err(StartError::NoIdentity);
         }
-        let namespace = options
-            .namespace
-            .clone()
-            .unwrap_or_else(in_cluster_namespace);
+        let namespace = lease_namespace(options);
         let name = decide::lease_name(driver);
         if node_deployment {
             warn!(
@@ -218,7 +215,7 @@ struct Shell {
 
 impl Shell {
     fn elector(&self) -> std::sync::MutexGuard<'_, Elector> {
-        self.elector.lock().unwrap_or_else(PoisonError::into_inner)
+        crate::sync::lock(&self.elector)
     }
 
     async fn run(mut self, mut stop: watch::Receiver<bool>) {
@@ -449,10 +446,7 @@ fn spawn_health_watch(elector: Arc<Mutex<Elector>>, health: Health, lease: Strin
         let mut tick = tokio::time::interval(HEALTH_INTERVAL);
         loop {
             tick.tick().await;
-            let check = elector
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .health(Instant::now());
+            let check = crate::sync::lock(&elector).health(Instant::now());
             match check {
                 Ok(()) => health.set_leader_election_healthy(),
                 Err(since) => health.set_leader_election_unhealthy(format!(
@@ -480,14 +474,16 @@ fn host_name() -> String {
         .unwrap_or_default()
 }
 
-/// The Lease namespace without flag and `POD_NAMESPACE`: the service account's, else `default`
-/// (csi-lib-utils' `inClusterNamespace`).
-fn in_cluster_namespace() -> String {
-    std::fs::read_to_string(SERVICE_ACCOUNT_NAMESPACE)
-        .ok()
-        .map(|ns| ns.trim().to_owned())
-        .filter(|ns| !ns.is_empty())
-        .unwrap_or_else(|| "default".to_owned())
+/// The Lease's namespace: `--leader-election-namespace`, else `POD_NAMESPACE` (both resolved by
+/// `config`), else the service account's, else `default` (csi-lib-utils' `inClusterNamespace`).
+pub fn lease_namespace(options: &LeaderElectionOptions) -> String {
+    options.namespace.clone().unwrap_or_else(|| {
+        std::fs::read_to_string(SERVICE_ACCOUNT_NAMESPACE)
+            .ok()
+            .map(|ns| ns.trim().to_owned())
+            .filter(|ns| !ns.is_empty())
+            .unwrap_or_else(|| "default".to_owned())
+    })
 }
 
 #[cfg(test)]

@@ -25,7 +25,7 @@ use tokio::time::Instant;
 use crate::csi::v1;
 use crate::csi::{CsiController, CsiFuture};
 
-pub use elector::{LeaderElection, LeaderMetrics, StartError};
+pub use elector::{LeaderElection, LeaderMetrics, StartError, lease_namespace};
 
 /// Whether this replica may act right now. Cheap to clone.
 #[derive(Clone, Debug, Default)]

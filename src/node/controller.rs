@@ -38,10 +38,10 @@ use super::gone::{
 };
 use super::locate::{HOSTNAME_LABEL, Mode, NodeLookup, NodeQuery, PerNodeKeys};
 use super::scope;
-use crate::app::{Context, Shutdown};
 use crate::k8s::events::{EventSpec, reference_to};
 use crate::k8s::patch::{self, DeleteOutcome};
 use crate::names;
+use crate::runtime::{Context, Shutdown};
 
 /// How often the Node and CSINode caches are compared with the last pass (cheap: in memory).
 const NODE_POLL: Duration = Duration::from_secs(1);
@@ -58,7 +58,7 @@ pub async fn run(ctx: Arc<Context>, shutdown: Shutdown) {
     };
     let mut janitor = Janitor::new(ctx, nodes, csinodes);
     info!(
-        grace_period = %gone::go_duration(janitor.tracker.config().grace_period),
+        grace_period = %crate::gofmt::format_go_duration(janitor.tracker.config().grace_period),
         pvc_cleanup = janitor.tracker.config().pvc_cleanup,
         "tracking volumes whose node no longer exists"
     );
@@ -359,11 +359,13 @@ impl Janitor {
             .filter_map(|n| n.metadata.name.as_deref())
             .collect();
         let csinodes = self.csinodes.state();
-        let live: Vec<String> =
-            scope::live_instances(csinodes.iter().map(AsRef::as_ref), self.driver())
-                .into_iter()
-                .filter(|n| existing.contains(n.as_str()))
-                .collect();
+        let live: Vec<String> = crate::model::csinode::live_instances(
+            csinodes.iter().map(AsRef::as_ref),
+            self.driver(),
+        )
+        .into_iter()
+        .filter(|n| existing.contains(n.as_str()))
+        .collect();
         gone::actor_rank(
             self.mode,
             &self.key,
@@ -412,7 +414,7 @@ impl Janitor {
             GoneAction::StartTimer { deadline } => {
                 if !was_tracked && let Ok(candidate) = classify(pv, self.tracker.config()) {
                     info!(pv = %name, node = %candidate.query, rank,
-                        grace_period = %gone::go_duration(self.tracker.config().grace_period),
+                        grace_period = %crate::gofmt::format_go_duration(self.tracker.config().grace_period),
                         "the volume's node is missing; answering it as deleted after the grace period unless the node comes back");
                 }
                 *next = (*next).min(deadline);
@@ -587,7 +589,7 @@ fn fingerprint(nodes: &[Arc<Node>], csinodes: &[Arc<CSINode>], driver: &str) -> 
             n.metadata.uid.as_deref().unwrap_or_default(),
         )
     });
-    let live = scope::live_instances(csinodes.iter().map(AsRef::as_ref), driver);
+    let live = crate::model::csinode::live_instances(csinodes.iter().map(AsRef::as_ref), driver);
     live.iter()
         .fold(nodes_part.rotate_left(17) ^ live.len() as u64, |acc, n| {
             acc ^ mix("csinode", n, "")

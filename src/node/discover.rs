@@ -18,8 +18,8 @@ use tracing::{debug, info, warn};
 use super::gone;
 use super::locate::{HOSTNAME_LABEL, Mode, NodeLookup, NodeQuery, PerNodeKeys};
 use super::scope;
-use crate::app::Context;
 use crate::names;
+use crate::runtime::Context;
 
 /// Each Node: name -> (UID, its [`scope::node_label_values`]).
 type KnownNodes = HashMap<String, (Option<String>, BTreeSet<String>)>;

@@ -36,8 +36,9 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 
+use crate::model::meta::non_empty_annotation as annotation;
 use crate::names;
-use crate::node::locate::{Mode, NodeLookup, NodeQuery, PerNodeKeys, Pin, annotation, pin_of};
+use crate::node::locate::{Mode, NodeLookup, NodeQuery, PerNodeKeys, Pin, pin_of};
 use crate::node::rendezvous;
 
 /// Only this many instances (the first in rendezvous order) track a volume: one actor and two
@@ -55,6 +56,20 @@ pub const UNKNOWN_RECHECK: Duration = Duration::from_secs(30);
 /// without a busy loop.
 pub fn check_interval(grace_period: Duration) -> Duration {
     (grace_period / 10).clamp(Duration::from_secs(1), UNKNOWN_RECHECK)
+}
+
+/// When an absence first seen at `first_absent` may be acted on by the instance of rendezvous
+/// `rank`: after the grace period, plus `fallback_delay` per rank. The one grace rule for a missing
+/// node, for its volumes here and for provisioning intents left on it
+/// (`provision::controller::gone_node`, where the actor is chosen per claim: rank 0).
+pub fn grace_deadline(
+    first_absent: Instant,
+    grace_period: Duration,
+    fallback_delay: Duration,
+    rank: usize,
+) -> Instant {
+    let extra = fallback_delay.saturating_mul(u32::try_from(rank).unwrap_or(u32::MAX));
+    first_absent + grace_period.saturating_add(extra)
 }
 
 /// Extra wait per rendezvous rank before a fallback instance acts: half the grace period, between
@@ -552,11 +567,12 @@ impl NodeGoneTracker {
     }
 
     fn deadline(&self, entry: &Entry) -> Instant {
-        let extra = self
-            .config
-            .fallback_delay
-            .saturating_mul(u32::try_from(entry.rank).unwrap_or(u32::MAX));
-        entry.first_absent.instant + self.config.grace_period.saturating_add(extra)
+        grace_deadline(
+            entry.first_absent.instant,
+            self.config.grace_period,
+            self.config.fallback_delay,
+            entry.rank,
+        )
     }
 
     fn cancel(&mut self, pv: &str, reason: CancelReason) -> GoneAction {
@@ -577,7 +593,7 @@ impl NodeGoneTracker {
         let since = format!(
             "missing since {}, longer than the grace period of {}",
             entry.first_absent.wall,
-            go_duration(self.config.grace_period)
+            crate::gofmt::format_go_duration(self.config.grace_period)
         );
         match &candidate.target {
             Target::Volume {
@@ -626,18 +642,6 @@ fn judge(query: &NodeQuery, result: &NodeLookup) -> Verdict {
             current_uid: current.clone(),
         }),
         (_, NodeLookup::Found { .. }) => Verdict::Present,
-    }
-}
-
-/// A duration the way Go prints it for whole seconds (`5m0s`, `1h0m0s`, `45s`), matching how
-/// the flag's value is written.
-pub fn go_duration(d: Duration) -> String {
-    let total = d.as_secs();
-    let (h, m, s) = (total / 3600, (total / 60) % 60, total % 60);
-    match (h, m) {
-        (0, 0) => format!("{s}s"),
-        (0, _) => format!("{m}m{s}s"),
-        _ => format!("{h}h{m}m{s}s"),
     }
 }
 

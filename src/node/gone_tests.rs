@@ -628,9 +628,18 @@ fn a_new_pv_under_the_same_name_starts_over() {
 
 #[test]
 fn durations_print_like_go() {
-    assert_eq!(go_duration(Duration::from_secs(300)), "5m0s");
-    assert_eq!(go_duration(Duration::from_secs(45)), "45s");
-    assert_eq!(go_duration(Duration::from_secs(3723)), "1h2m3s");
+    assert_eq!(
+        crate::gofmt::format_go_duration(Duration::from_secs(300)),
+        "5m0s"
+    );
+    assert_eq!(
+        crate::gofmt::format_go_duration(Duration::from_secs(45)),
+        "45s"
+    );
+    assert_eq!(
+        crate::gofmt::format_go_duration(Duration::from_secs(3723)),
+        "1h2m3s"
+    );
 }
 
 #[test]

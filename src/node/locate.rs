@@ -313,14 +313,6 @@ fn single(values: Option<&[String]>) -> Option<&str> {
     }
 }
 
-pub(crate) fn annotation<'a>(meta: &'a ObjectMeta, key: &str) -> Option<&'a str> {
-    meta.annotations
-        .as_ref()?
-        .get(key)
-        .map(String::as_str)
-        .filter(|v| !v.is_empty())
-}
-
 /// The annotations recording the provisioning node on a new PV ([`names::ANN_NODE_NAME`],
 /// [`names::ANN_NODE_UID`]). Node mode: our own Node; controller mode: the selected Node when it is
 /// in the cache. They serve the node-name-reuse check and PVs without node affinity.

@@ -20,7 +20,6 @@ pub mod controller;
 pub(crate) mod discover;
 pub mod gone;
 pub mod locate;
-pub mod metrics;
 pub mod ownership;
 pub mod rendezvous;
 pub mod scope;

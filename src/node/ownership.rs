@@ -25,12 +25,14 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, TopologySelectorTerm};
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 use serde_json::{Value, json};
 
+use crate::model::claim::{claim_class_name, selected_node};
+use crate::model::csinode::{csinode_lists_driver, live_instances};
+use crate::model::topology::{self, AffinityError, allowed_topologies_admit};
 use crate::names;
-use crate::provision::topology::{self, AffinityError, Term};
 
 /// Upstream's IgnoredError text when a node-mode instance is asked to delete another node's volume.
 pub const NOT_PROVISIONED_HERE: &str = "PV was not provisioned on this node";
@@ -138,44 +140,6 @@ fn immediate_binding_path(pvc: &PersistentVolumeClaim, inputs: &OwnershipInputs<
     Ownership::Compete
 }
 
-/// The non-empty `volume.kubernetes.io/selected-node` of a claim.
-pub fn selected_node(pvc: &PersistentVolumeClaim) -> Option<&str> {
-    pvc.metadata
-        .annotations
-        .as_ref()?
-        .get(names::ANN_SELECTED_NODE)
-        .map(String::as_str)
-        .filter(|n| !n.is_empty())
-}
-
-/// The claim's class: the beta annotation wins over `spec.storageClassName` (lib
-/// `GetPersistentVolumeClaimClass`); `None` when neither names one.
-pub fn claim_class_name(pvc: &PersistentVolumeClaim) -> Option<&str> {
-    let from_annotation = pvc
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(names::ANN_BETA_STORAGE_CLASS));
-    from_annotation
-        .or(pvc.spec.as_ref()?.storage_class_name.as_ref())
-        .map(String::as_str)
-        .filter(|c| !c.is_empty())
-}
-
-/// Whether a class's `allowedTopologies` admit a node with these segments: the outcome of upstream
-/// running `GenerateAccessibilityRequirements` against its own node, where some flattened allowed
-/// term must be a subset of the node's term. Flattening is upstream's, quirks included
-/// ([`topology::flatten`]); when it yields no term at all there is no requirement and every node
-/// is admitted.
-pub fn allowed_topologies_admit(
-    allowed: &[TopologySelectorTerm],
-    segments: &HashMap<String, String>,
-) -> bool {
-    let terms = topology::flatten(allowed);
-    let node_term = Term::new(segments.iter().map(|(k, v)| (k.as_str(), v.as_str())));
-    terms.is_empty() || terms.iter().any(|t| t.is_subset_of(&node_term))
-}
-
 // === Clearing a selected node without our driver ===
 
 /// Whether a node runs an instance of our driver, as its CSINode says.
@@ -201,11 +165,6 @@ impl CsiNodeLookup {
             Some(_) => Self::LacksDriver,
         }
     }
-}
-
-/// Whether a CSINode lists `driver` (an instance of our driver runs on that node).
-pub fn csinode_lists_driver(csinode: &CSINode, driver: &str) -> bool {
-    csinode.spec.drivers.iter().any(|d| d.name == driver)
 }
 
 /// The decision to clear a claim's selected node, with its event and patch.
@@ -260,7 +219,7 @@ pub fn checks_selected_node(
     let Some(me) = me else {
         return true;
     };
-    let live = crate::node::scope::live_instances(csinodes.iter().map(AsRef::as_ref), driver);
+    let live = live_instances(csinodes.iter().map(AsRef::as_ref), driver);
     crate::node::rendezvous::rank_of(claim_uid, me, live.iter().map(String::as_str)) == Some(0)
 }
 

@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::testing::{csinode, pv, pvc, sc};
+use k8s_openapi::api::core::v1::TopologySelectorTerm;
 
 #[test]
 fn exactly_one_live_instance_checks_a_selected_node_and_controller_mode_always_does() {

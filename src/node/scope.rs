@@ -47,10 +47,10 @@ use kube::core::PartialObjectMeta;
 use kube::runtime::watcher;
 use serde_json::{Value, json};
 
+use crate::model::meta::non_empty_annotation as annotation;
 use crate::names;
 use crate::node::gone::node_query;
-use crate::node::locate::{Mode, PerNodeKeys, Pin, annotation, pin_of};
-use crate::node::ownership::csinode_lists_driver;
+use crate::node::locate::{Mode, PerNodeKeys, Pin, pin_of};
 
 /// Page size of every list (initial watch lists and sweeps): bounded memory while listing.
 pub const PAGE_SIZE: u32 = 500;
@@ -329,19 +329,6 @@ pub fn strip_csinode(csinode: &mut CSINode, driver: &str) {
     for d in &mut csinode.spec.drivers {
         d.allocatable = None;
     }
-}
-
-/// The live instances: names of the nodes whose CSINode lists `driver`, sorted.
-pub fn live_instances<'a, I>(csinodes: I, driver: &str) -> Vec<String>
-where
-    I: IntoIterator<Item = &'a CSINode>,
-{
-    let set: BTreeSet<String> = csinodes
-        .into_iter()
-        .filter(|c| csinode_lists_driver(c, driver))
-        .filter_map(|c| c.metadata.name.clone())
-        .collect();
-    set.into_iter().collect()
 }
 
 // === Claims an instance may act on ===

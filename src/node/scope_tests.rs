@@ -1,6 +1,7 @@
 //! Tests of [`super`].
 
 use super::*;
+use crate::model::csinode::live_instances;
 use crate::node::locate::HOSTNAME_LABEL;
 use crate::testing::{DRIVER, csinode, node, pv, pvc};
 

@@ -7,13 +7,11 @@ use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::{Value, json};
 
-use super::plan::{ClaimContext, ClaimDecision, ProvisionSettings, annotation, plan};
-use super::request::{self, RequestParts, create_volume_request, is_block, requested_bytes};
 use super::secrets::SecretRef;
 use crate::csi::v1::CreateVolumeRequest;
 use crate::k8s::patch::Step;
+use crate::model::meta::{has_finalizer, non_empty_annotation};
 use crate::names;
-use crate::node::ownership::selected_node;
 
 /// Intent annotations for a volume name and provisioner secret.
 pub fn intent_annotations(
@@ -193,95 +191,15 @@ pub enum CleanupReason {
 
 /// Whether the claim carries the provisioning intent.
 pub fn has_intent(pvc: &PersistentVolumeClaim) -> bool {
-    pvc.metadata
-        .finalizers
-        .as_ref()
-        .is_some_and(|f| f.iter().any(|x| x == names::FINALIZER_PROVISIONING_INTENT))
+    has_finalizer(&pvc.metadata, names::FINALIZER_PROVISIONING_INTENT)
 }
 
+/// The provisioner secret recorded with the intent, when both its annotations are set.
 pub(super) fn intent_secret(pvc: &PersistentVolumeClaim) -> Option<SecretRef> {
     Some(SecretRef::new(
-        annotation(pvc, names::ANN_INTENT_SECRET_NAME)?,
-        annotation(pvc, names::ANN_INTENT_SECRET_NAMESPACE)?,
+        non_empty_annotation(&pvc.metadata, names::ANN_INTENT_SECRET_NAME)?,
+        non_empty_annotation(&pvc.metadata, names::ANN_INTENT_SECRET_NAMESPACE)?,
     ))
-}
-
-/// Who acts on an intent: in node mode only the selected node's instance.
-pub(super) enum IntentOwner {
-    Me,
-    Nobody,
-    Other,
-}
-
-pub(super) fn intent_owner(
-    pvc: &PersistentVolumeClaim,
-    settings: &ProvisionSettings,
-) -> IntentOwner {
-    match (&settings.node, selected_node(pvc)) {
-        (None, _) => IntentOwner::Me,
-        (Some(mode), Some(node)) if node == mode.me.name => IntentOwner::Me,
-        (Some(_), Some(_)) => IntentOwner::Other,
-        (Some(_), None) => IntentOwner::Nobody,
-    }
-}
-
-pub(super) fn cleanup(
-    pvc: &PersistentVolumeClaim,
-    ctx: &ClaimContext<'_>,
-    volume_name: String,
-    reason: CleanupReason,
-) -> ClaimDecision {
-    let volume_id = annotation(pvc, names::ANN_INTENT_VOLUME_ID).map(str::to_owned);
-    let secret = intent_secret(pvc);
-    let (replay, replay_is_exact) = if volume_id.is_some() {
-        (None, false)
-    } else {
-        let exact = ctx
-            .class
-            .and_then(|class| plan(pvc, ctx, class, true).ok())
-            .filter(|p| p.volume_name == volume_name)
-            .map(|p| p.request);
-        match exact {
-            Some(req) => (Some(req), true),
-            None => (Some(minimal_request(pvc, &volume_name)), false),
-        }
-    };
-    ClaimDecision::CleanupIntent(Box::new(IntentCleanup {
-        volume_name,
-        volume_id,
-        secret,
-        replay,
-        replay_is_exact,
-        reason,
-    }))
-}
-
-/// A CreateVolume with only what the claim itself says (no class, no topology), for replaying
-/// when the original inputs are gone.
-fn minimal_request(pvc: &PersistentVolumeClaim, volume_name: &str) -> CreateVolumeRequest {
-    let modes = pvc
-        .spec
-        .as_ref()
-        .and_then(|s| s.access_modes.clone())
-        .filter(|m| !m.is_empty())
-        .unwrap_or_else(|| vec!["ReadWriteOnce".to_owned()]);
-    let capabilities = request::volume_capabilities(&modes, is_block(pvc), "", &[], false)
-        .or_else(|_| {
-            request::volume_capabilities(
-                &["ReadWriteOnce".to_owned()],
-                is_block(pvc),
-                "",
-                &[],
-                false,
-            )
-        })
-        .unwrap_or_default();
-    create_volume_request(RequestParts {
-        name: volume_name.to_owned(),
-        required_bytes: requested_bytes(pvc).unwrap_or(0),
-        capabilities,
-        ..RequestParts::default()
-    })
 }
 
 #[cfg(test)]

@@ -3,8 +3,8 @@
 
 pub mod classify;
 pub mod controller;
-pub(crate) mod gofmt;
 pub mod intent;
+pub(crate) mod memory;
 pub mod params;
 pub mod plan;
 pub mod plan_error;

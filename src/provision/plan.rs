@@ -36,19 +36,11 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use k8s_openapi::api::storage::v1::{StorageClass, VolumeAttributesClass};
 
-use super::classify::may_reschedule;
-use super::params::{self, ParamError};
-use super::pv::{PvTemplate, claim_ref};
-use super::request::{
-    self, ContentSource, RequestError, RequestParts, create_volume_request, is_block,
-    make_volume_name, requested_bytes,
-};
-use super::secrets::{ClaimIdentity, SecretError, SecretRef, TemplateContext, resolve_all};
-use super::topology::{
-    TopologyError, TopologyParams, TopologyView, generate_accessibility_requirements,
-};
+use super::pv::PvTemplate;
+use super::request::{ContentSource, RequestError, make_volume_name};
+use super::secrets::SecretRef;
+use super::topology::{TopologyError, TopologyView};
 use crate::csi::probe::{ControllerCapabilities, PluginCapabilities};
-use crate::csi::v1::volume_capability::access_mode::Mode;
 use crate::csi::v1::{CreateVolumeRequest, TopologyRequirement};
 use crate::names;
 use crate::node::ownership::{
@@ -56,9 +48,15 @@ use crate::node::ownership::{
 };
 
 pub use super::intent::{CleanupReason, IntentCleanup, has_intent, intent_annotations};
-use super::intent::{IntentOwner, cleanup, intent_owner, intent_secret};
+use build::{Stop, plan};
+pub(crate) use cleanup::{AfterReplay, CleanupStep, after_replay, cleanup_step};
+use cleanup::{IntentOwner, cleanup, intent_owner};
+
+mod build;
+mod cleanup;
 pub use super::plan_error::{Capability, PlanError};
-pub use crate::node::ownership::{claim_class_name, selected_node};
+use crate::model::claim::{claim_class_name, is_ours, provisioner, selected_node};
+use crate::model::meta::non_empty_annotation;
 
 /// Process-wide settings (from flags, gates and the driver handshake).
 #[derive(Debug, Clone, Default)]
@@ -281,15 +279,6 @@ impl ProvisionPlan {
     }
 }
 
-pub(super) fn annotation<'p>(pvc: &'p PersistentVolumeClaim, key: &str) -> Option<&'p str> {
-    pvc.metadata
-        .annotations
-        .as_ref()?
-        .get(key)
-        .map(String::as_str)
-        .filter(|v| !v.is_empty())
-}
-
 /// The volume name of a claim: the intent's when recorded (so a changed `--volume-name-prefix`
 /// never forks a claim into two volumes), else `<prefix>-<uid>`. The shell checks whether a PV of
 /// this name exists ([`ClaimContext::pv_exists`]).
@@ -297,7 +286,7 @@ pub fn claim_volume_name(
     pvc: &PersistentVolumeClaim,
     settings: &ProvisionSettings,
 ) -> Result<String, RequestError> {
-    if let Some(name) = annotation(pvc, names::ANN_INTENT_VOLUME_NAME) {
+    if let Some(name) = non_empty_annotation(&pvc.metadata, names::ANN_INTENT_VOLUME_NAME) {
         return Ok(name.to_owned());
     }
     make_volume_name(
@@ -307,17 +296,48 @@ pub fn claim_volume_name(
     )
 }
 
-fn provisioner_annotation(pvc: &PersistentVolumeClaim) -> Option<&str> {
-    let ann = pvc.metadata.annotations.as_ref()?;
-    ann.get(names::ANN_STORAGE_PROVISIONER)
-        .or_else(|| ann.get(names::ANN_BETA_STORAGE_PROVISIONER))
-        .map(String::as_str)
+/// The VolumeAttributesClass the claim asks for, when the gate is on.
+pub(crate) fn requested_vac<'p>(
+    pvc: &'p PersistentVolumeClaim,
+    settings: &ProvisionSettings,
+) -> Option<&'p str> {
+    pvc.spec
+        .as_ref()?
+        .volume_attributes_class_name
+        .as_deref()
+        .filter(|name| settings.volume_attributes_class && !name.is_empty())
 }
 
-/// Whether the claim names `driver` as its provisioner (or was migrated to it).
-pub(crate) fn is_ours(pvc: &PersistentVolumeClaim, driver: &str) -> bool {
-    provisioner_annotation(pvc) == Some(driver)
-        || annotation(pvc, names::ANN_MIGRATED_TO) == Some(driver)
+/// The VolumeAttributesClass the shell reads for [`ClaimContext::vac`]: only a claim still to be
+/// provisioned (unbound) or cleaned up (intent) needs its parameters.
+pub(crate) fn vac_to_look_up<'p>(
+    pvc: &'p PersistentVolumeClaim,
+    settings: &ProvisionSettings,
+) -> Option<&'p str> {
+    let bound = pvc
+        .spec
+        .as_ref()
+        .and_then(|s| s.volume_name.as_ref())
+        .is_some();
+    if bound && !has_intent(pvc) {
+        return None;
+    }
+    requested_vac(pvc, settings)
+}
+
+/// The node whose CSINode the shell looks up for [`ClaimContext::selected_node_driver`]: none
+/// while a requirement is pinned (the node is settled until that attempt ends), and only when
+/// this instance is the one that checks this claim (`checker`, asked last because it ranks the
+/// live instances; in node mode one instance per claim checks, so the claim gets one event).
+pub(crate) fn selected_node_to_check(
+    pvc: &PersistentVolumeClaim,
+    pinned: bool,
+    checker: impl FnOnce() -> bool,
+) -> Option<&str> {
+    if pinned {
+        return None;
+    }
+    selected_node(pvc).filter(|_| checker())
 }
 
 /// Decides what to do with `pvc`.
@@ -333,9 +353,7 @@ pub fn decide_claim(pvc: &PersistentVolumeClaim, ctx: &ClaimContext<'_>) -> Clai
     // The intent finalizer has one name for every driver running this sidecar: another driver's
     // claim is that driver's sidecar's business (cleaning it up here would ask our driver).
     if intent && !is_ours(pvc, &settings.driver) {
-        return ClaimDecision::Ignore(IgnoreReason::NotOurs(
-            provisioner_annotation(pvc).map(str::to_owned),
-        ));
+        return ClaimDecision::Ignore(IgnoreReason::NotOurs(provisioner(pvc).map(str::to_owned)));
     }
 
     if intent {
@@ -379,7 +397,7 @@ pub fn decide_claim(pvc: &PersistentVolumeClaim, ctx: &ClaimContext<'_>) -> Clai
         }
         if !is_ours(pvc, &settings.driver) {
             return ClaimDecision::Ignore(IgnoreReason::NotOurs(
-                provisioner_annotation(pvc).map(str::to_owned),
+                provisioner(pvc).map(str::to_owned),
             ));
         }
     }
@@ -463,289 +481,6 @@ pub fn decide_claim(pvc: &PersistentVolumeClaim, ctx: &ClaimContext<'_>) -> Clai
         Err(Stop::Fail(e)) => ClaimDecision::Fail(e),
         Err(Stop::Ignore(r)) => ClaimDecision::Ignore(r),
         Err(Stop::Reschedule(e)) => ClaimDecision::ClearSelectedNode(ClearReason::Reschedule(e)),
-    }
-}
-
-/// Why [`plan`] stopped.
-pub(super) enum Stop {
-    Fail(PlanError),
-    Ignore(IgnoreReason),
-    Reschedule(TopologyError),
-}
-
-impl From<PlanError> for Stop {
-    fn from(e: PlanError) -> Self {
-        Stop::Fail(e)
-    }
-}
-
-impl From<RequestError> for Stop {
-    fn from(e: RequestError) -> Self {
-        Stop::Fail(e.into())
-    }
-}
-
-impl From<ParamError> for Stop {
-    fn from(e: ParamError) -> Self {
-        Stop::Fail(e.into())
-    }
-}
-
-impl From<SecretError> for Stop {
-    fn from(e: SecretError) -> Self {
-        Stop::Fail(e.into())
-    }
-}
-
-/// The claim's data source (dataSource, else dataSourceRef) as `(kind, api_group, name)`.
-fn data_source(
-    pvc: &PersistentVolumeClaim,
-    settings: &ProvisionSettings,
-) -> Result<Option<(String, String, String)>, PlanError> {
-    let Some(spec) = pvc.spec.as_ref() else {
-        return Ok(None);
-    };
-    if let Some(ds) = &spec.data_source {
-        return Ok(Some((
-            ds.kind.clone(),
-            ds.api_group.clone().unwrap_or_default(),
-            ds.name.clone(),
-        )));
-    }
-    if let Some(r) = &spec.data_source_ref {
-        if r.namespace.as_deref().is_some_and(|ns| !ns.is_empty())
-            && !settings.cross_namespace_data_source
-        {
-            return Err(PlanError::CrossNamespaceDisabled);
-        }
-        return Ok(Some((
-            r.kind.clone(),
-            r.api_group.clone().unwrap_or_default(),
-            r.name.clone(),
-        )));
-    }
-    Ok(None)
-}
-
-/// The CSI part of provisioning (upstream `prepareProvision`), in upstream's order.
-pub(super) fn plan(
-    pvc: &PersistentVolumeClaim,
-    ctx: &ClaimContext<'_>,
-    class: &StorageClass,
-    intent: bool,
-) -> Result<ProvisionPlan, Stop> {
-    let settings = ctx.settings;
-    let claim_name = pvc.metadata.name.as_deref().unwrap_or_default();
-    let claim_namespace = pvc.metadata.namespace.as_deref().unwrap_or_default();
-    let spec = pvc.spec.clone().unwrap_or_default();
-
-    // Data source kind and the capabilities it needs.
-    let source = data_source(pvc, settings)?;
-    let mut needs = vec![
-        Capability::ControllerService,
-        Capability::CreateDeleteVolume,
-    ];
-    if let Some((kind, group, name)) = &source {
-        if name.is_empty() {
-            return Err(PlanError::EmptySourceName(claim_name.to_owned()).into());
-        }
-        match kind.as_str() {
-            "VolumeSnapshot" if group != "snapshot.storage.k8s.io" => {
-                return Err(PlanError::SnapshotApiGroup(group.clone()).into());
-            }
-            "VolumeSnapshot" => needs.push(Capability::CreateDeleteSnapshot),
-            "PersistentVolumeClaim" => needs.push(Capability::CloneVolume),
-            other => {
-                return Err(Stop::Ignore(IgnoreReason::ExternalPopulator(
-                    other.to_owned(),
-                )));
-            }
-        }
-    }
-    let vac_name = spec
-        .volume_attributes_class_name
-        .clone()
-        .filter(|n| settings.volume_attributes_class && !n.is_empty());
-    if vac_name.is_some() {
-        needs.push(Capability::ModifyVolume);
-    }
-    for cap in needs {
-        let present = match cap {
-            Capability::ControllerService => settings.plugin.controller_service,
-            Capability::CreateDeleteVolume => settings.controller.create_delete_volume,
-            Capability::CreateDeleteSnapshot => settings.controller.create_delete_snapshot,
-            Capability::CloneVolume => settings.controller.clone_volume,
-            Capability::ModifyVolume => settings.controller.modify_volume,
-        };
-        if !present {
-            return Err(PlanError::MissingCapability(cap).into());
-        }
-    }
-    if spec.selector.is_some() {
-        return Err(PlanError::Selector.into());
-    }
-
-    let volume_name = claim_volume_name(pvc, settings)?;
-    let class_params = class.parameters.clone().unwrap_or_default();
-    let fs_type = params::resolve_fs_type(&class_params, &settings.default_fs_type)?;
-    let required_bytes = requested_bytes(pvc)?;
-    let block = is_block(pvc);
-    let access_modes = spec.access_modes.clone().unwrap_or_default();
-    let mount_options = class.mount_options.clone();
-    let capabilities = request::volume_capabilities(
-        &access_modes,
-        block,
-        &fs_type,
-        mount_options.as_deref().unwrap_or_default(),
-        settings.controller.single_node_multi_writer,
-    )?;
-
-    let content_source = match &source {
-        None => None,
-        Some((kind, _, name)) => match ctx.source {
-            SourceLookup::Resolved(cs) => Some(cs.clone()),
-            SourceLookup::Failed(reason) => {
-                return Err(source_error(kind, name, reason).into());
-            }
-            SourceLookup::NotResolved => {
-                return Err(source_error(
-                    kind,
-                    name,
-                    "restoring from snapshots and cloning are not implemented in this version of the provisioner; remove spec.dataSource or use the upstream sidecar",
-                )
-                .into());
-            }
-        },
-    };
-
-    let node = selected_node(pvc);
-    let accessibility = if let Some(pinned) = ctx.pinned_topology.filter(|_| settings.topology) {
-        Some(pinned.clone())
-    } else if settings.topology {
-        let params = TopologyParams {
-            driver: &settings.driver,
-            claim_name,
-            allowed_topologies: class.allowed_topologies.as_deref().unwrap_or_default(),
-            selected_node: node,
-            strict: settings.strict_topology,
-            immediate: settings.immediate_topology,
-        };
-        match generate_accessibility_requirements(&params, ctx.topology) {
-            Ok(req) => req,
-            Err(e) if e.is_reschedule() => return Err(Stop::Reschedule(e)),
-            Err(e) => return Err(PlanError::Topology(e).into()),
-        }
-    } else {
-        None
-    };
-
-    let empty = BTreeMap::new();
-    let template_ctx = TemplateContext {
-        pv_name: &volume_name,
-        claim: Some(ClaimIdentity {
-            name: claim_name,
-            namespace: claim_namespace,
-            annotations: Some(pvc.metadata.annotations.as_ref().unwrap_or(&empty)),
-        }),
-    };
-    let secrets = resolve_all(&class_params, &template_ctx)?;
-
-    let mut parameters = params::strip_prefixed_parameters(&class_params)?;
-    if settings.extra_create_metadata {
-        params::add_extra_create_metadata(
-            &mut parameters,
-            claim_name,
-            claim_namespace,
-            &volume_name,
-        );
-    }
-
-    let mutable_parameters = match &vac_name {
-        None => None,
-        Some(name) => match ctx.vac {
-            Lookup::Found(vac) if vac.driver_name != settings.driver => {
-                return Err(PlanError::VacOtherDriver {
-                    name: name.clone(),
-                    vac_driver: vac.driver_name.clone(),
-                    driver: settings.driver.clone(),
-                }
-                .into());
-            }
-            Lookup::Found(vac) => Some(vac.parameters.clone().unwrap_or_default()),
-            Lookup::Missing | Lookup::NotLookedUp => {
-                return Err(PlanError::VacNotFound(name.clone()).into());
-            }
-            Lookup::Failed(e) => return Err(PlanError::VacLookupFailed(e.to_owned()).into()),
-        },
-    };
-
-    // Upstream: the PV is read-only only for a single ReadOnlyMany capability and the flag.
-    let read_only = settings.controller_publish_read_only
-        && capabilities.len() == 1
-        && capabilities[0].access_mode.as_ref().map(|m| m.mode)
-            == Some(Mode::MultiNodeReaderOnly as i32);
-
-    let request = create_volume_request(RequestParts {
-        name: volume_name.clone(),
-        required_bytes,
-        capabilities,
-        parameters,
-        content_source,
-        accessibility,
-        mutable_parameters,
-    });
-
-    let node_annotation = match (&settings.node, node) {
-        (Some(mode), _) => Some((
-            mode.me.name.clone(),
-            ctx.selected_node_uid.map(str::to_owned),
-        )),
-        (None, Some(n)) => Some((n.to_owned(), ctx.selected_node_uid.map(str::to_owned))),
-        (None, None) => None,
-    };
-    let pv = PvTemplate {
-        name: volume_name.clone(),
-        driver: settings.driver.clone(),
-        provisioned_by: class.provisioner.clone(),
-        provisioner_identity: settings.provisioner_identity.clone(),
-        claim_ref: claim_ref(pvc),
-        class_name: claim_class_name(pvc).unwrap_or_default().to_owned(),
-        access_modes,
-        mount_options,
-        reclaim_policy: class.reclaim_policy.clone(),
-        volume_mode: spec.volume_mode.clone(),
-        block,
-        fs_type,
-        secrets: secrets.clone(),
-        read_only,
-        topology: settings.topology,
-        volume_attributes_class: vac_name,
-        required_bytes,
-        expects_content_source: source.is_some(),
-        node: node_annotation,
-    };
-
-    let recorded = intent
-        && annotation(pvc, names::ANN_INTENT_VOLUME_NAME) == Some(volume_name.as_str())
-        && intent_secret(pvc) == secrets.provisioner;
-    Ok(ProvisionPlan {
-        volume_name,
-        request,
-        provisioner_secret: secrets.provisioner,
-        pv,
-        selected_node: node.map(str::to_owned),
-        may_reschedule: may_reschedule(settings.topology, node),
-        class_uid: class.metadata.uid.clone().unwrap_or_default(),
-        needs_intent_write: !recorded,
-        warnings: params::deprecation_warnings(&class_params),
-    })
-}
-
-fn source_error(kind: &str, name: &str, reason: &str) -> PlanError {
-    PlanError::SourceUnresolved {
-        kind: kind.to_owned(),
-        name: name.to_owned(),
-        reason: reason.to_owned(),
     }
 }
 

@@ -2,11 +2,11 @@
 //! messages, upstream's text wherever upstream has one, and what upstream's state would be.
 
 use super::classify::ProvisioningState;
-use super::gofmt;
 use super::params::ParamError;
 use super::request::RequestError;
 use super::secrets::SecretError;
 use super::topology::TopologyError;
+use crate::gofmt;
 
 /// A driver capability a claim needs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

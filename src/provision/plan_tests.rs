@@ -7,6 +7,7 @@ use k8s_openapi::api::storage::v1::{StorageClass, VolumeAttributesClass};
 
 use super::*;
 use crate::csi::v1::volume_capability::AccessType;
+use crate::csi::v1::volume_capability::access_mode::Mode;
 use crate::provision::classify::ProvisioningState;
 use crate::provision::topology::StaticTopology;
 use crate::testing::{DRIVER, PvcBuilder, csinode, node, pvc, sc, vac};
@@ -865,4 +866,56 @@ fn a_pinned_requirement_is_sent_again_even_when_the_node_is_gone() {
         retry.request.accessibility_requirements,
         first.request.accessibility_requirements
     );
+}
+
+// === What the shell reads for a claim ===
+
+#[test]
+fn the_volume_attributes_class_is_read_only_for_claims_still_to_provision_or_clean_up() {
+    let world = World::new();
+    let settings = &world.settings;
+    let pending = pvc("ns", "a").vac("gold").build();
+    assert_eq!(vac_to_look_up(&pending, settings), Some("gold"));
+    let bound = pvc("ns", "a").vac("gold").volume_name("pv-1").build();
+    assert_eq!(
+        vac_to_look_up(&bound, settings),
+        None,
+        "a bound claim needs no parameters"
+    );
+    let bound_with_intent = pvc("ns", "a")
+        .vac("gold")
+        .volume_name("pv-1")
+        .finalizer(crate::names::FINALIZER_PROVISIONING_INTENT)
+        .build();
+    assert_eq!(vac_to_look_up(&bound_with_intent, settings), Some("gold"));
+    let gate_off = ProvisionSettings {
+        volume_attributes_class: false,
+        ..settings.clone()
+    };
+    assert_eq!(vac_to_look_up(&pending, &gate_off), None);
+    assert_eq!(
+        vac_to_look_up(&pvc("ns", "a").vac("").build(), settings),
+        None
+    );
+}
+
+#[test]
+fn the_selected_node_is_checked_only_by_the_checker_and_never_while_a_requirement_is_pinned() {
+    let selected = pvc("ns", "a").selected_node("n1").build();
+    assert_eq!(
+        selected_node_to_check(&selected, false, || true),
+        Some("n1")
+    );
+    assert_eq!(selected_node_to_check(&selected, false, || false), None);
+    assert_eq!(selected_node_to_check(&selected, true, || true), None);
+    let mut asked = false;
+    let unselected = pvc("ns", "a").build();
+    assert_eq!(
+        selected_node_to_check(&unselected, false, || {
+            asked = true;
+            true
+        }),
+        None
+    );
+    assert!(!asked, "the ranking is computed only for a selected node");
 }

@@ -13,8 +13,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::quantity::bytes_to_quantity;
 use super::secrets::{SecretRef, SecretRefs};
-use super::topology::volume_node_affinity;
 use crate::csi::v1::{CreateVolumeResponse, Topology};
+use crate::model::topology::volume_node_affinity;
 use crate::names;
 
 /// Everything about the PV that is known before CreateVolume (built by the plan).

@@ -24,7 +24,7 @@ use std::fmt;
 
 use k8s_openapi::api::core::v1::SecretReference;
 
-use super::gofmt;
+use crate::gofmt;
 use crate::names;
 
 /// The CSI calls a StorageClass can name a secret for.

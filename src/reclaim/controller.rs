@@ -18,13 +18,13 @@ use super::plan::{
     self, AttachmentState, ClaimState, DeletionSecrets, Locality, ReclaimAction, ReclaimContext,
     SkipReason, StorageClassLookup,
 };
-use crate::app::{Context, Shutdown};
 use crate::csi::v1;
 use crate::k8s::events::{EventSpec, reference_to};
 use crate::k8s::patch::{self, DeleteOutcome, PatchOutcome};
 use crate::names;
 use crate::node::ownership::may_delete_here;
 use crate::retry::Backoff;
+use crate::runtime::{Context, Shutdown};
 
 /// Re-check every PV this often even without changes (a claim deleted while a watch was down...).
 const RESYNC: Duration = Duration::from_secs(10 * 60);
@@ -135,11 +135,7 @@ fn error_policy(
     error: &ReclaimFailure,
     state: Arc<Reclaimer>,
 ) -> Action {
-    let mut delay = state
-        .backoff
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .failed(&pv.name_any());
+    let mut delay = crate::sync::lock(&state.backoff).failed(&pv.name_any());
     if matches!(error, ReclaimFailure::Attached(_)) {
         // The check is an in-memory index lookup, and no event announces the detach: look again
         // soon rather than after the full backoff.
@@ -191,11 +187,7 @@ async fn reconcile(
     for _ in 0..MAX_STEPS {
         match step(&state, &current).await? {
             Next::Done(action) => {
-                state
-                    .backoff
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .reset(&current.name_any());
+                crate::sync::lock(&state.backoff).reset(&current.name_any());
                 return Ok(action);
             }
             Next::Continue(updated) => current = *updated,
@@ -231,15 +223,12 @@ async fn step(state: &Reclaimer, pv: &PersistentVolume) -> Result<Next, ReclaimF
     };
     let locality = match &state.segments {
         None => Locality::Central,
-        Some(segments) => Locality::Node {
-            accessible: may_delete_here(pv, segments).unwrap_or(false),
+        Some(segments) => match may_delete_here(pv, segments) {
+            Ok(accessible) => Locality::Node { accessible },
+            Err(error) => Locality::InvalidNodeAffinity(error),
         },
     };
-    let volume_deleted = state
-        .deleted
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .contains(&uid);
+    let volume_deleted = crate::sync::lock(&state.deleted).contains(&uid);
     let decision = plan::decide(
         pv,
         &ReclaimContext {
@@ -313,11 +302,7 @@ async fn step(state: &Reclaimer, pv: &PersistentVolume) -> Result<Next, ReclaimF
                 })
                 .await;
             if let Err(status) = result {
-                let message = format!(
-                    "rpc error: code = {:?} desc = {}",
-                    status.code(),
-                    status.message()
-                );
+                let message = crate::csi::rpc_error(&status);
                 warn!(pv = %name, %volume_id, "DeleteVolume failed: {message}");
                 ctx.events.emit(
                     reference_to(pv),
@@ -327,11 +312,7 @@ async fn step(state: &Reclaimer, pv: &PersistentVolume) -> Result<Next, ReclaimF
                 return Err(ReclaimFailure::Reported(message));
             }
             info!(pv = %name, %volume_id, "volume deleted");
-            state
-                .deleted
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .insert(uid.clone());
+            crate::sync::lock(&state.deleted).insert(uid.clone());
             ctx.metrics
                 .delete
                 .succeeded(&class_label(pv), started.elapsed());
@@ -397,10 +378,7 @@ async fn finish(
 impl Reclaimer {
     /// Marks PV `uid` as waiting for a detach (or not); true when that starts a new wait.
     fn wait_for_detach(&self, uid: &str, waiting: bool) -> bool {
-        let mut set = self
-            .waiting_for_detach
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
+        let mut set = crate::sync::lock(&self.waiting_for_detach);
         if waiting {
             set.insert(uid.to_owned())
         } else {
@@ -410,7 +388,7 @@ impl Reclaimer {
     }
 
     fn prune_deleted(&self) {
-        let len = self.deleted.lock().unwrap_or_else(|p| p.into_inner()).len();
+        let len = crate::sync::lock(&self.deleted).len();
         if len >= PRUNE_AT {
             self.forget_vanished_pvs();
         }
@@ -427,10 +405,7 @@ impl Reclaimer {
             .iter()
             .filter_map(|pv| pv.metadata.uid.clone())
             .collect();
-        self.deleted
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .retain(|uid| live.contains(uid));
+        crate::sync::lock(&self.deleted).retain(|uid| live.contains(uid));
         // The backoff is keyed by name (a PV re-created under its name starts over anyway).
         let names: HashSet<String> = self
             .ctx
@@ -440,15 +415,9 @@ impl Reclaimer {
             .iter()
             .map(|pv| pv.name_any())
             .collect();
-        self.backoff
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .retain(|name| names.contains(name));
+        crate::sync::lock(&self.backoff).retain(|name| names.contains(name));
         // PVs force-deleted (finalizer removed by hand) while they waited for a detach.
-        self.waiting_for_detach
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .retain(|uid| live.contains(uid));
+        crate::sync::lock(&self.waiting_for_detach).retain(|uid| live.contains(uid));
     }
 }
 

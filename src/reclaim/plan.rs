@@ -26,6 +26,8 @@ use std::fmt;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::StorageClass;
 
+use crate::model::meta::annotation;
+use crate::model::topology::AffinityError;
 use crate::names;
 use crate::provision::secrets::{SecretError, SecretRef, resolve_provisioner_secret_for_delete};
 
@@ -56,7 +58,7 @@ pub enum AttachmentState {
 
 /// Which deployment this instance is, and for node deployments whether this node is the one that
 /// may delete the volume. The hook for node-deployment ownership rules.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Locality {
     /// Central (controller) deployment: every volume of our driver is ours to delete.
     Central,
@@ -66,6 +68,9 @@ pub enum Locality {
         /// Whether this node's instance deletes the volume.
         accessible: bool,
     },
+    /// Node deployment, and the PV's node affinity cannot be evaluated: a delete failure
+    /// (upstream: an event and a retry), never "not on this node", which would be silent.
+    InvalidNodeAffinity(AffinityError),
 }
 
 /// The StorageClass named by the PV, as far as the shell's store knows.
@@ -243,6 +248,10 @@ pub enum ReclaimError {
         /// Our driver name.
         driver: String,
     },
+    /// Node mode: the PV's node affinity cannot be evaluated against our topology (upstream's
+    /// text).
+    #[error("checking volume affinity failed: {0}")]
+    NodeAffinity(AffinityError),
     /// The StorageClass's provisioner secret templates cannot be resolved (upstream's text).
     #[error("failed to get secretreference for volume {pv}: {source}")]
     Secret {
@@ -255,14 +264,6 @@ pub enum ReclaimError {
 }
 
 // === Reading the PV ===
-
-fn annotation<'a>(pv: &'a PersistentVolume, key: &str) -> Option<&'a str> {
-    pv.metadata
-        .annotations
-        .as_ref()?
-        .get(key)
-        .map(String::as_str)
-}
 
 fn phase(pv: &PersistentVolume) -> Option<&str> {
     pv.status.as_ref()?.phase.as_deref()
@@ -324,8 +325,8 @@ pub enum Ownership {
 /// - without (static): ours iff `spec.csi.driver` (or, for in-tree PVs, `migrated-to`) names our
 ///   driver and the PV is (or was) bound: phase Bound, Released or Failed.
 pub fn ownership(pv: &PersistentVolume, driver_name: &str) -> Ownership {
-    let migrated_to = annotation(pv, names::ANN_MIGRATED_TO);
-    if let Some(provisioner) = annotation(pv, names::ANN_PROVISIONED_BY) {
+    let migrated_to = annotation(&pv.metadata, names::ANN_MIGRATED_TO);
+    if let Some(provisioner) = annotation(&pv.metadata, names::ANN_PROVISIONED_BY) {
         return if provisioner == driver_name || migrated_to == Some(driver_name) {
             Ownership::Ours { dynamic: true }
         } else {
@@ -373,7 +374,7 @@ pub fn is_ours(pv: &PersistentVolume, driver_name: &str) -> bool {
 /// The PV's StorageClass name: the beta annotation wins over `spec.storageClassName` (lib
 /// `GetPersistentVolumeClass`). `None` when neither is set (or both are empty).
 pub fn storage_class_name(pv: &PersistentVolume) -> Option<&str> {
-    annotation(pv, names::ANN_BETA_STORAGE_CLASS)
+    annotation(&pv.metadata, names::ANN_BETA_STORAGE_CLASS)
         .or_else(|| pv.spec.as_ref()?.storage_class_name.as_deref())
         .filter(|name| !name.is_empty())
 }
@@ -381,8 +382,8 @@ pub fn storage_class_name(pv: &PersistentVolume) -> Option<&str> {
 /// Whether the deletion secret must come from the StorageClass (the PV lacks one of the two
 /// deletion-secret annotations, as PVs made by old sidecars do).
 pub fn needs_storage_class(pv: &PersistentVolume) -> bool {
-    annotation(pv, names::ANN_DELETION_SECRET_NAME).is_none()
-        || annotation(pv, names::ANN_DELETION_SECRET_NAMESPACE).is_none()
+    annotation(&pv.metadata, names::ANN_DELETION_SECRET_NAME).is_none()
+        || annotation(&pv.metadata, names::ANN_DELETION_SECRET_NAMESPACE).is_none()
 }
 
 /// The claim whose existence decides whether `pv` counts as released although its phase is not
@@ -466,8 +467,8 @@ pub fn deletion_secrets(
     storage_class: StorageClassLookup<'_>,
 ) -> Result<Option<DeletionSecrets>, ReclaimError> {
     let pv_name = pv.metadata.name.as_deref().unwrap_or_default();
-    let name = annotation(pv, names::ANN_DELETION_SECRET_NAME);
-    let namespace = annotation(pv, names::ANN_DELETION_SECRET_NAMESPACE);
+    let name = annotation(&pv.metadata, names::ANN_DELETION_SECRET_NAME);
+    let namespace = annotation(&pv.metadata, names::ANN_DELETION_SECRET_NAMESPACE);
     if let (Some(name), Some(namespace)) = (name, namespace) {
         // Both annotations present: they are the answer, whatever the class says now. A half-empty
         // pair means no secret, as upstream.
@@ -567,17 +568,25 @@ pub fn decide(pv: &PersistentVolume, ctx: &ReclaimContext<'_>) -> ReclaimAction 
             issue_delete: !deleting,
         };
     }
-    if ctx.locality == (Locality::Node { accessible: false }) {
-        return ReclaimAction::Skip(SkipReason::NotOnThisNode);
+    match &ctx.locality {
+        Locality::Node { accessible: false } => {
+            return ReclaimAction::Skip(SkipReason::NotOnThisNode);
+        }
+        Locality::InvalidNodeAffinity(error) => {
+            return ReclaimAction::Fail(ReclaimError::NodeAffinity(error.clone()));
+        }
+        Locality::Central | Locality::Node { accessible: true } => {}
     }
     let Some(csi) = pv.spec.as_ref().and_then(|s| s.csi.as_ref()) else {
-        return ReclaimAction::Fail(if annotation(pv, names::ANN_MIGRATED_TO).is_some() {
-            ReclaimError::MigrationUnsupported {
-                driver: ctx.driver_name.to_owned(),
-            }
-        } else {
-            ReclaimError::InvalidCsiPv
-        });
+        return ReclaimAction::Fail(
+            if annotation(&pv.metadata, names::ANN_MIGRATED_TO).is_some() {
+                ReclaimError::MigrationUnsupported {
+                    driver: ctx.driver_name.to_owned(),
+                }
+            } else {
+                ReclaimError::InvalidCsiPv
+            },
+        );
     };
     let secrets = match deletion_secrets(pv, ctx.storage_class) {
         Ok(Some(secrets)) => secrets,

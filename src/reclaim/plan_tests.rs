@@ -623,6 +623,33 @@ fn distributed_provisioning_deletes_only_volumes_of_this_node() {
     );
 }
 
+#[test]
+fn an_invalid_node_affinity_in_node_mode_is_a_delete_failure_not_another_nodes_volume() {
+    // Upstream: "checking volume affinity failed: ..." is returned from Delete, so the PV gets a
+    // VolumeFailedDelete event and is retried; skipping it silently would leave it forever.
+    let error = crate::model::topology::AffinityError {
+        key: "zone".to_owned(),
+        operator: "Bogus".to_owned(),
+        reason: "unknown operator",
+    };
+    let invalid = ReclaimContext {
+        locality: Locality::InvalidNodeAffinity(error.clone()),
+        ..ctx()
+    };
+    let action = decide_with(&released().build(), &invalid);
+    assert_eq!(
+        action,
+        ReclaimAction::Fail(ReclaimError::NodeAffinity(error))
+    );
+    let ReclaimAction::Fail(failure) = action else {
+        unreachable!()
+    };
+    assert_eq!(
+        failure.to_string(),
+        "checking volume affinity failed: invalid node selector requirement zone Bogus: unknown operator"
+    );
+}
+
 // === KEP-2644 orders and restarts, step by step ===
 
 /// Applies what the shell would do for `action` to the PV (finalizer writes, the DELETE).

@@ -3,6 +3,7 @@
 
 mod identity;
 mod listing;
+mod node;
 mod snapshots;
 mod topology;
 mod volumes;
@@ -324,6 +325,22 @@ pub fn all() -> Vec<Check> {
             snapshots::clone_missing
         ),
         check!(
+            "controller/create-volume/mutable-parameters",
+            "CreateVolume with the test mutable parameters (a VolumeAttributesClass) succeeds",
+            [
+                Rpc(Rpc::CreateDeleteVolume),
+                Rpc(Rpc::ModifyVolume),
+                MutableParameters
+            ],
+            volumes::create_with_mutable
+        ),
+        check!(
+            "controller/create-volume/unsupported-mutable-parameter",
+            "CreateVolume with a mutable parameter the driver does not support is INVALID_ARGUMENT",
+            [Rpc(Rpc::CreateDeleteVolume), Rpc(Rpc::ModifyVolume)],
+            volumes::create_with_unsupported_mutable
+        ),
+        check!(
             "controller/modify-volume/missing-id",
             "ControllerModifyVolume without a volume id is INVALID_ARGUMENT",
             [Rpc(Rpc::ModifyVolume)],
@@ -331,19 +348,51 @@ pub fn all() -> Vec<Check> {
         ),
         check!(
             "controller/modify-volume/unknown-volume",
-            "ControllerModifyVolume of a volume that does not exist is NOT_FOUND",
-            [Rpc(Rpc::ModifyVolume), MutableParameters],
+            "ControllerModifyVolume of a volume that does not exist is NOT_FOUND, with or without mutable parameters",
+            [Rpc(Rpc::ModifyVolume)],
             volumes::modify_unknown
         ),
         check!(
+            "controller/modify-volume/unsupported-parameter",
+            "ControllerModifyVolume with a mutable parameter the driver does not support is INVALID_ARGUMENT",
+            [Rpc(Rpc::CreateDeleteVolume), Rpc(Rpc::ModifyVolume)],
+            volumes::modify_unsupported
+        ),
+        check!(
             "controller/modify-volume/basic",
-            "ControllerModifyVolume with the test mutable parameters succeeds",
+            "ControllerModifyVolume with the test mutable parameters succeeds on a volume created without them",
             [
                 Rpc(Rpc::CreateDeleteVolume),
                 Rpc(Rpc::ModifyVolume),
                 MutableParameters
             ],
             volumes::modify_basic
+        ),
+        check!(
+            "controller/modify-volume/created-with-parameters",
+            "ControllerModifyVolume with the test mutable parameters succeeds on a volume created with them",
+            [
+                Rpc(Rpc::CreateDeleteVolume),
+                Rpc(Rpc::ModifyVolume),
+                MutableParameters
+            ],
+            volumes::modify_created_with_parameters
+        ),
+        check!(
+            "controller/modify-volume/created-with-parameters-unsupported-parameter",
+            "ControllerModifyVolume with an unsupported mutable parameter is INVALID_ARGUMENT on a volume created with the test ones",
+            [
+                Rpc(Rpc::CreateDeleteVolume),
+                Rpc(Rpc::ModifyVolume),
+                MutableParameters
+            ],
+            volumes::modify_created_with_parameters_unsupported
+        ),
+        check!(
+            "node/publish-volume/target-path",
+            "NodePublishVolume creates target_path and NodeUnpublishVolume removes it again",
+            [Rpc(Rpc::CreateDeleteVolume)],
+            node::target_path
         ),
     ]
 }

@@ -1,5 +1,5 @@
 //! CreateVolume / DeleteVolume / ControllerModifyVolume checks: required fields, idempotency,
-//! capacity ranges, secrets.
+//! capacity ranges, secrets, mutable parameters.
 
 use std::collections::HashMap;
 
@@ -8,6 +8,18 @@ use tonic::Code;
 use crate::context::{Ctx, Failure, Verdict, describe, expect_code};
 use crate::csi::v1::*;
 use crate::{ensure, fail};
+
+/// A mutable parameter no driver supports: a driver must refuse it rather than ignore it, or a
+/// VolumeAttributesClass with a typo would seem to apply.
+const UNSUPPORTED_MUTABLE_PARAMETER: (&str, &str) = (
+    "csi-sanity-unsupported-mutable-parameter",
+    "csi-sanity-value",
+);
+
+fn unsupported_mutable_parameters() -> HashMap<String, String> {
+    let (k, v) = UNSUPPORTED_MUTABLE_PARAMETER;
+    HashMap::from([(k.to_owned(), v.to_owned())])
+}
 
 /// Codes a driver may use to reject a call without its secrets.
 const SECRET_REJECTIONS: &[Code] = &[
@@ -244,12 +256,76 @@ pub async fn delete_without_secrets(ctx: &Ctx) -> Verdict {
     }
 }
 
-pub async fn modify_missing_id(ctx: &Ctx) -> Verdict {
-    let req = ControllerModifyVolumeRequest {
-        volume_id: String::new(),
+fn modify_request(
+    ctx: &Ctx,
+    volume_id: &str,
+    mutable_parameters: HashMap<String, String>,
+) -> ControllerModifyVolumeRequest {
+    ControllerModifyVolumeRequest {
+        volume_id: volume_id.to_owned(),
         secrets: ctx.opts.secrets.get("ControllerModifyVolumeSecret"),
-        mutable_parameters: ctx.opts.test_volume_mutable_parameters.clone(),
-    };
+        mutable_parameters,
+    }
+}
+
+/// A volume created with the test mutable parameters (a claim with a VolumeAttributesClass).
+async fn create_with_mutable_parameters(ctx: &Ctx, what: &str) -> Result<Volume, Failure> {
+    let mut req = ctx.volume_request(what);
+    req.mutable_parameters = ctx.opts.test_volume_mutable_parameters.clone();
+    ctx.create_volume(req).await
+}
+
+async fn modify_must_succeed(ctx: &Ctx, volume_id: &str) -> Verdict {
+    let req = modify_request(
+        ctx,
+        volume_id,
+        ctx.opts.test_volume_mutable_parameters.clone(),
+    );
+    ctx.controller
+        .clone()
+        .controller_modify_volume(ctx.req(req))
+        .await
+        .map_err(|s| Failure::Fail(describe(&format!("ControllerModifyVolume {volume_id}"), &s)))?;
+    Ok(())
+}
+
+async fn modify_must_refuse_unsupported(ctx: &Ctx, volume_id: &str) -> Verdict {
+    let req = modify_request(ctx, volume_id, unsupported_mutable_parameters());
+    let got = ctx
+        .controller
+        .clone()
+        .controller_modify_volume(ctx.req(req))
+        .await;
+    expect_code(
+        &format!(
+            "ControllerModifyVolume {volume_id} with the unsupported mutable parameter {}",
+            UNSUPPORTED_MUTABLE_PARAMETER.0
+        ),
+        got,
+        &[Code::InvalidArgument],
+    )
+}
+
+pub async fn create_with_mutable(ctx: &Ctx) -> Verdict {
+    create_with_mutable_parameters(ctx, "vac").await.map(drop)
+}
+
+pub async fn create_with_unsupported_mutable(ctx: &Ctx) -> Verdict {
+    let mut req = ctx.volume_request("bad-vac");
+    req.mutable_parameters = unsupported_mutable_parameters();
+    let got = ctx.try_create_volume(req).await;
+    expect_code(
+        &format!(
+            "CreateVolume with the unsupported mutable parameter {}",
+            UNSUPPORTED_MUTABLE_PARAMETER.0
+        ),
+        got,
+        &[Code::InvalidArgument],
+    )
+}
+
+pub async fn modify_missing_id(ctx: &Ctx) -> Verdict {
+    let req = modify_request(ctx, "", ctx.opts.test_volume_mutable_parameters.clone());
     let got = ctx
         .controller
         .clone()
@@ -262,12 +338,15 @@ pub async fn modify_missing_id(ctx: &Ctx) -> Verdict {
     )
 }
 
+/// Sends the test mutable parameters, possibly none: whatever the parameters, a volume that
+/// does not exist is NOT_FOUND (an answer about the parameters would send the caller after
+/// the wrong problem).
 pub async fn modify_unknown(ctx: &Ctx) -> Verdict {
-    let req = ControllerModifyVolumeRequest {
-        volume_id: ctx.name("unknown-volume-id"),
-        secrets: ctx.opts.secrets.get("ControllerModifyVolumeSecret"),
-        mutable_parameters: ctx.opts.test_volume_mutable_parameters.clone(),
-    };
+    let req = modify_request(
+        ctx,
+        &ctx.name("unknown-volume-id"),
+        ctx.opts.test_volume_mutable_parameters.clone(),
+    );
     let got = ctx
         .controller
         .clone()
@@ -280,22 +359,22 @@ pub async fn modify_unknown(ctx: &Ctx) -> Verdict {
     )
 }
 
+pub async fn modify_unsupported(ctx: &Ctx) -> Verdict {
+    let v = ctx.create_volume(ctx.volume_request("modify-bad")).await?;
+    modify_must_refuse_unsupported(ctx, &v.volume_id).await
+}
+
 pub async fn modify_basic(ctx: &Ctx) -> Verdict {
     let v = ctx.create_volume(ctx.volume_request("modify")).await?;
-    let req = ControllerModifyVolumeRequest {
-        volume_id: v.volume_id.clone(),
-        secrets: ctx.opts.secrets.get("ControllerModifyVolumeSecret"),
-        mutable_parameters: ctx.opts.test_volume_mutable_parameters.clone(),
-    };
-    ctx.controller
-        .clone()
-        .controller_modify_volume(ctx.req(req))
-        .await
-        .map_err(|s| {
-            Failure::Fail(describe(
-                &format!("ControllerModifyVolume {}", v.volume_id),
-                &s,
-            ))
-        })?;
-    Ok(())
+    modify_must_succeed(ctx, &v.volume_id).await
+}
+
+pub async fn modify_created_with_parameters(ctx: &Ctx) -> Verdict {
+    let v = create_with_mutable_parameters(ctx, "vac-modify").await?;
+    modify_must_succeed(ctx, &v.volume_id).await
+}
+
+pub async fn modify_created_with_parameters_unsupported(ctx: &Ctx) -> Verdict {
+    let v = create_with_mutable_parameters(ctx, "vac-modify-bad").await?;
+    modify_must_refuse_unsupported(ctx, &v.volume_id).await
 }

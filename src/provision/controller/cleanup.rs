@@ -16,7 +16,8 @@ async fn record_volume_id(
 }
 
 /// The claim no longer wants its volume: learn the id (replaying CreateVolume with the same name if
-/// needed), delete the volume, then drop the intent.
+/// needed), delete the volume, then drop the intent. Each step is decided by
+/// [`plan::cleanup_step`] and [`plan::after_replay`]; this only performs them.
 pub(super) async fn cleanup_intent(
     state: &Provisioner,
     pvc: &Arc<PersistentVolumeClaim>,
@@ -34,95 +35,59 @@ pub(super) async fn cleanup_intent(
     if !plan::has_intent(&claim) {
         return Ok(Action::await_change());
     }
-    // Never delete a volume whose PV exists: a live read, since the cache may lag.
-    let pvs: Api<PersistentVolume> = Api::all(ctx.client.clone());
-    if pvs
-        .get_opt(&cleanup.volume_name)
-        .await
-        .map_err(kube_err(format!("reading PV {}", cleanup.volume_name)))?
-        .is_some()
-    {
-        finish_intent(state, &claim, &cleanup.volume_name).await?;
-        return Ok(Action::await_change());
+    // The cache may lag: whether the PV exists is a live read.
+    let pv_exists = pv_exists(state, &cleanup.volume_name).await?;
+    let mut step = plan::cleanup_step(&cleanup, &claim, pv_exists);
+    if let CleanupStep::Replay(request) = step {
+        let mut request = *request;
+        if let Some(secret) = &cleanup.secret {
+            match secret_data(state, secret).await {
+                Ok(data) => request.secrets = data,
+                Err(message) => return Err(cleanup_failed(state, pvc, message)),
+            }
+        }
+        let answer = create_volume(state, request).await;
+        let verdict = match &answer {
+            Ok(response) => plan::after_replay(
+                &cleanup,
+                Ok(response
+                    .volume
+                    .as_ref()
+                    .map_or("", |v| v.volume_id.as_str())),
+            ),
+            Err(status) => plan::after_replay(
+                &cleanup,
+                Err((status.code(), &crate::csi::rpc_error(status))),
+            ),
+        };
+        step = match verdict {
+            AfterReplay::Delete(volume_id) => CleanupStep::DeleteVolume {
+                volume_id,
+                record_id: true,
+            },
+            AfterReplay::NoVolumeId(message) => {
+                warn!(claim = %claim_name(pvc), "{message}");
+                ctx.events.emit(
+                    reference_to(pvc.as_ref()),
+                    EventSpec::warning(names::EVENT_PROVISIONING_CLEANUP_FAILED, message),
+                );
+                CleanupStep::DropIntent
+            }
+            AfterReplay::VolumeAbsent => CleanupStep::DropIntent,
+            AfterReplay::Retry(message) => return Err(cleanup_failed(state, pvc, message)),
+        };
     }
-    let recorded_id = claim
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(names::ANN_INTENT_VOLUME_ID))
-        .filter(|id| !id.is_empty())
-        .cloned();
-    let known_id = cleanup.volume_id.clone().or(recorded_id);
-    let volume_id = match known_id.clone() {
-        Some(id) => Some(id),
-        None => match &cleanup.replay {
-            None => None,
-            Some(request) => {
-                let mut request = request.clone();
-                if let Some(secret) = &cleanup.secret {
-                    match secret_data(state, secret).await {
-                        Ok(data) => request.secrets = data,
-                        Err(message) => return Err(cleanup_failed(state, pvc, message)),
-                    }
-                }
-                match ctx.csi.create_volume(request).await {
-                    Ok(response) => {
-                        let id = response
-                            .volume
-                            .map(|v| v.volume_id)
-                            .filter(|id| !id.is_empty());
-                        if id.is_none() {
-                            // A driver that breaks the spec this way leaves nothing to delete by;
-                            // say so once and let the claim go rather than hold it forever.
-                            let message = format!(
-                                "CreateVolume for {} answered without a volume id, so the volume of this deleted claim cannot be deleted by the provisioner: delete it on the storage backend by hand",
-                                cleanup.volume_name
-                            );
-                            warn!(claim = %claim_name(pvc), "{message}");
-                            ctx.events.emit(
-                                reference_to(pvc.as_ref()),
-                                EventSpec::warning(
-                                    names::EVENT_PROVISIONING_CLEANUP_FAILED,
-                                    message,
-                                ),
-                            );
-                        }
-                        id
-                    }
-                    Err(status) => {
-                        let message = format!(
-                            "rpc error: code = {:?} desc = {}",
-                            status.code(),
-                            status.message()
-                        );
-                        // The intent stays unless the refusal proves the volume never existed.
-                        let event = match replay_verdict(status.code(), cleanup.replay_is_exact) {
-                            ReplayVerdict::VolumeAbsent => None,
-                            ReplayVerdict::RetryLater => Some(format!(
-                                "cannot find the volume {} of a deleted claim to delete it: {message}; will retry",
-                                cleanup.volume_name
-                            )),
-                            ReplayVerdict::NeedsAdmin => {
-                                Some(replay_needs_admin_message(&cleanup.volume_name, &message))
-                            }
-                        };
-                        if let Some(event) = event {
-                            return Err(cleanup_failed(state, pvc, event));
-                        }
-                        None
-                    }
-                }
-            }
-        },
-    };
-    if let Some(volume_id) = &volume_id {
-        if known_id.is_none() {
-            // Remember the id: if the delete fails, the next attempt needs no replay.
-            if let Ok(PatchOutcome::Patched(updated)) =
+    if let CleanupStep::DeleteVolume {
+        volume_id,
+        record_id,
+    } = &step
+    {
+        if *record_id
+            && let Ok(PatchOutcome::Patched(updated)) =
                 record_volume_id(state, &claim, volume_id).await
-            {
-                claim = updated;
-            }
+        {
+            // Remembered: if the delete fails, the next attempt needs no replay.
+            claim = updated;
         }
         if let Err(message) = delete_volume(state, volume_id, cleanup.secret.as_ref()).await {
             return Err(cleanup_failed(
@@ -133,7 +98,9 @@ pub(super) async fn cleanup_intent(
         }
         info!(claim = %claim_name(pvc), volume = %cleanup.volume_name, %volume_id, reason = ?cleanup.reason, "volume of an abandoned provisioning deleted");
     }
-    state.pins().forget(&claim_key(pvc));
+    if !pv_exists {
+        state.memory().unpin(&claim_key(pvc));
+    }
     finish_intent(state, &claim, &cleanup.volume_name).await?;
     Ok(Action::await_change())
 }

@@ -15,29 +15,11 @@ pub(super) async fn compete(
     };
     let uid = claim_key(pvc);
     let now = Instant::now();
-    let due = {
-        let mut at = state.compete_at.lock().unwrap_or_else(|p| p.into_inner());
-        match at.get(&uid) {
-            Some(due) => *due,
-            None => {
-                let delay = state
-                    .competition
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .next_delay(&uid, rand::random::<f64>());
-                at.insert(uid.clone(), now + delay);
-                now + delay
-            }
-        }
-    };
+    let due = state.memory().compete_due(&uid, now, rand::random::<f64>());
     if now < due {
         return Ok(Action::requeue(due - now));
     }
-    state
-        .compete_at
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .remove(&uid);
+    state.memory().compete_now(&uid);
     let api = claims_api(state, pvc);
     let fresh = api
         .get_opt(&pvc.name_any())
@@ -48,11 +30,7 @@ pub(super) async fn compete(
         Recheck::AlreadyOurs => return Ok(Action::await_change()),
         Recheck::Abandon(why) => {
             debug!(claim = %claim_name(pvc), ?why, "not competing for claim any more");
-            state
-                .competition
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .forget(&uid);
+            state.memory().stop_competing(&uid);
             return Ok(Action::await_change());
         }
     };
@@ -60,11 +38,7 @@ pub(super) async fn compete(
     match patch::apply_change(&api, &pvc.name_any(), patch::Change::Merge(&patch)).await {
         Ok(_) => {
             info!(claim = %claim_name(pvc), node = %mode.me.name, "claim selected for this node");
-            state
-                .competition
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .forget(&uid);
+            state.memory().stop_competing(&uid);
             Ok(Action::await_change())
         }
         Err(e) if classify(&e) == ApiErrorClass::Conflict => {

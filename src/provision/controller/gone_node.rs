@@ -17,10 +17,8 @@ pub(super) async fn intent_on_gone_node(
 ) -> Result<Action, ProvisionError> {
     let grace = state.ctx.config.deleted_node.grace_period;
     let key = claim_key(pvc);
-    let since = *lock(&state.node_gone_since)
-        .entry(key.clone())
-        .or_insert_with(Instant::now);
-    let due = since + grace;
+    let since = state.memory().node_missing_since(&key, Instant::now());
+    let due = crate::node::gone::grace_deadline(since, grace, Duration::ZERO, 0);
     let now = Instant::now();
     if now < due {
         debug!(claim = %claim_name(pvc), %node, "the node of the claim's provisioning intent is missing; waiting for the grace period");
@@ -34,7 +32,7 @@ pub(super) async fn intent_on_gone_node(
         .map_err(kube_err(format!("reading node {node}")))?;
     if found.is_some() {
         // The node exists (its driver is not registered right now): its instance owns the intent.
-        lock(&state.node_gone_since).remove(&key);
+        state.memory().node_not_missing(&key);
         debug!(claim = %claim_name(pvc), %node, "the node of the claim's provisioning intent exists; leaving it to that node");
         return Ok(Action::await_change());
     }
@@ -47,7 +45,7 @@ pub(super) async fn intent_on_gone_node(
     let message = format!(
         "node {node:?}, on which volume {volume_name} was being created for this claim, no longer exists \
          (missing for at least {}): the volume is considered gone with its node and {what}",
-        crate::node::gone::go_duration(grace)
+        crate::gofmt::format_go_duration(grace)
     );
     info!(claim = %claim_name(pvc), %node, volume = %volume_name, "{message}");
     state.ctx.events.emit(
@@ -59,6 +57,6 @@ pub(super) async fn intent_on_gone_node(
     } else {
         clear_selected_node(state, pvc).await?;
     }
-    lock(&state.node_gone_since).remove(&key);
+    state.memory().node_not_missing(&key);
     Ok(Action::await_change())
 }

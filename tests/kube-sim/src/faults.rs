@@ -160,6 +160,26 @@ impl Faults {
         self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// The message of a standing 403 rule (no `count`, no `rate`) matching the request, if any:
+    /// what a SelfSubjectAccessReview of it answers as the reason of a denial.
+    pub(crate) fn denial(&self, verb: &str, resource: &str, name: &str) -> Option<String> {
+        self.lock()
+            .rules
+            .iter()
+            .map(|e| &e.rule)
+            .find(|r| {
+                r.status == Some(403)
+                    && r.count.is_none()
+                    && r.rate.is_none()
+                    && r.matches(verb, resource, name)
+            })
+            .map(|r| {
+                r.message
+                    .clone()
+                    .unwrap_or_else(|| format!("kube-sim denies {verb} on {resource}"))
+            })
+    }
+
     pub(crate) fn decide(
         &self,
         verb: &str,

@@ -4,6 +4,7 @@
 //! kubeconfig from [`Sim::write_kubeconfig`] (kubectl), and steer it with [`Sim::faults`],
 //! [`Sim::counters`], [`Sim::drop_watches`], [`Sim::compact`], [`Sim::pause`]. See README.md.
 
+mod access;
 mod controllers;
 mod convert;
 mod counters;

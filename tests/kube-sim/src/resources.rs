@@ -73,6 +73,7 @@ pub const PODS: &str = "pods";
 pub const NAMESPACES: &str = "namespaces";
 pub const EVENTS: &str = "events";
 pub const STORAGE_CLASSES: &str = "storageclasses";
+pub const SSAR: &str = "selfsubjectaccessreviews";
 
 pub static RESOURCES: &[ResourceDef] = &[
     def(
@@ -106,6 +107,89 @@ pub static RESOURCES: &[ResourceDef] = &[
         &["ns"],
     ),
     def("", "Event", EVENTS, "event", true, false, &["ev"]),
+    // Served so that the deploy/ manifests apply as they would to a cluster (stored, no controller).
+    def(
+        "",
+        "ServiceAccount",
+        "serviceaccounts",
+        "serviceaccount",
+        true,
+        false,
+        &["sa"],
+    ),
+    def(
+        "apps",
+        "Deployment",
+        "deployments",
+        "deployment",
+        true,
+        true,
+        &["deploy"],
+    ),
+    def(
+        "apps",
+        "DaemonSet",
+        "daemonsets",
+        "daemonset",
+        true,
+        true,
+        &["ds"],
+    ),
+    def(
+        "apps",
+        "ReplicaSet",
+        "replicasets",
+        "replicaset",
+        true,
+        true,
+        &["rs"],
+    ),
+    // Create-only and never stored: answered from the fault rules (see `access.rs`).
+    def(
+        "authorization.k8s.io",
+        "SelfSubjectAccessReview",
+        SSAR,
+        "selfsubjectaccessreview",
+        false,
+        false,
+        &[],
+    ),
+    def(
+        "rbac.authorization.k8s.io",
+        "ClusterRole",
+        "clusterroles",
+        "clusterrole",
+        false,
+        false,
+        &[],
+    ),
+    def(
+        "rbac.authorization.k8s.io",
+        "ClusterRoleBinding",
+        "clusterrolebindings",
+        "clusterrolebinding",
+        false,
+        false,
+        &[],
+    ),
+    def(
+        "rbac.authorization.k8s.io",
+        "Role",
+        "roles",
+        "role",
+        true,
+        false,
+        &[],
+    ),
+    def(
+        "rbac.authorization.k8s.io",
+        "RoleBinding",
+        "rolebindings",
+        "rolebinding",
+        true,
+        false,
+        &[],
+    ),
     def(
         "storage.k8s.io",
         "StorageClass",
@@ -209,6 +293,9 @@ pub static RESOURCES: &[ResourceDef] = &[
 
 /// Groups in the order `/apis` lists them.
 pub const GROUPS: &[&str] = &[
+    "apps",
+    "rbac.authorization.k8s.io",
+    "authorization.k8s.io",
     "storage.k8s.io",
     "coordination.k8s.io",
     "events.k8s.io",

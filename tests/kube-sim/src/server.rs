@@ -433,6 +433,10 @@ fn serve(
             };
             Ok(json_response(200, &doc))
         }
+        "create" if rd.plural == crate::resources::SSAR => {
+            let review = crate::access::review(&inner.faults, parse_body()?)?;
+            Ok(json_response(201, &review))
+        }
         "create" => {
             if r.name.is_some() {
                 return Err(ApiError::method_not_allowed());

@@ -50,9 +50,15 @@ pub struct Args {
     pub control: Option<String>,
 
     /// Switch a controller capability off, e.g. CLONE_VOLUME, LIST_VOLUMES, GET_CAPACITY,
-    /// CREATE_DELETE_SNAPSHOT, MODIFY_VOLUME. Repeatable. All are on by default.
+    /// CREATE_DELETE_SNAPSHOT, MODIFY_VOLUME. Repeatable. All but GET_SNAPSHOT are on by
+    /// default.
     #[arg(long = "disable-capability", value_name = "CAP", value_parser = parse_cap)]
     pub disable_capabilities: Vec<ControllerCap>,
+
+    /// Switch on a controller capability that is off by default: GET_SNAPSHOT (alpha; upstream
+    /// csi-sanity v5.4 does not know it and fails its capabilities check). Repeatable.
+    #[arg(long = "enable-capability", value_name = "CAP", value_parser = parse_cap)]
+    pub enable_capabilities: Vec<ControllerCap>,
 
     /// Shorthand for --disable-capability PUBLISH_UNPUBLISH_VOLUME.
     #[arg(long)]
@@ -75,8 +81,8 @@ pub struct Args {
     #[arg(long = "require-secret", value_name = "KEY=VALUE", value_parser = parse_secret)]
     pub require_secrets: Vec<(String, String)>,
 
-    /// Mutable parameter key CreateVolume and ControllerModifyVolume accept. Repeatable; none
-    /// given means any key.
+    /// Mutable parameter key CreateVolume and ControllerModifyVolume accept; any other key is
+    /// INVALID_ARGUMENT. Repeatable; replaces the default keys iops and throughput.
     #[arg(long = "mutable-parameter-key", value_name = "KEY")]
     pub mutable_parameter_keys: Vec<String>,
 
@@ -103,7 +109,10 @@ pub struct Args {
     pub crash_after_create: Option<u64>,
 
     /// Deliberately violate the spec: non-idempotent-create, delete-unknown-not-found,
-    /// accept-bad-list-token, undersized-volumes, drop-content-source. Repeatable.
+    /// accept-bad-list-token, undersized-volumes, drop-content-source, empty-volume-id,
+    /// accept-unknown-mutable-parameters, modify-unknown-volume-ok,
+    /// refuse-mutable-parameters-on-create, keep-target-path.
+    /// Repeatable.
     #[arg(long = "misbehave", value_name = "NAME", value_parser = parse_misbehaviour)]
     pub misbehaviours: Vec<Misbehaviour>,
 
@@ -153,6 +162,7 @@ impl Args {
             state_file,
             control,
             disable_capabilities,
+            enable_capabilities,
             no_publish,
             capacity_total,
             max_volume_size,
@@ -173,6 +183,7 @@ impl Args {
         config.extra_nodes = topology_nodes;
         config.state_file = state_file;
         config.control = control.as_deref().map(socket_path);
+        config.capabilities.extend(enable_capabilities);
         for cap in disable_capabilities {
             config.capabilities.remove(&cap);
         }
@@ -185,7 +196,9 @@ impl Args {
         config.max_volume_size = max_volume_size;
         config.default_volume_size = default_volume_size;
         config.required_secrets = require_secrets.into_iter().collect();
-        config.mutable_parameter_keys = mutable_parameter_keys.into_iter().collect();
+        if !mutable_parameter_keys.is_empty() {
+            config.mutable_parameter_keys = mutable_parameter_keys.into_iter().collect();
+        }
         config.probe_not_ready = ProbeNotReady {
             count: probe_not_ready_count,
             duration: probe_not_ready_for.unwrap_or_default(),
@@ -285,6 +298,32 @@ mod tests {
         assert_eq!(c.latencies["DeleteVolume"], Duration::from_millis(250));
         assert_eq!(c.crash_after_create, Some(3));
         assert_eq!(c.probe_not_ready.count, 2);
+    }
+
+    #[test]
+    fn get_snapshot_is_opt_in_and_mutable_keys_replace_the_defaults() {
+        let c = parse(&[]).unwrap();
+        assert!(!c.capabilities.contains(&ControllerCap::GetSnapshot));
+        assert!(c.capabilities.contains(&ControllerCap::ModifyVolume));
+        assert_eq!(
+            c.mutable_parameter_keys.iter().collect::<Vec<_>>(),
+            ["iops", "throughput"]
+        );
+        let c = parse(&[
+            "--enable-capability",
+            "GET_SNAPSHOT",
+            "--mutable-parameter-key",
+            "tier",
+            "--misbehave",
+            "keep-target-path",
+        ])
+        .unwrap();
+        assert!(c.capabilities.contains(&ControllerCap::GetSnapshot));
+        assert_eq!(
+            c.mutable_parameter_keys.iter().collect::<Vec<_>>(),
+            ["tier"]
+        );
+        assert!(c.misbehaviours.contains(&Misbehaviour::KeepTargetPath));
     }
 
     #[test]

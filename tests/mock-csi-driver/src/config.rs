@@ -22,6 +22,9 @@ pub const DEFAULT_DRIVER_NAME: &str = "io.kubernetes.storage.mock";
 pub const DEFAULT_VOLUME_SIZE: i64 = 1 << 30;
 /// Default size of each node's storage pool: 1 TiB.
 pub const DEFAULT_POOL_SIZE: i64 = 1 << 40;
+/// Mutable parameter keys the driver supports unless `--mutable-parameter-key` says otherwise.
+/// A fixed set, as in a real driver, so an unknown key gets INVALID_ARGUMENT.
+pub const DEFAULT_MUTABLE_PARAMETER_KEYS: &[&str] = &["iops", "throughput"];
 /// Exit code of the process when a `crash-after-create` fault fires, so tests can tell a planned
 /// crash from a real one.
 pub const CRASH_EXIT_CODE: i32 = 86;
@@ -154,6 +157,13 @@ impl ControllerCap {
     fn names() -> Vec<&'static str> {
         Self::ALL.iter().map(|c| c.name()).collect()
     }
+
+    /// Whether it is off unless switched on: only GET_SNAPSHOT, an alpha capability nothing in
+    /// this project uses and that conformance suites predating it reject (upstream csi-sanity
+    /// v5.4 fails "should return appropriate capabilities" with "Unknown capability").
+    pub fn off_by_default(self) -> bool {
+        matches!(self, ControllerCap::GetSnapshot)
+    }
 }
 
 impl fmt::Display for ControllerCap {
@@ -190,17 +200,31 @@ pub enum Misbehaviour {
     DropContentSource,
     /// CreateVolume creates the volume but answers with an empty `volume_id`.
     EmptyVolumeId,
+    /// CreateVolume and ControllerModifyVolume accept mutable parameter keys they do not
+    /// support instead of answering INVALID_ARGUMENT.
+    AcceptUnknownMutableParameters,
+    /// ControllerModifyVolume of a volume that does not exist answers OK instead of NOT_FOUND.
+    ModifyUnknownVolumeOk,
+    /// CreateVolume refuses any mutable parameters (INVALID_ARGUMENT) although MODIFY_VOLUME is
+    /// advertised, so a claim with a VolumeAttributesClass never provisions.
+    RefuseMutableParametersOnCreate,
+    /// NodeUnpublishVolume leaves the target path behind instead of removing it.
+    KeepTargetPath,
 }
 
 impl Misbehaviour {
     /// All misbehaviours.
-    pub const ALL: [Misbehaviour; 6] = [
+    pub const ALL: [Misbehaviour; 10] = [
         Misbehaviour::NonIdempotentCreate,
         Misbehaviour::DeleteUnknownNotFound,
         Misbehaviour::AcceptBadListToken,
         Misbehaviour::UndersizedVolumes,
         Misbehaviour::DropContentSource,
         Misbehaviour::EmptyVolumeId,
+        Misbehaviour::AcceptUnknownMutableParameters,
+        Misbehaviour::ModifyUnknownVolumeOk,
+        Misbehaviour::RefuseMutableParametersOnCreate,
+        Misbehaviour::KeepTargetPath,
     ];
 
     /// The flag spelling, e.g. `non-idempotent-create`.
@@ -212,6 +236,10 @@ impl Misbehaviour {
             Misbehaviour::UndersizedVolumes => "undersized-volumes",
             Misbehaviour::DropContentSource => "drop-content-source",
             Misbehaviour::EmptyVolumeId => "empty-volume-id",
+            Misbehaviour::AcceptUnknownMutableParameters => "accept-unknown-mutable-parameters",
+            Misbehaviour::ModifyUnknownVolumeOk => "modify-unknown-volume-ok",
+            Misbehaviour::RefuseMutableParametersOnCreate => "refuse-mutable-parameters-on-create",
+            Misbehaviour::KeepTargetPath => "keep-target-path",
         }
     }
 
@@ -357,7 +385,9 @@ pub struct Config {
     pub default_volume_size: i64,
     /// Secrets CreateVolume and DeleteVolume must carry (UNAUTHENTICATED otherwise).
     pub required_secrets: BTreeMap<String, String>,
-    /// Mutable parameter keys CreateVolume/ControllerModifyVolume accept; empty means any.
+    /// Mutable parameter keys CreateVolume/ControllerModifyVolume accept (INVALID_ARGUMENT for
+    /// any other key); [`DEFAULT_MUTABLE_PARAMETER_KEYS`] unless configured. An empty set
+    /// accepts any key.
     pub mutable_parameter_keys: BTreeSet<String>,
     /// Probe readiness at start.
     pub probe_not_ready: ProbeNotReady,
@@ -374,7 +404,8 @@ pub struct Config {
 }
 
 impl Config {
-    /// A spec-correct driver with every controller capability, serving on `endpoint`, for node
+    /// A spec-correct driver with every controller capability but GET_SNAPSHOT (see
+    /// [`ControllerCap::off_by_default`]), serving on `endpoint`, for node
     /// `node_id`, without topology, state file or faults.
     pub fn new(endpoint: impl Into<PathBuf>, node_id: impl Into<String>) -> Self {
         Config {
@@ -387,12 +418,18 @@ impl Config {
             extra_nodes: Vec::new(),
             state_file: None,
             control: None,
-            capabilities: ControllerCap::ALL.into_iter().collect(),
+            capabilities: ControllerCap::ALL
+                .into_iter()
+                .filter(|c| !c.off_by_default())
+                .collect(),
             capacity_total: DEFAULT_POOL_SIZE,
             max_volume_size: None,
             default_volume_size: DEFAULT_VOLUME_SIZE,
             required_secrets: BTreeMap::new(),
-            mutable_parameter_keys: BTreeSet::new(),
+            mutable_parameter_keys: DEFAULT_MUTABLE_PARAMETER_KEYS
+                .iter()
+                .map(|k| (*k).to_owned())
+                .collect(),
             probe_not_ready: ProbeNotReady::default(),
             faults: BTreeMap::new(),
             latencies: BTreeMap::new(),
@@ -427,6 +464,13 @@ impl Config {
     #[must_use]
     pub fn with_control(mut self, path: impl Into<PathBuf>) -> Self {
         self.control = Some(path.into());
+        self
+    }
+
+    /// Advertises and serves `cap` (for GET_SNAPSHOT, which is off by default).
+    #[must_use]
+    pub fn with_capability(mut self, cap: ControllerCap) -> Self {
+        self.capabilities.insert(cap);
         self
     }
 

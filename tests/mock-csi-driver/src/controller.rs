@@ -33,15 +33,28 @@ impl Driver {
         rules::volume_capabilities(&req.volume_capabilities)?;
         rules::secrets("CreateVolume", &self.config.required_secrets, &req.secrets)?;
         if !req.mutable_parameters.is_empty() {
+            if self
+                .faults
+                .misbehaves(Misbehaviour::RefuseMutableParametersOnCreate)
+            {
+                return Err(Status::invalid_argument(
+                    "mutable_parameters are not accepted by CreateVolume (refuse-mutable-parameters-on-create switch)",
+                ));
+            }
             if !self.faults.has_capability(ControllerCap::ModifyVolume) {
                 return Err(Status::invalid_argument(
                     "mutable_parameters given but MODIFY_VOLUME is not supported",
                 ));
             }
-            rules::mutable_parameters(
-                &self.config.mutable_parameter_keys,
-                &req.mutable_parameters,
-            )?;
+            if !self
+                .faults
+                .misbehaves(Misbehaviour::AcceptUnknownMutableParameters)
+            {
+                rules::mutable_parameters(
+                    &self.config.mutable_parameter_keys,
+                    &req.mutable_parameters,
+                )?;
+            }
         }
         let candidates = if self.config.topology {
             rules::candidate_segments(req.accessibility_requirements.as_ref())
@@ -472,27 +485,45 @@ impl Driver {
     }
 
     /// ControllerModifyVolume: sets the given mutable parameters; keys not given are kept (the CSI
-    /// spec forbids acting on absent keys).
+    /// spec forbids acting on absent keys), so an empty map changes nothing and is OK. The volume
+    /// is looked up before its parameters are judged: NOT_FOUND says more than INVALID_ARGUMENT
+    /// about a request for a volume that is gone.
     pub fn modify_volume(
         &self,
         req: ControllerModifyVolumeRequest,
     ) -> Result<ControllerModifyVolumeResponse, Status> {
         self.require_cap(ControllerCap::ModifyVolume, "ControllerModifyVolume")?;
         required("volume_id", &req.volume_id)?;
-        if req.mutable_parameters.is_empty() {
-            return Err(Status::invalid_argument("mutable_parameters is required"));
-        }
-        rules::mutable_parameters(&self.config.mutable_parameter_keys, &req.mutable_parameters)?;
         let mut store = self.store();
-        let before = store
-            .volume(&req.volume_id)
-            .ok_or_else(|| Status::not_found(format!("volume {} does not exist", req.volume_id)))?
-            .mutable_parameters
-            .clone();
-        store.update_volume(&req.volume_id, |v| {
-            v.mutable_parameters
-                .extend(rules::sorted(&req.mutable_parameters))
-        });
+        let Some(volume) = store.volume(&req.volume_id) else {
+            if self.faults.misbehaves(Misbehaviour::ModifyUnknownVolumeOk) {
+                return Ok(ControllerModifyVolumeResponse {});
+            }
+            return Err(Status::not_found(format!(
+                "volume {} does not exist",
+                req.volume_id
+            )));
+        };
+        let before = volume.mutable_parameters.clone();
+        if !self
+            .faults
+            .misbehaves(Misbehaviour::AcceptUnknownMutableParameters)
+        {
+            rules::mutable_parameters(
+                &self.config.mutable_parameter_keys,
+                &req.mutable_parameters,
+            )?;
+        }
+        let after = {
+            let mut p = before.clone();
+            p.extend(rules::sorted(&req.mutable_parameters));
+            p
+        };
+        if after == before {
+            tracing::info!(volume_id = %req.volume_id, "ControllerModifyVolume: parameters already set, nothing to do");
+            return Ok(ControllerModifyVolumeResponse {});
+        }
+        store.update_volume(&req.volume_id, |v| v.mutable_parameters = after);
         if let Err(e) = self.persist(&mut store) {
             store.update_volume(&req.volume_id, |v| v.mutable_parameters = before);
             return Err(e);

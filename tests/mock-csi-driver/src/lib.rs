@@ -28,6 +28,8 @@ pub mod control;
 pub mod controller;
 pub mod driver;
 pub mod faults;
+pub mod invariants;
+pub mod node;
 pub mod parse;
 pub mod process;
 pub mod rules;

@@ -8,7 +8,6 @@ use tonic::{Request, Response, Status};
 use crate::config::ControllerCap;
 use crate::csi::v1::*;
 use crate::driver::Driver;
-use crate::rules::required;
 
 /// The three CSI services over one shared driver.
 #[derive(Debug, Clone)]
@@ -194,61 +193,36 @@ impl controller_server::Controller for Service {
     }
 }
 
-/// Node RPCs: no real mounting, only the required-field checks.
+/// Node RPCs: nothing is mounted; target paths are created and removed (see `node.rs`).
 #[tonic::async_trait]
 impl node_server::Node for Service {
     async fn node_stage_volume(
         &self,
         r: Request<NodeStageVolumeRequest>,
     ) -> Reply<NodeStageVolumeResponse> {
-        self.run("NodeStageVolume", r, |_, req| {
-            required("volume_id", &req.volume_id)?;
-            required("staging_target_path", &req.staging_target_path)?;
-            req.volume_capability
-                .as_ref()
-                .ok_or_else(|| Status::invalid_argument("volume_capability is required"))?;
-            Ok(NodeStageVolumeResponse {})
-        })
-        .await
+        self.run("NodeStageVolume", r, Driver::node_stage).await
     }
 
     async fn node_unstage_volume(
         &self,
         r: Request<NodeUnstageVolumeRequest>,
     ) -> Reply<NodeUnstageVolumeResponse> {
-        self.run("NodeUnstageVolume", r, |_, req| {
-            required("volume_id", &req.volume_id)?;
-            required("staging_target_path", &req.staging_target_path)?;
-            Ok(NodeUnstageVolumeResponse {})
-        })
-        .await
+        self.run("NodeUnstageVolume", r, Driver::node_unstage).await
     }
 
     async fn node_publish_volume(
         &self,
         r: Request<NodePublishVolumeRequest>,
     ) -> Reply<NodePublishVolumeResponse> {
-        self.run("NodePublishVolume", r, |_, req| {
-            required("volume_id", &req.volume_id)?;
-            required("target_path", &req.target_path)?;
-            req.volume_capability
-                .as_ref()
-                .ok_or_else(|| Status::invalid_argument("volume_capability is required"))?;
-            Ok(NodePublishVolumeResponse {})
-        })
-        .await
+        self.run("NodePublishVolume", r, Driver::node_publish).await
     }
 
     async fn node_unpublish_volume(
         &self,
         r: Request<NodeUnpublishVolumeRequest>,
     ) -> Reply<NodeUnpublishVolumeResponse> {
-        self.run("NodeUnpublishVolume", r, |_, req| {
-            required("volume_id", &req.volume_id)?;
-            required("target_path", &req.target_path)?;
-            Ok(NodeUnpublishVolumeResponse {})
-        })
-        .await
+        self.run("NodeUnpublishVolume", r, Driver::node_unpublish)
+            .await
     }
 
     async fn node_get_volume_stats(

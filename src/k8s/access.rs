@@ -1,0 +1,378 @@
+//! The start-up RBAC self-check: which permissions this configuration needs ([`needs`], pure),
+//! asked of the API server with one SelfSubjectAccessReview each ([`check`]); every missing one is
+//! named in the log, on `/healthz/rbac` and in a Warning event on the sidecar's Pod, with the
+//! ClusterRole (or Role) rule to add ([`rules_to_add`], pure).
+//!
+//! Upstream finds out about a missing permission only when the first request of that kind fails,
+//! often as a retried error on one claim in a verbose log. Asking once at start-up costs about a
+//! dozen small requests, sent on their own client so that they never take the workers' rate budget.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use k8s_openapi::api::authorization::v1::{
+    ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
+};
+use kube::Api;
+use kube::api::PostParams;
+
+/// One permission the sidecar needs: `verb` on `resource` of API `group`, cluster-wide or in
+/// `namespace`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Need {
+    pub(crate) group: &'static str,
+    pub(crate) resource: &'static str,
+    pub(crate) verb: &'static str,
+    /// `Some` for a namespaced grant (a Role), `None` for a ClusterRole rule.
+    pub(crate) namespace: Option<String>,
+    /// What fails without it, for the operator.
+    pub(crate) purpose: &'static str,
+}
+
+/// The features a configuration enables that change what it needs.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Features {
+    /// Nodes and CSINodes are read (topology, node-deployment mode, deleted-node checks).
+    pub(crate) nodes: bool,
+    /// The driver has PUBLISH_UNPUBLISH_VOLUME: VolumeAttachments guard deletion.
+    pub(crate) attachments: bool,
+    /// `--deleted-node-pvc-cleanup`: claims bound to volumes of deleted nodes are deleted.
+    pub(crate) claim_cleanup: bool,
+    /// `--leader-election`: the namespace of the Lease.
+    pub(crate) leader_election_namespace: Option<String>,
+}
+
+/// Every permission a sidecar with `features` needs, in a stable order.
+pub(crate) fn needs(features: &Features) -> Vec<Need> {
+    let mut out = Vec::new();
+    let mut add = |group, resource, verbs: &[&'static str], namespace: Option<&str>, purpose| {
+        for verb in verbs {
+            out.push(Need {
+                group,
+                resource,
+                verb,
+                namespace: namespace.map(str::to_owned),
+                purpose,
+            });
+        }
+    };
+    add(
+        "",
+        "persistentvolumes",
+        &["get", "list", "watch", "create", "patch", "delete"],
+        None,
+        "create, protect and delete the PVs of provisioned volumes",
+    );
+    // PATCH on claims is optional: without it the same writes are made as GET + update.
+    add(
+        "",
+        "persistentvolumeclaims",
+        &["get", "list", "watch", "update"],
+        None,
+        "find claims to provision and record the provisioning intent on them",
+    );
+    add(
+        "storage.k8s.io",
+        "storageclasses",
+        &["get", "list", "watch"],
+        None,
+        "read the StorageClass of each claim",
+    );
+    add(
+        "",
+        "events",
+        &["create", "patch"],
+        None,
+        "report provisioning and deletion outcomes as events",
+    );
+    if features.nodes {
+        add(
+            "",
+            "nodes",
+            &["get", "list", "watch"],
+            None,
+            "read node topology and notice deleted nodes",
+        );
+        add(
+            "storage.k8s.io",
+            "csinodes",
+            &["get", "list", "watch"],
+            None,
+            "find the nodes running the driver and their topology keys",
+        );
+    }
+    if features.attachments {
+        add(
+            "storage.k8s.io",
+            "volumeattachments",
+            &["list", "watch"],
+            None,
+            "never delete a volume that is still attached to a node",
+        );
+    }
+    if features.claim_cleanup {
+        add(
+            "",
+            "persistentvolumeclaims",
+            &["delete"],
+            None,
+            "delete claims bound to volumes of deleted nodes (--deleted-node-pvc-cleanup)",
+        );
+    }
+    if let Some(namespace) = &features.leader_election_namespace {
+        add(
+            "coordination.k8s.io",
+            "leases",
+            &["get", "create", "update"],
+            Some(namespace),
+            "elect a leader with a Lease (--leader-election)",
+        );
+    }
+    out
+}
+
+/// A permission the API server says this identity lacks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Missing {
+    pub(crate) need: Need,
+    /// The authorizer's reason, when it gave one.
+    pub(crate) reason: String,
+}
+
+impl Missing {
+    /// One line for the log, `/healthz/rbac` and the event.
+    pub(crate) fn describe(&self) -> String {
+        let n = &self.need;
+        let resource = match n.group {
+            "" => n.resource.to_owned(),
+            group => format!("{}.{group}", n.resource),
+        };
+        let scope = match &n.namespace {
+            Some(ns) => format!(" in namespace {ns}"),
+            None => String::new(),
+        };
+        let reason = if self.reason.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", self.reason)
+        };
+        format!(
+            "cannot {} {resource}{scope}, needed to {}{reason}",
+            n.verb, n.purpose
+        )
+    }
+}
+
+/// The rules to add, as YAML: a ClusterRole block for cluster-wide needs and a Role block per
+/// namespace, each rule listing the missing verbs of one resource.
+pub(crate) fn rules_to_add(missing: &[Missing]) -> String {
+    // (namespace, group, resource) -> verbs, in a stable order.
+    let mut rules: BTreeMap<(Option<&str>, &str, &str), Vec<&str>> = BTreeMap::new();
+    for m in missing {
+        let n = &m.need;
+        let verbs = rules
+            .entry((n.namespace.as_deref(), n.group, n.resource))
+            .or_default();
+        if !verbs.contains(&n.verb) {
+            verbs.push(n.verb);
+        }
+    }
+    let mut out = String::new();
+    let mut scope = None;
+    for ((namespace, group, resource), verbs) in rules {
+        if scope != Some(namespace) {
+            scope = Some(namespace);
+            match namespace {
+                None => out.push_str("# ClusterRole bound to the sidecar's ServiceAccount:\n"),
+                Some(ns) => {
+                    let _ = writeln!(
+                        out,
+                        "# Role in namespace {ns} bound to the sidecar's ServiceAccount:"
+                    );
+                }
+            }
+        }
+        let quoted = |items: &[&str]| {
+            items
+                .iter()
+                .map(|s| format!("\"{s}\""))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let _ = writeln!(
+            out,
+            "- apiGroups: [{}]\n  resources: [{}]\n  verbs: [{}]",
+            quoted(&[group]),
+            quoted(&[resource]),
+            quoted(&verbs)
+        );
+    }
+    out
+}
+
+/// Asks the API server about each need (concurrently); returns the denied ones.
+pub(crate) async fn check(
+    client: &kube::Client,
+    needs: &[Need],
+) -> Result<Vec<Missing>, kube::Error> {
+    let api = Api::<SelfSubjectAccessReview>::all(client.clone());
+    let reviews = needs.iter().map(|need| {
+        let api = api.clone();
+        async move {
+            let review = SelfSubjectAccessReview {
+                spec: SelfSubjectAccessReviewSpec {
+                    resource_attributes: Some(ResourceAttributes {
+                        group: Some(need.group.to_owned()),
+                        resource: Some(need.resource.to_owned()),
+                        verb: Some(need.verb.to_owned()),
+                        namespace: need.namespace.clone(),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                },
+                ..Default::default()
+            };
+            let answer = api.create(&PostParams::default(), &review).await?;
+            let status = answer.status.unwrap_or_default();
+            Ok::<_, kube::Error>((!status.allowed).then(|| Missing {
+                need: need.clone(),
+                reason: status.reason.unwrap_or_default(),
+            }))
+        }
+    });
+    let answers = futures::future::join_all(reviews).await;
+    let mut missing = Vec::new();
+    for answer in answers {
+        if let Some(m) = answer? {
+            missing.push(m);
+        }
+    }
+    Ok(missing)
+}
+
+/// The start-up self-check: asks about every need and logs the outcome. Returns the missing
+/// permissions, or `None` when the API server could not answer (an old or unusual authorizer;
+/// nothing is claimed then).
+pub(crate) async fn self_check(client: &kube::Client, features: &Features) -> Option<Vec<Missing>> {
+    let needs = needs(features);
+    match check(client, &needs).await {
+        Ok(missing) if missing.is_empty() => {
+            tracing::info!(
+                checked = needs.len(),
+                "RBAC self-check: every permission this configuration needs is granted"
+            );
+            Some(missing)
+        }
+        Ok(missing) => {
+            for m in &missing {
+                tracing::error!("missing RBAC permission: {}", m.describe());
+            }
+            tracing::error!(
+                "add these rules to the sidecar's RBAC (deploy/rbac.yaml has them all), then restart it:\n{}",
+                rules_to_add(&missing)
+            );
+            Some(missing)
+        }
+        Err(error) => {
+            tracing::warn!(%error, "RBAC self-check skipped: the API server did not answer a SelfSubjectAccessReview");
+            None
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn missing(
+        group: &'static str,
+        resource: &'static str,
+        verb: &'static str,
+        ns: Option<&str>,
+    ) -> Missing {
+        Missing {
+            need: Need {
+                group,
+                resource,
+                verb,
+                namespace: ns.map(str::to_owned),
+                purpose: "test",
+            },
+            reason: String::new(),
+        }
+    }
+
+    #[test]
+    fn the_base_needs_are_upstreams_cluster_role_less_the_optional_verbs() {
+        let base = needs(&Features::default());
+        let has = |resource: &str, verb: &str| {
+            base.iter()
+                .any(|n| n.resource == resource && n.verb == verb)
+        };
+        assert!(has("persistentvolumes", "create") && has("persistentvolumes", "delete"));
+        assert!(has("persistentvolumeclaims", "update"));
+        // PATCH on claims has a GET + update fallback; deleting claims is opt-in.
+        assert!(!has("persistentvolumeclaims", "patch"));
+        assert!(!has("persistentvolumeclaims", "delete"));
+        assert!(
+            !base
+                .iter()
+                .any(|n| n.resource == "nodes" || n.resource == "leases")
+        );
+        assert!(base.iter().all(|n| n.namespace.is_none()));
+    }
+
+    #[test]
+    fn features_add_their_needs_and_leases_are_namespaced() {
+        let all = needs(&Features {
+            nodes: true,
+            attachments: true,
+            claim_cleanup: true,
+            leader_election_namespace: Some("kube-system".into()),
+        });
+        let find = |resource: &str, verb: &str| {
+            all.iter()
+                .find(|n| n.resource == resource && n.verb == verb)
+                .cloned()
+        };
+        assert!(find("csinodes", "watch").is_some());
+        assert!(find("volumeattachments", "list").is_some());
+        assert!(find("persistentvolumeclaims", "delete").is_some());
+        let lease = find("leases", "update").expect("lease update");
+        assert_eq!(lease.namespace.as_deref(), Some("kube-system"));
+        assert_eq!(lease.group, "coordination.k8s.io");
+    }
+
+    #[test]
+    fn the_rules_to_add_group_verbs_per_resource_and_roles_per_namespace() {
+        let yaml = rules_to_add(&[
+            missing("", "persistentvolumes", "create", None),
+            missing("", "persistentvolumes", "delete", None),
+            missing("storage.k8s.io", "csinodes", "list", None),
+            missing("coordination.k8s.io", "leases", "update", Some("ops")),
+        ]);
+        assert_eq!(
+            yaml,
+            "# ClusterRole bound to the sidecar's ServiceAccount:\n\
+             - apiGroups: [\"\"]\n  resources: [\"persistentvolumes\"]\n  verbs: [\"create\", \"delete\"]\n\
+             - apiGroups: [\"storage.k8s.io\"]\n  resources: [\"csinodes\"]\n  verbs: [\"list\"]\n\
+             # Role in namespace ops bound to the sidecar's ServiceAccount:\n\
+             - apiGroups: [\"coordination.k8s.io\"]\n  resources: [\"leases\"]\n  verbs: [\"update\"]\n"
+        );
+    }
+
+    #[test]
+    fn a_missing_permission_reads_as_what_fails_and_why() {
+        let mut m = missing("storage.k8s.io", "csinodes", "watch", None);
+        m.reason = "RBAC: no rule".into();
+        assert_eq!(
+            m.describe(),
+            "cannot watch csinodes.storage.k8s.io, needed to test (RBAC: no rule)"
+        );
+        let lease = missing("coordination.k8s.io", "leases", "get", Some("ops"));
+        assert_eq!(
+            lease.describe(),
+            "cannot get leases.coordination.k8s.io in namespace ops, needed to test"
+        );
+    }
+}

@@ -1,0 +1,32 @@
+//! PersistentVolumeClaim facts: the selected node, the class, and which provisioner it names.
+
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+
+use super::meta::{annotation, non_empty_annotation};
+use crate::names;
+
+/// The non-empty `volume.kubernetes.io/selected-node` of a claim.
+pub(crate) fn selected_node(pvc: &PersistentVolumeClaim) -> Option<&str> {
+    non_empty_annotation(&pvc.metadata, names::ANN_SELECTED_NODE)
+}
+
+/// The claim's class: the beta annotation wins over `spec.storageClassName` (lib
+/// `GetPersistentVolumeClaimClass`, where a present beta annotation wins even when empty); `None`
+/// when neither names one.
+pub(crate) fn claim_class_name(pvc: &PersistentVolumeClaim) -> Option<&str> {
+    annotation(&pvc.metadata, names::ANN_BETA_STORAGE_CLASS)
+        .or(pvc.spec.as_ref()?.storage_class_name.as_deref())
+        .filter(|c| !c.is_empty())
+}
+
+/// The provisioner the claim names: `volume.kubernetes.io/storage-provisioner`, else the beta key.
+pub(crate) fn provisioner(pvc: &PersistentVolumeClaim) -> Option<&str> {
+    annotation(&pvc.metadata, names::ANN_STORAGE_PROVISIONER)
+        .or_else(|| annotation(&pvc.metadata, names::ANN_BETA_STORAGE_PROVISIONER))
+}
+
+/// Whether the claim names `driver` as its provisioner (or was migrated to it).
+pub(crate) fn is_ours(pvc: &PersistentVolumeClaim, driver: &str) -> bool {
+    provisioner(pvc) == Some(driver)
+        || non_empty_annotation(&pvc.metadata, names::ANN_MIGRATED_TO) == Some(driver)
+}

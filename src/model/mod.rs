@@ -1,0 +1,13 @@
+//! The model layer: typed facts about the Kubernetes objects every concern reads (claims, volumes,
+//! CSINodes, topology), so that no concern reads another concern's module to learn a claim's own
+//! fields. It depends only on [`crate::names`], [`crate::gofmt`] and the CSI types, never on a
+//! controller.
+//!
+//! One rule for annotations ([`meta`]): [`meta::annotation`] returns what is stored, an empty
+//! string included (Go's `v, ok := m[k]`); accessors for which upstream treats an empty value as
+//! unset say so by using [`meta::non_empty_annotation`].
+
+pub(crate) mod claim;
+pub(crate) mod csinode;
+pub(crate) mod meta;
+pub(crate) mod topology;

@@ -1,0 +1,281 @@
+//! The provisioning executor: the one place that calls the driver for a claim (CreateVolume in
+//! [`create_volume`], DeleteVolume in [`delete_volume`]) and creates the PV, in the order the plan
+//! requires (secret, intent, CreateVolume, PV, intent removal).
+
+#[allow(clippy::wildcard_imports)]
+use super::*;
+
+/// Reads the provisioner secret's data for the request.
+pub(super) async fn secret_data(
+    state: &Provisioner,
+    secret: &SecretRef,
+) -> Result<HashMap<String, String>, String> {
+    crate::k8s::secrets::credentials(&state.ctx.client, &secret.name, &secret.namespace)
+        .await
+        .map_err(|e| e.to_string())
+}
+
+pub(super) async fn provision(
+    state: &Provisioner,
+    pvc: &Arc<PersistentVolumeClaim>,
+    plan: ProvisionPlan,
+) -> Result<Action, ProvisionError> {
+    let ctx = &state.ctx;
+    let key = claim_key(pvc);
+    if let Err(held) = state
+        .memory()
+        .check_feasible(&key, &plan.class_uid, Instant::now())
+    {
+        debug!(claim = %claim_name(pvc), "skipping volume provisioning for pvc {key}, because provisioning previously failed with infeasible error");
+        return Ok(Action::requeue(held.remaining));
+    }
+    for warning in &plan.warnings {
+        debug!("{warning}");
+    }
+    let Some(_lock) = ctx.volume_locks.try_lock(&plan.volume_name) else {
+        debug!(volume = %plan.volume_name, "volume busy with another operation; retrying shortly");
+        return Ok(Action::requeue(LOCK_RETRY));
+    };
+    // The cache may lag behind a PV created moments ago (or by an earlier run): never call
+    // CreateVolume again for a volume whose PV exists.
+    if pv_exists(state, &plan.volume_name).await? {
+        return Ok(Action::await_change());
+    }
+    provisioning_event(state, pvc);
+
+    // The secret first: a claim whose secret is missing must not get an intent (and so a finalizer
+    // that would need the secret to be removed) when nothing was sent to the driver.
+    let mut request = plan.request.clone();
+    if let Some(secret) = &plan.provisioner_secret {
+        match secret_data(state, secret).await {
+            Ok(data) => request.secrets = data,
+            Err(message) => return Err(fail(state, pvc, message)),
+        }
+    }
+
+    // The freshest copy of the claim, to seed the intent removal with.
+    let mut claim = pvc.as_ref().clone();
+    if plan.needs_intent_write {
+        match write_intent(state, pvc, &plan).await {
+            Ok(PatchOutcome::Patched(fresh) | PatchOutcome::Unchanged(fresh)) => claim = fresh,
+            // Deleted meanwhile: nothing was started, so nothing can leak.
+            Ok(PatchOutcome::Deleting(_) | PatchOutcome::Gone) => {
+                return Ok(Action::await_change());
+            }
+            // Without the record a claim deleted during CreateVolume could leak its volume: the
+            // user is told why nothing happens, and the claim is retried with its backoff.
+            Err(e) => return Err(fail(state, pvc, intent_failure(&e))),
+        }
+    }
+
+    let started = Instant::now();
+    let answer = create_volume(state, request).await;
+    // From now on retries must send this requirement, whatever happens to the nodes meanwhile.
+    state
+        .memory()
+        .sent(&key, plan.request.accessibility_requirements.as_ref());
+    let response = match answer {
+        Ok(response) => response,
+        Err(status) => return create_failed(state, pvc, &plan, status).await,
+    };
+    let created = match accept_answer(&plan.pv, &response) {
+        Ok(created) => created,
+        // The pin stays: the volume may exist, so a retry must be the identical request.
+        Err(bad) => {
+            let mut message = bad.to_string();
+            if let Some(volume_id) = bad.volume_to_delete()
+                && let Err(e) =
+                    delete_volume(state, volume_id, plan.provisioner_secret.as_ref()).await
+            {
+                message = bad.with_failed_cleanup(&plan.volume_name, &e);
+            }
+            return Err(fail(state, pvc, message));
+        }
+    };
+    info!(claim = %claim_name(pvc), volume = %plan.volume_name, volume_id = %created.volume_id, "volume created");
+
+    let mut pv = build_pv(&plan.pv, &created);
+    if let Some(mode) = &state.settings.node {
+        // Node mode: each instance watches only PVs labelled with its node (node::scope).
+        crate::node::scope::label_new_pv(
+            &mut pv,
+            &state.settings.driver,
+            &mode.me.name,
+            &mode.me.segments,
+        );
+    }
+    if let Err(message) = create_pv(state, &pv, plan.provisioner_secret.as_ref()).await {
+        // The volume exists and the pin stays: the retry replays the identical CreateVolume.
+        return Err(fail(state, pvc, message));
+    }
+    state.memory().provisioned(&key);
+    finish_intent(state, &claim, &plan.volume_name).await?;
+    ctx.events.emit(
+        reference_to(pvc.as_ref()),
+        EventSpec::normal(
+            names::EVENT_PROVISIONING_SUCCEEDED,
+            format!("Successfully provisioned volume {}", plan.volume_name),
+        ),
+    );
+    ctx.metrics
+        .provision
+        .succeeded(&class_label(pvc), &source_label(pvc), started.elapsed());
+    Ok(Action::await_change())
+}
+
+/// CreateVolume failed: classify as upstream does and act on the state.
+pub(super) async fn create_failed(
+    state: &Provisioner,
+    pvc: &Arc<PersistentVolumeClaim>,
+    plan: &ProvisionPlan,
+    status: tonic::Status,
+) -> Result<Action, ProvisionError> {
+    let outcome = provisioning_state(status.code(), plan.may_reschedule);
+    let message = crate::csi::rpc_error(&status);
+    let infeasible = is_infeasible(status.code());
+    state.memory().create_failed(
+        &claim_key(pvc),
+        outcome,
+        infeasible.then(|| (plan.class_uid.as_str(), Instant::now())),
+    );
+    if infeasible {
+        return Err(fail(state, pvc, infeasible_event_message(&message)));
+    }
+    match outcome {
+        ProvisioningState::Reschedule => {
+            let error = fail(state, pvc, message);
+            clear_selected_node(state, pvc).await?;
+            debug!(claim = %claim_name(pvc), "selected node cleared for rescheduling: {error}");
+            Ok(Action::await_change())
+        }
+        // InBackground keeps the intent (the volume may still appear); Finished and NoChange are
+        // retried with backoff too, as upstream does.
+        ProvisioningState::InBackground
+        | ProvisioningState::Finished
+        | ProvisioningState::NoChange => Err(fail(state, pvc, message)),
+    }
+}
+
+/// Creates the PV, retrying transient API errors. `AlreadyExists` for the same volume is success.
+/// `secret`: the provisioner secret, for deleting the volume again if the PV can never be saved.
+pub(super) async fn create_pv(
+    state: &Provisioner,
+    pv: &PersistentVolume,
+    secret: Option<&SecretRef>,
+) -> Result<(), String> {
+    let api: Api<PersistentVolume> = Api::all(state.ctx.client.clone());
+    let name = pv.name_any();
+    let handle = pv
+        .spec
+        .as_ref()
+        .and_then(|s| s.csi.as_ref())
+        .map(|c| c.volume_handle.clone());
+    let created = retry_transient(
+        PV_CREATE_ATTEMPTS,
+        Duration::from_millis(100),
+        Duration::from_secs(5),
+        |attempt| {
+            let (api, name) = (&api, &name);
+            async move {
+                // Leader election: a replica whose lease may have passed to another must not write.
+                state.ctx.leadership.acting().await;
+                match api.create(&PostParams::default(), pv).await {
+                    Ok(_) => Attempt::Done(Ok(None)),
+                    Err(e) => match classify(&e) {
+                        class @ (ApiErrorClass::AlreadyExists | ApiErrorClass::Invalid) => {
+                            Attempt::Done(Ok(Some((class, describe(&e)))))
+                        }
+                        class => {
+                            let error =
+                                format!("error creating PV {name} ({class}): {}", describe(&e));
+                            debug!(attempt, "{error}");
+                            Attempt::Transient {
+                                error,
+                                retry_after: class.retry_after(),
+                            }
+                        }
+                    },
+                }
+            }
+        },
+    )
+    .await
+    .map_err(|last| format!("{last}; will retry (the volume is kept and reused)"))?;
+    match created {
+        None => {
+            info!(pv = %name, "PV created");
+            Ok(())
+        }
+        Some((ApiErrorClass::AlreadyExists, _)) => {
+            let existing = api.get_opt(&name).await.ok().flatten();
+            let same = existing
+                .as_ref()
+                .and_then(|p| p.spec.as_ref()?.csi.as_ref())
+                .map(|c| c.volume_handle.clone());
+            if same.is_some() && same == handle {
+                return Ok(());
+            }
+            Err(format!(
+                "PV {name} already exists for another volume; the created volume was kept for the next attempt"
+            ))
+        }
+        Some((_, described)) => {
+            // The API server will never accept this PV: delete the volume rather than leak it.
+            let message = format!("error creating PV {name}: {described}");
+            let cleanup = match &handle {
+                Some(id) => delete_volume(state, id, secret).await.err(),
+                None => None,
+            };
+            Err(match cleanup {
+                None => format!("{message}; the volume was deleted again"),
+                Some(c) => {
+                    format!("{message}. Cleanup of volume {name} failed, volume is orphaned: {c}")
+                }
+            })
+        }
+    }
+}
+
+/// Every CreateVolume of this controller goes through here (provisioning, and the replay that
+/// learns an abandoned volume's id).
+pub(super) async fn create_volume(
+    state: &Provisioner,
+    request: v1::CreateVolumeRequest,
+) -> Result<v1::CreateVolumeResponse, tonic::Status> {
+    state.ctx.csi.create_volume(request).await
+}
+
+/// Whether the PV `name` exists, as the API server says now (the cache may lag behind a PV
+/// created moments ago).
+pub(super) async fn pv_exists(state: &Provisioner, name: &str) -> Result<bool, ProvisionError> {
+    let pvs: Api<PersistentVolume> = Api::all(state.ctx.client.clone());
+    Ok(pvs
+        .get_opt(name)
+        .await
+        .map_err(kube_err(format!("reading PV {name}")))?
+        .is_some())
+}
+
+/// Every DeleteVolume of this controller goes through here (a volume the API server will not
+/// take a PV for, an answer that fails the checks, an abandoned intent's volume), with the
+/// provisioner secret when one was used.
+pub(super) async fn delete_volume(
+    state: &Provisioner,
+    volume_id: &str,
+    secret: Option<&SecretRef>,
+) -> Result<(), String> {
+    let secrets = match secret {
+        Some(s) => secret_data(state, s).await?,
+        None => HashMap::new(),
+    };
+    state
+        .ctx
+        .csi
+        .delete_volume(v1::DeleteVolumeRequest {
+            volume_id: volume_id.to_owned(),
+            secrets,
+        })
+        .await
+        .map(|_| ())
+        .map_err(|status| crate::csi::rpc_error(&status))
+}

@@ -1,0 +1,69 @@
+//! What the user and the operator see of a claim: events, logs and the metrics labels.
+
+#[allow(clippy::wildcard_imports)]
+use super::*;
+
+pub(super) fn ignore(state: &Provisioner, pvc: &PersistentVolumeClaim, reason: &IgnoreReason) {
+    debug!(claim = %claim_name(pvc), ?reason, "nothing to do for claim");
+    if let IgnoreReason::ExternalPopulator(_) = reason {
+        state.ctx.events.emit(
+            reference_to(pvc),
+            EventSpec::normal(
+                names::EVENT_PROVISIONING,
+                "Assuming an external populator will provision the volume",
+            ),
+        );
+    }
+}
+
+pub(super) fn provisioning_event(state: &Provisioner, pvc: &PersistentVolumeClaim) {
+    state.ctx.events.emit(
+        reference_to(pvc),
+        EventSpec::normal(
+            names::EVENT_PROVISIONING,
+            format!(
+                "External provisioner is provisioning volume for claim \"{}\"",
+                claim_name(pvc)
+            ),
+        ),
+    );
+}
+
+pub(super) fn class_label(pvc: &PersistentVolumeClaim) -> String {
+    pvc.spec
+        .as_ref()
+        .and_then(|s| s.storage_class_name.clone())
+        .unwrap_or_default()
+}
+
+pub(super) fn source_label(pvc: &PersistentVolumeClaim) -> String {
+    pvc.spec
+        .as_ref()
+        .and_then(|s| s.data_source.as_ref())
+        .map(|d| d.kind.clone())
+        .unwrap_or_default()
+}
+
+/// Reports a failure: `ProvisioningFailed` event, failure metric; returns the error to requeue with.
+pub(super) fn fail(
+    state: &Provisioner,
+    pvc: &PersistentVolumeClaim,
+    message: String,
+) -> ProvisionError {
+    warn!(claim = %claim_name(pvc), "provisioning failed: {message}");
+    state.ctx.events.emit(
+        reference_to(pvc),
+        EventSpec::warning(names::EVENT_PROVISIONING_FAILED, message.clone()),
+    );
+    state
+        .ctx
+        .metrics
+        .provision
+        .failed(&class_label(pvc), &source_label(pvc));
+    ProvisionError::Reported(message)
+}
+
+pub(super) fn kube_err(what: impl Into<String>) -> impl FnOnce(kube::Error) -> ProvisionError {
+    let what = what.into();
+    move |source| ProvisionError::Kube { what, source }
+}

@@ -1,0 +1,264 @@
+//! What the provisioning controller remembers about each claim between reconciles, as one value
+//! with pure transitions (the shell holds it behind one lock and never awaits while holding it):
+//!
+//! - the retry backoff of failed reconciles;
+//! - the infeasible hold-back (CreateVolume answered `InvalidArgument`; [`InfeasibleHold`]);
+//! - the pinned accessibility requirement while a CreateVolume may be in progress
+//!   ([`RequirementCache`]);
+//! - node mode: the competition for unselected claims and when each may be claimed;
+//! - node mode: since when an intent has been waiting for a node that is missing.
+//!
+//! Keys are claim UIDs.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use super::classify::ProvisioningState;
+use super::plan::IgnoreReason;
+use super::topology::RequirementCache;
+use crate::csi::v1::TopologyRequirement;
+use crate::node::ownership::Competition;
+use crate::retry::{Backoff, HeldBack, InfeasibleHold};
+
+/// Per-claim memory of the provisioning controller.
+pub(crate) struct ClaimMemory {
+    backoff: Backoff<String>,
+    infeasible: InfeasibleHold<String>,
+    pins: RequirementCache,
+    competition: Competition,
+    compete_at: HashMap<String, Instant>,
+    node_gone_since: HashMap<String, Instant>,
+}
+
+impl ClaimMemory {
+    /// Empty memory with these retry policies.
+    pub(crate) fn new(
+        backoff: Backoff<String>,
+        infeasible: InfeasibleHold<String>,
+        competition: Competition,
+    ) -> Self {
+        Self {
+            backoff,
+            infeasible,
+            pins: RequirementCache::default(),
+            competition,
+            compete_at: HashMap::new(),
+            node_gone_since: HashMap::new(),
+        }
+    }
+
+    // === Reconcile outcomes ===
+
+    /// A reconcile failed: the delay before the next one.
+    pub(crate) fn failed(&mut self, key: &str) -> Duration {
+        self.backoff.failed(&key.to_owned())
+    }
+
+    /// A reconcile succeeded: the next failure starts the backoff over.
+    pub(crate) fn succeeded(&mut self, key: &str) {
+        self.backoff.reset(&key.to_owned());
+    }
+
+    /// The claim is ignored for `reason`: what no longer applies is forgotten.
+    pub(crate) fn ignored(&mut self, key: &str, reason: &IgnoreReason) {
+        if matches!(
+            reason,
+            IgnoreReason::ClaimDeleting | IgnoreReason::AlreadyBound(_) | IgnoreReason::PvExists(_)
+        ) {
+            self.pins.forget(key);
+        }
+        // The competition is over for a claim that is bound, deleted or not ours.
+        if !matches!(reason, IgnoreReason::NotThisNode(_)) {
+            self.competition.forget(key);
+        }
+        // A claim that is going away keeps no hold-back behind.
+        if matches!(
+            reason,
+            IgnoreReason::ClaimDeleting | IgnoreReason::AlreadyBound(_)
+        ) {
+            self.infeasible.remove(&key.to_owned());
+        }
+    }
+
+    /// Keeps only the claims `keep` accepts (the others left the cache for good).
+    pub(crate) fn retain(&mut self, keep: impl Fn(&str) -> bool) {
+        self.backoff.retain(|k| keep(k));
+        self.infeasible.retain(|k| keep(k));
+        self.competition.retain(&keep);
+        self.compete_at.retain(|k, _| keep(k));
+        self.node_gone_since.retain(|k, _| keep(k));
+        self.pins.retain(&keep);
+    }
+
+    // === CreateVolume attempts ===
+
+    /// `Err` while the claim is held back after an infeasible answer for this class.
+    pub(crate) fn check_feasible(
+        &mut self,
+        key: &str,
+        class_uid: &str,
+        now: Instant,
+    ) -> Result<(), HeldBack> {
+        self.infeasible.check(&key.to_owned(), class_uid, now)
+    }
+
+    /// The requirement a retry must send again, if one is pinned.
+    pub(crate) fn pinned(&self, key: &str) -> Option<TopologyRequirement> {
+        self.pins.get(key).cloned()
+    }
+
+    /// CreateVolume was sent with `requirement`: retries send it again.
+    pub(crate) fn sent(&mut self, key: &str, requirement: Option<&TopologyRequirement>) {
+        self.pins.pin(key, requirement);
+    }
+
+    /// CreateVolume failed in state `outcome`; `infeasible`: hold the claim back for `class_uid`.
+    pub(crate) fn create_failed(
+        &mut self,
+        key: &str,
+        outcome: ProvisioningState,
+        infeasible: Option<(&str, Instant)>,
+    ) {
+        self.pins.settle(key, Some(outcome));
+        if let Some((class_uid, now)) = infeasible {
+            self.infeasible.record(key.to_owned(), class_uid, now);
+        }
+    }
+
+    /// The PV exists: the attempt is over.
+    pub(crate) fn provisioned(&mut self, key: &str) {
+        self.infeasible.remove(&key.to_owned());
+        self.pins.settle(key, None);
+    }
+
+    /// The requirement is no longer needed (node cleared, intent finished or cleaned up).
+    pub(crate) fn unpin(&mut self, key: &str) {
+        self.pins.forget(key);
+    }
+
+    // === Node mode ===
+
+    /// When this instance may claim the unselected claim `key` (a new jittered delay the first
+    /// time; `jitter` in `[0, 1)`).
+    pub(crate) fn compete_due(&mut self, key: &str, now: Instant, jitter: f64) -> Instant {
+        if let Some(due) = self.compete_at.get(key) {
+            return *due;
+        }
+        let due = now + self.competition.next_delay(key, jitter);
+        self.compete_at.insert(key.to_owned(), due);
+        due
+    }
+
+    /// The wait is over (claimed or lost): a later competition draws a new delay.
+    pub(crate) fn compete_now(&mut self, key: &str) {
+        self.compete_at.remove(key);
+    }
+
+    /// The competition for `key` is over.
+    pub(crate) fn stop_competing(&mut self, key: &str) {
+        self.competition.forget(key);
+    }
+
+    /// Since when the intent of `key` has been waiting for its missing node (starts now).
+    pub(crate) fn node_missing_since(&mut self, key: &str, now: Instant) -> Instant {
+        *self.node_gone_since.entry(key.to_owned()).or_insert(now)
+    }
+
+    /// The node is back, or the claim moved on: a later absence starts a new grace period.
+    pub(crate) fn node_not_missing(&mut self, key: &str) {
+        self.node_gone_since.remove(key);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::csi::v1::Topology;
+
+    fn memory() -> ClaimMemory {
+        ClaimMemory::new(
+            Backoff::new(Duration::from_secs(1), Duration::from_secs(60)),
+            InfeasibleHold::new(Duration::from_secs(300)),
+            Competition::new(Duration::from_secs(1), Duration::from_secs(8)),
+        )
+    }
+
+    fn requirement() -> TopologyRequirement {
+        TopologyRequirement {
+            requisite: vec![Topology::default()],
+            preferred: vec![],
+        }
+    }
+
+    #[test]
+    fn a_claim_that_leaves_the_cache_leaves_nothing_behind() {
+        let mut m = memory();
+        let now = Instant::now();
+        for key in ["a", "b"] {
+            m.failed(key);
+            m.sent(key, Some(&requirement()));
+            m.create_failed(key, ProvisioningState::InBackground, Some(("class", now)));
+            m.compete_due(key, now, 0.5);
+            m.node_missing_since(key, now);
+        }
+        m.retain(|k| k == "b");
+        assert!(m.pinned("a").is_none());
+        assert!(m.check_feasible("a", "class", now).is_ok());
+        assert_eq!(
+            m.failed("a"),
+            Duration::from_secs(1),
+            "the backoff starts over"
+        );
+        assert!(m.pinned("b").is_some());
+        assert!(m.check_feasible("b", "class", now).is_err());
+        let later = now + Duration::from_secs(1);
+        assert_eq!(
+            m.node_missing_since("b", later),
+            now,
+            "b's timer kept running"
+        );
+        assert_eq!(
+            m.node_missing_since("a", later),
+            later,
+            "a's timer starts over"
+        );
+    }
+
+    #[test]
+    fn the_pin_stays_while_the_volume_may_be_in_the_making_and_goes_with_the_pv() {
+        let mut m = memory();
+        m.sent("a", Some(&requirement()));
+        m.create_failed("a", ProvisioningState::InBackground, None);
+        assert_eq!(m.pinned("a"), Some(requirement()));
+        m.provisioned("a");
+        assert!(m.pinned("a").is_none());
+    }
+
+    #[test]
+    fn the_compete_delay_is_drawn_once_per_wait() {
+        let mut m = memory();
+        let now = Instant::now();
+        let due = m.compete_due("a", now, 0.5);
+        assert!(due > now);
+        assert_eq!(m.compete_due("a", now + Duration::from_secs(1), 0.9), due);
+        m.compete_now("a");
+        assert_ne!(
+            m.compete_due("a", now, 0.5),
+            due,
+            "a second wait draws a longer delay"
+        );
+    }
+
+    #[test]
+    fn ignoring_a_deleted_claim_forgets_its_pin_and_hold_back_but_not_its_backoff() {
+        let mut m = memory();
+        let now = Instant::now();
+        m.sent("a", Some(&requirement()));
+        m.create_failed("a", ProvisioningState::Finished, Some(("class", now)));
+        m.failed("a");
+        m.ignored("a", &IgnoreReason::ClaimDeleting);
+        assert!(m.pinned("a").is_none());
+        assert!(m.check_feasible("a", "class", now).is_ok());
+        assert_eq!(m.failed("a"), Duration::from_secs(2));
+    }
+}

@@ -1,0 +1,341 @@
+//! The CSI part of provisioning (upstream `prepareProvision`): from a claim its class accepted to
+//! the CreateVolume request and the PV template, one named step per check, in upstream's order.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+use k8s_openapi::api::storage::v1::{StorageClass, VolumeAttributesClass};
+
+use super::{
+    Capability, ClaimContext, IgnoreReason, Lookup, PlanError, ProvisionPlan, ProvisionSettings,
+    SourceLookup, claim_volume_name, requested_vac,
+};
+use crate::csi::v1::TopologyRequirement;
+use crate::csi::v1::volume_capability::access_mode::Mode;
+use crate::model::claim::{claim_class_name, selected_node};
+use crate::model::meta::non_empty_annotation;
+use crate::names;
+use crate::provision::classify::may_reschedule;
+use crate::provision::intent::intent_secret;
+use crate::provision::params::{self, ParamError};
+use crate::provision::pv::{PvTemplate, claim_ref};
+use crate::provision::request::{
+    self, ContentSource, RequestError, RequestParts, create_volume_request, is_block,
+    requested_bytes,
+};
+use crate::provision::secrets::{ClaimIdentity, SecretError, TemplateContext, resolve_all};
+use crate::provision::topology::{
+    TopologyError, TopologyParams, generate_accessibility_requirements,
+};
+
+/// Why [`plan`] stopped.
+pub(super) enum Stop {
+    Fail(PlanError),
+    Ignore(IgnoreReason),
+    Reschedule(TopologyError),
+}
+
+impl From<PlanError> for Stop {
+    fn from(e: PlanError) -> Self {
+        Stop::Fail(e)
+    }
+}
+
+impl From<RequestError> for Stop {
+    fn from(e: RequestError) -> Self {
+        Stop::Fail(e.into())
+    }
+}
+
+impl From<ParamError> for Stop {
+    fn from(e: ParamError) -> Self {
+        Stop::Fail(e.into())
+    }
+}
+
+impl From<SecretError> for Stop {
+    fn from(e: SecretError) -> Self {
+        Stop::Fail(e.into())
+    }
+}
+
+/// The claim's data source (dataSource, else dataSourceRef) as `(kind, api_group, name)`.
+fn data_source(
+    pvc: &PersistentVolumeClaim,
+    settings: &ProvisionSettings,
+) -> Result<Option<(String, String, String)>, PlanError> {
+    let Some(spec) = pvc.spec.as_ref() else {
+        return Ok(None);
+    };
+    if let Some(ds) = &spec.data_source {
+        return Ok(Some((
+            ds.kind.clone(),
+            ds.api_group.clone().unwrap_or_default(),
+            ds.name.clone(),
+        )));
+    }
+    if let Some(r) = &spec.data_source_ref {
+        if r.namespace.as_deref().is_some_and(|ns| !ns.is_empty())
+            && !settings.cross_namespace_data_source
+        {
+            return Err(PlanError::CrossNamespaceDisabled);
+        }
+        return Ok(Some((
+            r.kind.clone(),
+            r.api_group.clone().unwrap_or_default(),
+            r.name.clone(),
+        )));
+    }
+    Ok(None)
+}
+
+/// The CSI part of provisioning (upstream `prepareProvision`), in upstream's order.
+pub(super) fn plan(
+    pvc: &PersistentVolumeClaim,
+    ctx: &ClaimContext<'_>,
+    class: &StorageClass,
+    intent: bool,
+) -> Result<ProvisionPlan, Stop> {
+    let settings = ctx.settings;
+    let claim_name = pvc.metadata.name.as_deref().unwrap_or_default();
+    let claim_namespace = pvc.metadata.namespace.as_deref().unwrap_or_default();
+    let spec = pvc.spec.clone().unwrap_or_default();
+
+    let source = data_source(pvc, settings)?;
+    let vac_name = requested_vac(pvc, settings).map(str::to_owned);
+    check_capabilities(claim_name, source.as_ref(), vac_name.is_some(), settings)?;
+    if spec.selector.is_some() {
+        return Err(PlanError::Selector.into());
+    }
+
+    let volume_name = claim_volume_name(pvc, settings)?;
+    let class_params = class.parameters.clone().unwrap_or_default();
+    let fs_type = params::resolve_fs_type(&class_params, &settings.default_fs_type)?;
+    let required_bytes = requested_bytes(pvc)?;
+    let block = is_block(pvc);
+    let access_modes = spec.access_modes.clone().unwrap_or_default();
+    let mount_options = class.mount_options.clone();
+    let capabilities = request::volume_capabilities(
+        &access_modes,
+        block,
+        &fs_type,
+        mount_options.as_deref().unwrap_or_default(),
+        settings.controller.single_node_multi_writer,
+    )?;
+    let content_source = content_source(source.as_ref(), ctx.source)?;
+    let node = selected_node(pvc);
+    let accessibility = accessibility(ctx, class, claim_name, node)?;
+
+    let empty = BTreeMap::new();
+    let template_ctx = TemplateContext {
+        pv_name: &volume_name,
+        claim: Some(ClaimIdentity {
+            name: claim_name,
+            namespace: claim_namespace,
+            annotations: Some(pvc.metadata.annotations.as_ref().unwrap_or(&empty)),
+        }),
+    };
+    let secrets = resolve_all(&class_params, &template_ctx)?;
+
+    let mut parameters = params::strip_prefixed_parameters(&class_params)?;
+    if settings.extra_create_metadata {
+        params::add_extra_create_metadata(
+            &mut parameters,
+            claim_name,
+            claim_namespace,
+            &volume_name,
+        );
+    }
+    let mutable_parameters = mutable_parameters(vac_name.as_deref(), ctx.vac, settings)?;
+
+    // Upstream: the PV is read-only only for a single ReadOnlyMany capability and the flag.
+    let read_only = settings.controller_publish_read_only
+        && capabilities.len() == 1
+        && capabilities[0].access_mode.as_ref().map(|m| m.mode)
+            == Some(Mode::MultiNodeReaderOnly as i32);
+
+    let request = create_volume_request(RequestParts {
+        name: volume_name.clone(),
+        required_bytes,
+        capabilities,
+        parameters,
+        content_source,
+        accessibility,
+        mutable_parameters,
+    });
+
+    let pv = PvTemplate {
+        name: volume_name.clone(),
+        driver: settings.driver.clone(),
+        provisioned_by: class.provisioner.clone(),
+        provisioner_identity: settings.provisioner_identity.clone(),
+        claim_ref: claim_ref(pvc),
+        class_name: claim_class_name(pvc).unwrap_or_default().to_owned(),
+        access_modes,
+        mount_options,
+        reclaim_policy: class.reclaim_policy.clone(),
+        volume_mode: spec.volume_mode.clone(),
+        block,
+        fs_type,
+        secrets: secrets.clone(),
+        read_only,
+        topology: settings.topology,
+        volume_attributes_class: vac_name,
+        required_bytes,
+        expects_content_source: source.is_some(),
+        node: recorded_node(ctx, node),
+    };
+
+    let recorded = intent
+        && non_empty_annotation(&pvc.metadata, names::ANN_INTENT_VOLUME_NAME)
+            == Some(volume_name.as_str())
+        && intent_secret(pvc) == secrets.provisioner;
+    Ok(ProvisionPlan {
+        volume_name,
+        request,
+        provisioner_secret: secrets.provisioner,
+        pv,
+        selected_node: node.map(str::to_owned),
+        may_reschedule: may_reschedule(settings.topology, node),
+        class_uid: class.metadata.uid.clone().unwrap_or_default(),
+        needs_intent_write: !recorded,
+        warnings: params::deprecation_warnings(&class_params),
+    })
+}
+
+/// The capabilities the claim needs (a data source's kind, a VolumeAttributesClass) are the
+/// driver's; a data source of another kind is an external populator's business.
+fn check_capabilities(
+    claim_name: &str,
+    source: Option<&(String, String, String)>,
+    wants_vac: bool,
+    settings: &ProvisionSettings,
+) -> Result<(), Stop> {
+    let mut needs = vec![
+        Capability::ControllerService,
+        Capability::CreateDeleteVolume,
+    ];
+    if let Some((kind, group, name)) = source {
+        if name.is_empty() {
+            return Err(PlanError::EmptySourceName(claim_name.to_owned()).into());
+        }
+        match kind.as_str() {
+            "VolumeSnapshot" if group != "snapshot.storage.k8s.io" => {
+                return Err(PlanError::SnapshotApiGroup(group.clone()).into());
+            }
+            "VolumeSnapshot" => needs.push(Capability::CreateDeleteSnapshot),
+            "PersistentVolumeClaim" => needs.push(Capability::CloneVolume),
+            other => {
+                return Err(Stop::Ignore(IgnoreReason::ExternalPopulator(
+                    other.to_owned(),
+                )));
+            }
+        }
+    }
+    if wants_vac {
+        needs.push(Capability::ModifyVolume);
+    }
+    for cap in needs {
+        let present = match cap {
+            Capability::ControllerService => settings.plugin.controller_service,
+            Capability::CreateDeleteVolume => settings.controller.create_delete_volume,
+            Capability::CreateDeleteSnapshot => settings.controller.create_delete_snapshot,
+            Capability::CloneVolume => settings.controller.clone_volume,
+            Capability::ModifyVolume => settings.controller.modify_volume,
+        };
+        if !present {
+            return Err(PlanError::MissingCapability(cap).into());
+        }
+    }
+    Ok(())
+}
+
+/// The request's content source, as the shell resolved the claim's data source.
+fn content_source(
+    source: Option<&(String, String, String)>,
+    lookup: &SourceLookup,
+) -> Result<Option<ContentSource>, PlanError> {
+    let Some((kind, _, name)) = source else {
+        return Ok(None);
+    };
+    match lookup {
+        SourceLookup::Resolved(cs) => Ok(Some(cs.clone())),
+        SourceLookup::Failed(reason) => Err(source_error(kind, name, reason)),
+        SourceLookup::NotResolved => Err(source_error(
+            kind,
+            name,
+            "restoring from snapshots and cloning are not implemented in this version of the provisioner; remove spec.dataSource or use the upstream sidecar",
+        )),
+    }
+}
+
+/// The accessibility requirement: the one pinned by an earlier attempt, else generated from the
+/// class and the cluster (a missing selected node asks the scheduler to pick again).
+fn accessibility(
+    ctx: &ClaimContext<'_>,
+    class: &StorageClass,
+    claim_name: &str,
+    node: Option<&str>,
+) -> Result<Option<TopologyRequirement>, Stop> {
+    let settings = ctx.settings;
+    if !settings.topology {
+        return Ok(None);
+    }
+    if let Some(pinned) = ctx.pinned_topology {
+        return Ok(Some(pinned.clone()));
+    }
+    let params = TopologyParams {
+        driver: &settings.driver,
+        claim_name,
+        allowed_topologies: class.allowed_topologies.as_deref().unwrap_or_default(),
+        selected_node: node,
+        strict: settings.strict_topology,
+        immediate: settings.immediate_topology,
+    };
+    match generate_accessibility_requirements(&params, ctx.topology) {
+        Ok(req) => Ok(req),
+        Err(e) if e.is_reschedule() => Err(Stop::Reschedule(e)),
+        Err(e) => Err(PlanError::Topology(e).into()),
+    }
+}
+
+/// The VolumeAttributesClass parameters, when the claim names one (it must be our driver's).
+fn mutable_parameters(
+    vac_name: Option<&str>,
+    vac: Lookup<'_, VolumeAttributesClass>,
+    settings: &ProvisionSettings,
+) -> Result<Option<BTreeMap<String, String>>, PlanError> {
+    let Some(name) = vac_name else {
+        return Ok(None);
+    };
+    match vac {
+        Lookup::Found(vac) if vac.driver_name != settings.driver => {
+            Err(PlanError::VacOtherDriver {
+                name: name.to_owned(),
+                vac_driver: vac.driver_name.clone(),
+                driver: settings.driver.clone(),
+            })
+        }
+        Lookup::Found(vac) => Ok(Some(vac.parameters.clone().unwrap_or_default())),
+        Lookup::Missing | Lookup::NotLookedUp => Err(PlanError::VacNotFound(name.to_owned())),
+        Lookup::Failed(e) => Err(PlanError::VacLookupFailed(e.to_owned())),
+    }
+}
+
+/// The node recorded on the PV: ours in node mode, else the selected one (with its UID).
+fn recorded_node(ctx: &ClaimContext<'_>, node: Option<&str>) -> Option<(String, Option<String>)> {
+    let uid = ctx.selected_node_uid.map(str::to_owned);
+    match (&ctx.settings.node, node) {
+        (Some(mode), _) => Some((mode.me.name.clone(), uid)),
+        (None, Some(n)) => Some((n.to_owned(), uid)),
+        (None, None) => None,
+    }
+}
+
+fn source_error(kind: &str, name: &str, reason: &str) -> PlanError {
+    PlanError::SourceUnresolved {
+        kind: kind.to_owned(),
+        name: name.to_owned(),
+        reason: reason.to_owned(),
+    }
+}

@@ -1,0 +1,132 @@
+//! What the controllers run on: the shared [`Context`] (clients, driver, caches, settings), the
+//! [`Shutdown`] signal, and [`VolumeLocks`]. The composition root ([`crate::app`]) builds them;
+//! the controllers only use them, so nothing depends on the composition root.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+
+use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
+use kube::Client;
+use kube::runtime::reflector::Store;
+use tokio::sync::watch;
+
+use crate::config::Config;
+use crate::csi::{CsiController, DriverInfo};
+use crate::k8s::events::Recorder;
+use crate::k8s::watch::AttachmentIndex;
+use crate::metrics::Metrics;
+use crate::metrics::node_gone::NodeGoneMetrics;
+
+/// Everything the controllers share: clients, the driver, caches and process-wide settings.
+pub struct Context {
+    /// Validated flags.
+    pub config: Arc<Config>,
+    /// Rate-limited Kubernetes client.
+    pub client: Client,
+    /// The driver's controller service, with `--timeout` on every call.
+    pub csi: Arc<dyn CsiController>,
+    /// What the handshake learned about the driver.
+    pub driver: Arc<DriverInfo>,
+    /// Written into every PV's volume attributes (upstream's provisioner identity).
+    pub identity: String,
+    /// Whether the VolumeAttributesClass gate is on after start-up auto-disabling.
+    pub volume_attributes_class: bool,
+    /// Events with upstream's source component.
+    pub events: Recorder,
+    /// Upstream provisioning/deletion metrics.
+    pub metrics: Arc<Metrics>,
+    /// Dead-node metrics.
+    pub node_metrics: NodeGoneMetrics,
+    /// Caches.
+    pub stores: Stores,
+    /// Volume names with a CreateVolume or DeleteVolume in flight in this process.
+    pub volume_locks: VolumeLocks,
+    /// Whether this replica may act now (always without `--leader-election`); checked right
+    /// before CreateVolume, DeleteVolume and PV create.
+    pub leadership: crate::leader::Leadership,
+}
+
+/// Reflector stores the controllers read from.
+#[derive(Clone)]
+pub struct Stores {
+    /// PersistentVolumeClaims.
+    pub pvcs: Store<PersistentVolumeClaim>,
+    /// PersistentVolumes.
+    pub pvs: Store<PersistentVolume>,
+    /// StorageClasses.
+    pub classes: Store<StorageClass>,
+    /// Nodes (topology or dead-node handling only).
+    pub nodes: Option<Store<Node>>,
+    /// CSINodes (topology or dead-node handling only).
+    pub csinodes: Option<Store<CSINode>>,
+    /// VolumeAttachments by PV (drivers with PUBLISH_UNPUBLISH_VOLUME only).
+    pub attachments: Option<AttachmentIndex>,
+}
+
+/// Names of volumes with a CreateVolume or DeleteVolume in flight, so a claim's create and a PV's
+/// delete for the same volume never overlap (upstream issue 1469).
+#[derive(Clone, Default)]
+pub struct VolumeLocks(Arc<Mutex<HashSet<String>>>);
+
+/// Held while an operation on one volume name runs; released on drop.
+pub struct VolumeLock {
+    locks: VolumeLocks,
+    name: String,
+}
+
+impl VolumeLocks {
+    /// Takes the lock for `name`, or `None` when another operation on it is in flight.
+    pub fn try_lock(&self, name: &str) -> Option<VolumeLock> {
+        let mut held = crate::sync::lock(&self.0);
+        held.insert(name.to_owned()).then(|| VolumeLock {
+            locks: self.clone(),
+            name: name.to_owned(),
+        })
+    }
+}
+
+impl Drop for VolumeLock {
+    fn drop(&mut self) {
+        let mut held = crate::sync::lock(&self.locks.0);
+        held.remove(&self.name);
+    }
+}
+
+/// A shutdown signal every task can wait on.
+#[derive(Clone)]
+pub struct Shutdown(watch::Receiver<bool>);
+
+impl Shutdown {
+    /// A shutdown signalled by `true` on this channel.
+    pub(crate) fn new(receiver: watch::Receiver<bool>) -> Self {
+        Self(receiver)
+    }
+
+    /// Completes once shutdown was requested.
+    pub async fn requested(mut self) {
+        // An error means the sender is gone, which only happens at process exit: stop as well.
+        let _ = self.0.wait_for(|stop| *stop).await;
+    }
+
+    /// The raw receiver, for APIs that take one.
+    pub fn receiver(&self) -> watch::Receiver<bool> {
+        self.0.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_volume_name_is_locked_once_until_its_guard_drops() {
+        let locks = VolumeLocks::default();
+        let first = locks.try_lock("pvc-1");
+        assert!(first.is_some());
+        assert!(locks.try_lock("pvc-1").is_none());
+        assert!(locks.try_lock("pvc-2").is_some());
+        drop(first);
+        assert!(locks.try_lock("pvc-1").is_some());
+    }
+}
