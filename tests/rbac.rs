@@ -5,6 +5,8 @@
 mod common;
 
 use common::*;
+use std::collections::BTreeSet;
+
 use kube_sim::FaultRule;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -119,4 +121,174 @@ async fn with_every_permission_granted_the_check_passes_quietly() {
     assert_eq!(sidecar.log_lines_with(&["missing RBAC permission"]), 0);
     let (status, body) = get(&sidecar, "/healthz/rbac").await;
     assert!(status.contains("200") && body == "ok", "{status}: {body}");
+}
+
+/// API group of each resource the sidecar may touch.
+fn group_of(resource: &str) -> &'static str {
+    match resource.split('/').next().unwrap_or_default() {
+        "storageclasses"
+        | "csinodes"
+        | "volumeattachments"
+        | "volumeattributesclasses"
+        | "csistoragecapacities" => "storage.k8s.io",
+        "leases" => "coordination.k8s.io",
+        "selfsubjectaccessreviews" => "authorization.k8s.io",
+        "volumesnapshots" | "volumesnapshotcontents" => "snapshot.storage.k8s.io",
+        "replicasets" => "apps",
+        _ => "",
+    }
+}
+
+/// (group, resource, verb) granted by every ClusterRole and Role of deploy/rbac.yaml, read back
+/// from an API server the manifest was applied to with kubectl.
+async fn granted_by_manifest(cluster: &Cluster) -> Option<BTreeSet<(String, String, String)>> {
+    use k8s_openapi::api::rbac::v1::{ClusterRole, Role};
+    let home = cluster.dir.path();
+    let out = std::process::Command::new("kubectl")
+        .args([
+            "apply",
+            "-f",
+            concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/rbac.yaml"),
+        ])
+        .env("KUBECONFIG", &cluster.kubeconfig)
+        .env("HOME", home)
+        .output()
+        .ok()?;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut rules = Vec::new();
+    let client = cluster.client.clone();
+    for role in kube::Api::<ClusterRole>::all(client.clone())
+        .list(&Default::default())
+        .await
+        .unwrap()
+    {
+        rules.extend(role.rules.unwrap_or_default());
+    }
+    for role in kube::Api::<Role>::all(client)
+        .list(&Default::default())
+        .await
+        .unwrap()
+    {
+        rules.extend(role.rules.unwrap_or_default());
+    }
+    let mut granted = BTreeSet::new();
+    for rule in rules {
+        for group in rule.api_groups.unwrap_or_default() {
+            for resource in rule.resources.clone().unwrap_or_default() {
+                for verb in &rule.verbs {
+                    granted.insert((group.clone(), resource.clone(), verb.clone()));
+                }
+            }
+        }
+    }
+    Some(granted)
+}
+
+/// Grants the scenario below may not use, each with why the manifest keeps it. Anything else
+/// granted and unused is an over-grant.
+#[rustfmt::skip]
+const GRANTED_FOR_OTHER_PATHS: &[(&str, &str, &str, &str)] = &[
+    ("", "persistentvolumeclaims", "get", "re-reading a claim after a write conflict"),
+    ("", "persistentvolumeclaims", "update", "claim writes where PATCH is refused (upstream's role)"),
+    ("", "persistentvolumeclaims", "delete", "--deleted-node-pvc-cleanup (tests/node_mode.rs)"),
+    ("", "events", "list", "upstream's ClusterRole; kept so upstream can run with this manifest"),
+    ("", "events", "watch", "upstream's ClusterRole; kept so upstream can run with this manifest"),
+    ("", "events", "update", "upstream's ClusterRole; kept so upstream can run with this manifest"),
+    ("", "events", "patch", "repeats of an event within an hour (aggregation)"),
+    ("", "nodes", "get", "the live check that a node is gone (node-deployment mode)"),
+    ("storage.k8s.io", "storageclasses", "get", "upstream's ClusterRole (classes come from the cache)"),
+    ("storage.k8s.io", "csinodes", "get", "upstream's ClusterRole (topology)"),
+    ("storage.k8s.io", "volumeattachments", "get", "upstream's ClusterRole"),
+    ("storage.k8s.io", "volumeattributesclasses", "get", "claims naming a VolumeAttributesClass"),
+    ("snapshot.storage.k8s.io", "volumesnapshots", "get", "data sources (upstream's role)"),
+    ("snapshot.storage.k8s.io", "volumesnapshots", "list", "data sources (upstream's role)"),
+    ("snapshot.storage.k8s.io", "volumesnapshots", "watch", "data sources (upstream's role)"),
+    ("snapshot.storage.k8s.io", "volumesnapshots", "update", "data sources (upstream's role)"),
+    ("snapshot.storage.k8s.io", "volumesnapshotcontents", "get", "data sources (upstream's role)"),
+    ("snapshot.storage.k8s.io", "volumesnapshotcontents", "list", "data sources (upstream's role)"),
+    ("coordination.k8s.io", "leases", "get", "--leader-election"),
+    ("coordination.k8s.io", "leases", "watch", "--leader-election (upstream's role)"),
+    ("coordination.k8s.io", "leases", "list", "--leader-election (upstream's role)"),
+    ("coordination.k8s.io", "leases", "delete", "--leader-election (upstream's role)"),
+    ("coordination.k8s.io", "leases", "update", "--leader-election"),
+    ("coordination.k8s.io", "leases", "create", "--leader-election"),
+    ("storage.k8s.io", "csistoragecapacities", "get", "--enable-capacity"),
+    ("storage.k8s.io", "csistoragecapacities", "list", "--enable-capacity"),
+    ("storage.k8s.io", "csistoragecapacities", "watch", "--enable-capacity"),
+    ("storage.k8s.io", "csistoragecapacities", "create", "--enable-capacity"),
+    ("storage.k8s.io", "csistoragecapacities", "update", "--enable-capacity"),
+    ("storage.k8s.io", "csistoragecapacities", "patch", "--enable-capacity"),
+    ("storage.k8s.io", "csistoragecapacities", "delete", "--enable-capacity"),
+    ("", "pods", "get", "--enable-capacity owner references"),
+    ("apps", "replicasets", "get", "--enable-capacity owner references"),
+];
+
+// Multi-threaded: the in-process API server keeps answering while kubectl blocks this thread.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_manifest_grants_what_the_sidecar_uses_and_no_more() {
+    let cluster = Cluster::start().await;
+    let Some(granted) = granted_by_manifest(&cluster).await else {
+        println!("skipped: kubectl is not installed (.ci/run installs Debian's kubernetes-client)");
+        return;
+    };
+    // Provisioning with topology and deletion, on a driver that publishes (VolumeAttachments).
+    cluster.add_nodes(&["node-1"]).await;
+    let driver = Driver::start(cluster.dir.path(), "node-1", &["--topology"]).await;
+    let sidecar = Sidecar::start(&cluster, &driver, &["--feature-gates=Topology=true"]).await;
+    sidecar.wait_started().await;
+    cluster.add_class(&storage_class("fast", &[])).await;
+    cluster.claim_of_class(NS, "data", "fast", "1Gi").await;
+    let pv = cluster.wait_bound(NS, "data").await;
+    let _ = cluster
+        .pvcs(NS)
+        .delete("data", &Default::default())
+        .await
+        .unwrap();
+    cluster
+        .wait_pv_gone(pv.metadata.name.as_deref().unwrap())
+        .await;
+    sidecar
+        .wait_log(
+            &["RBAC self-check: every permission this configuration needs is granted"],
+            1,
+        )
+        .await;
+
+    let ours = cluster
+        .sim
+        .counters()
+        .agent(|agent| agent.starts_with("csi-provisioner/"));
+    let used: BTreeSet<(String, String, String)> = ours
+        .rows()
+        .into_iter()
+        .filter(|row| row.resource != "selfsubjectaccessreviews")
+        .map(|row| {
+            let resource = row
+                .resource
+                .split('/')
+                .next()
+                .unwrap_or_default()
+                .to_owned();
+            (group_of(&resource).to_owned(), resource, row.verb)
+        })
+        .collect();
+    assert!(!used.is_empty(), "no request of the sidecar was counted");
+    let missing: Vec<_> = used.difference(&granted).collect();
+    assert!(missing.is_empty(), "deploy/rbac.yaml misses {missing:?}");
+    let allowed: BTreeSet<(String, String, String)> = GRANTED_FOR_OTHER_PATHS
+        .iter()
+        .map(|(g, r, v, _)| (g.to_string(), r.to_string(), v.to_string()))
+        .collect();
+    let over: Vec<_> = granted
+        .difference(&used)
+        .filter(|g| !allowed.contains(*g))
+        .collect();
+    assert!(
+        over.is_empty(),
+        "deploy/rbac.yaml grants {over:?}, which no scenario uses and no entry of GRANTED_FOR_OTHER_PATHS explains"
+    );
 }

@@ -23,9 +23,10 @@ use super::classify::{
 use super::intent::{intent_removal_step, intent_write_step};
 use super::memory::ClaimMemory;
 use super::plan::{
-    self, AfterReplay, ClaimContext, ClaimDecision, CleanupStep, IgnoreReason, IntentCleanup,
-    Lookup, NodeMode, ProvisionPlan, ProvisionSettings, SourceLookup,
+    self, AfterReplay, ClaimContext, ClaimDecision, CleanupStep, ClearReason, IgnoreReason,
+    IntentCleanup, Lookup, NodeMode, ProvisionPlan, ProvisionSettings, SourceLookup,
 };
+use super::plan_error::PlanError;
 use super::pv::{accept_answer, build_pv};
 use super::secrets::SecretRef;
 use super::topology::{StaticTopology, TopologyView};
@@ -410,6 +411,14 @@ async fn reconcile(
             ignore(&state, &pvc, &reason);
             Ok(Action::await_change())
         }
+        ClaimDecision::Fail(PlanError::ClassNotFound(class))
+            if !class_confirmed_missing(&state, &class).await? =>
+        {
+            // The claim's watch event came before its class's (kubectl apply of one file holding
+            // both): the cache is behind, nothing is wrong. Look again once it has caught up.
+            debug!(claim = %claim_name(&pvc), %class, "StorageClass not in the cache yet but served; retrying shortly");
+            Ok(Action::requeue(CACHE_LAG_RETRY))
+        }
         ClaimDecision::Fail(err) => {
             if err.follows_provisioning_event() {
                 provisioning_event(&state, &pvc);
@@ -417,6 +426,13 @@ async fn reconcile(
             Err(fail(&state, &pvc, err.to_string()))
         }
         ClaimDecision::Provision(plan) => provision(&state, &pvc, *plan).await,
+        ClaimDecision::ClearSelectedNode(ClearReason::NoDriverInstance(_))
+            if !selected_node_confirmed_without_driver(&state, &pvc).await? =>
+        {
+            // A node that just joined: its CSINode has not reached the cache yet.
+            debug!(claim = %claim_name(&pvc), "the selected node's CSINode lists the driver but is not in the cache yet; retrying shortly");
+            Ok(Action::requeue(CACHE_LAG_RETRY))
+        }
         ClaimDecision::ClearSelectedNode(reason) => {
             let object = reference_to(pvc.as_ref());
             ctx.events.emit(
@@ -442,4 +458,35 @@ async fn reconcile(
         state.memory().succeeded(&key);
     }
     result
+}
+
+/// How soon a claim is looked at again when the API server serves an object the cache lacks yet.
+const CACHE_LAG_RETRY: Duration = Duration::from_millis(500);
+
+/// Whether the claim's selected node really has no instance of the driver: a live read of its
+/// CSINode before the selected node is cleared with a Warning (a node that just joined may not be
+/// in the cache yet).
+async fn selected_node_confirmed_without_driver(
+    state: &Provisioner,
+    pvc: &PersistentVolumeClaim,
+) -> Result<bool, ProvisionError> {
+    let Some(node) = crate::model::claim::selected_node(pvc) else {
+        return Ok(true);
+    };
+    let csinode = Api::<CSINode>::all(state.ctx.client.clone())
+        .get_opt(node)
+        .await
+        .map_err(report::kube_err(format!("reading CSINode {node}")))?;
+    Ok(CsiNodeLookup::of(csinode.as_ref(), &state.settings.driver) != CsiNodeLookup::HasDriver)
+}
+
+/// Whether StorageClass `name` is really missing: a live read, so that a class the cache has not
+/// seen yet is never reported as missing (a Warning must mean something is wrong). One GET, only
+/// for claims whose class the cache lacks.
+async fn class_confirmed_missing(state: &Provisioner, name: &str) -> Result<bool, ProvisionError> {
+    Api::<StorageClass>::all(state.ctx.client.clone())
+        .get_opt(name)
+        .await
+        .map(|class| class.is_none())
+        .map_err(report::kube_err(format!("reading StorageClass {name}")))
 }

@@ -30,7 +30,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use tokio::task::JoinHandle;
 
-pub use counters::{CounterRow, Counters};
+pub use counters::{AgentCounterRow, CounterRow, Counters};
 pub use error::ApiError;
 pub use faults::{FaultEntry, FaultRule, Faults};
 pub use ops::{PV_PROTECTION, PVC_PROTECTION};

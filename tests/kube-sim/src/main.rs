@@ -11,7 +11,7 @@ Point kubectl at it:  kubectl --kubeconfig PATH get pv
 Default namespaces: default, kube-system, kube-public, kube-node-lease.
 
 Admin routes (JSON; not counted, never paused):
-  GET    /sim/counters          requests by verb, resource and code
+  GET    /sim/counters          requests by verb, resource and code (byAgent: per User-Agent)
   POST   /sim/counters/reset    zero the counters
   GET    /sim/faults            list fault rules with their hit counts
   POST   /sim/faults            add a rule, answers {\"id\": N}; body fields (all optional):

@@ -264,6 +264,12 @@ async fn api(State(inner): State<Arc<Inner>>, req: Request<Body>) -> Response {
         Some(s) => format!("{}/{s}", route.rd.plural),
         None => route.rd.plural.to_string(),
     };
+    let agent = parts
+        .headers
+        .get(header::USER_AGENT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_string();
     inner.wait_unpaused().await;
     let name = route.name.clone().unwrap_or_default();
     let decision = inner.faults.decide(
@@ -278,7 +284,7 @@ async fn api(State(inner): State<Arc<Inner>>, req: Request<Body>) -> Response {
     }
     if let Some(e) = decision.error {
         tracing::debug!(verb, resource, code = e.code, "injected fault");
-        inner.counters.record(verb, &resource, e.code);
+        inner.counters.record(&agent, verb, &resource, e.code);
         return error_response(&e);
     }
     let accept = parts
@@ -310,7 +316,7 @@ async fn api(State(inner): State<Arc<Inner>>, req: Request<Body>) -> Response {
     };
     let code = resp.status().as_u16();
     tracing::debug!(verb, resource, name, code, "request");
-    inner.counters.record(verb, &resource, code);
+    inner.counters.record(&agent, verb, &resource, code);
     resp
 }
 
@@ -367,6 +373,19 @@ fn list_meta(res: &ListResult) -> Value {
     m
 }
 
+const PROTOBUF: &str = "application/vnd.kubernetes.protobuf";
+
+/// A real API server decodes protobuf bodies; kube-sim does not, and says so plainly rather than
+/// failing to parse them as JSON (recent client-go sends built-in types as protobuf by default).
+fn protobuf_body(content_type: &str) -> ApiError {
+    ApiError::unsupported_media(format!(
+        "the body of the request has Content-Type {content_type:?}, which kube-sim does not decode: \
+         it accepts JSON bodies only (application/json, and the JSON patch types {}); \
+         configure the client to send JSON (client-go: rest.Config.ContentType = \"application/json\")",
+        ops::PATCH_TYPES
+    ))
+}
+
 fn serve(
     inner: &Inner,
     r: &Route,
@@ -394,6 +413,9 @@ fn serve(
     };
     if rd.namespaced && r.ns.is_none() && !matches!(verb, "list" | "watch") {
         return Err(ApiError::method_not_allowed());
+    }
+    if !body.is_empty() && content_type.starts_with(PROTOBUF) {
+        return Err(protobuf_body(content_type));
     }
     match verb {
         "get" => {

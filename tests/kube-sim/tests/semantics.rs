@@ -554,3 +554,66 @@ async fn secret_string_data_is_stored_as_data() {
     assert_eq!(made.type_.as_deref(), Some("Opaque"));
     assert!(made.string_data.is_none());
 }
+
+#[tokio::test]
+async fn protobuf_bodies_get_415_naming_the_content_type() {
+    let sim = Sim::start(SimConfig::bare()).await.unwrap();
+    let client = sim.client();
+    // What client-go sends by default for built-in types: the "k8s\0" envelope, then protobuf.
+    let body = b"k8s\x00\x0a\x0e\x0a\x02v1\x12\x08PersistentVolume".to_vec();
+    for (method, path) in [
+        ("POST", "/api/v1/persistentvolumes"),
+        ("PUT", "/api/v1/persistentvolumes/p1"),
+        ("PUT", "/api/v1/persistentvolumes/p1/status"),
+    ] {
+        let req = http::Request::builder()
+            .method(method)
+            .uri(path)
+            .header("Content-Type", "application/vnd.kubernetes.protobuf")
+            .body(body.clone())
+            .unwrap();
+        let s = status(client.request_text(req).await.unwrap_err());
+        assert_eq!(s.code, 415, "{method} {path}: {s:?}");
+        assert_eq!(s.reason, "UnsupportedMediaType");
+        assert!(
+            s.message.contains("application/vnd.kubernetes.protobuf")
+                && s.message.contains("JSON")
+                && !s.message.contains("could not be decoded"),
+            "{}",
+            s.message
+        );
+    }
+    // The same object as JSON is accepted.
+    let pvs: Api<PersistentVolume> = Api::all(sim.client());
+    pvs.create(&PostParams::default(), &pv("p1")).await.unwrap();
+    assert_eq!(sim.counters().get("create", "persistentvolumes", 415), 1);
+}
+
+#[tokio::test]
+async fn counters_per_user_agent() {
+    let sim = Sim::start(SimConfig::bare()).await.unwrap();
+    let client = sim.client();
+    let get = |agent: &'static str| {
+        let req = http::Request::get("/api/v1/persistentvolumes")
+            .header("User-Agent", agent)
+            .body(Vec::new())
+            .unwrap();
+        let client = client.clone();
+        async move { client.request_text(req).await.unwrap() }
+    };
+    get("bench/1.0").await;
+    get("csi-provisioner/v6.3.0 (linux/amd64) kubernetes/abc").await;
+    get("csi-provisioner/v6.3.0 (linux/amd64) kubernetes/abc").await;
+    let c = sim.counters();
+    assert_eq!(c.count(Some("list"), Some("persistentvolumes"), None), 3);
+    let others = c.agent(|a| !a.starts_with("bench/"));
+    assert_eq!(others.get("list", "persistentvolumes", 200), 2);
+    assert_eq!(c.agent(|a| a.starts_with("bench/")).total(), 1);
+    let rows = c.agent_rows();
+    assert!(
+        rows.iter()
+            .any(|r| r.agent.starts_with("csi-provisioner/") && r.count == 2),
+        "{rows:?}"
+    );
+    assert_eq!(others.since(&others), kube_sim::Counters::default());
+}
