@@ -467,7 +467,6 @@ fn unsupported_flags_are_reported_only_when_changed() {
     assert_eq!(
         c.not_yet_supported(),
         [
-            "--leader-election",
             "--enable-capacity",
             "--vmodule",
             "--feature-gates=CrossNamespaceVolumeDataSource=true"
@@ -483,8 +482,7 @@ fn unsupported_flags_are_reported_only_when_changed() {
         c.not_yet_supported(),
         [
             "--enable-pprof",
-            "--feature-gates=CrossNamespaceVolumeDataSource=true",
-            "--feature-gates=ReleaseLeaderElectionOnExit=true"
+            "--feature-gates=CrossNamespaceVolumeDataSource=true"
         ]
     );
 }
