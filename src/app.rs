@@ -25,8 +25,11 @@ use crate::k8s::events::{EventQueueMetrics, EventSource, EventSpec, Recorder};
 use crate::k8s::watch::{AttachmentIndex, Watched, watch_shared};
 use crate::metrics::Metrics;
 use crate::metrics::node_gone::NodeGoneMetrics;
-use crate::model::meta::label;
 use crate::runtime::{Context, Shutdown, Stores, VolumeLocks};
+use gauges::{count_backlog, count_operator};
+
+#[path = "app_gauges.rs"]
+mod gauges;
 
 /// Installs SIGTERM/SIGINT handlers; the first signal requests a graceful shutdown.
 fn install_signal_handlers() -> anyhow::Result<Shutdown> {
@@ -113,16 +116,14 @@ async fn wait_ready(stores: &Stores, shutdown: &Shutdown) -> anyhow::Result<()> 
 pub async fn run(config: Config) -> anyhow::Result<()> {
     let shutdown = install_signal_handlers()?;
     let config = Arc::new(config);
-    if config.leader_election.is_some() {
-        // Accepted so upstream manifests start, but several active replicas would race each other.
-        warn!(
-            "--leader-election is not built yet: every replica of this Deployment acts on every claim; run exactly one replica (replicas: 1) until it is"
-        );
-    }
 
     let mut metrics = Metrics::new();
     let operations = OperationMetrics::register(metrics.registry_mut());
     let node_metrics = NodeGoneMetrics::register(metrics.registry_mut());
+    let leader_metrics = config
+        .leader_election
+        .is_some()
+        .then(|| crate::leader::LeaderMetrics::register(metrics.registry_mut()));
     let event_metrics = EventQueueMetrics::register(metrics.registry_mut());
     let capacity_metrics = crate::capacity::metrics::CapacityMetrics::register_if(
         config.capacity.enabled,
@@ -149,8 +150,28 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let driver = csi::handshake(channel.clone(), handshake).await?;
     driver.require_provisioning()?;
     info!(driver = %driver.name, version = %driver.vendor_version, "CSI driver ready");
-    let csi: Arc<dyn CsiController> =
-        Arc::new(GrpcCsi::new(channel, config.csi.timeout, operations));
+    // Leader election starts now, so standbys fill their caches while they wait.
+    let election = match (&config.leader_election, leader_metrics) {
+        (Some(options), Some(le_metrics)) => Some(
+            crate::leader::LeaderElection::start(
+                options,
+                &config.kube,
+                &driver.name,
+                config.node_deployment.is_some(),
+                health.clone(),
+                le_metrics,
+            )
+            .await?,
+        ),
+        _ => None,
+    };
+    let leadership = election
+        .as_ref()
+        .map_or_else(crate::leader::Leadership::always, |e| e.leadership());
+    let csi: Arc<dyn CsiController> = Arc::new(crate::leader::GuardedCsi::new(
+        Arc::new(GrpcCsi::new(channel, config.csi.timeout, operations)),
+        leadership.clone(),
+    ));
 
     let gates = &config.feature_gates;
     let volume_attributes_class = gates.volume_attributes_class
@@ -178,14 +199,37 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         events.clone(),
     );
     let (capacity_nudge, capacity) =
-        crate::capacity::controller::prepare(&config, &driver, capacity_metrics).await?;
+        match crate::capacity::controller::prepare(&config, &driver, capacity_metrics).await {
+            Ok(prepared) => prepared,
+            Err(e) => {
+                if let Some(election) = election {
+                    election.release().await;
+                }
+                return Err(e);
+            }
+        };
 
     let mut watches = match &config.node_deployment {
         Some(node) => node_mode_watches(&client, &driver, &node.node_name).await,
         None => start_watches(&client, &config, &driver),
     };
     let stores = watches.stores.clone();
-    wait_ready(&stores, &shutdown).await?;
+    if let Err(e) = wait_ready(&stores, &shutdown).await {
+        // The lease may have been won meanwhile: give it up rather than leave it to expire.
+        if let Some(election) = election {
+            election.release().await;
+        }
+        return Err(e);
+    }
+    if let Some(standby) = &election {
+        info!("caches filled; waiting for leadership");
+        if !standby.lead(shutdown.clone().requested()).await {
+            if let Some(election) = election {
+                election.release().await;
+            }
+            return Ok(());
+        }
+    }
     info!("caches filled; starting controllers");
 
     let ctx = Arc::new(Context {
@@ -200,6 +244,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         node_metrics,
         stores,
         volume_locks: VolumeLocks::default(),
+        leadership,
         capacity: capacity_nudge,
     });
 
@@ -245,14 +290,16 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         shutdown.clone(),
     );
     let gone = crate::gone_nodes::controller::run(ctx.clone(), shutdown.clone());
-    // Always leader until leader election lands; then pass its watch::Receiver<bool> here.
-    let (_leader_tx, leader) = watch::channel(true);
     let capacity = async {
         if let Some(capacity) = capacity {
-            capacity.run(ctx.clone(), leader, shutdown.clone()).await;
+            capacity.run(ctx.clone(), shutdown.clone()).await;
         }
     };
     tokio::join!(provision, reclaim, gone, capacity);
+    if let Some(election) = election {
+        // Only now: nothing is in flight any more, so a standby may take over at once.
+        election.release().await;
+    }
     info!("controllers stopped; exiting");
     Ok(())
 }
@@ -274,12 +321,10 @@ fn spawn_rbac_self_check(
             || (config.feature_gates.topology && driver.supports_topology()),
         attachments: driver.controller.publish_unpublish_volume,
         claim_cleanup: config.deleted_node.pvc_cleanup,
-        leader_election_namespace: config.leader_election.as_ref().map(|le| {
-            le.namespace
-                .clone()
-                .or_else(|| std::env::var("POD_NAMESPACE").ok())
-                .unwrap_or_else(|| "default".to_owned())
-        }),
+        leader_election_namespace: config
+            .leader_election
+            .as_ref()
+            .map(crate::leader::lease_namespace),
         capacity_namespace: config
             .capacity
             .enabled
@@ -398,191 +443,9 @@ async fn node_mode_watches(client: &Client, driver: &DriverInfo, node_name: &str
     }
 }
 
-/// The backlog gauges' values: claims carrying our provisioning intent, and volumes awaiting
-/// deletion (see [`crate::metrics::BacklogMetrics`]). In node mode each instance counts only what
-/// is pinned to its node (claims selected to it, PVs labelled with it), because other nodes'
-/// pending claims and PVs without a node are in several instances' caches: the sum over the
-/// DaemonSet then counts each object once.
-fn count_backlog(
-    claims: &[Arc<PersistentVolumeClaim>],
-    pvs: &[Arc<PersistentVolume>],
-    driver: &str,
-    node: Option<&str>,
-) -> (i64, i64) {
-    let claims = claims
-        .iter()
-        .filter(|c| crate::provision::intent::has_intent(c))
-        .filter(|c| crate::model::claim::is_ours(c, driver))
-        .filter(|c| node.is_none() || crate::model::claim::selected_node(c) == node)
-        .count();
-    let volumes = pvs
-        .iter()
-        .filter(|pv| crate::reclaim::plan::awaits_deletion(pv, driver))
-        .filter(|pv| node.is_none() || label(&pv.metadata, crate::names::LABEL_PV_NODE) == node)
-        .count();
-    let gauge = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
-    (gauge(claims), gauge(volumes))
-}
-
-/// The scrape-time gauges of [`crate::metrics::OperatorMetrics`].
-#[derive(Debug, Default, PartialEq, Eq)]
-struct OperatorCounts {
-    pending: i64,
-    released_stuck: i64,
-    terminating_stuck: i64,
-}
-
-/// Claims of the driver not bound yet (in node mode: selected to this node), and PVs of the driver
-/// Released, or being deleted, for longer than [`crate::metrics::STUCK_AFTER`] (in node mode:
-/// labelled with this node), as of `now`.
-fn count_operator(
-    claims: &[Arc<PersistentVolumeClaim>],
-    pvs: &[Arc<PersistentVolume>],
-    driver: &str,
-    node: Option<&str>,
-    now: jiff::Timestamp,
-) -> OperatorCounts {
-    let gauge = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
-    let older = |t: &jiff::Timestamp| {
-        now.duration_since(*t).as_secs_f64() > crate::metrics::STUCK_AFTER.as_secs_f64()
-    };
-    let pending = claims
-        .iter()
-        .filter(|c| crate::model::claim::is_ours(c, driver))
-        .filter(|c| c.metadata.deletion_timestamp.is_none())
-        .filter(|c| c.status.as_ref().and_then(|s| s.phase.as_deref()) != Some("Bound"))
-        .filter(|c| node.is_none() || crate::model::claim::selected_node(c) == node)
-        .count();
-    let ours: Vec<&Arc<PersistentVolume>> = pvs
-        .iter()
-        .filter(|pv| {
-            pv.spec
-                .as_ref()
-                .and_then(|s| s.csi.as_ref())
-                .is_some_and(|csi| csi.driver == driver)
-        })
-        .filter(|pv| node.is_none() || label(&pv.metadata, crate::names::LABEL_PV_NODE) == node)
-        .collect();
-    let released_stuck = ours
-        .iter()
-        .filter(|pv| {
-            let status = pv.status.as_ref();
-            status.and_then(|s| s.phase.as_deref()) == Some("Released")
-                && status
-                    .and_then(|s| s.last_phase_transition_time.as_ref())
-                    .is_some_and(|t| older(&t.0))
-        })
-        .count();
-    let terminating_stuck = ours
-        .iter()
-        .filter(|pv| {
-            pv.metadata
-                .deletion_timestamp
-                .as_ref()
-                .is_some_and(|t| older(&t.0))
-        })
-        .count();
-    OperatorCounts {
-        pending: gauge(pending),
-        released_stuck: gauge(released_stuck),
-        terminating_stuck: gauge(terminating_stuck),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn pending_claims_and_volumes_stuck_longer_than_ten_minutes_are_counted() {
-        use crate::testing::{DRIVER, pv, pvc};
-        use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-        let now: jiff::Timestamp = "2026-11-23T12:00:00Z".parse().unwrap();
-        let at = |mins: i64| Time(now - jiff::SignedDuration::from_mins(mins));
-        let mut bound = pvc("ns", "bound").provisioner(DRIVER).build();
-        bound.status = Some(Default::default());
-        bound.status.as_mut().unwrap().phase = Some("Bound".into());
-        let claims = [
-            Arc::new(pvc("ns", "waiting").provisioner(DRIVER).build()),
-            Arc::new(pvc("ns", "other").provisioner("other.csi").build()),
-            Arc::new(bound),
-        ];
-        let released = |name: &str, mins: i64| {
-            let mut v = pv(name).build();
-            v.spec
-                .get_or_insert_default()
-                .csi
-                .get_or_insert_default()
-                .driver = DRIVER.into();
-            let status = v.status.get_or_insert_default();
-            status.phase = Some("Released".into());
-            status.last_phase_transition_time = Some(at(mins));
-            Arc::new(v)
-        };
-        let mut terminating = (*released("t", 1)).clone();
-        terminating.status = None;
-        terminating.metadata.deletion_timestamp = Some(at(30));
-        let pvs = [
-            released("old", 11),
-            released("new", 9),
-            Arc::new(terminating),
-        ];
-        assert_eq!(
-            count_operator(&claims, &pvs, DRIVER, None, now),
-            OperatorCounts {
-                pending: 1,
-                released_stuck: 1,
-                terminating_stuck: 1,
-            }
-        );
-    }
-
-    #[test]
-    fn the_backlog_counts_intents_and_pending_deletions_and_in_node_mode_only_this_nodes() {
-        use crate::names::{FINALIZER_PV_DELETION_PROTECTION, LABEL_PV_NODE};
-        use crate::testing::{DRIVER, pv, pvc};
-        let intent = crate::names::FINALIZER_PROVISIONING_INTENT;
-        let claims = [
-            pvc("ns", "a")
-                .provisioner(DRIVER)
-                .selected_node("n1")
-                .finalizer(intent)
-                .build(),
-            pvc("ns", "b")
-                .provisioner(DRIVER)
-                .selected_node("n2")
-                .finalizer(intent)
-                .build(),
-            pvc("ns", "c")
-                .provisioner(DRIVER)
-                .selected_node("n1")
-                .build(),
-        ]
-        .map(Arc::new);
-        let released = |name: &str, node: &str| {
-            pv(name)
-                .provisioned_by(DRIVER)
-                .reclaim("Delete")
-                .claim_ref("ns", "c", "uid-c")
-                .phase("Released")
-                .finalizer(FINALIZER_PV_DELETION_PROTECTION)
-                .label(LABEL_PV_NODE, node)
-                .build()
-        };
-        let pvs = [
-            released("pv-1", "n1"),
-            released("pv-2", "n2"),
-            pv("pv-3").provisioned_by(DRIVER).phase("Bound").build(),
-        ]
-        .map(Arc::new);
-        assert_eq!(count_backlog(&claims, &pvs, DRIVER, None), (2, 2));
-        assert_eq!(count_backlog(&claims, &pvs, DRIVER, Some("n1")), (1, 1));
-        assert_eq!(
-            count_backlog(&claims, &pvs, "other.example", None),
-            (0, 0),
-            "another driver's intents and volumes are its own sidecar's"
-        );
-    }
 
     #[test]
     fn provisioner_identity_has_upstreams_shape() {

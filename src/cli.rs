@@ -226,7 +226,7 @@ pub struct Args {
     pub enable_pprof: bool,
 
     // === Leader election ===
-    /// Elect a leader through a Lease so that only one replica works. [not yet supported]
+    /// Elect a leader through a Lease so that only one replica works.
     #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true,
           default_value = "false", default_missing_value = "true", value_parser = parse_go_bool,
           action = ArgAction::Set, help_heading = "Leader election")]

@@ -467,7 +467,6 @@ fn unsupported_flags_are_reported_only_when_changed() {
     assert_eq!(
         c.not_yet_supported(),
         [
-            "--leader-election",
             "--vmodule",
             "--feature-gates=CrossNamespaceVolumeDataSource=true"
         ]
@@ -482,8 +481,7 @@ fn unsupported_flags_are_reported_only_when_changed() {
         c.not_yet_supported(),
         [
             "--enable-pprof",
-            "--feature-gates=CrossNamespaceVolumeDataSource=true",
-            "--feature-gates=ReleaseLeaderElectionOnExit=true"
+            "--feature-gates=CrossNamespaceVolumeDataSource=true"
         ]
     );
 }

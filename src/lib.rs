@@ -21,6 +21,7 @@ pub(crate) mod gofmt;
 pub(crate) mod gone_nodes;
 pub(crate) mod http;
 pub(crate) mod k8s;
+pub(crate) mod leader;
 pub(crate) mod metrics;
 pub(crate) mod model;
 pub mod names;

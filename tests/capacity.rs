@@ -651,3 +651,99 @@ async fn node_mode_each_instance_publishes_its_own_segment() {
         .sum();
     assert_eq!(removed_by, 1, "exactly one instance deleted it");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_the_leader_publishes_and_a_new_leader_adopts_without_writing() {
+    let cluster = Cluster::start().await;
+    cluster.ensure_namespace(NS).await;
+    cluster.add_nodes(&["node-1", "node-2"]).await;
+    cluster.add_class(&delayed_class("local")).await;
+    let flags: Vec<String> = [
+        capacity_flags("500ms"),
+        vec![
+            "--capacity-ownerref-level=-1".into(),
+            "--leader-election".into(),
+            "--leader-election-namespace=default".into(),
+            "--leader-election-lease-duration=4s".into(),
+            "--leader-election-renew-deadline=3s".into(),
+            "--leader-election-retry-period=500ms".into(),
+        ],
+    ]
+    .concat();
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let mut replicas = Vec::new();
+    for id in ["rep-a", "rep-b"] {
+        // Each replica's driver serves the same two node pools (a shared backend).
+        let driver = Driver::start(
+            cluster.dir.path(),
+            id,
+            &[
+                "--topology",
+                "--topology-node=node-1",
+                "--topology-node=node-2",
+                "--capacity-total=3Gi",
+            ],
+        )
+        .await;
+        let sidecar = Sidecar::start_named(
+            &cluster,
+            &driver,
+            &format!("sidecar-{id}"),
+            &flags,
+            &[("HOSTNAME", id), ("NAMESPACE", NS)],
+        )
+        .await;
+        let full = [("local", "node-1", "3Gi"), ("local", "node-2", "3Gi")];
+        if id == "rep-a" {
+            wait_published(&cluster, "the first replica's objects", &full).await;
+        }
+        replicas.push((driver, sidecar));
+    }
+    // The standby is up and waiting: it publishes nothing and calls no GetCapacity.
+    replicas[1].1.wait_log(&["waiting for leadership"], 1).await;
+    let leader_polls = replicas[0].0.state().await.calls("GetCapacity");
+    wait_for("the leader to poll again", DEADLINE, || async {
+        (replicas[0].0.state().await.calls("GetCapacity") >= leader_polls + 4).then_some(())
+    })
+    .await;
+    assert_eq!(replicas[1].0.state().await.calls("GetCapacity"), 0);
+    assert_eq!(
+        replicas[1]
+            .1
+            .log_lines_with(&["capacity controller started"]),
+        0
+    );
+    let names: Vec<String> = published(&cluster)
+        .await
+        .into_values()
+        .map(|v| v.2)
+        .collect();
+
+    // The leader dies; the standby takes over, adopts the same objects and, values unchanged,
+    // writes none.
+    let before = cluster.sim.counters();
+    replicas[0].1.kill().await;
+    replicas[1]
+        .1
+        .wait_log(&["capacity controller started"], 1)
+        .await;
+    wait_for(
+        "the new leader to poll every object twice",
+        DEADLINE,
+        || async { (replicas[1].0.state().await.calls("GetCapacity") >= 4).then_some(()) },
+    )
+    .await;
+    let after: Vec<String> = published(&cluster)
+        .await
+        .into_values()
+        .map(|v| v.2)
+        .collect();
+    assert_eq!(after, names, "adopted, not re-created");
+    let during = cluster.sim.counters().since(&before);
+    assert_eq!(
+        during.writes_to(Some("csistoragecapacities")),
+        0,
+        "{:?}",
+        during.rows()
+    );
+}

@@ -238,7 +238,17 @@ async fn the_manifest_grants_what_the_sidecar_uses_and_no_more() {
     // Provisioning with topology and deletion, on a driver that publishes (VolumeAttachments).
     cluster.add_nodes(&["node-1"]).await;
     let driver = Driver::start(cluster.dir.path(), "node-1", &["--topology"]).await;
-    let sidecar = Sidecar::start(&cluster, &driver, &["--feature-gates=Topology=true"]).await;
+    // With leader election, as the controller Deployment runs it.
+    let sidecar = Sidecar::start(
+        &cluster,
+        &driver,
+        &[
+            "--feature-gates=Topology=true",
+            "--leader-election",
+            "--leader-election-namespace=default",
+        ],
+    )
+    .await;
     sidecar.wait_started().await;
     cluster.add_class(&storage_class("fast", &[])).await;
     cluster.claim_of_class(NS, "data", "fast", "1Gi").await;

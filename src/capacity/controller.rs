@@ -10,8 +10,10 @@
 //! names right away. Failures back off per key from `--retry-interval-start` to
 //! `--retry-interval-max`.
 //!
-//! Only the leader acts: `leader` is checked before anything is queued or written, and becoming
-//! leader queues every key, so a new leader adopts and refreshes the objects its predecessor left.
+//! Only the leader acts (`--leader-election`): the controller starts queueing once
+//! `Context::leadership` says this replica leads, every write waits for that guard right before it
+//! goes out (as CreateVolume does), and becoming leader queues every key, so a new leader adopts
+//! and refreshes the objects its predecessor left.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
@@ -169,14 +171,8 @@ enum Item {
 type Done = (Item, Result<Option<CSIStorageCapacity>, String>);
 
 impl Capacity {
-    /// Runs until shutdown. `leader` says whether this instance may write (pass a receiver that
-    /// always reads `true` without leader election).
-    pub(crate) async fn run(
-        self,
-        ctx: Arc<Context>,
-        leader: watch::Receiver<bool>,
-        shutdown: Shutdown,
-    ) {
+    /// Runs until shutdown; acts only while `ctx.leadership` allows.
+    pub(crate) async fn run(self, ctx: Arc<Context>, shutdown: Shutdown) {
         let Capacity {
             client,
             identity,
@@ -186,6 +182,15 @@ impl Capacity {
             mut nudges,
             metrics,
         } = self;
+        // Leadership is only ever gained here: a leader that loses its lease exits the process.
+        let (became_leader, leader) = watch::channel(false);
+        {
+            let leadership = ctx.leadership.clone();
+            tokio::spawn(async move {
+                leadership.acting().await;
+                let _ = became_leader.send(true);
+            });
+        }
         let api: Api<CSIStorageCapacity> = Api::namespaced(client.clone(), &namespace);
         let objects = watch_shared(
             api.clone(),
@@ -429,6 +434,7 @@ impl Loop<'_> {
         self.in_flight.insert(item.clone());
         let api = self.api.clone();
         let csi = self.ctx.csi.clone();
+        let leadership = self.ctx.leadership.clone();
         let job = match &item {
             Item::Delete(name) => Job::Delete(name.clone()),
             Item::Sync(key) => {
@@ -462,14 +468,17 @@ impl Loop<'_> {
         async move {
             let result = match job {
                 Job::Skip => Ok(None),
-                Job::Delete(name) => match api.delete(&name, &DeleteParams::default()).await {
-                    Ok(_) => {
-                        info!(object = %name, "deleted obsolete CSIStorageCapacity");
-                        Ok(None)
+                Job::Delete(name) => {
+                    leadership.acting().await;
+                    match api.delete(&name, &DeleteParams::default()).await {
+                        Ok(_) => {
+                            info!(object = %name, "deleted obsolete CSIStorageCapacity");
+                            Ok(None)
+                        }
+                        Err(kube::Error::Api(s)) if s.code == 404 => Ok(None),
+                        Err(e) => Err(format!("delete CSIStorageCapacity {name}: {e}")),
                     }
-                    Err(kube::Error::Api(s)) if s.code == 404 => Ok(None),
-                    Err(e) => Err(format!("delete CSIStorageCapacity {name}: {e}")),
-                },
+                }
                 Job::Sync {
                     key,
                     parameters,
@@ -479,6 +488,7 @@ impl Loop<'_> {
                     owner,
                 } => {
                     super::sync::sync(
+                        &leadership,
                         &api,
                         csi.as_ref(),
                         &key,

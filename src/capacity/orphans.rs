@@ -103,6 +103,7 @@ pub(crate) async fn sweep(
             };
             let mut all_gone = true;
             for name in names {
+                ctx.leadership.acting().await;
                 match api.delete(name, &DeleteParams::default()).await {
                     Ok(_) => {
                         info!(object = %name, managed_by = %id, "deleted CSIStorageCapacity of an instance whose node no longer exists")

@@ -8,10 +8,12 @@ use tracing::{debug, info};
 
 use super::plan::{self, Identity, Key, Reported, Write};
 use crate::csi::v1;
+use crate::leader::Leadership;
 
 /// GetCapacity for `key`, then the write [`plan::decide`] asks for. Returns the object written.
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn sync(
+    leadership: &Leadership,
     api: &Api<CSIStorageCapacity>,
     csi: &dyn crate::csi::CsiController,
     key: &Key,
@@ -48,6 +50,7 @@ pub(crate) async fn sync(
             Ok(None)
         }
         Write::Create(object) => {
+            leadership.acting().await;
             let created = api
                 .create(&PostParams::default(), &object)
                 .await
@@ -67,6 +70,7 @@ pub(crate) async fn sync(
             Ok(Some(created))
         }
         Write::Update(object) => {
+            leadership.acting().await;
             let name = object.metadata.name.clone().unwrap_or_default();
             let updated = api
                 .replace(&name, &PostParams::default(), &object)

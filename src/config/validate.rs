@@ -106,12 +106,6 @@ pub(super) fn not_yet_supported(args: &Args) -> Vec<String> {
         };
     }
     let flags = changed![
-        leader_election,
-        leader_election_namespace,
-        leader_election_lease_duration,
-        leader_election_renew_deadline,
-        leader_election_retry_period,
-        leader_election_labels,
         cloning_protection_threads,
         snapshot_orphan_sweep_interval,
         enable_pprof,
@@ -123,16 +117,10 @@ pub(super) fn not_yet_supported(args: &Args) -> Vec<String> {
         log_json_info_buffer_size,
     ];
     let gates = FeatureGates::resolve(args.feature_gate_settings());
-    let gate_flags = [
-        (
-            "CrossNamespaceVolumeDataSource",
-            gates.cross_namespace_volume_data_source,
-        ),
-        (
-            "ReleaseLeaderElectionOnExit",
-            gates.release_leader_election_on_exit,
-        ),
-    ];
+    let gate_flags = [(
+        "CrossNamespaceVolumeDataSource",
+        gates.cross_namespace_volume_data_source,
+    )];
     let flags = flags
         .into_iter()
         .filter(|&(_, set)| set)

@@ -56,7 +56,6 @@ pub(crate) enum ClientError {
 /// Builds the API client: `--kubeconfig` (with `--master` overriding its server) or `--master`
 /// alone, else the in-cluster configuration; every request passes the `--kube-api-qps` /
 /// `--kube-api-burst` token bucket.
-#[cfg(test)]
 pub(crate) async fn build_client(options: &KubeOptions) -> Result<kube::Client, ClientError> {
     Ok(build_clients(options).await?.workers)
 }

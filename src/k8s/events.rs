@@ -15,7 +15,7 @@
 //! shown to every user who can read Events: callers build them from our own error types, which
 //! never carry secret values.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -24,15 +24,17 @@ use k8s_openapi::api::core::v1::{Event, EventSource as K8sEventSource, ObjectRef
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Client, Resource, ResourceExt};
-use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::registry::Registry;
 use serde_json::json;
-use tokio::sync::Notify;
 
 use super::client::TokenBucket;
 use super::errors::{ApiErrorClass, classify};
 use crate::names;
+pub(crate) use queue::EventQueueMetrics;
+#[cfg(test)]
+use queue::QUEUE_CAPACITY;
+use queue::{EventQueue, Queued, send_queued, spare_token};
+
+mod queue;
 
 /// Repeats within this time of the previous one update the existing Event (the API server keeps
 /// Events for `--event-ttl`, 1h by default; an expired one is simply created again).
@@ -309,7 +311,7 @@ impl Correlator {
         }
     }
 
-    fn end_episode(&mut self, key: &str) {
+    pub(super) fn end_episode(&mut self, key: &str) {
         self.episodes.remove(key);
     }
 }
@@ -396,7 +398,7 @@ pub(crate) fn build_event(
 pub(crate) struct Recorder {
     client: Client,
     source: Arc<EventSource>,
-    correlator: Arc<Mutex<Correlator>>,
+    pub(super) correlator: Arc<Mutex<Correlator>>,
     /// Set for a [`Recorder::queued`] recorder: events wait here for spare rate budget.
     queue: Option<Arc<EventQueue>>,
 }
@@ -433,11 +435,7 @@ impl Recorder {
         bucket: Option<Arc<TokenBucket>>,
         metrics: EventQueueMetrics,
     ) -> Self {
-        let queue = Arc::new(EventQueue {
-            items: Mutex::new(VecDeque::new()),
-            wake: Notify::new(),
-            metrics,
-        });
+        let queue = Arc::new(EventQueue::new(metrics));
         let sender = Self::new(client.clone(), source.clone());
         let correlator = sender.correlator.clone();
         tokio::spawn(send_queued(sender, queue.clone(), bucket));
@@ -459,7 +457,7 @@ impl Recorder {
     /// Writes `repeats` occurrences of `spec` (between `first` and `last`) as `source`; with a
     /// `gate`, every request first takes a spare token of it.
     #[allow(clippy::too_many_arguments)]
-    async fn send(
+    pub(super) async fn send(
         &self,
         source: &EventSource,
         object: &ObjectReference,
@@ -573,170 +571,6 @@ impl Recorder {
             // A concurrent publish of the same event created it first: nothing lost.
             Err(err) if classify(&err) == ApiErrorClass::AlreadyExists => Ok(()),
             Err(err) => Err(err),
-        }
-    }
-}
-
-/// Events waiting for spare rate budget, at most this many (client-go's broadcaster queue holds
-/// 1000 and drops the newest; we drop the oldest, whose claim has likely moved on).
-pub(crate) const QUEUE_CAPACITY: usize = 4096;
-
-/// `csi_provisioner_events_queued` and `csi_provisioner_events_dropped_total`.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct EventQueueMetrics {
-    /// Events waiting to be written.
-    pub queued: Gauge,
-    /// Events dropped because the queue was full.
-    pub dropped: Counter,
-}
-
-impl EventQueueMetrics {
-    /// Registers both families in `registry`.
-    pub(crate) fn register(registry: &mut Registry) -> Self {
-        let metrics = Self::default();
-        registry.register(
-            "csi_provisioner_events_queued",
-            "Events waiting for spare API rate budget (events never delay provisioning or deletion).",
-            metrics.queued.clone(),
-        );
-        registry.register(
-            "csi_provisioner_events_dropped",
-            "Events dropped because the event queue was full under sustained API pressure.",
-            metrics.dropped.clone(),
-        );
-        metrics
-    }
-}
-
-/// One entry of the send queue.
-// Nearly every entry is an event: boxing it would cost an allocation each for nothing.
-#[allow(clippy::large_enum_variant)]
-#[derive(Debug)]
-enum Queued {
-    Event {
-        source: Arc<EventSource>,
-        object: ObjectReference,
-        spec: EventSpec,
-        first: Timestamp,
-        last: Timestamp,
-        repeats: i32,
-    },
-    EndEpisode(String),
-}
-
-#[derive(Debug)]
-struct EventQueue {
-    items: Mutex<VecDeque<Queued>>,
-    wake: Notify,
-    metrics: EventQueueMetrics,
-}
-
-impl EventQueue {
-    fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<Queued>> {
-        crate::sync::lock(&self.items)
-    }
-
-    /// Queues an occurrence, merged into a waiting one of the same event when there is one.
-    fn push_event(
-        &self,
-        source: Arc<EventSource>,
-        object: ObjectReference,
-        spec: EventSpec,
-        at: Timestamp,
-    ) {
-        {
-            let mut items = self.lock();
-            let waiting = items.iter_mut().rev().find_map(|item| match item {
-                Queued::Event {
-                    source: s,
-                    object: o,
-                    spec: e,
-                    last,
-                    repeats,
-                    ..
-                } if *e == spec && *o == object && *s == source => Some((last, repeats)),
-                _ => None,
-            });
-            if let Some((last, repeats)) = waiting {
-                *last = at;
-                *repeats = repeats.saturating_add(1);
-                return;
-            }
-        }
-        self.push(Queued::Event {
-            source,
-            object,
-            spec,
-            first: at,
-            last: at,
-            repeats: 1,
-        });
-    }
-
-    fn push(&self, item: Queued) {
-        let mut items = self.lock();
-        if items.len() >= QUEUE_CAPACITY {
-            let oldest_event = items.iter().position(|i| matches!(i, Queued::Event { .. }));
-            if let Some(index) = oldest_event {
-                items.remove(index);
-                self.metrics.dropped.inc();
-            }
-        }
-        items.push_back(item);
-        self.metrics
-            .queued
-            .set(i64::try_from(items.len()).unwrap_or(i64::MAX));
-        drop(items);
-        self.wake.notify_one();
-    }
-
-    fn pop(&self) -> Option<Queued> {
-        let mut items = self.lock();
-        let item = items.pop_front();
-        self.metrics
-            .queued
-            .set(i64::try_from(items.len()).unwrap_or(i64::MAX));
-        item
-    }
-}
-
-/// Waits for a spare token of `gate` (none needed without a rate limit).
-async fn spare_token(gate: Option<&TokenBucket>) {
-    let Some(bucket) = gate else { return };
-    while let Err(wait) = bucket.try_acquire_spare() {
-        tokio::time::sleep(wait).await;
-    }
-}
-
-/// The one background sender of a queued recorder: in order, one request at a time.
-async fn send_queued(sender: Recorder, queue: Arc<EventQueue>, bucket: Option<Arc<TokenBucket>>) {
-    loop {
-        let Some(item) = queue.pop() else {
-            queue.wake.notified().await;
-            continue;
-        };
-        match item {
-            Queued::EndEpisode(key) => crate::sync::lock(&sender.correlator).end_episode(&key),
-            Queued::Event {
-                source,
-                object,
-                spec,
-                first,
-                last,
-                repeats,
-            } => {
-                sender
-                    .send(
-                        &source,
-                        &object,
-                        spec,
-                        first,
-                        last,
-                        repeats,
-                        bucket.as_deref(),
-                    )
-                    .await;
-            }
         }
     }
 }

@@ -318,11 +318,7 @@ async fn kube_sim_accepts_the_event_and_its_aggregated_update() {
 }
 
 fn queue() -> EventQueue {
-    EventQueue {
-        items: Mutex::new(VecDeque::new()),
-        wake: Notify::new(),
-        metrics: EventQueueMetrics::default(),
-    }
+    EventQueue::new(EventQueueMetrics::default())
 }
 
 fn queued_events(q: &EventQueue) -> Vec<(String, i32)> {

@@ -44,6 +44,9 @@ pub(crate) struct Context {
     pub(crate) stores: Stores,
     /// Volume names with a CreateVolume or DeleteVolume in flight in this process.
     pub(crate) volume_locks: VolumeLocks,
+    /// Whether this replica may act now (always without `--leader-election`); checked right
+    /// before CreateVolume, DeleteVolume and PV create.
+    pub(crate) leadership: crate::leader::Leadership,
     /// Refreshes capacity after a volume was created or deleted (a no-op without --enable-capacity).
     pub(crate) capacity: CapacityNudge,
 }

@@ -682,7 +682,25 @@ impl Sidecar {
         extra: &[&str],
         env: &[(&str, &str)],
     ) -> Self {
-        let name = format!("sidecar-{}", driver.node);
+        Self::start_named(
+            cluster,
+            driver,
+            &format!("sidecar-{}", driver.node),
+            extra,
+            env,
+        )
+        .await
+    }
+
+    /// [`Sidecar::start_env`] under `name` (its log file), for several sidecars of one driver name.
+    pub async fn start_named(
+        cluster: &Cluster,
+        driver: &Driver,
+        name: &str,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Self {
+        let name = name.to_owned();
         let mut args = vec![
             format!("--kubeconfig={}", cluster.kubeconfig.display()),
             format!("--csi-address={}", driver.socket.display()),
@@ -749,6 +767,17 @@ impl Sidecar {
         if let Some(mut child) = self.child.take() {
             let _ = child.kill().await;
         }
+    }
+
+    /// SIGTERM: a graceful shutdown, as a pod deletion does. Does not wait.
+    pub async fn terminate(&self) {
+        let pid = self.pid().expect("sidecar running");
+        let status = Command::new("kill")
+            .args(["-TERM", &pid.to_string()])
+            .status()
+            .await
+            .expect("run kill");
+        assert!(status.success(), "kill -TERM {pid} failed");
     }
 
     /// Starts it again with the same flags.

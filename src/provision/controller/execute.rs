@@ -178,6 +178,8 @@ pub(super) async fn create_pv(
         |attempt| {
             let (api, name) = (&api, &name);
             async move {
+                // Leader election: a replica whose lease may have passed to another must not write.
+                state.ctx.leadership.acting().await;
                 match api.create(&PostParams::default(), pv).await {
                     Ok(_) => Attempt::Done(Ok(None)),
                     Err(e) => match classify(&e) {

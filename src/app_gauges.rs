@@ -1,0 +1,195 @@
+//! The gauges counted from the caches at each scrape: the backlog (claims with an intent, volumes
+//! awaiting deletion) and the operator gauges (pending claims, stuck volumes).
+
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+
+use crate::model::meta::label;
+
+/// The backlog gauges' values: claims carrying our provisioning intent, and volumes awaiting
+/// deletion (see [`crate::metrics::BacklogMetrics`]). In node mode each instance counts only what
+/// is pinned to its node (claims selected to it, PVs labelled with it), because other nodes'
+/// pending claims and PVs without a node are in several instances' caches: the sum over the
+/// DaemonSet then counts each object once.
+pub(super) fn count_backlog(
+    claims: &[Arc<PersistentVolumeClaim>],
+    pvs: &[Arc<PersistentVolume>],
+    driver: &str,
+    node: Option<&str>,
+) -> (i64, i64) {
+    let claims = claims
+        .iter()
+        .filter(|c| crate::provision::intent::has_intent(c))
+        .filter(|c| crate::model::claim::is_ours(c, driver))
+        .filter(|c| node.is_none() || crate::model::claim::selected_node(c) == node)
+        .count();
+    let volumes = pvs
+        .iter()
+        .filter(|pv| crate::reclaim::plan::awaits_deletion(pv, driver))
+        .filter(|pv| node.is_none() || label(&pv.metadata, crate::names::LABEL_PV_NODE) == node)
+        .count();
+    let gauge = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+    (gauge(claims), gauge(volumes))
+}
+
+/// The scrape-time gauges of [`crate::metrics::OperatorMetrics`].
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(super) struct OperatorCounts {
+    pub(super) pending: i64,
+    pub(super) released_stuck: i64,
+    pub(super) terminating_stuck: i64,
+}
+
+/// Claims of the driver not bound yet (in node mode: selected to this node), and PVs of the driver
+/// Released, or being deleted, for longer than [`crate::metrics::STUCK_AFTER`] (in node mode:
+/// labelled with this node), as of `now`.
+pub(super) fn count_operator(
+    claims: &[Arc<PersistentVolumeClaim>],
+    pvs: &[Arc<PersistentVolume>],
+    driver: &str,
+    node: Option<&str>,
+    now: jiff::Timestamp,
+) -> OperatorCounts {
+    let gauge = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+    let older = |t: &jiff::Timestamp| {
+        now.duration_since(*t).as_secs_f64() > crate::metrics::STUCK_AFTER.as_secs_f64()
+    };
+    let pending = claims
+        .iter()
+        .filter(|c| crate::model::claim::is_ours(c, driver))
+        .filter(|c| c.metadata.deletion_timestamp.is_none())
+        .filter(|c| c.status.as_ref().and_then(|s| s.phase.as_deref()) != Some("Bound"))
+        .filter(|c| node.is_none() || crate::model::claim::selected_node(c) == node)
+        .count();
+    let ours: Vec<&Arc<PersistentVolume>> = pvs
+        .iter()
+        .filter(|pv| {
+            pv.spec
+                .as_ref()
+                .and_then(|s| s.csi.as_ref())
+                .is_some_and(|csi| csi.driver == driver)
+        })
+        .filter(|pv| node.is_none() || label(&pv.metadata, crate::names::LABEL_PV_NODE) == node)
+        .collect();
+    let released_stuck = ours
+        .iter()
+        .filter(|pv| {
+            let status = pv.status.as_ref();
+            status.and_then(|s| s.phase.as_deref()) == Some("Released")
+                && status
+                    .and_then(|s| s.last_phase_transition_time.as_ref())
+                    .is_some_and(|t| older(&t.0))
+        })
+        .count();
+    let terminating_stuck = ours
+        .iter()
+        .filter(|pv| {
+            pv.metadata
+                .deletion_timestamp
+                .as_ref()
+                .is_some_and(|t| older(&t.0))
+        })
+        .count();
+    OperatorCounts {
+        pending: gauge(pending),
+        released_stuck: gauge(released_stuck),
+        terminating_stuck: gauge(terminating_stuck),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pending_claims_and_volumes_stuck_longer_than_ten_minutes_are_counted() {
+        use crate::testing::{DRIVER, pv, pvc};
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+        let now: jiff::Timestamp = "2026-11-23T12:00:00Z".parse().unwrap();
+        let at = |mins: i64| Time(now - jiff::SignedDuration::from_mins(mins));
+        let mut bound = pvc("ns", "bound").provisioner(DRIVER).build();
+        bound.status = Some(Default::default());
+        bound.status.as_mut().unwrap().phase = Some("Bound".into());
+        let claims = [
+            Arc::new(pvc("ns", "waiting").provisioner(DRIVER).build()),
+            Arc::new(pvc("ns", "other").provisioner("other.csi").build()),
+            Arc::new(bound),
+        ];
+        let released = |name: &str, mins: i64| {
+            let mut v = pv(name).build();
+            v.spec
+                .get_or_insert_default()
+                .csi
+                .get_or_insert_default()
+                .driver = DRIVER.into();
+            let status = v.status.get_or_insert_default();
+            status.phase = Some("Released".into());
+            status.last_phase_transition_time = Some(at(mins));
+            Arc::new(v)
+        };
+        let mut terminating = (*released("t", 1)).clone();
+        terminating.status = None;
+        terminating.metadata.deletion_timestamp = Some(at(30));
+        let pvs = [
+            released("old", 11),
+            released("new", 9),
+            Arc::new(terminating),
+        ];
+        assert_eq!(
+            count_operator(&claims, &pvs, DRIVER, None, now),
+            OperatorCounts {
+                pending: 1,
+                released_stuck: 1,
+                terminating_stuck: 1,
+            }
+        );
+    }
+
+    #[test]
+    fn the_backlog_counts_intents_and_pending_deletions_and_in_node_mode_only_this_nodes() {
+        use crate::names::{FINALIZER_PV_DELETION_PROTECTION, LABEL_PV_NODE};
+        use crate::testing::{DRIVER, pv, pvc};
+        let intent = crate::names::FINALIZER_PROVISIONING_INTENT;
+        let claims = [
+            pvc("ns", "a")
+                .provisioner(DRIVER)
+                .selected_node("n1")
+                .finalizer(intent)
+                .build(),
+            pvc("ns", "b")
+                .provisioner(DRIVER)
+                .selected_node("n2")
+                .finalizer(intent)
+                .build(),
+            pvc("ns", "c")
+                .provisioner(DRIVER)
+                .selected_node("n1")
+                .build(),
+        ]
+        .map(Arc::new);
+        let released = |name: &str, node: &str| {
+            pv(name)
+                .provisioned_by(DRIVER)
+                .reclaim("Delete")
+                .claim_ref("ns", "c", "uid-c")
+                .phase("Released")
+                .finalizer(FINALIZER_PV_DELETION_PROTECTION)
+                .label(LABEL_PV_NODE, node)
+                .build()
+        };
+        let pvs = [
+            released("pv-1", "n1"),
+            released("pv-2", "n2"),
+            pv("pv-3").provisioned_by(DRIVER).phase("Bound").build(),
+        ]
+        .map(Arc::new);
+        assert_eq!(count_backlog(&claims, &pvs, DRIVER, None), (2, 2));
+        assert_eq!(count_backlog(&claims, &pvs, DRIVER, Some("n1")), (1, 1));
+        assert_eq!(
+            count_backlog(&claims, &pvs, "other.example", None),
+            (0, 0),
+            "another driver's intents and volumes are its own sidecar's"
+        );
+    }
+}

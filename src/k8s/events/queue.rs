@@ -1,0 +1,192 @@
+//! The send queue of a queued [`Recorder`]: events wait here, in order,
+//! for spare rate budget; repeats waiting together merge; a full queue drops its oldest event.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::ObjectReference;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+use tokio::sync::Notify;
+
+use super::{EventSource, EventSpec, Recorder};
+use crate::k8s::client::TokenBucket;
+
+/// Events waiting for spare rate budget, at most this many (client-go's broadcaster queue holds
+/// 1000 and drops the newest; we drop the oldest, whose claim has likely moved on).
+pub(crate) const QUEUE_CAPACITY: usize = 4096;
+
+/// `csi_provisioner_events_queued` and `csi_provisioner_events_dropped_total`.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct EventQueueMetrics {
+    /// Events waiting to be written.
+    pub queued: Gauge,
+    /// Events dropped because the queue was full.
+    pub dropped: Counter,
+}
+
+impl EventQueueMetrics {
+    /// Registers both families in `registry`.
+    pub(crate) fn register(registry: &mut Registry) -> Self {
+        let metrics = Self::default();
+        registry.register(
+            "csi_provisioner_events_queued",
+            "Events waiting for spare API rate budget (events never delay provisioning or deletion).",
+            metrics.queued.clone(),
+        );
+        registry.register(
+            "csi_provisioner_events_dropped",
+            "Events dropped because the event queue was full under sustained API pressure.",
+            metrics.dropped.clone(),
+        );
+        metrics
+    }
+}
+
+/// One entry of the send queue.
+// Nearly every entry is an event: boxing it would cost an allocation each for nothing.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug)]
+pub(super) enum Queued {
+    Event {
+        source: Arc<EventSource>,
+        object: ObjectReference,
+        spec: EventSpec,
+        first: Timestamp,
+        last: Timestamp,
+        repeats: i32,
+    },
+    EndEpisode(String),
+}
+
+#[derive(Debug)]
+pub(super) struct EventQueue {
+    pub(super) items: Mutex<VecDeque<Queued>>,
+    pub(super) wake: Notify,
+    pub(super) metrics: EventQueueMetrics,
+}
+
+impl EventQueue {
+    /// An empty queue.
+    pub(super) fn new(metrics: EventQueueMetrics) -> Self {
+        Self {
+            items: Mutex::new(VecDeque::new()),
+            wake: Notify::new(),
+            metrics,
+        }
+    }
+
+    pub(super) fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<Queued>> {
+        crate::sync::lock(&self.items)
+    }
+
+    /// Queues an occurrence, merged into a waiting one of the same event when there is one.
+    pub(super) fn push_event(
+        &self,
+        source: Arc<EventSource>,
+        object: ObjectReference,
+        spec: EventSpec,
+        at: Timestamp,
+    ) {
+        {
+            let mut items = self.lock();
+            let waiting = items.iter_mut().rev().find_map(|item| match item {
+                Queued::Event {
+                    source: s,
+                    object: o,
+                    spec: e,
+                    last,
+                    repeats,
+                    ..
+                } if *e == spec && *o == object && *s == source => Some((last, repeats)),
+                _ => None,
+            });
+            if let Some((last, repeats)) = waiting {
+                *last = at;
+                *repeats = repeats.saturating_add(1);
+                return;
+            }
+        }
+        self.push(Queued::Event {
+            source,
+            object,
+            spec,
+            first: at,
+            last: at,
+            repeats: 1,
+        });
+    }
+
+    pub(super) fn push(&self, item: Queued) {
+        let mut items = self.lock();
+        if items.len() >= QUEUE_CAPACITY {
+            let oldest_event = items.iter().position(|i| matches!(i, Queued::Event { .. }));
+            if let Some(index) = oldest_event {
+                items.remove(index);
+                self.metrics.dropped.inc();
+            }
+        }
+        items.push_back(item);
+        self.metrics
+            .queued
+            .set(i64::try_from(items.len()).unwrap_or(i64::MAX));
+        drop(items);
+        self.wake.notify_one();
+    }
+
+    pub(super) fn pop(&self) -> Option<Queued> {
+        let mut items = self.lock();
+        let item = items.pop_front();
+        self.metrics
+            .queued
+            .set(i64::try_from(items.len()).unwrap_or(i64::MAX));
+        item
+    }
+}
+
+/// Waits for a spare token of `gate` (none needed without a rate limit).
+pub(super) async fn spare_token(gate: Option<&TokenBucket>) {
+    let Some(bucket) = gate else { return };
+    while let Err(wait) = bucket.try_acquire_spare() {
+        tokio::time::sleep(wait).await;
+    }
+}
+
+/// The one background sender of a queued recorder: in order, one request at a time.
+pub(super) async fn send_queued(
+    sender: Recorder,
+    queue: Arc<EventQueue>,
+    bucket: Option<Arc<TokenBucket>>,
+) {
+    loop {
+        let Some(item) = queue.pop() else {
+            queue.wake.notified().await;
+            continue;
+        };
+        match item {
+            Queued::EndEpisode(key) => crate::sync::lock(&sender.correlator).end_episode(&key),
+            Queued::Event {
+                source,
+                object,
+                spec,
+                first,
+                last,
+                repeats,
+            } => {
+                sender
+                    .send(
+                        &source,
+                        &object,
+                        spec,
+                        first,
+                        last,
+                        repeats,
+                        bucket.as_deref(),
+                    )
+                    .await;
+            }
+        }
+    }
+}

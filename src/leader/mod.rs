@@ -1,0 +1,171 @@
+//! Lease-based leader election (`--leader-election`), compatible with upstream's so that our
+//! replicas and upstream's contend for one Lease during a rolling upgrade in either direction.
+//!
+//! This module owns:
+//! - [`decide`]: the pure rules (client-go's), the Lease name and identity sanitising;
+//! - [`elector`]: the effectful loop that reads and writes the Lease on its own client (its own
+//!   request budget), records upstream's events and metric, feeds `/healthz/leader-election`,
+//!   and gives the lease up on graceful shutdown;
+//! - [`Leadership`]: the guard checked right before every CreateVolume, DeleteVolume and PV
+//!   create, valid only until the last successful renewal's *start* plus the renew deadline, on
+//!   the local monotonic clock; [`GuardedCsi`] applies it to every CreateVolume/DeleteVolume.
+//!
+//! Standbys run their watches (warm caches); only the controllers wait for leadership. A leader
+//! that loses its lease exits with status 1 as upstream does: its guard is already closed, and a
+//! fresh process starts as a standby with no state left over from the lost term.
+
+pub(crate) mod decide;
+pub(crate) mod elector;
+
+use std::sync::Arc;
+
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use crate::csi::v1;
+use crate::csi::{CsiController, CsiFuture};
+
+pub(crate) use elector::{LeaderElection, LeaderMetrics, lease_namespace};
+
+/// Whether this replica may act right now. Cheap to clone.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Leadership {
+    /// `None`: no leader election, always allowed. Else the instant until which the last
+    /// successful renewal lets us act (`None` inside: not leading).
+    until: Option<watch::Receiver<Option<Instant>>>,
+}
+
+impl Leadership {
+    /// Without leader election: always allowed.
+    pub(crate) fn always() -> Self {
+        Self::default()
+    }
+
+    pub(crate) fn from_receiver(until: watch::Receiver<Option<Instant>>) -> Self {
+        Self { until: Some(until) }
+    }
+
+    /// Whether an operation may be issued now.
+    #[cfg(test)]
+    pub(crate) fn is_acting(&self) -> bool {
+        match &self.until {
+            None => true,
+            Some(rx) => rx.borrow().is_some_and(|until| Instant::now() < until),
+        }
+    }
+
+    /// Returns once an operation may be issued; waits while this replica does not hold a valid
+    /// lease. A leader whose window closed is about to exit (or, with a stuck renewal loop, to
+    /// fail its health check), so the wait does not end in that term: nothing is sent that a new
+    /// leader could race with.
+    pub(crate) async fn acting(&self) {
+        let Some(rx) = &self.until else { return };
+        let mut rx = rx.clone();
+        loop {
+            let until = *rx.borrow_and_update();
+            if until.is_some_and(|until| Instant::now() < until) {
+                return;
+            }
+            if rx.changed().await.is_err() {
+                // The election ended (process exit): never act again.
+                std::future::pending::<()>().await;
+            }
+        }
+    }
+}
+
+/// A [`CsiController`] whose CreateVolume and DeleteVolume wait for [`Leadership::acting`] right
+/// before the call goes out; other calls pass through.
+pub(crate) struct GuardedCsi {
+    inner: Arc<dyn CsiController>,
+    leadership: Leadership,
+}
+
+impl GuardedCsi {
+    /// `inner` guarded by `leadership`.
+    pub(crate) fn new(inner: Arc<dyn CsiController>, leadership: Leadership) -> Self {
+        Self { inner, leadership }
+    }
+}
+
+impl CsiController for GuardedCsi {
+    fn create_volume(
+        &self,
+        request: v1::CreateVolumeRequest,
+    ) -> CsiFuture<'_, v1::CreateVolumeResponse> {
+        Box::pin(async move {
+            self.leadership.acting().await;
+            self.inner.create_volume(request).await
+        })
+    }
+
+    fn delete_volume(
+        &self,
+        request: v1::DeleteVolumeRequest,
+    ) -> CsiFuture<'_, v1::DeleteVolumeResponse> {
+        Box::pin(async move {
+            self.leadership.acting().await;
+            self.inner.delete_volume(request).await
+        })
+    }
+
+    fn get_capacity(
+        &self,
+        request: v1::GetCapacityRequest,
+    ) -> CsiFuture<'_, v1::GetCapacityResponse> {
+        self.inner.get_capacity(request)
+    }
+
+    fn list_volumes(
+        &self,
+        request: v1::ListVolumesRequest,
+    ) -> CsiFuture<'_, v1::ListVolumesResponse> {
+        self.inner.list_volumes(request)
+    }
+
+    fn controller_get_capabilities(&self) -> CsiFuture<'_, v1::ControllerGetCapabilitiesResponse> {
+        self.inner.controller_get_capabilities()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[tokio::test]
+    async fn the_guard_closes_at_the_end_of_the_window_and_waits_for_the_next() {
+        assert!(Leadership::always().is_acting());
+        let (tx, rx) = watch::channel(None);
+        let guard = Leadership::from_receiver(rx);
+        assert!(!guard.is_acting(), "a standby does not act");
+        let until = Instant::now() + Duration::from_millis(200);
+        tx.send_replace(Some(until));
+        assert!(guard.is_acting());
+        guard.acting().await;
+        tokio::time::sleep_until(until).await;
+        assert!(!guard.is_acting(), "closed once the deadline passed");
+        let waiting = tokio::spawn({
+            let guard = guard.clone();
+            async move { guard.acting().await }
+        });
+        // The waiter has run (and found the window closed) before the renewal below.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(!waiting.is_finished(), "no renewal, no operation");
+        tx.send_replace(Some(Instant::now() + Duration::from_secs(10)));
+        tokio::time::timeout(Duration::from_secs(5), waiting)
+            .await
+            .expect("a renewal lets it through")
+            .unwrap();
+        // A stale renewal (a window already over) does not let anything through.
+        tx.send_replace(Some(Instant::now()));
+        let stale = tokio::spawn({
+            let guard = guard.clone();
+            async move { guard.acting().await }
+        });
+        drop(tx);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(!stale.is_finished(), "never acts after the election ended");
+        stale.abort();
+    }
+}
