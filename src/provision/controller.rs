@@ -434,3 +434,7 @@ async fn reconcile(
     }
     result
 }
+
+#[cfg(test)]
+#[path = "controller/shell_tests.rs"]
+mod shell_tests;
