@@ -33,6 +33,7 @@ use crate::csi::v1;
 use crate::k8s::errors::{ApiErrorClass, classify, describe};
 use crate::k8s::events::{EventSpec, reference_to};
 use crate::k8s::patch::{self, PatchOutcome, Step};
+use crate::k8s::secrets::SecretFetchError;
 use crate::names;
 use crate::node_mode::ownership::{
     self, Competition, CsiNodeLookup, NodeIdentity, Recheck, recheck_before_claiming,
