@@ -27,13 +27,13 @@ use super::plan::{
     Lookup, NodeMode, ProvisionPlan, ProvisionSettings, SourceLookup,
 };
 use super::pv::{accept_answer, build_pv};
-use super::secrets::SecretRef;
 use super::topology::{StaticTopology, TopologyView};
 use crate::csi::v1;
 use crate::k8s::errors::{ApiErrorClass, classify, describe};
 use crate::k8s::events::{EventSpec, reference_to};
 use crate::k8s::patch::{self, PatchOutcome, Step};
 use crate::k8s::secrets::SecretFetchError;
+use crate::model::secrets::SecretRef;
 use crate::names;
 use crate::node_mode::ownership::{
     self, Competition, CsiNodeLookup, NodeIdentity, Recheck, recheck_before_claiming,
