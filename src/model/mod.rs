@@ -1,5 +1,5 @@
 //! The model layer: typed facts about the Kubernetes objects every concern reads (claims, volumes
-//! and where they live, CSINodes, topology), so that no concern reads another concern's module to learn a claim's own
+//! and where they live, CSINodes, topology, StorageClass secret templates), so that no concern reads another concern's module to learn a claim's own
 //! fields. It depends only on [`crate::names`], [`crate::gofmt`] and the CSI types, never on a
 //! controller.
 //!
@@ -11,5 +11,6 @@ pub(crate) mod claim;
 pub(crate) mod csinode;
 pub(crate) mod locate;
 pub(crate) mod meta;
+pub(crate) mod secrets;
 pub(crate) mod topology;
 pub(crate) mod volume;

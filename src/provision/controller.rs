@@ -28,12 +28,13 @@ use super::plan::{
 };
 use super::plan_error::PlanError;
 use super::pv::{accept_answer, build_pv};
-use super::secrets::SecretRef;
 use super::topology::{StaticTopology, TopologyView};
 use crate::csi::v1;
 use crate::k8s::errors::{ApiErrorClass, classify, describe};
 use crate::k8s::events::{EventSpec, reference_to};
 use crate::k8s::patch::{self, PatchOutcome, Step};
+use crate::k8s::secrets::SecretFetchError;
+use crate::model::secrets::SecretRef;
 use crate::names;
 use crate::node_mode::ownership::{
     self, Competition, CsiNodeLookup, NodeIdentity, Recheck, recheck_before_claiming,
@@ -503,3 +504,7 @@ async fn class_confirmed_missing(state: &Provisioner, name: &str) -> Result<bool
         .map(|class| class.is_none())
         .map_err(report::kube_err(format!("reading StorageClass {name}")))
 }
+
+#[cfg(test)]
+#[path = "controller/shell_tests.rs"]
+mod shell_tests;

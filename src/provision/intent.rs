@@ -8,12 +8,12 @@ use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::Value;
 
-use super::secrets::SecretRef;
 use crate::csi::v1::CreateVolumeRequest;
 use crate::k8s::patch::{
     Step, add_op, annotation_path, guard, meta_path, pointer, remove_op, test_op, version_test,
 };
 use crate::model::meta::{has_finalizer, non_empty_annotation};
+use crate::model::secrets::SecretRef;
 use crate::names;
 
 /// Intent annotations for a volume name and provisioner secret.

@@ -11,5 +11,4 @@ pub(crate) mod plan_error;
 pub(crate) mod pv;
 pub(crate) mod quantity;
 pub(crate) mod request;
-pub(crate) mod secrets;
 pub(crate) mod topology;

@@ -4,8 +4,8 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use super::secrets::SecretKind;
 use crate::gofmt;
+use crate::model::secrets::SecretKind;
 use crate::names;
 
 /// Why the parameters of a StorageClass cannot be used. `Display` is upstream's text.

@@ -38,10 +38,10 @@ use k8s_openapi::api::storage::v1::{StorageClass, VolumeAttributesClass};
 
 use super::pv::PvTemplate;
 use super::request::{ContentSource, RequestError, make_volume_name};
-use super::secrets::SecretRef;
 use super::topology::{TopologyError, TopologyView};
 use crate::csi::probe::{ControllerCapabilities, PluginCapabilities};
 use crate::csi::v1::{CreateVolumeRequest, TopologyRequirement};
+use crate::model::secrets::SecretRef;
 use crate::names;
 use crate::node_mode::ownership::{
     self, ClearSelectedNode, CsiNodeLookup, NodeIdentity, NotOwned, Ownership, OwnershipInputs,

@@ -3,9 +3,9 @@
 
 use super::params::ParamError;
 use super::request::RequestError;
-use super::secrets::SecretError;
 use super::topology::TopologyError;
 use crate::gofmt;
+use crate::model::secrets::SecretError;
 
 /// A driver capability a claim needs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

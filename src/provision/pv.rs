@@ -12,8 +12,8 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::quantity::bytes_to_quantity;
-use super::secrets::{SecretRef, SecretRefs};
 use crate::csi::v1::{CreateVolumeResponse, Topology};
+use crate::model::secrets::{SecretRef, SecretRefs};
 use crate::model::topology::volume_node_affinity;
 use crate::names;
 

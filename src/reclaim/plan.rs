@@ -27,11 +27,11 @@ use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::StorageClass;
 
 use crate::model::meta::annotation;
+use crate::model::secrets::{SecretError, SecretRef, resolve_provisioner_secret_for_delete};
 use crate::model::topology::AffinityError;
 use crate::model::volume::{Ownership, is_ours, ownership, storage_class_name};
 use crate::model::volume::{ReclaimPolicy, claim_uid, has_our_finalizer, phase, reclaim_policy};
 use crate::names;
-use crate::provision::secrets::{SecretError, SecretRef, resolve_provisioner_secret_for_delete};
 
 // === Inputs ===
 

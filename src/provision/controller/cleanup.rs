@@ -43,7 +43,7 @@ pub(super) async fn cleanup_intent(
         if let Some(secret) = &cleanup.secret {
             match secret_data(state, secret).await {
                 Ok(data) => request.secrets = data,
-                Err(message) => return Err(cleanup_failed(state, pvc, message)),
+                Err(e) => return Err(cleanup_failed(state, pvc, e.to_string())),
             }
         }
         let answer = create_volume(state, request).await;
@@ -89,11 +89,11 @@ pub(super) async fn cleanup_intent(
             // Remembered: if the delete fails, the next attempt needs no replay.
             claim = updated;
         }
-        if let Err(message) = delete_volume(state, volume_id, cleanup.secret.as_ref()).await {
+        if let Err(e) = delete_volume(state, volume_id, cleanup.secret.as_ref()).await {
             return Err(cleanup_failed(
                 state,
                 pvc,
-                format!("error deleting volume {volume_id} of a deleted claim: {message}"),
+                format!("error deleting volume {volume_id} of a deleted claim: {e}"),
             ));
         }
         info!(claim = %claim_name(pvc), volume = %cleanup.volume_name, %volume_id, reason = ?cleanup.reason, "volume of an abandoned provisioning deleted");

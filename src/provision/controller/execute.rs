@@ -5,14 +5,63 @@
 #[allow(clippy::wildcard_imports)]
 use super::*;
 
+/// Why a DeleteVolume of this controller did not happen. `Display` is the text events carry.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum DeleteVolumeError {
+    /// The provisioner secret could not be read.
+    #[error(transparent)]
+    Secret(#[from] SecretFetchError),
+    /// The driver refused.
+    #[error("{}", crate::csi::rpc_error(.0))]
+    Rpc(#[source] tonic::Status),
+}
+
+/// Why the PV of a created volume was not written. `Display` is the text events carry.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum CreatePvError {
+    /// Transient API errors outlasted the attempts; `last` says the last one.
+    #[error("{last}; will retry (the volume is kept and reused)")]
+    Transient {
+        /// The last attempt's error.
+        last: String,
+    },
+    /// A PV of this name exists for another volume.
+    #[error(
+        "PV {name} already exists for another volume; the created volume was kept for the next attempt"
+    )]
+    OtherVolume {
+        /// The PV name.
+        name: String,
+    },
+    /// The API server will never accept this PV: the volume was deleted again.
+    #[error("error creating PV {name}: {described}; the volume was deleted again")]
+    RefusedVolumeDeleted {
+        /// The PV name.
+        name: String,
+        /// The API server's answer.
+        described: String,
+    },
+    /// The API server will never accept this PV, and deleting the volume failed too.
+    #[error(
+        "error creating PV {name}: {described}. Cleanup of volume {name} failed, volume is orphaned: {cleanup}"
+    )]
+    RefusedVolumeOrphaned {
+        /// The PV name.
+        name: String,
+        /// The API server's answer.
+        described: String,
+        /// Why the volume could not be deleted.
+        #[source]
+        cleanup: DeleteVolumeError,
+    },
+}
+
 /// Reads the provisioner secret's data for the request.
 pub(super) async fn secret_data(
     state: &Provisioner,
     secret: &SecretRef,
-) -> Result<HashMap<String, String>, String> {
-    crate::k8s::secrets::credentials(&state.ctx.client, &secret.name, &secret.namespace)
-        .await
-        .map_err(|e| e.to_string())
+) -> Result<HashMap<String, String>, SecretFetchError> {
+    crate::k8s::secrets::credentials(&state.ctx.client, &secret.name, &secret.namespace).await
 }
 
 pub(super) async fn provision(
@@ -49,7 +98,7 @@ pub(super) async fn provision(
     if let Some(secret) = &plan.provisioner_secret {
         match secret_data(state, secret).await {
             Ok(data) => request.secrets = data,
-            Err(message) => return Err(fail(state, pvc, message)),
+            Err(e) => return Err(fail(state, pvc, e.to_string())),
         }
     }
 
@@ -87,7 +136,7 @@ pub(super) async fn provision(
                 && let Err(e) =
                     delete_volume(state, volume_id, plan.provisioner_secret.as_ref()).await
             {
-                message = bad.with_failed_cleanup(&plan.volume_name, &e);
+                message = bad.with_failed_cleanup(&plan.volume_name, &e.to_string());
             }
             return Err(fail(state, pvc, message));
         }
@@ -104,9 +153,9 @@ pub(super) async fn provision(
             &mode.me.segments,
         );
     }
-    if let Err(message) = create_pv(state, &pv, plan.provisioner_secret.as_ref()).await {
+    if let Err(e) = create_pv(state, &pv, plan.provisioner_secret.as_ref()).await {
         // The volume exists and the pin stays: the retry replays the identical CreateVolume.
-        return Err(fail(state, pvc, message));
+        return Err(fail(state, pvc, e.to_string()));
     }
     ctx.capacity.volume_changed(&pv);
     state.memory().provisioned(&key);
@@ -163,7 +212,7 @@ pub(super) async fn create_pv(
     state: &Provisioner,
     pv: &PersistentVolume,
     secret: Option<&SecretRef>,
-) -> Result<(), String> {
+) -> Result<(), CreatePvError> {
     let api: Api<PersistentVolume> = Api::all(state.ctx.client.clone());
     let name = pv.name_any();
     let handle = pv
@@ -201,7 +250,7 @@ pub(super) async fn create_pv(
         },
     )
     .await
-    .map_err(|last| format!("{last}; will retry (the volume is kept and reused)"))?;
+    .map_err(|last| CreatePvError::Transient { last })?;
     match created {
         None => {
             info!(pv = %name, "PV created");
@@ -216,22 +265,21 @@ pub(super) async fn create_pv(
             if same.is_some() && same == handle {
                 return Ok(());
             }
-            Err(format!(
-                "PV {name} already exists for another volume; the created volume was kept for the next attempt"
-            ))
+            Err(CreatePvError::OtherVolume { name })
         }
         Some((_, described)) => {
             // The API server will never accept this PV: delete the volume rather than leak it.
-            let message = format!("error creating PV {name}: {described}");
             let cleanup = match &handle {
                 Some(id) => delete_volume(state, id, secret).await.err(),
                 None => None,
             };
             Err(match cleanup {
-                None => format!("{message}; the volume was deleted again"),
-                Some(c) => {
-                    format!("{message}. Cleanup of volume {name} failed, volume is orphaned: {c}")
-                }
+                None => CreatePvError::RefusedVolumeDeleted { name, described },
+                Some(cleanup) => CreatePvError::RefusedVolumeOrphaned {
+                    name,
+                    described,
+                    cleanup,
+                },
             })
         }
     }
@@ -264,7 +312,7 @@ pub(super) async fn delete_volume(
     state: &Provisioner,
     volume_id: &str,
     secret: Option<&SecretRef>,
-) -> Result<(), String> {
+) -> Result<(), DeleteVolumeError> {
     let secrets = match secret {
         Some(s) => secret_data(state, s).await?,
         None => HashMap::new(),
@@ -278,5 +326,5 @@ pub(super) async fn delete_volume(
         })
         .await
         .map(|_| ())
-        .map_err(|status| crate::csi::rpc_error(&status))
+        .map_err(DeleteVolumeError::Rpc)
 }

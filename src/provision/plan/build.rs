@@ -14,6 +14,7 @@ use crate::csi::v1::TopologyRequirement;
 use crate::csi::v1::volume_capability::access_mode::Mode;
 use crate::model::claim::{claim_class_name, selected_node};
 use crate::model::meta::non_empty_annotation;
+use crate::model::secrets::{ClaimIdentity, SecretError, TemplateContext, resolve_all};
 use crate::names;
 use crate::provision::classify::may_reschedule;
 use crate::provision::intent::intent_secret;
@@ -23,7 +24,6 @@ use crate::provision::request::{
     self, ContentSource, RequestError, RequestParts, create_volume_request, is_block,
     requested_bytes,
 };
-use crate::provision::secrets::{ClaimIdentity, SecretError, TemplateContext, resolve_all};
 use crate::provision::topology::{
     TopologyError, TopologyParams, generate_accessibility_requirements,
 };

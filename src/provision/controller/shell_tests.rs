@@ -1,0 +1,203 @@
+//! The provisioning shell against the API simulator and a fake CSI controller: it executes the
+//! clean-up decision (`plan::cleanup_step`, `plan::after_replay`) and nothing else.
+
+use std::sync::Mutex as StdMutex;
+
+use kube::api::DeleteParams;
+use kube::runtime::reflector::store::Writer;
+use kube_sim::{Sim, SimConfig};
+
+use super::*;
+use crate::csi::{CsiController, CsiFuture, DriverInfo};
+use crate::k8s::events::{EventSource, Recorder};
+use crate::metrics::Metrics;
+use crate::metrics::node_gone::NodeGoneMetrics;
+use crate::runtime::{Stores, VolumeLocks};
+
+/// Records every call; CreateVolume answers with `created_id`.
+struct FakeCsi {
+    calls: StdMutex<Vec<String>>,
+    created_id: String,
+}
+
+impl CsiController for FakeCsi {
+    fn create_volume(
+        &self,
+        request: v1::CreateVolumeRequest,
+    ) -> CsiFuture<'_, v1::CreateVolumeResponse> {
+        crate::sync::lock(&self.calls).push(format!("CreateVolume {}", request.name));
+        let volume = v1::Volume {
+            volume_id: self.created_id.clone(),
+            ..v1::Volume::default()
+        };
+        Box::pin(async move {
+            Ok(v1::CreateVolumeResponse {
+                volume: Some(volume),
+            })
+        })
+    }
+    fn delete_volume(
+        &self,
+        request: v1::DeleteVolumeRequest,
+    ) -> CsiFuture<'_, v1::DeleteVolumeResponse> {
+        crate::sync::lock(&self.calls).push(format!("DeleteVolume {}", request.volume_id));
+        Box::pin(async { Ok(v1::DeleteVolumeResponse {}) })
+    }
+    fn get_capacity(&self, _: v1::GetCapacityRequest) -> CsiFuture<'_, v1::GetCapacityResponse> {
+        Box::pin(async { Err(tonic::Status::unimplemented("not in this test")) })
+    }
+    fn list_volumes(&self, _: v1::ListVolumesRequest) -> CsiFuture<'_, v1::ListVolumesResponse> {
+        Box::pin(async { Err(tonic::Status::unimplemented("not in this test")) })
+    }
+    fn controller_get_capabilities(&self) -> CsiFuture<'_, v1::ControllerGetCapabilitiesResponse> {
+        Box::pin(async { Err(tonic::Status::unimplemented("not in this test")) })
+    }
+}
+
+const DRIVER: &str = crate::testing::DRIVER;
+
+fn shell(sim: &Sim, csi: Arc<FakeCsi>) -> Provisioner {
+    let args = crate::cli::Args::try_parse_go_style(["csi-provisioner"]).unwrap();
+    let config = crate::config::Config::from_args(args, |_| None).unwrap();
+    let mut metrics = Metrics::new();
+    let node_metrics = NodeGoneMetrics::register(metrics.registry_mut());
+    let client = sim.client();
+    let ctx = Arc::new(Context {
+        config: Arc::new(config),
+        client: client.clone(),
+        csi,
+        driver: Arc::new(DriverInfo {
+            name: DRIVER.to_owned(),
+            ..DriverInfo::default()
+        }),
+        identity: "identity".to_owned(),
+        volume_attributes_class: false,
+        events: Recorder::new(client, EventSource::provisioner_lib(DRIVER, "host", "id")),
+        metrics: Arc::new(metrics),
+        node_metrics,
+        stores: Stores {
+            pvcs: Writer::default().as_reader(),
+            pvs: Writer::default().as_reader(),
+            classes: Writer::default().as_reader(),
+            nodes: None,
+            csinodes: None,
+            attachments: None,
+        },
+        volume_locks: VolumeLocks::default(),
+        leadership: crate::leader::Leadership::always(),
+    });
+    Provisioner {
+        memory: Mutex::new(ClaimMemory::new(
+            Backoff::new(Duration::from_secs(1), Duration::from_secs(60)),
+            InfeasibleHold::new(crate::retry::INFEASIBLE_HOLD_BACK),
+            Competition::new(Duration::from_secs(1), Duration::from_secs(8)),
+        )),
+        node_topology: None,
+        settings: settings_of(&ctx),
+        ctx,
+    }
+}
+
+/// A claim of our driver carrying the intent for volume `pvc-1` (and `volume_id` when recorded),
+/// then deleted: the API server keeps it, Terminating, until the intent goes.
+async fn deleted_claim_with_intent(sim: &Sim, volume_id: Option<&str>) -> PersistentVolumeClaim {
+    let mut claim = crate::testing::pvc("default", "data")
+        .provisioner(DRIVER)
+        .annotation(names::ANN_INTENT_VOLUME_NAME, "pvc-1")
+        .finalizer(names::FINALIZER_PROVISIONING_INTENT);
+    if let Some(id) = volume_id {
+        claim = claim.annotation(names::ANN_INTENT_VOLUME_ID, id);
+    }
+    let mut claim = claim.build();
+    claim.metadata.uid = None;
+    claim.metadata.resource_version = None;
+    claim.status = None;
+    let api: Api<PersistentVolumeClaim> = Api::namespaced(sim.client(), "default");
+    api.create(&PostParams::default(), &claim).await.unwrap();
+    api.delete("data", &DeleteParams::default()).await.unwrap();
+    api.get("data").await.unwrap()
+}
+
+fn abandoned(volume_id: Option<&str>, replay: bool) -> IntentCleanup {
+    IntentCleanup {
+        volume_name: "pvc-1".to_owned(),
+        volume_id: volume_id.map(str::to_owned),
+        secret: None,
+        replay: replay.then(|| v1::CreateVolumeRequest {
+            name: "pvc-1".to_owned(),
+            ..v1::CreateVolumeRequest::default()
+        }),
+        replay_is_exact: true,
+        reason: crate::provision::intent::CleanupReason::ClaimDeleted,
+    }
+}
+
+async fn claim_gone(sim: &Sim) -> bool {
+    let api: Api<PersistentVolumeClaim> = Api::namespaced(sim.client(), "default");
+    api.get_opt("data").await.unwrap().is_none()
+}
+
+#[tokio::test]
+async fn a_recorded_volume_id_is_deleted_without_a_replay_and_the_claim_is_released() {
+    let sim = Sim::start(SimConfig::bare()).await.unwrap();
+    let csi = Arc::new(FakeCsi {
+        calls: StdMutex::default(),
+        created_id: "unused".to_owned(),
+    });
+    let state = shell(&sim, csi.clone());
+    // The cached copy predates the id; the live claim has it.
+    let mut cached = deleted_claim_with_intent(&sim, Some("vol-1")).await;
+    if let Some(a) = cached.metadata.annotations.as_mut() {
+        a.remove(names::ANN_INTENT_VOLUME_ID);
+    }
+    let cached = Arc::new(cached);
+    cleanup_intent(&state, &cached, abandoned(None, true))
+        .await
+        .unwrap();
+    assert_eq!(*crate::sync::lock(&csi.calls), ["DeleteVolume vol-1"]);
+    assert!(claim_gone(&sim).await, "the intent finalizer is removed");
+}
+
+#[tokio::test]
+async fn without_an_id_the_create_is_replayed_then_the_answered_volume_deleted() {
+    let sim = Sim::start(SimConfig::bare()).await.unwrap();
+    let csi = Arc::new(FakeCsi {
+        calls: StdMutex::default(),
+        created_id: "vol-9".to_owned(),
+    });
+    let state = shell(&sim, csi.clone());
+    let claim = Arc::new(deleted_claim_with_intent(&sim, None).await);
+    cleanup_intent(&state, &claim, abandoned(None, true))
+        .await
+        .unwrap();
+    assert_eq!(
+        *crate::sync::lock(&csi.calls),
+        ["CreateVolume pvc-1", "DeleteVolume vol-9"]
+    );
+    assert!(claim_gone(&sim).await);
+}
+
+#[tokio::test]
+async fn a_volume_whose_pv_exists_is_kept_and_only_the_intent_dropped() {
+    let sim = Sim::start(SimConfig::bare()).await.unwrap();
+    let csi = Arc::new(FakeCsi {
+        calls: StdMutex::default(),
+        created_id: "unused".to_owned(),
+    });
+    let state = shell(&sim, csi.clone());
+    let claim = Arc::new(deleted_claim_with_intent(&sim, Some("vol-1")).await);
+    let pvs: Api<PersistentVolume> = Api::all(sim.client());
+    let mut pv = crate::testing::pv("pvc-1").build();
+    pv.metadata.uid = None;
+    pv.metadata.resource_version = None;
+    pv.status = None;
+    pvs.create(&PostParams::default(), &pv).await.unwrap();
+    cleanup_intent(&state, &claim, abandoned(Some("vol-1"), false))
+        .await
+        .unwrap();
+    assert!(
+        crate::sync::lock(&csi.calls).is_empty(),
+        "no call reaches the driver"
+    );
+    assert!(claim_gone(&sim).await);
+}
