@@ -85,6 +85,7 @@ fn shell(sim: &Sim, csi: Arc<FakeCsi>) -> Provisioner {
         },
         volume_locks: VolumeLocks::default(),
         leadership: crate::leader::Leadership::always(),
+        capacity: Default::default(),
     });
     Provisioner {
         memory: Mutex::new(ClaimMemory::new(
