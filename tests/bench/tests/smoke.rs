@@ -8,13 +8,18 @@ use std::process::Command;
 fn small_run_passes_its_correctness_checks_and_writes_the_report() {
     let bench = Path::new(env!("CARGO_BIN_EXE_bench"));
     let bin_dir = bench.parent().expect("target dir");
-    // The binaries the bench starts (a no-op when they are current).
-    let status = Command::new(env!("CARGO"))
-        .args(["build", "-q", "-p", "kube-sim", "-p", "mock-csi-driver"])
-        .args(["-p", "csi-provisioner", "--bins"])
-        .status()
-        .expect("run cargo build");
-    assert!(status.success(), "building the benchmarked binaries failed");
+    // The binaries the bench starts. `cargo test --workspace` builds them (each has integration
+    // tests); building them here otherwise would change feature unification and rebuild half the
+    // workspace on every switch between `cargo build` and `cargo test`, so only when missing.
+    let tools = ["kube-sim", "mock-csi-driver", "csi-provisioner"];
+    if tools.iter().any(|t| !bin_dir.join(t).exists()) {
+        let status = Command::new(env!("CARGO"))
+            .args(["build", "-q", "-p", "kube-sim", "-p", "mock-csi-driver"])
+            .args(["-p", "csi-provisioner", "--bins"])
+            .status()
+            .expect("run cargo build");
+        assert!(status.success(), "building the benchmarked binaries failed");
+    }
     let out = tempfile::tempdir().expect("tempdir");
     let output = Command::new(bench)
         .arg(format!("--out={}", out.path().display()))
