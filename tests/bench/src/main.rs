@@ -128,6 +128,9 @@ async fn run(args: Args) -> Result<Report> {
             .map_or_else(|| PathBuf::from("target"), Path::to_path_buf)
             .join("bench")
     });
+    // Absolute, since socket paths under it are handed to other processes.
+    std::fs::create_dir_all(&out).with_context(|| format!("create {}", out.display()))?;
+    let out = std::fs::canonicalize(&out)?;
     let mut specs = args.provisioner_bins.clone();
     specs.extend(args.baseline_bin.clone());
     if specs.is_empty() {
@@ -271,10 +274,33 @@ async fn run(args: Args) -> Result<Report> {
     Ok(report)
 }
 
+async fn interrupted() {
+    use tokio::signal::unix::{SignalKind, signal};
+    match signal(SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+        }
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}
+
 #[tokio::main]
 async fn main() {
     let args = Args::parse();
-    match run(args).await {
+    // On Ctrl-C or SIGTERM the run is dropped, which kills every child process it started.
+    let result = tokio::select! {
+        r = run(args) => r,
+        _ = interrupted() => {
+            eprintln!("bench: interrupted; child processes stopped");
+            std::process::exit(130);
+        }
+    };
+    match result {
         Ok(report) => {
             let failures = report.failures();
             if !failures.is_empty() {

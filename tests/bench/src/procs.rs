@@ -200,6 +200,8 @@ impl Driver {
             format!("--drivername={driver_name}"),
             format!("--nodeid={node}"),
             format!("--control={}", control.display()),
+            // The default 1Ti pool holds only 1024 of the bench's 1Gi volumes.
+            "--capacity-total=1Pi".to_string(),
         ];
         if topology {
             args.push("--topology".into());

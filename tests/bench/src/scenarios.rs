@@ -314,6 +314,11 @@ async fn burst_inner(env: &Env, bin: &Bin<'_>, qps: Qps, n: usize, run: &mut Run
     run.metric("p99_s", "claim-to-Bound p99 (s)", percentile(&lat, 99.0));
     let provisioned = r1.since(&r0);
     check_no_double(std::slice::from_ref(&driver), n, run).await?;
+    // The bench's PV watch is a stream of its own, which may trail its claim watch.
+    let _ = wait_until("a PV per bound claim", env.timeout, || async {
+        (tracker.pv_count(|_| true) >= n).then_some(())
+    })
+    .await;
     let pvs = tracker.pv_count(|_| true);
     if pvs != n {
         run.fail(format!("{pvs} PVs for {n} bound claims"));
