@@ -518,6 +518,7 @@ async fn node_inner(
         (tracker.bound_count(&seeds) == seeded).then_some(())
     })
     .await?;
+    let before_start = cluster::requests(&client).await?;
     let mut drivers = Vec::new();
     let mut provs = Vec::new();
     for name in &node_names {
@@ -530,6 +531,18 @@ async fn node_inner(
     }
     env.wait_quiet(&client).await?;
     let r0 = cluster::requests(&client).await?;
+    let startup = r0.since(&before_start);
+    let per_node = nodes.max(1) as f64;
+    run.metric(
+        "startup_requests_per_instance",
+        "start-up API requests per instance (Events apart)",
+        startup.non_event() as f64 / per_node,
+    );
+    run.metric(
+        "startup_writes_per_instance",
+        "start-up API writes per instance (Events apart)",
+        startup.writes() as f64 / per_node,
+    );
     let cpu0: f64 = provs
         .iter()
         .filter_map(|p| p.stats())
@@ -644,6 +657,8 @@ async fn node_inner(
             &deleted,
         ));
     }
+    run.phases
+        .push(Phase::new("start-up", "per instance", per_node, &startup));
     run.phases.push(Phase::new(
         "idle",
         "per instance per minute",
