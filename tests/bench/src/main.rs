@@ -300,6 +300,7 @@ async fn main() {
             std::process::exit(130);
         }
     };
+    let _ = std::fs::remove_dir_all(procs::socket_root());
     match result {
         Ok(report) => {
             let failures = report.failures();

@@ -9,8 +9,6 @@ use mock_csi_driver::ControlClient;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
-use crate::wait::wait_until;
-
 /// /proc/PID/stat counts CPU time in USER_HZ ticks, which Linux fixes at 100 for user space.
 const TICKS_PER_SECOND: f64 = 100.0;
 
@@ -175,6 +173,20 @@ impl KubeSim {
     }
 }
 
+/// Where this bench process keeps its Unix sockets: a short path under the temporary directory.
+pub fn socket_root() -> PathBuf {
+    std::env::temp_dir().join(format!("kube-bench-{}", std::process::id()))
+}
+
+/// A fresh directory for one driver's sockets.
+fn socket_dir() -> Result<PathBuf> {
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let d = socket_root().join(n.to_string());
+    std::fs::create_dir_all(&d).with_context(|| format!("create {}", d.display()))?;
+    Ok(d)
+}
+
 /// A mock CSI driver process.
 pub struct Driver {
     /// Held so the process lives as long as this value (killed on drop).
@@ -193,8 +205,10 @@ impl Driver {
     ) -> Result<Self> {
         let base = dir.join(format!("driver-{node}"));
         std::fs::create_dir_all(&base)?;
-        let socket = base.join("csi.sock");
-        let control = base.join("control.sock");
+        // Unix socket paths must be short (108 bytes), so they live apart from the work directory.
+        let sockets = socket_dir()?;
+        let socket = sockets.join("csi.sock");
+        let control = sockets.join("control.sock");
         let mut args = vec![
             format!("--endpoint=unix://{}", socket.display()),
             format!("--drivername={driver_name}"),
@@ -214,18 +228,23 @@ impl Driver {
             &env,
             &base.join("driver.log"),
         )?;
-        let d = Self {
+        let mut d = Self {
             _proc: proc,
             socket,
             control,
         };
         // Accepting connections, not merely bound: the socket file appears before `listen`.
-        wait_until(
-            "the mock driver's control socket",
-            Duration::from_secs(60),
-            || async { ControlClient::connect(&d.control).await.ok().map(drop) },
-        )
-        .await?;
+        let start = std::time::Instant::now();
+        while ControlClient::connect(&d.control).await.is_err() {
+            d._proc.check_alive()?;
+            if start.elapsed() > Duration::from_secs(120) {
+                bail!(
+                    "the mock driver's control socket {} did not answer within 120 s",
+                    d.control.display()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
         Ok(d)
     }
 
