@@ -1,0 +1,320 @@
+//! Benchmark: starts kube-sim, the mock CSI driver and provisioner binaries as separate processes,
+//! runs the burst, restart and node scenarios against each binary, and writes
+//! `report.md` and `report.json`. Exits 1 when a volume leaked, was created twice, or a claim
+//! never bound (correctness, never timings); 2 when it could not run at all.
+
+mod cluster;
+mod procs;
+mod report;
+mod scenarios;
+mod wait;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use clap::{Parser, ValueEnum};
+
+use report::{Binary, Report, Scenario};
+use scenarios::{Bin, Env, Qps};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum ScenarioName {
+    Burst,
+    Restart,
+    Node,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum QpsName {
+    /// --kube-api-qps 5 --kube-api-burst 10 (both sidecars' defaults)
+    Default,
+    /// --kube-api-qps 1000 --kube-api-burst 2000
+    Raised,
+}
+
+/// Benchmark one or two csi-provisioner binaries side by side on kube-sim and the mock CSI driver.
+#[derive(Debug, Parser)]
+#[command(
+    name = "bench",
+    after_help = "\
+Build first: cargo build --release --workspace. Then e.g.
+  cargo run -p bench --release -- --scenario burst --qps default --claims 200 \\
+      --provisioner-bin ours=target/release/csi-provisioner --provisioner-bin upstream=/path/to/csi-provisioner
+A provisioner counts as ready when a log line contains one of the --ready-log strings."
+)]
+struct Args {
+    /// Provisioner binary to measure, as PATH or LABEL=PATH; give it twice to compare two
+    /// (the report's ratio is first / second). Default: csi-provisioner next to this binary.
+    #[arg(long = "provisioner-bin", value_name = "[LABEL=]PATH")]
+    provisioner_bins: Vec<String>,
+    /// A second binary to compare with (same as a second --provisioner-bin).
+    #[arg(long, value_name = "[LABEL=]PATH")]
+    baseline_bin: Option<String>,
+    /// Scenarios to run (comma-separated or repeated).
+    #[arg(long = "scenario", value_enum, value_delimiter = ',', default_values = ["burst", "restart", "node"])]
+    scenarios: Vec<ScenarioName>,
+    /// QPS settings to run each scenario at.
+    #[arg(long = "qps", value_enum, value_delimiter = ',', default_values = ["default", "raised"])]
+    qps: Vec<QpsName>,
+    /// Burst: claims created at once; several sizes comma-separated.
+    #[arg(long, value_delimiter = ',', default_values_t = [1000usize])]
+    claims: Vec<usize>,
+    /// Restart: bound claims with PVs when the provisioner restarts.
+    #[arg(long, default_value_t = 10_000)]
+    restart_claims: usize,
+    /// Node mode: nodes, each with a driver and a --node-deployment provisioner.
+    #[arg(long, default_value_t = 50)]
+    nodes: usize,
+    /// Node mode: WaitForFirstConsumer claims spread over the nodes.
+    #[arg(long, default_value_t = 1000)]
+    node_claims: usize,
+    /// Node mode: bound PV/PVC pairs seeded on another node (one without the driver).
+    #[arg(long, default_value_t = 0)]
+    node_seeded: usize,
+    /// Longest wait for any one condition, in seconds.
+    #[arg(long, default_value_t = 1800)]
+    timeout: u64,
+    /// Seconds without a provisioner request that end start-up; also the idle window.
+    #[arg(long, default_value_t = 10)]
+    idle: u64,
+    /// Where report.md, report.json and the work directories go. Default: target/bench.
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Directory holding the kube-sim and mock-csi-driver binaries. Default: this binary's.
+    #[arg(long)]
+    bin_dir: Option<PathBuf>,
+    /// Extra flag for every provisioner (repeatable), e.g. --provisioner-arg=--v=0.
+    #[arg(long = "provisioner-arg", allow_hyphen_values = true)]
+    provisioner_args: Vec<String>,
+    /// Log text that means "ready" (repeatable). Defaults: this project's and upstream's.
+    #[arg(long = "ready-log", default_values = ["starting controllers", "Started provisioner controller"])]
+    ready_log: Vec<String>,
+}
+
+fn label_and_path(spec: &str) -> (Option<String>, PathBuf) {
+    match spec.split_once('=') {
+        Some((l, p)) if !l.is_empty() && !l.contains('/') => (Some(l.to_string()), p.into()),
+        _ => (None, spec.into()),
+    }
+}
+
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "?".into())
+}
+
+fn write_report(out: &Path, report: &Report) -> Result<()> {
+    std::fs::create_dir_all(out)?;
+    std::fs::write(out.join("report.md"), report.markdown())?;
+    std::fs::write(
+        out.join("report.json"),
+        serde_json::to_string_pretty(report)?,
+    )?;
+    Ok(())
+}
+
+async fn run(args: Args) -> Result<Report> {
+    let exe = std::env::current_exe()?;
+    let exe_dir = exe
+        .parent()
+        .context("bench binary directory")?
+        .to_path_buf();
+    let bin_dir = args.bin_dir.clone().unwrap_or_else(|| exe_dir.clone());
+    let out = args.out.clone().unwrap_or_else(|| {
+        exe_dir
+            .parent()
+            .map_or_else(|| PathBuf::from("target"), Path::to_path_buf)
+            .join("bench")
+    });
+    // Absolute, since socket paths under it are handed to other processes.
+    std::fs::create_dir_all(&out).with_context(|| format!("create {}", out.display()))?;
+    let out = std::fs::canonicalize(&out)?;
+    let mut specs = args.provisioner_bins.clone();
+    specs.extend(args.baseline_bin.clone());
+    if specs.is_empty() {
+        specs.push(bin_dir.join("csi-provisioner").display().to_string());
+    }
+    if specs.len() > 2 {
+        bail!(
+            "give at most two provisioner binaries (--provisioner-bin twice, or once with --baseline-bin)"
+        );
+    }
+    let mut binaries = Vec::new();
+    for spec in &specs {
+        let (label, path) = label_and_path(spec);
+        let path = std::fs::canonicalize(&path).with_context(|| {
+            format!("provisioner binary {} not found; build it (cargo build --release --workspace) or fix the path", path.display())
+        })?;
+        let mut label = label.unwrap_or_else(|| {
+            path.file_name()
+                .map_or("provisioner".into(), |f| f.to_string_lossy().into_owned())
+        });
+        if binaries.iter().any(|b: &Binary| b.label == label) {
+            label.push_str("-2");
+        }
+        binaries.push(Binary {
+            version: procs::version_of(&path).await,
+            label,
+            path: path.display().to_string(),
+        });
+    }
+    for tool in ["kube-sim", "mock-csi-driver"] {
+        if !bin_dir.join(tool).exists() {
+            bail!(
+                "{} not found; build the workspace (cargo build --release --workspace) or pass --bin-dir",
+                bin_dir.join(tool).display()
+            );
+        }
+    }
+    let env = Env {
+        kube_sim: bin_dir.join("kube-sim"),
+        driver: bin_dir.join("mock-csi-driver"),
+        work: out.join("work"),
+        extra_args: args.provisioner_args.clone(),
+        ready_log: args.ready_log.clone(),
+        timeout: Duration::from_secs(args.timeout),
+        idle: Duration::from_secs(args.idle),
+    };
+    let mut report = Report {
+        command: std::env::args().collect::<Vec<_>>().join(" "),
+        date: jiff::Timestamp::now().to_string(),
+        cores: std::thread::available_parallelism().map_or(0, |n| n.get()),
+        load_average_start: load_average(),
+        load_average_end: String::new(),
+        binaries: binaries.clone(),
+        scenarios: Vec::new(),
+        notes: vec![
+            "kube-sim, the mock driver(s), the provisioner(s) and the bench itself share the machine; \
+             compare ratios rather than absolute times"
+                .into(),
+            "requests are those not sent by the bench (User-Agent kube-bench), i.e. the provisioner's; \
+             Event requests are counted apart"
+                .into(),
+        ],
+    };
+    let qps: Vec<Qps> = args
+        .qps
+        .iter()
+        .map(|q| match q {
+            QpsName::Default => Qps::DEFAULT,
+            QpsName::Raised => Qps::RAISED,
+        })
+        .collect();
+    let mut plan: Vec<(ScenarioName, usize)> = Vec::new();
+    for s in &args.scenarios {
+        match s {
+            ScenarioName::Burst => plan.extend(args.claims.iter().map(|n| (*s, *n))),
+            _ => plan.push((*s, 0)),
+        }
+    }
+    for (scenario, size) in plan {
+        for q in &qps {
+            let (key, title) = match scenario {
+                ScenarioName::Burst => (
+                    "burst",
+                    format!("burst of {size} claims, Immediate binding"),
+                ),
+                ScenarioName::Restart => (
+                    "restart",
+                    format!(
+                        "restart with {} bound claims (provisioned at QPS 1000), restarted at this QPS",
+                        args.restart_claims
+                    ),
+                ),
+                ScenarioName::Node => (
+                    "node",
+                    format!(
+                        "node mode: {} nodes, {} WaitForFirstConsumer claims, {} bound pairs on another node",
+                        args.nodes, args.node_claims, args.node_seeded
+                    ),
+                ),
+            };
+            let mut sc = Scenario {
+                scenario: key.into(),
+                title,
+                qps: q.title(),
+                runs: Vec::new(),
+            };
+            for b in &binaries {
+                let bin = Bin {
+                    label: &b.label,
+                    path: Path::new(&b.path),
+                };
+                eprintln!("bench: {} [{}] with {} ...", sc.title, sc.qps, b.label);
+                let run = match scenario {
+                    ScenarioName::Burst => scenarios::burst(&env, &bin, *q, size).await,
+                    ScenarioName::Restart => {
+                        scenarios::restart(&env, &bin, *q, args.restart_claims).await
+                    }
+                    ScenarioName::Node => {
+                        scenarios::node(
+                            &env,
+                            &bin,
+                            *q,
+                            args.nodes,
+                            args.node_claims,
+                            args.node_seeded,
+                        )
+                        .await
+                    }
+                };
+                sc.runs.push(run);
+            }
+            report.scenarios.push(sc);
+            report.load_average_end = load_average();
+            // Written after every scenario, so a long run that is cut short still leaves a report.
+            write_report(&out, &report)?;
+        }
+    }
+    report.load_average_end = load_average();
+    write_report(&out, &report)?;
+    eprintln!("bench: wrote {}", out.join("report.md").display());
+    Ok(report)
+}
+
+async fn interrupted() {
+    use tokio::signal::unix::{SignalKind, signal};
+    match signal(SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+        }
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}
+
+#[tokio::main]
+async fn main() {
+    let args = Args::parse();
+    // On Ctrl-C or SIGTERM the run is dropped, which kills every child process it started.
+    let result = tokio::select! {
+        r = run(args) => r,
+        _ = interrupted() => {
+            eprintln!("bench: interrupted; child processes stopped");
+            std::process::exit(130);
+        }
+    };
+    let _ = std::fs::remove_dir_all(procs::socket_root());
+    match result {
+        Ok(report) => {
+            let failures = report.failures();
+            if !failures.is_empty() {
+                eprintln!("bench: {} correctness failure(s):", failures.len());
+                for f in failures {
+                    eprintln!("  {f}");
+                }
+                std::process::exit(1);
+            }
+        }
+        Err(e) => {
+            eprintln!("bench: {e:#}");
+            std::process::exit(2);
+        }
+    }
+}

@@ -1,0 +1,78 @@
+//! CI smoke run of the benchmark at a tiny size, against this project's debug binaries: the
+//! correctness checks hold and both report files are written. Never asserts a timing.
+
+use std::path::Path;
+use std::process::Command;
+
+#[test]
+fn small_run_passes_its_correctness_checks_and_writes_the_report() {
+    let bench = Path::new(env!("CARGO_BIN_EXE_bench"));
+    let bin_dir = bench.parent().expect("target dir");
+    // The binaries the bench starts. `cargo test --workspace` builds them (each has integration
+    // tests); building them here otherwise would change feature unification and rebuild half the
+    // workspace on every switch between `cargo build` and `cargo test`, so only when missing.
+    let tools = ["kube-sim", "mock-csi-driver", "csi-provisioner"];
+    if tools.iter().any(|t| !bin_dir.join(t).exists()) {
+        let status = Command::new(env!("CARGO"))
+            .args(["build", "-q", "-p", "kube-sim", "-p", "mock-csi-driver"])
+            .args(["-p", "csi-provisioner", "--bins"])
+            .status()
+            .expect("run cargo build");
+        assert!(status.success(), "building the benchmarked binaries failed");
+    }
+    let out = tempfile::tempdir().expect("tempdir");
+    let output = Command::new(bench)
+        .arg(format!("--out={}", out.path().display()))
+        .arg(format!("--bin-dir={}", bin_dir.display()))
+        .arg(format!(
+            "--provisioner-bin=ours={}",
+            bin_dir.join("csi-provisioner").display()
+        ))
+        .args(["--scenario=burst,restart,node", "--qps=raised"])
+        .args(["--claims=20", "--restart-claims=200"])
+        .args(["--nodes=3", "--node-claims=12", "--node-seeded=20"])
+        .args(["--idle=1", "--timeout=120"])
+        .output()
+        .expect("run the bench");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "bench failed:\n{stderr}");
+
+    let md = std::fs::read_to_string(out.path().join("report.md")).expect("report.md");
+    let json: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(out.path().join("report.json")).expect("report.json"),
+    )
+    .expect("report.json is JSON");
+    assert!(
+        md.contains("no leaked or doubled volume, every claim bound"),
+        "{md}"
+    );
+    let scenarios = json["scenarios"].as_array().expect("scenarios");
+    let names: Vec<&str> = scenarios
+        .iter()
+        .filter_map(|s| s["scenario"].as_str())
+        .collect();
+    assert_eq!(names, ["burst", "restart", "node"]);
+    for s in scenarios {
+        let run = &s["runs"][0];
+        assert_eq!(run["failures"], serde_json::json!([]), "{s}");
+        let metric = |key: &str| {
+            run["metrics"]
+                .as_array()
+                .and_then(|m| m.iter().find(|m| m["key"] == key))
+                .map(|m| m["value"].clone())
+                .unwrap_or_else(|| panic!("metric {key} missing in {s}"))
+        };
+        match s["scenario"].as_str() {
+            // The provisioner's own requests were counted: at least a PV create per claim.
+            Some("burst") => {
+                assert!(metric("req_per_provisioned").as_f64() >= Some(1.0), "{s}");
+                assert!(metric("peak_rss_mib").as_f64() > Some(0.0), "{s}");
+            }
+            Some("restart") => {
+                assert_eq!(metric("bound_claims").as_f64(), Some(200.0));
+                assert!(metric("startup_requests").as_f64() >= Some(1.0), "{s}");
+            }
+            _ => assert!(metric("total_rss_mib").as_f64() > Some(0.0), "{s}"),
+        }
+    }
+}
