@@ -147,12 +147,30 @@ impl EventQueue {
 }
 
 /// Waits for a spare token of `gate` (none needed without a rate limit).
+///
+/// Under demand that never pauses (a claim failing and being retried in a tight loop) no token is
+/// ever spare; an event then takes its turn like a worker after [`MAX_SPARE_WAIT`], so events
+/// still arrive, at one per that wait at most: a bounded share of the budget.
 pub(super) async fn spare_token(gate: Option<&TokenBucket>) {
     let Some(bucket) = gate else { return };
-    while let Err(wait) = bucket.try_acquire_spare() {
+    let deadline = tokio::time::Instant::now() + MAX_SPARE_WAIT;
+    loop {
+        let wait = match bucket.try_acquire_spare() {
+            Ok(()) => return,
+            Err(wait) => wait,
+        };
+        if tokio::time::Instant::now() >= deadline {
+            break;
+        }
+        tokio::time::sleep(wait).await;
+    }
+    while let Err(wait) = bucket.try_acquire() {
         tokio::time::sleep(wait).await;
     }
 }
+
+/// How long an event waits for a spare token before it takes one like a worker.
+pub(super) const MAX_SPARE_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// The one background sender of a queued recorder: in order, one request at a time.
 pub(super) async fn send_queued(
