@@ -261,7 +261,9 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
                 &driver,
                 node.as_deref(),
             );
-            backlog.claims_with_intent.set(claims);
+            backlog.claims_with_intent.set(
+                claims + backlog.ledger_intents.load(std::sync::atomic::Ordering::Relaxed),
+            );
             backlog.volumes_awaiting_deletion.set(volumes);
             let counts = count_operator(
                 &stores.pvcs.state(),

@@ -139,6 +139,9 @@ pub(crate) struct BacklogMetrics {
     pub(crate) claims_with_intent: Gauge,
     /// `csi_provisioner_volumes_awaiting_deletion`.
     pub(crate) volumes_awaiting_deletion: Gauge,
+    /// Entries of the intent ledger, kept current by the ledger; added to
+    /// `csi_provisioner_claims_with_intent` when scraped.
+    pub(crate) ledger_intents: std::sync::Arc<std::sync::atomic::AtomicI64>,
 }
 
 /// Labels of `csi_provisioner_retries_total`.

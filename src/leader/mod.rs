@@ -46,7 +46,6 @@ impl Leadership {
     }
 
     /// Whether an operation may be issued now.
-    #[cfg(test)]
     pub(crate) fn is_acting(&self) -> bool {
         match &self.until {
             None => true,

@@ -30,3 +30,12 @@ pub(crate) fn is_ours(pvc: &PersistentVolumeClaim, driver: &str) -> bool {
     provisioner(pvc) == Some(driver)
         || non_empty_annotation(&pvc.metadata, names::ANN_MIGRATED_TO) == Some(driver)
 }
+
+/// The PV the claim is bound to (`spec.volumeName`), when set.
+pub(crate) fn bound_volume(pvc: &PersistentVolumeClaim) -> Option<&str> {
+    pvc.spec
+        .as_ref()?
+        .volume_name
+        .as_deref()
+        .filter(|v| !v.is_empty())
+}

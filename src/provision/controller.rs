@@ -21,6 +21,8 @@ use super::classify::{
     ProvisioningState, infeasible_event_message, is_infeasible, provisioning_state,
 };
 use super::intent::{intent_removal_step, intent_write_step};
+use super::ledger::Entry;
+use super::ledger::store::{Ledger, LedgerError};
 use super::memory::ClaimMemory;
 use super::plan::{
     self, AfterReplay, ClaimContext, ClaimDecision, CleanupStep, ClearReason, IgnoreReason,
@@ -49,6 +51,7 @@ mod compete;
 mod execute;
 mod gone_node;
 mod report;
+mod resolve;
 
 use claim_writes::*;
 use cleanup::cleanup_intent;
@@ -91,6 +94,8 @@ struct Provisioner {
     memory: Mutex<ClaimMemory>,
     /// Node mode: the fixed topology view built from NodeGetInfo (as upstream).
     node_topology: Option<StaticTopology>,
+    /// Where intents are recorded (controller mode; off in node mode or without Lease RBAC).
+    ledger: Ledger,
 }
 
 impl Provisioner {
@@ -170,8 +175,10 @@ pub(crate) async fn run(
         || Competition::new(Duration::from_secs(20), Duration::from_secs(60)),
         |n| Competition::new(n.base_delay, n.max_delay),
     );
+    let ledger = open_ledger(&ctx).await;
     let p = &ctx.config.provisioning;
     let state = Arc::new(Provisioner {
+        ledger: ledger.clone(),
         memory: Mutex::new(ClaimMemory::new(
             Backoff::new(p.retry_interval_start, p.retry_interval_max),
             InfeasibleHold::new(crate::retry::INFEASIBLE_HOLD_BACK),
@@ -240,18 +247,63 @@ pub(crate) async fn run(
     let pruned = state.clone();
     let prune = move || pruned.forget_vanished_claims();
     let span = info_span!("provisioning");
-    skeleton::drive(
-        &ctx,
-        span,
-        "claim",
-        controller,
-        reconcile,
-        error_policy,
-        state,
-        prune,
-        shutdown,
+    // The committer outlives the workers (one may still wait for a commit) and then flushes what
+    // is pending.
+    let (stopped, stop) = tokio::sync::oneshot::channel::<()>();
+    let committer = ledger.run_committer(ctx.leadership.clone(), async {
+        let _ = stop.await;
+    });
+    let resolver = resolve::run_resolver(state.clone(), shutdown.clone());
+    let workers = async {
+        skeleton::drive(
+            &ctx,
+            span,
+            "claim",
+            controller,
+            reconcile,
+            error_policy,
+            state,
+            prune,
+            shutdown,
+        )
+        .await;
+        let _ = stopped.send(());
+    };
+    tokio::join!(workers, committer, resolver);
+}
+
+/// The intent ledger of this driver, in the leader-election namespace (where upstream's Role
+/// grants Leases). Node mode keeps intents on the claims: each instance's in-flight volumes
+/// would need a ledger of their own, finished by the dead-node clean-up.
+async fn open_ledger(ctx: &Context) -> Ledger {
+    if ctx.config.node_deployment.is_some() {
+        return Ledger::disabled();
+    }
+    let namespace = ledger_namespace(&ctx.config);
+    let base = crate::leader::decide::lease_name(&ctx.driver.name);
+    Ledger::open(
+        ctx.client.clone(),
+        &namespace,
+        &base,
+        ctx.metrics.backlog.ledger_intents.clone(),
     )
-    .await;
+    .await
+}
+
+/// The ledger's namespace: the Lease namespace's rules (`--leader-election-namespace`, else
+/// `POD_NAMESPACE`, else the service account's, else `default`), also without leader election.
+pub(crate) fn ledger_namespace(config: &crate::config::Config) -> String {
+    if let Some(options) = &config.leader_election {
+        return crate::leader::lease_namespace(options);
+    }
+    std::env::var("POD_NAMESPACE")
+        .ok()
+        .or_else(|| {
+            std::fs::read_to_string("/var/run/secrets/kubernetes.io/serviceaccount/namespace").ok()
+        })
+        .map(|ns| ns.trim().to_owned())
+        .filter(|ns| !ns.is_empty())
+        .unwrap_or_else(|| "default".to_owned())
 }
 
 /// Unbound claims in `claims` whose selected node is one of `nodes`.

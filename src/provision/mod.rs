@@ -4,6 +4,7 @@
 pub(crate) mod classify;
 pub(crate) mod controller;
 pub(crate) mod intent;
+pub(crate) mod ledger;
 pub(crate) mod memory;
 pub(crate) mod params;
 pub(crate) mod plan;

@@ -85,9 +85,16 @@ pub(super) async fn provision(
         debug!(volume = %plan.volume_name, "volume busy with another operation; retrying shortly");
         return Ok(Action::requeue(LOCK_RETRY));
     };
-    // The cache may lag behind a PV created moments ago (or by an earlier run): never call
-    // CreateVolume again for a volume whose PV exists.
-    if pv_exists(state, &plan.volume_name).await? {
+    // The cache, not a live read: if it lags behind a PV created moments ago, CreateVolume is
+    // replayed for the same name (idempotent: the same volume) and the PV create answers
+    // AlreadyExists, which is success for the same volume handle. Never a second volume.
+    if state
+        .ctx
+        .stores
+        .pvs
+        .get(&ObjectRef::new(&plan.volume_name))
+        .is_some()
+    {
         return Ok(Action::await_change());
     }
     provisioning_event(state, pvc);
@@ -104,7 +111,20 @@ pub(super) async fn provision(
 
     // The freshest copy of the claim, to seed the intent removal with.
     let mut claim = pvc.as_ref().clone();
+    // Whether the intent is in the ledger (else on the claim, or both for a migrated claim).
+    let mut ledgered = false;
     if plan.needs_intent_write {
+        match state
+            .ledger
+            .record(Entry::new(pvc, &plan.request, plan.provisioner_secret.as_ref()))
+            .await
+        {
+            Ok(()) => ledgered = true,
+            Err(LedgerError::Disabled) => {}
+            Err(e) => return Err(fail(state, pvc, ledger_failure(&e))),
+        }
+    }
+    if plan.needs_intent_write && !ledgered {
         match write_intent(state, pvc, &plan).await {
             Ok(PatchOutcome::Patched(fresh) | PatchOutcome::Unchanged(fresh)) => claim = fresh,
             // Deleted meanwhile: nothing was started, so nothing can leak.
@@ -142,6 +162,25 @@ pub(super) async fn provision(
         }
     };
     info!(claim = %claim_name(pvc), volume = %plan.volume_name, volume_id = %created.volume_id, "volume created");
+    if ledgered && claim_abandoned(state, pvc) {
+        // Deleted while the volume was being created: no PV for a claim that is gone (it would
+        // only be released and deleted again, at three more writes); the entry is dropped once
+        // the volume is deleted, or resolved later if that fails.
+        state.ledger.set_id(&plan.volume_name, &created.volume_id);
+        return match delete_volume(state, &created.volume_id, plan.provisioner_secret.as_ref())
+            .await
+        {
+            Ok(()) => {
+                info!(claim = %claim_name(pvc), volume = %plan.volume_name, "claim deleted during CreateVolume; volume deleted again");
+                state.ledger.forget(&plan.volume_name);
+                Ok(Action::await_change())
+            }
+            Err(e) => {
+                warn!(claim = %claim_name(pvc), volume = %plan.volume_name, "claim deleted during CreateVolume; deleting the volume failed, retrying: {e}");
+                Ok(Action::await_change())
+            }
+        };
+    }
 
     let mut pv = build_pv(&plan.pv, &created);
     if let Some(mode) = &state.settings.node {
@@ -159,7 +198,10 @@ pub(super) async fn provision(
     }
     ctx.capacity.volume_changed(&pv);
     state.memory().provisioned(&key);
-    finish_intent(state, &claim, &plan.volume_name).await?;
+    state.ledger.forget(&plan.volume_name);
+    if plan::has_intent(&claim) {
+        finish_intent(state, &claim, &plan.volume_name).await?;
+    }
     ctx.events.emit(
         reference_to(pvc.as_ref()),
         EventSpec::normal(
@@ -171,6 +213,26 @@ pub(super) async fn provision(
         .provision
         .succeeded(&class_label(pvc), &source_label(pvc), started.elapsed());
     Ok(Action::await_change())
+}
+
+/// Whether the claim was deleted (or is being deleted) since this reconcile read it, as the cache
+/// says now.
+fn claim_abandoned(state: &Provisioner, pvc: &PersistentVolumeClaim) -> bool {
+    let cached = state
+        .ctx
+        .stores
+        .pvcs
+        .get(&ObjectRef::new(&pvc.name_any()).within(&pvc.namespace().unwrap_or_default()));
+    cached.is_none_or(|c| {
+        c.metadata.uid != pvc.metadata.uid || c.metadata.deletion_timestamp.is_some()
+    })
+}
+
+/// The ProvisioningFailed message for an intent the ledger could not record.
+fn ledger_failure(error: &LedgerError) -> String {
+    format!(
+        "no volume is created until the provisioning intent is recorded, and that failed: {error}; retrying"
+    )
 }
 
 /// CreateVolume failed: classify as upstream does and act on the state.
@@ -257,7 +319,11 @@ pub(super) async fn create_pv(
             Ok(())
         }
         Some((ApiErrorClass::AlreadyExists, _)) => {
-            let existing = api.get_opt(&name).await.ok().flatten();
+            let cached = state.ctx.stores.pvs.get(&ObjectRef::new(&name));
+            let existing = match cached {
+                Some(pv) => Some(pv.as_ref().clone()),
+                None => api.get_opt(&name).await.ok().flatten(),
+            };
             let same = existing
                 .as_ref()
                 .and_then(|p| p.spec.as_ref()?.csi.as_ref())

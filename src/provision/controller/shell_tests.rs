@@ -94,6 +94,7 @@ fn shell(sim: &Sim, csi: Arc<FakeCsi>) -> Provisioner {
             Competition::new(Duration::from_secs(1), Duration::from_secs(8)),
         )),
         node_topology: None,
+        ledger: Ledger::disabled(),
         settings: settings_of(&ctx),
         ctx,
     }

@@ -1,0 +1,180 @@
+//! The ledger's resolver: every entry whose claim no longer wants its volume (claim gone, being
+//! deleted, bound elsewhere) gets its volume deleted (CreateVolume replayed first when the id is
+//! unknown) and is dropped; an entry whose PV exists is dropped. Runs at start-up, which also
+//! finishes what an earlier leader or a crashed process left, and then every [`RESOLVE_EVERY`]
+//! over the in-memory ledger: API requests only for entries that need a clean-up.
+
+#[allow(clippy::wildcard_imports)]
+use super::*;
+
+use crate::provision::ledger::{self, CleanupCause, Entry, Resolution};
+
+/// How often the ledger is compared with the caches.
+const RESOLVE_EVERY: Duration = Duration::from_secs(2);
+
+/// Resolves entries until shutdown.
+pub(super) async fn run_resolver(state: Arc<Provisioner>, shutdown: Shutdown) {
+    if !state.ledger.is_enabled() {
+        return;
+    }
+    let p = &state.ctx.config.provisioning;
+    let mut backoff = Backoff::new(p.retry_interval_start, p.retry_interval_max);
+    let mut not_before: HashMap<String, Instant> = HashMap::new();
+    let stop = shutdown.requested();
+    tokio::pin!(stop);
+    loop {
+        let entries = state.ledger.entries();
+        not_before.retain(|volume, _| entries.iter().any(|e| &e.volume == volume));
+        for entry in entries {
+            if not_before
+                .get(&entry.volume)
+                .is_some_and(|t| Instant::now() < *t)
+            {
+                continue;
+            }
+            match resolve_one(&state, &entry).await {
+                Ok(()) => {
+                    backoff.reset(&entry.volume);
+                    not_before.remove(&entry.volume);
+                }
+                Err(message) => {
+                    let delay = backoff.failed(&entry.volume);
+                    debug!(volume = %entry.volume, ?delay, "{message}");
+                    not_before.insert(entry.volume.clone(), Instant::now() + delay);
+                }
+            }
+        }
+        tokio::select! {
+            () = &mut stop => return,
+            () = tokio::time::sleep(RESOLVE_EVERY) => {}
+        }
+    }
+}
+
+/// Resolves one entry; an error is retried with backoff.
+async fn resolve_one(state: &Provisioner, entry: &Entry) -> Result<(), String> {
+    let stores = &state.ctx.stores;
+    let pv_cached = stores.pvs.get(&ObjectRef::new(&entry.volume)).is_some();
+    let claim = stores
+        .pvcs
+        .get(&ObjectRef::new(&entry.claim).within(&entry.namespace));
+    let cause = match ledger::resolve(entry, pv_cached, claim.as_deref()) {
+        Resolution::Keep => return Ok(()),
+        Resolution::Drop => {
+            state.ledger.forget(&entry.volume);
+            return Ok(());
+        }
+        Resolution::Cleanup(cause) => cause,
+    };
+    // A worker on this volume decides itself (and a clean-up must not race a CreateVolume).
+    let Some(_lock) = state.ctx.volume_locks.try_lock(&entry.volume) else {
+        return Ok(());
+    };
+    // The caches may lag behind a PV created or a claim re-read moments ago: this path deletes a
+    // volume, so both are live reads (rare: only abandoned entries get here).
+    if pv_exists(state, &entry.volume)
+        .await
+        .map_err(|e| e.to_string())?
+    {
+        state.ledger.forget(&entry.volume);
+        return Ok(());
+    }
+    let live = Api::<PersistentVolumeClaim>::namespaced(state.ctx.client.clone(), &entry.namespace)
+        .get_opt(&entry.claim)
+        .await
+        .map_err(|e| format!("reading claim {}: {}", entry.claim_name(), describe(&e)))?;
+    let cause = match ledger::resolve(entry, false, live.as_ref()) {
+        Resolution::Cleanup(live_cause) => live_cause,
+        // The claim still wants it after all (the cache lagged): the controller goes on.
+        Resolution::Keep | Resolution::Drop => {
+            debug!(volume = %entry.volume, cached = ?cause, "ledger entry still wanted");
+            return Ok(());
+        }
+    };
+    let claim = live.filter(|c| c.metadata.uid.as_deref() == Some(entry.uid.as_str()));
+    cleanup_entry(state, entry, &cause, claim.as_ref()).await
+}
+
+/// Deletes the volume of an abandoned entry, then drops the entry.
+async fn cleanup_entry(
+    state: &Provisioner,
+    entry: &Entry,
+    cause: &CleanupCause,
+    claim: Option<&PersistentVolumeClaim>,
+) -> Result<(), String> {
+    let replay = entry.request();
+    let cleanup = IntentCleanup {
+        volume_name: entry.volume.clone(),
+        volume_id: entry.id.clone(),
+        secret: entry.secret_ref(),
+        replay_is_exact: replay.is_some(),
+        replay,
+        reason: match cause {
+            CleanupCause::BoundElsewhere(pv) => plan::CleanupReason::BoundElsewhere(pv.clone()),
+            CleanupCause::ClaimGone | CleanupCause::ClaimDeleting => {
+                plan::CleanupReason::ClaimDeleted
+            }
+        },
+    };
+    let report = |message: String| {
+        warn!(claim = %entry.claim_name(), volume = %entry.volume, "{message}");
+        if let Some(claim) = claim {
+            state.ctx.events.emit(
+                reference_to(claim),
+                EventSpec::warning(names::EVENT_PROVISIONING_CLEANUP_FAILED, message.clone()),
+            );
+        }
+        message
+    };
+    let mut step = plan::cleanup_step(&cleanup, &PersistentVolumeClaim::default(), false);
+    if let CleanupStep::Replay(request) = step {
+        let mut request = *request;
+        if let Some(secret) = &cleanup.secret {
+            request.secrets = secret_data(state, secret)
+                .await
+                .map_err(|e| report(e.to_string()))?;
+        }
+        let answer = create_volume(state, request).await;
+        let verdict = match &answer {
+            Ok(response) => plan::after_replay(
+                &cleanup,
+                Ok(response
+                    .volume
+                    .as_ref()
+                    .map_or("", |v| v.volume_id.as_str())),
+            ),
+            Err(status) => plan::after_replay(
+                &cleanup,
+                Err((status.code(), &crate::csi::rpc_error(status))),
+            ),
+        };
+        step = match verdict {
+            AfterReplay::Delete(volume_id) => {
+                // Remembered: if the delete fails, the next attempt needs no replay.
+                state.ledger.set_id(&entry.volume, &volume_id);
+                CleanupStep::DeleteVolume {
+                    volume_id,
+                    record_id: false,
+                }
+            }
+            AfterReplay::NoVolumeId(message) => {
+                report(message);
+                CleanupStep::DropIntent
+            }
+            AfterReplay::VolumeAbsent => CleanupStep::DropIntent,
+            AfterReplay::Retry(message) => return Err(report(message)),
+        };
+    }
+    if let CleanupStep::DeleteVolume { volume_id, .. } = &step {
+        delete_volume(state, volume_id, cleanup.secret.as_ref())
+            .await
+            .map_err(|e| {
+                report(format!(
+                    "error deleting volume {volume_id} of a deleted claim: {e}"
+                ))
+            })?;
+        info!(claim = %entry.claim_name(), volume = %entry.volume, %volume_id, ?cause, "volume of an abandoned provisioning deleted");
+    }
+    state.ledger.forget(&entry.volume);
+    Ok(())
+}

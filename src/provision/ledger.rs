@@ -1,0 +1,390 @@
+//! The intent ledger: the durable record that a CreateVolume may be in flight, kept in a few Lease
+//! objects of the sidecar's namespace instead of a finalizer and annotations on every claim.
+//!
+//! Why: the per-claim record cost two claim writes per volume (intent on, intent off), under the
+//! same rate limit as the PV create, which made provisioning several times slower than upstream.
+//! Here one Lease write commits the intents of every worker waiting at that moment (group commit),
+//! and removals ride along with the next commit or are flushed lazily, so a burst of volumes costs
+//! a small fraction of a write each. Leases are in upstream's RBAC (the leader-election Role).
+//!
+//! What an entry holds is enough to finish the volume without its claim: the volume name, the
+//! claim (namespace, name, UID), the provisioner secret reference, the volume id once learned, and
+//! the exact CreateVolume request (secrets removed) to replay when the id is unknown.
+//!
+//! This module is pure: entries, their layout over shards (one Lease holds at most
+//! [`SHARD_CAPACITY`] entries, far below the API server's 256 KiB annotation limit), the encoding,
+//! and the decision for an entry ([`resolve`]). The Lease I/O and the committer are in [`store`].
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+use prost::Message;
+use serde::{Deserialize, Serialize};
+
+use crate::csi::v1::CreateVolumeRequest;
+use crate::model::secrets::SecretRef;
+
+pub(crate) mod store;
+
+/// Entries per Lease: about 1 KiB each at most, so a shard stays far below the 256 KiB
+/// annotation limit of one object.
+pub(crate) const SHARD_CAPACITY: usize = 128;
+
+/// The Lease annotation holding a shard's entries (JSON list).
+pub(crate) const ENTRIES_ANNOTATION: &str = "csi-provisioner.rs/intents";
+/// The label every ledger Lease carries, valued with the ledger's name (one per driver).
+pub(crate) const LEDGER_LABEL: &str = "csi-provisioner.rs/intent-ledger";
+
+/// One volume whose CreateVolume may have been sent and whose PV may not exist yet.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Entry {
+    /// The volume (and PV) name CreateVolume is called with.
+    pub(crate) volume: String,
+    /// The claim's namespace.
+    pub(crate) namespace: String,
+    /// The claim's name.
+    pub(crate) claim: String,
+    /// The claim's UID: a claim re-created under the same name is another claim.
+    pub(crate) uid: String,
+    /// The provisioner secret (`namespace/name`), for replay and DeleteVolume.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) secret: Option<String>,
+    /// The volume id, once learned.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) id: Option<String>,
+    /// The CreateVolume request without secrets (protobuf, base64 in JSON).
+    pub(crate) request: ByteString,
+}
+
+impl Entry {
+    /// The entry for a CreateVolume `request` about to be sent for `pvc`.
+    pub(crate) fn new(
+        pvc: &PersistentVolumeClaim,
+        request: &CreateVolumeRequest,
+        secret: Option<&SecretRef>,
+    ) -> Self {
+        let mut stored = request.clone();
+        // Secrets never leave the process: the reference is kept, the data fetched again.
+        stored.secrets.clear();
+        Self {
+            volume: request.name.clone(),
+            namespace: pvc.metadata.namespace.clone().unwrap_or_default(),
+            claim: pvc.metadata.name.clone().unwrap_or_default(),
+            uid: pvc.metadata.uid.clone().unwrap_or_default(),
+            secret: secret.map(|s| format!("{}/{}", s.namespace, s.name)),
+            id: None,
+            request: ByteString(stored.encode_to_vec()),
+        }
+    }
+
+    /// The provisioner secret reference.
+    pub(crate) fn secret_ref(&self) -> Option<SecretRef> {
+        let (namespace, name) = self.secret.as_deref()?.split_once('/')?;
+        Some(SecretRef::new(name, namespace))
+    }
+
+    /// The stored CreateVolume request (no secrets), `None` when it cannot be decoded.
+    pub(crate) fn request(&self) -> Option<CreateVolumeRequest> {
+        CreateVolumeRequest::decode(self.request.0.as_slice()).ok()
+    }
+
+    /// `namespace/name` of the claim, for logs.
+    pub(crate) fn claim_name(&self) -> String {
+        format!("{}/{}", self.namespace, self.claim)
+    }
+}
+
+/// The entries of one shard, as stored in [`ENTRIES_ANNOTATION`].
+pub(crate) fn encode(entries: &[&Entry]) -> String {
+    serde_json::to_string(entries).unwrap_or_else(|_| "[]".to_owned())
+}
+
+/// Parses a shard's annotation; a malformed value is an error naming what is wrong (never
+/// silently an empty ledger: that would forget in-flight volumes).
+pub(crate) fn decode(value: &str) -> Result<Vec<Entry>, String> {
+    serde_json::from_str(value).map_err(|e| format!("malformed {ENTRIES_ANNOTATION}: {e}"))
+}
+
+/// The name of shard `index` of the ledger `base` (the leader-election Lease name).
+pub(crate) fn shard_name(base: &str, index: usize) -> String {
+    format!("{base}-intents-{index}")
+}
+
+/// The shard index of a shard name of ledger `base`.
+pub(crate) fn shard_index(base: &str, name: &str) -> Option<usize> {
+    name.strip_prefix(base)?
+        .strip_prefix("-intents-")?
+        .parse()
+        .ok()
+}
+
+/// The in-memory ledger: every entry, the shard it lives in, and what is not yet written.
+#[derive(Debug, Default)]
+pub(crate) struct Book {
+    entries: BTreeMap<String, Slot>,
+    /// Per shard: whether it changed since its last successful write.
+    dirty: Vec<bool>,
+    /// Per shard: its number of entries.
+    counts: Vec<usize>,
+}
+
+#[derive(Debug, Clone)]
+struct Slot {
+    entry: Entry,
+    shard: usize,
+    /// Written by a commit that succeeded (or loaded from the API server).
+    committed: bool,
+}
+
+/// What [`Book::record`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Recorded {
+    /// The same entry is committed already: no write needed.
+    AlreadyCommitted,
+    /// Added or changed: wait for the next commit.
+    Pending,
+}
+
+impl Book {
+    /// Entries loaded from the API server (committed), shard by shard.
+    pub(crate) fn load(shards: Vec<(usize, Vec<Entry>)>) -> Self {
+        let mut book = Self::default();
+        for (shard, entries) in shards {
+            book.grow(shard);
+            for entry in entries {
+                book.counts[shard] += 1;
+                let volume = entry.volume.clone();
+                if let Some(old) = book.entries.insert(
+                    volume,
+                    Slot {
+                        entry,
+                        shard,
+                        committed: true,
+                    },
+                ) {
+                    // The same volume in two shards (a crash between moving writes): keep one,
+                    // and rewrite the shard that loses it.
+                    book.counts[old.shard] -= 1;
+                    book.dirty[old.shard] = true;
+                }
+            }
+        }
+        book
+    }
+
+    fn grow(&mut self, shard: usize) {
+        if self.dirty.len() <= shard {
+            self.dirty.resize(shard + 1, false);
+            self.counts.resize(shard + 1, 0);
+        }
+    }
+
+    /// Adds or updates `entry`; it goes to the first shard with room.
+    pub(crate) fn record(&mut self, entry: Entry) -> Recorded {
+        if let Some(slot) = self.entries.get_mut(&entry.volume) {
+            if slot.entry == entry && slot.committed {
+                return Recorded::AlreadyCommitted;
+            }
+            if slot.entry != entry {
+                slot.entry = entry;
+                slot.committed = false;
+            }
+            self.dirty[slot.shard] = true;
+            return Recorded::Pending;
+        }
+        let shard = (0..)
+            .find(|i| self.counts.get(*i).is_none_or(|c| *c < SHARD_CAPACITY))
+            .unwrap_or_default();
+        self.grow(shard);
+        self.counts[shard] += 1;
+        self.dirty[shard] = true;
+        self.entries.insert(
+            entry.volume.clone(),
+            Slot {
+                entry,
+                shard,
+                committed: false,
+            },
+        );
+        Recorded::Pending
+    }
+
+    /// Remembers the volume id of `volume` (written with the next commit).
+    pub(crate) fn set_id(&mut self, volume: &str, id: &str) {
+        if let Some(slot) = self.entries.get_mut(volume)
+            && slot.entry.id.as_deref() != Some(id)
+        {
+            slot.entry.id = Some(id.to_owned());
+            slot.committed = false;
+            self.dirty[slot.shard] = true;
+        }
+    }
+
+    /// Drops `volume`'s entry (written with the next commit). Whether it was there.
+    pub(crate) fn forget(&mut self, volume: &str) -> bool {
+        let Some(slot) = self.entries.remove(volume) else {
+            return false;
+        };
+        self.counts[slot.shard] -= 1;
+        self.dirty[slot.shard] = true;
+        true
+    }
+
+    /// The entry of `volume`.
+    #[cfg(test)]
+    pub(crate) fn get(&self, volume: &str) -> Option<&Entry> {
+        self.entries.get(volume).map(|s| &s.entry)
+    }
+
+    /// Every entry, committed or not.
+    pub(crate) fn entries(&self) -> impl Iterator<Item = &Entry> {
+        self.entries.values().map(|s| &s.entry)
+    }
+
+    /// Number of entries.
+    pub(crate) fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether an entry waits for a commit (an addition or change, not only a removal).
+    pub(crate) fn has_uncommitted(&self) -> bool {
+        self.entries.values().any(|s| !s.committed)
+    }
+
+    /// Whether any shard needs a write.
+    pub(crate) fn is_dirty(&self) -> bool {
+        self.dirty.iter().any(|d| *d)
+    }
+
+    /// What the next commit writes: per dirty shard, its full content. Clears the dirty flags;
+    /// [`Book::committed`] or [`Book::failed`] must follow.
+    pub(crate) fn take_commit(&mut self) -> Commit {
+        let mut shards = Vec::new();
+        for (shard, dirty) in self.dirty.iter_mut().enumerate() {
+            if !std::mem::take(dirty) {
+                continue;
+            }
+            let entries: Vec<&Entry> = self
+                .entries
+                .values()
+                .filter(|s| s.shard == shard)
+                .map(|s| &s.entry)
+                .collect();
+            shards.push(ShardWrite {
+                shard,
+                content: encode(&entries),
+            });
+        }
+        Commit { shards }
+    }
+
+    /// The shards of `commit` were written: their entries, as written, are committed.
+    pub(crate) fn committed(&mut self, shard: &ShardWrite, written: &[Entry]) {
+        for entry in written {
+            if let Some(slot) = self.entries.get_mut(&entry.volume)
+                && slot.shard == shard.shard
+                && slot.entry == *entry
+            {
+                slot.committed = true;
+            }
+        }
+    }
+
+    /// A shard's write failed: it is written again with the next commit.
+    pub(crate) fn failed(&mut self, shard: usize) {
+        self.grow(shard);
+        self.dirty[shard] = true;
+    }
+
+    /// A shard as the API server has it after a conflict: entries of it this process does not
+    /// know (another writer's, an earlier leader's) are taken in, committed, so they are resolved
+    /// like loaded ones. Entries this process removed come back too: resolving them again is
+    /// harmless (their PV exists), forgetting a live one is not.
+    pub(crate) fn merge_foreign(&mut self, shard: usize, remote: Vec<Entry>) {
+        self.grow(shard);
+        for entry in remote {
+            if self.entries.contains_key(&entry.volume) {
+                continue;
+            }
+            self.counts[shard] += 1;
+            self.entries.insert(
+                entry.volume.clone(),
+                Slot {
+                    entry,
+                    shard,
+                    committed: true,
+                },
+            );
+        }
+        self.dirty[shard] = true;
+    }
+}
+
+/// The writes of one commit.
+#[derive(Debug, Default)]
+pub(crate) struct Commit {
+    /// One write per dirty shard.
+    pub(crate) shards: Vec<ShardWrite>,
+}
+
+/// One shard's new content.
+#[derive(Debug, Clone)]
+pub(crate) struct ShardWrite {
+    /// The shard index.
+    pub(crate) shard: usize,
+    /// The annotation value.
+    pub(crate) content: String,
+}
+
+/// What to do with an entry, from the caches.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Resolution {
+    /// The PV exists: the volume is accounted for; drop the entry.
+    Drop,
+    /// The claim still wants the volume: the provisioning controller goes on with it.
+    Keep,
+    /// The claim is gone, being deleted or bound to another PV: after a live check that the PV
+    /// does not exist, delete the volume (replaying CreateVolume for its id if unknown), then drop.
+    Cleanup(CleanupCause),
+}
+
+/// Why an entry's volume is no longer wanted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum CleanupCause {
+    /// No claim with this UID exists.
+    ClaimGone,
+    /// The claim is being deleted.
+    ClaimDeleting,
+    /// The claim is bound to another PV.
+    BoundElsewhere(String),
+}
+
+/// Decides what an entry needs, from whether its PV is in the cache and its claim as cached
+/// (looked up by namespace and name; another UID is another claim).
+pub(crate) fn resolve(
+    entry: &Entry,
+    pv_cached: bool,
+    claim: Option<&PersistentVolumeClaim>,
+) -> Resolution {
+    if pv_cached {
+        return Resolution::Drop;
+    }
+    let Some(claim) = claim.filter(|c| c.metadata.uid.as_deref() == Some(entry.uid.as_str()))
+    else {
+        return Resolution::Cleanup(CleanupCause::ClaimGone);
+    };
+    if claim.metadata.deletion_timestamp.is_some() {
+        return Resolution::Cleanup(CleanupCause::ClaimDeleting);
+    }
+    match crate::model::claim::bound_volume(claim) {
+        Some(other) if other != entry.volume => {
+            Resolution::Cleanup(CleanupCause::BoundElsewhere(other.to_owned()))
+        }
+        _ => Resolution::Keep,
+    }
+}
+
+#[cfg(test)]
+#[path = "ledger_tests.rs"]
+mod tests;

@@ -1,0 +1,409 @@
+//! The ledger's shell: loads the ledger Leases, and one committer task writes what changed, one
+//! write per dirty shard for every worker waiting at that moment (group commit). Removals wait for
+//! the next commit or [`LAZY_FLUSH`], whichever comes first: a stale entry is harmless (its PV
+//! exists, so it is dropped when resolved), a missing one is not.
+
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{ListParams, PostParams};
+use kube::{Api, Client};
+use tokio::sync::{Notify, oneshot};
+use tracing::{debug, info, warn};
+
+use super::{Book, ENTRIES_ANNOTATION, Entry, LEDGER_LABEL, Recorded, decode, shard_index};
+use crate::k8s::errors::{ApiErrorClass, classify, describe};
+use crate::leader::Leadership;
+use crate::sync::lock;
+
+/// How long removals (and learned volume ids) may wait for a commit that writes anyway.
+pub(crate) const LAZY_FLUSH: Duration = Duration::from_secs(5);
+/// Pause after a failed write before the next attempt (conflicts are retried at once).
+const FAILED_WRITE_PAUSE: Duration = Duration::from_secs(1);
+
+/// Why an intent was not recorded.
+#[derive(Debug, Clone, thiserror::Error)]
+pub(crate) enum LedgerError {
+    /// The ledger is off (node mode, or the sidecar may not write Leases): record the intent on
+    /// the claim instead.
+    #[error("the intent ledger is not in use")]
+    Disabled,
+    /// The write failed; nothing may be sent to the driver yet.
+    #[error("writing the intent ledger Lease {lease} failed: {message}")]
+    Write {
+        /// `namespace/name` of the Lease.
+        lease: String,
+        /// The API server's answer.
+        message: String,
+    },
+}
+
+/// A handle on the ledger; cheap to clone.
+#[derive(Clone)]
+pub(crate) struct Ledger(Arc<Inner>);
+
+struct Inner {
+    state: Mutex<State>,
+    wake: Notify,
+    enabled: AtomicBool,
+    target: Option<Target>,
+    /// Published entry count (`csi_provisioner_claims_with_intent` adds it).
+    count: Arc<AtomicI64>,
+}
+
+struct Target {
+    api: Api<Lease>,
+    namespace: String,
+    base: String,
+}
+
+#[derive(Default)]
+struct State {
+    book: Book,
+    /// Workers waiting for the next commit.
+    waiters: Vec<oneshot::Sender<Result<(), LedgerError>>>,
+    /// The last Lease seen per shard (`None`: not created yet).
+    leases: Vec<Option<Lease>>,
+}
+
+impl Ledger {
+    /// A ledger that is not used: every intent goes on its claim.
+    pub(crate) fn disabled() -> Self {
+        Self(Arc::new(Inner {
+            state: Mutex::new(State::default()),
+            wake: Notify::new(),
+            enabled: AtomicBool::new(false),
+            target: None,
+            count: Arc::new(AtomicI64::new(0)),
+        }))
+    }
+
+    /// Loads the ledger `base` (the leader-election Lease name) of `namespace`, retrying
+    /// transient errors until it is read. A refusal (RBAC) turns it off, with a warning saying
+    /// which permission is missing.
+    pub(crate) async fn open(
+        client: Client,
+        namespace: &str,
+        base: &str,
+        count: Arc<AtomicI64>,
+    ) -> Self {
+        let api: Api<Lease> = Api::namespaced(client, namespace);
+        let selector = format!("{LEDGER_LABEL}={base}");
+        let mut pause = Duration::from_millis(200);
+        let listed = loop {
+            match api.list(&ListParams::default().labels(&selector)).await {
+                Ok(list) => break Some(list.items),
+                Err(e) if classify(&e) == ApiErrorClass::Forbidden => {
+                    warn!(
+                        namespace,
+                        "the intent ledger is off, provisioning intents go on each claim (two claim writes per volume): {}; grant get, list, create and update on leases (coordination.k8s.io) in namespace {namespace} to the sidecar's ServiceAccount, as upstream's Role does",
+                        describe(&e)
+                    );
+                    break None;
+                }
+                Err(e) => {
+                    warn!(namespace, "reading the intent ledger failed, retrying: {}", describe(&e));
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_secs(10));
+                }
+            }
+        };
+        let mut state = State::default();
+        let enabled = listed.is_some();
+        let mut shards = Vec::new();
+        for lease in listed.unwrap_or_default() {
+            let name = lease.metadata.name.clone().unwrap_or_default();
+            let Some(index) = shard_index(base, &name) else {
+                continue;
+            };
+            let entries = match lease_entries(&lease) {
+                Ok(entries) => entries,
+                Err(e) => {
+                    // Never overwrite what cannot be read: it may list in-flight volumes.
+                    warn!(lease = %format!("{namespace}/{name}"), "{e}; the ledger is off until it is repaired or deleted");
+                    return Self::disabled();
+                }
+            };
+            if state.leases.len() <= index {
+                state.leases.resize(index + 1, None);
+            }
+            state.leases[index] = Some(lease);
+            shards.push((index, entries));
+        }
+        state.book = Book::load(shards);
+        if enabled {
+            info!(namespace, ledger = %base, intents = state.book.len(), "intent ledger loaded");
+        }
+        count.store(state.book.len() as i64, Ordering::Relaxed);
+        Self(Arc::new(Inner {
+            state: Mutex::new(state),
+            wake: Notify::new(),
+            enabled: AtomicBool::new(enabled),
+            target: Some(Target {
+                api,
+                namespace: namespace.to_owned(),
+                base: base.to_owned(),
+            }),
+            count,
+        }))
+    }
+
+    /// Whether intents go to the ledger.
+    pub(crate) fn is_enabled(&self) -> bool {
+        self.0.enabled.load(Ordering::Relaxed)
+    }
+
+    /// Records `entry` and waits until a commit has written it. Only then may CreateVolume be
+    /// sent.
+    pub(crate) async fn record(&self, entry: Entry) -> Result<(), LedgerError> {
+        if !self.is_enabled() {
+            return Err(LedgerError::Disabled);
+        }
+        let rx = {
+            let mut state = lock(&self.0.state);
+            if state.book.record(entry) == Recorded::AlreadyCommitted {
+                return Ok(());
+            }
+            self.publish(&state.book);
+            let (tx, rx) = oneshot::channel();
+            state.waiters.push(tx);
+            rx
+        };
+        self.0.wake.notify_one();
+        rx.await.unwrap_or(Err(LedgerError::Disabled))
+    }
+
+    /// Drops `volume`'s entry: its PV exists, or the volume was deleted. Written lazily.
+    pub(crate) fn forget(&self, volume: &str) {
+        let mut state = lock(&self.0.state);
+        if state.book.forget(volume) {
+            self.publish(&state.book);
+            drop(state);
+            self.0.wake.notify_one();
+        }
+    }
+
+    /// Remembers a learned volume id (written lazily): a retried clean-up needs no replay.
+    pub(crate) fn set_id(&self, volume: &str, id: &str) {
+        lock(&self.0.state).book.set_id(volume, id);
+        self.0.wake.notify_one();
+    }
+
+    /// Every entry now.
+    pub(crate) fn entries(&self) -> Vec<Entry> {
+        lock(&self.0.state).book.entries().cloned().collect()
+    }
+
+    fn publish(&self, book: &Book) {
+        self.0.count.store(book.len() as i64, Ordering::Relaxed);
+    }
+
+    /// Writes until `stop` completes; then one last flush of what is pending (removals), so a
+    /// clean shutdown leaves no stale entries.
+    pub(crate) async fn run_committer(
+        self,
+        leadership: Leadership,
+        stop: impl std::future::Future<Output = ()>,
+    ) {
+        if !self.is_enabled() {
+            return;
+        }
+        tokio::pin!(stop);
+        loop {
+            tokio::select! {
+                () = &mut stop => break,
+                () = self.wait_for_work() => {}
+            }
+            // Only a leader writes: a deposed one must not overwrite its successor's ledger.
+            leadership.acting().await;
+            if !self.commit_once().await {
+                tokio::select! {
+                    () = &mut stop => break,
+                    () = tokio::time::sleep(FAILED_WRITE_PAUSE) => {}
+                }
+            }
+        }
+        if lock(&self.0.state).book.is_dirty() && leadership.is_acting() {
+            self.commit_once().await;
+        }
+    }
+
+    /// Returns when a commit is due: an entry waits to be written, or only removals are pending
+    /// and [`LAZY_FLUSH`] passed without anything else to write.
+    async fn wait_for_work(&self) {
+        loop {
+            let (urgent, dirty) = {
+                let state = lock(&self.0.state);
+                (
+                    !state.waiters.is_empty() || state.book.has_uncommitted(),
+                    state.book.is_dirty(),
+                )
+            };
+            if urgent {
+                return;
+            }
+            if dirty {
+                tokio::select! {
+                    () = self.0.wake.notified() => {}
+                    () = tokio::time::sleep(LAZY_FLUSH) => return,
+                }
+            } else {
+                self.0.wake.notified().await;
+            }
+        }
+    }
+
+    /// One commit: writes every dirty shard. Returns `false` after a failure other than a
+    /// conflict (which is merged and written again at once).
+    async fn commit_once(&self) -> bool {
+        let Some(target) = &self.0.target else {
+            return true;
+        };
+        let (commit, waiters, leases) = {
+            let mut state = lock(&self.0.state);
+            let commit = state.book.take_commit();
+            let waiters = std::mem::take(&mut state.waiters);
+            let leases = commit
+                .shards
+                .iter()
+                .map(|s| state.leases.get(s.shard).cloned().flatten())
+                .collect::<Vec<_>>();
+            (commit, waiters, leases)
+        };
+        let mut failure: Option<LedgerError> = None;
+        let mut conflict = false;
+        for (write, known) in commit.shards.iter().zip(leases) {
+            let name = super::shard_name(&target.base, write.shard);
+            let lease = with_entries(known, &name, &target.base, &write.content);
+            let created = lease.metadata.resource_version.is_none();
+            let answer = if created {
+                target.api.create(&PostParams::default(), &lease).await
+            } else {
+                target.api.replace(&name, &PostParams::default(), &lease).await
+            };
+            match answer {
+                Ok(saved) => {
+                    let written = decode(&write.content).unwrap_or_default();
+                    let mut state = lock(&self.0.state);
+                    state.book.committed(write, &written);
+                    set_lease(&mut state.leases, write.shard, saved);
+                }
+                Err(e) => {
+                    let class = classify(&e);
+                    lock(&self.0.state).book.failed(write.shard);
+                    match class {
+                        ApiErrorClass::Conflict | ApiErrorClass::AlreadyExists => {
+                            conflict = true;
+                            self.merge_remote(target, write.shard, &name).await;
+                        }
+                        ApiErrorClass::Forbidden => {
+                            warn!(lease = %format!("{}/{name}", target.namespace), "the intent ledger is off from now on, provisioning intents go on each claim: {}; grant create and update on leases (coordination.k8s.io) to the sidecar's ServiceAccount", describe(&e));
+                            self.0.enabled.store(false, Ordering::Relaxed);
+                            failure = Some(LedgerError::Disabled);
+                        }
+                        _ => {
+                            debug!(lease = %name, "intent ledger write failed: {}", describe(&e));
+                            failure = Some(LedgerError::Write {
+                                lease: format!("{}/{name}", target.namespace),
+                                message: describe(&e),
+                            });
+                        }
+                    }
+                }
+            }
+        }
+        match failure {
+            Some(error) => {
+                for waiter in waiters {
+                    let _ = waiter.send(Err(error.clone()));
+                }
+                false
+            }
+            None if conflict => {
+                // Written again at once with what the API server has merged in; the waiters
+                // wait for that write.
+                lock(&self.0.state).waiters.extend(waiters);
+                true
+            }
+            None => {
+                for waiter in waiters {
+                    let _ = waiter.send(Ok(()));
+                }
+                true
+            }
+        }
+    }
+
+    /// After a conflict: reads the shard and takes in entries this process does not know.
+    async fn merge_remote(&self, target: &Target, shard: usize, name: &str) {
+        match target.api.get_opt(name).await {
+            Ok(Some(lease)) => match lease_entries(&lease) {
+                Ok(remote) => {
+                    let mut state = lock(&self.0.state);
+                    state.book.merge_foreign(shard, remote);
+                    set_lease(&mut state.leases, shard, lease);
+                    let count = state.book.len();
+                    self.0.count.store(count as i64, Ordering::Relaxed);
+                }
+                Err(e) => warn!(lease = %name, "{e}; it will be overwritten with this process's entries"),
+            },
+            Ok(None) => {
+                let mut state = lock(&self.0.state);
+                if let Some(slot) = state.leases.get_mut(shard) {
+                    *slot = None;
+                }
+            }
+            Err(e) => debug!(lease = %name, "reading the intent ledger after a conflict failed: {}", describe(&e)),
+        }
+    }
+}
+
+fn set_lease(leases: &mut Vec<Option<Lease>>, shard: usize, lease: Lease) {
+    if leases.len() <= shard {
+        leases.resize(shard + 1, None);
+    }
+    leases[shard] = Some(lease);
+}
+
+/// The entries a ledger Lease holds (none when it has no annotation yet).
+fn lease_entries(lease: &Lease) -> Result<Vec<Entry>, String> {
+    match lease
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(ENTRIES_ANNOTATION))
+    {
+        Some(value) => decode(value),
+        None => Ok(Vec::new()),
+    }
+}
+
+/// The Lease to write for a shard: the last one seen with new content, or a new one.
+fn with_entries(known: Option<Lease>, name: &str, base: &str, content: &str) -> Lease {
+    let mut lease = known.unwrap_or_else(|| Lease {
+        metadata: ObjectMeta {
+            name: Some(name.to_owned()),
+            labels: Some(
+                [
+                    (LEDGER_LABEL.to_owned(), base.to_owned()),
+                    (
+                        "app.kubernetes.io/managed-by".to_owned(),
+                        "csi-provisioner-rs".to_owned(),
+                    ),
+                ]
+                .into(),
+            ),
+            ..ObjectMeta::default()
+        },
+        spec: None,
+    });
+    lease
+        .metadata
+        .annotations
+        .get_or_insert_with(Default::default)
+        .insert(ENTRIES_ANNOTATION.to_owned(), content.to_owned());
+    lease
+}

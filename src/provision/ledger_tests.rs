@@ -1,0 +1,156 @@
+use super::*;
+use crate::testing::pvc;
+
+fn request(name: &str) -> CreateVolumeRequest {
+    CreateVolumeRequest {
+        name: name.to_owned(),
+        parameters: [("type".to_owned(), "fast".to_owned())].into(),
+        secrets: [("password".to_owned(), "hunter2".to_owned())].into(),
+        ..CreateVolumeRequest::default()
+    }
+}
+
+fn entry(volume: &str) -> Entry {
+    Entry::new(
+        &pvc("ns", volume).build(),
+        &request(volume),
+        Some(&SecretRef::new("creds", "vault")),
+    )
+}
+
+#[test]
+fn an_entry_keeps_the_exact_request_but_never_its_secrets() {
+    let e = entry("pvc-1");
+    let stored = e.request().expect("decodes");
+    assert_eq!(stored.name, "pvc-1");
+    assert_eq!(stored.parameters["type"], "fast");
+    assert!(stored.secrets.is_empty());
+    assert_eq!(e.secret_ref(), Some(SecretRef::new("creds", "vault")));
+    let text = encode(&[&e]);
+    assert!(!text.contains("hunter2"), "{text}");
+    assert_eq!(decode(&text).expect("round trip"), vec![e]);
+    assert!(decode("{not json").unwrap_err().contains(ENTRIES_ANNOTATION));
+}
+
+#[test]
+fn shard_names_round_trip() {
+    assert_eq!(shard_name("my-driver", 3), "my-driver-intents-3");
+    assert_eq!(shard_index("my-driver", "my-driver-intents-3"), Some(3));
+    assert_eq!(shard_index("my-driver", "other-intents-3"), None);
+    assert_eq!(shard_index("my-driver", "my-driver"), None);
+}
+
+#[test]
+fn one_commit_carries_every_pending_entry_and_a_committed_one_needs_no_write() {
+    let mut book = Book::default();
+    assert_eq!(book.record(entry("pvc-1")), Recorded::Pending);
+    assert_eq!(book.record(entry("pvc-2")), Recorded::Pending);
+    let commit = book.take_commit();
+    assert_eq!(commit.shards.len(), 1, "both in one write");
+    let written = decode(&commit.shards[0].content).expect("valid");
+    assert_eq!(written.len(), 2);
+    book.committed(&commit.shards[0], &written);
+    assert!(!book.has_uncommitted());
+    assert!(!book.is_dirty());
+    assert_eq!(book.record(entry("pvc-1")), Recorded::AlreadyCommitted);
+    // A removal needs a write, but is not an uncommitted addition (it may wait).
+    assert!(book.forget("pvc-1"));
+    assert!(!book.forget("pvc-1"));
+    assert!(book.is_dirty() && !book.has_uncommitted());
+    assert_eq!(book.len(), 1);
+}
+
+#[test]
+fn an_entry_changed_during_its_commit_stays_uncommitted() {
+    let mut book = Book::default();
+    book.record(entry("pvc-1"));
+    let commit = book.take_commit();
+    let written = decode(&commit.shards[0].content).expect("valid");
+    book.set_id("pvc-1", "vol-1");
+    book.committed(&commit.shards[0], &written);
+    assert!(book.has_uncommitted(), "the id is not written yet");
+    assert_eq!(book.get("pvc-1").and_then(|e| e.id.as_deref()), Some("vol-1"));
+}
+
+#[test]
+fn a_failed_write_is_written_again() {
+    let mut book = Book::default();
+    book.record(entry("pvc-1"));
+    let commit = book.take_commit();
+    assert!(!book.is_dirty());
+    book.failed(commit.shards[0].shard);
+    assert!(book.is_dirty() && book.has_uncommitted());
+}
+
+#[test]
+fn shards_fill_up_to_their_capacity_and_reuse_freed_room() {
+    let mut book = Book::default();
+    for i in 0..=SHARD_CAPACITY {
+        book.record(entry(&format!("pvc-{i}")));
+    }
+    let commit = book.take_commit();
+    assert_eq!(commit.shards.len(), 2);
+    assert_eq!(decode(&commit.shards[0].content).unwrap().len(), SHARD_CAPACITY);
+    assert_eq!(decode(&commit.shards[1].content).unwrap().len(), 1);
+    book.forget("pvc-0");
+    book.take_commit();
+    book.record(entry("pvc-new"));
+    let commit = book.take_commit();
+    assert_eq!(commit.shards.len(), 1);
+    assert_eq!(commit.shards[0].shard, 0, "freed room in the first shard is used");
+}
+
+#[test]
+fn loaded_and_foreign_entries_are_committed_and_a_duplicate_is_kept_once() {
+    let book = Book::load(vec![
+        (0, vec![entry("pvc-1"), entry("pvc-2")]),
+        (1, vec![entry("pvc-2")]),
+    ]);
+    assert_eq!(book.len(), 2);
+    assert!(!book.has_uncommitted());
+    assert!(book.is_dirty(), "the shard that lost the duplicate is rewritten");
+
+    let mut book = Book::default();
+    book.record(entry("pvc-1"));
+    book.take_commit();
+    book.merge_foreign(0, vec![entry("pvc-1"), entry("pvc-9")]);
+    assert_eq!(book.len(), 2);
+    assert!(book.get("pvc-9").is_some());
+    assert!(book.is_dirty(), "the merged shard is written again");
+}
+
+#[test]
+fn an_entry_is_dropped_once_its_pv_exists_kept_while_its_claim_wants_it() {
+    let e = entry("pvc-1");
+    let claim = pvc("ns", "pvc-1").build();
+    assert_eq!(resolve(&e, true, None), Resolution::Drop);
+    assert_eq!(resolve(&e, true, Some(&claim)), Resolution::Drop);
+    assert_eq!(resolve(&e, false, Some(&claim)), Resolution::Keep);
+    // Bound to this very volume while the PV cache lags: still wanted.
+    let bound = pvc("ns", "pvc-1").volume_name("pvc-1").build();
+    assert_eq!(resolve(&e, false, Some(&bound)), Resolution::Keep);
+}
+
+#[test]
+fn an_entry_whose_claim_no_longer_wants_the_volume_is_cleaned_up() {
+    let e = entry("pvc-1");
+    assert_eq!(
+        resolve(&e, false, None),
+        Resolution::Cleanup(CleanupCause::ClaimGone)
+    );
+    let recreated = pvc("ns", "pvc-1").uid("another").build();
+    assert_eq!(
+        resolve(&e, false, Some(&recreated)),
+        Resolution::Cleanup(CleanupCause::ClaimGone)
+    );
+    let deleting = pvc("ns", "pvc-1").deleting().build();
+    assert_eq!(
+        resolve(&e, false, Some(&deleting)),
+        Resolution::Cleanup(CleanupCause::ClaimDeleting)
+    );
+    let elsewhere = pvc("ns", "pvc-1").volume_name("static-pv").build();
+    assert_eq!(
+        resolve(&e, false, Some(&elsewhere)),
+        Resolution::Cleanup(CleanupCause::BoundElsewhere("static-pv".to_owned()))
+    );
+}
