@@ -262,7 +262,10 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
                 node.as_deref(),
             );
             backlog.claims_with_intent.set(
-                claims + backlog.ledger_intents.load(std::sync::atomic::Ordering::Relaxed),
+                claims
+                    + backlog
+                        .ledger_intents
+                        .load(std::sync::atomic::Ordering::Relaxed),
             );
             backlog.volumes_awaiting_deletion.set(volumes);
             let counts = count_operator(

@@ -29,7 +29,11 @@ fn an_entry_keeps_the_exact_request_but_never_its_secrets() {
     let text = encode(&[&e]);
     assert!(!text.contains("hunter2"), "{text}");
     assert_eq!(decode(&text).expect("round trip"), vec![e]);
-    assert!(decode("{not json").unwrap_err().contains(ENTRIES_ANNOTATION));
+    assert!(
+        decode("{not json")
+            .unwrap_err()
+            .contains(ENTRIES_ANNOTATION)
+    );
 }
 
 #[test]
@@ -69,7 +73,10 @@ fn an_entry_changed_during_its_commit_stays_uncommitted() {
     book.set_id("pvc-1", "vol-1");
     book.committed(&commit.shards[0], &written);
     assert!(book.has_uncommitted(), "the id is not written yet");
-    assert_eq!(book.get("pvc-1").and_then(|e| e.id.as_deref()), Some("vol-1"));
+    assert_eq!(
+        book.get("pvc-1").and_then(|e| e.id.as_deref()),
+        Some("vol-1")
+    );
 }
 
 #[test]
@@ -90,14 +97,20 @@ fn shards_fill_up_to_their_capacity_and_reuse_freed_room() {
     }
     let commit = book.take_commit();
     assert_eq!(commit.shards.len(), 2);
-    assert_eq!(decode(&commit.shards[0].content).unwrap().len(), SHARD_CAPACITY);
+    assert_eq!(
+        decode(&commit.shards[0].content).unwrap().len(),
+        SHARD_CAPACITY
+    );
     assert_eq!(decode(&commit.shards[1].content).unwrap().len(), 1);
     book.forget("pvc-0");
     book.take_commit();
     book.record(entry("pvc-new"));
     let commit = book.take_commit();
     assert_eq!(commit.shards.len(), 1);
-    assert_eq!(commit.shards[0].shard, 0, "freed room in the first shard is used");
+    assert_eq!(
+        commit.shards[0].shard, 0,
+        "freed room in the first shard is used"
+    );
 }
 
 #[test]
@@ -108,7 +121,10 @@ fn loaded_and_foreign_entries_are_committed_and_a_duplicate_is_kept_once() {
     ]);
     assert_eq!(book.len(), 2);
     assert!(!book.has_uncommitted());
-    assert!(book.is_dirty(), "the shard that lost the duplicate is rewritten");
+    assert!(
+        book.is_dirty(),
+        "the shard that lost the duplicate is rewritten"
+    );
 
     let mut book = Book::default();
     book.record(entry("pvc-1"));

@@ -27,6 +27,10 @@ use tokio::process::{Child, Command};
 pub const DRIVER: &str = "mock.csi.rs";
 /// Topology key the mock driver reports with `--topology`.
 pub const TOPOLOGY_KEY: &str = "topology.mock.csi/node";
+/// The label of every intent-ledger Lease (valued with the ledger's name).
+pub const LEDGER_LABEL: &str = "csi-provisioner.rs/intent-ledger";
+/// The per-claim intent finalizer (node mode, or without Lease RBAC).
+pub const INTENT_FINALIZER: &str = "csi-provisioner.rs/provisioning-intent";
 /// Default deadline for a condition in these tests: generous, since CI machines are slow and shared.
 pub const DEADLINE: Duration = Duration::from_secs(60);
 
@@ -116,6 +120,81 @@ impl Cluster {
             Err(kube::Error::Api(s)) if s.code == 409 => {}
             Err(e) => panic!("create namespace {name}: {e}"),
         }
+    }
+
+    /// Every entry of every intent ledger (Leases labelled `csi-provisioner.rs/intent-ledger`):
+    /// `(ledger, volume, "namespace/claim")`.
+    pub async fn ledger_entries(&self) -> Vec<(String, String, String)> {
+        let api: Api<k8s_openapi::api::coordination::v1::Lease> = Api::all(self.client.clone());
+        let leases = api
+            .list(&ListParams::default().labels(LEDGER_LABEL))
+            .await
+            .expect("list ledger leases");
+        let mut out = Vec::new();
+        for lease in leases.items {
+            let ledger = lease
+                .metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(LEDGER_LABEL))
+                .cloned()
+                .unwrap_or_default();
+            let Some(text) = lease
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get("csi-provisioner.rs/intents"))
+            else {
+                continue;
+            };
+            let entries: Vec<serde_json::Value> =
+                serde_json::from_str(text).expect("ledger entries are JSON");
+            for e in entries {
+                let field = |k: &str| e[k].as_str().unwrap_or_default().to_owned();
+                out.push((
+                    ledger.clone(),
+                    field("volume"),
+                    format!("{}/{}", field("namespace"), field("claim")),
+                ));
+            }
+        }
+        out
+    }
+
+    /// Whether a provisioning intent for claim `ns/name` is recorded: in an intent ledger, or on
+    /// the claim itself (finalizer; node mode, or without Lease RBAC).
+    pub async fn intent_recorded(&self, ns: &str, name: &str) -> bool {
+        let on_claim = self
+            .pvcs(ns)
+            .get_opt(name)
+            .await
+            .ok()
+            .flatten()
+            .is_some_and(|c| {
+                c.metadata
+                    .finalizers
+                    .unwrap_or_default()
+                    .iter()
+                    .any(|f| f == INTENT_FINALIZER)
+            });
+        let claim = format!("{ns}/{name}");
+        on_claim
+            || self
+                .ledger_entries()
+                .await
+                .iter()
+                .any(|(_, _, c)| *c == claim)
+    }
+
+    /// Waits until [`Cluster::intent_recorded`] is `want` for `ns/name`.
+    pub async fn wait_intent(&self, ns: &str, name: &str, want: bool) {
+        let what = if want { "recorded" } else { "gone" };
+        wait_for(
+            &format!("intent of {ns}/{name} {what}"),
+            DEADLINE,
+            || async { (self.intent_recorded(ns, name).await == want).then_some(()) },
+        )
+        .await;
     }
 
     pub fn pvcs(&self, ns: &str) -> Api<PersistentVolumeClaim> {

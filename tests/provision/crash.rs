@@ -103,33 +103,31 @@ async fn another_drivers_claim_deleted_mid_provisioning_is_left_to_that_drivers_
     cluster.add_class(&class).await;
     cluster.claim_of_class(NS, "data", "other", "1Gi").await;
     other.wait_volumes(1).await;
-    wait_claim(&cluster, "data", "intent recorded", |p| {
-        has_intent(p).then_some(())
-    })
-    .await;
+    cluster.wait_intent(NS, "data", true).await;
+    // Each driver has its own ledger: the entry is in the other driver's.
+    let entries = cluster.ledger_entries().await;
+    assert!(
+        entries
+            .iter()
+            .all(|(ledger, _, _)| ledger.starts_with("other-csi-rs")),
+        "{entries:?}"
+    );
 
     // The other driver's sidecar is down when its claim is deleted: ours must not step in.
     other_sidecar.kill().await;
     let seen = ["nothing to do for claim", "claim=default/data", "NotOurs"];
-    let before = ours_sidecar.log_lines_with(&seen);
-    cluster
-        .pvcs(NS)
-        .delete("data", &DeleteParams::default())
-        .await
-        .unwrap();
-    ours_sidecar.wait_log(&seen, before + 1).await;
-    assert_eq!(ours.state().await.calls("CreateVolume"), 0);
-    assert_eq!(ours.state().await.calls("DeleteVolume"), 0);
-    wait_claim(&cluster, "data", "still kept by its intent", |p| {
-        (p.metadata.deletion_timestamp.is_some() && has_intent(p)).then_some(())
-    })
-    .await;
+    ours_sidecar.wait_log(&seen, 1).await;
+    cluster.delete_pvc_and_wait(NS, "data").await;
+    // The record outlives the claim.
+    cluster.wait_intent(NS, "data", true).await;
 
-    // Its own sidecar, back, deletes the volume and lets the claim go.
+    // Its own sidecar, back, deletes the volume and drops the record; ours never called its driver.
     other.control().await.clear_faults().await.unwrap();
     other_sidecar.restart().await;
-    cluster.delete_pvc_and_wait(NS, "data").await;
     other.wait_volumes(0).await;
+    cluster.wait_intent(NS, "data", false).await;
+    assert_eq!(ours.state().await.calls("CreateVolume"), 0);
+    assert_eq!(ours.state().await.calls("DeleteVolume"), 0);
 }
 
 #[tokio::test]
@@ -145,10 +143,7 @@ async fn sidecar_killed_during_create_volume_makes_no_second_volume() {
     let mut sidecar = Sidecar::start(&cluster, &driver, &["--timeout=60s"]).await;
     let pvc = cluster.claim_with_fast_class(NS, "data").await;
     // The intent is recorded before the call; the call is in flight when the sidecar dies.
-    wait_claim(&cluster, "data", "intent recorded", |p| {
-        has_intent(p).then_some(())
-    })
-    .await;
+    cluster.wait_intent(NS, "data", true).await;
     wait_for("CreateVolume in flight", DEADLINE, || async {
         (driver.state().await.calls("CreateVolume") >= 1).then_some(())
     })
@@ -175,10 +170,7 @@ async fn sidecar_killed_during_create_volume_makes_no_second_volume() {
         2,
         "one call before the crash, one replay after"
     );
-    wait_claim(&cluster, "data", "intent removed", |p| {
-        (!has_intent(p)).then_some(())
-    })
-    .await;
+    cluster.wait_intent(NS, "data", false).await;
 }
 
 #[tokio::test]
@@ -219,10 +211,11 @@ async fn sidecar_killed_while_the_pv_cannot_be_saved_reuses_the_volume() {
 async fn no_create_volume_before_the_intent_is_recorded_even_while_the_api_server_refuses_it() {
     let (cluster, driver, _sidecar) = start_single_node(&[], &[]).await;
     let faults = cluster.sim.faults();
+    // The ledger's first write creates its Lease.
     let refuse_claim_writes = faults.add(
         kube_sim::FaultRule::error(500)
-            .verb("patch")
-            .resource("persistentvolumeclaims"),
+            .verb("create")
+            .resource("leases"),
     );
     cluster.claim_with_fast_class(NS, "data").await;
     wait_for(
@@ -231,7 +224,7 @@ async fn no_create_volume_before_the_intent_is_recorded_even_while_the_api_serve
         || async { (faults.hits(refuse_claim_writes) >= 2).then_some(()) },
     )
     .await;
-    // Without a record on the claim, a volume could outlive a claim deleted now: none is created,
+    // Without a record, a volume could outlive a claim deleted now: none is created,
     // and the claim says why.
     assert_eq!(driver.state().await.calls("CreateVolume"), 0);
     let message = cluster
@@ -261,26 +254,16 @@ async fn pvc_deleted_while_the_sidecar_is_down_gets_its_volume_deleted() {
     let mut sidecar = Sidecar::start(&cluster, &driver, &[]).await;
     cluster.claim_with_fast_class(NS, "data").await;
     driver.wait_volumes(1).await;
-    wait_claim(&cluster, "data", "intent recorded", |p| {
-        has_intent(p).then_some(())
-    })
-    .await;
+    cluster.wait_intent(NS, "data", true).await;
     sidecar.kill().await;
 
-    // Deleted while nobody provisions: the intent finalizer keeps the claim (and its record).
-    cluster
-        .pvcs(NS)
-        .delete("data", &DeleteParams::default())
-        .await
-        .unwrap();
-    wait_claim(&cluster, "data", "being deleted, kept by the intent", |p| {
-        (p.metadata.deletion_timestamp.is_some() && has_intent(p)).then_some(())
-    })
-    .await;
+    // Deleted while nobody provisions: the claim goes, its record stays in the ledger.
+    cluster.delete_pvc_and_wait(NS, "data").await;
+    cluster.wait_intent(NS, "data", true).await;
     control.clear_faults().await.unwrap();
     sidecar.restart().await;
 
-    cluster.delete_pvc_and_wait(NS, "data").await;
+    cluster.wait_intent(NS, "data", false).await;
     let state = driver.wait_volumes(0).await;
     assert_eq!(state.ok_calls("DeleteVolume"), 1);
     assert_eq!(cluster.pv_count().await, 0, "no PV exists");
@@ -409,7 +392,8 @@ async fn five_hundred_claims_at_once_get_exactly_five_hundred_volumes() {
             )
         );
     }
-    // No double work under load: one PV create and two claim writes (intent on, intent off) each.
+    // No double work under load: one PV create each, no claim write; the intents of many
+    // claims share each ledger write.
     let spent = cluster.sim.counters().since(&before);
     assert_eq!(
         spent.count(Some("create"), Some("persistentvolumes"), None),
@@ -417,13 +401,19 @@ async fn five_hundred_claims_at_once_get_exactly_five_hundred_volumes() {
     );
     assert_eq!(
         spent.count(Some("patch"), Some("persistentvolumeclaims"), None),
-        2 * CLAIMS as u64,
+        0,
+        "{:#}",
+        spent.to_json()
+    );
+    assert!(
+        spent.writes_to(Some("leases")) <= CLAIMS as u64 / 5,
         "{:#}",
         spent.to_json()
     );
     eprintln!(
-        "API writes: {} in all, {} PV creates, {} claim patches ({} refused), {} event writes",
+        "API writes: {} in all, {} ledger writes, {} PV creates, {} claim patches ({} refused), {} event writes",
         spent.writes(),
+        spent.writes_to(Some("leases")),
         spent.count(Some("create"), Some("persistentvolumes"), None),
         spent.count(Some("patch"), Some("persistentvolumeclaims"), None),
         spent.count(Some("patch"), Some("persistentvolumeclaims"), Some(422))

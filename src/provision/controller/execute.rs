@@ -116,7 +116,11 @@ pub(super) async fn provision(
     if plan.needs_intent_write {
         match state
             .ledger
-            .record(Entry::new(pvc, &plan.request, plan.provisioner_secret.as_ref()))
+            .record(Entry::new(
+                pvc,
+                &plan.request,
+                plan.provisioner_secret.as_ref(),
+            ))
             .await
         {
             Ok(()) => ledgered = true,

@@ -21,6 +21,9 @@ use crate::sync::lock;
 
 /// How long removals (and learned volume ids) may wait for a commit that writes anyway.
 pub(crate) const LAZY_FLUSH: Duration = Duration::from_secs(5);
+/// How long a commit waits for more intents once the first arrived: workers freed by the same
+/// burst of answers record within milliseconds of each other, and one write then carries them all.
+const COMMIT_WINDOW: Duration = Duration::from_millis(15);
 /// Pause after a failed write before the next attempt (conflicts are retried at once).
 const FAILED_WRITE_PAUSE: Duration = Duration::from_secs(1);
 
@@ -105,7 +108,11 @@ impl Ledger {
                     break None;
                 }
                 Err(e) => {
-                    warn!(namespace, "reading the intent ledger failed, retrying: {}", describe(&e));
+                    warn!(
+                        namespace,
+                        "reading the intent ledger failed, retrying: {}",
+                        describe(&e)
+                    );
                     tokio::time::sleep(pause).await;
                     pause = (pause * 2).min(Duration::from_secs(10));
                 }
@@ -217,6 +224,7 @@ impl Ledger {
                 () = &mut stop => break,
                 () = self.wait_for_work() => {}
             }
+            tokio::time::sleep(COMMIT_WINDOW).await;
             // Only a leader writes: a deposed one must not overwrite its successor's ledger.
             leadership.acting().await;
             if !self.commit_once().await {
@@ -282,7 +290,10 @@ impl Ledger {
             let answer = if created {
                 target.api.create(&PostParams::default(), &lease).await
             } else {
-                target.api.replace(&name, &PostParams::default(), &lease).await
+                target
+                    .api
+                    .replace(&name, &PostParams::default(), &lease)
+                    .await
             };
             match answer {
                 Ok(saved) => {
@@ -348,7 +359,9 @@ impl Ledger {
                     let count = state.book.len();
                     self.0.count.store(count as i64, Ordering::Relaxed);
                 }
-                Err(e) => warn!(lease = %name, "{e}; it will be overwritten with this process's entries"),
+                Err(e) => {
+                    warn!(lease = %name, "{e}; it will be overwritten with this process's entries")
+                }
             },
             Ok(None) => {
                 let mut state = lock(&self.0.state);
@@ -356,7 +369,9 @@ impl Ledger {
                     *slot = None;
                 }
             }
-            Err(e) => debug!(lease = %name, "reading the intent ledger after a conflict failed: {}", describe(&e)),
+            Err(e) => {
+                debug!(lease = %name, "reading the intent ledger after a conflict failed: {}", describe(&e))
+            }
         }
     }
 }
