@@ -84,7 +84,9 @@ async fn serves_volume_attributes_class(client: &Client) -> bool {
 
 /// Waits until every store has seen its initial list, so no decision is taken on a half-filled cache
 /// (e.g. "no PV exists for this claim" before the PV list arrived).
-async fn wait_ready(stores: &Stores, shutdown: &Shutdown) -> anyhow::Result<()> {
+/// Waits until every cache had its first list: `Ok(false)` when shutdown was requested first (a
+/// clean exit, not an error).
+async fn wait_ready(stores: &Stores, shutdown: &Shutdown) -> anyhow::Result<bool> {
     let all = async {
         stores.pvcs.wait_until_ready().await?;
         stores.pvs.wait_until_ready().await?;
@@ -105,9 +107,12 @@ async fn wait_ready(stores: &Stores, shutdown: &Shutdown) -> anyhow::Result<()> 
     tokio::pin!(all);
     loop {
         tokio::select! {
-            r = &mut all => return r.context("a watch stopped before its first list completed"),
+            r = &mut all => return r.map(|()| true).context("a watch stopped before its first list completed"),
             _ = logged.tick() => info!("waiting for the first list of PVCs, PVs and StorageClasses from the API server"),
-            _ = shutdown.clone().requested() => anyhow::bail!("shutdown requested while waiting for caches"),
+            _ = shutdown.clone().requested() => {
+                info!("shutdown requested while waiting for caches; exiting");
+                return Ok(false);
+            }
         }
     }
 }
@@ -214,12 +219,13 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         None => start_watches(&client, &config, &driver),
     };
     let stores = watches.stores.clone();
-    if let Err(e) = wait_ready(&stores, &shutdown).await {
+    let ready = wait_ready(&stores, &shutdown).await;
+    if !matches!(ready, Ok(true)) {
         // The lease may have been won meanwhile: give it up rather than leave it to expire.
         if let Some(election) = election {
             election.release().await;
         }
-        return Err(e);
+        return ready.map(|_| ());
     }
     if let Some(standby) = &election {
         info!("caches filled; waiting for leadership");
@@ -335,6 +341,10 @@ fn spawn_rbac_self_check(
             .enabled
             .then(|| std::env::var("NAMESPACE").ok())
             .flatten(),
+        ledger_namespace: config
+            .node_deployment
+            .is_none()
+            .then(|| crate::provision::controller::ledger_namespace(config)),
     };
     tokio::spawn(async move {
         let Some(missing) = access::self_check(&client, &features).await else {

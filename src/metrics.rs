@@ -283,7 +283,7 @@ impl Metrics {
         let backlog = BacklogMetrics::default();
         registry.register(
             "csi_provisioner_claims_with_intent",
-            "Claims carrying the provisioning-intent finalizer: a CreateVolume may have created a volume that has no PV yet (in progress, or the volume of a deleted claim not yet deleted again).",
+            "Volumes a CreateVolume may have created that have no PV yet (in progress, or the volume of a deleted claim not yet deleted again): entries of the intent ledger plus claims carrying the provisioning-intent finalizer.",
             backlog.claims_with_intent.clone(),
         );
         registry.register(

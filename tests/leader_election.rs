@@ -202,7 +202,11 @@ async fn only_the_leader_acts(n: usize) {
             assert_eq!((creates, deletes), (4, 1), "the leader {} acts", r.id);
         } else {
             assert_eq!((creates, deletes), (0, 0), "standby {} must not act", r.id);
-            // Warm caches: a standby's watches ran and it only waits for the Lease.
+            // Warm caches: a standby's watches ran and it only waits for the Lease (a standby
+            // started last may still be filling them on a loaded machine).
+            r.sidecar
+                .wait_log(&["caches filled; waiting for leadership"], 1)
+                .await;
             assert_eq!(
                 r.sidecar
                     .log_lines_with(&["caches filled; waiting for leadership"]),
@@ -311,7 +315,8 @@ async fn sigterm_releases_the_lease_and_a_standby_takes_over_within_a_retry_peri
         takeover <= RETRY_PERIOD + SLACK,
         "take-over took {takeover:?}"
     );
-    assert_eq!(replicas[leader].sidecar.wait_exit().await, Some(0));
+    let code = replicas[leader].sidecar.wait_exit().await;
+    assert_eq!(code, Some(0), "{}", replicas[leader].sidecar.log());
     assert_eq!(
         replicas[leader]
             .sidecar
@@ -600,4 +605,39 @@ async fn a_saturated_worker_rate_limit_does_not_cost_the_lease() {
     );
     assert_eq!(sidecar.log_lines_with(&["Failed to renew lease"]), 0);
     assert!(sidecar.pid().is_some(), "the leader still runs");
+}
+
+/// The intent ledger belongs to the driver, not to a replica: a leader killed while its
+/// `CreateVolume` was in flight leaves an entry, and the replica that takes over finishes it
+/// (here the claim was deleted meanwhile, so the volume is deleted).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_leader_finishes_the_intents_its_predecessor_left() {
+    let cluster = Cluster::start().await;
+    let mut first = Replica::start(&cluster, "replica-a").await;
+    wait_holder(&cluster, &["replica-a"]).await;
+    first
+        .driver
+        .control()
+        .await
+        .set_fault(
+            "CreateVolume",
+            mock_csi_driver::FaultRule::always(tonic::Code::DeadlineExceeded).after_effect(),
+        )
+        .await
+        .unwrap();
+    cluster.claim_with_fast_class("default", "data").await;
+    cluster.wait_intent("default", "data", true).await;
+    first.driver.wait_volumes(1).await;
+    first.sidecar.kill().await;
+    cluster.delete_pvc_and_wait("default", "data").await;
+
+    let second = Replica::start(&cluster, "replica-b").await;
+    wait_holder(&cluster, &["replica-b"]).await;
+    cluster.wait_intent("default", "data", false).await;
+    // The new leader learned the id by replaying the recorded CreateVolume on its driver, then
+    // deleted that volume.
+    let state = second.driver.wait_volumes(0).await;
+    assert_eq!(state.calls("CreateVolume"), 1, "one replay");
+    assert_eq!(state.ok_calls("DeleteVolume"), 1);
+    assert_eq!(cluster.pv_count().await, 0);
 }

@@ -194,6 +194,8 @@ async fn granted_by_manifest(cluster: &Cluster) -> Option<BTreeSet<(String, Stri
 const GRANTED_FOR_OTHER_PATHS: &[(&str, &str, &str, &str)] = &[
     ("", "persistentvolumeclaims", "get", "re-reading a claim after a write conflict"),
     ("", "persistentvolumeclaims", "update", "claim writes where PATCH is refused (upstream's role)"),
+    ("", "persistentvolumeclaims", "patch", "selected-node clearing, node-mode competition and claim intents (tests/node_mode.rs)"),
+    ("", "persistentvolumes", "get", "the live check that no PV exists before an abandoned intent's volume is deleted"),
     ("", "persistentvolumeclaims", "delete", "--deleted-node-pvc-cleanup (tests/node_mode.rs)"),
     ("", "events", "list", "upstream's ClusterRole; kept so upstream can run with this manifest"),
     ("", "events", "watch", "upstream's ClusterRole; kept so upstream can run with this manifest"),

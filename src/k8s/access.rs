@@ -42,6 +42,8 @@ pub(crate) struct Features {
     pub(crate) leader_election_namespace: Option<String>,
     /// `--enable-capacity`: the namespace of the CSIStorageCapacity objects (`NAMESPACE`).
     pub(crate) capacity_namespace: Option<String>,
+    /// Controller mode: the namespace of the intent ledger's Leases.
+    pub(crate) ledger_namespace: Option<String>,
 }
 
 /// Every permission a sidecar with `features` needs, in a stable order.
@@ -130,6 +132,15 @@ pub(crate) fn needs(features: &Features) -> Vec<Need> {
             "elect a leader with a Lease (--leader-election)",
         );
     }
+    if let Some(namespace) = &features.ledger_namespace {
+        add(
+            "coordination.k8s.io",
+            "leases",
+            &["list", "create", "update"],
+            Some(namespace),
+            "record provisioning intents in the intent ledger (else two claim writes per volume)",
+        );
+    }
     if let Some(namespace) = &features.capacity_namespace {
         add(
             "storage.k8s.io",
@@ -139,6 +150,9 @@ pub(crate) fn needs(features: &Features) -> Vec<Need> {
             "publish storage capacity (--enable-capacity)",
         );
     }
+    // Leader election and the ledger share a namespace by default: ask once per permission.
+    let mut seen = std::collections::HashSet::new();
+    out.retain(|n| seen.insert((n.group, n.resource, n.verb, n.namespace.clone())));
     out
 }
 
@@ -341,6 +355,7 @@ mod tests {
             claim_cleanup: true,
             leader_election_namespace: Some("kube-system".into()),
             capacity_namespace: Some("csi".into()),
+            ledger_namespace: Some("kube-system".into()),
         });
         let find = |resource: &str, verb: &str| {
             all.iter()
@@ -353,6 +368,15 @@ mod tests {
         let lease = find("leases", "update").expect("lease update");
         assert_eq!(lease.namespace.as_deref(), Some("kube-system"));
         assert_eq!(lease.group, "coordination.k8s.io");
+        assert!(
+            find("leases", "list").is_some(),
+            "the ledger is loaded with a list"
+        );
+        let updates = all
+            .iter()
+            .filter(|n| n.resource == "leases" && n.verb == "update")
+            .count();
+        assert_eq!(updates, 1, "one check per permission");
         let capacity = find("csistoragecapacities", "create").expect("capacity create");
         assert_eq!(capacity.namespace.as_deref(), Some("csi"));
     }
