@@ -425,3 +425,45 @@ async fn five_hundred_claims_at_once_get_exactly_five_hundred_volumes() {
         spent.count(Some("get"), Some("persistentvolumeclaims"), None)
     );
 }
+
+#[tokio::test]
+async fn refused_lease_writes_turn_the_ledger_off_and_intents_go_on_the_claims() {
+    let (cluster, driver, sidecar) = start_single_node(&[], &[]).await;
+    // The sidecar may list Leases (it loaded an empty ledger) but not create them.
+    let faults = cluster.sim.faults();
+    let refused = faults.add(
+        kube_sim::FaultRule::error(403)
+            .verb("create")
+            .resource("leases"),
+    );
+    let before = cluster.sim.counters();
+    let pvc = cluster.claim_with_fast_class(NS, "data").await;
+    cluster.wait_bound(NS, "data").await;
+    cluster.claim_of_class(NS, "second", "fast", "1Gi").await;
+    cluster.wait_bound(NS, "second").await;
+    cluster.wait_intent(NS, "data", false).await;
+    cluster.wait_intent(NS, "second", false).await;
+
+    // One refusal taught the sidecar; both claims carried the intent on themselves instead.
+    assert_eq!(faults.hits(refused), 1);
+    assert_eq!(
+        sidecar.log_lines_with(&["the intent ledger is off from now on"]),
+        1
+    );
+    let spent = cluster.sim.counters().since(&before);
+    assert_eq!(
+        spent.count(Some("patch"), Some("persistentvolumeclaims"), Some(200)),
+        4,
+        "intent on and off for each claim: {:#}",
+        spent.to_json()
+    );
+    assert!(cluster.ledger_entries().await.is_empty());
+    let state = driver.wait_volumes(2).await;
+    assert_eq!(state.calls("CreateVolume"), 2);
+    assert!(
+        state
+            .volumes
+            .iter()
+            .any(|v| v.name == format!("pvc-{}", uid(&pvc)))
+    );
+}

@@ -228,6 +228,10 @@ impl Ledger {
             // Only a leader writes: a deposed one must not overwrite its successor's ledger.
             leadership.acting().await;
             if !self.commit_once().await {
+                if !self.is_enabled() {
+                    // Refused for good (RBAC): intents go on the claims from now on.
+                    return;
+                }
                 tokio::select! {
                     () = &mut stop => break,
                     () = tokio::time::sleep(FAILED_WRITE_PAUSE) => {}
