@@ -282,7 +282,8 @@ async fn open_ledger(ctx: &Context) -> Ledger {
     let namespace = ledger_namespace(&ctx.config);
     let base = crate::leader::decide::lease_name(&ctx.driver.name);
     Ledger::open(
-        ctx.client.clone(),
+        ctx.background.clone(),
+        ctx.bucket.clone(),
         &namespace,
         &base,
         ctx.metrics.backlog.ledger_intents.clone(),
