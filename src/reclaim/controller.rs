@@ -65,6 +65,11 @@ struct Reclaimer {
     /// PV UIDs whose DeleteVolume returned OK in this process: the PV update our own DELETE
     /// causes must not send DeleteVolume again (upstream issue 1235).
     deleted: Mutex<HashSet<String>>,
+    /// PV UIDs this process finished (PV deleted and our finalizer removed): the watch events
+    /// that follow (deletion timestamp, finalizer removal) are old news and cost no request.
+    /// Without this, a mass deletion re-read claims, re-sent DELETEs and re-patched gone PVs
+    /// for one PV in two.
+    finished: Mutex<HashSet<String>>,
     /// Node mode: our NodeGetInfo segments.
     segments: Option<HashMap<String, String>>,
     /// PV UIDs waiting for a detach: the wait is logged at info once, then at debug per retry.
@@ -89,6 +94,7 @@ pub(crate) async fn run(
     let state = Arc::new(Reclaimer {
         backoff: Mutex::new(Backoff::new(p.retry_interval_start, p.retry_interval_max)),
         deleted: Mutex::new(HashSet::new()),
+        finished: Mutex::new(HashSet::new()),
         segments,
         waiting_for_detach: Mutex::new(HashSet::new()),
         ctx: ctx.clone(),
@@ -178,6 +184,14 @@ async fn reconcile(
     pv: Arc<PersistentVolume>,
     state: Arc<Reclaimer>,
 ) -> Result<Action, ReclaimFailure> {
+    if pv
+        .metadata
+        .uid
+        .as_ref()
+        .is_some_and(|uid| crate::sync::lock(&state.finished).contains(uid))
+    {
+        return Ok(Action::await_change());
+    }
     let mut current = pv.as_ref().clone();
     for _ in 0..MAX_STEPS {
         match step(&state, &current).await? {
@@ -361,9 +375,11 @@ async fn finish(
     let name = pv.name_any();
     let uid = pv.metadata.uid.clone().unwrap_or_default();
     if issue_delete && patch::delete_with_uid(api, &name, &uid).await? == DeleteOutcome::Gone {
+        crate::sync::lock(&state.finished).insert(uid);
         return Ok(Next::Done(Action::await_change()));
     }
-    patch::remove_finalizer(api, pv, names::FINALIZER_PV_DELETION_PROTECTION).await?;
+    patch::remove_finalizer_by_value(api, pv, names::FINALIZER_PV_DELETION_PROTECTION).await?;
+    crate::sync::lock(&state.finished).insert(uid);
     debug!(pv = %name, "PV deleted and deletion-protection finalizer removed");
     // The UID stays in `deleted` on purpose: a reconcile started from a cache that has not seen
     // the finalizer removal yet must not send DeleteVolume again. Entries of PVs that are gone are
@@ -385,7 +401,9 @@ impl Reclaimer {
     }
 
     fn prune_deleted(&self) {
-        let len = crate::sync::lock(&self.deleted).len();
+        let len = crate::sync::lock(&self.deleted)
+            .len()
+            .max(crate::sync::lock(&self.finished).len());
         if len >= PRUNE_AT {
             self.forget_vanished_pvs();
         }
@@ -403,6 +421,7 @@ impl Reclaimer {
             .filter_map(|pv| pv.metadata.uid.clone())
             .collect();
         crate::sync::lock(&self.deleted).retain(|uid| live.contains(uid));
+        crate::sync::lock(&self.finished).retain(|uid| live.contains(uid));
         // The backoff is keyed by name (a PV re-created under its name starts over anyway).
         let names: HashSet<String> = self
             .ctx

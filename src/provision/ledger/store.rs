@@ -15,8 +15,8 @@ use tokio::sync::{Notify, oneshot};
 use tracing::{debug, info, warn};
 
 use super::{Book, ENTRIES_ANNOTATION, Entry, LEDGER_LABEL, Recorded, decode, shard_index};
-use crate::k8s::errors::{ApiErrorClass, classify, describe};
 use crate::k8s::client::TokenBucket;
+use crate::k8s::errors::{ApiErrorClass, classify, describe};
 use crate::leader::Leadership;
 use crate::sync::lock;
 
