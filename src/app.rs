@@ -241,8 +241,6 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let ctx = Arc::new(Context {
         config: config.clone(),
         client,
-        background: clients.background.clone(),
-        bucket: clients.bucket.clone(),
         csi,
         driver: Arc::new(driver),
         identity,

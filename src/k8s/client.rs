@@ -262,23 +262,6 @@ impl<C: Clock + Clone> TokenBucket<C> {
         self.quiet
     }
 
-    /// Takes a token like a worker request does (counted as waiting meanwhile, so background
-    /// work leaves it alone), for a caller that sends on a client without a limiter and wants to
-    /// decide what to send only once it holds the token (the intent ledger's group commit).
-    pub(crate) async fn acquire(&self) {
-        struct Waiting<'a, C: Clock + Clone>(&'a TokenBucket<C>);
-        impl<C: Clock + Clone> Drop for Waiting<'_, C> {
-            fn drop(&mut self) {
-                self.0.set_waiting(false);
-            }
-        }
-        self.set_waiting(true);
-        let _waiting = Waiting(self);
-        while let Err(wait) = self.try_acquire() {
-            tokio::time::sleep(wait).await;
-        }
-    }
-
     fn set_waiting(&self, waiting: bool) {
         if waiting {
             self.waiting.fetch_add(1, Ordering::AcqRel);

@@ -282,8 +282,7 @@ async fn open_ledger(ctx: &Context) -> Ledger {
     let namespace = ledger_namespace(&ctx.config);
     let base = crate::leader::decide::lease_name(&ctx.driver.name);
     Ledger::open(
-        ctx.background.clone(),
-        ctx.bucket.clone(),
+        ctx.client.clone(),
         &namespace,
         &base,
         ctx.metrics.backlog.ledger_intents.clone(),

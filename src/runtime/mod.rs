@@ -26,12 +26,6 @@ pub(crate) struct Context {
     pub(crate) config: Arc<Config>,
     /// Rate-limited Kubernetes client.
     pub(crate) client: Client,
-    /// The same API server without a limiter, for senders that take tokens of [`Context::bucket`]
-    /// themselves.
-    pub(crate) background: Client,
-    /// The `--kube-api-qps` / `--kube-api-burst` bucket `client` takes tokens from; `None`
-    /// without a limit.
-    pub(crate) bucket: Option<Arc<crate::k8s::client::TokenBucket>>,
     /// The driver's controller service, with `--timeout` on every call.
     pub(crate) csi: Arc<dyn CsiController>,
     /// What the handshake learned about the driver.

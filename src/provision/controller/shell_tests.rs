@@ -65,8 +65,6 @@ fn shell(sim: &Sim, csi: Arc<FakeCsi>) -> Provisioner {
     let ctx = Arc::new(Context {
         config: Arc::new(config),
         client: client.clone(),
-        background: client.clone(),
-        bucket: None,
         csi,
         driver: Arc::new(DriverInfo {
             name: DRIVER.to_owned(),

@@ -15,7 +15,6 @@ use tokio::sync::{Notify, oneshot};
 use tracing::{debug, info, warn};
 
 use super::{Book, ENTRIES_ANNOTATION, Entry, LEDGER_LABEL, Recorded, decode, shard_index};
-use crate::k8s::client::TokenBucket;
 use crate::k8s::errors::{ApiErrorClass, classify, describe};
 use crate::leader::Leadership;
 use crate::sync::lock;
@@ -59,9 +58,7 @@ struct Inner {
 }
 
 struct Target {
-    /// On a client without a limiter: every request first takes a token of `bucket` itself.
     api: Api<Lease>,
-    bucket: Option<Arc<TokenBucket>>,
     namespace: String,
     base: String,
 }
@@ -90,26 +87,16 @@ impl Ledger {
     /// Loads the ledger `base` (the leader-election Lease name) of `namespace`, retrying
     /// transient errors until it is read. A refusal (RBAC) turns it off, with a warning saying
     /// which permission is missing.
-    /// `client` has no limiter: each request first takes a token of `bucket` (the workers'
-    /// budget), and a commit decides what it writes only once it holds that token, so every
-    /// intent added while it waited is in it.
     pub(crate) async fn open(
         client: Client,
-        bucket: Option<Arc<TokenBucket>>,
         namespace: &str,
         base: &str,
         count: Arc<AtomicI64>,
     ) -> Self {
         let api: Api<Lease> = Api::namespaced(client, namespace);
-        let token = || async {
-            if let Some(bucket) = &bucket {
-                bucket.acquire().await;
-            }
-        };
         let selector = format!("{LEDGER_LABEL}={base}");
         let mut pause = Duration::from_millis(200);
         let listed = loop {
-            token().await;
             match api.list(&ListParams::default().labels(&selector)).await {
                 Ok(list) => break Some(list.items),
                 Err(e) if classify(&e) == ApiErrorClass::Forbidden => {
@@ -164,7 +151,6 @@ impl Ledger {
             enabled: AtomicBool::new(enabled),
             target: Some(Target {
                 api,
-                bucket,
                 namespace: namespace.to_owned(),
                 base: base.to_owned(),
             }),
@@ -288,8 +274,6 @@ impl Ledger {
         let Some(target) = &self.0.target else {
             return true;
         };
-        // The token first, the content after: whatever was added while waiting goes along.
-        target.token().await;
         let (commit, waiters, leases) = {
             let mut state = lock(&self.0.state);
             let commit = state.book.take_commit();
@@ -303,10 +287,7 @@ impl Ledger {
         };
         let mut failure: Option<LedgerError> = None;
         let mut conflict = false;
-        for (i, (write, known)) in commit.shards.iter().zip(leases).enumerate() {
-            if i > 0 {
-                target.token().await;
-            }
+        for (write, known) in commit.shards.iter().zip(leases) {
             let name = super::shard_name(&target.base, write.shard);
             let lease = with_entries(known, &name, &target.base, &write.content);
             let created = lease.metadata.resource_version.is_none();
@@ -373,7 +354,6 @@ impl Ledger {
 
     /// After a conflict: reads the shard and takes in entries this process does not know.
     async fn merge_remote(&self, target: &Target, shard: usize, name: &str) {
-        target.token().await;
         match target.api.get_opt(name).await {
             Ok(Some(lease)) => match lease_entries(&lease) {
                 Ok(remote) => {
@@ -396,14 +376,6 @@ impl Ledger {
             Err(e) => {
                 debug!(lease = %name, "reading the intent ledger after a conflict failed: {}", describe(&e))
             }
-        }
-    }
-}
-
-impl Target {
-    async fn token(&self) {
-        if let Some(bucket) = &self.bucket {
-            bucket.acquire().await;
         }
     }
 }
