@@ -210,6 +210,17 @@ impl Book {
         Recorded::Pending
     }
 
+    /// Drops `volume`'s entry without asking for a write of its own: the next commit of its
+    /// shard leaves it out. For entries found stale (their PV exists): keeping them written costs
+    /// nothing but a later resolution, so a restart after a crash writes nothing for them.
+    pub(crate) fn drop_stale(&mut self, volume: &str) -> bool {
+        let Some(slot) = self.entries.remove(volume) else {
+            return false;
+        };
+        self.counts[slot.shard] -= 1;
+        true
+    }
+
     /// Remembers the volume id of `volume` (written with the next commit).
     pub(crate) fn set_id(&mut self, volume: &str, id: &str) {
         if let Some(slot) = self.entries.get_mut(volume)

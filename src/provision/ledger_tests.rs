@@ -170,3 +170,15 @@ fn an_entry_whose_claim_no_longer_wants_the_volume_is_cleaned_up() {
         Resolution::Cleanup(CleanupCause::BoundElsewhere("static-pv".to_owned()))
     );
 }
+
+#[test]
+fn a_stale_entry_is_dropped_without_a_write_of_its_own_and_left_out_of_the_next_one() {
+    let mut book = Book::load(vec![(0, vec![entry("pvc-1"), entry("pvc-2")])]);
+    assert!(book.drop_stale("pvc-1"));
+    assert!(!book.is_dirty(), "no write just for a stale entry");
+    book.record(entry("pvc-3"));
+    let commit = book.take_commit();
+    let written = decode(&commit.shards[0].content).unwrap();
+    let volumes: Vec<&str> = written.iter().map(|e| e.volume.as_str()).collect();
+    assert_eq!(volumes, ["pvc-2", "pvc-3"]);
+}

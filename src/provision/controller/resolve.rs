@@ -61,7 +61,8 @@ async fn resolve_one(state: &Provisioner, entry: &Entry) -> Result<(), String> {
     let cause = match ledger::resolve(entry, pv_cached, claim.as_deref()) {
         Resolution::Keep => return Ok(()),
         Resolution::Drop => {
-            state.ledger.forget(&entry.volume);
+            // Left by a crash (a clean run drops its own entries): no write just for these.
+            state.ledger.drop_stale(&entry.volume);
             return Ok(());
         }
         Resolution::Cleanup(cause) => cause,

@@ -193,6 +193,15 @@ impl Ledger {
         }
     }
 
+    /// Drops an entry found stale (its PV exists) without a write of its own (see
+    /// [`Book::drop_stale`]).
+    pub(crate) fn drop_stale(&self, volume: &str) {
+        let mut state = lock(&self.0.state);
+        if state.book.drop_stale(volume) {
+            self.publish(&state.book);
+        }
+    }
+
     /// Remembers a learned volume id (written lazily): a retried clean-up needs no replay.
     pub(crate) fn set_id(&self, volume: &str, id: &str) {
         lock(&self.0.state).book.set_id(volume, id);
