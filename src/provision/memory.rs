@@ -31,7 +31,14 @@ pub(crate) struct ClaimMemory {
     compete_at: HashMap<String, Instant>,
     node_gone_since: HashMap<String, Instant>,
     awaiting_bound: std::collections::HashSet<String>,
+    /// When this process created each claim's PV: a reconcile from a cache that has not seen the
+    /// PV yet must not replay CreateVolume for it.
+    pv_created: HashMap<String, Instant>,
 }
+
+/// How long after creating a PV a claim is taken as provisioned without the cache showing it:
+/// far longer than a watch lags, short enough that a PV deleted at once is noticed.
+pub(crate) const PV_CACHE_GRACE: Duration = Duration::from_secs(30);
 
 impl ClaimMemory {
     /// Empty memory with these retry policies.
@@ -48,6 +55,7 @@ impl ClaimMemory {
             compete_at: HashMap::new(),
             node_gone_since: HashMap::new(),
             awaiting_bound: std::collections::HashSet::new(),
+            pv_created: HashMap::new(),
         }
     }
 
@@ -92,6 +100,9 @@ impl ClaimMemory {
         self.compete_at.retain(|k, _| keep(k));
         self.node_gone_since.retain(|k, _| keep(k));
         self.awaiting_bound.retain(|k| keep(k));
+        let now = Instant::now();
+        self.pv_created
+            .retain(|k, at| keep(k) && now.duration_since(*at) < PV_CACHE_GRACE);
         self.pins.retain(&keep);
     }
 
@@ -135,6 +146,14 @@ impl ClaimMemory {
         self.infeasible.remove(&key.to_owned());
         self.pins.settle(key, None);
         self.awaiting_bound.insert(key.to_owned());
+        self.pv_created.insert(key.to_owned(), Instant::now());
+    }
+
+    /// Whether this process created the claim's PV within [`PV_CACHE_GRACE`] of `now`.
+    pub(crate) fn recently_provisioned(&self, key: &str, now: Instant) -> bool {
+        self.pv_created
+            .get(key)
+            .is_some_and(|at| now.duration_since(*at) < PV_CACHE_GRACE)
     }
 
     /// The claim `key` is Bound: `true` the first time for a claim whose PV this process created
@@ -234,6 +253,19 @@ mod tests {
             later,
             "a's timer starts over"
         );
+    }
+
+    #[test]
+    fn a_pv_created_here_counts_until_the_cache_can_have_caught_up() {
+        let mut m = memory();
+        let now = Instant::now();
+        assert!(!m.recently_provisioned("a", now));
+        m.provisioned("a");
+        assert!(m.recently_provisioned("a", Instant::now()));
+        assert!(!m.recently_provisioned("b", Instant::now()));
+        assert!(!m.recently_provisioned("a", Instant::now() + PV_CACHE_GRACE));
+        m.retain(|k| k != "a");
+        assert!(!m.recently_provisioned("a", Instant::now()));
     }
 
     #[test]

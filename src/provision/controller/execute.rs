@@ -85,6 +85,10 @@ pub(super) async fn provision(
         debug!(volume = %plan.volume_name, "volume busy with another operation; retrying shortly");
         return Ok(Action::requeue(LOCK_RETRY));
     };
+    // This process created the PV moments ago and the cache has not caught up: nothing to do.
+    if state.memory().recently_provisioned(&key, Instant::now()) {
+        return Ok(Action::await_change());
+    }
     // The cache, not a live read: if it lags behind a PV created moments ago, CreateVolume is
     // replayed for the same name (idempotent: the same volume) and the PV create answers
     // AlreadyExists, which is success for the same volume handle. Never a second volume.

@@ -1,0 +1,61 @@
+//! Finalizer removal by value (strategic merge), for objects whose other finalizers change at the
+//! same moment as ours.
+
+use std::fmt::Debug;
+
+use kube::api::{Patch, PatchParams};
+use kube::{Api, Resource, ResourceExt};
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use super::{PATCH_REFUSED, PatchError, PatchOutcome, remove_finalizer};
+use crate::k8s::errors::{ApiErrorClass, classify};
+
+/// Removes `finalizer` from `obj` by value, in one request whatever else changed meanwhile: a
+/// strategic merge patch with `$deleteFromPrimitiveList`, guarded by the UID. A deleted PV loses
+/// `kubernetes.io/pv-protection` at about the moment we remove ours, which made the index-based
+/// JSON patch of [`remove_finalizer`] fail and re-read for one PV in four. Falls back to
+/// [`remove_finalizer`] where the server refuses the patch (RBAC without `patch`, a UID that
+/// changed, a type without strategic merge).
+pub(crate) async fn remove_finalizer_by_value<K>(
+    api: &Api<K>,
+    obj: &K,
+    finalizer: &str,
+) -> Result<PatchOutcome<K>, PatchError>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
+{
+    let plural = K::plural(&()).into_owned();
+    let refused = crate::sync::lock(&PATCH_REFUSED).contains(&plural);
+    let has = obj
+        .meta()
+        .finalizers
+        .as_deref()
+        .unwrap_or_default()
+        .iter()
+        .any(|f| f == finalizer);
+    if refused || !has {
+        return remove_finalizer(api, obj, finalizer).await;
+    }
+    let mut meta = serde_json::Map::new();
+    if let Some(uid) = &obj.meta().uid {
+        meta.insert("uid".to_owned(), Value::String(uid.clone()));
+    }
+    meta.insert(
+        "$deleteFromPrimitiveList/finalizers".to_owned(),
+        Value::Array(vec![Value::String(finalizer.to_owned())]),
+    );
+    let patch = serde_json::json!({ "metadata": meta });
+    match api
+        .patch(
+            &obj.name_any(),
+            &PatchParams::default(),
+            &Patch::Strategic(&patch),
+        )
+        .await
+    {
+        Ok(updated) => Ok(PatchOutcome::Patched(updated)),
+        Err(err) if classify(&err) == ApiErrorClass::NotFound => Ok(PatchOutcome::Gone),
+        Err(_) => remove_finalizer(api, obj, finalizer).await,
+    }
+}
