@@ -39,26 +39,9 @@ pub(super) async fn cleanup_intent(
     let pv_exists = pv_exists(state, &cleanup.volume_name).await?;
     let mut step = plan::cleanup_step(&cleanup, &claim, pv_exists);
     if let CleanupStep::Replay(request) = step {
-        let mut request = *request;
-        if let Some(secret) = &cleanup.secret {
-            match secret_data(state, secret).await {
-                Ok(data) => request.secrets = data,
-                Err(e) => return Err(cleanup_failed(state, pvc, e.to_string())),
-            }
-        }
-        let answer = create_volume(state, request).await;
-        let verdict = match &answer {
-            Ok(response) => plan::after_replay(
-                &cleanup,
-                Ok(response
-                    .volume
-                    .as_ref()
-                    .map_or("", |v| v.volume_id.as_str())),
-            ),
-            Err(status) => plan::after_replay(
-                &cleanup,
-                Err((status.code(), &crate::csi::rpc_error(status))),
-            ),
+        let verdict = match replay_for_id(state, &cleanup, *request).await {
+            Ok(verdict) => verdict,
+            Err(e) => return Err(cleanup_failed(state, pvc, e.to_string())),
         };
         step = match verdict {
             AfterReplay::Delete(volume_id) => CleanupStep::DeleteVolume {
@@ -103,6 +86,31 @@ pub(super) async fn cleanup_intent(
     }
     finish_intent(state, &claim, &cleanup.volume_name).await?;
     Ok(Action::await_change())
+}
+
+/// Replays CreateVolume (same name, with the provisioner secret) to learn the id of an abandoned
+/// volume, and judges the answer ([`plan::after_replay`]). `Err`: the secret could not be read.
+pub(super) async fn replay_for_id(
+    state: &Provisioner,
+    cleanup: &IntentCleanup,
+    mut request: v1::CreateVolumeRequest,
+) -> Result<AfterReplay, SecretFetchError> {
+    if let Some(secret) = &cleanup.secret {
+        request.secrets = secret_data(state, secret).await?;
+    }
+    Ok(match create_volume(state, request).await {
+        Ok(response) => plan::after_replay(
+            cleanup,
+            Ok(response
+                .volume
+                .as_ref()
+                .map_or("", |v| v.volume_id.as_str())),
+        ),
+        Err(status) => plan::after_replay(
+            cleanup,
+            Err((status.code(), &crate::csi::rpc_error(&status))),
+        ),
+    })
 }
 
 fn cleanup_failed(

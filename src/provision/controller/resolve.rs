@@ -7,6 +7,7 @@
 #[allow(clippy::wildcard_imports)]
 use super::*;
 
+use super::cleanup::replay_for_id;
 use crate::provision::ledger::{self, CleanupCause, Entry, Resolution};
 
 /// How often the ledger is compared with the caches.
@@ -129,26 +130,9 @@ async fn cleanup_entry(
     };
     let mut step = plan::cleanup_step(&cleanup, &PersistentVolumeClaim::default(), false);
     if let CleanupStep::Replay(request) = step {
-        let mut request = *request;
-        if let Some(secret) = &cleanup.secret {
-            request.secrets = secret_data(state, secret)
-                .await
-                .map_err(|e| report(e.to_string()))?;
-        }
-        let answer = create_volume(state, request).await;
-        let verdict = match &answer {
-            Ok(response) => plan::after_replay(
-                &cleanup,
-                Ok(response
-                    .volume
-                    .as_ref()
-                    .map_or("", |v| v.volume_id.as_str())),
-            ),
-            Err(status) => plan::after_replay(
-                &cleanup,
-                Err((status.code(), &crate::csi::rpc_error(status))),
-            ),
-        };
+        let verdict = replay_for_id(state, &cleanup, *request)
+            .await
+            .map_err(|e| report(e.to_string()))?;
         step = match verdict {
             AfterReplay::Delete(volume_id) => {
                 // Remembered: if the delete fails, the next attempt needs no replay.
