@@ -467,3 +467,32 @@ async fn refused_lease_writes_turn_the_ledger_off_and_intents_go_on_the_claims()
             .any(|v| v.name == format!("pvc-{}", uid(&pvc)))
     );
 }
+
+#[tokio::test]
+async fn a_ledger_lease_deleted_under_the_sidecar_is_written_again() {
+    let (cluster, driver, _sidecar) = start_single_node(&[], &[]).await;
+    cluster.claim_with_fast_class(NS, "first").await;
+    cluster.wait_bound(NS, "first").await;
+    let leases: kube::Api<k8s_openapi::api::coordination::v1::Lease> =
+        kube::Api::namespaced(cluster.client.clone(), "default");
+    let shard = "mock-csi-rs-intents-0";
+    wait_for("the ledger Lease", DEADLINE, || async {
+        leases.get_opt(shard).await.ok()?.map(|_| ())
+    })
+    .await;
+    leases
+        .delete(shard, &DeleteParams::default())
+        .await
+        .unwrap();
+
+    // The next intent cannot be written where the Lease was: it is created again, and the claim
+    // is provisioned only after that.
+    cluster.claim_of_class(NS, "second", "fast", "1Gi").await;
+    cluster.wait_bound(NS, "second").await;
+    wait_for("the ledger Lease written again", DEADLINE, || async {
+        leases.get_opt(shard).await.ok()?.map(|_| ())
+    })
+    .await;
+    cluster.wait_intent(NS, "second", false).await;
+    assert_eq!(driver.wait_volumes(2).await.calls("CreateVolume"), 2);
+}

@@ -319,7 +319,11 @@ impl Ledger {
                     let class = classify(&e);
                     lock(&self.0.state).book.failed(write.shard);
                     match class {
-                        ApiErrorClass::Conflict | ApiErrorClass::AlreadyExists => {
+                        // NotFound: the Lease was deleted under us; it is created again with
+                        // this process's entries.
+                        ApiErrorClass::Conflict
+                        | ApiErrorClass::AlreadyExists
+                        | ApiErrorClass::NotFound => {
                             conflict = true;
                             self.merge_remote(target, write.shard, &name).await;
                         }
@@ -373,7 +377,8 @@ impl Ledger {
                     self.0.count.store(count as i64, Ordering::Relaxed);
                 }
                 Err(e) => {
-                    warn!(lease = %name, "{e}; it will be overwritten with this process's entries")
+                    warn!(lease = %name, "{e}; it will be overwritten with this process's entries");
+                    set_lease(&mut lock(&self.0.state).leases, shard, lease);
                 }
             },
             Ok(None) => {
