@@ -21,8 +21,10 @@ use crate::csi::{
     OperationMetrics,
 };
 use crate::http::{self, Health};
+use crate::k8s::attachments::AttachmentIndex;
 use crate::k8s::events::{EventQueueMetrics, EventSource, EventSpec, Recorder};
-use crate::k8s::watch::{AttachmentIndex, Watched, watch_shared};
+use crate::k8s::lean::Lean;
+use crate::k8s::watch::{Watched, watch_lean, watch_shared};
 use crate::metrics::Metrics;
 use crate::metrics::node_gone::NodeGoneMetrics;
 use crate::runtime::{Context, Shutdown, Stores, VolumeLocks};
@@ -375,8 +377,8 @@ fn spawn_rbac_self_check(
 
 /// The running watches.
 struct Watches {
-    pvcs: Watched<PersistentVolumeClaim>,
-    pvs: Watched<PersistentVolume>,
+    pvcs: Watched<Lean<PersistentVolumeClaim>>,
+    pvs: Watched<Lean<PersistentVolume>>,
     classes: Watched<StorageClass>,
     stores: Stores,
 }
@@ -385,14 +387,20 @@ fn start_watches(client: &Client, config: &Config, driver: &DriverInfo) -> Watch
     let wc = watcher::Config::default();
     // Subscribers: PVCs feed the provisioning and reclaim controllers, PVs both as well, classes the
     // provisioning controller.
-    let pvcs = watch_shared(
-        Api::all(client.clone()),
+    let pvcs = watch_lean(
+        Api::<PersistentVolumeClaim>::all(client.clone()),
         wc.clone(),
         "persistentvolumeclaims",
         2,
     );
-    let pvs = watch_shared(Api::all(client.clone()), wc.clone(), "persistentvolumes", 2);
-    let classes = watch_shared(Api::all(client.clone()), wc.clone(), "storageclasses", 1);
+    let pvs = watch_lean(
+        Api::<PersistentVolume>::all(client.clone()),
+        wc.clone(),
+        "persistentvolumes",
+        2,
+    );
+    let classes: Watched<StorageClass> =
+        watch_shared(Api::all(client.clone()), wc.clone(), "storageclasses", 1);
     // Nodes and CSINodes feed topology (central mode with a topology-aware driver) and the dead-node
     // checks; node mode learns its own topology from NodeGetInfo instead (as upstream).
     let topology = config.feature_gates.topology && driver.supports_topology();
@@ -431,7 +439,7 @@ fn start_watches(client: &Client, config: &Config, driver: &DriverInfo) -> Watch
 async fn node_mode_watches(client: &Client, driver: &DriverInfo, node_name: &str) -> Watches {
     // Subscribers as in controller mode: PVCs and PVs feed provisioning and reclaim.
     let scoped = crate::node_mode::watches::start(client, driver, node_name, 2).await;
-    let classes = watch_shared(
+    let classes: Watched<StorageClass> = watch_shared(
         Api::all(client.clone()),
         watcher::Config::default(),
         "storageclasses",

@@ -5,6 +5,8 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 
+use crate::k8s::lean::Lean;
+
 use crate::model::meta::label;
 
 /// The backlog gauges' values: claims carrying our provisioning intent, and volumes awaiting
@@ -13,19 +15,22 @@ use crate::model::meta::label;
 /// pending claims and PVs without a node are in several instances' caches: the sum over the
 /// DaemonSet then counts each object once.
 pub(super) fn count_backlog(
-    claims: &[Arc<PersistentVolumeClaim>],
-    pvs: &[Arc<PersistentVolume>],
+    claims: &[Arc<Lean<PersistentVolumeClaim>>],
+    pvs: &[Arc<Lean<PersistentVolume>>],
     driver: &str,
     node: Option<&str>,
 ) -> (i64, i64) {
+    // One object unpacked at a time: a scrape must not hold the whole cache unpacked.
     let claims = claims
         .iter()
+        .map(|c| c.full())
         .filter(|c| crate::provision::intent::has_intent(c))
         .filter(|c| crate::model::claim::is_ours(c, driver))
         .filter(|c| node.is_none() || crate::model::claim::selected_node(c) == node)
         .count();
     let volumes = pvs
         .iter()
+        .map(|pv| pv.full())
         .filter(|pv| crate::reclaim::plan::awaits_deletion(pv, driver))
         .filter(|pv| node.is_none() || label(&pv.metadata, crate::names::LABEL_PV_NODE) == node)
         .count();
@@ -45,8 +50,8 @@ pub(super) struct OperatorCounts {
 /// Released, or being deleted, for longer than [`crate::metrics::STUCK_AFTER`] (in node mode:
 /// labelled with this node), as of `now`.
 pub(super) fn count_operator(
-    claims: &[Arc<PersistentVolumeClaim>],
-    pvs: &[Arc<PersistentVolume>],
+    claims: &[Arc<Lean<PersistentVolumeClaim>>],
+    pvs: &[Arc<Lean<PersistentVolume>>],
     driver: &str,
     node: Option<&str>,
     now: jiff::Timestamp,
@@ -57,40 +62,39 @@ pub(super) fn count_operator(
     };
     let pending = claims
         .iter()
+        .map(|c| c.full())
         .filter(|c| crate::model::claim::is_ours(c, driver))
         .filter(|c| c.metadata.deletion_timestamp.is_none())
         .filter(|c| c.status.as_ref().and_then(|s| s.phase.as_deref()) != Some("Bound"))
         .filter(|c| node.is_none() || crate::model::claim::selected_node(c) == node)
         .count();
-    let ours: Vec<&Arc<PersistentVolume>> = pvs
-        .iter()
-        .filter(|pv| {
-            pv.spec
-                .as_ref()
-                .and_then(|s| s.csi.as_ref())
-                .is_some_and(|csi| csi.driver == driver)
-        })
-        .filter(|pv| node.is_none() || label(&pv.metadata, crate::names::LABEL_PV_NODE) == node)
-        .collect();
-    let released_stuck = ours
-        .iter()
-        .filter(|pv| {
-            let status = pv.status.as_ref();
-            status.and_then(|s| s.phase.as_deref()) == Some("Released")
-                && status
-                    .and_then(|s| s.last_phase_transition_time.as_ref())
-                    .is_some_and(|t| older(&t.0))
-        })
-        .count();
-    let terminating_stuck = ours
-        .iter()
-        .filter(|pv| {
-            pv.metadata
-                .deletion_timestamp
-                .as_ref()
+    let (mut released_stuck, mut terminating_stuck) = (0, 0);
+    for pv in pvs.iter().map(|pv| pv.full()) {
+        let ours = pv
+            .spec
+            .as_ref()
+            .and_then(|s| s.csi.as_ref())
+            .is_some_and(|csi| csi.driver == driver);
+        if !ours || (node.is_some() && label(&pv.metadata, crate::names::LABEL_PV_NODE) != node) {
+            continue;
+        }
+        let status = pv.status.as_ref();
+        if status.and_then(|s| s.phase.as_deref()) == Some("Released")
+            && status
+                .and_then(|s| s.last_phase_transition_time.as_ref())
                 .is_some_and(|t| older(&t.0))
-        })
-        .count();
+        {
+            released_stuck += 1;
+        }
+        if pv
+            .metadata
+            .deletion_timestamp
+            .as_ref()
+            .is_some_and(|t| older(&t.0))
+        {
+            terminating_stuck += 1;
+        }
+    }
     OperatorCounts {
         pending: gauge(pending),
         released_stuck: gauge(released_stuck),
@@ -112,10 +116,11 @@ mod tests {
         bound.status = Some(Default::default());
         bound.status.as_mut().unwrap().phase = Some("Bound".into());
         let claims = [
-            Arc::new(pvc("ns", "waiting").provisioner(DRIVER).build()),
-            Arc::new(pvc("ns", "other").provisioner("other.csi").build()),
-            Arc::new(bound),
-        ];
+            pvc("ns", "waiting").provisioner(DRIVER).build(),
+            pvc("ns", "other").provisioner("other.csi").build(),
+            bound,
+        ]
+        .map(|c| Arc::new(Lean::new(c)));
         let released = |name: &str, mins: i64| {
             let mut v = pv(name).build();
             v.spec
@@ -126,16 +131,13 @@ mod tests {
             let status = v.status.get_or_insert_default();
             status.phase = Some("Released".into());
             status.last_phase_transition_time = Some(at(mins));
-            Arc::new(v)
+            v
         };
-        let mut terminating = (*released("t", 1)).clone();
+        let mut terminating = released("t", 1);
         terminating.status = None;
         terminating.metadata.deletion_timestamp = Some(at(30));
-        let pvs = [
-            released("old", 11),
-            released("new", 9),
-            Arc::new(terminating),
-        ];
+        let pvs =
+            [released("old", 11), released("new", 9), terminating].map(|v| Arc::new(Lean::new(v)));
         assert_eq!(
             count_operator(&claims, &pvs, DRIVER, None, now),
             OperatorCounts {
@@ -167,7 +169,7 @@ mod tests {
                 .selected_node("n1")
                 .build(),
         ]
-        .map(Arc::new);
+        .map(|c| Arc::new(Lean::new(c)));
         let released = |name: &str, node: &str| {
             pv(name)
                 .provisioned_by(DRIVER)
@@ -183,7 +185,7 @@ mod tests {
             released("pv-2", "n2"),
             pv("pv-3").provisioned_by(DRIVER).phase("Bound").build(),
         ]
-        .map(Arc::new);
+        .map(|v| Arc::new(Lean::new(v)));
         assert_eq!(count_backlog(&claims, &pvs, DRIVER, None), (2, 2));
         assert_eq!(count_backlog(&claims, &pvs, DRIVER, Some("n1")), (1, 1));
         assert_eq!(

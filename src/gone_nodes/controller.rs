@@ -7,18 +7,16 @@
 //! period (30 s by default), sooner when a timer is due or the set of Nodes or CSINodes changes:
 //!
 //! 1. Rank: controller mode is always the actor; in node mode this instance's rendezvous rank for
-//!    [`janitor_key`] among the live instances (CSINode lists our driver and the Node exists).
-//!    Unranked instances hold no state and make no API calls.
-//! 2. PVs: controller mode reads the shared PV store (it holds every PV). Node mode watches only its
-//!    own node's PVs, so the ranked instances list, page by page, the PVs labelled with a missing
-//!    node (`gone_nodes::discover`): nodes that vanished or were replaced since the last pass, and
-//!    those found by a sweep of the driver's PV *metadata* when the instance becomes ranked and
-//!    every [`scope::SWEEP_INTERVAL`]. The same sweep labels PVs written without our labels.
+//!    [`super::policy::janitor_key`] among the live instances (CSINode lists our driver and the
+//!    Node exists). Unranked instances hold no state and make no API calls.
+//! 2. PVs: controller mode reads the shared (lean) PV store, unpacking one PV at a time. Node mode
+//!    watches only its own node's PVs, so the ranked instances list, page by page, the PVs labelled
+//!    with a missing node (`gone_nodes::discover`): nodes that vanished or were replaced since the
+//!    last pass, and those found by a sweep of the driver's PV *metadata* when ranked and every
+//!    [`scope::SWEEP_INTERVAL`]. The same sweep labels PVs written without our labels.
 //! 3. Each PV: cached Node lookup → [`NodeGoneTracker::observe`]; at the end of the grace period a
 //!    live Node GET (or label LIST) plus a live PV GET, observed again; then the plan is executed:
 //!    PV DELETE with a UID precondition, our finalizer removed, an event, the counter.
-//!
-//! [`janitor_key`]: super::policy::janitor_key
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
@@ -36,6 +34,7 @@ use super::discover::{Lists, NodeView, StillMissing, label_unlabelled, list_page
 use super::policy::{self, GoneConfig, Now, check_interval};
 use super::tracker::{CancelReason, GoneAction, GonePlan, Lookup, NodeGoneTracker};
 use crate::k8s::events::{EventSpec, reference_to};
+use crate::k8s::lean::Lean;
 use crate::k8s::patch::{self, DeleteOutcome};
 use crate::model::locate::{HOSTNAME_LABEL, Mode, NodeLookup, NodeQuery, PerNodeKeys};
 use crate::names;
@@ -103,7 +102,7 @@ struct Janitor {
     tracker: NodeGoneTracker,
     interval: Duration,
     /// Controller mode: the shared PV store, which holds every PV.
-    store: Option<Store<PersistentVolume>>,
+    store: Option<Store<Lean<PersistentVolume>>>,
     /// Node mode: what the label-selected lists of missing nodes' PVs remember between passes.
     lists: Option<Lists>,
     /// Fingerprint of the Node and CSINode caches at the last pass.
@@ -247,8 +246,9 @@ impl Janitor {
         let mut seen = BTreeSet::new();
         let complete = match self.store.clone() {
             Some(store) => {
-                self.observe_all(&store.state(), rank, &view, &mut next, &mut seen)
-                    .await;
+                let pvs = store.state().into_iter().map(|pv| pv.full());
+                let pass = self.observe_all(pvs, rank, &view, &mut next, &mut seen);
+                pass.await;
                 true
             }
             None => {
@@ -267,7 +267,7 @@ impl Janitor {
     /// Observes every candidate (or tracked) PV of `pvs`.
     async fn observe_all(
         &mut self,
-        pvs: &[Arc<PersistentVolume>],
+        pvs: impl Iterator<Item = PersistentVolume> + Send,
         rank: usize,
         view: &NodeView<'_>,
         next: &mut Instant,
@@ -275,13 +275,13 @@ impl Janitor {
     ) {
         for pv in pvs {
             let name = pv.name_any();
-            if classify(pv, self.tracker.config()).is_err()
+            if classify(&pv, self.tracker.config()).is_err()
                 && self.tracker.first_absent(&name).is_none()
             {
                 continue;
             }
             seen.insert(name);
-            self.handle(pv, rank, view, next).await;
+            self.handle(&pv, rank, view, next).await;
         }
     }
 
@@ -308,12 +308,11 @@ impl Janitor {
             loop {
                 match list_page(&api, &selector, token.as_deref()).await {
                     Ok((page, more)) => {
-                        let page: Vec<Arc<PersistentVolume>> =
-                            page.into_iter().map(Arc::new).collect();
                         for pv in &page {
                             still.note(pv, keys, view);
                         }
-                        self.observe_all(&page, rank, view, next, seen).await;
+                        self.observe_all(page.into_iter(), rank, view, next, seen)
+                            .await;
                         match more {
                             Some(more) => token = Some(more),
                             None => break,
@@ -331,7 +330,7 @@ impl Janitor {
             match api.get_opt(&name).await {
                 Ok(Some(pv)) => {
                     still.note(&pv, keys, view);
-                    self.observe_all(&[Arc::new(pv)], rank, view, next, seen)
+                    self.observe_all(std::iter::once(pv), rank, view, next, seen)
                         .await;
                 }
                 Ok(None) => {}

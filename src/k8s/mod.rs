@@ -2,9 +2,11 @@
 //! finalizer patches, error classification and the event recorder.
 
 pub(crate) mod access;
+pub(crate) mod attachments;
 pub(crate) mod client;
 pub(crate) mod errors;
 pub(crate) mod events;
+pub(crate) mod lean;
 pub(crate) mod patch;
 pub(crate) mod secrets;
 pub(crate) mod watch;

@@ -10,22 +10,29 @@
 //! in the store again and, when the object left the store meanwhile (created then deleted, common in
 //! mass deletions), returns `Pending` without arranging a wake-up, which stalls the controller and
 //! then the watch. Here every subscriber receives the object itself, in order, with backpressure.
+//!
+//! The initial list is a streaming list (one watch with `sendInitialEvents`, as client-go does)
+//! where the API server serves it, else pages of a list: on 10,000 claims that is one request
+//! instead of twenty. PVs and claims are cached as [`Lean`] entries.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::HashSet;
 use std::fmt::Debug;
 use std::hash::Hash;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use futures::{Stream, StreamExt};
-use k8s_openapi::api::storage::v1::VolumeAttachment;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Api, Resource, ResourceExt};
+use kube::{Api, Resource};
+use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_stream::wrappers::ReceiverStream;
-use tracing::{Instrument, debug, info_span, warn};
+use tracing::{Instrument, info, info_span, warn};
+
+use crate::k8s::lean::Lean;
 
 /// Changes buffered per subscriber: how far a slow controller may lag before the watch waits.
 const SHARED_BUFFER: usize = 1024;
@@ -137,23 +144,39 @@ where
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
     K::DynamicType: Eq + Hash + Clone + Default,
 {
-    watch_shared_scoped(api, config, what, subscribers, |_| true)
+    watch_shared_scoped(api, config, what, subscribers, |_: &mut K| true)
 }
 
-/// Like [`watch_shared`], but `shape` runs on every object after [`strip`]: it may strip more, and
+/// [`watch_shared`] for the numerous kinds (claims, PVs): the cache holds [`Lean`] entries.
+pub(crate) fn watch_lean<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    what: &'static str,
+    subscribers: usize,
+) -> Watched<Lean<K>>
+where
+    K: Resource + Clone + DeserializeOwned + Serialize + Default + Debug + Send + Sync + 'static,
+    K::DynamicType: Eq + Hash + Clone + Default,
+{
+    watch_shared_scoped(api, config, what, subscribers, |_: &mut K| true)
+}
+
+/// Like [`watch_shared`] (the cache holding `S` made from each object: the object itself or a
+/// [`Lean`] entry), but `shape` runs on every object after [`strip`]: it may strip more, and
 /// returns whether the object is kept. Objects not kept never enter the store (an update that makes
 /// a cached object uninteresting removes it), so memory follows what the controllers act on, not
 /// what the API server sends (node-deployment scoping, `node_mode::scope`). Subscribers are not told
 /// about removals made this way, as for deletions.
-pub(crate) fn watch_shared_scoped<K, F>(
+pub(crate) fn watch_shared_scoped<K, S, F>(
     api: Api<K>,
     config: watcher::Config,
     what: &'static str,
     subscribers: usize,
     shape: F,
-) -> Watched<K>
+) -> Watched<S>
 where
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    S: Resource<DynamicType = K::DynamicType> + From<K> + Clone + Send + Sync + 'static,
     K::DynamicType: Eq + Hash + Clone + Default,
     F: Fn(&mut K) -> bool + Send + Sync + 'static,
 {
@@ -164,30 +187,51 @@ where
             (tx, ReceiverStream::new(rx))
         })
         .unzip();
-    let stream = watcher(api, config).default_backoff().modify(strip::<K>);
+    let open = move |streaming: bool| {
+        let config = if streaming {
+            config.clone().streaming_lists()
+        } else {
+            config.clone()
+        };
+        watcher(api.clone(), config)
+            .default_backoff()
+            .modify(strip::<K>)
+            .boxed()
+    };
     let reader = store.clone();
     let task = tokio::spawn(
         async move {
-            futures::pin_mut!(stream);
+            let mut streaming = !WATCH_LIST_REFUSED.load(Ordering::Relaxed);
+            let mut listed = false;
+            let mut stream = open(streaming);
             while let Some(event) = stream.next().await {
                 let event = match event {
                     Ok(event) => event,
+                    Err(e) if streaming && !listed && refuses_watch_list(&e) => {
+                        info!(error = %e, "the API server does not stream lists (WatchList); listing {what} in pages");
+                        WATCH_LIST_REFUSED.store(true, Ordering::Relaxed);
+                        streaming = false;
+                        stream = open(false);
+                        continue;
+                    }
                     Err(e) => {
                         // The watcher re-lists by itself (410 Gone included); worth a line only.
                         warn!(error = %e, "watch of {what} failed; retrying with backoff");
                         continue;
                     }
                 };
+                listed |= matches!(event, watcher::Event::InitDone);
                 let Some(event) = scope_event(event, &shape) else {
                     continue;
                 };
+                let event = convert::<K, S>(event);
                 // The store first, so a controller woken by the change finds it there.
                 writer.apply_watcher_event(&event);
                 // Objects of a (re-)list are announced once the list is complete and in the store,
                 // as kube-runtime does: announcing them one by one could fill the buffers before
                 // the first list completes, while the controllers wait for exactly that to start.
-                let changed: Vec<Arc<K>> = match &event {
-                    watcher::Event::Apply(obj) => vec![Arc::new(obj.clone())],
+                let changed: Vec<Arc<S>> = match event {
+                    watcher::Event::Apply(obj) => vec![Arc::new(obj)],
                     watcher::Event::InitDone => reader.state(),
                     _ => continue,
                 };
@@ -206,6 +250,20 @@ where
         streams,
         task,
     }
+}
+
+/// Set once an API server refused a streaming list: the other watches list in pages at once.
+static WATCH_LIST_REFUSED: AtomicBool = AtomicBool::new(false);
+
+/// Whether `error` is an API server refusing `sendInitialEvents` (WatchList off, as by default in
+/// Kubernetes 1.33, or a server older than 1.27): 422 Invalid, or 400 from some proxies.
+fn refuses_watch_list(error: &watcher::Error) -> bool {
+    let code = match error {
+        watcher::Error::WatchStartFailed(kube::Error::Api(status)) => status.code,
+        watcher::Error::WatchError(status) => status.code,
+        _ => return false,
+    };
+    matches!(code, 400 | 422)
 }
 
 /// Applies `shape` to one watcher event: a kept object passes (possibly slimmed), an update that
@@ -227,165 +285,22 @@ where
     }
 }
 
-/// VolumeAttachments by the PV they attach, so the delete path asks "is this PV attached?" in O(1)
-/// instead of scanning every attachment (upstream lists all of them on every delete).
-#[derive(Clone, Default)]
-pub(crate) struct AttachmentIndex {
-    inner: Arc<RwLock<AttachmentState>>,
-}
-
-#[derive(Default)]
-struct AttachmentState {
-    /// PV name -> (VolumeAttachment name -> node name).
-    by_pv: HashMap<String, BTreeMap<String, String>>,
-    /// VolumeAttachment name -> PV name, to undo an entry when the attachment changes or goes.
-    pv_of: HashMap<String, String>,
-    /// Entries collected during a re-list, swapped in atomically when it completes.
-    relist: Option<Vec<(String, String, String)>>,
-    ready: bool,
-    /// Told the name of every PV whose last attachment went away ([`AttachmentIndex::detachments`]).
-    detached: Option<mpsc::UnboundedSender<String>>,
-}
-
-impl AttachmentIndex {
-    /// The node of one attachment naming `pv`, if any exists.
-    pub(crate) fn attached_node(&self, pv: &str) -> Option<String> {
-        let state = crate::sync::read(&self.inner);
-        state
-            .by_pv
-            .get(pv)
-            .and_then(|vas| vas.values().next().cloned())
+/// One watcher event with its object turned into the cached type.
+fn convert<K, S: From<K>>(event: watcher::Event<K>) -> watcher::Event<S> {
+    match event {
+        watcher::Event::Apply(obj) => watcher::Event::Apply(obj.into()),
+        watcher::Event::Delete(obj) => watcher::Event::Delete(obj.into()),
+        watcher::Event::InitApply(obj) => watcher::Event::InitApply(obj.into()),
+        watcher::Event::Init => watcher::Event::Init,
+        watcher::Event::InitDone => watcher::Event::InitDone,
     }
-
-    /// Whether the initial list has been seen (before that, "not attached" is not known).
-    pub(crate) fn is_ready(&self) -> bool {
-        crate::sync::read(&self.inner).ready
-    }
-
-    /// Completes once the initial list has been seen.
-    pub(crate) async fn wait_until_ready(&self) {
-        // Start-up only, and the list usually arrives within a round trip: a short poll is
-        // simpler than a notification channel that every index would carry for its lifetime.
-        while !self.is_ready() {
-            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-        }
-    }
-
-    /// Applies one watcher event.
-    pub(crate) fn apply(&self, event: &watcher::Event<VolumeAttachment>) {
-        let mut state = crate::sync::write(&self.inner);
-        match event {
-            watcher::Event::Init => state.relist = Some(Vec::new()),
-            watcher::Event::InitApply(va) => {
-                if let (Some(list), Some(entry)) = (state.relist.as_mut(), entry_of(va)) {
-                    list.push(entry);
-                }
-            }
-            watcher::Event::InitDone => {
-                let entries = state.relist.take().unwrap_or_default();
-                let before: Vec<String> = state.by_pv.keys().cloned().collect();
-                state.by_pv.clear();
-                state.pv_of.clear();
-                for (va, pv, node) in entries {
-                    state.insert(va, pv, node);
-                }
-                state.ready = true;
-                // Attachments deleted while the watch was down.
-                for pv in before {
-                    if !state.by_pv.contains_key(&pv) {
-                        state.announce(pv);
-                    }
-                }
-            }
-            watcher::Event::Apply(va) => {
-                let name = va.name_any();
-                let known = state.pv_of.contains_key(&name);
-                let freed = state.remove(&name);
-                if let Some((va, pv, node)) = entry_of(va) {
-                    if !known {
-                        // Tests (and operators reading -v=5) wait on this before a deletion that
-                        // must find the volume attached.
-                        debug!(va = %va, pv = %pv, node = %node, "volume attachment observed");
-                    }
-                    state.insert(va, pv, node);
-                }
-                if let Some(pv) = freed.filter(|pv| !state.by_pv.contains_key(pv)) {
-                    state.announce(pv);
-                }
-            }
-            watcher::Event::Delete(va) => {
-                if let Some(pv) = state.remove(&va.name_any()) {
-                    state.announce(pv);
-                }
-            }
-        }
-    }
-
-    /// Names of PVs as their last VolumeAttachment goes away, so a deletion waiting for the detach
-    /// goes on at once instead of at its next retry. One consumer: a new call replaces the last.
-    pub(crate) fn detachments(&self) -> impl Stream<Item = String> + Send + 'static {
-        let (tx, rx) = mpsc::unbounded_channel();
-        crate::sync::write(&self.inner).detached = Some(tx);
-        tokio_stream::wrappers::UnboundedReceiverStream::new(rx)
-    }
-
-    /// Starts the watch that keeps this index current.
-    pub(crate) fn spawn(&self, api: Api<VolumeAttachment>) -> JoinHandle<()> {
-        let index = self.clone();
-        tokio::spawn(
-            async move {
-                let stream = watcher(api, watcher::Config::default()).default_backoff();
-                futures::pin_mut!(stream);
-                while let Some(event) = stream.next().await {
-                    match event {
-                        Ok(event) => index.apply(&event),
-                        Err(e) => warn!(error = %e, "watch of volumeattachments failed; retrying"),
-                    }
-                }
-            }
-            .instrument(info_span!("watch", resource = "volumeattachments")),
-        )
-    }
-}
-
-impl AttachmentState {
-    fn insert(&mut self, va: String, pv: String, node: String) {
-        self.by_pv
-            .entry(pv.clone())
-            .or_default()
-            .insert(va.clone(), node);
-        self.pv_of.insert(va, pv);
-    }
-
-    /// Removes attachment `va`; returns its PV when that was the PV's last attachment.
-    fn remove(&mut self, va: &str) -> Option<String> {
-        let pv = self.pv_of.remove(va)?;
-        let vas = self.by_pv.get_mut(&pv)?;
-        vas.remove(va);
-        if !vas.is_empty() {
-            return None;
-        }
-        self.by_pv.remove(&pv);
-        Some(pv)
-    }
-
-    fn announce(&self, pv: String) {
-        if let Some(tx) = &self.detached {
-            // A closed receiver means the reclaim controller stopped: nothing to tell.
-            let _ = tx.send(pv);
-        }
-    }
-}
-
-fn entry_of(va: &VolumeAttachment) -> Option<(String, String, String)> {
-    let pv = va.spec.source.persistent_volume_name.clone()?;
-    Some((va.name_any(), pv, va.spec.node_name.clone()))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::api::storage::v1::{VolumeAttachmentSource, VolumeAttachmentSpec};
+    use crate::k8s::attachments::tests::va;
+    use k8s_openapi::api::storage::v1::VolumeAttachment;
     use kube::api::ObjectMeta;
 
     #[tokio::test]
@@ -409,53 +324,6 @@ mod tests {
         assert_eq!(left, Some(vec!["a".to_owned()]));
     }
 
-    fn va(name: &str, pv: &str, node: &str) -> VolumeAttachment {
-        VolumeAttachment {
-            metadata: ObjectMeta {
-                name: Some(name.into()),
-                ..Default::default()
-            },
-            spec: VolumeAttachmentSpec {
-                attacher: "drv".into(),
-                node_name: node.into(),
-                source: VolumeAttachmentSource {
-                    persistent_volume_name: Some(pv.into()),
-                    ..Default::default()
-                },
-            },
-            status: None,
-        }
-    }
-
-    #[test]
-    fn attachment_index_follows_applies_deletes_and_relists() {
-        let index = AttachmentIndex::default();
-        assert!(!index.is_ready());
-        index.apply(&watcher::Event::Init);
-        index.apply(&watcher::Event::InitApply(va("a1", "pv1", "n1")));
-        index.apply(&watcher::Event::InitDone);
-        assert!(index.is_ready());
-        assert_eq!(index.attached_node("pv1").as_deref(), Some("n1"));
-        assert_eq!(index.attached_node("pv2"), None);
-
-        // An attachment re-pointed at another PV leaves no stale entry behind.
-        index.apply(&watcher::Event::Apply(va("a1", "pv2", "n2")));
-        assert_eq!(index.attached_node("pv1"), None);
-        assert_eq!(index.attached_node("pv2").as_deref(), Some("n2"));
-
-        index.apply(&watcher::Event::Delete(va("a1", "pv2", "n2")));
-        assert_eq!(index.attached_node("pv2"), None);
-
-        // A re-list replaces the whole index, dropping attachments deleted while disconnected.
-        index.apply(&watcher::Event::Apply(va("a3", "pv3", "n3")));
-        index.apply(&watcher::Event::Init);
-        index.apply(&watcher::Event::InitApply(va("a4", "pv4", "n4")));
-        assert_eq!(index.attached_node("pv3").as_deref(), Some("n3"));
-        index.apply(&watcher::Event::InitDone);
-        assert_eq!(index.attached_node("pv3"), None);
-        assert_eq!(index.attached_node("pv4").as_deref(), Some("n4"));
-    }
-
     #[test]
     fn scoping_drops_uninteresting_objects_and_turns_updates_that_leave_the_scope_into_removals() {
         let keep_pv1 = |va: &mut VolumeAttachment| {
@@ -470,26 +338,6 @@ mod tests {
             scope_event(watcher::Event::Apply(va("a", "pv1", "n")), &keep_pv1),
             Some(watcher::Event::Apply(_))
         ));
-    }
-
-    #[tokio::test]
-    async fn detachments_name_each_pv_whose_last_attachment_goes() {
-        let index = AttachmentIndex::default();
-        let mut detached = index.detachments();
-        index.apply(&watcher::Event::Init);
-        index.apply(&watcher::Event::InitApply(va("a1", "pv1", "n1")));
-        index.apply(&watcher::Event::InitApply(va("a2", "pv1", "n2")));
-        index.apply(&watcher::Event::InitApply(va("a3", "pv3", "n1")));
-        index.apply(&watcher::Event::InitDone);
-        // pv1 keeps one attachment: not announced yet.
-        index.apply(&watcher::Event::Delete(va("a1", "pv1", "n1")));
-        index.apply(&watcher::Event::Delete(va("a2", "pv1", "n2")));
-        assert_eq!(detached.next().await.as_deref(), Some("pv1"));
-        // pv3's attachment disappears during a re-list.
-        index.apply(&watcher::Event::Init);
-        index.apply(&watcher::Event::InitDone);
-        assert_eq!(detached.next().await.as_deref(), Some("pv3"));
-        assert!(futures::FutureExt::now_or_never(detached.next()).is_none());
     }
 
     #[test]

@@ -19,15 +19,16 @@ use tracing::{info, warn};
 
 use super::scope;
 use crate::csi::DriverInfo;
+use crate::k8s::lean::Lean;
 use crate::k8s::watch::{Watched, watch_shared_scoped};
 use crate::model::locate::{HOSTNAME_LABEL, PerNodeKeys};
 
 /// The scoped watches of one node-mode instance.
 pub(crate) struct NodeWatches {
     /// Claims this instance may act on.
-    pub(crate) pvcs: Watched<PersistentVolumeClaim>,
+    pub(crate) pvcs: Watched<Lean<PersistentVolumeClaim>>,
     /// This node's PVs and PVs of no single node.
-    pub(crate) pvs: Watched<PersistentVolume>,
+    pub(crate) pvs: Watched<Lean<PersistentVolume>>,
     /// Stripped Nodes.
     pub(crate) nodes: Watched<Node>,
     /// Stripped CSINodes.
@@ -133,6 +134,7 @@ mod tests {
 
     use super::*;
     use crate::names;
+    use kube::Resource;
     use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
     use kube::runtime::reflector::ObjectRef;
     use kube_sim::{Sim, SimConfig};
@@ -196,7 +198,7 @@ mod tests {
         )
         .await
         .unwrap();
-        let watched = watch_shared_scoped(
+        let watched: Watched<Lean<PersistentVolumeClaim>> = watch_shared_scoped(
             Api::all(client.clone()),
             scope::paged_watch(),
             "persistentvolumeclaims",
@@ -209,7 +211,7 @@ mod tests {
             let mut n: Vec<String> = store
                 .state()
                 .iter()
-                .filter_map(|c| c.metadata.name.clone())
+                .filter_map(|c| c.meta().name.clone())
                 .collect();
             n.sort();
             n

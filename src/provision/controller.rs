@@ -11,10 +11,11 @@ use std::time::{Duration, Instant};
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::{CSINode, StorageClass, VolumeAttributesClass};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::PostParams;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::{Api, ResourceExt};
+use kube::{Api, Resource, ResourceExt};
 use tracing::{debug, info, info_span, warn};
 
 use super::classify::{
@@ -34,6 +35,7 @@ use super::topology::{StaticTopology, TopologyView};
 use crate::csi::v1;
 use crate::k8s::errors::{ApiErrorClass, classify, describe};
 use crate::k8s::events::{EventSpec, reference_to};
+use crate::k8s::lean::Lean;
 use crate::k8s::patch::{self, PatchOutcome, Step};
 use crate::k8s::secrets::SecretFetchError;
 use crate::model::secrets::SecretRef;
@@ -114,7 +116,7 @@ impl Provisioner {
             .pvcs
             .state()
             .iter()
-            .map(|c| claim_key(c))
+            .map(|c| key_of(c.meta()))
             .collect();
         let keep = |key: &str| live.contains(key);
         self.memory().retain(keep);
@@ -156,8 +158,8 @@ fn settings_of(ctx: &Context) -> ProvisionSettings {
 /// Runs the provisioning controller until shutdown.
 pub(crate) async fn run(
     ctx: Arc<Context>,
-    pvcs: impl Stream<Item = Arc<PersistentVolumeClaim>> + Send + 'static,
-    pvs: impl Stream<Item = Arc<PersistentVolume>> + Send + 'static,
+    pvcs: impl Stream<Item = Arc<Lean<PersistentVolumeClaim>>> + Send + 'static,
+    pvs: impl Stream<Item = Arc<Lean<PersistentVolume>>> + Send + 'static,
     classes: impl Stream<Item = Arc<StorageClass>> + Send + 'static,
     shutdown: Shutdown,
 ) {
@@ -194,7 +196,8 @@ pub(crate) async fn run(
     let mut controller = Controller::for_shared_stream(pvcs, claims.clone())
         // A PV created, bound or deleted changes what its claim needs (finish or clean up the intent).
         .watches_shared_stream(pvs, |pv| {
-            pv.spec
+            pv.full()
+                .spec
                 .as_ref()
                 .and_then(|s| s.claim_ref.as_ref())
                 .and_then(|r| {
@@ -208,7 +211,8 @@ pub(crate) async fn run(
                 .state()
                 .into_iter()
                 .filter(|c| {
-                    crate::model::claim::claim_class_name(c) == Some(name.as_str())
+                    let c = c.full();
+                    crate::model::claim::claim_class_name(&c) == Some(name.as_str())
                         && c.spec
                             .as_ref()
                             .and_then(|s| s.volume_name.as_ref())
@@ -308,30 +312,39 @@ pub(crate) fn ledger_namespace(config: &crate::config::Config) -> String {
 
 /// Unbound claims in `claims` whose selected node is one of `nodes`.
 fn pending_claims_selected_to(
-    claims: &Store<PersistentVolumeClaim>,
+    claims: &Store<Lean<PersistentVolumeClaim>>,
     nodes: &[String],
-) -> Vec<ObjectRef<PersistentVolumeClaim>> {
+) -> Vec<ObjectRef<Lean<PersistentVolumeClaim>>> {
     claims
         .state()
         .iter()
-        .filter(|c| {
+        .map(|c| (c, c.full()))
+        .filter(|(_, c)| {
             c.spec
                 .as_ref()
                 .and_then(|s| s.volume_name.as_ref())
                 .is_none()
         })
-        .filter(|c| {
+        .filter(|(_, c)| {
             crate::model::claim::selected_node(c).is_some_and(|n| nodes.iter().any(|x| x == n))
         })
-        .map(|c| ObjectRef::from_obj(c.as_ref()))
+        .map(|(lean, _)| ObjectRef::from_obj(lean.as_ref()))
         .collect()
 }
 
 fn claim_key(pvc: &PersistentVolumeClaim) -> String {
-    pvc.metadata
-        .uid
-        .clone()
-        .unwrap_or_else(|| format!("{}/{}", pvc.namespace().unwrap_or_default(), pvc.name_any()))
+    key_of(&pvc.metadata)
+}
+
+/// The claim's UID (else namespace/name), from the full claim or its cache entry alike.
+fn key_of(meta: &ObjectMeta) -> String {
+    meta.uid.clone().unwrap_or_else(|| {
+        format!(
+            "{}/{}",
+            meta.namespace.as_deref().unwrap_or_default(),
+            meta.name.as_deref().unwrap_or_default()
+        )
+    })
 }
 
 /// Records the claim-to-Bound latency of a claim this process provisioned, once, when it is
@@ -355,18 +368,26 @@ fn observe_bound(state: &Provisioner, pvc: &PersistentVolumeClaim) {
 }
 
 fn error_policy(
-    pvc: Arc<PersistentVolumeClaim>,
+    pvc: Arc<Lean<PersistentVolumeClaim>>,
     error: &ProvisionError,
     state: Arc<Provisioner>,
 ) -> Action {
     state.ctx.metrics.operator.retried("provisioning");
-    let delay = state.memory().failed(&claim_key(&pvc));
-    debug!(claim = %claim_name(&pvc), error = %error, ?delay, "will retry");
+    let delay = state.memory().failed(&key_of(pvc.meta()));
+    debug!(claim = %name_of(pvc.meta()), error = %error, ?delay, "will retry");
     Action::requeue(delay)
 }
 
 fn claim_name(pvc: &PersistentVolumeClaim) -> String {
-    format!("{}/{}", pvc.namespace().unwrap_or_default(), pvc.name_any())
+    name_of(&pvc.metadata)
+}
+
+fn name_of(meta: &ObjectMeta) -> String {
+    format!(
+        "{}/{}",
+        meta.namespace.as_deref().unwrap_or_default(),
+        meta.name.as_deref().unwrap_or_default()
+    )
 }
 
 /// Reads `Store` state as a topology view.
@@ -391,6 +412,13 @@ impl TopologyView for StoreTopology<'_> {
 }
 
 async fn reconcile(
+    cached: Arc<Lean<PersistentVolumeClaim>>,
+    state: Arc<Provisioner>,
+) -> Result<Action, ProvisionError> {
+    reconcile_claim(Arc::new(cached.full()), state).await
+}
+
+async fn reconcile_claim(
     pvc: Arc<PersistentVolumeClaim>,
     state: Arc<Provisioner>,
 ) -> Result<Action, ProvisionError> {

@@ -11,7 +11,7 @@ use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::ObjectRef;
-use kube::{Api, ResourceExt};
+use kube::{Api, Resource, ResourceExt};
 use tracing::{debug, info, info_span, warn};
 
 use super::plan::{
@@ -20,6 +20,7 @@ use super::plan::{
 };
 use crate::csi::v1;
 use crate::k8s::events::{EventSpec, reference_to};
+use crate::k8s::lean::Lean;
 use crate::k8s::patch::{self, DeleteOutcome, PatchOutcome};
 use crate::names;
 use crate::node_mode::ownership::may_delete_here;
@@ -79,8 +80,8 @@ struct Reclaimer {
 /// Runs the reclaim controller until shutdown.
 pub(crate) async fn run(
     ctx: Arc<Context>,
-    pvs: impl Stream<Item = Arc<PersistentVolume>> + Send + 'static,
-    pvcs: impl Stream<Item = Arc<PersistentVolumeClaim>> + Send + 'static,
+    pvs: impl Stream<Item = Arc<Lean<PersistentVolume>>> + Send + 'static,
+    pvcs: impl Stream<Item = Arc<Lean<PersistentVolumeClaim>>> + Send + 'static,
     shutdown: Shutdown,
 ) {
     let segments = ctx.config.node_deployment.as_ref().map(|_| {
@@ -102,7 +103,8 @@ pub(crate) async fn run(
     let mut controller = Controller::for_shared_stream(pvs, ctx.stores.pvs.clone())
         // A claim that changes (bound, being deleted) matters to its PV.
         .watches_shared_stream(pvcs, |pvc| {
-            pvc.spec
+            pvc.full()
+                .spec
                 .as_ref()
                 .and_then(|s| s.volume_name.as_deref())
                 .filter(|v| !v.is_empty())
@@ -131,7 +133,7 @@ pub(crate) async fn run(
 }
 
 fn error_policy(
-    pv: Arc<PersistentVolume>,
+    pv: Arc<Lean<PersistentVolume>>,
     error: &ReclaimFailure,
     state: Arc<Reclaimer>,
 ) -> Action {
@@ -166,8 +168,9 @@ async fn claim_state(
         .ctx
         .stores
         .pvcs
-        .get(&ObjectRef::new(name).within(namespace));
-    if plan::claim_state(pv, cached.as_deref()) == ClaimState::Exists {
+        .get(&ObjectRef::new(name).within(namespace))
+        .map(|c| c.full());
+    if plan::claim_state(pv, cached.as_ref()) == ClaimState::Exists {
         return Ok(ClaimState::Exists);
     }
     let api: Api<PersistentVolumeClaim> = Api::namespaced(state.ctx.client.clone(), namespace);
@@ -181,18 +184,18 @@ async fn claim_state(
 }
 
 async fn reconcile(
-    pv: Arc<PersistentVolume>,
+    pv: Arc<Lean<PersistentVolume>>,
     state: Arc<Reclaimer>,
 ) -> Result<Action, ReclaimFailure> {
     if pv
-        .metadata
+        .meta()
         .uid
         .as_ref()
         .is_some_and(|uid| crate::sync::lock(&state.finished).contains(uid))
     {
         return Ok(Action::await_change());
     }
-    let mut current = pv.as_ref().clone();
+    let mut current = pv.full();
     for _ in 0..MAX_STEPS {
         match step(&state, &current).await? {
             Next::Done(action) => {
@@ -418,7 +421,7 @@ impl Reclaimer {
             .pvs
             .state()
             .iter()
-            .filter_map(|pv| pv.metadata.uid.clone())
+            .filter_map(|pv| pv.meta().uid.clone())
             .collect();
         crate::sync::lock(&self.deleted).retain(|uid| live.contains(uid));
         crate::sync::lock(&self.finished).retain(|uid| live.contains(uid));

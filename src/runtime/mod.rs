@@ -13,8 +13,9 @@ use tokio::sync::{mpsc, watch};
 
 use crate::config::Config;
 use crate::csi::{CsiController, DriverInfo};
+use crate::k8s::attachments::AttachmentIndex;
 use crate::k8s::events::Recorder;
-use crate::k8s::watch::AttachmentIndex;
+use crate::k8s::lean::Lean;
 use crate::metrics::Metrics;
 use crate::metrics::node_gone::NodeGoneMetrics;
 
@@ -89,9 +90,9 @@ impl CapacityNudge {
 #[derive(Clone)]
 pub(crate) struct Stores {
     /// PersistentVolumeClaims.
-    pub(crate) pvcs: Store<PersistentVolumeClaim>,
+    pub(crate) pvcs: Store<Lean<PersistentVolumeClaim>>,
     /// PersistentVolumes.
-    pub(crate) pvs: Store<PersistentVolume>,
+    pub(crate) pvs: Store<Lean<PersistentVolume>>,
     /// StorageClasses.
     pub(crate) classes: Store<StorageClass>,
     /// Nodes (topology or dead-node handling only).

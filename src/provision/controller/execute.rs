@@ -232,7 +232,7 @@ fn claim_abandoned(state: &Provisioner, pvc: &PersistentVolumeClaim) -> bool {
         .pvcs
         .get(&ObjectRef::new(&pvc.name_any()).within(&pvc.namespace().unwrap_or_default()));
     cached.is_none_or(|c| {
-        c.metadata.uid != pvc.metadata.uid || c.metadata.deletion_timestamp.is_some()
+        c.meta().uid != pvc.metadata.uid || c.full().metadata.deletion_timestamp.is_some()
     })
 }
 
@@ -329,7 +329,7 @@ pub(super) async fn create_pv(
         Some((ApiErrorClass::AlreadyExists, _)) => {
             let cached = state.ctx.stores.pvs.get(&ObjectRef::new(&name));
             let existing = match cached {
-                Some(pv) => Some(pv.as_ref().clone()),
+                Some(pv) => Some(pv.full()),
                 None => api.get_opt(&name).await.ok().flatten(),
             };
             let same = existing

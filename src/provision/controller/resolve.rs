@@ -58,8 +58,9 @@ async fn resolve_one(state: &Provisioner, entry: &Entry) -> Result<(), String> {
     let pv_cached = stores.pvs.get(&ObjectRef::new(&entry.volume)).is_some();
     let claim = stores
         .pvcs
-        .get(&ObjectRef::new(&entry.claim).within(&entry.namespace));
-    let cause = match ledger::resolve(entry, pv_cached, claim.as_deref()) {
+        .get(&ObjectRef::new(&entry.claim).within(&entry.namespace))
+        .map(|c| c.full());
+    let cause = match ledger::resolve(entry, pv_cached, claim.as_ref()) {
         Resolution::Keep => return Ok(()),
         Resolution::Drop => {
             // Left by a crash (a clean run drops its own entries): no write just for these.

@@ -56,6 +56,9 @@ pub struct SimConfig {
     pub max_watch_timeout: Duration,
     /// Controllers' periodic full resync, on top of reacting to every change.
     pub resync_interval: Duration,
+    /// Serve streaming lists (watch with `sendInitialEvents`). Off answers them 422 Invalid, as
+    /// Kubernetes 1.33 does with its default WatchList gate, and 1.26 and older always.
+    pub watch_list: bool,
 }
 
 impl Default for SimConfig {
@@ -67,6 +70,7 @@ impl Default for SimConfig {
             bookmark_interval: Duration::from_secs(1),
             max_watch_timeout: Duration::from_secs(1800),
             resync_interval: Duration::from_secs(5),
+            watch_list: true,
         }
     }
 }

@@ -45,6 +45,9 @@ struct Args {
     /// Do not add kubernetes.io/pv-protection and pvc-protection finalizers on create.
     #[arg(long)]
     no_protection_finalizers: bool,
+    /// Refuse streaming lists (sendInitialEvents) with 422, as Kubernetes 1.33 does by default.
+    #[arg(long)]
+    no_watch_list: bool,
     /// Watch events kept per resource for resuming; older resumes get 410 Gone.
     #[arg(long, default_value_t = 10_000)]
     history_window: usize,
@@ -64,6 +67,7 @@ async fn main() -> anyhow::Result<()> {
         controllers: !args.no_controllers,
         protection_finalizers: !args.no_protection_finalizers,
         history_window: args.history_window,
+        watch_list: !args.no_watch_list,
         ..SimConfig::default()
     };
     let sim = Sim::start_on(args.listen, cfg).await?;

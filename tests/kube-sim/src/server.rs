@@ -626,6 +626,13 @@ fn watch(inner: &Arc<Inner>, r: &Route, q: &Query, shape: Shape) -> Result<Respo
     let o = list_opts(rd, q)?;
     let bookmarks = flag(q, "allowWatchBookmarks");
     let send_initial = flag(q, "sendInitialEvents");
+    if send_initial && !inner.cfg.watch_list {
+        return Err(ApiError::new(
+            422,
+            "Invalid",
+            "ListOptions.meta.k8s.io \"\" is invalid: sendInitialEvents: Forbidden: sendInitialEvents is forbidden for watch unless the WatchList feature gate is enabled",
+        ));
+    }
     let timeout = q
         .get("timeoutSeconds")
         .and_then(|t| t.parse::<u64>().ok())
