@@ -5,6 +5,8 @@ mod common;
 
 use common::*;
 
+const NS: &str = "default";
+
 /// Sends SIGTERM to a child by pid (tokio's `Child::kill` only sends SIGKILL).
 fn sigterm(pid: u32) {
     let status = std::process::Command::new("kill")
@@ -117,4 +119,50 @@ async fn http_get(port: u16, path: &str) -> Option<String> {
     // hyper answers an HTTP/1.0 request with an HTTP/1.0 status line.
     let status = head.split_whitespace().nth(1)?;
     (status == "200").then(|| body.to_owned())
+}
+
+/// Claims and PVs are listed by streaming (a watch with `sendInitialEvents`), so the start-up of a
+/// large cluster costs no LIST of them, and it reaches the same state: the claim gets its volume.
+#[tokio::test]
+async fn start_up_streams_claims_and_pvs_instead_of_listing_them() {
+    let (cluster, _driver, _sidecar) = start_single_node(&[], &[]).await;
+    cluster.add_class(&storage_class("fast", &[])).await;
+    cluster.claim_of_class(NS, "data", "fast", "1Gi").await;
+    cluster.wait_bound(NS, "data").await;
+    let counters = cluster.sim.counters();
+    for resource in ["persistentvolumeclaims", "persistentvolumes"] {
+        assert_eq!(
+            counters.count(Some("list"), Some(resource), None),
+            0,
+            "{resource} listed although the API server streams lists: {:#}",
+            counters.to_json()
+        );
+        assert!(counters.count(Some("watch"), Some(resource), Some(200)) >= 1);
+    }
+}
+
+/// An API server without streaming lists (before Kubernetes 1.32, or with the WatchList gate off)
+/// answers the streaming watch 422: the sidecar falls back to paged LISTs once and works as before.
+#[tokio::test]
+async fn start_up_falls_back_to_paged_lists_when_the_api_server_refuses_streaming() {
+    let cluster = Cluster::start_with(kube_sim::SimConfig {
+        watch_list: false,
+        ..Default::default()
+    })
+    .await;
+    let driver = Driver::start(cluster.dir.path(), "node-1", &[]).await;
+    let _sidecar = Sidecar::start(&cluster, &driver, &[]).await;
+    cluster.add_class(&storage_class("fast", &[])).await;
+    cluster.claim_of_class(NS, "data", "fast", "1Gi").await;
+    cluster.wait_bound(NS, "data").await;
+    // The first refusal is remembered: later watches go straight to paged lists.
+    let counters = cluster.sim.counters();
+    assert!(
+        counters.count(Some("watch"), None, Some(422)) >= 1,
+        "{:#}",
+        counters.to_json()
+    );
+    for resource in ["persistentvolumeclaims", "persistentvolumes"] {
+        assert!(counters.count(Some("list"), Some(resource), Some(200)) >= 1);
+    }
 }
