@@ -1,12 +1,14 @@
-//! Lean cache entries: an object kept as its compact JSON plus the few metadata fields every
-//! scan reads, rebuilt into the typed object only when a controller looks at it.
+//! Lean cache entries: an object kept as compressed JSON plus the few metadata fields every scan
+//! reads, rebuilt into the typed object only when a controller looks at it.
 //!
 //! Why: a deserialised k8s-openapi `PersistentVolume` takes about 5.7 KB of heap (3.5 KB of it the
 //! inline `Option` of every in-tree volume source, then a B-tree node per map), a claim about
-//! 3.9 KB; the same objects as JSON take about 1.3 and 1.2 KB. A cluster's PVs and claims are the
-//! sidecar's memory, while a controller reads one object per reconcile, so the cache trades a few
-//! microseconds of parsing per read for a fourfold smaller footprint. Nothing is dropped: `full`
-//! returns the object as it was cached (after [`crate::k8s::watch::strip`]).
+//! 3.9 KB; the same objects as JSON take about 1.0 and 0.7 KB, and LZ4 against a dictionary of
+//! typical PV and claim JSON ([`DICTIONARY`]) leaves 70 to 250 bytes, since most of those bytes are
+//! key names and well-known strings. A cluster's PVs and claims are the sidecar's memory, while a
+//! controller reads one object per reconcile, so the cache trades a few microseconds per read for
+//! a several-fold smaller footprint. Nothing is dropped: `full` returns the object as it was
+//! cached (after [`crate::k8s::watch::strip`]).
 
 use std::borrow::Cow;
 use std::fmt;
@@ -19,7 +21,7 @@ use serde::{Deserialize, Deserializer, Serialize};
 use tracing::error;
 
 /// A cached object: name, namespace, UID and resourceVersion at hand (store keys, scans that only
-/// ask "which objects exist"), everything else as JSON.
+/// ask "which objects exist"), everything else as LZ4-compressed JSON.
 pub(crate) struct Lean<K> {
     meta: ObjectMeta,
     rest: Box<[u8]>,
@@ -41,8 +43,8 @@ where
             ..ObjectMeta::default()
         };
         // Serialising a k8s-openapi object to a Vec cannot fail (no maps with non-string keys).
-        let rest = serde_json::to_vec(&obj)
-            .unwrap_or_default()
+        let json = serde_json::to_vec(&obj).unwrap_or_default();
+        let rest = lz4_flex::block::compress_prepend_size_with_dict(&json, DICTIONARY.as_bytes())
             .into_boxed_slice();
         Self {
             meta,
@@ -53,7 +55,12 @@ where
 
     /// The object as cached.
     pub(crate) fn full(&self) -> K {
-        let mut obj = match serde_json::from_slice::<K>(&self.rest) {
+        let json =
+            lz4_flex::block::decompress_size_prepended_with_dict(&self.rest, DICTIONARY.as_bytes());
+        let parsed = json
+            .map_err(|e| e.to_string())
+            .and_then(|json| serde_json::from_slice::<K>(&json).map_err(|e| e.to_string()));
+        let mut obj = match parsed {
             Ok(obj) => obj,
             Err(e) => {
                 // Unreachable in practice (the bytes were serialised from a K); an object without
@@ -70,6 +77,59 @@ where
         obj
     }
 }
+
+/// Typical PV and claim JSON (as packed: no name, namespace, UID or resourceVersion), the LZ4
+/// dictionary every cached object is compressed against: most of a PV's bytes are key names and
+/// well-known strings, so a bound PV packs into a quarter to a seventh of its JSON.
+const DICTIONARY: &str = concat!(
+    r#"{"apiVersion":"v1","kind":"PersistentVolume","metadata":{"annotations":{"pv.kubernetes.i"#,
+    r#"o/provisioned-by":"csi.example.com","volume.kubernetes.io/provisioner-deletion-secret-na"#,
+    r#"me":"","volume.kubernetes.io/provisioner-deletion-secret-namespace":""},"creationTimesta"#,
+    r#"mp":"2026-01-01T00:00:00Z","finalizers":["external-provisioner.volume.kubernetes.io/fina"#,
+    r#"lizer","kubernetes.io/pv-protection"],"labels":{"csi-provisioner.rs/driver":"csi.example"#,
+    r#".com","csi-provisioner.rs/node":"node-1"}},"spec":{"accessModes":["ReadWriteOnce","ReadW"#,
+    r#"riteOncePod","ReadOnlyMany","ReadWriteMany"],"capacity":{"storage":"10Gi"},"claimRef":{""#,
+    r#"apiVersion":"v1","kind":"PersistentVolumeClaim","name":"data-0","namespace":"default","r"#,
+    r#"esourceVersion":"1","uid":"00000000-0000-0000-0000-000000000000"},"csi":{"controllerExpa"#,
+    r#"ndSecretRef":{"name":"","namespace":""},"driver":"csi.example.com","fsType":"ext4","node"#,
+    r#"PublishSecretRef":{"name":"","namespace":""},"volumeAttributes":{"storage.kubernetes.io/"#,
+    r#"csiProvisionerIdentity":"1700000000000-1234-csi.example.com"},"volumeHandle":"vol-0"},"m"#,
+    r#"ountOptions":[],"nodeAffinity":{"required":{"nodeSelectorTerms":[{"matchExpressions":[{""#,
+    r#"key":"topology.kubernetes.io/zone","operator":"In","values":["node-1"]},{"key":"kubernet"#,
+    r#"es.io/hostname","operator":"In","values":["node-1"]}]}]}},"persistentVolumeReclaimPolicy"#,
+    r#"":"Retain","storageClassName":"standard","volumeAttributesClassName":"","volumeMode":"Bl"#,
+    r#"ock"},"status":{"lastPhaseTransitionTime":"2026-01-01T00:00:00Z","message":"","phase":"R"#,
+    r#"eleased","reason":""}}{"apiVersion":"v1","kind":"PersistentVolumeClaim","metadata":{"ann"#,
+    r#"otations":{"csi-provisioner.rs/provisioning-intent":"","volume.beta.kubernetes.io/storag"#,
+    r#"e-class":"standard","volume.beta.kubernetes.io/storage-provisioner":"csi.example.com","v"#,
+    r#"olume.kubernetes.io/selected-node":"node-1","volume.kubernetes.io/storage-provisioner":""#,
+    r#"csi.example.com"},"creationTimestamp":"2026-01-01T00:00:00Z","deletionGracePeriodSeconds"#,
+    r#"":0,"deletionTimestamp":"2026-01-01T00:00:00Z","finalizers":["kubernetes.io/pvc-protecti"#,
+    r#"on","csi-provisioner.rs/provisioning-intent"],"labels":{"app":""}},"spec":{"accessModes""#,
+    r#":["ReadWriteOnce"],"dataSource":{"apiGroup":"snapshot.storage.k8s.io","kind":"VolumeSnap"#,
+    r#"shot","name":""},"dataSourceRef":{"apiGroup":"snapshot.storage.k8s.io","kind":"VolumeSna"#,
+    r#"pshot","name":""},"resources":{"requests":{"storage":"1Gi"}},"selector":{"matchLabels":{"#,
+    r#"}},"storageClassName":"standard","volumeMode":"Filesystem"},"status":{"phase":"Pending"}"#,
+    r#"}{"apiVersion":"v1","kind":"PersistentVolumeClaim","metadata":{"annotations":{"pv.kubern"#,
+    r#"etes.io/bind-completed":"yes","pv.kubernetes.io/bound-by-controller":"yes","volume.beta."#,
+    r#"kubernetes.io/storage-provisioner":"csi.example.com","volume.kubernetes.io/storage-provi"#,
+    r#"sioner":"csi.example.com"},"creationTimestamp":"2026-01-01T00:00:00Z","finalizers":["kub"#,
+    r#"ernetes.io/pvc-protection"]},"spec":{"accessModes":["ReadWriteOnce"],"resources":{"reque"#,
+    r#"sts":{"storage":"1Gi"}},"storageClassName":"standard","volumeMode":"Filesystem","volumeN"#,
+    r#"ame":"pvc-00000000-0000-0000-0000-000000000000"},"status":{"accessModes":["ReadWriteOnce"#,
+    r#""],"capacity":{"storage":"1Gi"},"phase":"Bound"}}{"apiVersion":"v1","kind":"PersistentVo"#,
+    r#"lume","metadata":{"annotations":{"pv.kubernetes.io/provisioned-by":"csi.example.com","vo"#,
+    r#"lume.kubernetes.io/provisioner-deletion-secret-name":"","volume.kubernetes.io/provisione"#,
+    r#"r-deletion-secret-namespace":""},"creationTimestamp":"2026-01-01T00:00:00Z","finalizers""#,
+    r#":["external-provisioner.volume.kubernetes.io/finalizer","kubernetes.io/pv-protection"]},"#,
+    r#""spec":{"accessModes":["ReadWriteOnce"],"capacity":{"storage":"1Gi"},"claimRef":{"apiVer"#,
+    r#"sion":"v1","kind":"PersistentVolumeClaim","name":"data-0","namespace":"default","resourc"#,
+    r#"eVersion":"1","uid":"00000000-0000-0000-0000-000000000000"},"csi":{"driver":"csi.example"#,
+    r#".com","volumeAttributes":{"topology.csi.example.com/node":"node-1","storage.kubernetes.i"#,
+    r#"o/csiProvisionerIdentity":"1700000000000-1234-csi.example.com"},"volumeHandle":"vol-0"},"#,
+    r#""persistentVolumeReclaimPolicy":"Delete","storageClassName":"standard","volumeMode":"Fil"#,
+    r#"esystem"},"status":{"lastPhaseTransitionTime":"2026-01-01T00:00:00Z","phase":"Bound"}}"#,
+);
 
 impl<K> Clone for Lean<K> {
     fn clone(&self) -> Self {
@@ -138,7 +198,7 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+    use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 
     #[test]
     fn full_gives_back_the_object_that_was_packed() {
@@ -161,5 +221,60 @@ mod tests {
         let via_serde: Lean<PersistentVolumeClaim> =
             serde_json::from_value(serde_json::to_value(&claim).expect("json")).expect("lean");
         assert_eq!(via_serde.full(), claim);
+    }
+
+    /// The memory budget of the caches rests on this ratio: a bound PV as this sidecar writes it
+    /// (driver and class names the dictionary has never seen) packs into under a quarter of its JSON.
+    #[test]
+    fn a_bound_pv_and_claim_pack_into_a_fraction_of_their_json() {
+        let uid = "2bf349aa-c890-4f69-b9d6-171025c7324d";
+        let pv: PersistentVolume = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": format!("pvc-{uid}"), "uid": "67d8df02-a4f4-4c88-b743-325dad27fb0b",
+                "resourceVersion": "13", "creationTimestamp": "2026-11-24T19:41:13Z",
+                "annotations": {"pv.kubernetes.io/provisioned-by": "ebs.csi.aws.com",
+                    "volume.kubernetes.io/provisioner-deletion-secret-name": "",
+                    "volume.kubernetes.io/provisioner-deletion-secret-namespace": ""},
+                "finalizers": ["external-provisioner.volume.kubernetes.io/finalizer",
+                    "kubernetes.io/pv-protection"]},
+            "spec": {"accessModes": ["ReadWriteOnce"], "capacity": {"storage": "20Gi"},
+                "claimRef": {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "name": "db-0",
+                    "namespace": "shop", "resourceVersion": "8", "uid": uid},
+                "csi": {"driver": "ebs.csi.aws.com", "fsType": "ext4", "volumeHandle": "vol-0a1b2c3d4e5f60718",
+                    "volumeAttributes": {"storage.kubernetes.io/csiProvisionerIdentity":
+                        "1795549269989-1687-ebs.csi.aws.com"}},
+                "persistentVolumeReclaimPolicy": "Delete", "storageClassName": "gp3",
+                "volumeMode": "Filesystem"},
+            "status": {"lastPhaseTransitionTime": "2026-11-24T19:41:13Z", "phase": "Bound"}
+        }))
+        .expect("pv");
+        let claim: PersistentVolumeClaim = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "db-0", "namespace": "shop", "uid": uid, "resourceVersion": "15",
+                "creationTimestamp": "2026-11-24T19:41:13Z",
+                "annotations": {"pv.kubernetes.io/bind-completed": "yes",
+                    "pv.kubernetes.io/bound-by-controller": "yes",
+                    "volume.beta.kubernetes.io/storage-provisioner": "ebs.csi.aws.com",
+                    "volume.kubernetes.io/storage-provisioner": "ebs.csi.aws.com"},
+                "finalizers": ["kubernetes.io/pvc-protection"]},
+            "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "20Gi"}},
+                "storageClassName": "gp3", "volumeMode": "Filesystem", "volumeName": format!("pvc-{uid}")},
+            "status": {"accessModes": ["ReadWriteOnce"], "capacity": {"storage": "20Gi"}, "phase": "Bound"}
+        }))
+        .expect("claim");
+        let json = serde_json::to_vec(&pv).expect("json").len();
+        let lean = Lean::new(pv.clone());
+        assert!(
+            lean.rest.len() * 4 < json,
+            "{} of {json} bytes",
+            lean.rest.len()
+        );
+        assert_eq!(lean.full(), pv);
+        let json = serde_json::to_vec(&claim).expect("json").len();
+        let lean = Lean::new(claim.clone());
+        assert!(
+            lean.rest.len() * 4 < json,
+            "{} of {json} bytes",
+            lean.rest.len()
+        );
+        assert_eq!(lean.full(), claim);
     }
 }
