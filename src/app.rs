@@ -229,6 +229,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         }
         return ready.map(|_| ());
     }
+    tokio::spawn(crate::runtime::heap::trim_periodically(shutdown.clone()));
     if let Some(standby) = &election {
         info!("caches filled; waiting for leadership");
         if !standby.lead(shutdown.clone().requested()).await {

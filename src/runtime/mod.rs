@@ -1,5 +1,6 @@
 //! What the controllers run on: the shared [`Context`] (clients, driver, caches, settings), the
-//! [`Shutdown`] signal, [`VolumeLocks`], and the controller [`skeleton`] both controllers run on. The composition root ([`crate::app`]) builds them;
+//! [`Shutdown`] signal, [`VolumeLocks`], the controller [`skeleton`] both controllers run on, and
+//! the [`heap`] trimming. The composition root ([`crate::app`]) builds them;
 //! the controllers only use them, so nothing depends on the composition root.
 
 use std::collections::HashSet;
@@ -19,6 +20,7 @@ use crate::k8s::lean::Lean;
 use crate::metrics::Metrics;
 use crate::metrics::node_gone::NodeGoneMetrics;
 
+pub(crate) mod heap;
 pub(crate) mod skeleton;
 
 /// Everything the controllers share: clients, the driver, caches and process-wide settings.
