@@ -11,12 +11,14 @@ use std::time::Duration;
 
 /// How often the heap is trimmed after the first pass.
 const INTERVAL: Duration = Duration::from_secs(60);
-/// The first pass, counted from the caches being filled: after the first reconciles have run.
-const FIRST: Duration = Duration::from_secs(5);
+/// The second pass, counted from the caches being filled: after the first reconciles have run.
+const SECOND: Duration = Duration::from_secs(5);
 
-/// Runs the trimming task until `shutdown`; started once the caches are filled.
+/// Runs the trimming task until `shutdown`; started once the caches are filled (the first pass
+/// runs at once: filling them is the largest churn of a sidecar's life).
 pub(crate) async fn trim_periodically(shutdown: super::Shutdown) {
-    let mut next = tokio::time::Instant::now() + FIRST;
+    let _ = tokio::task::spawn_blocking(trim).await;
+    let mut next = tokio::time::Instant::now() + SECOND;
     loop {
         tokio::select! {
             () = tokio::time::sleep_until(next) => {}
