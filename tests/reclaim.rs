@@ -862,4 +862,10 @@ async fn two_hundred_claims_deleted_at_once_call_delete_volume_exactly_200_times
         "{:#}",
         spent.to_json()
     );
+    // Reads too: the claims' absence comes from the cache and the PVs' Released phase, not GETs.
+    let requests = spent.total()
+        - spent.count(None, Some("events"), None)
+        - spent.count(Some("watch"), None, None)
+        - spent.count(Some("list"), None, None);
+    assert!(requests <= N as u64 * 21 / 10 + 5, "{:#}", spent.to_json());
 }

@@ -75,6 +75,9 @@ struct Reclaimer {
     segments: Option<HashMap<String, String>>,
     /// PV UIDs waiting for a detach: the wait is logged at info once, then at debug per retry.
     waiting_for_detach: Mutex<HashSet<String>>,
+    /// PV UIDs whose claim the cache showed gone while the phase still said Bound: given one
+    /// [`UNKNOWN_RETRY`] for the PV controller's `Released` before a live GET confirms.
+    awaiting_release: Mutex<HashSet<String>>,
 }
 
 /// Runs the reclaim controller until shutdown.
@@ -98,6 +101,7 @@ pub(crate) async fn run(
         finished: Mutex::new(HashSet::new()),
         segments,
         waiting_for_detach: Mutex::new(HashSet::new()),
+        awaiting_release: Mutex::new(HashSet::new()),
         ctx: ctx.clone(),
     });
     let mut controller = Controller::for_shared_stream(pvs, ctx.stores.pvs.clone())
@@ -156,7 +160,10 @@ fn class_label(pv: &PersistentVolume) -> String {
 }
 
 /// Whether the PV's claim exists: the cache first, a live GET to confirm an absence (a lagging
-/// cache must never get a volume in use deleted).
+/// cache must never get a volume in use deleted). The PV controller marks the PV `Released`
+/// moments after its claim goes, and that update answers for free, so the first absence of a PV
+/// not being deleted waits for it ([`ClaimState::Unknown`]: retried after [`UNKNOWN_RETRY`]); only
+/// a phase still lagging then is confirmed by the GET.
 async fn claim_state(
     state: &Reclaimer,
     pv: &PersistentVolume,
@@ -172,6 +179,12 @@ async fn claim_state(
         .map(|c| c.full());
     if plan::claim_state(pv, cached.as_ref()) == ClaimState::Exists {
         return Ok(ClaimState::Exists);
+    }
+    let uid = pv.metadata.uid.clone().unwrap_or_default();
+    if pv.metadata.deletion_timestamp.is_none()
+        && crate::sync::lock(&state.awaiting_release).insert(uid)
+    {
+        return Ok(ClaimState::Unknown);
     }
     let api: Api<PersistentVolumeClaim> = Api::namespaced(state.ctx.client.clone(), namespace);
     match api.get_opt(name).await {
@@ -437,6 +450,7 @@ impl Reclaimer {
         crate::sync::lock(&self.backoff).retain(|name| names.contains(name));
         // PVs force-deleted (finalizer removed by hand) while they waited for a detach.
         crate::sync::lock(&self.waiting_for_detach).retain(|uid| live.contains(uid));
+        crate::sync::lock(&self.awaiting_release).retain(|uid| live.contains(uid));
     }
 }
 
