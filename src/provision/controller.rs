@@ -27,7 +27,7 @@ use super::ledger::store::{Ledger, LedgerError};
 use super::memory::ClaimMemory;
 use super::plan::{
     self, AfterReplay, ClaimContext, ClaimDecision, CleanupStep, ClearReason, IgnoreReason,
-    IntentCleanup, Lookup, NodeMode, ProvisionPlan, ProvisionSettings, SourceLookup,
+    IntentCleanup, Lookup, NodeMode, ProvisionPlan, ProvisionSettings,
 };
 use super::plan_error::PlanError;
 use super::pv::{accept_answer, build_pv};
@@ -50,6 +50,7 @@ use crate::runtime::{Context, Shutdown};
 mod claim_writes;
 mod cleanup;
 mod compete;
+mod data_source;
 mod execute;
 mod gone_node;
 mod report;
@@ -438,6 +439,7 @@ async fn reconcile_claim(
     let class = crate::model::claim::claim_class_name(&pvc)
         .and_then(|name| stores.classes.get(&ObjectRef::new(name)));
     let pinned = state.memory().pinned(&claim_key(&pvc));
+    let source = data_source::read(&state, &pvc, class.as_deref()).await;
     // The topology view is not Sync: decide in a block that ends before the next await.
     let decision = {
         let pv_exists = plan::claim_volume_name(&pvc, settings)
@@ -480,7 +482,6 @@ async fn reconcile_claim(
             Some(Ok(None)) => Lookup::Missing,
             Some(Err(e)) => Lookup::Failed(e.as_str()),
         };
-        let source = SourceLookup::NotResolved;
         let claim_ctx = ClaimContext {
             settings,
             class: class.as_deref(),

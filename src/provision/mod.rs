@@ -12,4 +12,5 @@ pub(crate) mod plan_error;
 pub(crate) mod pv;
 pub(crate) mod quantity;
 pub(crate) mod request;
+pub(crate) mod source;
 pub(crate) mod topology;

@@ -126,24 +126,16 @@ impl<T> Clone for Lookup<'_, T> {
 
 impl<T> Copy for Lookup<'_, T> {}
 
-/// The claim's data source, as resolved by the shell (snapshot/clone resolution is a later issue;
-/// this is the extension point).
+/// The claim's data source, as resolved by the shell (`controller::data_source`, with the checks
+/// of [`super::source`]).
 #[derive(Debug, Clone, Default)]
 pub(crate) enum SourceLookup {
     /// Not resolved.
     #[default]
     NotResolved,
     /// Resolved to a content source.
-    #[allow(
-        dead_code,
-        reason = "the data-source extension point: snapshots and clones are not resolved yet"
-    )]
     Resolved(ContentSource),
     /// Resolution failed with this error text.
-    #[allow(
-        dead_code,
-        reason = "the data-source extension point: snapshots and clones are not resolved yet"
-    )]
     Failed(String),
 }
 

@@ -263,7 +263,7 @@ fn content_source(
         SourceLookup::NotResolved => Err(source_error(
             kind,
             name,
-            "restoring from snapshots and cloning are not implemented in this version of the provisioner; remove spec.dataSource or use the upstream sidecar",
+            "the data source was not read yet; the claim is retried",
         )),
     }
 }

@@ -1,0 +1,186 @@
+//! Reads a pending claim's data source for [`crate::provision::source`]: the source claim and its
+//! PV from the caches (a live GET where a node-mode cache does not hold them), the VolumeSnapshot
+//! and its VolumeSnapshotContent with GETs (they are not cached).
+
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::api::storage::v1::StorageClass;
+use kube::api::{ApiResource, DynamicObject};
+use kube::runtime::reflector::ObjectRef;
+use kube::{Api, ResourceExt};
+use serde::de::DeserializeOwned;
+
+use super::Provisioner;
+use crate::provision::plan::SourceLookup;
+use crate::provision::request::ContentSource;
+use crate::provision::source::{
+    self, SNAPSHOT_GROUP, SnapshotContent, SnapshotRead, SourceRef, VolumeSnapshot,
+};
+
+/// The content source of `pvc`'s data source, or why there is none. `NotResolved` (nothing read)
+/// for claims without a resolvable source or already given a volume.
+pub(super) async fn read(
+    state: &Provisioner,
+    pvc: &PersistentVolumeClaim,
+    class: Option<&StorageClass>,
+) -> SourceLookup {
+    let pending = pvc
+        .spec
+        .as_ref()
+        .and_then(|s| s.volume_name.as_deref())
+        .is_none_or(str::is_empty);
+    // Only claims this sidecar provisions: another driver's claims cost no request here.
+    let ours = class.filter(|c| c.provisioner == state.ctx.driver.name);
+    let (Some(found), Some(class), true) = (source::source_ref(pvc), ours, pending) else {
+        return SourceLookup::NotResolved;
+    };
+    let own_namespace = pvc.namespace().unwrap_or_default();
+    let result = match &found {
+        SourceRef::Claim { namespace, name } | SourceRef::Snapshot { namespace, name }
+            if *namespace != own_namespace =>
+        {
+            let kind = match found {
+                SourceRef::Claim { .. } => "PersistentVolumeClaim",
+                SourceRef::Snapshot { .. } => "VolumeSnapshot",
+            };
+            // ReferenceGrants are not read yet, so no grant can allow it.
+            Err(format!(
+                "accessing {namespace}/{name} of {kind} dataSource from {own_namespace}/{} isn't allowed",
+                pvc.name_any()
+            ))
+        }
+        SourceRef::Claim { namespace, name } => read_clone(state, pvc, namespace, name).await,
+        SourceRef::Snapshot { namespace, name } => {
+            read_snapshot(state, pvc, class, namespace, name).await
+        }
+    };
+    match result {
+        Ok(content) => SourceLookup::Resolved(content),
+        Err(reason) => SourceLookup::Failed(reason),
+    }
+}
+
+async fn read_clone(
+    state: &Provisioner,
+    pvc: &PersistentVolumeClaim,
+    namespace: &str,
+    name: &str,
+) -> Result<ContentSource, String> {
+    let stores = &state.ctx.stores;
+    let cached = stores
+        .pvcs
+        .get(&ObjectRef::new(name).within(namespace))
+        .map(|c| c.full());
+    let claim = match cached {
+        Some(c) => Some(c),
+        None => Api::<PersistentVolumeClaim>::namespaced(state.ctx.client.clone(), namespace)
+            .get_opt(name)
+            .await
+            .map_err(|e| {
+                format!(
+                    "error getting PVC {name} (namespace {namespace:?}) from api server: {}",
+                    message(&e)
+                )
+            })?,
+    };
+    let volume = claim
+        .as_ref()
+        .and_then(|c| c.spec.as_ref()?.volume_name.clone())
+        .filter(|v| !v.is_empty());
+    let pv = match volume {
+        None => None,
+        Some(volume) => match stores.pvs.get(&ObjectRef::new(&volume)) {
+            Some(pv) => Some(pv.full()),
+            // Unreadable counts as missing: the check below names it invalid, and it is retried.
+            None => Api::<PersistentVolume>::all(state.ctx.client.clone())
+                .get_opt(&volume)
+                .await
+                .ok()
+                .flatten(),
+        },
+    };
+    let driver = &state.ctx.driver.name;
+    source::clone_source(pvc, namespace, name, claim.as_ref(), pv.as_ref(), driver)
+}
+
+async fn read_snapshot(
+    state: &Provisioner,
+    pvc: &PersistentVolumeClaim,
+    class: &StorageClass,
+    namespace: &str,
+    name: &str,
+) -> Result<ContentSource, String> {
+    let client = &state.ctx.client;
+    let snapshots = Api::<DynamicObject>::namespaced_with(
+        client.clone(),
+        namespace,
+        &resource("VolumeSnapshot", "volumesnapshots"),
+    );
+    let snapshot: VolumeSnapshot = match get_as(&snapshots, name).await {
+        Ok(s) => s,
+        Err(e) => {
+            let read = SnapshotRead::SnapshotFailed(&e);
+            return snapshot_source(state, pvc, class, name, read);
+        }
+    };
+    let content_name = snapshot
+        .status
+        .as_ref()
+        .and_then(|s| s.bound_volume_snapshot_content_name.clone())
+        .filter(|n| !n.is_empty());
+    let content = match content_name {
+        None => None,
+        Some(content_name) => {
+            let contents = Api::<DynamicObject>::all_with(
+                client.clone(),
+                &resource("VolumeSnapshotContent", "volumesnapshotcontents"),
+            );
+            Some(get_as::<SnapshotContent>(&contents, &content_name).await)
+        }
+    };
+    let content = content.as_ref().map(|r| r.as_ref().map_err(String::as_str));
+    snapshot_source(
+        state,
+        pvc,
+        class,
+        name,
+        SnapshotRead::Read(&snapshot, content),
+    )
+}
+
+fn snapshot_source(
+    state: &Provisioner,
+    pvc: &PersistentVolumeClaim,
+    class: &StorageClass,
+    name: &str,
+    read: SnapshotRead<'_>,
+) -> Result<ContentSource, String> {
+    let prevent = state.ctx.config.provisioning.prevent_volume_mode_conversion;
+    let class_name = class.name_any();
+    let driver = &state.ctx.driver.name;
+    source::snapshot_source(pvc, name, read, &class_name, driver, prevent)
+}
+
+fn resource(kind: &str, plural: &str) -> ApiResource {
+    ApiResource {
+        group: SNAPSHOT_GROUP.to_owned(),
+        version: "v1".to_owned(),
+        api_version: format!("{SNAPSHOT_GROUP}/v1"),
+        kind: kind.to_owned(),
+        plural: plural.to_owned(),
+    }
+}
+
+/// GETs one object and reads the fields `T` names; the error is the API server's message.
+async fn get_as<T: DeserializeOwned>(api: &Api<DynamicObject>, name: &str) -> Result<T, String> {
+    let object = api.get(name).await.map_err(|e| message(&e))?;
+    let value = serde_json::to_value(&object).map_err(|e| e.to_string())?;
+    serde_json::from_value(value).map_err(|e| format!("unexpected {name}: {e}"))
+}
+
+/// The API server's own message for an API error (`... not found`), else the error.
+fn message(e: &kube::Error) -> String {
+    match e {
+        kube::Error::Api(status) => status.message.clone(),
+        other => other.to_string(),
+    }
+}

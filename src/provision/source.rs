@@ -1,0 +1,349 @@
+//! Data sources (upstream `getPVCSource` / `getSnapshotSource`): which object a claim's
+//! `dataSource` names, and the checks, in upstream's order and words, that turn the source objects
+//! the shell fetched into the CreateVolume content source. Pure: the shell reads the objects.
+
+use k8s_openapi::api::core::v1::{
+    ObjectReference, PersistentVolume, PersistentVolumeClaim, TypedLocalObjectReference,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use serde::Deserialize;
+
+use super::quantity::parse_quantity;
+use super::request::{ContentSource, is_block, requested_bytes};
+
+/// API group of VolumeSnapshot and VolumeSnapshotContent.
+pub(crate) const SNAPSHOT_GROUP: &str = "snapshot.storage.k8s.io";
+/// The annotation on a VolumeSnapshotContent that allows restoring into another volume mode.
+const ALLOW_MODE_CHANGE: &str = "snapshot.storage.k8s.io/allow-volume-mode-change";
+/// Upstream's finalizer that keeps a VolumeSnapshot while a volume is restored from it.
+pub(crate) const SNAPSHOT_SOURCE_FINALIZER: &str =
+    "provisioner.storage.kubernetes.io/volumesnapshot-as-source-protection";
+
+/// The object a claim's data source names, for the two kinds this sidecar resolves.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum SourceRef {
+    /// A claim to clone.
+    Claim { namespace: String, name: String },
+    /// A VolumeSnapshot to restore.
+    Snapshot { namespace: String, name: String },
+}
+
+/// The source to fetch: `dataSource`, else `dataSourceRef` (namespace: the ref's, else the
+/// claim's). `None` for no source and for kinds or groups the plan refuses or leaves to a
+/// populator by itself.
+pub(crate) fn source_ref(pvc: &PersistentVolumeClaim) -> Option<SourceRef> {
+    let spec = pvc.spec.as_ref()?;
+    let own = pvc.metadata.namespace.clone().unwrap_or_default();
+    let (kind, group, name, namespace) = match (&spec.data_source, &spec.data_source_ref) {
+        (
+            Some(TypedLocalObjectReference {
+                kind,
+                api_group,
+                name,
+            }),
+            _,
+        ) => (kind, api_group, name, own),
+        (None, Some(r)) => (
+            &r.kind,
+            &r.api_group,
+            &r.name,
+            r.namespace.clone().filter(|n| !n.is_empty()).unwrap_or(own),
+        ),
+        (None, None) => return None,
+    };
+    if name.is_empty() {
+        return None;
+    }
+    let group = group.as_deref().unwrap_or_default();
+    match kind.as_str() {
+        "PersistentVolumeClaim" if group.is_empty() => Some(SourceRef::Claim {
+            namespace,
+            name: name.clone(),
+        }),
+        "VolumeSnapshot" if group == SNAPSHOT_GROUP => Some(SourceRef::Snapshot {
+            namespace,
+            name: name.clone(),
+        }),
+        _ => None,
+    }
+}
+
+/// A claim's storage request as the API shows it (for messages), and in bytes.
+fn request(pvc: &PersistentVolumeClaim) -> (String, i64) {
+    let shown = pvc
+        .spec
+        .as_ref()
+        .and_then(|s| s.resources.as_ref())
+        .and_then(|r| r.requests.as_ref())
+        .and_then(|r| r.get("storage"))
+        .map(|q| q.0.clone())
+        .unwrap_or_else(|| "0".to_owned());
+    (shown, requested_bytes(pvc).unwrap_or(0))
+}
+
+fn mode_name(block: bool) -> &'static str {
+    if block { "Block" } else { "Filesystem" }
+}
+
+/// Upstream `getPVCSource`: `source` is the claim named by the data source (namespace `namespace`),
+/// `source_pv` the PV it is bound to, `driver` the class's provisioner (ours).
+pub(crate) fn clone_source(
+    pvc: &PersistentVolumeClaim,
+    namespace: &str,
+    name: &str,
+    source: Option<&PersistentVolumeClaim>,
+    source_pv: Option<&PersistentVolume>,
+    driver: &str,
+) -> Result<ContentSource, String> {
+    let Some(source) = source else {
+        return Err(format!(
+            "error getting PVC {name} (namespace {namespace:?}) from api server: persistentvolumeclaims {name:?} not found"
+        ));
+    };
+    let phase = source.status.as_ref().and_then(|s| s.phase.clone());
+    if phase.as_deref() != Some("Bound") {
+        return Err(format!(
+            "the PVC DataSource {name} must have a status of Bound.  Got {}",
+            phase.unwrap_or_default()
+        ));
+    }
+    if source.metadata.deletion_timestamp.is_some() {
+        return Err(format!(
+            "the PVC DataSource {name} is currently being deleted"
+        ));
+    }
+    let class_of =
+        |c: &PersistentVolumeClaim| c.spec.as_ref().and_then(|s| s.storage_class_name.clone());
+    if class_of(source).is_none() {
+        return Err(format!(
+            "the source PVC ({name}) storageclass cannot be empty"
+        ));
+    }
+    if class_of(pvc).is_none() {
+        let own = pvc.metadata.name.as_deref().unwrap_or_default();
+        return Err(format!(
+            "the requested PVC ({own}) storageclass cannot be empty"
+        ));
+    }
+    let ((wanted_shown, wanted), (source_shown, from)) = (request(pvc), request(source));
+    if wanted < from {
+        return Err(format!(
+            "error, new PVC request must be greater than or equal in size to the specified PVC data source, requested {wanted_shown} but source is {source_shown}"
+        ));
+    }
+    let volume_name = source
+        .spec
+        .as_ref()
+        .and_then(|s| s.volume_name.clone())
+        .unwrap_or_default();
+    if volume_name.is_empty() {
+        return Err(format!("volume name is empty in source PVC {name}"));
+    }
+    let handle = source_pv.and_then(|pv| {
+        let spec = pv.spec.as_ref()?;
+        let csi = spec.csi.as_ref()?;
+        let claim: &ObjectReference = spec.claim_ref.as_ref()?;
+        let bound = pv.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound");
+        let same_claim = claim.uid == source.metadata.uid
+            && claim.namespace.as_deref() == Some(namespace)
+            && claim.name.as_deref() == Some(name);
+        (csi.driver == driver && same_claim && bound).then(|| csi.volume_handle.clone())
+    });
+    let Some(volume_id) = handle else {
+        return Err("claim in dataSource not bound or invalid".to_owned());
+    };
+    let (source_block, block) = (is_block(source), is_block(pvc));
+    if source_block != block {
+        return Err(format!(
+            "the source PVC and destination PVCs must have the same volume mode for cloning.  Source is {}, but new PVC requested {}",
+            mode_name(source_block),
+            mode_name(block)
+        ));
+    }
+    Ok(ContentSource::Volume { volume_id })
+}
+
+/// The fields of a `snapshot.storage.k8s.io/v1` VolumeSnapshot that restoring reads.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct VolumeSnapshot {
+    #[serde(default)]
+    pub(crate) metadata: ObjectMeta,
+    #[serde(default)]
+    pub(crate) status: Option<SnapshotStatus>,
+}
+
+/// VolumeSnapshot `status`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct SnapshotStatus {
+    pub(crate) bound_volume_snapshot_content_name: Option<String>,
+    pub(crate) ready_to_use: Option<bool>,
+    pub(crate) restore_size: Option<Quantity>,
+}
+
+/// The fields of a VolumeSnapshotContent that restoring reads.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct SnapshotContent {
+    #[serde(default)]
+    pub(crate) metadata: ObjectMeta,
+    #[serde(default)]
+    pub(crate) spec: ContentSpec,
+    #[serde(default)]
+    pub(crate) status: Option<ContentStatus>,
+}
+
+/// VolumeSnapshotContent `spec`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct ContentSpec {
+    #[serde(default)]
+    pub(crate) driver: String,
+    #[serde(default)]
+    pub(crate) volume_snapshot_ref: ObjectReference,
+    pub(crate) source_volume_mode: Option<String>,
+}
+
+/// VolumeSnapshotContent `status`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct ContentStatus {
+    pub(crate) snapshot_handle: Option<String>,
+}
+
+/// What the shell read for a snapshot source.
+pub(crate) enum SnapshotRead<'a> {
+    /// The VolumeSnapshot GET failed (not found included), with the error text.
+    SnapshotFailed(&'a str),
+    /// The snapshot, and its content's GET (error text on failure) once the snapshot names one.
+    Read(
+        &'a VolumeSnapshot,
+        Option<Result<&'a SnapshotContent, &'a str>>,
+    ),
+}
+
+/// Upstream `getSnapshotSource`, checks 1-10: `class` names the claim's StorageClass (for
+/// messages), `driver` is its provisioner (ours).
+pub(crate) fn snapshot_source(
+    pvc: &PersistentVolumeClaim,
+    name: &str,
+    read: SnapshotRead<'_>,
+    class: &str,
+    driver: &str,
+    prevent_volume_mode_conversion: bool,
+) -> Result<ContentSource, String> {
+    let (snapshot, content) = match read {
+        SnapshotRead::SnapshotFailed(e) => {
+            return Err(format!(
+                "error getting snapshot {name} from api server: {e}"
+            ));
+        }
+        SnapshotRead::Read(snapshot, content) => (snapshot, content),
+    };
+    if snapshot.metadata.deletion_timestamp.is_some()
+        && !snapshot
+            .metadata
+            .finalizers
+            .iter()
+            .flatten()
+            .any(|f| f == SNAPSHOT_SOURCE_FINALIZER)
+    {
+        return Err(format!("snapshot {name} is being deleted"));
+    }
+    let status = snapshot.status.clone().unwrap_or_default();
+    let Some(content_name) = status
+        .bound_volume_snapshot_content_name
+        .filter(|n| !n.is_empty())
+    else {
+        return Err(format!("snapshot {name} not bound"));
+    };
+    let content = match content {
+        Some(Ok(content)) => content,
+        Some(Err(_)) | None => {
+            return Err(format!(
+                "error getting snapshotcontent {content_name} for snapshot {name}"
+            ));
+        }
+    };
+    let r = &content.spec.volume_snapshot_ref;
+    if r.uid != snapshot.metadata.uid
+        || r.namespace != snapshot.metadata.namespace
+        || r.name != snapshot.metadata.name
+    {
+        return Err(format!(
+            "snapshotcontent {content_name} for snapshot {name} is bound to a different snapshot"
+        ));
+    }
+    if content.spec.driver != driver {
+        return Err(format!(
+            "snapshotcontent {content_name} for snapshot {name} is not handled by CSI driver of StorageClass {class}"
+        ));
+    }
+    if status.ready_to_use != Some(true) {
+        return Err(format!("snapshot {name} is not Ready"));
+    }
+    let Some(snapshot_id) = content
+        .status
+        .as_ref()
+        .and_then(|s| s.snapshot_handle.clone())
+        .filter(|h| !h.is_empty())
+    else {
+        return Err(format!("snapshot handle {content_name} is not available"));
+    };
+    if let Some(size) = &status.restore_size {
+        let restore = parse_quantity(&size.0).unwrap_or(0);
+        let (_, wanted) = request(pvc);
+        if wanted < restore {
+            return Err(format!(
+                "requested volume size {wanted} is less than the size {restore} for the source snapshot {name}"
+            ));
+        }
+    }
+    if prevent_volume_mode_conversion {
+        check_mode_change(pvc, content)?;
+    }
+    Ok(ContentSource::Snapshot { snapshot_id })
+}
+
+/// `--prevent-volume-mode-conversion`: a restore into another volume mode needs the content's
+/// annotation saying so.
+fn check_mode_change(pvc: &PersistentVolumeClaim, content: &SnapshotContent) -> Result<(), String> {
+    let requested = pvc.spec.as_ref().and_then(|s| s.volume_mode.as_deref());
+    let (Some(source), Some(requested)) = (content.spec.source_volume_mode.as_deref(), requested)
+    else {
+        return Ok(());
+    };
+    if source == requested {
+        return Ok(());
+    }
+    let claim = format!(
+        "{}/{}",
+        pvc.metadata.namespace.as_deref().unwrap_or_default(),
+        pvc.metadata.name.as_deref().unwrap_or_default()
+    );
+    let start = format!(
+        "requested volume {claim} modifies the mode of the source volume but does not have permission to do so."
+    );
+    let annotation = content
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(ALLOW_MODE_CHANGE));
+    match annotation.map(|v| crate::gofmt::parse_go_bool(v)) {
+        None => Err(format!(
+            "{start} {ALLOW_MODE_CHANGE} annotation is not present on snapshotcontent {}",
+            content.metadata.name.as_deref().unwrap_or_default()
+        )),
+        Some(Err(e)) => Err(format!(
+            "{start} invalid value for {ALLOW_MODE_CHANGE} annotation: {e}"
+        )),
+        Some(Ok(false)) => Err(format!("{start} {ALLOW_MODE_CHANGE} is set to false")),
+        Some(Ok(true)) => Ok(()),
+    }
+}
+
+#[cfg(test)]
+#[path = "source_tests.rs"]
+mod tests;

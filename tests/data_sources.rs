@@ -1,0 +1,277 @@
+//! Volume data sources end to end: a clone and a snapshot restore reach the driver as
+//! CreateVolume content sources; a source that fails upstream's checks gets a `ProvisioningFailed`
+//! event naming the problem, and no CreateVolume is sent.
+
+mod common;
+
+use common::*;
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, TypedLocalObjectReference};
+use kube::api::{ApiResource, DynamicObject, Patch, PatchParams, PostParams};
+use mock_csi_driver::store::ContentSource;
+use serde_json::json;
+
+const NS: &str = "default";
+
+fn cloned_from(name: &str, source: &str, size: &str) -> PersistentVolumeClaim {
+    let mut c = claim(NS, name, "fast", size);
+    c.spec.as_mut().expect("spec").data_source = Some(TypedLocalObjectReference {
+        api_group: None,
+        kind: "PersistentVolumeClaim".into(),
+        name: source.into(),
+    });
+    c
+}
+
+fn restored_from(name: &str, snapshot: &str) -> PersistentVolumeClaim {
+    let mut c = claim(NS, name, "fast", "1Gi");
+    c.spec.as_mut().expect("spec").data_source = Some(TypedLocalObjectReference {
+        api_group: Some("snapshot.storage.k8s.io".into()),
+        kind: "VolumeSnapshot".into(),
+        name: snapshot.into(),
+    });
+    c
+}
+
+fn snapshot_api(kind: &str, plural: &str) -> ApiResource {
+    ApiResource {
+        group: "snapshot.storage.k8s.io".into(),
+        version: "v1".into(),
+        api_version: "snapshot.storage.k8s.io/v1".into(),
+        kind: kind.into(),
+        plural: plural.into(),
+    }
+}
+
+/// Takes a snapshot of `volume_id` on the driver, then writes the VolumeSnapshot `name` and its
+/// bound content as the snapshot controller would, `ready` as given. Returns the snapshot id.
+async fn snapshot(
+    cluster: &Cluster,
+    driver: &Driver,
+    volume_id: &str,
+    name: &str,
+    ready: bool,
+) -> String {
+    use mock_csi_driver::csi::v1::CreateSnapshotRequest;
+    use mock_csi_driver::csi::v1::controller_client::ControllerClient;
+    let channel = mock_csi_driver::connect(&driver.socket)
+        .await
+        .expect("connect to the mock driver");
+    let id = ControllerClient::new(channel)
+        .create_snapshot(CreateSnapshotRequest {
+            source_volume_id: volume_id.into(),
+            name: format!("snapshot-{name}"),
+            ..Default::default()
+        })
+        .await
+        .expect("CreateSnapshot")
+        .into_inner()
+        .snapshot
+        .expect("a snapshot")
+        .snapshot_id;
+
+    let snapshots: kube::Api<DynamicObject> = kube::Api::namespaced_with(
+        cluster.client.clone(),
+        NS,
+        &snapshot_api("VolumeSnapshot", "volumesnapshots"),
+    );
+    let contents: kube::Api<DynamicObject> = kube::Api::all_with(
+        cluster.client.clone(),
+        &snapshot_api("VolumeSnapshotContent", "volumesnapshotcontents"),
+    );
+    let content_name = format!("content-{name}");
+    let obj: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "snapshot.storage.k8s.io/v1", "kind": "VolumeSnapshot",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {"source": {"persistentVolumeClaimName": "src"}},
+    }))
+    .expect("snapshot object");
+    let created = snapshots
+        .create(&PostParams::default(), &obj)
+        .await
+        .expect("create VolumeSnapshot");
+    let uid = created.metadata.uid.clone().expect("uid");
+    let obj: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "snapshot.storage.k8s.io/v1", "kind": "VolumeSnapshotContent",
+        "metadata": {"name": content_name},
+        "spec": {"driver": DRIVER, "deletionPolicy": "Delete", "source": {"snapshotHandle": id},
+            "sourceVolumeMode": "Filesystem",
+            "volumeSnapshotRef": {"kind": "VolumeSnapshot", "namespace": NS, "name": name, "uid": uid}},
+    }))
+    .expect("content object");
+    contents
+        .create(&PostParams::default(), &obj)
+        .await
+        .expect("create VolumeSnapshotContent");
+    let status = json!({"status": {"snapshotHandle": id, "readyToUse": ready, "restoreSize": 1_073_741_824}});
+    contents
+        .patch_status(
+            &content_name,
+            &PatchParams::default(),
+            &Patch::Merge(&status),
+        )
+        .await
+        .expect("content status");
+    let status = json!({"status": {"boundVolumeSnapshotContentName": content_name,
+        "readyToUse": ready, "restoreSize": "1Gi"}});
+    snapshots
+        .patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
+        .await
+        .expect("snapshot status");
+    id
+}
+
+fn handle(pv: &k8s_openapi::api::core::v1::PersistentVolume) -> String {
+    pv.spec
+        .as_ref()
+        .and_then(|s| s.csi.as_ref())
+        .expect("CSI PV")
+        .volume_handle
+        .clone()
+}
+
+#[tokio::test]
+async fn a_clone_gets_the_source_volume_as_its_content_source() {
+    let (cluster, driver, _sidecar) = start_single_node(&[], &[]).await;
+    let source_pv = cluster.claim_with_fast_class(NS, "src").await;
+    let source_pv = cluster
+        .wait_bound(NS, &source_pv.metadata.name.expect("name"))
+        .await;
+
+    cluster
+        .create(&cluster.pvcs(NS), &cloned_from("copy", "src", "2Gi"))
+        .await;
+    let pv = cluster.wait_bound(NS, "copy").await;
+
+    let state = driver.wait_volumes(2).await;
+    let copy = state
+        .volumes
+        .iter()
+        .find(|v| v.id == handle(&pv))
+        .expect("the clone's volume");
+    assert_eq!(
+        copy.content_source,
+        Some(ContentSource::Volume(handle(&source_pv)))
+    );
+}
+
+#[tokio::test]
+async fn a_restore_gets_the_snapshot_as_its_content_source() {
+    let (cluster, driver, _sidecar) = start_single_node(&[], &[]).await;
+    cluster.claim_with_fast_class(NS, "src").await;
+    let source_pv = cluster.wait_bound(NS, "src").await;
+    let id = snapshot(&cluster, &driver, &handle(&source_pv), "snap", true).await;
+
+    cluster
+        .create(&cluster.pvcs(NS), &restored_from("restored", "snap"))
+        .await;
+    let pv = cluster.wait_bound(NS, "restored").await;
+
+    let state = driver.wait_volumes(2).await;
+    let restored = state
+        .volumes
+        .iter()
+        .find(|v| v.id == handle(&pv))
+        .expect("the restored volume");
+    assert_eq!(restored.content_source, Some(ContentSource::Snapshot(id)));
+}
+
+#[tokio::test]
+async fn a_snapshot_not_ready_is_refused_with_an_event_and_no_create_volume() {
+    let (cluster, driver, _sidecar) = start_single_node(&[], &[]).await;
+    cluster.claim_with_fast_class(NS, "src").await;
+    let source_pv = cluster.wait_bound(NS, "src").await;
+    snapshot(&cluster, &driver, &handle(&source_pv), "snap", false).await;
+
+    cluster
+        .create(&cluster.pvcs(NS), &restored_from("restored", "snap"))
+        .await;
+    cluster
+        .wait_claim_event(
+            NS,
+            "restored",
+            "ProvisioningFailed",
+            "error getting handle for DataSource Type VolumeSnapshot by Name snap: snapshot snap is not Ready",
+        )
+        .await;
+    assert_eq!(
+        driver.state().await.calls("CreateVolume"),
+        1,
+        "only the source was created"
+    );
+}
+
+#[tokio::test]
+async fn a_clone_smaller_than_its_source_or_of_a_missing_claim_is_refused() {
+    let (cluster, driver, _sidecar) = start_single_node(&[], &[]).await;
+    cluster.claim_with_fast_class(NS, "src").await;
+    cluster.wait_bound(NS, "src").await;
+
+    cluster
+        .create(&cluster.pvcs(NS), &cloned_from("small", "src", "512Mi"))
+        .await;
+    cluster
+        .create(&cluster.pvcs(NS), &cloned_from("orphan", "nowhere", "1Gi"))
+        .await;
+    cluster
+        .wait_claim_event(
+            NS,
+            "small",
+            "ProvisioningFailed",
+            "new PVC request must be greater than or equal in size to the specified PVC data source, requested 512Mi but source is 1Gi",
+        )
+        .await;
+    cluster
+        .wait_claim_event(
+            NS,
+            "orphan",
+            "ProvisioningFailed",
+            "error getting PVC nowhere (namespace \"default\") from api server",
+        )
+        .await;
+    assert_eq!(
+        driver.state().await.calls("CreateVolume"),
+        1,
+        "only the source was created"
+    );
+}
+
+/// The intent covers clones: a clone whose claim is deleted while its CreateVolume timed out (the
+/// volume exists, its id unknown) is cleaned up by replaying the same request, content source
+/// included, and deleting what it answers; the source is untouched.
+#[tokio::test]
+async fn a_clone_deleted_while_its_create_volume_timed_out_leaks_nothing() {
+    let (cluster, driver, _sidecar) = start_single_node(&[], &[]).await;
+    cluster.claim_with_fast_class(NS, "src").await;
+    let source_pv = cluster.wait_bound(NS, "src").await;
+    let control = driver.control().await;
+    control
+        .set_fault(
+            "CreateVolume",
+            mock_csi_driver::FaultRule::always(tonic::Code::DeadlineExceeded).after_effect(),
+        )
+        .await
+        .expect("fault");
+    cluster
+        .create(&cluster.pvcs(NS), &cloned_from("copy", "src", "1Gi"))
+        .await;
+    driver.wait_volumes(2).await;
+
+    cluster
+        .pvcs(NS)
+        .delete("copy", &kube::api::DeleteParams::default())
+        .await
+        .expect("delete the clone's claim");
+    control.clear_faults().await.expect("clear faults");
+    cluster.delete_pvc_and_wait(NS, "copy").await;
+    wait_for("only the source's PV left", DEADLINE, || async {
+        (cluster.pv_count().await == 1).then_some(())
+    })
+    .await;
+    let state = driver.wait_volumes(1).await;
+    assert_eq!(
+        state.volumes[0].id,
+        handle(&source_pv),
+        "the source volume is kept"
+    );
+    assert!(state.ok_calls("DeleteVolume") >= 1);
+}
