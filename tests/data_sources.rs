@@ -275,3 +275,115 @@ async fn a_clone_deleted_while_its_create_volume_timed_out_leaks_nothing() {
     );
     assert!(state.ok_calls("DeleteVolume") >= 1);
 }
+
+fn finalizers_of(obj: &kube::api::ObjectMeta) -> Vec<String> {
+    obj.finalizers.clone().unwrap_or_default()
+}
+
+/// Upstream's clone protection: the source claim carries the clone-protection finalizer from
+/// before CreateVolume, so deleting it while the clone is being made leaves it Terminating; once
+/// the clone is bound the finalizer comes off and the source goes.
+#[tokio::test]
+async fn a_clone_source_deleted_mid_clone_waits_for_the_clone_then_goes() {
+    let (cluster, driver, _sidecar) = start_single_node(&[], &[]).await;
+    cluster.claim_with_fast_class(NS, "src").await;
+    let source_pv = cluster.wait_bound(NS, "src").await;
+    let control = driver.control().await;
+    control
+        .set_latency("CreateVolume", std::time::Duration::from_secs(3))
+        .await
+        .expect("latency");
+    cluster
+        .create(&cluster.pvcs(NS), &cloned_from("copy", "src", "1Gi"))
+        .await;
+    let protection = "provisioner.storage.kubernetes.io/cloning-protection";
+    wait_for(
+        "the source to get the clone-protection finalizer",
+        DEADLINE,
+        || async {
+            let src = cluster.pvcs(NS).get("src").await.ok()?;
+            finalizers_of(&src.metadata)
+                .iter()
+                .any(|f| f == protection)
+                .then_some(())
+        },
+    )
+    .await;
+
+    cluster
+        .pvcs(NS)
+        .delete("src", &kube::api::DeleteParams::default())
+        .await
+        .expect("delete the source");
+    let copy = cluster.pvcs(NS).get("copy").await.expect("the clone");
+    let copy_phase = copy.status.and_then(|s| s.phase).unwrap_or_default();
+    let src = cluster
+        .pvcs(NS)
+        .get("src")
+        .await
+        .expect("the source is held back");
+    assert!(src.metadata.deletion_timestamp.is_some());
+    assert_eq!(copy_phase, "Pending", "the clone was still being made");
+
+    let pv = cluster.wait_bound(NS, "copy").await;
+    wait_for("the source claim to go", DEADLINE, || async {
+        cluster
+            .pvcs(NS)
+            .get_opt("src")
+            .await
+            .ok()?
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    let state = driver.state().await;
+    let copy = state
+        .volumes
+        .iter()
+        .find(|v| v.id == handle(&pv))
+        .expect("the clone's volume");
+    assert_eq!(
+        copy.content_source,
+        Some(ContentSource::Volume(handle(&source_pv)))
+    );
+}
+
+/// The snapshot-source finalizer is on the VolumeSnapshot while the volume is restored from it,
+/// and off once the PV exists.
+#[tokio::test]
+async fn a_restored_snapshot_is_protected_until_the_pv_exists() {
+    let (cluster, driver, _sidecar) = start_single_node(&[], &[]).await;
+    cluster.claim_with_fast_class(NS, "src").await;
+    let source_pv = cluster.wait_bound(NS, "src").await;
+    snapshot(&cluster, &driver, &handle(&source_pv), "snap", true).await;
+    let control = driver.control().await;
+    control
+        .set_latency("CreateVolume", std::time::Duration::from_secs(2))
+        .await
+        .expect("latency");
+    let snapshots: kube::Api<DynamicObject> = kube::Api::namespaced_with(
+        cluster.client.clone(),
+        NS,
+        &snapshot_api("VolumeSnapshot", "volumesnapshots"),
+    );
+    let protection = "provisioner.storage.kubernetes.io/volumesnapshot-as-source-protection";
+    let protected = || async {
+        let s = snapshots.get("snap").await.expect("snapshot");
+        finalizers_of(&s.metadata).iter().any(|f| f == protection)
+    };
+
+    cluster
+        .create(&cluster.pvcs(NS), &restored_from("restored", "snap"))
+        .await;
+    wait_for("the snapshot-source finalizer", DEADLINE, || async {
+        protected().await.then_some(())
+    })
+    .await;
+    cluster.wait_bound(NS, "restored").await;
+    wait_for(
+        "the snapshot-source finalizer to come off",
+        DEADLINE,
+        || async { (!protected().await).then_some(()) },
+    )
+    .await;
+}

@@ -427,6 +427,9 @@ async fn reconcile_claim(
     let stores = &ctx.stores;
     let settings = &state.settings;
     observe_bound(&state, &pvc);
+    if let Some(wait) = data_source::release_clone_source(&state, &pvc).await? {
+        return Ok(wait);
+    }
     let vac_result = match plan::vac_to_look_up(&pvc, settings) {
         Some(name) => Some(
             Api::<VolumeAttributesClass>::all(ctx.client.clone())

@@ -18,7 +18,7 @@ pub(crate) const SNAPSHOT_GROUP: &str = "snapshot.storage.k8s.io";
 const ALLOW_MODE_CHANGE: &str = "snapshot.storage.k8s.io/allow-volume-mode-change";
 /// Upstream's finalizer that keeps a VolumeSnapshot while a volume is restored from it.
 pub(crate) const SNAPSHOT_SOURCE_FINALIZER: &str =
-    "provisioner.storage.kubernetes.io/volumesnapshot-as-source-protection";
+    crate::names::FINALIZER_SNAPSHOT_SOURCE_PROTECTION;
 
 /// The object a claim's data source names, for the two kinds this sidecar resolves.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -162,6 +162,36 @@ pub(crate) fn clone_source(
         ));
     }
     Ok(ContentSource::Volume { volume_id })
+}
+
+/// Whether a pending claim of `claims` clones `source` (upstream's clone-protection check: same
+/// namespace, `dataSource` of kind PersistentVolumeClaim naming it, phase Pending), so the
+/// source's clone-protection finalizer must stay.
+pub(crate) fn clone_in_progress<'a>(
+    source: &PersistentVolumeClaim,
+    claims: impl IntoIterator<Item = &'a PersistentVolumeClaim>,
+) -> bool {
+    let (namespace, name) = (&source.metadata.namespace, &source.metadata.name);
+    claims.into_iter().any(|c| {
+        let clones = c
+            .spec
+            .as_ref()
+            .and_then(|s| s.data_source.as_ref())
+            .is_some_and(|d| d.kind == "PersistentVolumeClaim" && Some(&d.name) == name.as_ref());
+        let phase = c.status.as_ref().and_then(|s| s.phase.as_deref());
+        clones && c.metadata.namespace == *namespace && phase.is_none_or(|p| p == "Pending")
+    })
+}
+
+/// Whether `pvc` is a clone source being deleted that still carries the clone-protection finalizer.
+pub(crate) fn holds_clone_protection(pvc: &PersistentVolumeClaim) -> bool {
+    pvc.metadata.deletion_timestamp.is_some()
+        && pvc
+            .metadata
+            .finalizers
+            .iter()
+            .flatten()
+            .any(|f| f == crate::names::FINALIZER_CLONING_PROTECTION)
 }
 
 /// The fields of a `snapshot.storage.k8s.io/v1` VolumeSnapshot that restoring reads.

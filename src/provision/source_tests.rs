@@ -253,3 +253,33 @@ fn a_volume_mode_change_needs_the_contents_permission() {
     let read = SnapshotRead::Read(&snapshot(true), Some(Ok(&block)));
     assert!(snapshot_source(&wanted, "snap", read, "fast", DRIVER, false).is_ok());
 }
+
+#[test]
+fn a_source_is_held_only_by_pending_clones_of_its_own_namespace() {
+    let source = pvc("ns", "src")
+        .finalizer(crate::names::FINALIZER_CLONING_PROTECTION)
+        .deleting()
+        .build();
+    assert!(holds_clone_protection(&source));
+    let pending = pvc("ns", "copy")
+        .data_source(None, "PersistentVolumeClaim", "src")
+        .phase("Pending")
+        .build();
+    let bound = pvc("ns", "done")
+        .data_source(None, "PersistentVolumeClaim", "src")
+        .phase("Bound")
+        .build();
+    let elsewhere = pvc("other", "copy")
+        .data_source(None, "PersistentVolumeClaim", "src")
+        .phase("Pending")
+        .build();
+    assert!(clone_in_progress(&source, [&pending, &bound]));
+    assert!(!clone_in_progress(&source, [&bound, &elsewhere]));
+    let kept = pvc("ns", "src")
+        .finalizer(crate::names::FINALIZER_CLONING_PROTECTION)
+        .build();
+    assert!(
+        !holds_clone_protection(&kept),
+        "not being deleted: nothing to release"
+    );
+}

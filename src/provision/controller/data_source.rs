@@ -1,15 +1,17 @@
 //! Reads a pending claim's data source for [`crate::provision::source`]: the source claim and its
 //! PV from the caches (a live GET where a node-mode cache does not hold them), the VolumeSnapshot
-//! and its VolumeSnapshotContent with GETs (they are not cached).
+//! and its VolumeSnapshotContent with GETs (they are not cached); and keeps upstream's
+//! source-protection finalizers on the source claim or snapshot while a volume is made from it.
 
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::{ApiResource, DynamicObject};
 use kube::runtime::reflector::ObjectRef;
-use kube::{Api, ResourceExt};
+use kube::{Api, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 
 use super::Provisioner;
+use crate::k8s::patch::PatchOutcome;
 use crate::provision::plan::SourceLookup;
 use crate::provision::request::ContentSource;
 use crate::provision::source::{
@@ -184,3 +186,142 @@ fn message(e: &kube::Error) -> String {
         other => other.to_string(),
     }
 }
+
+/// Upstream's source protection before CreateVolume: the clone source claim gets the
+/// clone-protection finalizer, a VolumeSnapshot the snapshot-source one, so the source is not
+/// deleted while the volume is made from it. `Err`: the message for the claim's event.
+pub(super) async fn protect(
+    state: &Provisioner,
+    pvc: &PersistentVolumeClaim,
+) -> Result<(), String> {
+    let own_namespace = pvc.namespace().unwrap_or_default();
+    match source::source_ref(pvc) {
+        Some(SourceRef::Claim { namespace, name }) if namespace == own_namespace => {
+            let api =
+                Api::<PersistentVolumeClaim>::namespaced(state.ctx.client.clone(), &namespace);
+            let cached = state
+                .ctx
+                .stores
+                .pvcs
+                .get(&ObjectRef::new(&name).within(&namespace))
+                .map(|c| c.full());
+            let finalizer = crate::names::FINALIZER_CLONING_PROTECTION;
+            if cached
+                .as_ref()
+                .is_some_and(|c| c.finalizers().iter().any(|f| f == finalizer))
+            {
+                return Ok(());
+            }
+            let seed = cached.unwrap_or_else(|| PersistentVolumeClaim {
+                metadata: kube::api::ObjectMeta {
+                    name: Some(name.clone()),
+                    namespace: Some(namespace.clone()),
+                    ..Default::default()
+                },
+                ..Default::default()
+            });
+            match crate::k8s::patch::add_finalizer(&api, &seed, finalizer).await {
+                Ok(PatchOutcome::Patched(_) | PatchOutcome::Unchanged(_)) => Ok(()),
+                Ok(PatchOutcome::Deleting(_)) => Err(format!(
+                    "the PVC DataSource {name} is currently being deleted"
+                )),
+                Ok(PatchOutcome::Gone) => Err(format!(
+                    "error getting PVC {name} (namespace {namespace:?}) from api server: not found"
+                )),
+                Err(e) => Err(e.to_string()),
+            }
+        }
+        Some(SourceRef::Snapshot { namespace, name }) => {
+            snapshot_finalizer(state, &namespace, &name, true).await
+        }
+        _ => Ok(()),
+    }
+}
+
+/// After the PV exists: the snapshot-source finalizer comes off (errors are only logged, as
+/// upstream; the next provisioning of a claim from it, or its deletion, retries).
+pub(super) async fn release_snapshot(state: &Provisioner, pvc: &PersistentVolumeClaim) {
+    if let Some(SourceRef::Snapshot { namespace, name }) = source::source_ref(pvc)
+        && let Err(e) = snapshot_finalizer(state, &namespace, &name, false).await
+    {
+        tracing::warn!(snapshot = %format!("{namespace}/{name}"), error = %e, "removing the snapshot-source finalizer failed");
+    }
+}
+
+/// Adds (`add`) or removes our finalizer on a VolumeSnapshot with an Update (upstream's role grants
+/// `update`, not `patch`), guarded by the resourceVersion read. Forbidden is ignored, as upstream.
+async fn snapshot_finalizer(
+    state: &Provisioner,
+    namespace: &str,
+    name: &str,
+    add: bool,
+) -> Result<(), String> {
+    let finalizer = source::SNAPSHOT_SOURCE_FINALIZER;
+    let api = Api::<DynamicObject>::namespaced_with(
+        state.ctx.client.clone(),
+        namespace,
+        &resource("VolumeSnapshot", "volumesnapshots"),
+    );
+    let mut snapshot = match api.get_opt(name).await {
+        Ok(Some(s)) => s,
+        Ok(None) => return Ok(()),
+        Err(e) => {
+            return Err(format!(
+                "error getting snapshot {name} from api server: {}",
+                message(&e)
+            ));
+        }
+    };
+    let finalizers = snapshot.metadata.finalizers.get_or_insert_with(Vec::new);
+    if finalizers.iter().any(|f| f == finalizer) == add {
+        return Ok(());
+    }
+    if add {
+        finalizers.push(finalizer.to_owned());
+    } else {
+        finalizers.retain(|f| f != finalizer);
+    }
+    match api
+        .replace(name, &kube::api::PostParams::default(), &snapshot)
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 403 || s.code == 404 => Ok(()),
+        Err(e) => Err(format!(
+            "updating the finalizers of snapshot {name}: {}",
+            message(&e)
+        )),
+    }
+}
+
+/// A clone source being deleted keeps the clone-protection finalizer while a pending claim of its
+/// namespace clones it (checked again every [`CLONE_WAIT`]); then it comes off. `Some`: wait.
+pub(super) async fn release_clone_source(
+    state: &Provisioner,
+    pvc: &PersistentVolumeClaim,
+) -> Result<Option<kube::runtime::controller::Action>, crate::k8s::patch::PatchError> {
+    if !source::holds_clone_protection(pvc) {
+        return Ok(None);
+    }
+    let namespace = pvc.namespace().unwrap_or_default();
+    let claims: Vec<PersistentVolumeClaim> = state
+        .ctx
+        .stores
+        .pvcs
+        .state()
+        .iter()
+        .filter(|c| c.meta().namespace.as_deref() == Some(namespace.as_str()))
+        .map(|c| c.full())
+        .collect();
+    if source::clone_in_progress(pvc, &claims) {
+        return Ok(Some(kube::runtime::controller::Action::requeue(CLONE_WAIT)));
+    }
+    let api = Api::<PersistentVolumeClaim>::namespaced(state.ctx.client.clone(), &namespace);
+    let finalizer = crate::names::FINALIZER_CLONING_PROTECTION;
+    crate::k8s::patch::remove_finalizer(&api, pvc, finalizer)
+        .await
+        .map(|_| None)
+}
+
+/// How often a clone source being deleted looks again for clones still in progress.
+const CLONE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);

@@ -113,6 +113,11 @@ pub(super) async fn provision(
         }
     }
 
+    // Upstream's source protection, before anything is recorded or sent.
+    if let Err(message) = super::data_source::protect(state, pvc).await {
+        return Err(fail(state, pvc, message));
+    }
+
     // The freshest copy of the claim, to seed the intent removal with.
     let mut claim = pvc.as_ref().clone();
     // Whether the intent is in the ledger (else on the claim, or both for a migrated claim).
@@ -210,6 +215,7 @@ pub(super) async fn provision(
     if plan::has_intent(&claim) {
         finish_intent(state, &claim, &plan.volume_name).await?;
     }
+    super::data_source::release_snapshot(state, pvc).await;
     ctx.events.emit(
         reference_to(pvc.as_ref()),
         EventSpec::normal(
