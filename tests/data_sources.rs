@@ -387,3 +387,85 @@ async fn a_restored_snapshot_is_protected_until_the_pv_exists() {
     )
     .await;
 }
+
+fn cloned_across(name: &str, namespace: &str, source: &str) -> PersistentVolumeClaim {
+    let mut c = claim(NS, name, "fast", "1Gi");
+    c.spec.as_mut().expect("spec").data_source_ref =
+        Some(k8s_openapi::api::core::v1::TypedObjectReference {
+            api_group: None,
+            kind: "PersistentVolumeClaim".into(),
+            name: source.into(),
+            namespace: Some(namespace.into()),
+        });
+    c
+}
+
+/// CrossNamespaceVolumeDataSource: a clone of a claim in another namespace is refused with
+/// upstream's message until a ReferenceGrant there allows it, then made from that claim's volume.
+#[tokio::test]
+async fn a_cross_namespace_clone_needs_a_reference_grant() {
+    let cluster = Cluster::start().await;
+    let driver = Driver::start(cluster.dir.path(), "node-1", &[]).await;
+    let gate = "--feature-gates=CrossNamespaceVolumeDataSource=true";
+    let _sidecar = Sidecar::start(&cluster, &driver, &[gate]).await;
+    cluster.add_class(&storage_class("fast", &[])).await;
+    cluster
+        .claim_of_class("kube-public", "src", "fast", "1Gi")
+        .await;
+    let source_pv = cluster.wait_bound("kube-public", "src").await;
+
+    cluster
+        .create(
+            &cluster.pvcs(NS),
+            &cloned_across("copy", "kube-public", "src"),
+        )
+        .await;
+    cluster
+        .wait_claim_event(
+            NS,
+            "copy",
+            "ProvisioningFailed",
+            "accessing kube-public/src of PersistentVolumeClaim dataSource from default/copy isn't allowed",
+        )
+        .await;
+    assert_eq!(
+        driver.state().await.calls("CreateVolume"),
+        1,
+        "no CreateVolume without a grant"
+    );
+
+    let grants: kube::Api<DynamicObject> = kube::Api::namespaced_with(
+        cluster.client.clone(),
+        "kube-public",
+        &ApiResource {
+            group: "gateway.networking.k8s.io".into(),
+            version: "v1beta1".into(),
+            api_version: "gateway.networking.k8s.io/v1beta1".into(),
+            kind: "ReferenceGrant".into(),
+            plural: "referencegrants".into(),
+        },
+    );
+    let grant: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "gateway.networking.k8s.io/v1beta1", "kind": "ReferenceGrant",
+        "metadata": {"name": "clones-from-default", "namespace": "kube-public"},
+        "spec": {"from": [{"group": "", "kind": "PersistentVolumeClaim", "namespace": NS}],
+            "to": [{"group": "", "kind": "PersistentVolumeClaim"}]},
+    }))
+    .expect("grant");
+    grants
+        .create(&PostParams::default(), &grant)
+        .await
+        .expect("create the grant");
+
+    let pv = cluster.wait_bound(NS, "copy").await;
+    let state = driver.state().await;
+    let copy = state
+        .volumes
+        .iter()
+        .find(|v| v.id == handle(&pv))
+        .expect("the clone's volume");
+    assert_eq!(
+        copy.content_source,
+        Some(ContentSource::Volume(handle(&source_pv)))
+    );
+}

@@ -116,18 +116,9 @@ pub(super) fn not_yet_supported(args: &Args) -> Vec<String> {
         log_json_split_stream,
         log_json_info_buffer_size,
     ];
-    let gates = FeatureGates::resolve(args.feature_gate_settings());
-    let gate_flags = [(
-        "CrossNamespaceVolumeDataSource",
-        gates.cross_namespace_volume_data_source,
-    )];
-    let flags = flags
+    flags
         .into_iter()
         .filter(|&(_, set)| set)
-        .map(|(field, _)| format!("--{}", field.replace('_', "-")));
-    let gate_flags = gate_flags
-        .into_iter()
-        .filter(|&(_, on)| on)
-        .map(|(gate, _)| format!("--feature-gates={gate}=true"));
-    flags.chain(gate_flags).collect()
+        .map(|(field, _)| format!("--{}", field.replace('_', "-")))
+        .collect()
 }

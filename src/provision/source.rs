@@ -194,6 +194,69 @@ pub(crate) fn holds_clone_protection(pvc: &PersistentVolumeClaim) -> bool {
             .any(|f| f == crate::names::FINALIZER_CLONING_PROTECTION)
 }
 
+/// The fields of a `gateway.networking.k8s.io/v1beta1` ReferenceGrant the cross-namespace check
+/// reads.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub(crate) struct ReferenceGrant {
+    #[serde(default)]
+    pub(crate) spec: GrantSpec,
+}
+
+/// ReferenceGrant `spec`.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub(crate) struct GrantSpec {
+    #[serde(default)]
+    pub(crate) from: Vec<GrantFrom>,
+    #[serde(default)]
+    pub(crate) to: Vec<GrantTo>,
+}
+
+/// One `from` entry.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub(crate) struct GrantFrom {
+    #[serde(default)]
+    pub(crate) group: String,
+    #[serde(default)]
+    pub(crate) kind: String,
+    #[serde(default)]
+    pub(crate) namespace: String,
+}
+
+/// One `to` entry.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub(crate) struct GrantTo {
+    #[serde(default)]
+    pub(crate) group: String,
+    #[serde(default)]
+    pub(crate) kind: String,
+    pub(crate) name: Option<String>,
+}
+
+/// Upstream's ReferenceGrant check for a claim in `claim_namespace` using the source `kind`/`name`
+/// of API group `group` ("" for the core group) in the grants' namespace: some grant lets
+/// PersistentVolumeClaims of that namespace refer to it (by name, or to every object of the kind).
+pub(crate) fn grant_allows(
+    grants: &[ReferenceGrant],
+    claim_namespace: &str,
+    group: &str,
+    kind: &str,
+    name: &str,
+) -> bool {
+    grants.iter().any(|g| {
+        let from = g.spec.from.iter().any(|f| {
+            f.group.is_empty()
+                && f.kind == "PersistentVolumeClaim"
+                && f.namespace == claim_namespace
+        });
+        let to = g.spec.to.iter().any(|t| {
+            t.group == group
+                && t.kind == kind
+                && t.name.as_deref().is_none_or(|n| n.is_empty() || n == name)
+        });
+        from && to
+    })
+}
+
 /// The fields of a `snapshot.storage.k8s.io/v1` VolumeSnapshot that restoring reads.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]

@@ -283,3 +283,34 @@ fn a_source_is_held_only_by_pending_clones_of_its_own_namespace() {
         "not being deleted: nothing to release"
     );
 }
+
+#[test]
+fn a_reference_grant_must_name_both_sides() {
+    let grant = |from_ns: &str, to_kind: &str, to_name: Option<&str>| -> ReferenceGrant {
+        serde_json::from_value(serde_json::json!({"spec": {
+            "from": [{"group": "", "kind": "PersistentVolumeClaim", "namespace": from_ns}],
+            "to": [{"group": SNAPSHOT_GROUP, "kind": to_kind, "name": to_name}]}}))
+        .expect("grant")
+    };
+    let allows =
+        |g: ReferenceGrant| grant_allows(&[g], "apps", SNAPSHOT_GROUP, "VolumeSnapshot", "s");
+    assert!(allows(grant("apps", "VolumeSnapshot", None)));
+    assert!(allows(grant("apps", "VolumeSnapshot", Some("s"))));
+    assert!(allows(grant("apps", "VolumeSnapshot", Some(""))));
+    assert!(!allows(grant("apps", "VolumeSnapshot", Some("other"))));
+    assert!(
+        !allows(grant("web", "VolumeSnapshot", None)),
+        "another namespace's claims"
+    );
+    assert!(
+        !allows(grant("apps", "PersistentVolumeClaim", None)),
+        "another kind"
+    );
+    assert!(!grant_allows(
+        &[],
+        "apps",
+        SNAPSHOT_GROUP,
+        "VolumeSnapshot",
+        "s"
+    ));
+}

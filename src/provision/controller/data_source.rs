@@ -36,15 +36,19 @@ pub(super) async fn read(
         return SourceLookup::NotResolved;
     };
     let own_namespace = pvc.namespace().unwrap_or_default();
+    let (SourceRef::Claim { namespace, .. } | SourceRef::Snapshot { namespace, .. }) = &found;
+    if *namespace != own_namespace && !state.settings.cross_namespace_data_source {
+        // The plan refuses it (the gate is off) without anything read.
+        return SourceLookup::NotResolved;
+    }
     let result = match &found {
         SourceRef::Claim { namespace, name } | SourceRef::Snapshot { namespace, name }
-            if *namespace != own_namespace =>
+            if *namespace != own_namespace && !granted(state, &own_namespace, &found).await =>
         {
             let kind = match found {
                 SourceRef::Claim { .. } => "PersistentVolumeClaim",
                 SourceRef::Snapshot { .. } => "VolumeSnapshot",
             };
-            // ReferenceGrants are not read yet, so no grant can allow it.
             Err(format!(
                 "accessing {namespace}/{name} of {kind} dataSource from {own_namespace}/{} isn't allowed",
                 pvc.name_any()
@@ -59,6 +63,35 @@ pub(super) async fn read(
         Ok(content) => SourceLookup::Resolved(content),
         Err(reason) => SourceLookup::Failed(reason),
     }
+}
+
+/// Whether a ReferenceGrant in the source's namespace lets claims of `claim_namespace` use it
+/// (the gate is checked by the plan; without it such a claim never gets this far). A failed
+/// LIST counts as no grant: the claim is refused with the denial and retried.
+async fn granted(state: &Provisioner, claim_namespace: &str, found: &SourceRef) -> bool {
+    let (namespace, name, group, kind) = match found {
+        SourceRef::Claim { namespace, name } => (namespace, name, "", "PersistentVolumeClaim"),
+        SourceRef::Snapshot { namespace, name } => {
+            (namespace, name, SNAPSHOT_GROUP, "VolumeSnapshot")
+        }
+    };
+    let grants = ApiResource {
+        group: "gateway.networking.k8s.io".to_owned(),
+        version: "v1beta1".to_owned(),
+        api_version: "gateway.networking.k8s.io/v1beta1".to_owned(),
+        kind: "ReferenceGrant".to_owned(),
+        plural: "referencegrants".to_owned(),
+    };
+    let api = Api::<DynamicObject>::namespaced_with(state.ctx.client.clone(), namespace, &grants);
+    let Ok(list) = api.list(&kube::api::ListParams::default()).await else {
+        return false;
+    };
+    let grants: Vec<source::ReferenceGrant> = list
+        .items
+        .iter()
+        .filter_map(|g| serde_json::from_value(serde_json::to_value(g).ok()?).ok())
+        .collect();
+    source::grant_allows(&grants, claim_namespace, group, kind, name)
 }
 
 async fn read_clone(

@@ -27,7 +27,12 @@ pub fn api_versions(server: &str) -> Value {
 }
 
 fn group_doc(g: &str) -> Value {
-    let gv = json!({"groupVersion": format!("{g}/v1"), "version": "v1"});
+    // Every group serves one version: v1, except gateway.networking.k8s.io (v1beta1).
+    let version = crate::resources::RESOURCES
+        .iter()
+        .find(|r| r.group == g)
+        .map_or("v1", |r| r.version);
+    let gv = json!({"groupVersion": format!("{g}/{version}"), "version": version});
     json!({"name": g, "versions": [gv.clone()], "preferredVersion": gv})
 }
 

@@ -289,6 +289,19 @@ pub static RESOURCES: &[ResourceDef] = &[
         false,
         &["vsclass", "vsclasses"],
     )),
+    // Cross-namespace data sources (the CrossNamespaceVolumeDataSource gate) are allowed by these.
+    ResourceDef {
+        version: "v1beta1",
+        ..crd(def(
+            "gateway.networking.k8s.io",
+            "ReferenceGrant",
+            "referencegrants",
+            "referencegrant",
+            true,
+            false,
+            &["refgrant"],
+        ))
+    },
 ];
 
 /// Groups in the order `/apis` lists them.
@@ -300,6 +313,7 @@ pub const GROUPS: &[&str] = &[
     "coordination.k8s.io",
     "events.k8s.io",
     "snapshot.storage.k8s.io",
+    "gateway.networking.k8s.io",
 ];
 
 pub fn find(group: &str, version: &str, plural: &str) -> Option<&'static ResourceDef> {
