@@ -309,7 +309,14 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
             capacity.run(ctx.clone(), shutdown.clone()).await;
         }
     };
-    tokio::join!(provision, reclaim, gone, capacity);
+    let sweep = async {
+        // Controller mode only: one LIST per interval per cluster, not per node.
+        let every = ctx.config.source_protection.snapshot_orphan_sweep_interval;
+        if let Some(every) = every.filter(|_| ctx.config.node_deployment.is_none()) {
+            crate::provision::snapshot_sweep::run(ctx.clone(), every, shutdown.clone()).await;
+        }
+    };
+    tokio::join!(provision, reclaim, gone, capacity, sweep);
     if let Some(election) = election {
         // Only now: nothing is in flight any more, so a standby may take over at once.
         election.release().await;

@@ -171,7 +171,7 @@ pub struct CapacityOptions {
     pub burst: i64,
 }
 
-/// Clone and snapshot source protection (accepted, not built yet).
+/// Clone and snapshot source protection.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SourceProtectionOptions {
     /// `--cloning-protection-threads`.

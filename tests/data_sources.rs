@@ -469,3 +469,59 @@ async fn a_cross_namespace_clone_needs_a_reference_grant() {
         Some(ContentSource::Volume(handle(&source_pv)))
     );
 }
+
+/// `--snapshot-orphan-sweep-interval`: our snapshot-source finalizer left on a snapshot no pending
+/// claim restores from (a restore abandoned mid-way) is removed; one a pending claim still needs
+/// stays.
+#[tokio::test]
+async fn the_orphan_sweep_lifts_only_finalizers_no_pending_claim_needs() {
+    let cluster = Cluster::start().await;
+    let driver = Driver::start(cluster.dir.path(), "node-1", &[]).await;
+    let flags = ["--snapshot-orphan-sweep-interval=1s"];
+    let _sidecar = Sidecar::start(&cluster, &driver, &flags).await;
+    let protection = "provisioner.storage.kubernetes.io/volumesnapshot-as-source-protection";
+    let snapshots: kube::Api<DynamicObject> = kube::Api::namespaced_with(
+        cluster.client.clone(),
+        NS,
+        &snapshot_api("VolumeSnapshot", "volumesnapshots"),
+    );
+    // First a claim restoring from "busy", which stays Pending (the snapshot never becomes
+    // ready); its event proves the sidecar's cache has it before any snapshot has the finalizer.
+    cluster.add_class(&storage_class("fast", &[])).await;
+    cluster
+        .create(&cluster.pvcs(NS), &restored_from("waiting", "busy"))
+        .await;
+    cluster
+        .wait_claim_event(
+            NS,
+            "waiting",
+            "ProvisioningFailed",
+            "error getting snapshot busy",
+        )
+        .await;
+    for name in ["orphan", "busy"] {
+        let obj: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "snapshot.storage.k8s.io/v1", "kind": "VolumeSnapshot",
+            "metadata": {"name": name, "namespace": NS, "finalizers": [protection]},
+            "spec": {"source": {"persistentVolumeClaimName": "src"}},
+        }))
+        .expect("snapshot object");
+        snapshots
+            .create(&PostParams::default(), &obj)
+            .await
+            .expect("create snapshot");
+    }
+
+    let has = |s: &DynamicObject| finalizers_of(&s.metadata).iter().any(|f| f == protection);
+    wait_for(
+        "the orphaned snapshot's finalizer to go",
+        DEADLINE,
+        || async {
+            let orphan = snapshots.get("orphan").await.ok()?;
+            (!has(&orphan)).then_some(())
+        },
+    )
+    .await;
+    let busy = snapshots.get("busy").await.expect("busy snapshot");
+    assert!(has(&busy), "a pending claim still restores from it");
+}

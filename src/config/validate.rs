@@ -107,7 +107,6 @@ pub(super) fn not_yet_supported(args: &Args) -> Vec<String> {
     }
     let flags = changed![
         cloning_protection_threads,
-        snapshot_orphan_sweep_interval,
         enable_pprof,
         vmodule,
         log_flush_frequency,

@@ -12,5 +12,6 @@ pub(crate) mod plan_error;
 pub(crate) mod pv;
 pub(crate) mod quantity;
 pub(crate) mod request;
+pub(crate) mod snapshot_sweep;
 pub(crate) mod source;
 pub(crate) mod topology;

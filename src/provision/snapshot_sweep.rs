@@ -1,0 +1,175 @@
+//! Upstream's snapshot orphan sweep (`--snapshot-orphan-sweep-interval`): VolumeSnapshots that
+//! carry our snapshot-source finalizer although no pending claim restores from them (a restore
+//! whose claim was deleted mid-way, a crash between adding and removing it) get it removed, so a
+//! snapshot is never kept from deletion by a finalizer nobody will lift.
+//!
+//! [`orphans`] is the decision; [`run`] lists VolumeSnapshots every interval (a paged LIST: they
+//! are not cached) and removes the finalizer with an Update, as upstream.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+use kube::api::{ApiResource, DynamicObject, ListParams, PostParams};
+use kube::{Api, ResourceExt};
+use tracing::{debug, info, warn};
+
+use super::source::{SNAPSHOT_SOURCE_FINALIZER, SourceRef, source_ref};
+use crate::runtime::{Context, Shutdown};
+
+/// `namespace/name` of the snapshots that keep their finalizer: sources of claims still Pending
+/// (or without a phase), as upstream counts them.
+pub(crate) fn referenced<'a>(
+    claims: impl IntoIterator<Item = &'a PersistentVolumeClaim>,
+) -> BTreeSet<String> {
+    claims
+        .into_iter()
+        .filter(|c| {
+            let phase = c.status.as_ref().and_then(|s| s.phase.as_deref());
+            phase.is_none_or(|p| p.is_empty() || p == "Pending")
+        })
+        .filter_map(|c| match source_ref(c)? {
+            SourceRef::Snapshot { namespace, name } => Some(format!("{namespace}/{name}")),
+            SourceRef::Claim { .. } => None,
+        })
+        .collect()
+}
+
+/// The snapshots of `snapshots` (namespace, name, finalizers) to release: carrying our finalizer
+/// and not in `referenced`.
+pub(crate) fn orphans<'a>(
+    snapshots: impl IntoIterator<Item = (&'a str, &'a str, &'a [String])>,
+    referenced: &BTreeSet<String>,
+) -> Vec<(String, String)> {
+    snapshots
+        .into_iter()
+        .filter(|(_, _, finalizers)| finalizers.iter().any(|f| f == SNAPSHOT_SOURCE_FINALIZER))
+        .filter(|(ns, name, _)| !referenced.contains(&format!("{ns}/{name}")))
+        .map(|(ns, name, _)| (ns.to_owned(), name.to_owned()))
+        .collect()
+}
+
+fn snapshots_resource() -> ApiResource {
+    ApiResource {
+        group: super::source::SNAPSHOT_GROUP.to_owned(),
+        version: "v1".to_owned(),
+        api_version: format!("{}/v1", super::source::SNAPSHOT_GROUP),
+        kind: "VolumeSnapshot".to_owned(),
+        plural: "volumesnapshots".to_owned(),
+    }
+}
+
+/// Runs the sweep every `interval` until shutdown. Off when the driver cannot take snapshots, and
+/// for good when listing VolumeSnapshots is forbidden or the API is not served (as upstream).
+pub(crate) async fn run(ctx: Arc<Context>, interval: Duration, shutdown: Shutdown) {
+    if !ctx.driver.controller.create_delete_snapshot {
+        return;
+    }
+    let all: Api<DynamicObject> = Api::all_with(ctx.client.clone(), &snapshots_resource());
+    loop {
+        tokio::select! {
+            () = tokio::time::sleep(interval) => {}
+            () = shutdown.clone().requested() => return,
+        }
+        if !sweep(&ctx, &all).await {
+            return;
+        }
+    }
+}
+
+/// One pass; `false` when the sweep should stop for good.
+async fn sweep(ctx: &Context, all: &Api<DynamicObject>) -> bool {
+    let mut snapshots = Vec::new();
+    let mut params = ListParams::default().limit(500);
+    loop {
+        match all.list(&params).await {
+            Ok(page) => {
+                snapshots.extend(page.items);
+                match page.metadata.continue_.filter(|c| !c.is_empty()) {
+                    Some(token) => params = params.continue_token(&token),
+                    None => break,
+                }
+            }
+            Err(kube::Error::Api(s)) if s.code == 403 || s.code == 404 => {
+                info!(
+                    code = s.code,
+                    "VolumeSnapshots cannot be listed; the snapshot orphan sweep is off"
+                );
+                return false;
+            }
+            Err(e) => {
+                warn!(error = %e, "listing VolumeSnapshots for the orphan sweep failed; retrying at the next interval");
+                return true;
+            }
+        }
+    }
+    let claims: Vec<PersistentVolumeClaim> =
+        ctx.stores.pvcs.state().iter().map(|c| c.full()).collect();
+    let keep = referenced(&claims);
+    let empty = Vec::new();
+    let listed = snapshots.iter().map(|s| {
+        let finalizers = s.metadata.finalizers.as_ref().unwrap_or(&empty);
+        (
+            s.metadata.namespace.as_deref().unwrap_or_default(),
+            s.metadata.name.as_deref().unwrap_or_default(),
+            finalizers.as_slice(),
+        )
+    });
+    for (namespace, name) in orphans(listed, &keep) {
+        let Some(mut snapshot) = snapshots
+            .iter()
+            .find(|s| s.namespace().as_deref() == Some(namespace.as_str()) && s.name_any() == name)
+            .cloned()
+        else {
+            continue;
+        };
+        if let Some(f) = snapshot.metadata.finalizers.as_mut() {
+            f.retain(|f| f != SNAPSHOT_SOURCE_FINALIZER);
+        }
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(ctx.client.clone(), &namespace, &snapshots_resource());
+        // Conflicts, NotFound and Forbidden are logged; the next sweep tries again (upstream).
+        match api.replace(&name, &PostParams::default(), &snapshot).await {
+            Ok(_) => {
+                info!(snapshot = %format!("{namespace}/{name}"), "snapshot-source finalizer removed: no pending claim restores from it")
+            }
+            Err(e) => {
+                debug!(snapshot = %format!("{namespace}/{name}"), error = %e, "removing an orphaned snapshot-source finalizer failed; retrying at the next sweep")
+            }
+        }
+    }
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::pvc;
+
+    #[test]
+    fn only_snapshots_no_pending_claim_restores_from_lose_the_finalizer() {
+        let pending = pvc("ns", "r1")
+            .data_source(Some("snapshot.storage.k8s.io"), "VolumeSnapshot", "busy")
+            .phase("Pending")
+            .build();
+        let bound = pvc("ns", "r2")
+            .data_source(Some("snapshot.storage.k8s.io"), "VolumeSnapshot", "done")
+            .phase("Bound")
+            .build();
+        let keep = referenced([&pending, &bound]);
+        assert_eq!(keep, BTreeSet::from(["ns/busy".to_owned()]));
+        let ours = vec![SNAPSHOT_SOURCE_FINALIZER.to_owned()];
+        let theirs =
+            vec!["snapshot.storage.kubernetes.io/volumesnapshot-bound-protection".to_owned()];
+        let listed = [
+            ("ns", "busy", ours.as_slice()),
+            ("ns", "done", ours.as_slice()),
+            ("ns", "untouched", theirs.as_slice()),
+        ];
+        assert_eq!(
+            orphans(listed, &keep),
+            [("ns".to_owned(), "done".to_owned())]
+        );
+    }
+}
