@@ -525,3 +525,60 @@ async fn the_orphan_sweep_lifts_only_finalizers_no_pending_claim_needs() {
     let busy = snapshots.get("busy").await.expect("busy snapshot");
     assert!(has(&busy), "a pending claim still restores from it");
 }
+
+/// A sidecar killed while a clone is being made, its source deleted meanwhile: the restarted
+/// sidecar finishes the clone and then releases the source (the protection is level-triggered,
+/// nothing is left behind by the crash).
+#[tokio::test]
+async fn a_clone_source_protected_before_a_sidecar_kill_is_released_after_the_restart() {
+    let (cluster, driver, mut sidecar) = start_single_node(&[], &[]).await;
+    cluster.claim_with_fast_class(NS, "src").await;
+    cluster.wait_bound(NS, "src").await;
+    let control = driver.control().await;
+    control
+        .set_latency("CreateVolume", std::time::Duration::from_secs(30))
+        .await
+        .expect("latency");
+    cluster
+        .create(&cluster.pvcs(NS), &cloned_from("copy", "src", "1Gi"))
+        .await;
+    let protection = "provisioner.storage.kubernetes.io/cloning-protection";
+    wait_for("the clone-protection finalizer", DEADLINE, || async {
+        let src = cluster.pvcs(NS).get("src").await.ok()?;
+        finalizers_of(&src.metadata)
+            .iter()
+            .any(|f| f == protection)
+            .then_some(())
+    })
+    .await;
+
+    sidecar.kill().await;
+    cluster
+        .pvcs(NS)
+        .delete("src", &kube::api::DeleteParams::default())
+        .await
+        .expect("delete the source");
+    control
+        .set_latency("CreateVolume", std::time::Duration::ZERO)
+        .await
+        .expect("no latency");
+    let src = cluster
+        .pvcs(NS)
+        .get("src")
+        .await
+        .expect("held by the finalizer");
+    assert!(src.metadata.deletion_timestamp.is_some());
+
+    sidecar.restart().await;
+    cluster.wait_bound(NS, "copy").await;
+    wait_for("the source claim to go", DEADLINE, || async {
+        cluster
+            .pvcs(NS)
+            .get_opt("src")
+            .await
+            .ok()?
+            .is_none()
+            .then_some(())
+    })
+    .await;
+}

@@ -108,7 +108,11 @@ pub(crate) fn clone_source(
             phase.unwrap_or_default()
         ));
     }
-    if source.metadata.deletion_timestamp.is_some() {
+    // Upstream refuses any source being deleted, so a clone whose first attempt did not finish
+    // before the source's deletion never finishes, and its protection finalizer keeps the source
+    // Terminating forever. As upstream does for snapshots, a source held by our clone-protection
+    // finalizer is still whole and may be cloned.
+    if source.metadata.deletion_timestamp.is_some() && !holds_clone_protection(source) {
         return Err(format!(
             "the PVC DataSource {name} is currently being deleted"
         ));

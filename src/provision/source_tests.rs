@@ -314,3 +314,19 @@ fn a_reference_grant_must_name_both_sides() {
         "s"
     ));
 }
+
+/// Upstream refuses a source being deleted even when our own protection holds it, so such a clone
+/// never finishes and the source stays Terminating; held by the finalizer, it is still cloned.
+#[test]
+fn a_source_held_by_the_clone_protection_finalizer_can_still_be_cloned() {
+    let held = pvc("ns", "src")
+        .class("fast")
+        .request("1Gi")
+        .volume_name("pv-src")
+        .phase("Bound")
+        .finalizer(crate::names::FINALIZER_CLONING_PROTECTION)
+        .deleting()
+        .build();
+    let held_pv = pv("pv-src").claim(&held).phase("Bound").build();
+    assert!(clone(&clone_of("1Gi"), &held, &held_pv).is_ok());
+}
