@@ -137,10 +137,37 @@ async fn a_clone_gets_the_source_volume_as_its_content_source() {
         .wait_bound(NS, &source_pv.metadata.name.expect("name"))
         .await;
 
+    let before = cluster.sim.counters();
     cluster
         .create(&cluster.pvcs(NS), &cloned_from("copy", "src", "2Gi"))
         .await;
     let pv = cluster.wait_bound(NS, "copy").await;
+    // The cost of a clone: the source claim and its PV come from the caches (no GET); the writes
+    // are the source's protection finalizer and the PV (plus the ledger's Lease and events).
+    let spent = cluster
+        .sim
+        .counters()
+        .since(&before)
+        .agent(|a| a.contains("csi-provisioner-rs"));
+    let reads = |r| spent.count(Some("get"), Some(r), None);
+    assert_eq!(
+        reads("persistentvolumeclaims") + reads("persistentvolumes"),
+        0,
+        "{:#}",
+        spent.to_json()
+    );
+    assert_eq!(
+        spent.writes_to(Some("persistentvolumeclaims")),
+        1,
+        "{:#}",
+        spent.to_json()
+    );
+    assert_eq!(
+        spent.writes_to(Some("persistentvolumes")),
+        1,
+        "{:#}",
+        spent.to_json()
+    );
 
     let state = driver.wait_volumes(2).await;
     let copy = state
