@@ -129,6 +129,21 @@ fn handle(pv: &k8s_openapi::api::core::v1::PersistentVolume) -> String {
         .clone()
 }
 
+/// The driver's volume behind `pv` was created from `want`.
+async fn assert_content_source(
+    driver: &Driver,
+    pv: &k8s_openapi::api::core::v1::PersistentVolume,
+    want: ContentSource,
+) {
+    let state = driver.state().await;
+    let volume = state
+        .volumes
+        .iter()
+        .find(|v| v.id == handle(pv))
+        .expect("the PV's volume on the driver");
+    assert_eq!(volume.content_source, Some(want));
+}
+
 #[tokio::test]
 async fn a_clone_gets_the_source_volume_as_its_content_source() {
     let (cluster, driver, _sidecar) = start_single_node(&[], &[]).await;
@@ -169,16 +184,7 @@ async fn a_clone_gets_the_source_volume_as_its_content_source() {
         spent.to_json()
     );
 
-    let state = driver.wait_volumes(2).await;
-    let copy = state
-        .volumes
-        .iter()
-        .find(|v| v.id == handle(&pv))
-        .expect("the clone's volume");
-    assert_eq!(
-        copy.content_source,
-        Some(ContentSource::Volume(handle(&source_pv)))
-    );
+    assert_content_source(&driver, &pv, ContentSource::Volume(handle(&source_pv))).await;
 }
 
 #[tokio::test]
@@ -193,13 +199,7 @@ async fn a_restore_gets_the_snapshot_as_its_content_source() {
         .await;
     let pv = cluster.wait_bound(NS, "restored").await;
 
-    let state = driver.wait_volumes(2).await;
-    let restored = state
-        .volumes
-        .iter()
-        .find(|v| v.id == handle(&pv))
-        .expect("the restored volume");
-    assert_eq!(restored.content_source, Some(ContentSource::Snapshot(id)));
+    assert_content_source(&driver, &pv, ContentSource::Snapshot(id)).await;
 }
 
 #[tokio::test]
@@ -363,16 +363,7 @@ async fn a_clone_source_deleted_mid_clone_waits_for_the_clone_then_goes() {
             .then_some(())
     })
     .await;
-    let state = driver.state().await;
-    let copy = state
-        .volumes
-        .iter()
-        .find(|v| v.id == handle(&pv))
-        .expect("the clone's volume");
-    assert_eq!(
-        copy.content_source,
-        Some(ContentSource::Volume(handle(&source_pv)))
-    );
+    assert_content_source(&driver, &pv, ContentSource::Volume(handle(&source_pv))).await;
 }
 
 /// The snapshot-source finalizer is on the VolumeSnapshot while the volume is restored from it,
@@ -485,16 +476,7 @@ async fn a_cross_namespace_clone_needs_a_reference_grant() {
         .expect("create the grant");
 
     let pv = cluster.wait_bound(NS, "copy").await;
-    let state = driver.state().await;
-    let copy = state
-        .volumes
-        .iter()
-        .find(|v| v.id == handle(&pv))
-        .expect("the clone's volume");
-    assert_eq!(
-        copy.content_source,
-        Some(ContentSource::Volume(handle(&source_pv)))
-    );
+    assert_content_source(&driver, &pv, ContentSource::Volume(handle(&source_pv))).await;
 }
 
 /// `--snapshot-orphan-sweep-interval`: our snapshot-source finalizer left on a snapshot no pending

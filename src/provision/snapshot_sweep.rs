@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
-use kube::api::{ApiResource, DynamicObject, ListParams, PostParams};
+use kube::api::{DynamicObject, ListParams, PostParams};
 use kube::{Api, ResourceExt};
 use tracing::{debug, info, warn};
 
@@ -50,23 +50,14 @@ pub(crate) fn orphans<'a>(
         .collect()
 }
 
-fn snapshots_resource() -> ApiResource {
-    ApiResource {
-        group: super::source::SNAPSHOT_GROUP.to_owned(),
-        version: "v1".to_owned(),
-        api_version: format!("{}/v1", super::source::SNAPSHOT_GROUP),
-        kind: "VolumeSnapshot".to_owned(),
-        plural: "volumesnapshots".to_owned(),
-    }
-}
-
 /// Runs the sweep every `interval` until shutdown. Off when the driver cannot take snapshots, and
 /// for good when listing VolumeSnapshots is forbidden or the API is not served (as upstream).
 pub(crate) async fn run(ctx: Arc<Context>, interval: Duration, shutdown: Shutdown) {
     if !ctx.driver.controller.create_delete_snapshot {
         return;
     }
-    let all: Api<DynamicObject> = Api::all_with(ctx.client.clone(), &snapshots_resource());
+    let all: Api<DynamicObject> =
+        Api::all_with(ctx.client.clone(), &super::source::apis::volume_snapshots());
     loop {
         tokio::select! {
             () = tokio::time::sleep(interval) => {}
@@ -127,8 +118,11 @@ async fn sweep(ctx: &Context, all: &Api<DynamicObject>) -> bool {
         if let Some(f) = snapshot.metadata.finalizers.as_mut() {
             f.retain(|f| f != SNAPSHOT_SOURCE_FINALIZER);
         }
-        let api: Api<DynamicObject> =
-            Api::namespaced_with(ctx.client.clone(), &namespace, &snapshots_resource());
+        let api: Api<DynamicObject> = Api::namespaced_with(
+            ctx.client.clone(),
+            &namespace,
+            &super::source::apis::volume_snapshots(),
+        );
         // Conflicts, NotFound and Forbidden are logged; the next sweep tries again (upstream).
         match api.replace(&name, &PostParams::default(), &snapshot).await {
             Ok(_) => {

@@ -20,6 +20,48 @@ const ALLOW_MODE_CHANGE: &str = "snapshot.storage.k8s.io/allow-volume-mode-chang
 pub(crate) const SNAPSHOT_SOURCE_FINALIZER: &str =
     crate::names::FINALIZER_SNAPSHOT_SOURCE_PROTECTION;
 
+/// The API resources a data source involves, for dynamic clients (they are not k8s-openapi types).
+pub(crate) mod apis {
+    use kube::api::ApiResource;
+
+    fn resource(group: &str, version: &str, kind: &str, plural: &str) -> ApiResource {
+        ApiResource {
+            group: group.to_owned(),
+            version: version.to_owned(),
+            api_version: format!("{group}/{version}"),
+            kind: kind.to_owned(),
+            plural: plural.to_owned(),
+        }
+    }
+    /// `snapshot.storage.k8s.io/v1` VolumeSnapshot.
+    pub(crate) fn volume_snapshots() -> ApiResource {
+        resource(
+            super::SNAPSHOT_GROUP,
+            "v1",
+            "VolumeSnapshot",
+            "volumesnapshots",
+        )
+    }
+    /// `snapshot.storage.k8s.io/v1` VolumeSnapshotContent.
+    pub(crate) fn volume_snapshot_contents() -> ApiResource {
+        resource(
+            super::SNAPSHOT_GROUP,
+            "v1",
+            "VolumeSnapshotContent",
+            "volumesnapshotcontents",
+        )
+    }
+    /// `gateway.networking.k8s.io/v1beta1` ReferenceGrant.
+    pub(crate) fn reference_grants() -> ApiResource {
+        resource(
+            "gateway.networking.k8s.io",
+            "v1beta1",
+            "ReferenceGrant",
+            "referencegrants",
+        )
+    }
+}
+
 /// The object a claim's data source names, for the two kinds this sidecar resolves.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum SourceRef {

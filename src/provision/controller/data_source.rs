@@ -5,7 +5,7 @@
 
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::StorageClass;
-use kube::api::{ApiResource, DynamicObject};
+use kube::api::DynamicObject;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
@@ -75,13 +75,7 @@ async fn granted(state: &Provisioner, claim_namespace: &str, found: &SourceRef) 
             (namespace, name, SNAPSHOT_GROUP, "VolumeSnapshot")
         }
     };
-    let grants = ApiResource {
-        group: "gateway.networking.k8s.io".to_owned(),
-        version: "v1beta1".to_owned(),
-        api_version: "gateway.networking.k8s.io/v1beta1".to_owned(),
-        kind: "ReferenceGrant".to_owned(),
-        plural: "referencegrants".to_owned(),
-    };
+    let grants = source::apis::reference_grants();
     let api = Api::<DynamicObject>::namespaced_with(state.ctx.client.clone(), namespace, &grants);
     let Ok(list) = api.list(&kube::api::ListParams::default()).await else {
         return false;
@@ -148,7 +142,7 @@ async fn read_snapshot(
     let snapshots = Api::<DynamicObject>::namespaced_with(
         client.clone(),
         namespace,
-        &resource("VolumeSnapshot", "volumesnapshots"),
+        &source::apis::volume_snapshots(),
     );
     let snapshot: VolumeSnapshot = match get_as(&snapshots, name).await {
         Ok(s) => s,
@@ -167,7 +161,7 @@ async fn read_snapshot(
         Some(content_name) => {
             let contents = Api::<DynamicObject>::all_with(
                 client.clone(),
-                &resource("VolumeSnapshotContent", "volumesnapshotcontents"),
+                &source::apis::volume_snapshot_contents(),
             );
             Some(get_as::<SnapshotContent>(&contents, &content_name).await)
         }
@@ -193,16 +187,6 @@ fn snapshot_source(
     let class_name = class.name_any();
     let driver = &state.ctx.driver.name;
     source::snapshot_source(pvc, name, read, &class_name, driver, prevent)
-}
-
-fn resource(kind: &str, plural: &str) -> ApiResource {
-    ApiResource {
-        group: SNAPSHOT_GROUP.to_owned(),
-        version: "v1".to_owned(),
-        api_version: format!("{SNAPSHOT_GROUP}/v1"),
-        kind: kind.to_owned(),
-        plural: plural.to_owned(),
-    }
 }
 
 /// GETs one object and reads the fields `T` names; the error is the API server's message.
@@ -293,7 +277,7 @@ async fn snapshot_finalizer(
     let api = Api::<DynamicObject>::namespaced_with(
         state.ctx.client.clone(),
         namespace,
-        &resource("VolumeSnapshot", "volumesnapshots"),
+        &source::apis::volume_snapshots(),
     );
     let mut snapshot = match api.get_opt(name).await {
         Ok(Some(s)) => s,
