@@ -30,8 +30,17 @@ pub(super) async fn read(
         .as_ref()
         .and_then(|s| s.volume_name.as_deref())
         .is_none_or(str::is_empty);
-    // Only claims this sidecar provisions: another driver's claims cost no request here.
-    let ours = class.filter(|c| c.provisioner == state.ctx.driver.name);
+    // Only claims this sidecar is about to provision cost a request here: not another driver's,
+    // not one waiting for its consumer, not (node mode) one selected to another node.
+    let selected = crate::model::claim::selected_node(pvc);
+    let waits = |c: &StorageClass| {
+        c.volume_binding_mode.as_deref() == Some("WaitForFirstConsumer") && selected.is_none()
+    };
+    let elsewhere = match (&state.settings.node, selected) {
+        (Some(mode), Some(node)) => node != mode.me.name,
+        _ => false,
+    };
+    let ours = class.filter(|c| c.provisioner == state.ctx.driver.name && !waits(c) && !elsewhere);
     let (Some(found), Some(class), true) = (source::source_ref(pvc), ours, pending) else {
         return SourceLookup::NotResolved;
     };
