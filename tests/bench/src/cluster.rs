@@ -177,6 +177,37 @@ pub async fn create_claims(
         .await
 }
 
+/// Like [`create_claims`], each claim restoring from the VolumeSnapshot `snapshot`.
+pub async fn create_claims_from_snapshot(
+    client: &Client,
+    names: &[String],
+    class: &str,
+    snapshot: &str,
+) -> Result<HashMap<String, Instant>> {
+    let api: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), NS);
+    futures::stream::iter(names.iter().cloned())
+        .map(|name| {
+            let api = api.clone();
+            let mut c = claim(&name, class);
+            if let Some(spec) = c.spec.as_mut() {
+                spec.data_source = Some(k8s_openapi::api::core::v1::TypedLocalObjectReference {
+                    api_group: Some("snapshot.storage.k8s.io".into()),
+                    kind: "VolumeSnapshot".into(),
+                    name: snapshot.into(),
+                });
+            }
+            async move {
+                api.create(&PostParams::default(), &c)
+                    .await
+                    .with_context(|| format!("create claim {name}"))?;
+                Ok::<_, anyhow::Error>((name, Instant::now()))
+            }
+        })
+        .buffer_unordered(CONCURRENCY)
+        .try_collect()
+        .await
+}
+
 /// Pods, one per claim, on the given nodes in turn (kube-sim then selects the node for the claim).
 pub async fn create_pods(client: &Client, claims: &[String], nodes: &[String]) -> Result<()> {
     let api: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client.clone(), NS);

@@ -23,6 +23,8 @@ enum ScenarioName {
     Burst,
     Restart,
     Node,
+    /// Claims restored at once from one VolumeSnapshot (`--claims` sizes).
+    Restore,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -205,7 +207,9 @@ async fn run(args: Args) -> Result<Report> {
     let mut plan: Vec<(ScenarioName, usize)> = Vec::new();
     for s in &args.scenarios {
         match s {
-            ScenarioName::Burst => plan.extend(args.claims.iter().map(|n| (*s, *n))),
+            ScenarioName::Burst | ScenarioName::Restore => {
+                plan.extend(args.claims.iter().map(|n| (*s, *n)));
+            }
             _ => plan.push((*s, 0)),
         }
     }
@@ -215,6 +219,10 @@ async fn run(args: Args) -> Result<Report> {
                 ScenarioName::Burst => (
                     "burst",
                     format!("burst of {size} claims, Immediate binding"),
+                ),
+                ScenarioName::Restore => (
+                    "restore",
+                    format!("{size} claims restored at once from one VolumeSnapshot"),
                 ),
                 ScenarioName::Restart => (
                     "restart",
@@ -245,6 +253,7 @@ async fn run(args: Args) -> Result<Report> {
                 eprintln!("bench: {} [{}] with {} ...", sc.title, sc.qps, b.label);
                 let run = match scenario {
                     ScenarioName::Burst => scenarios::burst(&env, &bin, *q, size).await,
+                    ScenarioName::Restore => scenarios::restore(&env, &bin, *q, size).await,
                     ScenarioName::Restart => {
                         scenarios::restart(&env, &bin, *q, args.restart_claims).await
                     }

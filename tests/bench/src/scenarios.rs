@@ -14,6 +14,9 @@ use crate::procs::{Driver, KubeSim, Proc};
 use crate::report::{Phase, Run, percentile};
 use crate::wait::wait_until;
 
+mod restore;
+pub use restore::restore;
+
 /// A `--kube-api-qps` / `--kube-api-burst` setting.
 #[derive(Debug, Clone, Copy)]
 pub struct Qps {
