@@ -265,11 +265,33 @@ pub(super) async fn protect(
 }
 
 /// After the PV exists: the snapshot-source finalizer comes off (errors are only logged, as
-/// upstream; the next provisioning of a claim from it, or its deletion, retries).
+/// upstream; the orphan sweep retries). Unlike upstream, not while another pending claim restores
+/// from the same snapshot: it needs the finalizer too, and removing and re-adding it per volume
+/// cost a GET and an Update each, plus conflicts between concurrent restores.
 pub(super) async fn release_snapshot(state: &Provisioner, pvc: &PersistentVolumeClaim) {
-    if let Some(SourceRef::Snapshot { namespace, name }) = source::source_ref(pvc)
-        && let Err(e) = snapshot_finalizer(state, &namespace, &name, false).await
-    {
+    let Some(SourceRef::Snapshot { namespace, name }) = source::source_ref(pvc) else {
+        return;
+    };
+    // Others still waiting for their volume: pending, and no PV of theirs in the cache yet.
+    let stores = &state.ctx.stores;
+    let has_pv = |c: &PersistentVolumeClaim| {
+        crate::provision::plan::claim_volume_name(c, &state.settings)
+            .is_ok_and(|v| stores.pvs.get(&ObjectRef::new(&v)).is_some())
+    };
+    let others: Vec<PersistentVolumeClaim> = stores
+        .pvcs
+        .state()
+        .iter()
+        .filter(|c| c.meta().namespace.as_deref() == Some(namespace.as_str()))
+        .filter(|c| c.meta().uid != pvc.metadata.uid)
+        .map(|c| c.full())
+        .filter(|c| !has_pv(c))
+        .collect();
+    let key = format!("{namespace}/{name}");
+    if crate::provision::snapshot_sweep::referenced(&others).contains(&key) {
+        return;
+    }
+    if let Err(e) = snapshot_finalizer(state, &namespace, &name, false).await {
         tracing::warn!(snapshot = %format!("{namespace}/{name}"), error = %e, "removing the snapshot-source finalizer failed");
     }
 }
