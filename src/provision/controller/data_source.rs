@@ -25,11 +25,16 @@ pub(super) async fn read(
     pvc: &PersistentVolumeClaim,
     class: Option<&StorageClass>,
 ) -> SourceLookup {
-    let pending = pvc
-        .spec
-        .as_ref()
-        .and_then(|s| s.volume_name.as_deref())
-        .is_none_or(str::is_empty);
+    // Pending and without a PV in the cache: a claim whose PV exists (its binding not seen yet)
+    // is never provisioned again, so its source is not read again either.
+    let has_pv = crate::provision::plan::claim_volume_name(pvc, &state.settings)
+        .is_ok_and(|v| state.ctx.stores.pvs.get(&ObjectRef::new(&v)).is_some());
+    let pending = !has_pv
+        && pvc
+            .spec
+            .as_ref()
+            .and_then(|s| s.volume_name.as_deref())
+            .is_none_or(str::is_empty);
     // Only claims this sidecar is about to provision cost a request here: not another driver's,
     // not one waiting for its consumer, not (node mode) one selected to another node.
     let selected = crate::model::claim::selected_node(pvc);
