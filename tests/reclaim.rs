@@ -548,6 +548,14 @@ async fn sidecar_killed_after_delete_volume_repeats_it_on_restart_and_the_pv_goe
     // a: claim deleted first, the PV DELETE fails; b: PV deleted first, the finalizer PATCH fails.
     let a = cluster.provision("a", "fast").await.name_any();
     let b = cluster.provision("b", "fast").await.name_any();
+    // Settled first: the ledger drops the intents lazily once the PVs exist. A crash inside that
+    // window is the ledger's case (its resolver then races this reclaim; see tests/provision).
+    wait_for(
+        "the ledger to drop the intents of a and b",
+        DEADLINE,
+        || async { cluster.ledger_entries().await.is_empty().then_some(()) },
+    )
+    .await;
     let faults = cluster.sim.faults();
     let deny_delete = faults.add(
         kube_sim::FaultRule::error(500)
