@@ -25,6 +25,10 @@ pub(super) async fn read(
     pvc: &PersistentVolumeClaim,
     class: Option<&StorageClass>,
 ) -> SourceLookup {
+    // Most claims have no data source: they cost nothing more here.
+    let Some(found) = source::source_ref(pvc) else {
+        return SourceLookup::NotResolved;
+    };
     // Pending and without a PV in the cache: a claim whose PV exists (its binding not seen yet)
     // is never provisioned again, so its source is not read again either.
     let has_pv = crate::provision::plan::claim_volume_name(pvc, &state.settings)
@@ -46,7 +50,7 @@ pub(super) async fn read(
         _ => false,
     };
     let ours = class.filter(|c| c.provisioner == state.ctx.driver.name && !waits(c) && !elsewhere);
-    let (Some(found), Some(class), true) = (source::source_ref(pvc), ours, pending) else {
+    let (Some(class), true) = (ours, pending) else {
         return SourceLookup::NotResolved;
     };
     let own_namespace = pvc.namespace().unwrap_or_default();
