@@ -136,6 +136,11 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         config.capacity.enabled,
         metrics.registry_mut(),
     );
+    let audit_metrics = config
+        .operator
+        .audit_interval
+        .is_some()
+        .then(|| crate::audit::periodic::AuditMetrics::register(metrics.registry_mut()));
     let metrics = Arc::new(metrics);
     let health = Health::new();
     if let Some(options) = &config.http {
@@ -316,7 +321,12 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
             crate::provision::snapshot_sweep::run(ctx.clone(), every, shutdown.clone()).await;
         }
     };
-    tokio::join!(provision, reclaim, gone, capacity, sweep);
+    let audit = async {
+        if let (Some(every), Some(m)) = (ctx.config.operator.audit_interval, audit_metrics) {
+            crate::audit::periodic::run(ctx.clone(), every, m, shutdown.clone()).await;
+        }
+    };
+    tokio::join!(provision, reclaim, gone, capacity, sweep, audit);
     if let Some(election) = election {
         // Only now: nothing is in flight any more, so a standby may take over at once.
         election.release().await;

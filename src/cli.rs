@@ -159,6 +159,19 @@ pub struct Args {
           action = ArgAction::Set, help_heading = "Deleted nodes")]
     pub deleted_node_pvc_cleanup: bool,
 
+    // === Operator aids (ours) ===
+    /// Run the audit (as `csi-provisioner audit`) this often and export its counts as metrics;
+    /// 0 turns it off.
+    #[arg(long, default_value = "0s", value_name = "DURATION", value_parser = parse_go_duration, help_heading = "Operator aids")]
+    pub audit_interval: Duration,
+
+    /// Keep on each claim of this driver the time the last Pod using it went away
+    /// (csi-provisioner.rs/unused-since); needs get, list and watch on pods.
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true,
+          default_value = "false", default_missing_value = "true", value_parser = parse_go_bool,
+          action = ArgAction::Set, help_heading = "Operator aids")]
+    pub track_unused_claims: bool,
+
     // === Kubernetes API ===
     /// Path to a kubeconfig (out of cluster). The KUBECONFIG environment variable overrides it.
     #[arg(

@@ -23,6 +23,8 @@ pub struct Config {
     pub node_deployment: Option<NodeDeployment>,
     /// Handling of volumes whose node no longer exists.
     pub deleted_node: DeletedNodeOptions,
+    /// Operator aids beyond upstream (audit, unused claims).
+    pub operator: OperatorOptions,
     /// Resolved `--feature-gates`.
     pub feature_gates: FeatureGates,
     /// The Kubernetes API client.
@@ -98,6 +100,15 @@ pub struct DeletedNodeOptions {
     pub grace_period: Duration,
     /// `--deleted-node-pvc-cleanup`: also delete PVCs still bound to such PVs.
     pub pvc_cleanup: bool,
+}
+
+/// Operator aids (ours): the periodic audit and unused-claim tracking.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OperatorOptions {
+    /// `--audit-interval`; `None` when 0 (off).
+    pub audit_interval: Option<Duration>,
+    /// `--track-unused-claims`.
+    pub track_unused_claims: bool,
 }
 
 /// The Kubernetes API client.
@@ -298,6 +309,8 @@ impl Config {
             node_deployment_max_delay,
             deleted_node_grace_period,
             deleted_node_pvc_cleanup,
+            audit_interval,
+            track_unused_claims,
             kubeconfig,
             master,
             kube_api_qps,
@@ -451,6 +464,10 @@ impl Config {
             deleted_node: DeletedNodeOptions {
                 grace_period: deleted_node_grace_period,
                 pvc_cleanup: deleted_node_pvc_cleanup,
+            },
+            operator: OperatorOptions {
+                audit_interval: Some(audit_interval).filter(|d| !d.is_zero()),
+                track_unused_claims,
             },
             feature_gates,
             kube,

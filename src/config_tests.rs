@@ -75,6 +75,8 @@ const UPSTREAM_DEFAULTS: &[(&str, &str)] = &[
     // Ours.
     ("deleted-node-grace-period", "5m"),
     ("deleted-node-pvc-cleanup", "false"),
+    ("audit-interval", "0s"),
+    ("track-unused-claims", "false"),
 ];
 
 /// Passing upstream's default explicitly must give exactly what passing nothing gives.
@@ -144,6 +146,7 @@ fn default_command_line_gives_upstream_behaviour() {
             pvc_cleanup: false
         }
     );
+    assert_eq!(c.operator, crate::config::OperatorOptions::default());
     assert_eq!(
         c.source_protection.snapshot_orphan_sweep_interval,
         Some(S(300))
@@ -489,6 +492,8 @@ fn supported_flags_reach_the_config() {
         "-controller-publish-readonly=true",
         "-prevent-volume-mode-conversion=false",
         "-deleted-node-grace-period=1m",
+        "-audit-interval=10m",
+        "-track-unused-claims",
         "-deleted-node-pvc-cleanup",
         "-snapshot-orphan-sweep-interval=0",
         "-v=5",
@@ -523,6 +528,13 @@ fn supported_flags_reach_the_config() {
         DeletedNodeOptions {
             grace_period: S(60),
             pvc_cleanup: true
+        }
+    );
+    assert_eq!(
+        c.operator,
+        crate::config::OperatorOptions {
+            audit_interval: Some(S(600)),
+            track_unused_claims: true
         }
     );
     assert_eq!(c.source_protection.snapshot_orphan_sweep_interval, None);

@@ -13,6 +13,7 @@
 #![warn(unreachable_pub, missing_docs)]
 
 pub mod app;
+pub mod audit;
 pub(crate) mod capacity;
 pub mod cli;
 pub mod config;

@@ -1,11 +1,20 @@
-//! Binary entry point: parse the Go-style command line, validate it, start logging, run the sidecar.
+//! Binary entry point: parse the Go-style command line, validate it, start logging, run the sidecar
+//! (or the `audit` subcommand).
 
 use std::process::ExitCode;
 
-use csi_provisioner::{app, cli, config::Config, telemetry};
+use csi_provisioner::{app, audit, cli, config::Config, telemetry};
 
 #[tokio::main]
 async fn main() -> ExitCode {
+    // `csi-provisioner audit ...`: a one-shot report, with the sidecar's own flags.
+    let mut argv = std::env::args_os();
+    if std::env::args_os()
+        .nth(1)
+        .is_some_and(|a| a == audit::args::SUBCOMMAND)
+    {
+        return audit::main(argv.by_ref().skip(2).collect()).await;
+    }
     // Usage errors exit 2 and --help exits 0, both inside `exit`.
     let args = cli::Args::try_parse_go_style(std::env::args_os()).unwrap_or_else(|err| err.exit());
     if args.version {

@@ -72,6 +72,18 @@ pub const ANN_INTENT_VOLUME_ID: &str = "csi-provisioner.rs/volume-id";
 pub const ANN_INTENT_SECRET_NAME: &str = "csi-provisioner.rs/secret-name";
 /// See [`ANN_INTENT_SECRET_NAME`].
 pub const ANN_INTENT_SECRET_NAMESPACE: &str = "csi-provisioner.rs/secret-namespace";
+/// PVC annotation (`--track-unused-claims`): RFC 3339 time the last Pod using the claim went away;
+/// removed when a Pod uses it again. Written only on those transitions.
+pub const ANN_UNUSED_SINCE: &str = "csi-provisioner.rs/unused-since";
+/// PVC condition type maintained by Kubernetes itself where KEP-5541 is enabled: read instead of
+/// [`ANN_UNUSED_SINCE`], and then nothing is written.
+pub const CONDITION_UNUSED: &str = "Unused";
+/// StorageClass annotation: stop provisioning a claim after this many failed attempts (a backend
+/// out of quota or billing); absent, provisioning retries forever with backoff as upstream.
+pub const ANN_MAX_PROVISIONING_FAILURES: &str = "csi-provisioner.rs/max-provisioning-failures";
+/// PVC annotation written when [`ANN_MAX_PROVISIONING_FAILURES`] stopped provisioning the claim:
+/// the last error. Removing it retries.
+pub const ANN_PROVISIONING_STOPPED: &str = "csi-provisioner.rs/provisioning-stopped";
 /// PV annotation: name of the Node the volume was provisioned on (node-deployment mode).
 pub const ANN_NODE_NAME: &str = "csi-provisioner.rs/node-name";
 /// PV annotation: UID of that Node, so a re-created Node of the same name is told apart.

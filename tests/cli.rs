@@ -86,10 +86,12 @@ fn help_lists_every_upstream_flag() {
     let output = run(&["--help"]);
     assert_eq!(output.status.code(), Some(0));
     let help = text(&output.stdout);
-    for flag in UPSTREAM_FLAGS
-        .iter()
-        .chain(&["deleted-node-grace-period", "deleted-node-pvc-cleanup"])
-    {
+    for flag in UPSTREAM_FLAGS.iter().chain(&[
+        "deleted-node-grace-period",
+        "deleted-node-pvc-cleanup",
+        "audit-interval",
+        "track-unused-claims",
+    ]) {
         // `--name` followed by a space, `=`, `[` or a newline: not a longer flag's prefix.
         let listed = [" ", "=", "[", "\n", " <"]
             .iter()

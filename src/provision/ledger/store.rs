@@ -402,7 +402,7 @@ fn set_lease(leases: &mut Vec<Option<Lease>>, shard: usize, lease: Lease) {
 }
 
 /// The entries a ledger Lease holds (none when it has no annotation yet).
-fn lease_entries(lease: &Lease) -> Result<Vec<Entry>, String> {
+pub(crate) fn lease_entries(lease: &Lease) -> Result<Vec<Entry>, String> {
     match lease
         .metadata
         .annotations
