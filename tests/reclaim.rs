@@ -96,38 +96,6 @@ impl Cluster {
 }
 
 impl Driver {
-    /// Creates a volume straight through the driver's CSI socket, as an administrator does before
-    /// writing a static PV for it; returns the volume id.
-    async fn create_volume(&self, name: &str) -> String {
-        use mock_csi_driver::csi::v1::controller_client::ControllerClient;
-        use mock_csi_driver::csi::v1::volume_capability::{
-            AccessMode, AccessType, MountVolume, access_mode,
-        };
-        use mock_csi_driver::csi::v1::{CreateVolumeRequest, VolumeCapability};
-        let channel = mock_csi_driver::connect(&self.socket)
-            .await
-            .expect("connect to the mock driver's CSI socket");
-        let request = CreateVolumeRequest {
-            name: name.into(),
-            volume_capabilities: vec![VolumeCapability {
-                access_mode: Some(AccessMode {
-                    mode: access_mode::Mode::SingleNodeWriter as i32,
-                }),
-                access_type: Some(AccessType::Mount(MountVolume::default())),
-            }],
-            ..Default::default()
-        };
-        let response = ControllerClient::new(channel)
-            .create_volume(request)
-            .await
-            .unwrap_or_else(|e| panic!("CreateVolume {name} on the mock driver: {e}"));
-        response
-            .into_inner()
-            .volume
-            .expect("CreateVolume answered a volume")
-            .volume_id
-    }
-
     async fn has_volume(&self, id: &str) -> bool {
         self.state().await.volume(id).is_some()
     }

@@ -40,6 +40,10 @@ pub struct AuditArgs {
     #[arg(long, default_value = "2m0s", value_name = "DURATION", value_parser = parse_go_duration)]
     pub min_age: Duration,
 
+    /// PVs Released (reclaim Delete) or Terminating for longer than this are listed as stuck.
+    #[arg(long, default_value = "10m0s", value_name = "DURATION", value_parser = parse_go_duration)]
+    pub stuck_after: Duration,
+
     /// List claims unused for longer than this (`--track-unused-claims` annotation, or the
     /// Kubernetes `Unused` condition).
     #[arg(long, default_value = "168h0m0s", value_name = "DURATION", value_parser = parse_go_duration)]
@@ -56,7 +60,7 @@ pub struct AuditArgs {
 }
 
 /// The audit flags that take a value.
-const VALUED: [&str; 4] = ["o", "output", "min-age", "unused-for"];
+const VALUED: [&str; 5] = ["o", "output", "min-age", "unused-for", "stuck-after"];
 /// The audit's boolean flags.
 const SWITCHES: [&str; 4] = ["delete-orphans", "confirm", "h", "help"];
 

@@ -72,6 +72,8 @@ pub(crate) struct Scope<'a> {
     pub(crate) now: jiff::Timestamp,
     /// Claims unused longer than this are listed.
     pub(crate) unused_for: std::time::Duration,
+    /// PVs Released or Terminating longer than this are stuck.
+    pub(crate) stuck_after: std::time::Duration,
 }
 
 /// A PV whose volume the driver did not list.
@@ -83,9 +85,12 @@ pub(crate) struct Lost {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) claim: Option<String>,
     pub(crate) phase: String,
+    /// The PV's creation time.
+    #[serde(skip)]
+    pub(crate) created: Option<jiff::Timestamp>,
 }
 
-/// A PV Released or being deleted for longer than [`crate::metrics::STUCK_AFTER`].
+/// A PV Released or being deleted for longer than [`Scope::stuck_after`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct Stuck {
@@ -130,6 +135,8 @@ pub(crate) struct Observation {
     pub(crate) listing_error: Option<String>,
     /// How many volumes the driver listed.
     pub(crate) volumes_listed: usize,
+    /// When ListVolumes started.
+    pub(crate) listed_at: Option<jiff::Timestamp>,
     /// Volume ids with no PV and no intent naming them.
     pub(crate) orphans: BTreeSet<String>,
     pub(crate) lost: BTreeMap<String, Lost>,
@@ -264,7 +271,10 @@ where
     P: Borrow<PersistentVolume>,
     C: Borrow<PersistentVolumeClaim>,
 {
-    let mut obs = Observation::default();
+    let mut obs = Observation {
+        listed_at: Some(scope.listed_at),
+        ..Observation::default()
+    };
     let mut intents: BTreeMap<String, Intent> = ledger
         .iter()
         .map(|i| (i.volume.clone(), i.clone()))
@@ -322,7 +332,7 @@ where
     };
     obs.volumes_listed = listed.map_or(0, BTreeSet::len);
     let mut handles = BTreeSet::new();
-    let stuck_after = crate::metrics::STUCK_AFTER;
+    let stuck_after = scope.stuck_after;
     for pv in pvs {
         let pv = pv.borrow();
         if !in_scope(pv, scope) {
@@ -335,18 +345,11 @@ where
         let deleting = pv.metadata.deletion_timestamp.is_some();
         let released = phase(pv) == Some(names::PV_PHASE_RELEASED);
         let delete_policy = reclaim_policy(pv) == ReclaimPolicy::Delete;
-        // A volume being deleted on purpose is not lost; a PV created after the listing started
-        // cannot be in it (two seconds for the timestamps' resolution).
-        let created_before = pv
-            .metadata
-            .creation_timestamp
-            .as_ref()
-            .is_some_and(|t| t.0 < scope.listed_at - jiff::SignedDuration::from_secs(2));
+        // A volume being deleted on purpose is not lost.
         if let Some(ids) = listed
             && !ids.contains(handle)
             && !deleting
             && !(released && delete_policy)
-            && created_before
         {
             obs.lost.insert(
                 name.clone(),
@@ -355,6 +358,7 @@ where
                     volume_handle: handle.to_owned(),
                     claim: claim_ref_name(pv),
                     phase: phase(pv).unwrap_or("").to_owned(),
+                    created: pv.metadata.creation_timestamp.as_ref().map(|t| t.0),
                 },
             );
         }
@@ -413,6 +417,16 @@ where
     obs
 }
 
+/// With one observation only: whether the PV existed before ListVolumes started, so that its volume
+/// had to be listed (creation times are whole seconds; a later PV is not lost, only younger than
+/// its volume's listing). Two observations need no clock: the second listing came after the PV.
+fn created_before(lost: &Lost, listed_at: Option<jiff::Timestamp>) -> bool {
+    match (lost.created, listed_at) {
+        (Some(created), Some(listed)) => created + jiff::SignedDuration::from_secs(1) <= listed,
+        _ => false,
+    }
+}
+
 /// `(since, from)` of an unused claim: Kubernetes' `Unused` condition where present (then our
 /// annotation is ignored), else our annotation.
 pub(crate) fn unused_since(
@@ -462,6 +476,7 @@ pub(crate) fn confirm(driver: &str, first: &Observation, second: &Observation) -
             .lost
             .values()
             .filter(|l| first.lost.get(&l.pv).is_some_and(|f| f == *l))
+            .filter(|l| first.listed_at != second.listed_at || created_before(l, first.listed_at))
             .cloned()
             .collect(),
         stuck: second.stuck.clone(),

@@ -135,6 +135,7 @@ async fn observation(ctx: &Context, ledger: Option<&(String, String)>) -> Option
         listed_at,
         now: jiff::Timestamp::now(),
         unused_for: Duration::ZERO,
+        stuck_after: crate::metrics::STUCK_AFTER,
     };
     let pvs = ctx.stores.pvs.state();
     let claims = ctx.stores.pvcs.state();

@@ -133,6 +133,7 @@ async fn observation(sources: &Sources, audit: &AuditArgs) -> anyhow::Result<Obs
         listed_at,
         now: jiff::Timestamp::now(),
         unused_for: audit.unused_for,
+        stuck_after: audit.stuck_after,
     };
     Ok(observe(&scope, &listing, &pvs, &claims, &ledger))
 }

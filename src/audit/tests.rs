@@ -22,6 +22,7 @@ fn scope() -> Scope<'static> {
         listed_at: at(NOW),
         now: at(NOW),
         unused_for: Duration::from_secs(3600),
+        stuck_after: Duration::from_secs(600),
     }
 }
 
