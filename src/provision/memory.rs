@@ -34,6 +34,9 @@ pub(crate) struct ClaimMemory {
     /// When this process created each claim's PV: a reconcile from a cache that has not seen the
     /// PV yet must not replay CreateVolume for it.
     pv_created: HashMap<String, Instant>,
+    /// CreateVolume attempts that failed for sure since the last success or stop (the class's
+    /// retry policy, `provision::give_up`).
+    final_failures: HashMap<String, u32>,
 }
 
 /// How long after creating a PV a claim is taken as provisioned without the cache showing it:
@@ -56,6 +59,7 @@ impl ClaimMemory {
             node_gone_since: HashMap::new(),
             awaiting_bound: std::collections::HashSet::new(),
             pv_created: HashMap::new(),
+            final_failures: HashMap::new(),
         }
     }
 
@@ -100,6 +104,7 @@ impl ClaimMemory {
         self.compete_at.retain(|k, _| keep(k));
         self.node_gone_since.retain(|k, _| keep(k));
         self.awaiting_bound.retain(|k| keep(k));
+        self.final_failures.retain(|k, _| keep(k));
         let now = Instant::now();
         self.pv_created
             .retain(|k, at| keep(k) && now.duration_since(*at) < PV_CACHE_GRACE);
@@ -141,8 +146,21 @@ impl ClaimMemory {
         }
     }
 
+    /// A CreateVolume failed for sure: how many have since the last success or stop.
+    pub(crate) fn final_failure(&mut self, key: &str) -> u32 {
+        let n = self.final_failures.entry(key.to_owned()).or_default();
+        *n += 1;
+        *n
+    }
+
+    /// The retry policy stopped the claim: removing the stop gives it a fresh count.
+    pub(crate) fn stopped(&mut self, key: &str) {
+        self.final_failures.remove(key);
+    }
+
     /// The PV exists: the attempt is over.
     pub(crate) fn provisioned(&mut self, key: &str) {
+        self.final_failures.remove(key);
         self.infeasible.remove(&key.to_owned());
         self.pins.settle(key, None);
         self.awaiting_bound.insert(key.to_owned());

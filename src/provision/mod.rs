@@ -3,6 +3,7 @@
 
 pub(crate) mod classify;
 pub(crate) mod controller;
+pub(crate) mod give_up;
 pub(crate) mod intent;
 pub(crate) mod ledger;
 pub(crate) mod memory;

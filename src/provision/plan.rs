@@ -215,6 +215,8 @@ pub(crate) enum IgnoreReason {
     WaitingForFirstConsumer,
     /// The claim's PV exists already.
     PvExists(String),
+    /// The class's retry policy stopped provisioning this claim (`provision::give_up`).
+    ProvisioningStopped,
     /// A data source kind for an external populator; the shell emits upstream's Normal
     /// `Provisioning` event "Assuming an external populator will provision the volume".
     ExternalPopulator(String),
@@ -268,6 +270,10 @@ pub(crate) struct ProvisionPlan {
     pub(crate) needs_intent_write: bool,
     /// Upstream's deprecation warnings for the class's parameters (log them once per class).
     pub(crate) warnings: Vec<String>,
+    /// The class's retry policy: stop after this many final failures (`provision::give_up`).
+    pub(crate) max_failures: Option<u32>,
+    /// The class's name, for the retry policy's event.
+    pub(crate) class_name: String,
 }
 
 impl ProvisionPlan {
@@ -474,6 +480,11 @@ pub(crate) fn decide_claim(pvc: &PersistentVolumeClaim, ctx: &ClaimContext<'_>) 
         return ClaimDecision::ClearSelectedNode(ClearReason::NoDriverInstance(clear));
     }
 
+    // Stopped by the class's retry policy, which stops only after a final failure (no volume in
+    // the making). An intent still on the claim is finished above once the claim is deleted.
+    if super::give_up::is_stopped(pvc) {
+        return ClaimDecision::Ignore(IgnoreReason::ProvisioningStopped);
+    }
     match plan(pvc, ctx, class, intent) {
         Ok(plan) => ClaimDecision::Provision(Box::new(plan)),
         Err(Stop::Fail(e)) => ClaimDecision::Fail(e),

@@ -918,3 +918,33 @@ fn the_selected_node_is_checked_only_by_the_checker_and_never_while_a_requiremen
     );
     assert!(!asked, "the ranking is computed only for a selected node");
 }
+
+// === Per-class retry policy (ours, `provision::give_up`) ===
+
+#[test]
+fn a_claim_the_retry_policy_stopped_is_left_alone_until_the_stop_is_removed() {
+    let w = World::new().class(sc("fast").annotation(names::ANN_MAX_PROVISIONING_FAILURES, "3"));
+    let plan = w.provision(claim());
+    assert_eq!(
+        (plan.max_failures, plan.class_name.as_str()),
+        (Some(3), "fast")
+    );
+    let stopped = claim().annotation(names::ANN_PROVISIONING_STOPPED, "stopped after 3");
+    assert_eq!(w.ignore(stopped), IgnoreReason::ProvisioningStopped);
+    // A stopped claim being deleted with its intent still recorded is cleaned up, not ignored.
+    let deleting = claim()
+        .annotation(names::ANN_PROVISIONING_STOPPED, "stopped after 3")
+        .annotation(names::ANN_INTENT_VOLUME_NAME, &format!("pvc-{UID}"))
+        .finalizer(names::FINALIZER_PROVISIONING_INTENT)
+        .deleting();
+    assert!(matches!(
+        w.decide(deleting),
+        ClaimDecision::CleanupIntent(_)
+    ));
+    // A bad limit is warned about and changes nothing.
+    let plan = World::new()
+        .class(sc("fast").annotation(names::ANN_MAX_PROVISIONING_FAILURES, "many"))
+        .provision(claim());
+    assert_eq!(plan.max_failures, None);
+    assert!(plan.warnings.iter().any(|w| w.contains("retries forever")));
+}

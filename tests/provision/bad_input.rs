@@ -275,3 +275,72 @@ async fn an_infeasible_claim_is_held_back_until_its_class_changes() {
     let state = driver.wait_volumes(1).await;
     assert_eq!(state.calls("CreateVolume"), 2);
 }
+
+/// Ours: a class limiting failed attempts stops the claim after that many final failures, says so
+/// once (event and claim annotation), and retries when the annotation is removed.
+#[tokio::test]
+async fn a_class_retry_limit_stops_a_failing_claim_and_removing_the_stop_retries() {
+    const STOPPED: &str = "csi-provisioner.rs/provisioning-stopped";
+    let cluster = Cluster::start().await;
+    let driver = Driver::start(cluster.dir.path(), "node-1", &[]).await;
+    let control = driver.control().await;
+    control
+        .set_fault(
+            "CreateVolume",
+            FaultRule::always(tonic::Code::ResourceExhausted),
+        )
+        .await
+        .unwrap();
+    let _sidecar = Sidecar::start(&cluster, &driver, &[]).await;
+    let mut class = storage_class("quota", &[]);
+    class.metadata.annotations = Some(BTreeMap::from([(
+        "csi-provisioner.rs/max-provisioning-failures".to_owned(),
+        "3".to_owned(),
+    )]));
+    cluster.add_class(&class).await;
+    cluster.claim_of_class(NS, "data", "quota", "1Gi").await;
+    let message = cluster
+        .wait_claim_event(
+            NS,
+            "data",
+            "ProvisioningFailed",
+            "provisioning stopped after 3 failed attempts (StorageClass quota sets csi-provisioner.rs/max-provisioning-failures=3)",
+        )
+        .await;
+    assert!(message.contains("ResourceExhausted"), "{message}");
+    let claim = cluster.pvcs(NS).get("data").await.unwrap();
+    let stopped = annotation(&claim, STOPPED).expect("the stop is on the claim");
+    assert!(
+        stopped.starts_with("stopped after 3 failed attempts"),
+        "{stopped}"
+    );
+    assert_eq!(driver.state().await.calls("CreateVolume"), 3);
+    // Retries would have come within 100 ms, 200 ms, 400 ms: none comes. A claim of the same
+    // class created now is attempted (and stopped) on its own, proving the sidecar is alive.
+    cluster.claim_of_class(NS, "other", "quota", "1Gi").await;
+    cluster
+        .wait_claim_event(
+            NS,
+            "other",
+            "ProvisioningFailed",
+            "provisioning stopped after 3",
+        )
+        .await;
+    assert_eq!(driver.state().await.calls("CreateVolume"), 6);
+
+    // The backend is fixed and the operator removes the stop: provisioned.
+    control.clear_faults().await.unwrap();
+    cluster
+        .pvcs(NS)
+        .patch(
+            "data",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(
+                serde_json::json!({"metadata": {"annotations": {STOPPED: null}}}),
+            ),
+        )
+        .await
+        .unwrap();
+    cluster.wait_bound(NS, "data").await;
+    assert_eq!(driver.state().await.calls("CreateVolume"), 7);
+}

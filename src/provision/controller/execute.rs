@@ -264,6 +264,12 @@ pub(super) async fn create_failed(
         outcome,
         infeasible.then(|| (plan.class_uid.as_str(), Instant::now())),
     );
+    if outcome == ProvisioningState::Finished
+        && let Some(max) = plan.max_failures
+        && state.memory().final_failure(&claim_key(pvc)) >= max
+    {
+        return give_up(state, pvc, plan, max, &message).await;
+    }
     if infeasible {
         return Err(fail(state, pvc, infeasible_event_message(&message)));
     }
@@ -280,6 +286,42 @@ pub(super) async fn create_failed(
         | ProvisioningState::Finished
         | ProvisioningState::NoChange => Err(fail(state, pvc, message)),
     }
+}
+
+/// The class's retry policy is exhausted: the stop goes on the claim (one write, so it survives a
+/// restart and shows in `kubectl describe`), with one Warning event; nothing is retried until the
+/// annotation is removed.
+async fn give_up(
+    state: &Provisioner,
+    pvc: &Arc<PersistentVolumeClaim>,
+    plan: &ProvisionPlan,
+    failures: u32,
+    message: &str,
+) -> Result<Action, ProvisionError> {
+    use crate::provision::give_up::{stopped_message, stopped_value};
+    let value = stopped_value(failures, message);
+    crate::k8s::patch::set_annotation(
+        &super::claim_writes::claims_api(state, pvc),
+        pvc.as_ref(),
+        crate::names::ANN_PROVISIONING_STOPPED,
+        &value,
+    )
+    .await
+    .map_err(|e| {
+        fail(
+            state,
+            pvc,
+            format!("{message}; recording that provisioning stops failed: {e}"),
+        )
+    })?;
+    state.memory().stopped(&claim_key(pvc));
+    let error = fail(
+        state,
+        pvc,
+        stopped_message(&plan.class_name, failures, message),
+    );
+    debug!(claim = %claim_name(pvc), "{error}");
+    Ok(Action::await_change())
 }
 
 /// Creates the PV, retrying transient API errors. `AlreadyExists` for the same volume is success.

@@ -186,6 +186,11 @@ pub(super) fn plan(
         node: recorded_node(ctx, node),
     };
 
+    let mut warnings = params::deprecation_warnings(&class_params);
+    let max_failures = crate::provision::give_up::max_failures(class).unwrap_or_else(|e| {
+        warnings.push(e);
+        None
+    });
     let recorded = intent
         && non_empty_annotation(&pvc.metadata, names::ANN_INTENT_VOLUME_NAME)
             == Some(volume_name.as_str())
@@ -198,7 +203,9 @@ pub(super) fn plan(
         may_reschedule: may_reschedule(settings.topology, node),
         class_uid: class.metadata.uid.clone().unwrap_or_default(),
         needs_intent_write: !recorded,
-        warnings: params::deprecation_warnings(&class_params),
+        warnings,
+        max_failures,
+        class_name: class.metadata.name.clone().unwrap_or_default(),
     })
 }
 
