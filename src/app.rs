@@ -141,6 +141,10 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         .audit_interval
         .is_some()
         .then(|| crate::audit::periodic::AuditMetrics::register(metrics.registry_mut()));
+    let unused_gauge = config
+        .operator
+        .track_unused_claims
+        .then(|| crate::unused::controller::UnusedGauge::register(metrics.registry_mut()));
     let metrics = Arc::new(metrics);
     let health = Health::new();
     if let Some(options) = &config.http {
@@ -222,7 +226,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         };
 
     let mut watches = match &config.node_deployment {
-        Some(node) => node_mode_watches(&client, &driver, &node.node_name).await,
+        Some(node) => node_mode_watches(&client, &config, &driver, &node.node_name).await,
         None => start_watches(&client, &config, &driver),
     };
     let stores = watches.stores.clone();
@@ -292,6 +296,9 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
             operator.claims_pending.set(counts.pending);
             operator.set_stuck("Released", counts.released_stuck);
             operator.set_stuck("Terminating", counts.terminating_stuck);
+            if let Some(gauge) = &unused_gauge {
+                gauge.refresh(&stores.pvcs.state(), &driver);
+            }
         });
     }
 
@@ -321,12 +328,21 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
             crate::provision::snapshot_sweep::run(ctx.clone(), every, shutdown.clone()).await;
         }
     };
+    let unused_claims = config
+        .operator
+        .track_unused_claims
+        .then(|| watches.pvcs.subscribe());
+    let unused = async {
+        if let Some(claims) = unused_claims {
+            crate::unused::controller::run(ctx.clone(), claims, shutdown.clone()).await;
+        }
+    };
     let audit = async {
         if let (Some(every), Some(m)) = (ctx.config.operator.audit_interval, audit_metrics) {
             crate::audit::periodic::run(ctx.clone(), every, m, shutdown.clone()).await;
         }
     };
-    tokio::join!(provision, reclaim, gone, capacity, sweep, audit);
+    tokio::join!(provision, reclaim, gone, capacity, sweep, audit, unused);
     if let Some(election) = election {
         // Only now: nothing is in flight any more, so a standby may take over at once.
         election.release().await;
@@ -365,6 +381,7 @@ fn spawn_rbac_self_check(
             .node_deployment
             .is_none()
             .then(|| crate::provision::controller::ledger_namespace(config)),
+        pods: config.operator.track_unused_claims,
     };
     tokio::spawn(async move {
         let Some(missing) = access::self_check(&client, &features).await else {
@@ -403,13 +420,13 @@ struct Watches {
 
 fn start_watches(client: &Client, config: &Config, driver: &DriverInfo) -> Watches {
     let wc = watcher::Config::default();
-    // Subscribers: PVCs feed the provisioning and reclaim controllers, PVs both as well, classes the
-    // provisioning controller.
+    // Subscribers: PVCs feed the provisioning and reclaim controllers (and unused-claim
+    // tracking), PVs both controllers as well, classes the provisioning controller.
     let pvcs = watch_lean(
         Api::<PersistentVolumeClaim>::all(client.clone()),
         wc.clone(),
         "persistentvolumeclaims",
-        2,
+        2 + usize::from(config.operator.track_unused_claims),
     );
     let pvs = watch_lean(
         Api::<PersistentVolume>::all(client.clone()),
@@ -454,9 +471,15 @@ fn start_watches(client: &Client, config: &Config, driver: &DriverInfo) -> Watch
 
 /// Node-deployment mode: each instance caches only what it may act on (`node_mode::watches`), so its
 /// memory follows its own node, not the cluster.
-async fn node_mode_watches(client: &Client, driver: &DriverInfo, node_name: &str) -> Watches {
+async fn node_mode_watches(
+    client: &Client,
+    config: &Config,
+    driver: &DriverInfo,
+    node_name: &str,
+) -> Watches {
     // Subscribers as in controller mode: PVCs and PVs feed provisioning and reclaim.
-    let scoped = crate::node_mode::watches::start(client, driver, node_name, 2).await;
+    let extra = usize::from(config.operator.track_unused_claims);
+    let scoped = crate::node_mode::watches::start(client, driver, node_name, 2, extra).await;
     let classes: Watched<StorageClass> = watch_shared(
         Api::all(client.clone()),
         watcher::Config::default(),

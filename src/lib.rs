@@ -36,3 +36,4 @@ pub(crate) mod sync;
 pub mod telemetry;
 #[cfg(test)]
 pub(crate) mod testing;
+pub(crate) mod unused;

@@ -323,3 +323,99 @@ async fn the_periodic_audit_counts_a_leak_in_its_metrics_and_not_a_volume_being_
         Some(0.0)
     );
 }
+
+/// The sidecar's own claim writes (its User-Agent starts with the binary name).
+fn sidecar_claim_writes(cluster: &Cluster) -> u64 {
+    cluster
+        .sim
+        .counters()
+        .agent(|a| a.starts_with("csi-provisioner"))
+        .writes_to(Some("persistentvolumeclaims"))
+}
+
+async fn unused_since(cluster: &Cluster, claim: &str) -> Option<String> {
+    let pvc = cluster.pvcs(NS).get(claim).await.expect("get claim");
+    annotation(&pvc, "csi-provisioner.rs/unused-since").map(str::to_owned)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unused_claims_are_marked_and_cleared_on_transitions_with_one_write_each() {
+    let cluster = Cluster::start().await;
+    cluster.add_node("node-1").await;
+    let driver = Driver::start(cluster.dir.path(), "node-1", &[]).await;
+    let sidecar = Sidecar::start(
+        &cluster,
+        &driver,
+        &["--track-unused-claims", "--http-endpoint=127.0.0.1:0"],
+    )
+    .await;
+    cluster.add_class(&storage_class("fast", &[])).await;
+    for name in ["used", "idle"] {
+        cluster.claim_of_class(NS, name, "fast", "1Gi").await;
+        cluster.wait_bound(NS, name).await;
+    }
+    // Another driver's claim is never touched.
+    let mut foreign = claim(NS, "foreign", "slow", "1Gi");
+    foreign.metadata.annotations = Some(BTreeMap::from([(
+        "volume.kubernetes.io/storage-provisioner".to_owned(),
+        "other.csi".to_owned(),
+    )]));
+    cluster.create(&cluster.pvcs(NS), &foreign).await;
+    cluster.schedule(NS, "app", "used", "node-1").await;
+
+    let since = wait_for("claim idle marked unused", DEADLINE, || {
+        unused_since(&cluster, "idle")
+    })
+    .await;
+    since.parse::<jiff::Timestamp>().expect("an RFC 3339 time");
+    // The Pod's claim stays unmarked (its mark, if the Pod came after the first look, is cleared).
+    wait_for("claim used unmarked", DEADLINE, || async {
+        unused_since(&cluster, "used").await.is_none().then_some(())
+    })
+    .await;
+    assert_eq!(unused_since(&cluster, "foreign").await, None);
+    sidecar
+        .wait_metric(r#"csi_provisioner_unused_claims{age="lt_1d"}"#, 1.0)
+        .await;
+
+    // Pod gone: one write marks the claim; Pod back: one write clears it.
+    let before = sidecar_claim_writes(&cluster);
+    cluster
+        .pods(NS)
+        .delete("app", &Default::default())
+        .await
+        .expect("delete pod");
+    wait_for("claim used marked unused", DEADLINE, || {
+        unused_since(&cluster, "used")
+    })
+    .await;
+    cluster.schedule(NS, "app-2", "used", "node-1").await;
+    wait_for("claim used unmarked again", DEADLINE, || async {
+        unused_since(&cluster, "used").await.is_none().then_some(())
+    })
+    .await;
+    // A Pod that finishes uses its claim no more.
+    cluster
+        .pods(NS)
+        .patch_status(
+            "app-2",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"phase": "Succeeded"}})),
+        )
+        .await
+        .expect("finish pod");
+    wait_for("claim used marked after the Pod finished", DEADLINE, || {
+        unused_since(&cluster, "used")
+    })
+    .await;
+    assert_eq!(
+        sidecar_claim_writes(&cluster) - before,
+        3,
+        "one write per transition"
+    );
+    assert_eq!(
+        unused_since(&cluster, "idle").await,
+        Some(since),
+        "idle was not rewritten"
+    );
+}

@@ -16,6 +16,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use serde::Serialize;
 
+use crate::model::claim::unused_since;
 use crate::model::meta::{annotation, has_finalizer, label};
 use crate::model::volume::{
     Ownership, ReclaimPolicy, has_our_finalizer, ownership, phase, reclaim_policy,
@@ -425,25 +426,6 @@ fn created_before(lost: &Lost, listed_at: Option<jiff::Timestamp>) -> bool {
         (Some(created), Some(listed)) => created + jiff::SignedDuration::from_secs(1) <= listed,
         _ => false,
     }
-}
-
-/// `(since, from)` of an unused claim: Kubernetes' `Unused` condition where present (then our
-/// annotation is ignored), else our annotation.
-pub(crate) fn unused_since(
-    claim: &PersistentVolumeClaim,
-) -> Option<(jiff::Timestamp, &'static str)> {
-    let condition = claim
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .and_then(|cs| cs.iter().find(|c| c.type_ == names::CONDITION_UNUSED));
-    if let Some(c) = condition {
-        return (c.status == "True")
-            .then(|| c.last_transition_time.as_ref().map(|t| (t.0, "condition")))
-            .flatten();
-    }
-    let since = annotation(&claim.metadata, names::ANN_UNUSED_SINCE)?;
-    Some((since.parse().ok()?, "annotation"))
 }
 
 /// The findings both observations agree on (`first` older by at least `--min-age`; one observation

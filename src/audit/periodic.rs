@@ -21,28 +21,12 @@ pub(crate) struct FindingLabels {
     pub(crate) finding: String,
 }
 
-/// Labels of `csi_provisioner_unused_claims`.
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub(crate) struct AgeLabels {
-    /// `lt_1d`, `1d_7d`, `7d_30d`, `ge_30d`.
-    pub(crate) age: String,
-}
-
 /// The audit's gauges.
 #[derive(Clone, Default)]
 pub(crate) struct AuditMetrics {
     findings: Family<FindingLabels, Gauge>,
-    unused: Family<AgeLabels, Gauge>,
     last_run: Gauge,
 }
-
-/// Unused-claim age buckets: (label, upper bound in days).
-const BUCKETS: [(&str, u64); 4] = [
-    ("lt_1d", 1),
-    ("1d_7d", 7),
-    ("7d_30d", 30),
-    ("ge_30d", u64::MAX),
-];
 
 impl AuditMetrics {
     /// Registers the families in `registry`.
@@ -52,11 +36,6 @@ impl AuditMetrics {
             "csi_provisioner_audit_findings",
             "Findings of the last periodic audit (--audit-interval), by kind: leaked (a volume with no PV), lost (a PV without its volume), stuck, missing_finalizer, unresolved_intent, unconfirmed.",
             m.findings.clone(),
-        );
-        registry.register(
-            "csi_provisioner_unused_claims",
-            "Claims of this driver no Pod uses, by how long (annotation of --track-unused-claims, or the Kubernetes Unused condition).",
-            m.unused.clone(),
         );
         registry.register(
             "csi_provisioner_audit_last_run_timestamp_seconds",
@@ -83,27 +62,8 @@ impl AuditMetrics {
                 })
                 .set(n as i64);
         }
-        for (label, n) in unused_buckets(report) {
-            self.unused
-                .get_or_create(&AgeLabels {
-                    age: label.to_owned(),
-                })
-                .set(n);
-        }
         self.last_run.set(jiff::Timestamp::now().as_second());
     }
-}
-
-/// Unused claims per age bucket.
-pub(crate) fn unused_buckets(report: &Report) -> [(&'static str, i64); 4] {
-    let mut counts = BUCKETS.map(|(label, _)| (label, 0));
-    for u in &report.unused_claims {
-        let days = u.age_seconds / 86_400;
-        if let Some(i) = BUCKETS.iter().position(|(_, upper)| days < *upper) {
-            counts[i].1 += 1;
-        }
-    }
-    counts
 }
 
 /// One observation from the caches (PVs and claims unpacked one at a time).

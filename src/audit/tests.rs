@@ -247,7 +247,8 @@ fn unused_claims_come_from_the_condition_where_kubernetes_keeps_it_else_from_our
     assert_eq!(unused, [("ns/a", "annotation"), ("ns/cond", "condition")]);
     assert_eq!(obs.unused[0].age_seconds, 4 * 86_400 + 12 * 3600);
     let report = confirm(DRIVER, &obs, &obs);
-    let buckets = periodic::unused_buckets(&report);
+    let buckets =
+        crate::unused::controller::buckets(report.unused_claims.iter().map(|u| u.age_seconds));
     assert_eq!(buckets[1], ("1d_7d", 2));
 }
 

@@ -44,6 +44,8 @@ pub(crate) struct Features {
     pub(crate) capacity_namespace: Option<String>,
     /// Controller mode: the namespace of the intent ledger's Leases.
     pub(crate) ledger_namespace: Option<String>,
+    /// `--track-unused-claims`: Pods are watched.
+    pub(crate) pods: bool,
 }
 
 /// Every permission a sidecar with `features` needs, in a stable order.
@@ -112,6 +114,15 @@ pub(crate) fn needs(features: &Features) -> Vec<Need> {
             &["list", "watch"],
             None,
             "never delete a volume that is still attached to a node",
+        );
+    }
+    if features.pods {
+        add(
+            "",
+            "pods",
+            &["list", "watch"],
+            None,
+            "see which claims Pods use (--track-unused-claims)",
         );
     }
     if features.claim_cleanup {
@@ -356,7 +367,12 @@ mod tests {
             leader_election_namespace: Some("kube-system".into()),
             capacity_namespace: Some("csi".into()),
             ledger_namespace: Some("kube-system".into()),
+            pods: true,
         });
+        assert!(
+            all.iter()
+                .any(|n| n.resource == "pods" && n.verb == "watch")
+        );
         let find = |resource: &str, verb: &str| {
             all.iter()
                 .find(|n| n.resource == resource && n.verb == verb)

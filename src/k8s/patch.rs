@@ -258,7 +258,6 @@ pub(crate) fn set_annotation_step(meta: &ObjectMeta, key: &str, value: &str) -> 
 }
 
 /// Step that removes annotation `key`.
-#[cfg(test)]
 pub(crate) fn remove_annotation_step(meta: &ObjectMeta, key: &str) -> Step {
     if !meta
         .annotations

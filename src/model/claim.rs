@@ -39,3 +39,22 @@ pub(crate) fn bound_volume(pvc: &PersistentVolumeClaim) -> Option<&str> {
         .as_deref()
         .filter(|v| !v.is_empty())
 }
+
+/// `(since, from)` of an unused claim: Kubernetes' `Unused` condition where present (then our
+/// annotation is ignored), else our annotation.
+pub(crate) fn unused_since(
+    claim: &PersistentVolumeClaim,
+) -> Option<(jiff::Timestamp, &'static str)> {
+    let condition = claim
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|cs| cs.iter().find(|c| c.type_ == names::CONDITION_UNUSED));
+    if let Some(c) = condition {
+        return (c.status == "True")
+            .then(|| c.last_transition_time.as_ref().map(|t| (t.0, "condition")))
+            .flatten();
+    }
+    let since = annotation(&claim.metadata, names::ANN_UNUSED_SINCE)?;
+    Some((since.parse().ok()?, "annotation"))
+}

@@ -36,12 +36,13 @@ pub(crate) struct NodeWatches {
 }
 
 /// Starts the scoped watches of the instance on `node_name` (`subscribers`: change streams of the
-/// claim and PV watches).
+/// claim and PV watches; `extra_claim_subscribers` more of the claim watch).
 pub(crate) async fn start(
     client: &Client,
     driver: &DriverInfo,
     node_name: &str,
     subscribers: usize,
+    extra_claim_subscribers: usize,
 ) -> NodeWatches {
     let hostname = own_hostname(client, node_name).await;
     let segments = driver
@@ -60,7 +61,7 @@ pub(crate) async fn start(
         Api::all(client.clone()),
         scope::paged_watch(),
         "persistentvolumeclaims",
-        subscribers,
+        subscribers + extra_claim_subscribers,
         move |pvc: &mut PersistentVolumeClaim| scope::cached_claim(&pvc.metadata, &name, &me),
     );
     let pvs = watch_shared_scoped(

@@ -1,0 +1,248 @@
+//! The shell of unused-claim tracking: one Pod watch decoded as [`PodLite`] (in node mode only this
+//! node's Pods), the claims from the sidecar's cache, one PATCH per transition, and the
+//! `csi_provisioner_unused_claims` gauge counted at scrape.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::{Stream, StreamExt};
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Resource};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+use tracing::{debug, info, warn};
+
+use super::{PodLite, Transition, Usage, key, transition};
+use crate::k8s::lean::Lean;
+use crate::k8s::patch;
+use crate::names;
+use crate::runtime::{Context, Shutdown};
+
+/// Labels of `csi_provisioner_unused_claims`.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct AgeLabels {
+    /// `lt_1d`, `1d_7d`, `7d_30d`, `ge_30d`.
+    pub(crate) age: String,
+}
+
+/// Unused-claim age buckets: (label, upper bound in days).
+pub(crate) const BUCKETS: [(&str, u64); 4] = [
+    ("lt_1d", 1),
+    ("1d_7d", 7),
+    ("7d_30d", 30),
+    ("ge_30d", u64::MAX),
+];
+
+/// Claims per bucket of unused ages (in seconds).
+pub(crate) fn buckets(ages: impl IntoIterator<Item = u64>) -> [(&'static str, i64); 4] {
+    let mut counts = BUCKETS.map(|(label, _)| (label, 0));
+    for age in ages {
+        let days = age / 86_400;
+        if let Some(i) = BUCKETS.iter().position(|(_, upper)| days < *upper) {
+            counts[i].1 += 1;
+        }
+    }
+    counts
+}
+
+/// `csi_provisioner_unused_claims{age}`.
+#[derive(Clone, Default)]
+pub(crate) struct UnusedGauge(Family<AgeLabels, Gauge>);
+
+impl UnusedGauge {
+    /// Registers the family in `registry`.
+    pub(crate) fn register(registry: &mut Registry) -> Self {
+        let g = Self::default();
+        registry.register(
+            "csi_provisioner_unused_claims",
+            "Claims of this driver no Pod uses, by how long (the --track-unused-claims annotation, or the Kubernetes Unused condition).",
+            g.0.clone(),
+        );
+        g
+    }
+
+    /// Counts the cached claims of `driver` (one unpacked at a time).
+    pub(crate) fn refresh(&self, claims: &[Arc<Lean<PersistentVolumeClaim>>], driver: &str) {
+        let now = jiff::Timestamp::now();
+        let ages = claims.iter().filter_map(|c| {
+            let c = c.full();
+            if !crate::model::claim::is_ours(&c, driver) {
+                return None;
+            }
+            let (since, _) = crate::model::claim::unused_since(&c)?;
+            Some(now.duration_since(since).as_secs().max(0) as u64)
+        });
+        for (label, n) in buckets(ages) {
+            self.0
+                .get_or_create(&AgeLabels {
+                    age: label.to_owned(),
+                })
+                .set(n);
+        }
+    }
+}
+
+/// How often failed writes are tried again.
+const RETRY_EVERY: Duration = Duration::from_secs(10);
+
+/// Runs until shutdown. `claims`: the claim cache's change stream.
+pub(crate) async fn run(
+    ctx: Arc<Context>,
+    claims: impl Stream<Item = Arc<Lean<PersistentVolumeClaim>>> + Send + 'static,
+    shutdown: Shutdown,
+) {
+    let node = ctx
+        .config
+        .node_deployment
+        .as_ref()
+        .map(|n| n.node_name.clone());
+    let mut config = watcher::Config::default();
+    if let Some(node) = &node {
+        config = config.fields(&format!("spec.nodeName={node}"));
+    }
+    let pods = watcher(Api::<PodLite>::all(ctx.client.clone()), config).default_backoff();
+    tokio::pin!(pods);
+    let claims = claims.fuse();
+    tokio::pin!(claims);
+    let mut retry = tokio::time::interval(RETRY_EVERY);
+    let mut usage = Usage::default();
+    let mut listing: Vec<(String, Vec<String>)> = Vec::new();
+    let mut synced = false;
+    let mut pending: BTreeSet<String> = BTreeSet::new();
+    let mut failed: BTreeSet<String> = BTreeSet::new();
+    let mut recent = Recent::default();
+    let stop = shutdown.clone().requested();
+    tokio::pin!(stop);
+    loop {
+        tokio::select! {
+            _ = &mut stop => return,
+            event = pods.next() => match event {
+                Some(Ok(watcher::Event::Init)) => listing.clear(),
+                Some(Ok(watcher::Event::InitApply(pod))) => {
+                    let claims = pod.claims();
+                    if !claims.is_empty() {
+                        listing.push((pod.key(), claims));
+                    }
+                }
+                Some(Ok(watcher::Event::InitDone)) => {
+                    let flipped = usage.replace(std::mem::take(&mut listing));
+                    if synced {
+                        pending.extend(flipped);
+                    } else {
+                        synced = true;
+                        info!(pods_using_claims = usage.pods(), "Pods listed; tracking unused claims");
+                        pending.extend(ctx.stores.pvcs.state().iter().map(|c| {
+                            key(c.meta().namespace.as_deref().unwrap_or_default(), c.meta().name.as_deref().unwrap_or_default())
+                        }));
+                    }
+                }
+                Some(Ok(watcher::Event::Apply(pod))) => pending.extend(usage.set(&pod.key(), pod.claims())),
+                Some(Ok(watcher::Event::Delete(pod))) => pending.extend(usage.set(&pod.key(), Vec::new())),
+                Some(Err(e)) => warn!("watching Pods for --track-unused-claims failed, retrying: {e}"),
+                None => return,
+            },
+            Some(claim) = claims.next() => {
+                pending.insert(key(claim.meta().namespace.as_deref().unwrap_or_default(), claim.meta().name.as_deref().unwrap_or_default()));
+            }
+            _ = retry.tick() => pending.append(&mut failed),
+        }
+        if !synced {
+            continue;
+        }
+        for claim in std::mem::take(&mut pending) {
+            if !settle(&ctx, &usage, &mut recent, &claim, node.as_deref()).await {
+                failed.insert(claim);
+            }
+        }
+    }
+}
+
+/// How long a write of ours may be missing from the cache before the cache is believed again.
+const CACHE_GRACE: Duration = Duration::from_secs(30);
+
+/// The annotation state this process wrote last per claim, so a cache that has not caught up yet
+/// does not cause the same write twice (with a later time).
+#[derive(Default)]
+struct Recent(std::collections::HashMap<String, (bool, std::time::Instant)>);
+
+impl Recent {
+    /// Whether the cache lags behind our last write for `claim` (`marked`: what the cache shows).
+    fn lagging(&mut self, claim: &str, marked: bool) -> bool {
+        let Some((wrote, at)) = self.0.get(claim).copied() else {
+            return false;
+        };
+        if wrote == marked || at.elapsed() > CACHE_GRACE {
+            self.0.remove(claim);
+            return false;
+        }
+        true
+    }
+}
+
+/// Writes what the claim `namespace/name` needs; `false` when the write failed (retried later).
+async fn settle(
+    ctx: &Context,
+    usage: &Usage,
+    recent: &mut Recent,
+    claim: &str,
+    node: Option<&str>,
+) -> bool {
+    let Some((namespace, name)) = claim.split_once('/') else {
+        return true;
+    };
+    let Some(cached) = ctx.stores.pvcs.get(&ObjectRef::new(name).within(namespace)) else {
+        return true;
+    };
+    let pvc = cached.full();
+    // Node mode: this instance sees only its node's Pods, so it judges only its node's claims.
+    if node.is_some() && crate::model::claim::selected_node(&pvc) != node {
+        return true;
+    }
+    let marked = crate::model::meta::annotation(&pvc.metadata, names::ANN_UNUSED_SINCE).is_some();
+    if recent.lagging(claim, marked) {
+        return true;
+    }
+    let Some(change) = transition(
+        &pvc,
+        &ctx.driver.name,
+        usage.is_used(claim),
+        jiff::Timestamp::now(),
+    ) else {
+        return true;
+    };
+    let api: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), namespace);
+    let written = match &change {
+        Transition::Unused(since) => {
+            patch::set_annotation(&api, &pvc, names::ANN_UNUSED_SINCE, since).await
+        }
+        Transition::Used => {
+            patch::patch_fresh(&api, &pvc, "clear unused-since", |m| {
+                patch::remove_annotation_step(m, names::ANN_UNUSED_SINCE)
+            })
+            .await
+        }
+    };
+    match written {
+        Ok(_) => {
+            debug!(claim, ?change, "unused-claim annotation written");
+            let set = matches!(change, Transition::Unused(_));
+            recent
+                .0
+                .insert(claim.to_owned(), (set, std::time::Instant::now()));
+            true
+        }
+        Err(e) => {
+            warn!(
+                claim,
+                "writing {} failed, retrying: {e}",
+                names::ANN_UNUSED_SINCE
+            );
+            false
+        }
+    }
+}
