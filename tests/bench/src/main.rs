@@ -25,6 +25,9 @@ enum ScenarioName {
     Node,
     /// Claims restored at once from one VolumeSnapshot (`--claims` sizes).
     Restore,
+    /// Ours only: the cost of --track-unused-claims with `--pods` Pods (the first binary, with
+    /// and without the flag).
+    Unused,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -74,6 +77,12 @@ struct Args {
     /// Node mode: bound PV/PVC pairs seeded on another node (one without the driver).
     #[arg(long, default_value_t = 0)]
     node_seeded: usize,
+    /// Unused: Pods in the cluster.
+    #[arg(long, default_value_t = 100_000)]
+    pods: usize,
+    /// Unused: Pods (of `--pods`) using a bound claim each.
+    #[arg(long, default_value_t = 1000)]
+    pod_claims: usize,
     /// Longest wait for any one condition, in seconds.
     #[arg(long, default_value_t = 1800)]
     timeout: u64,
@@ -231,6 +240,13 @@ async fn run(args: Args) -> Result<Report> {
                         args.restart_claims
                     ),
                 ),
+                ScenarioName::Unused => (
+                    "unused",
+                    format!(
+                        "--track-unused-claims with {} Pods, {} of them using a claim (first binary with the flag vs without)",
+                        args.pods, args.pod_claims
+                    ),
+                ),
                 ScenarioName::Node => (
                     "node",
                     format!(
@@ -245,6 +261,22 @@ async fn run(args: Args) -> Result<Report> {
                 qps: q.title(),
                 runs: Vec::new(),
             };
+            if scenario == ScenarioName::Unused {
+                let b = &binaries[0];
+                let bin = Bin {
+                    label: &b.label,
+                    path: Path::new(&b.path),
+                };
+                for track in [true, false] {
+                    eprintln!("bench: {} with {} (tracking {track}) ...", sc.title, b.label);
+                    sc.runs.push(
+                        scenarios::unused(&env, &bin, args.pods, args.pod_claims, track).await,
+                    );
+                }
+                report.scenarios.push(sc);
+                write_report(&out, &report)?;
+                continue;
+            }
             for b in &binaries {
                 let bin = Bin {
                     label: &b.label,
@@ -257,6 +289,7 @@ async fn run(args: Args) -> Result<Report> {
                     ScenarioName::Restart => {
                         scenarios::restart(&env, &bin, *q, args.restart_claims).await
                     }
+                    ScenarioName::Unused => unreachable!("run above"),
                     ScenarioName::Node => {
                         scenarios::node(
                             &env,

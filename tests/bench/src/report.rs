@@ -149,9 +149,10 @@ impl Report {
                 format!("{} FAILURE(S), listed at the end", failures.len())
             }
         );
-        let labels: Vec<&str> = self.binaries.iter().map(|b| b.label.as_str()).collect();
-        let ratio = labels.len() == 2;
         for s in &self.scenarios {
+            // Columns are the scenario's runs (the unused-claims scenario runs one binary twice).
+            let labels: Vec<&str> = s.runs.iter().map(|r| r.binary.as_str()).collect();
+            let ratio = labels.len() == 2;
             let _ = writeln!(out, "\n## {} ({})\n", s.title, s.qps);
             let mut head = format!("| metric | {} |", labels.join(" | "));
             let mut rule = format!("|---|{}", "---:|".repeat(labels.len()));

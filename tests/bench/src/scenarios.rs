@@ -15,7 +15,9 @@ use crate::report::{Phase, Run, percentile};
 use crate::wait::wait_until;
 
 mod restore;
+mod unused;
 pub use restore::restore;
+pub use unused::unused;
 
 /// A `--kube-api-qps` / `--kube-api-burst` setting.
 #[derive(Debug, Clone, Copy)]
@@ -79,6 +81,33 @@ impl Env {
         node: Option<&str>,
         tag: &str,
     ) -> Result<Proc> {
+        self.spawn_provisioner(bin, sim, driver, qps, node, &[], tag)
+    }
+
+    /// [`Env::start_provisioner`] in controller mode with `extra` flags.
+    fn start_provisioner_with(
+        &self,
+        bin: &Bin<'_>,
+        sim: &KubeSim,
+        driver: &Driver,
+        qps: Qps,
+        extra: &[&str],
+        tag: &str,
+    ) -> Result<Proc> {
+        self.spawn_provisioner(bin, sim, driver, qps, None, extra, tag)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn spawn_provisioner(
+        &self,
+        bin: &Bin<'_>,
+        sim: &KubeSim,
+        driver: &Driver,
+        qps: Qps,
+        node: Option<&str>,
+        extra: &[&str],
+        tag: &str,
+    ) -> Result<Proc> {
         let mut args = vec![
             format!("--csi-address={}", driver.socket.display()),
             format!("--kubeconfig={}", sim.kubeconfig.display()),
@@ -91,6 +120,7 @@ impl Env {
             env.push(("NODE_NAME".to_string(), n.to_string()));
         }
         args.extend(self.extra_args.iter().cloned());
+        args.extend(extra.iter().map(|a| a.to_string()));
         let dir = sim.kubeconfig.parent().unwrap_or(Path::new("."));
         Proc::spawn(
             &format!("provisioner {} {tag}", bin.label),
