@@ -252,6 +252,50 @@ where
     }
 }
 
+/// A watch of `api` that keeps no store: the watcher's events, the initial list streamed with the
+/// same fallback to paged LISTs as [`watch_shared_scoped`]. Errors are logged and retried with
+/// backoff, so the stream ends only when the watcher does.
+pub(crate) fn watch_events<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    what: &'static str,
+) -> impl Stream<Item = watcher::Event<K>> + Send + 'static
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K::DynamicType: Default,
+{
+    let open = move |streaming: bool| {
+        let config = if streaming {
+            config.clone().streaming_lists()
+        } else {
+            config.clone()
+        };
+        watcher(api.clone(), config).default_backoff().boxed()
+    };
+    let streaming = !WATCH_LIST_REFUSED.load(Ordering::Relaxed);
+    let start = (open(streaming), streaming, false, open);
+    futures::stream::unfold(
+        start,
+        move |(mut stream, mut streaming, mut listed, open)| async move {
+            loop {
+                match stream.next().await? {
+                    Ok(event) => {
+                        listed |= matches!(event, watcher::Event::InitDone);
+                        return Some((event, (stream, streaming, listed, open)));
+                    }
+                    Err(e) if streaming && !listed && refuses_watch_list(&e) => {
+                        info!(error = %e, "the API server does not stream lists (WatchList); listing {what} in pages");
+                        WATCH_LIST_REFUSED.store(true, Ordering::Relaxed);
+                        streaming = false;
+                        stream = open(false);
+                    }
+                    Err(e) => warn!(error = %e, "watch of {what} failed; retrying with backoff"),
+                }
+            }
+        },
+    )
+}
+
 /// Set once an API server refused a streaming list: the other watches list in pages at once.
 static WATCH_LIST_REFUSED: AtomicBool = AtomicBool::new(false);
 

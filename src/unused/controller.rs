@@ -9,7 +9,7 @@ use std::time::Duration;
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use kube::runtime::reflector::ObjectRef;
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::watcher;
 use kube::{Api, Resource};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::family::Family;
@@ -105,7 +105,8 @@ pub(crate) async fn run(
     if let Some(node) = &node {
         config = config.fields(&format!("spec.nodeName={node}"));
     }
-    let pods = watcher(Api::<PodLite>::all(ctx.client.clone()), config).default_backoff();
+    let pods =
+        crate::k8s::watch::watch_events(Api::<PodLite>::all(ctx.client.clone()), config, "pods");
     tokio::pin!(pods);
     let claims = claims.fuse();
     tokio::pin!(claims);
@@ -122,14 +123,14 @@ pub(crate) async fn run(
         tokio::select! {
             _ = &mut stop => return,
             event = pods.next() => match event {
-                Some(Ok(watcher::Event::Init)) => listing.clear(),
-                Some(Ok(watcher::Event::InitApply(pod))) => {
+                Some(watcher::Event::Init) => listing.clear(),
+                Some(watcher::Event::InitApply(pod)) => {
                     let claims = pod.claims();
                     if !claims.is_empty() {
                         listing.push((pod.key(), claims));
                     }
                 }
-                Some(Ok(watcher::Event::InitDone)) => {
+                Some(watcher::Event::InitDone) => {
                     let flipped = usage.replace(std::mem::take(&mut listing));
                     if synced {
                         pending.extend(flipped);
@@ -141,9 +142,8 @@ pub(crate) async fn run(
                         }));
                     }
                 }
-                Some(Ok(watcher::Event::Apply(pod))) => pending.extend(usage.set(&pod.key(), pod.claims())),
-                Some(Ok(watcher::Event::Delete(pod))) => pending.extend(usage.set(&pod.key(), Vec::new())),
-                Some(Err(e)) => warn!("watching Pods for --track-unused-claims failed, retrying: {e}"),
+                Some(watcher::Event::Apply(pod)) => pending.extend(usage.set(&pod.key(), pod.claims())),
+                Some(watcher::Event::Delete(pod)) => pending.extend(usage.set(&pod.key(), Vec::new())),
                 None => return,
             },
             Some(claim) = claims.next() => {

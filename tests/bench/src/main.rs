@@ -268,7 +268,10 @@ async fn run(args: Args) -> Result<Report> {
                     path: Path::new(&b.path),
                 };
                 for track in [true, false] {
-                    eprintln!("bench: {} with {} (tracking {track}) ...", sc.title, b.label);
+                    eprintln!(
+                        "bench: {} with {} (tracking {track}) ...",
+                        sc.title, b.label
+                    );
                     sc.runs.push(
                         scenarios::unused(&env, &bin, args.pods, args.pod_claims, track).await,
                     );

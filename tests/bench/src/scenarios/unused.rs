@@ -113,12 +113,13 @@ async fn inner(
     } else {
         &[]
     };
-    let mut provs = vec![env.start_provisioner_with(bin, &sim, &driver, Qps::RAISED, extra, "measured")?];
-    env.wait_ready(&mut provs[0]).await?;
+    let mut prov =
+        env.start_provisioner_with(bin, &sim, &driver, Qps::RAISED, extra, "measured")?;
+    env.wait_ready(&mut prov).await?;
     env.wait_quiet(&client).await?;
     let ready = start.elapsed().as_secs_f64();
     let startup = cluster::requests(&client).await?.since(&r0);
-    let s = provs[0].stats().context("provisioner stats")?;
+    let s = prov.stats().context("provisioner stats")?;
     run.metric("quiet_s", "start until quiet (s)", ready);
     run.metric(
         "startup_requests",
@@ -142,28 +143,40 @@ async fn inner(
         return Ok(());
     }
     let k = claims.min(100);
-    let gone: Vec<String> = claim_names[..k].iter().map(|c| format!("pod-{c}")).collect();
+    let gone: Vec<String> = claim_names[..k]
+        .iter()
+        .map(|c| format!("pod-{c}"))
+        .collect();
     let r1 = cluster::requests(&client).await?;
     let cpu1 = s.cpu_s;
     let del = Instant::now();
     cluster::delete_all(&Api::<Pod>::namespaced(client.clone(), NS), &gone).await?;
-    wait_until("the claims of deleted Pods to be marked", env.timeout, || async {
-        (marked(&client).await.ok()? >= k).then_some(())
-    })
+    wait_until(
+        "the claims of deleted Pods to be marked",
+        env.timeout,
+        || async { (marked(&client).await.ok()? >= k).then_some(()) },
+    )
     .await?;
     let marking = del.elapsed().as_secs_f64();
     env.wait_quiet(&client).await?;
     let after = cluster::requests(&client).await?.since(&r1);
-    run.metric("mark_s", "Pods deleted until all their claims marked (s)", marking);
+    run.metric(
+        "mark_s",
+        "Pods deleted until all their claims marked (s)",
+        marking,
+    );
     run.metric(
         "writes_per_transition",
         "claim writes per claim that became unused",
         after.writes() as f64 / k as f64,
     );
-    let s = provs[0].stats().context("provisioner stats")?;
+    let s = prov.stats().context("provisioner stats")?;
     run.metric("mark_cpu_s", "CPU for the transitions (s)", s.cpu_s - cpu1);
     if marked(&client).await? != k {
-        run.fail(format!("{} claims marked, {k} expected", marked(&client).await?));
+        run.fail(format!(
+            "{} claims marked, {k} expected",
+            marked(&client).await?
+        ));
     }
     run.phases
         .push(Phase::new("transitions", "per claim", k as f64, &after));
