@@ -536,3 +536,7 @@ mod tests;
 #[cfg(test)]
 #[path = "plan_secrets_tests.rs"]
 mod secrets_tests;
+
+#[cfg(test)]
+#[path = "plan_props_tests.rs"]
+mod props_tests;
