@@ -76,8 +76,11 @@ async fn settle_and_check(cluster: &Cluster, drivers: &[&Driver], seed: u64) {
     })
     .await;
     let mut volumes = Vec::new();
+    let mut concurrent = Vec::new();
     for driver in drivers {
-        volumes.extend(driver.state().await.volumes);
+        let state = driver.state().await;
+        concurrent.extend(state.concurrent_creates);
+        volumes.extend(state.volumes);
     }
     let pvs = json_items(
         cluster
@@ -118,6 +121,7 @@ async fn settle_and_check(cluster: &Cluster, drivers: &[&Driver], seed: u64) {
         pods: &pods,
         events: &events,
         max_events_per_object: 20,
+        concurrent_creates: &concurrent,
     });
     let report: Vec<String> = violations.iter().map(ToString::to_string).collect();
     assert!(

@@ -1,7 +1,7 @@
 //! The driver core shared by the gRPC services, the control socket and in-process handles: the
 //! store, the switchboard, the per-call wrapper (latency, injected errors, counting) and crashing.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
@@ -47,6 +47,10 @@ pub struct StateDump {
     pub calls: BTreeMap<String, CallStats>,
     /// Current fault, capability and misbehaviour switches.
     pub switches: FaultsDump,
+    /// Volume names that had two CreateVolume calls outstanding at once (a provisioner must
+    /// never do that; upstream issue 1469).
+    #[serde(default)]
+    pub concurrent_creates: BTreeSet<String>,
 }
 
 impl StateDump {
@@ -81,6 +85,31 @@ pub struct Driver {
     store: Mutex<Store>,
     crashed: AtomicBool,
     crash_notify: Notify,
+    /// CreateVolume calls outstanding per volume name, and the names that ever had two at once.
+    creates: Mutex<(BTreeMap<String, u32>, BTreeSet<String>)>,
+}
+
+/// Held while one CreateVolume call is outstanding (dropped when it is answered or the caller
+/// cancels it, as the caller sees it).
+pub struct CreateInFlight<'a> {
+    driver: &'a Driver,
+    name: String,
+}
+
+impl Drop for CreateInFlight<'_> {
+    fn drop(&mut self) {
+        let mut creates = self
+            .driver
+            .creates
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = creates.0.get_mut(&self.name) {
+            *n -= 1;
+            if *n == 0 {
+                creates.0.remove(&self.name);
+            }
+        }
+    }
 }
 
 impl Driver {
@@ -96,7 +125,27 @@ impl Driver {
             store: Mutex::new(store),
             crashed: AtomicBool::new(false),
             crash_notify: Notify::new(),
+            creates: Mutex::new(Default::default()),
         })
+    }
+
+    /// Records a CreateVolume for `name` as outstanding until the guard drops; a second one for
+    /// the same name meanwhile is remembered (`StateDump::concurrent_creates`).
+    pub fn create_started(&self, name: &str) -> CreateInFlight<'_> {
+        let mut creates = self.creates.lock().unwrap_or_else(|p| p.into_inner());
+        let n = creates.0.entry(name.to_owned()).or_default();
+        *n += 1;
+        if *n > 1 {
+            tracing::warn!(
+                name,
+                "a second CreateVolume for this name while the first is outstanding"
+            );
+            creates.1.insert(name.to_owned());
+        }
+        CreateInFlight {
+            driver: self,
+            name: name.to_owned(),
+        }
     }
 
     /// The store, locked. Every change is followed by [`Driver::persist`] under the same lock, so
@@ -246,6 +295,12 @@ impl Driver {
             snapshots: store.snapshots().cloned().collect(),
             calls: self.faults.calls(),
             switches: self.faults.dump(),
+            concurrent_creates: self
+                .creates
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .1
+                .clone(),
         }
     }
 }

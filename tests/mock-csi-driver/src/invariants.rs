@@ -32,6 +32,9 @@ pub struct World<'a> {
     pub events: &'a [Value],
     /// Most Event objects one involved object may have (repeats aggregate into `count`).
     pub max_events_per_object: usize,
+    /// Volume names that had two CreateVolume calls outstanding at once
+    /// (`StateDump::concurrent_creates` of every driver instance).
+    pub concurrent_creates: &'a [String],
 }
 
 /// One broken rule, saying which objects break it.
@@ -53,6 +56,8 @@ pub enum Violation {
     StuckTerminating { kind: &'static str, name: String },
     /// More Event objects about one object than the bound.
     TooManyEvents { object: String, events: usize },
+    /// Two CreateVolume calls for one volume name were outstanding at once.
+    ConcurrentCreate { name: String },
 }
 
 impl fmt::Display for Violation {
@@ -87,6 +92,12 @@ impl fmt::Display for Violation {
             }
             Self::TooManyEvents { object, events } => {
                 write!(f, "{object} has {events} Event objects")
+            }
+            Self::ConcurrentCreate { name } => {
+                write!(
+                    f,
+                    "two CreateVolume calls for {name} were outstanding at once"
+                )
             }
         }
     }
@@ -256,6 +267,12 @@ pub fn check(world: &World<'_>) -> Vec<Violation> {
             out.push(Violation::TooManyEvents { object, events });
         }
     }
+    out.extend(
+        world
+            .concurrent_creates
+            .iter()
+            .map(|name| Violation::ConcurrentCreate { name: name.clone() }),
+    );
     out
 }
 
@@ -316,7 +333,23 @@ mod tests {
             pods: &[],
             events,
             max_events_per_object: 2,
+            concurrent_creates: &[],
         }
+    }
+
+    #[test]
+    fn two_outstanding_creates_for_one_name_are_a_violation() {
+        let twice = ["pvc-1".to_owned()];
+        let w = World {
+            concurrent_creates: &twice,
+            ..world(&[], &[], &[], &[])
+        };
+        assert_eq!(
+            check(&w),
+            [Violation::ConcurrentCreate {
+                name: "pvc-1".into()
+            }]
+        );
     }
 
     #[test]
