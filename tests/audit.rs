@@ -415,7 +415,39 @@ async fn unused_claims_are_marked_and_cleared_on_transitions_with_one_write_each
     );
     assert_eq!(
         unused_since(&cluster, "idle").await,
-        Some(since),
+        Some(since.clone()),
         "idle was not rewritten"
+    );
+
+    // Kubernetes keeps the Unused condition (KEP-5541) from now on: it is read and nothing is
+    // written, even when a Pod starts using the claim (the condition is Kubernetes' to flip).
+    cluster
+        .pvcs(NS)
+        .patch_status(
+            "idle",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"conditions": [{
+                "type": "Unused", "status": "True",
+                "lastTransitionTime": "2026-01-01T00:00:00Z"}]}})),
+        )
+        .await
+        .expect("set the Unused condition");
+    let before = sidecar_claim_writes(&cluster);
+    cluster.schedule(NS, "app-3", "idle", "node-1").await;
+    // A later transition of another claim proves the tracker saw the Pod meanwhile.
+    cluster.schedule(NS, "app-4", "used", "node-1").await;
+    wait_for("claim used unmarked by app-4", DEADLINE, || async {
+        unused_since(&cluster, "used").await.is_none().then_some(())
+    })
+    .await;
+    assert_eq!(
+        unused_since(&cluster, "idle").await,
+        Some(since),
+        "left to the condition"
+    );
+    assert_eq!(
+        sidecar_claim_writes(&cluster) - before,
+        1,
+        "only claim used was written"
     );
 }
