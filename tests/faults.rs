@@ -316,3 +316,214 @@ async fn api_server_errors_conflicts_and_lost_watches_lose_nothing() {
     }
     settle_and_check(&cluster, &[&driver], seed).await;
 }
+
+/// Leader-election flags with short timings, so take-overs happen within a round.
+const ELECTION: [&str; 5] = [
+    "--leader-election",
+    "--leader-election-namespace=default",
+    "--leader-election-lease-duration=3s",
+    "--leader-election-renew-deadline=2s",
+    "--leader-election-retry-period=300ms",
+];
+
+#[tokio::test]
+async fn leaders_killed_or_unable_to_renew_mid_operation_do_nothing_twice() {
+    let seed = seed("leader faults");
+    let mut rng = StdRng::seed_from_u64(seed);
+    let cluster = Cluster::start().await;
+    // One backend behind both replicas, as in a real Deployment; slow calls keep work in flight.
+    let driver = Driver::start(
+        cluster.dir.path(),
+        "node-1",
+        &[
+            "--latency=CreateVolume=200ms",
+            "--latency=DeleteVolume=100ms",
+        ],
+    )
+    .await;
+    cluster.add_class(&storage_class("fast", &[])).await;
+    let mut replicas = Vec::new();
+    for id in ["replica-a", "replica-b"] {
+        replicas.push(
+            Sidecar::start_named(
+                &cluster,
+                &driver,
+                &format!("sidecar-{id}"),
+                &ELECTION,
+                &[("HOSTNAME", id)],
+            )
+            .await,
+        );
+    }
+    let faults = cluster.sim.faults();
+    for round in 0..rounds(3) {
+        traffic(&cluster, &mut rng, round).await;
+        tokio::time::sleep(Duration::from_millis(rng.random_range(100..600))).await;
+        if rng.random_bool(0.5) {
+            // Whoever leads (or both, if one is mid-take-over) dies mid-operation.
+            let victim = rng.random_range(0..replicas.len());
+            replicas[victim].kill().await;
+            tokio::time::sleep(Duration::from_millis(rng.random_range(0..2000))).await;
+            replicas[victim].restart().await;
+        } else {
+            // Renewals fail for longer than the renew deadline: the leader must stop acting
+            // before the standby, by its own clock, may start.
+            let id = faults.add(FaultRule::error(500).verb("update").resource("leases"));
+            tokio::time::sleep(Duration::from_millis(rng.random_range(500..3500))).await;
+            faults.remove(id);
+        }
+    }
+    settle_and_check(&cluster, &[&driver], seed).await;
+}
+
+/// Registers `node` and starts its driver (state file kept across restarts) and node-mode sidecar.
+async fn node_member(cluster: &Cluster, node: &str) -> (Driver, Sidecar) {
+    cluster.add_node(node).await;
+    let driver = Driver::start(cluster.dir.path(), node, &["--topology"]).await;
+    let sidecar = Sidecar::start_named(
+        cluster,
+        &driver,
+        &format!("sidecar-{node}"),
+        &[
+            "--node-deployment",
+            "--feature-gates=Topology=true",
+            "--node-deployment-base-delay=100ms",
+            "--node-deployment-max-delay=1s",
+            "--deleted-node-grace-period=60s",
+        ],
+        &[("NODE_NAME", node)],
+    )
+    .await;
+    (driver, sidecar)
+}
+
+#[tokio::test]
+async fn node_mode_nodes_removed_and_readded_under_the_same_name_lose_nothing() {
+    let seed = seed("node churn");
+    let mut rng = StdRng::seed_from_u64(seed);
+    let cluster = Cluster::start().await;
+    cluster.add_class(&delayed_class("local")).await;
+    let nodes = ["node-a", "node-b", "node-c"];
+    let mut members = Vec::new();
+    for node in nodes {
+        members.push(node_member(&cluster, node).await);
+    }
+    let mut live: Vec<String> = Vec::new();
+    for round in 0..rounds(3) {
+        // New claims, each used by a pod on a random node.
+        for i in 0..rng.random_range(2..5) {
+            let name = format!("r{round}-{i}");
+            let node = nodes[rng.random_range(0..nodes.len())];
+            cluster.claim_of_class(NS, &name, "local", "1Gi").await;
+            cluster
+                .schedule(NS, &format!("pod-{name}"), &name, node)
+                .await;
+            live.push(name);
+        }
+        // Some go again, pod first (a claim in use is protected).
+        let mut kept = Vec::new();
+        for name in live.drain(..) {
+            if rng.random_bool(0.3) {
+                let _ = cluster
+                    .pods(NS)
+                    .delete(&format!("pod-{name}"), &DeleteParams::default())
+                    .await;
+                delete_claim(&cluster, &name).await;
+            } else {
+                kept.push(name);
+            }
+        }
+        live = kept;
+        tokio::time::sleep(Duration::from_millis(rng.random_range(0..500))).await;
+        // A node leaves (sidecar and driver down, Node and CSINode deleted) while claims are in
+        // flight, and comes back under the same name: a new Node UID, the same disks.
+        let i = rng.random_range(0..members.len());
+        let node = nodes[i];
+        members[i].1.kill().await;
+        members[i].0.kill().await;
+        cluster.delete_node(node).await;
+        tokio::time::sleep(Duration::from_millis(rng.random_range(200..1500))).await;
+        cluster.add_node(node).await;
+        members[i].0.restart().await;
+        members[i].1.restart().await;
+    }
+    let drivers: Vec<&Driver> = members.iter().map(|(d, _)| d).collect();
+    settle_and_check(&cluster, &drivers, seed).await;
+}
+
+/// RSS of a running process in KiB (`VmRSS`).
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+#[tokio::test]
+async fn soak_waves_of_claims_with_a_failing_driver_and_api_server_end_exact() {
+    let seed = seed("soak");
+    let mut rng = StdRng::seed_from_u64(seed);
+    // Long form: FAULT_SOAK_CLAIMS=5000 (in waves of a tenth).
+    let total: usize = std::env::var("FAULT_SOAK_CLAIMS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(120);
+    let wave = (total / 10).max(40);
+    let cluster = Cluster::start().await;
+    let driver = Driver::start(cluster.dir.path(), "node-1", &[]).await;
+    cluster.add_class(&storage_class("fast", &[])).await;
+    let sidecar = Sidecar::start(&cluster, &driver, &[]).await;
+    sidecar.wait_started().await;
+    let control = driver.control().await;
+    for method in ["CreateVolume", "DeleteVolume"] {
+        control
+            .set_fault(method, DriverFault::rate(tonic::Code::Unavailable, 0.1))
+            .await
+            .unwrap();
+    }
+    let faults = cluster.sim.faults();
+    let api_fault = faults.add(FaultRule::error(503).retry_after(1).rate(0.05));
+    let mut rss = Vec::new();
+    let mut made = 0;
+    let mut n = 0;
+    while made < total {
+        let size = wave.min(total - made);
+        let names: Vec<String> = (0..size).map(|i| format!("soak-{n}-{i}")).collect();
+        for name in &names {
+            create_claim(&cluster, name).await;
+        }
+        made += size;
+        // Half of this wave goes again at once, some before they are even bound.
+        for name in names.iter().filter(|_| rng.random_bool(0.5)) {
+            delete_claim(&cluster, name).await;
+        }
+        wait_for("the wave to settle", SETTLE, || async {
+            let claims = cluster.pvcs(NS).list(&ListParams::default()).await.ok()?;
+            let pvs = cluster.pvs().list(&ListParams::default()).await.ok()?;
+            let bound = claims.items.iter().all(|c| {
+                c.metadata.deletion_timestamp.is_none()
+                    && c.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound")
+            });
+            let volumes = driver.state().await.volumes.len();
+            (bound && pvs.items.len() == claims.items.len() && volumes == claims.items.len())
+                .then_some(())
+        })
+        .await;
+        rss.push(rss_kib(sidecar.pid().expect("sidecar running")));
+        n += 1;
+    }
+    faults.remove(api_fault);
+    control.clear_faults().await.unwrap();
+    println!("soak: {total} claims in {n} waves, sidecar RSS per wave (KiB): {rss:?}");
+    // Flat: the last wave holds no more than the first plus room for allocator noise.
+    let (first, last) = (rss[0], *rss.last().expect("one wave at least"));
+    assert!(
+        last <= first + first / 2 + 8 * 1024,
+        "FAULT_SEED={seed}: RSS grew across waves: {rss:?} KiB"
+    );
+    settle_and_check(&cluster, &[&driver], seed).await;
+}
