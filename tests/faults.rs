@@ -527,3 +527,143 @@ async fn soak_waves_of_claims_with_a_failing_driver_and_api_server_end_exact() {
     );
     settle_and_check(&cluster, &[&driver], seed).await;
 }
+
+/// A claim of our driver named `name` in class `class` (None: no class at all).
+fn odd_claim(
+    name: &str,
+    class: Option<&str>,
+    annotations: &[(&str, String)],
+) -> PersistentVolumeClaim {
+    let mut c = claim(NS, name, class.unwrap_or(""), "1Gi");
+    if class.is_none() {
+        c.spec.as_mut().unwrap().storage_class_name = None;
+    }
+    let mut all = std::collections::BTreeMap::from([(
+        "volume.kubernetes.io/storage-provisioner".to_owned(),
+        DRIVER.to_owned(),
+    )]);
+    all.extend(
+        annotations
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), v.clone())),
+    );
+    c.metadata.annotations = Some(all);
+    c
+}
+
+#[tokio::test]
+async fn hostile_objects_and_driver_answers_get_a_clear_event_and_leak_nothing() {
+    use mock_csi_driver::Misbehaviour;
+    let seed = seed("hostile input");
+    let cluster = Cluster::start().await;
+    let driver = Driver::start(cluster.dir.path(), "node-1", &[]).await;
+    let secret_value = "TOPSECRET-value-4711";
+    cluster
+        .create(
+            &cluster.secrets(NS),
+            &secret(NS, "creds", "password", secret_value),
+        )
+        .await;
+    cluster
+        .add_class(&storage_class(
+            "fast",
+            &[
+                ("csi.storage.k8s.io/provisioner-secret-name", "creds"),
+                (
+                    "csi.storage.k8s.io/provisioner-secret-namespace",
+                    "${pvc.namespace}",
+                ),
+            ],
+        ))
+        .await;
+    let sidecar = Sidecar::start(&cluster, &driver, &[]).await;
+    let control = driver.control().await;
+
+    // Objects the API allows but nobody expects.
+    let long_name = format!("c{}", "x".repeat(252));
+    let odd = [
+        odd_claim("no-class", None, &[]),
+        odd_claim(
+            "huge-annotation",
+            Some("fast"),
+            &[("example.com/blob", "y".repeat(200_000))],
+        ),
+        odd_claim(
+            "unicode",
+            Some("fast"),
+            &[("example.com/note", "数据卷 ✓ \u{202e}reversed".into())],
+        ),
+        odd_claim(&long_name, Some("fast"), &[]),
+    ];
+    for c in &odd {
+        cluster.create(&cluster.pvcs(NS), c).await;
+    }
+    cluster
+        .wait_claim_event(
+            NS,
+            "no-class",
+            "ProvisioningFailed",
+            "the claim names no StorageClass",
+        )
+        .await;
+    for name in ["huge-annotation", "unicode", long_name.as_str()] {
+        cluster.wait_bound(NS, name).await;
+    }
+
+    // Answers no PV can hold: the volume goes again, the event says why, a fixed driver is used.
+    for (misbehaviour, claim_name, needle) in [
+        (
+            Misbehaviour::HugeVolumeContext,
+            "huge-context",
+            "a volume context of",
+        ),
+        (
+            Misbehaviour::ControlCharVolumeId,
+            "control-chars",
+            "a volume id with control characters",
+        ),
+    ] {
+        control.set_misbehaviour(misbehaviour, true).await.unwrap();
+        cluster
+            .create(&cluster.pvcs(NS), &odd_claim(claim_name, Some("fast"), &[]))
+            .await;
+        let message = cluster
+            .wait_claim_event(NS, claim_name, "ProvisioningFailed", needle)
+            .await;
+        assert!(
+            message.contains("the volume was deleted again"),
+            "{message}"
+        );
+        control.set_misbehaviour(misbehaviour, false).await.unwrap();
+        cluster.wait_bound(NS, claim_name).await;
+    }
+    let log = sidecar.log();
+    assert!(
+        !log.contains(secret_value),
+        "a secret value reached the log"
+    );
+    assert!(
+        !log.lines()
+            .any(|l| l.starts_with("FAKE LOG LINE") || l.contains('\u{1b}')),
+        "a driver's volume id forged a log line"
+    );
+    assert!(
+        log.lines().all(|l| l.len() < 64 * 1024),
+        "a 10 MB answer was logged in full"
+    );
+    let events = kube::Api::<Event>::all(cluster.client.clone())
+        .list(&ListParams::default())
+        .await
+        .unwrap();
+    assert!(
+        events.items.iter().all(|e| !e
+            .message
+            .as_deref()
+            .unwrap_or_default()
+            .contains(secret_value)),
+        "a secret value reached an event"
+    );
+    // The claim without a class cannot settle: it goes, then everything must match.
+    delete_claim(&cluster, "no-class").await;
+    settle_and_check(&cluster, &[&driver], seed).await;
+}

@@ -202,6 +202,9 @@ impl GrpcCsi {
     }
 }
 
+/// Largest CreateVolume or ListVolumes answer read (gRPC's default is 4 MiB).
+const MAX_ANSWER_BYTES: usize = 64 << 20;
+
 impl CsiController for GrpcCsi {
     fn create_volume(
         &self,
@@ -211,7 +214,12 @@ impl CsiController for GrpcCsi {
             method::CREATE_VOLUME,
             request,
             |channel, request| async move {
-                ControllerClient::new(channel).create_volume(request).await
+                // Read any sane answer, even one too large to record: rejecting it then deletes
+                // the volume; failing to decode it would leave a volume nobody knows the id of.
+                ControllerClient::new(channel)
+                    .max_decoding_message_size(MAX_ANSWER_BYTES)
+                    .create_volume(request)
+                    .await
             },
         ))
     }
@@ -248,15 +256,16 @@ impl CsiController for GrpcCsi {
         &self,
         request: v1::ListVolumesRequest,
     ) -> CsiFuture<'_, v1::ListVolumesResponse> {
-        Box::pin(
-            self.unary(
-                method::LIST_VOLUMES,
-                request,
-                |channel, request| async move {
-                    ControllerClient::new(channel).list_volumes(request).await
-                },
-            ),
-        )
+        Box::pin(self.unary(
+            method::LIST_VOLUMES,
+            request,
+            |channel, request| async move {
+                ControllerClient::new(channel)
+                    .max_decoding_message_size(MAX_ANSWER_BYTES)
+                    .list_volumes(request)
+                    .await
+            },
+        ))
     }
 
     fn controller_get_capabilities(&self) -> CsiFuture<'_, v1::ControllerGetCapabilitiesResponse> {

@@ -27,11 +27,22 @@ pub fn redacted<T: Redact>(message: &T) -> Redacted<'_, T> {
 /// log level is enabled.
 pub struct Redacted<'a, T>(pub &'a T);
 
+/// Longest message written to a log line; a driver answering megabytes must not flood the log.
+const LOG_LIMIT: usize = 16 * 1024;
+
 impl<T: Redact> fmt::Display for Redacted<'_, T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut copy = self.0.clone();
         copy.strip_secrets();
-        write!(f, "{copy:?}")
+        let text = format!("{copy:?}");
+        if text.len() <= LOG_LIMIT {
+            return f.write_str(&text);
+        }
+        let mut end = LOG_LIMIT;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        write!(f, "{}... ({} bytes in all)", &text[..end], text.len())
     }
 }
 
@@ -152,6 +163,26 @@ mod tests {
         // Everything else stays readable, and the original is untouched.
         assert!(text.contains("pvc-1234") && text.contains("gp3"), "{text}");
         assert_eq!(request.secrets["admin-password"], "hunter2-s3cr3t");
+    }
+
+    #[test]
+    fn a_huge_message_is_cut_to_a_bounded_log_line_that_says_how_big_it_was() {
+        let response = v1::CreateVolumeResponse {
+            volume: Some(v1::Volume {
+                volume_id: "vol-1\n\u{1b}[31mFAKE".into(),
+                volume_context: HashMap::from([("blob".into(), "é".repeat(1 << 20))]),
+                ..Default::default()
+            }),
+        };
+        let text = redacted(&response).to_string();
+        assert!(text.len() < LOG_LIMIT + 64, "{} bytes", text.len());
+        assert!(
+            text.ends_with(" bytes in all)"),
+            "{}",
+            &text[text.len() - 40..]
+        );
+        // Debug escapes control characters: a driver cannot forge log lines.
+        assert!(!text.contains('\n') && !text.contains('\u{1b}'));
     }
 
     #[test]

@@ -109,6 +109,44 @@ pub(crate) enum AnswerError {
         /// The id of the volume to delete again.
         volume_id: String,
     },
+    /// The answer cannot be stored in a PV safely (ours; upstream tries and fails or writes it).
+    #[error(
+        "CreateVolume for {name} returned {what}, which no PV can hold safely; the volume was deleted again: report this to the driver's maintainers"
+    )]
+    Unstorable {
+        /// The volume name.
+        name: String,
+        /// The id of the volume to delete again.
+        volume_id: String,
+        /// What is wrong with the answer.
+        what: String,
+    },
+}
+
+/// Most bytes of volume context a PV takes: far below the API server's 1.5 MiB object limit, far
+/// above what drivers send (a few hundred bytes).
+pub(crate) const MAX_VOLUME_CONTEXT_BYTES: usize = 256 * 1024;
+
+/// What makes an answer unstorable, if anything: control characters in the volume id (they would
+/// forge log lines and break tools reading the handle), or a volume context over
+/// [`MAX_VOLUME_CONTEXT_BYTES`].
+fn unstorable(volume: &crate::csi::v1::Volume) -> Option<String> {
+    if volume.volume_id.chars().any(char::is_control) {
+        return Some(format!(
+            "a volume id with control characters ({:?})",
+            volume.volume_id
+        ));
+    }
+    let context: usize = volume
+        .volume_context
+        .iter()
+        .map(|(k, v)| k.len() + v.len())
+        .sum();
+    (context > MAX_VOLUME_CONTEXT_BYTES).then(|| {
+        format!(
+            "a volume context of {context} bytes (at most {MAX_VOLUME_CONTEXT_BYTES} are accepted)"
+        )
+    })
 }
 
 impl AnswerError {
@@ -116,7 +154,8 @@ impl AnswerError {
     pub(crate) fn volume_to_delete(&self) -> Option<&str> {
         match self {
             AnswerError::CapacityTooSmall { volume_id, .. }
-            | AnswerError::ContentSourceMissing { volume_id } => Some(volume_id),
+            | AnswerError::ContentSourceMissing { volume_id }
+            | AnswerError::Unstorable { volume_id, .. } => Some(volume_id),
             AnswerError::NoVolume { .. } | AnswerError::EmptyVolumeId { .. } => None,
         }
     }
@@ -144,6 +183,13 @@ pub(crate) fn accept_answer(
         .ok_or(AnswerError::NoVolume { name: name.clone() })?;
     if volume.volume_id.is_empty() {
         return Err(AnswerError::EmptyVolumeId { name });
+    }
+    if let Some(what) = unstorable(volume) {
+        return Err(AnswerError::Unstorable {
+            name,
+            volume_id: volume.volume_id.clone(),
+            what,
+        });
     }
     let capacity_bytes = match volume.capacity_bytes {
         // CSI: 0 means unknown; the API server needs a size, so record the request.
@@ -468,6 +514,24 @@ mod tests {
         let err = accept_answer(&t, &answer(1 << 30, "")).unwrap_err();
         assert!(matches!(err, AnswerError::EmptyVolumeId { .. }));
         assert_eq!(err.volume_to_delete(), None);
+        // Unstorable answers: the volume goes again, the message says what was wrong.
+        let err = accept_answer(&t, &answer(1 << 30, "vol-1\n\u{1b}[31m")).unwrap_err();
+        assert_eq!(err.volume_to_delete(), Some("vol-1\n\u{1b}[31m"));
+        assert!(
+            err.to_string()
+                .contains(r#"control characters ("vol-1\n\u{1b}[31m")"#),
+            "{err}"
+        );
+        let mut big = answer(1 << 30, "vol-2");
+        let context = &mut big.volume.as_mut().unwrap().volume_context;
+        context.insert("blob".into(), "x".repeat(MAX_VOLUME_CONTEXT_BYTES));
+        let err = accept_answer(&t, &big).unwrap_err();
+        assert_eq!(err.volume_to_delete(), Some("vol-2"));
+        assert!(
+            err.to_string()
+                .contains("bytes (at most 262144 are accepted)"),
+            "{err}"
+        );
     }
 
     #[test]

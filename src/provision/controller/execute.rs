@@ -174,7 +174,7 @@ pub(super) async fn provision(
             return Err(fail(state, pvc, message));
         }
     };
-    info!(claim = %claim_name(pvc), volume = %plan.volume_name, volume_id = %created.volume_id, "volume created");
+    info!(claim = %claim_name(pvc), volume = %plan.volume_name, volume_id = ?created.volume_id, "volume created");
     if ledgered && claim_abandoned(state, pvc) {
         // Deleted while the volume was being created: no PV for a claim that is gone (it would
         // only be released and deleted again, at three more writes); the entry is dropped once

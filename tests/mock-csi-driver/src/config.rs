@@ -210,11 +210,15 @@ pub enum Misbehaviour {
     RefuseMutableParametersOnCreate,
     /// NodeUnpublishVolume leaves the target path behind instead of removing it.
     KeepTargetPath,
+    /// CreateVolume answers a 10 MB volume context (no PV that large can be stored).
+    HugeVolumeContext,
+    /// CreateVolume gives volumes ids with control characters (a newline and an ANSI escape).
+    ControlCharVolumeId,
 }
 
 impl Misbehaviour {
     /// All misbehaviours.
-    pub const ALL: [Misbehaviour; 10] = [
+    pub const ALL: [Misbehaviour; 12] = [
         Misbehaviour::NonIdempotentCreate,
         Misbehaviour::DeleteUnknownNotFound,
         Misbehaviour::AcceptBadListToken,
@@ -225,6 +229,8 @@ impl Misbehaviour {
         Misbehaviour::ModifyUnknownVolumeOk,
         Misbehaviour::RefuseMutableParametersOnCreate,
         Misbehaviour::KeepTargetPath,
+        Misbehaviour::HugeVolumeContext,
+        Misbehaviour::ControlCharVolumeId,
     ];
 
     /// The flag spelling, e.g. `non-idempotent-create`.
@@ -240,6 +246,8 @@ impl Misbehaviour {
             Misbehaviour::ModifyUnknownVolumeOk => "modify-unknown-volume-ok",
             Misbehaviour::RefuseMutableParametersOnCreate => "refuse-mutable-parameters-on-create",
             Misbehaviour::KeepTargetPath => "keep-target-path",
+            Misbehaviour::HugeVolumeContext => "huge-volume-context",
+            Misbehaviour::ControlCharVolumeId => "control-char-volume-id",
         }
     }
 

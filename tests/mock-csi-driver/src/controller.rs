@@ -122,7 +122,14 @@ impl Driver {
 
         let seq = store.next_seq();
         let record = VolumeRecord {
-            id: format!("vol-{}", uuid::Uuid::new_v4().simple()),
+            id: if self.faults.misbehaves(Misbehaviour::ControlCharVolumeId) {
+                format!(
+                    "vol-{}\n\u{1b}[31mFAKE LOG LINE",
+                    uuid::Uuid::new_v4().simple()
+                )
+            } else {
+                format!("vol-{}", uuid::Uuid::new_v4().simple())
+            },
             name: req.name.clone(),
             capacity_bytes: size,
             segment: self.config.segment_of(&node),
@@ -161,6 +168,11 @@ impl Driver {
         }
         if self.faults.misbehaves(Misbehaviour::EmptyVolumeId) {
             volume.volume_id.clear();
+        }
+        if self.faults.misbehaves(Misbehaviour::HugeVolumeContext) {
+            volume
+                .volume_context
+                .insert("blob".to_owned(), "x".repeat(10 << 20));
         }
         CreateVolumeResponse {
             volume: Some(volume),
