@@ -302,6 +302,10 @@ async fn api_server_errors_conflicts_and_lost_watches_lose_nothing() {
         if rng.random_bool(0.3) {
             ids.push(faults.add(FaultRule::error(429).retry_after(1).rate(0.3)));
         }
+        if rng.random_bool(0.3) {
+            // Slow responses: a quarter of requests take half a second.
+            ids.push(faults.add(FaultRule::latency(Duration::from_millis(500)).rate(0.25)));
+        }
         traffic(&cluster, &mut rng, round).await;
         tokio::time::sleep(Duration::from_millis(rng.random_range(200..1000))).await;
         // Watches end; sometimes their history is gone too (the sidecar must relist on 410).
@@ -310,6 +314,17 @@ async fn api_server_errors_conflicts_and_lost_watches_lose_nothing() {
         }
         cluster.sim.drop_watches();
         tokio::time::sleep(Duration::from_millis(rng.random_range(200..1000))).await;
+        if rng.random_bool(0.3) {
+            // The API server stops answering for a while (FAULT_PAUSE_SECS, 30 in the long
+            // form), then comes back: the sidecar recovers without a restart.
+            let pause: u64 = std::env::var("FAULT_PAUSE_SECS")
+                .ok()
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(3);
+            cluster.sim.pause();
+            tokio::time::sleep(Duration::from_secs(pause)).await;
+            cluster.sim.resume();
+        }
         for id in ids {
             faults.remove(id);
         }
