@@ -77,9 +77,11 @@ async fn settle_and_check(cluster: &Cluster, drivers: &[&Driver], seed: u64) {
     .await;
     let mut volumes = Vec::new();
     let mut concurrent = Vec::new();
+    let mut delete_calls = Vec::new();
     for driver in drivers {
         let state = driver.state().await;
         concurrent.extend(state.concurrent_creates);
+        delete_calls.extend(state.delete_calls);
         volumes.extend(state.volumes);
     }
     let pvs = json_items(
@@ -113,6 +115,7 @@ async fn settle_and_check(cluster: &Cluster, drivers: &[&Driver], seed: u64) {
             .unwrap()
             .items,
     );
+    let (volume_claims, claim_removals) = cluster.sim.claim_history();
     let violations = invariants::check(&World {
         driver: DRIVER,
         volumes: &volumes,
@@ -122,6 +125,9 @@ async fn settle_and_check(cluster: &Cluster, drivers: &[&Driver], seed: u64) {
         events: &events,
         max_events_per_object: 20,
         concurrent_creates: &concurrent,
+        delete_calls: &delete_calls,
+        volume_claims: &volume_claims,
+        claim_removals: &claim_removals,
     });
     let report: Vec<String> = violations.iter().map(ToString::to_string).collect();
     assert!(
@@ -489,7 +495,8 @@ async fn soak_waves_of_claims_with_a_failing_driver_and_api_server_end_exact() {
         .unwrap_or(120);
     let wave = (total / 10).max(40);
     let cluster = Cluster::start().await;
-    let driver = Driver::start(cluster.dir.path(), "node-1", &[]).await;
+    // Room for every claim the long form keeps (half of 5,000, 1 GiB each).
+    let driver = Driver::start(cluster.dir.path(), "node-1", &["--capacity-total=100Ti"]).await;
     cluster.add_class(&storage_class("fast", &[])).await;
     let sidecar = Sidecar::start(&cluster, &driver, &[]).await;
     sidecar.wait_started().await;
@@ -516,18 +523,43 @@ async fn soak_waves_of_claims_with_a_failing_driver_and_api_server_end_exact() {
         for name in names.iter().filter(|_| rng.random_bool(0.5)) {
             delete_claim(&cluster, name).await;
         }
-        wait_for("the wave to settle", SETTLE, || async {
-            let claims = cluster.pvcs(NS).list(&ListParams::default()).await.ok()?;
-            let pvs = cluster.pvs().list(&ListParams::default()).await.ok()?;
-            let bound = claims.items.iter().all(|c| {
-                c.metadata.deletion_timestamp.is_none()
-                    && c.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound")
-            });
-            let volumes = driver.state().await.volumes.len();
-            (bound && pvs.items.len() == claims.items.len() && volumes == claims.items.len())
-                .then_some(())
-        })
-        .await;
+        let deadline = tokio::time::Instant::now() + SETTLE;
+        loop {
+            let claims = cluster.pvcs(NS).list(&ListParams::default()).await;
+            let pvs = cluster.pvs().list(&ListParams::default()).await;
+            let volumes = driver.state().await.volumes;
+            if let (Ok(claims), Ok(pvs)) = (claims, pvs) {
+                let pending: Vec<String> = claims
+                    .items
+                    .iter()
+                    .filter(|c| {
+                        c.metadata.deletion_timestamp.is_some()
+                            || c.status.as_ref().and_then(|s| s.phase.as_deref()) != Some("Bound")
+                    })
+                    .map(|c| {
+                        format!(
+                            "{} (phase {:?}, deleting {}, finalizers {:?})",
+                            c.metadata.name.as_deref().unwrap_or_default(),
+                            c.status.as_ref().and_then(|s| s.phase.as_deref()),
+                            c.metadata.deletion_timestamp.is_some(),
+                            c.metadata.finalizers
+                        )
+                    })
+                    .collect();
+                let n = claims.items.len();
+                if pending.is_empty() && pvs.items.len() == n && volumes.len() == n {
+                    break;
+                }
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "FAULT_SEED={seed}: wave {n} did not settle within {SETTLE:?}: {} claims, {} PVs, {} volumes; not settled: {pending:#?}",
+                    claims.items.len(),
+                    pvs.items.len(),
+                    volumes.len()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
         rss.push(rss_kib(sidecar.pid().expect("sidecar running")));
         n += 1;
     }

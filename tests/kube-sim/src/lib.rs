@@ -317,6 +317,18 @@ impl Sim {
         }
     }
 
+    /// For the fault suite: the claim UID every CSI volume handle's PV has named, and when each
+    /// claim UID was removed (Unix ms).
+    pub fn claim_history(
+        &self,
+    ) -> (
+        std::collections::BTreeMap<String, String>,
+        std::collections::BTreeMap<String, u64>,
+    ) {
+        let st = self.inner.lock();
+        (st.volume_claims.clone(), st.claim_removals.clone())
+    }
+
     /// Open watch streams right now.
     pub fn open_watches(&self) -> usize {
         self.inner.lock().open_watches()

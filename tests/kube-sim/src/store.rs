@@ -69,6 +69,10 @@ pub struct Store {
     watchers: Vec<Watcher>,
     /// Controllers' feed of committed changes.
     changes: Option<mpsc::UnboundedSender<Arc<Record>>>,
+    /// For the fault suite's "no volume deleted while its claim exists" check: the claim UID each
+    /// CSI volume handle's PV named, and when each claim UID was removed (Unix ms).
+    pub volume_claims: BTreeMap<String, String>,
+    pub claim_removals: BTreeMap<String, u64>,
 }
 
 impl Store {
@@ -80,6 +84,8 @@ impl Store {
             history_window: history_window.max(1),
             watchers: Vec::new(),
             changes: None,
+            volume_claims: BTreeMap::new(),
+            claim_removals: BTreeMap::new(),
         }
     }
 
@@ -152,6 +158,7 @@ impl Store {
                 (EventType::Deleted, Arc::new(last))
             }
         };
+        self.record_claims(storage, kind, &obj);
         let rec = Arc::new(Record {
             rv,
             storage,
@@ -173,6 +180,29 @@ impl Store {
             let _ = tx.send(rec);
         }
         obj
+    }
+
+    fn record_claims(&mut self, storage: &str, kind: EventType, obj: &Value) {
+        match (storage, kind) {
+            ("persistentvolumes", EventType::Added | EventType::Modified) => {
+                let handle = obj
+                    .pointer("/spec/csi/volumeHandle")
+                    .and_then(Value::as_str);
+                let uid = obj.pointer("/spec/claimRef/uid").and_then(Value::as_str);
+                if let (Some(handle), Some(uid)) = (handle, uid) {
+                    self.volume_claims.insert(handle.to_owned(), uid.to_owned());
+                }
+            }
+            ("persistentvolumeclaims", EventType::Deleted) => {
+                if let Some(uid) = obj.pointer("/metadata/uid").and_then(Value::as_str) {
+                    let ms = std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map_or(0, |d| d.as_millis() as u64);
+                    self.claim_removals.insert(uid.to_owned(), ms);
+                }
+            }
+            _ => {}
+        }
     }
 
     /// Registers a watch. With `from = None` the current objects are sent first as

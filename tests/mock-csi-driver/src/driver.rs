@@ -51,6 +51,9 @@ pub struct StateDump {
     /// never do that; upstream issue 1469).
     #[serde(default)]
     pub concurrent_creates: BTreeSet<String>,
+    /// Every DeleteVolume received since start: (volume id, Unix ms at arrival).
+    #[serde(default)]
+    pub delete_calls: Vec<(String, u64)>,
 }
 
 impl StateDump {
@@ -87,6 +90,8 @@ pub struct Driver {
     crash_notify: Notify,
     /// CreateVolume calls outstanding per volume name, and the names that ever had two at once.
     creates: Mutex<(BTreeMap<String, u32>, BTreeSet<String>)>,
+    /// Every DeleteVolume received: (volume id, Unix ms).
+    delete_calls: Mutex<Vec<(String, u64)>>,
 }
 
 /// Held while one CreateVolume call is outstanding (dropped when it is answered or the caller
@@ -126,6 +131,7 @@ impl Driver {
             crashed: AtomicBool::new(false),
             crash_notify: Notify::new(),
             creates: Mutex::new(Default::default()),
+            delete_calls: Mutex::new(Vec::new()),
         })
     }
 
@@ -146,6 +152,18 @@ impl Driver {
             driver: self,
             name: name.to_owned(),
         }
+    }
+
+    /// Records a DeleteVolume as it arrives (before latency or faults), for the check that no
+    /// volume is deleted while its claim exists.
+    pub fn delete_received(&self, volume_id: &str) {
+        let ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        self.delete_calls
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push((volume_id.to_owned(), ms));
     }
 
     /// The store, locked. Every change is followed by [`Driver::persist`] under the same lock, so
@@ -295,6 +313,11 @@ impl Driver {
             snapshots: store.snapshots().cloned().collect(),
             calls: self.faults.calls(),
             switches: self.faults.dump(),
+            delete_calls: self
+                .delete_calls
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone(),
             concurrent_creates: self
                 .creates
                 .lock()

@@ -35,6 +35,12 @@ pub struct World<'a> {
     /// Volume names that had two CreateVolume calls outstanding at once
     /// (`StateDump::concurrent_creates` of every driver instance).
     pub concurrent_creates: &'a [String],
+    /// Every DeleteVolume the driver received: (volume id, Unix ms).
+    pub delete_calls: &'a [(String, u64)],
+    /// From the API server's history: the claim UID each volume handle's PV named, and when each
+    /// claim UID was removed (Unix ms). Empty maps skip the check.
+    pub volume_claims: &'a BTreeMap<String, String>,
+    pub claim_removals: &'a BTreeMap<String, u64>,
 }
 
 /// One broken rule, saying which objects break it.
@@ -58,6 +64,8 @@ pub enum Violation {
     TooManyEvents { object: String, events: usize },
     /// Two CreateVolume calls for one volume name were outstanding at once.
     ConcurrentCreate { name: String },
+    /// DeleteVolume was called while the claim the volume's PV was bound to still existed.
+    DeletedWhileClaimed { id: String, claim_uid: String },
 }
 
 impl fmt::Display for Violation {
@@ -99,6 +107,10 @@ impl fmt::Display for Violation {
                     "two CreateVolume calls for {name} were outstanding at once"
                 )
             }
+            Self::DeletedWhileClaimed { id, claim_uid } => write!(
+                f,
+                "DeleteVolume {id} was called while its claim (UID {claim_uid}) still existed"
+            ),
         }
     }
 }
@@ -267,6 +279,20 @@ pub fn check(world: &World<'_>) -> Vec<Violation> {
             out.push(Violation::TooManyEvents { object, events });
         }
     }
+    // A DeleteVolume sent before the claim was removed (or while it still exists) is data loss.
+    let mut reported = BTreeSet::new();
+    for (id, at) in world.delete_calls {
+        let Some(uid) = world.volume_claims.get(id) else {
+            continue;
+        };
+        let removed = world.claim_removals.get(uid);
+        if removed.is_none_or(|removed| removed > at) && reported.insert(id) {
+            out.push(Violation::DeletedWhileClaimed {
+                id: id.clone(),
+                claim_uid: uid.clone(),
+            });
+        }
+    }
     out.extend(
         world
             .concurrent_creates
@@ -334,7 +360,50 @@ mod tests {
             events,
             max_events_per_object: 2,
             concurrent_creates: &[],
+            delete_calls: &[],
+            volume_claims: &EMPTY_CLAIMS,
+            claim_removals: &EMPTY_REMOVALS,
         }
+    }
+
+    static EMPTY_CLAIMS: BTreeMap<String, String> = BTreeMap::new();
+    static EMPTY_REMOVALS: BTreeMap<String, u64> = BTreeMap::new();
+
+    #[test]
+    fn a_delete_volume_before_its_claim_was_removed_is_a_violation() {
+        let claims = BTreeMap::from([
+            ("v1".to_owned(), "u1".to_owned()),
+            ("v2".to_owned(), "u2".to_owned()),
+            ("v3".to_owned(), "u3".to_owned()),
+        ]);
+        // u1 removed at 100, u2 at 300, u3 never.
+        let removals = BTreeMap::from([("u1".to_owned(), 100), ("u2".to_owned(), 300)]);
+        let calls = [
+            ("v1".to_owned(), 150),
+            ("v2".to_owned(), 200),
+            ("v3".to_owned(), 400),
+            ("v-no-pv".to_owned(), 10),
+        ];
+        let w = World {
+            delete_calls: &calls,
+            volume_claims: &claims,
+            claim_removals: &removals,
+            ..world(&[], &[], &[], &[])
+        };
+        let got = check(&w);
+        assert_eq!(
+            got,
+            [
+                Violation::DeletedWhileClaimed {
+                    id: "v2".into(),
+                    claim_uid: "u2".into()
+                },
+                Violation::DeletedWhileClaimed {
+                    id: "v3".into(),
+                    claim_uid: "u3".into()
+                }
+            ]
+        );
     }
 
     #[test]

@@ -96,6 +96,7 @@ impl controller_server::Controller for Service {
     }
 
     async fn delete_volume(&self, r: Request<DeleteVolumeRequest>) -> Reply<DeleteVolumeResponse> {
+        self.0.delete_received(&r.get_ref().volume_id);
         self.run("DeleteVolume", r, Driver::delete_volume).await
     }
 
