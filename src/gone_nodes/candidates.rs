@@ -16,7 +16,8 @@ pub(crate) enum Skip {
     NotDeletePolicy,
     /// Being deleted without our finalizer: someone else's business (upstream "already handled").
     AlreadyHandled,
-    /// Bound, and `--deleted-node-pvc-cleanup` is off (or the claim reference has no UID).
+    /// Bound, and `--deleted-node-pvc-cleanup` is off (or the claim reference lacks a UID,
+    /// namespace or name).
     BoundClaimKept,
     /// `Pending`, `Available`, `Failed` or no phase.
     NotReleased,
@@ -104,7 +105,10 @@ pub(crate) fn classify(pv: &PersistentVolume, config: &GoneConfig) -> Result<Can
                 claim.and_then(|c| c.name.as_deref()),
                 claim.and_then(|c| c.uid.as_deref()),
             ) {
-                (true, Some(namespace), Some(name), Some(uid)) if !uid.is_empty() => {
+                // Every part non-empty: an empty name would address the whole collection.
+                (true, Some(namespace), Some(name), Some(uid))
+                    if !uid.is_empty() && !namespace.is_empty() && !name.is_empty() =>
+                {
                     Target::Claim(ClaimToDelete {
                         namespace: namespace.to_owned(),
                         name: name.to_owned(),
@@ -135,3 +139,7 @@ pub(crate) fn claim_bond_matches(pv: &PersistentVolume, pvc: &PersistentVolumeCl
         && volume_name.is_some()
         && volume_name == pv.metadata.name.as_deref()
 }
+
+#[cfg(test)]
+#[path = "candidates_props_tests.rs"]
+mod props_tests;

@@ -550,6 +550,15 @@ fn claims_are_deleted_only_when_opted_in_and_the_bond_matches_by_uid() {
     // Opted in.
     let mut cfg = config();
     cfg.pvc_cleanup = true;
+    // A claim reference without a namespace or name would address the whole collection (found
+    // by the property test): kept.
+    for (ns, name) in [("", "data-0"), ("ns", "")] {
+        let odd = released_on("n1", "u1")
+            .phase("Bound")
+            .claim_ref(ns, name, "cu")
+            .build();
+        assert_eq!(classify(&odd, &cfg), Err(Skip::BoundClaimKept));
+    }
     let mut t = NodeGoneTracker::new(cfg);
     let start = t0();
     t.observe(

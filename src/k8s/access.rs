@@ -1,17 +1,22 @@
 //! The start-up RBAC self-check: which permissions this configuration needs ([`needs`], pure),
-//! asked of the API server with one SelfSubjectAccessReview each ([`check`]); every missing one is
+//! asked of the API server ([`check`]): one SelfSubjectRulesReview per namespace involved lists
+//! what is granted ([`granted_by`], pure), and only the needs it does not show are asked one
+//! SelfSubjectAccessReview each (an authorizer that cannot list rules, a webhook, answers
+//! `incomplete`; a denial's reason comes from the access review). Every missing permission is
 //! named in the log, on `/healthz/rbac` and in a Warning event on the sidecar's Pod, with the
 //! ClusterRole (or Role) rule to add ([`rules_to_add`], pure).
 //!
 //! Upstream finds out about a missing permission only when the first request of that kind fails,
-//! often as a retried error on one claim in a verbose log. Asking once at start-up costs about a
-//! dozen small requests, sent on their own client so that they never take the workers' rate budget.
+//! often as a retried error on one claim in a verbose log. Asking at start-up costs one request
+//! per namespace when everything is granted (20 access reviews before the rules review), sent on
+//! their own client so that they never take the workers' rate budget.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use k8s_openapi::api::authorization::v1::{
-    ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
+    ResourceAttributes, ResourceRule, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
+    SelfSubjectRulesReview, SelfSubjectRulesReviewSpec,
 };
 use kube::Api;
 use kube::api::PostParams;
@@ -246,13 +251,79 @@ pub(crate) fn rules_to_add(missing: &[Missing]) -> String {
     out
 }
 
-/// Asks the API server about each need (concurrently); returns the denied ones.
+/// Whether `rules` (a rules review's answer for the need's namespace) grant `need`: a rule naming
+/// its group, resource and verb (or `*`) without restricting resource names. Cluster-scoped needs
+/// are read from the same answer, which lists the ClusterRoles' rules with the namespace's Roles.
+pub(crate) fn granted_by(rules: &[ResourceRule], need: &Need) -> bool {
+    let has = |list: Option<&Vec<String>>, want: &str| {
+        list.is_some_and(|l| l.iter().any(|v| v == "*" || v == want))
+    };
+    rules.iter().any(|rule| {
+        rule.verbs.iter().any(|v| v == "*" || v == need.verb)
+            && has(rule.api_groups.as_ref(), need.group)
+            && has(rule.resources.as_ref(), need.resource)
+            && rule.resource_names.as_ref().is_none_or(Vec::is_empty)
+    })
+}
+
+/// The namespaces to ask a rules review for: every namespace of a namespaced need, or `default`
+/// when all needs are cluster-wide (any namespace lists the cluster-wide rules).
+fn review_namespaces(needs: &[Need]) -> Vec<String> {
+    let mut namespaces: Vec<String> = needs.iter().filter_map(|n| n.namespace.clone()).collect();
+    namespaces.sort();
+    namespaces.dedup();
+    if namespaces.is_empty() {
+        namespaces.push("default".to_owned());
+    }
+    namespaces
+}
+
+/// The rules granted in `namespace` per a rules review; `None` when the API server does not
+/// answer one (older servers, a refusal): every need is then asked with an access review.
+async fn rules_in(client: &kube::Client, namespace: &str) -> Option<Vec<ResourceRule>> {
+    let review = SelfSubjectRulesReview {
+        spec: SelfSubjectRulesReviewSpec {
+            namespace: Some(namespace.to_owned()),
+        },
+        ..Default::default()
+    };
+    match Api::<SelfSubjectRulesReview>::all(client.clone())
+        .create(&PostParams::default(), &review)
+        .await
+    {
+        Ok(answer) => answer.status.map(|s| s.resource_rules),
+        Err(error) => {
+            tracing::debug!(%error, namespace, "SelfSubjectRulesReview not answered; asking per permission");
+            None
+        }
+    }
+}
+
+/// Asks the API server about each need: the needs a rules review shows granted are done, the
+/// others get an access review each (concurrently). Returns the denied ones.
 pub(crate) async fn check(
     client: &kube::Client,
     needs: &[Need],
 ) -> Result<Vec<Missing>, kube::Error> {
+    let namespaces = review_namespaces(needs);
+    let answers = futures::future::join_all(namespaces.iter().map(|ns| rules_in(client, ns))).await;
+    let rules: BTreeMap<&str, Vec<ResourceRule>> = namespaces
+        .iter()
+        .zip(answers)
+        .filter_map(|(ns, rules)| Some((ns.as_str(), rules?)))
+        .collect();
+    let shown = |need: &Need| {
+        let namespace = need
+            .namespace
+            .as_deref()
+            .unwrap_or_else(|| namespaces[0].as_str());
+        rules
+            .get(namespace)
+            .is_some_and(|rules| granted_by(rules, need))
+    };
+    let unproven: Vec<&Need> = needs.iter().filter(|n| !shown(n)).collect();
     let api = Api::<SelfSubjectAccessReview>::all(client.clone());
-    let reviews = needs.iter().map(|need| {
+    let reviews = unproven.into_iter().map(|need| {
         let api = api.clone();
         async move {
             let review = SelfSubjectAccessReview {
@@ -336,6 +407,52 @@ mod tests {
             },
             reason: String::new(),
         }
+    }
+
+    fn rule(groups: &[&str], resources: &[&str], verbs: &[&str], names: &[&str]) -> ResourceRule {
+        let owned = |l: &[&str]| l.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+        ResourceRule {
+            api_groups: Some(owned(groups)),
+            resources: Some(owned(resources)),
+            verbs: owned(verbs),
+            resource_names: (!names.is_empty()).then(|| owned(names)),
+        }
+    }
+
+    #[test]
+    fn a_rules_review_grants_what_a_rule_names_or_wildcards_and_nothing_narrower() {
+        let need = |group, resource, verb| Need {
+            group,
+            resource,
+            verb,
+            namespace: None,
+            purpose: "test",
+        };
+        let pv_create = need("", "persistentvolumes", "create");
+        let lease_update = need("coordination.k8s.io", "leases", "update");
+        assert!(granted_by(&[rule(&[""], &["persistentvolumes"], &["get", "create"], &[])], &pv_create));
+        assert!(granted_by(&[rule(&["*"], &["*"], &["*"], &[])], &lease_update));
+        // Another group, another verb, a subresource, or only some names: not shown granted.
+        assert!(!granted_by(&[rule(&["storage.k8s.io"], &["persistentvolumes"], &["*"], &[])], &pv_create));
+        assert!(!granted_by(&[rule(&[""], &["persistentvolumes"], &["get"], &[])], &pv_create));
+        assert!(!granted_by(&[rule(&[""], &["persistentvolumes/status"], &["create"], &[])], &pv_create));
+        assert!(!granted_by(
+            &[rule(&["coordination.k8s.io"], &["leases"], &["update"], &["my-lease"])],
+            &lease_update
+        ));
+        assert!(!granted_by(&[], &pv_create));
+    }
+
+    #[test]
+    fn rules_are_asked_once_per_namespace_of_the_needs() {
+        let all = needs(&Features {
+            leader_election_namespace: Some("kube-system".into()),
+            ledger_namespace: Some("kube-system".into()),
+            capacity_namespace: Some("csi".into()),
+            ..Features::default()
+        });
+        assert_eq!(review_namespaces(&all), ["csi", "kube-system"]);
+        assert_eq!(review_namespaces(&needs(&Features::default())), ["default"]);
     }
 
     #[test]

@@ -127,6 +127,8 @@ pub(crate) struct Book {
     dirty: Vec<bool>,
     /// Per shard: its number of entries.
     counts: Vec<usize>,
+    /// A removal that must not wait for [`store::LAZY_FLUSH`] (see [`Book::forget_promptly`]).
+    prompt: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -242,6 +244,17 @@ impl Book {
         true
     }
 
+    /// Drops `volume`'s entry and asks for a write now rather than lazily. For a PV with reclaim
+    /// `Retain`: a crash before the removal is written leaves an entry a restarted resolver sees
+    /// with no PV (an admin may delete a kept PV while the sidecar is down) and no claim, and it
+    /// cannot tell that from a volume whose PV was never made, so it deletes the volume. With
+    /// `Delete`, that DeleteVolume only repeats the reclaim's, so the lazy write is fine there.
+    pub(crate) fn forget_promptly(&mut self, volume: &str) -> bool {
+        let removed = self.forget(volume);
+        self.prompt |= removed;
+        removed
+    }
+
     /// The entry of `volume`.
     #[cfg(test)]
     pub(crate) fn get(&self, volume: &str) -> Option<&Entry> {
@@ -258,9 +271,10 @@ impl Book {
         self.entries.len()
     }
 
-    /// Whether an entry waits for a commit (an addition or change, not only a removal).
+    /// Whether a write is due now: an entry waits for a commit (an addition or change), or a
+    /// removal asked for a prompt write. Other removals wait for [`store::LAZY_FLUSH`].
     pub(crate) fn has_uncommitted(&self) -> bool {
-        self.entries.values().any(|s| !s.committed)
+        self.prompt || self.entries.values().any(|s| !s.committed)
     }
 
     /// Whether any shard needs a write.
@@ -271,6 +285,7 @@ impl Book {
     /// What the next commit writes: per dirty shard, its full content. Clears the dirty flags;
     /// [`Book::committed`] or [`Book::failed`] must follow.
     pub(crate) fn take_commit(&mut self) -> Commit {
+        self.prompt = false;
         let mut shards = Vec::new();
         for (shard, dirty) in self.dirty.iter_mut().enumerate() {
             if !std::mem::take(dirty) {
@@ -306,6 +321,9 @@ impl Book {
     pub(crate) fn failed(&mut self, shard: usize) {
         self.grow(shard);
         self.dirty[shard] = true;
+        // Retried after the failure pause, not [`store::LAZY_FLUSH`]: the write may carry a
+        // prompt removal.
+        self.prompt = true;
     }
 
     /// A shard as the API server has it after a conflict: entries of it this process does not

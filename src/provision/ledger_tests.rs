@@ -65,6 +65,26 @@ fn one_commit_carries_every_pending_entry_and_a_committed_one_needs_no_write() {
 }
 
 #[test]
+fn a_retained_volumes_removal_is_written_at_once_and_others_wait() {
+    let mut book = Book::default();
+    book.record(entry("pvc-1"));
+    book.record(entry("pvc-2"));
+    let commit = book.take_commit();
+    let written = decode(&commit.shards[0].content).expect("valid");
+    book.committed(&commit.shards[0], &written);
+    assert!(book.forget("pvc-1"));
+    assert!(!book.has_uncommitted(), "a Delete PV's removal may wait");
+    assert!(book.forget_promptly("pvc-2"));
+    assert!(book.has_uncommitted(), "a Retain PV's removal is due now");
+    let commit = book.take_commit();
+    assert_eq!(decode(&commit.shards[0].content).expect("valid"), vec![]);
+    assert!(!book.has_uncommitted());
+    // A failed write of it is retried promptly too.
+    book.failed(commit.shards[0].shard);
+    assert!(book.has_uncommitted());
+}
+
+#[test]
 fn an_entry_changed_during_its_commit_stays_uncommitted() {
     let mut book = Book::default();
     book.record(entry("pvc-1"));

@@ -476,3 +476,7 @@ fn parse_go_uint32(s: &str) -> Option<u32> {
 #[cfg(test)]
 #[path = "topology_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "topology_props_tests.rs"]
+mod props_tests;

@@ -211,7 +211,11 @@ pub(super) async fn provision(
     }
     ctx.capacity.volume_changed(&pv);
     state.memory().provisioned(&key);
-    state.ledger.forget(&plan.volume_name);
+    if plan.pv.reclaim_policy.as_deref() == Some("Retain") {
+        state.ledger.forget_promptly(&plan.volume_name);
+    } else {
+        state.ledger.forget(&plan.volume_name);
+    }
     if plan::has_intent(&claim) {
         finish_intent(state, &claim, &plan.volume_name).await?;
     }

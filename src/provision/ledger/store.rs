@@ -185,8 +185,23 @@ impl Ledger {
 
     /// Drops `volume`'s entry: its PV exists, or the volume was deleted. Written lazily.
     pub(crate) fn forget(&self, volume: &str) {
+        self.forget_with(volume, false);
+    }
+
+    /// Drops `volume`'s entry after its PV was created with reclaim `Retain`: written at once
+    /// (see [`super::Book::forget_promptly`]).
+    pub(crate) fn forget_promptly(&self, volume: &str) {
+        self.forget_with(volume, true);
+    }
+
+    fn forget_with(&self, volume: &str, prompt: bool) {
         let mut state = lock(&self.0.state);
-        if state.book.forget(volume) {
+        let removed = if prompt {
+            state.book.forget_promptly(volume)
+        } else {
+            state.book.forget(volume)
+        };
+        if removed {
             self.publish(&state.book);
             drop(state);
             self.0.wake.notify_one();

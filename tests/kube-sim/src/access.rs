@@ -1,5 +1,5 @@
-//! SelfSubjectAccessReview: the simulator has no authorizer, so a review is answered from the
-//! fault rules. A standing 403 rule (no `count`, no `rate`) on a verb and resource is how a test
+//! SelfSubjectAccessReview and SelfSubjectRulesReview: the simulator has no authorizer, so a
+//! review is answered from the fault rules. A standing 403 rule (no `count`, no `rate`) on a verb and resource is how a test
 //! says "this identity lacks that permission": the requests themselves are refused by the rule, and
 //! a review of the same verb and resource answers `allowed: false`, as a real RBAC denial would.
 
@@ -33,5 +33,38 @@ pub(crate) fn review(faults: &Faults, mut body: Value) -> Result<Value, ApiError
     body["status"] = status;
     body["apiVersion"] = json!("authorization.k8s.io/v1");
     body["kind"] = json!("SelfSubjectAccessReview");
+    Ok(body)
+}
+
+/// The answered rules review. Without standing 403 rules everything is allowed (one wildcard
+/// rule). With them the rules are reported `incomplete` and empty, as an authorizer that cannot
+/// list its rules (a webhook) does: the client must ask with access reviews, which know the
+/// denials.
+pub(crate) fn rules_review(faults: &Faults, mut body: Value) -> Result<Value, ApiError> {
+    let namespace = body
+        .pointer("/spec/namespace")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    if namespace.is_empty() {
+        return Err(ApiError::bad_request(
+            "SelfSubjectRulesReview: spec.namespace: Required value: no namespace on request",
+        ));
+    }
+    body["status"] = if faults.has_denials() {
+        json!({
+            "resourceRules": [],
+            "nonResourceRules": [],
+            "incomplete": true,
+            "evaluationError": "kube-sim lists no rules while a standing 403 rule denies something",
+        })
+    } else {
+        json!({
+            "resourceRules": [{"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"]}],
+            "nonResourceRules": [{"verbs": ["*"], "nonResourceURLs": ["*"]}],
+            "incomplete": false,
+        })
+    };
+    body["apiVersion"] = json!("authorization.k8s.io/v1");
+    body["kind"] = json!("SelfSubjectRulesReview");
     Ok(body)
 }

@@ -119,9 +119,14 @@ impl Counters {
             .iter()
             .map(|v| self.count(Some(v), resource, None))
             .sum();
-        // A SelfSubjectAccessReview is a POST that is answered, never stored: not a write.
+        // A SelfSubjectAccessReview (or RulesReview) is a POST that is answered, never stored:
+        // not a write.
         match resource {
-            None => writes - self.count(Some("create"), Some(crate::resources::SSAR), None),
+            None => {
+                writes
+                    - self.count(Some("create"), Some(crate::resources::SSAR), None)
+                    - self.count(Some("create"), Some(crate::resources::SSRR), None)
+            }
             Some(_) => writes,
         }
     }

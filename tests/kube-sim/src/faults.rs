@@ -160,8 +160,17 @@ impl Faults {
         self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Whether any standing 403 rule exists (see [`Faults::denial`]).
+    pub(crate) fn has_denials(&self) -> bool {
+        self.lock()
+            .rules
+            .iter()
+            .any(|e| e.rule.status == Some(403) && e.rule.count.is_none() && e.rule.rate.is_none())
+    }
+
     /// The message of a standing 403 rule (no `count`, no `rate`) matching the request, if any:
     /// what a SelfSubjectAccessReview of it answers as the reason of a denial.
+
     pub(crate) fn denial(&self, verb: &str, resource: &str, name: &str) -> Option<String> {
         self.lock()
             .rules

@@ -74,6 +74,8 @@ pub const NAMESPACES: &str = "namespaces";
 pub const EVENTS: &str = "events";
 pub const STORAGE_CLASSES: &str = "storageclasses";
 pub const SSAR: &str = "selfsubjectaccessreviews";
+/// SelfSubjectRulesReview (answered like [`SSAR`], never stored).
+pub const SSRR: &str = "selfsubjectrulesreviews";
 
 pub static RESOURCES: &[ResourceDef] = &[
     def(
@@ -150,6 +152,15 @@ pub static RESOURCES: &[ResourceDef] = &[
         "SelfSubjectAccessReview",
         SSAR,
         "selfsubjectaccessreview",
+        false,
+        false,
+        &[],
+    ),
+    def(
+        "authorization.k8s.io",
+        "SelfSubjectRulesReview",
+        SSRR,
+        "selfsubjectrulesreview",
         false,
         false,
         &[],

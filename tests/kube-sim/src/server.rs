@@ -459,6 +459,10 @@ fn serve(
             let review = crate::access::review(&inner.faults, parse_body()?)?;
             Ok(json_response(201, &review))
         }
+        "create" if rd.plural == crate::resources::SSRR => {
+            let review = crate::access::rules_review(&inner.faults, parse_body()?)?;
+            Ok(json_response(201, &review))
+        }
         "create" => {
             if r.name.is_some() {
                 return Err(ApiError::method_not_allowed());
