@@ -733,10 +733,18 @@ async fn hostile_objects_and_driver_answers_get_a_clear_event_and_leak_nothing()
         "a secret value reached an event"
     );
     // The unclaimed PV was neither deleted nor given the finalizer (it is not bound), and its
-    // volume was never asked to go; once the admin deletes it, it is gone at once.
+    // volume was never asked to go; once the admin deletes it, it goes.
     let kept = cluster.pvs().get("unclaimed").await.unwrap();
     assert!(kept.metadata.deletion_timestamp.is_none());
-    assert_eq!(kept.metadata.finalizers.unwrap_or_default(), Vec::<String>::new());
+    assert!(
+        !kept
+            .metadata
+            .finalizers
+            .unwrap_or_default()
+            .iter()
+            .any(|f| f == "external-provisioner.volume.kubernetes.io/finalizer"),
+        "the deletion-protection finalizer on a PV that was never bound"
+    );
     assert!(
         !driver
             .state()
