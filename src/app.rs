@@ -302,20 +302,32 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         });
     }
 
-    let provision = crate::provision::controller::run(
-        ctx.clone(),
-        watches.pvcs.subscribe(),
-        watches.pvs.subscribe(),
-        watches.classes.subscribe(),
-        shutdown.clone(),
+    // The controllers run on the worker pool, where the connections that feed their watches are
+    // read: polled from this (main) thread, every watch event and API answer cost a cross-thread
+    // wake-up.
+    let provision = on_workers(
+        "provisioning",
+        crate::provision::controller::run(
+            ctx.clone(),
+            watches.pvcs.subscribe(),
+            watches.pvs.subscribe(),
+            watches.classes.subscribe(),
+            shutdown.clone(),
+        ),
     );
-    let reclaim = crate::reclaim::controller::run(
-        ctx.clone(),
-        watches.pvs.subscribe(),
-        watches.pvcs.subscribe(),
-        shutdown.clone(),
+    let reclaim = on_workers(
+        "reclaim",
+        crate::reclaim::controller::run(
+            ctx.clone(),
+            watches.pvs.subscribe(),
+            watches.pvcs.subscribe(),
+            shutdown.clone(),
+        ),
     );
-    let gone = crate::gone_nodes::controller::run(ctx.clone(), shutdown.clone());
+    let gone = on_workers(
+        "deleted-node clean-up",
+        crate::gone_nodes::controller::run(ctx.clone(), shutdown.clone()),
+    );
     let capacity = async {
         if let Some(capacity) = capacity {
             capacity.run(ctx.clone(), shutdown.clone()).await;
@@ -337,9 +349,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
             // On the worker pool, next to the connection reading the Pod watch: 100,000 Pods
             // streamed to the main thread cost one cross-thread wake-up each (7x the CPU).
             let task = crate::unused::controller::run(ctx.clone(), claims, shutdown.clone());
-            if let Err(e) = tokio::spawn(task).await {
-                warn!("unused-claim tracking stopped: {e}");
-            }
+            on_workers("unused-claim tracking", task).await;
         }
     };
     let audit = async {
@@ -525,5 +535,18 @@ mod tests {
         assert!(parts[1].parse::<u32>().unwrap() < 10_000);
         assert_eq!(parts[2], "drv.example.com");
         assert!(provisioner_identity("d", Some("n1")).ends_with("-d-n1"));
+    }
+}
+
+/// Runs `task` on the worker pool and waits for it; a panic in it is a panic here (the process
+/// must not go on without one of its controllers).
+async fn on_workers<F>(what: &'static str, task: F)
+where
+    F: std::future::Future<Output = ()> + Send + 'static,
+{
+    match tokio::spawn(task).await {
+        Ok(()) => {}
+        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+        Err(e) => warn!("{what} stopped: {e}"),
     }
 }

@@ -573,7 +573,10 @@ async fn soak_waves_of_claims_with_a_failing_driver_and_api_server_end_exact() {
     println!("soak: {total} claims in {n} waves, sidecar RSS per wave (KiB): {rss:?}");
     // Flat: the second wave is the first with the same number of objects (the first holds only
     // half as many); the last holds no more than it plus room for allocator noise.
-    let (base, last) = (rss[1.min(rss.len() - 1)], *rss.last().expect("one wave at least"));
+    let (base, last) = (
+        rss[1.min(rss.len() - 1)],
+        *rss.last().expect("one wave at least"),
+    );
     assert!(
         last <= base + base / 4 + 4 * 1024,
         "FAULT_SEED={seed}: RSS grew across waves: {rss:?} KiB"

@@ -127,8 +127,14 @@ async fn with_every_permission_granted_the_check_passes_quietly() {
         .sim
         .counters()
         .agent(|agent| agent.starts_with("csi-provisioner/"));
-    assert_eq!(ours.count(Some("create"), Some("selfsubjectrulesreviews"), None), 1);
-    assert_eq!(ours.count(Some("create"), Some("selfsubjectaccessreviews"), None), 0);
+    assert_eq!(
+        ours.count(Some("create"), Some("selfsubjectrulesreviews"), None),
+        1
+    );
+    assert_eq!(
+        ours.count(Some("create"), Some("selfsubjectaccessreviews"), None),
+        0
+    );
 }
 
 /// API group of each resource the sidecar may touch.

@@ -26,35 +26,60 @@ struct Shape {
 
 fn arb_shape() -> impl Strategy<Value = Shape> {
     let segment = (
-        prop::sample::select(vec![HOSTNAME_LABEL, "topology.kubernetes.io/zone", "example.com/rack"]),
+        prop::sample::select(vec![
+            HOSTNAME_LABEL,
+            "topology.kubernetes.io/zone",
+            "example.com/rack",
+        ]),
         prop::sample::select(vec!["node-1", "node-2", "zone-a", ""]),
     );
     (
         prop::option::weighted(0.9, prop::sample::select(vec![DRIVER, DRIVER, "other.csi"])),
-        prop::option::weighted(0.9, prop::sample::select(vec!["Delete", "Delete", "Retain", "Recycle"])),
-        prop::option::weighted(0.9, prop::sample::select(vec!["Released", "Bound", "Available", "Pending", "Failed"])),
+        prop::option::weighted(
+            0.9,
+            prop::sample::select(vec!["Delete", "Delete", "Retain", "Recycle"]),
+        ),
+        prop::option::weighted(
+            0.9,
+            prop::sample::select(vec!["Released", "Bound", "Available", "Pending", "Failed"]),
+        ),
         any::<bool>(),
         prop::bool::weighted(0.3),
-        prop::option::weighted(0.7, (
-            prop::sample::select(vec!["ns", ""]),
-            prop::sample::select(vec!["claim", ""]),
-            prop::sample::select(vec!["uid-1", ""]),
-        )),
+        prop::option::weighted(
+            0.7,
+            (
+                prop::sample::select(vec!["ns", ""]),
+                prop::sample::select(vec!["claim", ""]),
+                prop::sample::select(vec!["uid-1", ""]),
+            ),
+        ),
         prop::collection::vec(prop::collection::vec(segment, 0..3), 0..3),
         any::<bool>(),
         any::<bool>(),
     )
-        .prop_map(|(driver, reclaim, phase, finalizer, deleting, claim, affinity, node_mode, pvc_cleanup)| Shape {
-            driver,
-            reclaim,
-            phase,
-            finalizer,
-            deleting,
-            claim,
-            affinity,
-            node_mode,
-            pvc_cleanup,
-        })
+        .prop_map(
+            |(
+                driver,
+                reclaim,
+                phase,
+                finalizer,
+                deleting,
+                claim,
+                affinity,
+                node_mode,
+                pvc_cleanup,
+            )| Shape {
+                driver,
+                reclaim,
+                phase,
+                finalizer,
+                deleting,
+                claim,
+                affinity,
+                node_mode,
+                pvc_cleanup,
+            },
+        )
 }
 
 fn build(shape: &Shape) -> PersistentVolume {

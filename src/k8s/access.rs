@@ -430,14 +430,39 @@ mod tests {
         };
         let pv_create = need("", "persistentvolumes", "create");
         let lease_update = need("coordination.k8s.io", "leases", "update");
-        assert!(granted_by(&[rule(&[""], &["persistentvolumes"], &["get", "create"], &[])], &pv_create));
-        assert!(granted_by(&[rule(&["*"], &["*"], &["*"], &[])], &lease_update));
+        assert!(granted_by(
+            &[rule(&[""], &["persistentvolumes"], &["get", "create"], &[])],
+            &pv_create
+        ));
+        assert!(granted_by(
+            &[rule(&["*"], &["*"], &["*"], &[])],
+            &lease_update
+        ));
         // Another group, another verb, a subresource, or only some names: not shown granted.
-        assert!(!granted_by(&[rule(&["storage.k8s.io"], &["persistentvolumes"], &["*"], &[])], &pv_create));
-        assert!(!granted_by(&[rule(&[""], &["persistentvolumes"], &["get"], &[])], &pv_create));
-        assert!(!granted_by(&[rule(&[""], &["persistentvolumes/status"], &["create"], &[])], &pv_create));
         assert!(!granted_by(
-            &[rule(&["coordination.k8s.io"], &["leases"], &["update"], &["my-lease"])],
+            &[rule(
+                &["storage.k8s.io"],
+                &["persistentvolumes"],
+                &["*"],
+                &[]
+            )],
+            &pv_create
+        ));
+        assert!(!granted_by(
+            &[rule(&[""], &["persistentvolumes"], &["get"], &[])],
+            &pv_create
+        ));
+        assert!(!granted_by(
+            &[rule(&[""], &["persistentvolumes/status"], &["create"], &[])],
+            &pv_create
+        ));
+        assert!(!granted_by(
+            &[rule(
+                &["coordination.k8s.io"],
+                &["leases"],
+                &["update"],
+                &["my-lease"]
+            )],
             &lease_update
         ));
         assert!(!granted_by(&[], &pv_create));

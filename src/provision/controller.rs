@@ -545,7 +545,15 @@ async fn reconcile_claim(
         ClaimDecision::CleanupIntent(cleanup) => cleanup_intent(&state, &pvc, *cleanup).await,
         ClaimDecision::FinishIntent { volume_name } => {
             state.memory().unpin(&key);
-            finish_intent_read_first(&state, &pvc, &volume_name).await?;
+            if state
+                .memory()
+                .finished_intent_recently(&key, Instant::now())
+            {
+                // This process removed it right after creating the PV: the cache is behind.
+                debug!(claim = %claim_name(&pvc), volume = %volume_name, "intent already removed by this process; waiting for the cache");
+            } else {
+                finish_intent_read_first(&state, &pvc, &volume_name).await?;
+            }
             Ok(Action::await_change())
         }
         ClaimDecision::IntentOnGoneNode { volume_name, node } => {

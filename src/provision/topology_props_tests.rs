@@ -38,10 +38,7 @@ fn arb_world() -> impl Strategy<Value = World> {
     (
         prop::collection::vec((labels, keys), 0..5),
         prop::collection::vec(
-            prop::collection::vec(
-                (0..KEYS.len(), prop::collection::vec(value, 0..3)),
-                0..3,
-            ),
+            prop::collection::vec((0..KEYS.len(), prop::collection::vec(value, 0..3)), 0..3),
             0..3,
         ),
         prop::option::of(0..6usize),

@@ -218,6 +218,7 @@ pub(super) async fn provision(
     }
     if plan::has_intent(&claim) {
         finish_intent(state, &claim, &plan.volume_name).await?;
+        state.memory().intent_finished(&key);
     }
     super::data_source::release_snapshot(state, pvc).await;
     ctx.events.emit(
