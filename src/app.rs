@@ -302,32 +302,20 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         });
     }
 
-    // The controllers run on the worker pool, where the connections that feed their watches are
-    // read: polled from this (main) thread, every watch event and API answer cost a cross-thread
-    // wake-up.
-    let provision = on_workers(
-        "provisioning",
-        crate::provision::controller::run(
-            ctx.clone(),
-            watches.pvcs.subscribe(),
-            watches.pvs.subscribe(),
-            watches.classes.subscribe(),
-            shutdown.clone(),
-        ),
+    let provision = crate::provision::controller::run(
+        ctx.clone(),
+        watches.pvcs.subscribe(),
+        watches.pvs.subscribe(),
+        watches.classes.subscribe(),
+        shutdown.clone(),
     );
-    let reclaim = on_workers(
-        "reclaim",
-        crate::reclaim::controller::run(
-            ctx.clone(),
-            watches.pvs.subscribe(),
-            watches.pvcs.subscribe(),
-            shutdown.clone(),
-        ),
+    let reclaim = crate::reclaim::controller::run(
+        ctx.clone(),
+        watches.pvs.subscribe(),
+        watches.pvcs.subscribe(),
+        shutdown.clone(),
     );
-    let gone = on_workers(
-        "deleted-node clean-up",
-        crate::gone_nodes::controller::run(ctx.clone(), shutdown.clone()),
-    );
+    let gone = crate::gone_nodes::controller::run(ctx.clone(), shutdown.clone());
     let capacity = async {
         if let Some(capacity) = capacity {
             capacity.run(ctx.clone(), shutdown.clone()).await;
