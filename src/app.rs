@@ -380,10 +380,8 @@ fn spawn_rbac_self_check(
             .enabled
             .then(|| std::env::var("NAMESPACE").ok())
             .flatten(),
-        ledger_namespace: config
-            .node_deployment
-            .is_none()
-            .then(|| crate::provision::controller::ledger_namespace(config)),
+        ledger_namespace: Some(crate::provision::controller::ledger_namespace(config)),
+        node_ledgers: config.node_deployment.is_some(),
         pods: config.operator.track_unused_claims,
     };
     tokio::spawn(async move {

@@ -221,14 +221,19 @@ async fn delayed_binding_each_claim_is_provisioned_by_its_selected_nodes_instanc
             m.node
         );
     }
-    // Each instance removed its own intent right after creating the PV and knows it: a cached
-    // claim still showing the intent is not read again to find out.
-    let claim_reads = cluster
+    // Each instance records its intents in its own node's ledger: no claim is read or written.
+    let ours = cluster
         .sim
         .counters()
-        .agent(|agent| agent.starts_with("csi-provisioner/"))
-        .count(Some("get"), Some("persistentvolumeclaims"), None);
-    assert_eq!(claim_reads, 0, "claim GETs by the instances");
+        .agent(|agent| agent.starts_with("csi-provisioner/"));
+    for verb in ["get", "patch", "update"] {
+        assert_eq!(
+            ours.count(Some(verb), Some("persistentvolumeclaims"), None),
+            0,
+            "claim {verb}s by the instances"
+        );
+    }
+    assert!(ours.count(Some("create"), Some("leases"), None) >= 1);
 }
 
 #[tokio::test]
@@ -254,9 +259,18 @@ async fn immediate_binding_with_upstreams_cluster_role_still_has_one_winner_per_
         .sim
         .counters()
         .get("update", "persistentvolumeclaims", 200);
+    // The selected node; the intent is in each node's ledger, not on the claim.
     assert!(
-        updates >= 9 * 3,
-        "selected node, intent and its removal written with update for each claim: {updates}"
+        updates >= 9,
+        "selected node written with update for each claim: {updates}"
+    );
+    assert!(
+        cluster
+            .sim
+            .counters()
+            .count(Some("create"), Some("leases"), None)
+            >= 1,
+        "intents recorded in the nodes' ledgers"
     );
 }
 
@@ -411,7 +425,8 @@ async fn when_the_first_ranked_instance_does_not_act_the_next_one_answers_after_
 }
 
 /// Claim `data` (class `local`) selected to node-a, whose driver creates the volume but never
-/// answers in time, so the claim keeps its provisioning intent; then node-a goes away for good.
+/// answers in time, so node-a's intent ledger keeps the claim's entry; then node-a goes away for
+/// good.
 async fn in_flight_on_a_lost_node(cluster: &Cluster, members: &mut [Member]) {
     members[0]
         .driver
@@ -426,39 +441,35 @@ async fn in_flight_on_a_lost_node(cluster: &Cluster, members: &mut [Member]) {
     cluster.claim_of_class(NS, "data", "local", "1Gi").await;
     cluster.schedule(NS, "pod-data", "data", "node-a").await;
     members[0].driver.wait_volumes(1).await;
-    wait_for("the claim's provisioning intent", DEADLINE, || async {
-        let pvc = cluster.pvcs(NS).get("data").await.ok()?;
-        pvc.metadata
+    cluster.wait_intent(NS, "data", true).await;
+    let claim = cluster.pvcs(NS).get("data").await.unwrap();
+    assert!(
+        !claim
+            .metadata
             .finalizers
             .unwrap_or_default()
             .iter()
-            .any(|f| f == "csi-provisioner.rs/provisioning-intent")
-            .then_some(())
-    })
-    .await;
+            .any(|f| f == "csi-provisioner.rs/provisioning-intent"),
+        "node mode records the intent in the node's ledger, not on the claim"
+    );
     delete_pod(cluster, "data").await;
     lose_node(cluster, &mut members[0]).await;
 }
 
 #[tokio::test]
-async fn a_claim_deleted_mid_provisioning_on_a_node_that_then_vanished_goes_after_the_grace_period()
-{
+async fn a_claim_deleted_mid_provisioning_on_a_node_that_then_vanished_goes_at_once_and_its_ledger_after_the_grace_period()
+ {
     let cluster = Cluster::start().await;
     let mut members = local_fleet(&cluster, &["--deleted-node-grace-period=4s"]).await;
     in_flight_on_a_lost_node(&cluster, &mut members).await;
 
-    // Nobody can clean up on node-a; the claim still goes.
+    // Nothing holds the claim (the intent is in node-a's ledger, not on it): it goes at once.
     cluster.delete_pvc_and_wait(NS, "data").await;
-    let message = cluster
-        .wait_claim_event(NS, "data", GONE, "node \"node-a\"")
-        .await;
-    assert!(message.contains("intent is removed"), "{message}");
-    assert_eq!(
-        cluster
-            .event_count("PersistentVolumeClaim", NS, "data", GONE)
-            .await,
-        1,
-        "exactly one instance acted"
+    // Nobody can clean up on node-a: after the grace period its ledger goes, volume unasked.
+    cluster.wait_intent(NS, "data", false).await;
+    assert!(
+        cluster.ledger_entries().await.is_empty(),
+        "node-a's ledger removed, the others hold nothing"
     );
     for m in survivors(&members) {
         assert_eq!(m.driver.state().await.calls("DeleteVolume"), 0);

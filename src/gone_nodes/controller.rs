@@ -30,7 +30,8 @@ use kube::{Api, ResourceExt};
 use tracing::{Instrument, debug, info, info_span, warn};
 
 use super::candidates::{claim_bond_matches, classify};
-use super::discover::{Lists, NodeView, StillMissing, label_unlabelled, list_page};
+use super::discover::{Lists, NodeView, StillMissing, fingerprint, label_unlabelled, list_page};
+use super::ledgers::GoneLedgers;
 use super::policy::{self, GoneConfig, Now, check_interval};
 use super::tracker::{CancelReason, GoneAction, GonePlan, Lookup, NodeGoneTracker};
 use crate::k8s::events::{EventSpec, reference_to};
@@ -105,6 +106,8 @@ struct Janitor {
     store: Option<Store<Lean<PersistentVolume>>>,
     /// Node mode: what the label-selected lists of missing nodes' PVs remember between passes.
     lists: Option<Lists>,
+    /// Node mode: the intent ledgers of missing nodes.
+    ledgers: GoneLedgers,
     /// Fingerprint of the Node and CSINode caches at the last pass.
     fingerprint: u64,
     /// Whether the last pass was ranked (logs the hand-overs).
@@ -142,6 +145,7 @@ impl Janitor {
             interval,
             store,
             lists,
+            ledgers: GoneLedgers::default(),
             fingerprint: 0,
             ranked: None,
         };
@@ -233,6 +237,21 @@ impl Janitor {
         let keys = self.tracker.config().per_node_keys.clone();
         if let Some(lists) = &mut self.lists {
             lists.remember_nodes(&nodes, &keys);
+        }
+        if self.mode == Mode::Node && rank == Some(0) {
+            let names = nodes
+                .iter()
+                .filter_map(|n| n.metadata.name.clone())
+                .collect();
+            let namespace = crate::provision::controller::ledger_namespace(&self.ctx.config);
+            // One fallback delay more than the grace period: the claims of its entries get their
+            // answer (selected node cleared, with its event) from the provisioning controller.
+            let config = self.tracker.config();
+            let wait = config.grace_period + config.fallback_delay;
+            let due = self.ledgers.pass(&self.ctx.client, &namespace, names, wait);
+            next = due.await.map_or(next, |due| next.min(due));
+        } else {
+            self.ledgers.stand_down();
         }
         let Some(rank) = rank else {
             self.tracker.retain(std::iter::empty());
@@ -572,26 +591,6 @@ fn log_cancel(pv: &str, reason: &CancelReason) {
         }
         CancelReason::NotActor => debug!(pv = %pv, "another instance answers this volume now"),
     }
-}
-
-/// An order-independent fingerprint of the Nodes (names and UIDs) and of the CSINodes that list
-/// `driver`: any node coming, going or being replaced changes it.
-fn fingerprint(nodes: &[Arc<Node>], csinodes: &[Arc<CSINode>], driver: &str) -> u64 {
-    let mix = |tag: &str, name: &str, uid: &str| {
-        crate::rendezvous::weight(tag, &format!("{name}\u{1}{uid}"))
-    };
-    let nodes_part = nodes.iter().fold(nodes.len() as u64, |acc, n| {
-        acc ^ mix(
-            "node",
-            n.metadata.name.as_deref().unwrap_or_default(),
-            n.metadata.uid.as_deref().unwrap_or_default(),
-        )
-    });
-    let live = crate::model::csinode::live_instances(csinodes.iter().map(AsRef::as_ref), driver);
-    live.iter()
-        .fold(nodes_part.rotate_left(17) ^ live.len() as u64, |acc, n| {
-            acc ^ mix("csinode", n, "")
-        })
 }
 
 #[cfg(test)]

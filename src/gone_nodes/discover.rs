@@ -333,6 +333,30 @@ pub(crate) async fn label_unlabelled(
     Ok(labelled)
 }
 
+/// An order-independent fingerprint of the Nodes (names and UIDs) and of the CSINodes that list
+/// `driver`: any node coming, going or being replaced changes it.
+pub(crate) fn fingerprint(
+    nodes: &[Arc<Node>],
+    csinodes: &[Arc<k8s_openapi::api::storage::v1::CSINode>],
+    driver: &str,
+) -> u64 {
+    let mix = |tag: &str, name: &str, uid: &str| {
+        crate::rendezvous::weight(tag, &format!("{name}\u{1}{uid}"))
+    };
+    let nodes_part = nodes.iter().fold(nodes.len() as u64, |acc, n| {
+        acc ^ mix(
+            "node",
+            n.metadata.name.as_deref().unwrap_or_default(),
+            n.metadata.uid.as_deref().unwrap_or_default(),
+        )
+    });
+    let live = crate::model::csinode::live_instances(csinodes.iter().map(AsRef::as_ref), driver);
+    live.iter()
+        .fold(nodes_part.rotate_left(17) ^ live.len() as u64, |acc, n| {
+            acc ^ mix("csinode", n, "")
+        })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -8,6 +8,7 @@
 //! - [`tracker`]: the pure per-PV state machine (what to look up, when, and what to remove).
 //! - [`discover`]: where node-mode instances find the PVs of missing nodes (they do not watch
 //!   other nodes' PVs).
+//! - [`ledgers`]: node mode: the intent ledgers of missing nodes, deleted after the grace period.
 //! - [`controller`]: the shell: passes, live confirmation, PV and claim removal.
 //!
 //! The provisioning controller's intents left on a missing node wait on the same grace rule.
@@ -15,5 +16,6 @@
 pub(crate) mod candidates;
 pub(crate) mod controller;
 pub(crate) mod discover;
+pub(crate) mod ledgers;
 pub(crate) mod policy;
 pub(crate) mod tracker;

@@ -47,8 +47,10 @@ pub(crate) struct Features {
     pub(crate) leader_election_namespace: Option<String>,
     /// `--enable-capacity`: the namespace of the CSIStorageCapacity objects (`NAMESPACE`).
     pub(crate) capacity_namespace: Option<String>,
-    /// Controller mode: the namespace of the intent ledger's Leases.
+    /// The namespace of the intent ledger's Leases.
     pub(crate) ledger_namespace: Option<String>,
+    /// Node mode: every node has a ledger, and a gone node's is deleted by the clean-up.
+    pub(crate) node_ledgers: bool,
     /// `--track-unused-claims`: Pods are watched.
     pub(crate) pods: bool,
 }
@@ -156,6 +158,15 @@ pub(crate) fn needs(features: &Features) -> Vec<Need> {
             Some(namespace),
             "record provisioning intents in the intent ledger (else two claim writes per volume)",
         );
+        if features.node_ledgers {
+            add(
+                "coordination.k8s.io",
+                "leases",
+                &["delete"],
+                Some(namespace),
+                "delete the intent ledgers of nodes that no longer exist",
+            );
+        }
     }
     if let Some(namespace) = &features.capacity_namespace {
         add(
@@ -509,6 +520,7 @@ mod tests {
             leader_election_namespace: Some("kube-system".into()),
             capacity_namespace: Some("csi".into()),
             ledger_namespace: Some("kube-system".into()),
+            node_ledgers: true,
             pods: true,
         });
         assert!(

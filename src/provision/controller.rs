@@ -53,6 +53,7 @@ mod compete;
 mod data_source;
 mod execute;
 mod gone_node;
+mod ledgers;
 mod report;
 mod resolve;
 
@@ -61,6 +62,8 @@ use cleanup::cleanup_intent;
 use compete::compete;
 use execute::*;
 use gone_node::intent_on_gone_node;
+pub(crate) use ledgers::ledger_namespace;
+use ledgers::{in_node_ledger, open_ledger};
 use report::*;
 
 /// How often the set of nodes running our driver is compared with the last one, to look at the
@@ -277,40 +280,6 @@ pub(crate) async fn run(
     tokio::join!(workers, committer, resolver);
 }
 
-/// The intent ledger of this driver, in the leader-election namespace (where upstream's Role
-/// grants Leases). Node mode keeps intents on the claims: each instance's in-flight volumes
-/// would need a ledger of their own, finished by the dead-node clean-up.
-async fn open_ledger(ctx: &Context) -> Ledger {
-    if ctx.config.node_deployment.is_some() {
-        return Ledger::disabled();
-    }
-    let namespace = ledger_namespace(&ctx.config);
-    let base = crate::leader::decide::lease_name(&ctx.driver.name);
-    Ledger::open(
-        ctx.client.clone(),
-        &namespace,
-        &base,
-        ctx.metrics.backlog.ledger_intents.clone(),
-    )
-    .await
-}
-
-/// The ledger's namespace: the Lease namespace's rules (`--leader-election-namespace`, else
-/// `POD_NAMESPACE`, else the service account's, else `default`), also without leader election.
-pub(crate) fn ledger_namespace(config: &crate::config::Config) -> String {
-    if let Some(options) = &config.leader_election {
-        return crate::leader::lease_namespace(options);
-    }
-    std::env::var("POD_NAMESPACE")
-        .ok()
-        .or_else(|| {
-            std::fs::read_to_string("/var/run/secrets/kubernetes.io/serviceaccount/namespace").ok()
-        })
-        .map(|ns| ns.trim().to_owned())
-        .filter(|ns| !ns.is_empty())
-        .unwrap_or_else(|| "default".to_owned())
-}
-
 /// Unbound claims in `claims` whose selected node is one of `nodes`.
 fn pending_claims_selected_to(
     claims: &Store<Lean<PersistentVolumeClaim>>,
@@ -496,7 +465,23 @@ async fn reconcile_claim(
             vac,
             source: &source,
         };
-        plan::decide_claim(&pvc, &claim_ctx)
+        (plan::decide_claim(&pvc, &claim_ctx), selected_node_driver)
+    };
+    let (decision, selected_node_driver) = decision;
+    // Node mode: before clearing a node without our driver, its ledger is read (rare: one LIST)
+    // for a CreateVolume of this claim sent there; the claim itself does not show it.
+    let decision = match decision {
+        ClaimDecision::ClearSelectedNode(ClearReason::NoDriverInstance(clear))
+            if settings.node.is_some() =>
+        {
+            match in_node_ledger(&state, &pvc, &clear.node).await? {
+                Some(volume_name) => {
+                    plan::intent_on_other_node(clear, volume_name, selected_node_driver)
+                }
+                None => ClaimDecision::ClearSelectedNode(ClearReason::NoDriverInstance(clear)),
+            }
+        }
+        other => other,
     };
     let key = claim_key(&pvc);
     if !matches!(decision, ClaimDecision::IntentOnGoneNode { .. }) {

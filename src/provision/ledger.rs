@@ -33,8 +33,25 @@ pub(crate) const SHARD_CAPACITY: usize = 128;
 
 /// The Lease annotation holding a shard's entries (JSON list).
 pub(crate) const ENTRIES_ANNOTATION: &str = "csi-provisioner.rs/intents";
-/// The label every ledger Lease carries, valued with the ledger's name (one per driver).
+/// The label every ledger Lease carries, valued with the ledger's name (one per driver, one per
+/// node in node mode).
 pub(crate) const LEDGER_LABEL: &str = "csi-provisioner.rs/intent-ledger";
+/// Node mode: the label (valued with the ledger's name) that marks a node's ledger, so the
+/// dead-node clean-up can list every node's ledger at once.
+pub(crate) const NODE_LEDGER_LABEL: &str = "csi-provisioner.rs/intent-ledger-node";
+/// Node mode: the annotation naming the node a ledger belongs to (names are too long for labels).
+pub(crate) const NODE_ANNOTATION: &str = "csi-provisioner.rs/node";
+
+/// The name of node `node`'s ledger for the driver whose Lease name is `lease`: the Lease name
+/// and a hash of the node name, short enough to be a label value (63 characters).
+pub(crate) fn node_ledger_base(lease: &str, node: &str) -> String {
+    let hash = crate::rendezvous::fnv1a64_str(node) & 0xffff_ffff_ffff;
+    let mut prefix: String = lease.chars().take(63 - 13).collect();
+    while prefix.ends_with(['-', '.', '_']) {
+        prefix.pop();
+    }
+    format!("{prefix}-{hash:012x}")
+}
 
 /// One volume whose CreateVolume may have been sent and whose PV may not exist yet.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -202,3 +202,23 @@ fn a_stale_entry_is_dropped_without_a_write_of_its_own_and_left_out_of_the_next_
     let volumes: Vec<&str> = written.iter().map(|e| e.volume.as_str()).collect();
     assert_eq!(volumes, ["pvc-2", "pvc-3"]);
 }
+
+#[test]
+fn a_node_ledger_name_is_a_valid_label_value_and_differs_per_node() {
+    let long_lease = "x".repeat(63);
+    for lease in ["mock-csi-rs", long_lease.as_str(), "a.b-c_"] {
+        let base = node_ledger_base(lease, "node-a");
+        assert!(base.len() <= 63, "{base}");
+        assert!(
+            base.chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-._".contains(c))
+                && base.starts_with(|c: char| c.is_ascii_alphanumeric())
+                && base.ends_with(|c: char| c.is_ascii_alphanumeric()),
+            "{base}"
+        );
+        assert_eq!(base, node_ledger_base(lease, "node-a"));
+        assert_ne!(base, node_ledger_base(lease, "node-b"));
+        // Its shards are found again from it.
+        assert_eq!(shard_index(&base, &shard_name(&base, 2)), Some(2));
+    }
+}

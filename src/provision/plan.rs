@@ -344,6 +344,27 @@ pub(crate) fn selected_node_to_check(
     selected_node(pvc).filter(|_| checker())
 }
 
+/// Node mode: the selected node has no instance of our driver, and a CreateVolume for the claim
+/// was sent there (the node's intent ledger, or the claim, says so). A volume may exist on that
+/// node: it stays selected until its instance is back, unless the node itself is gone (no
+/// CSINode; the shell confirms the Node's absence after the grace period).
+pub(crate) fn intent_on_other_node(
+    clear: ClearSelectedNode,
+    volume_name: String,
+    selected_node_driver: CsiNodeLookup,
+) -> ClaimDecision {
+    if selected_node_driver == CsiNodeLookup::NotFound {
+        ClaimDecision::IntentOnGoneNode {
+            volume_name,
+            node: clear.node,
+        }
+    } else {
+        ClaimDecision::Ignore(IgnoreReason::NotThisNode(NotOwned::SelectedOtherNode(
+            clear.node,
+        )))
+    }
+}
+
 /// Decides what to do with `pvc`.
 pub(crate) fn decide_claim(pvc: &PersistentVolumeClaim, ctx: &ClaimContext<'_>) -> ClaimDecision {
     let settings = ctx.settings;
@@ -425,18 +446,12 @@ pub(crate) fn decide_claim(pvc: &PersistentVolumeClaim, ctx: &ClaimContext<'_>) 
             // the node stays selected until its instance is back, unless the node itself is gone
             // (no CSINode; the shell confirms the Node's absence after the grace period).
             Ownership::ClearSelectedNode(c) if intent => {
-                if ctx.selected_node_driver == CsiNodeLookup::NotFound {
-                    return match claim_volume_name(pvc, settings) {
-                        Ok(volume_name) => ClaimDecision::IntentOnGoneNode {
-                            volume_name,
-                            node: c.node,
-                        },
-                        Err(e) => ClaimDecision::Fail(e.into()),
-                    };
-                }
-                return ClaimDecision::Ignore(IgnoreReason::NotThisNode(
-                    NotOwned::SelectedOtherNode(c.node),
-                ));
+                return match claim_volume_name(pvc, settings) {
+                    Ok(volume_name) => {
+                        intent_on_other_node(c, volume_name, ctx.selected_node_driver)
+                    }
+                    Err(e) => ClaimDecision::Fail(e.into()),
+                };
             }
             Ownership::ClearSelectedNode(c) => {
                 return ClaimDecision::ClearSelectedNode(ClearReason::NoDriverInstance(c));

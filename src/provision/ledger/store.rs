@@ -14,7 +14,10 @@ use kube::{Api, Client};
 use tokio::sync::{Notify, oneshot};
 use tracing::{debug, info, warn};
 
-use super::{Book, ENTRIES_ANNOTATION, Entry, LEDGER_LABEL, Recorded, decode, shard_index};
+use super::{
+    Book, ENTRIES_ANNOTATION, Entry, LEDGER_LABEL, NODE_ANNOTATION, NODE_LEDGER_LABEL, Recorded,
+    decode, shard_index,
+};
 use crate::k8s::errors::{ApiErrorClass, classify, describe};
 use crate::leader::Leadership;
 use crate::sync::lock;
@@ -61,6 +64,8 @@ struct Target {
     api: Api<Lease>,
     namespace: String,
     base: String,
+    /// Node mode: the node this ledger belongs to.
+    node: Option<String>,
 }
 
 #[derive(Default)]
@@ -91,6 +96,7 @@ impl Ledger {
         client: Client,
         namespace: &str,
         base: &str,
+        node: Option<&str>,
         count: Arc<AtomicI64>,
     ) -> Self {
         let api: Api<Lease> = Api::namespaced(client, namespace);
@@ -153,6 +159,7 @@ impl Ledger {
                 api,
                 namespace: namespace.to_owned(),
                 base: base.to_owned(),
+                node: node.map(str::to_owned),
             }),
             count,
         }))
@@ -313,7 +320,13 @@ impl Ledger {
         let mut conflict = false;
         for (write, known) in commit.shards.iter().zip(leases) {
             let name = super::shard_name(&target.base, write.shard);
-            let lease = with_entries(known, &name, &target.base, &write.content);
+            let lease = with_entries(
+                known,
+                &name,
+                &target.base,
+                target.node.as_deref(),
+                &write.content,
+            );
             let created = lease.metadata.resource_version.is_none();
             let answer = if created {
                 target.api.create(&PostParams::default(), &lease).await
@@ -430,23 +443,36 @@ pub(crate) fn lease_entries(lease: &Lease) -> Result<Vec<Entry>, String> {
 }
 
 /// The Lease to write for a shard: the last one seen with new content, or a new one.
-fn with_entries(known: Option<Lease>, name: &str, base: &str, content: &str) -> Lease {
-    let mut lease = known.unwrap_or_else(|| Lease {
-        metadata: ObjectMeta {
-            name: Some(name.to_owned()),
-            labels: Some(
-                [
-                    (LEDGER_LABEL.to_owned(), base.to_owned()),
-                    (
-                        "app.kubernetes.io/managed-by".to_owned(),
-                        "csi-provisioner-rs".to_owned(),
-                    ),
-                ]
-                .into(),
+fn with_entries(
+    known: Option<Lease>,
+    name: &str,
+    base: &str,
+    node: Option<&str>,
+    content: &str,
+) -> Lease {
+    let mut lease = known.unwrap_or_else(|| {
+        let mut labels: std::collections::BTreeMap<String, String> = [
+            (LEDGER_LABEL.to_owned(), base.to_owned()),
+            (
+                "app.kubernetes.io/managed-by".to_owned(),
+                "csi-provisioner-rs".to_owned(),
             ),
-            ..ObjectMeta::default()
-        },
-        spec: None,
+        ]
+        .into();
+        let mut annotations = std::collections::BTreeMap::new();
+        if let Some(node) = node {
+            labels.insert(NODE_LEDGER_LABEL.to_owned(), base.to_owned());
+            annotations.insert(NODE_ANNOTATION.to_owned(), node.to_owned());
+        }
+        Lease {
+            metadata: ObjectMeta {
+                name: Some(name.to_owned()),
+                labels: Some(labels),
+                annotations: Some(annotations),
+                ..ObjectMeta::default()
+            },
+            spec: None,
+        }
     });
     lease
         .metadata
@@ -454,4 +480,26 @@ fn with_entries(known: Option<Lease>, name: &str, base: &str, content: &str) -> 
         .get_or_insert_with(Default::default)
         .insert(ENTRIES_ANNOTATION.to_owned(), content.to_owned());
     lease
+}
+
+/// Every entry of ledger `base` in `namespace` as the API server has it (another node's ledger,
+/// read by the instance that would clear a claim's selected node). Unreadable shards are skipped
+/// with a warning: their owner repairs or deletes them.
+pub(crate) async fn read_ledger(
+    client: &Client,
+    namespace: &str,
+    base: &str,
+) -> Result<Vec<Entry>, kube::Error> {
+    let api: Api<Lease> = Api::namespaced(client.clone(), namespace);
+    let list = api
+        .list(&ListParams::default().labels(&format!("{LEDGER_LABEL}={base}")))
+        .await?;
+    let mut entries = Vec::new();
+    for lease in list.items {
+        match lease_entries(&lease) {
+            Ok(mut e) => entries.append(&mut e),
+            Err(e) => warn!(lease = %lease.metadata.name.unwrap_or_default(), "{e}"),
+        }
+    }
+    Ok(entries)
 }

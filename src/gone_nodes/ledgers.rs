@@ -1,0 +1,272 @@
+//! Node mode: the intent ledgers of nodes that no longer exist. Every instance records its
+//! in-flight volumes in its own node's ledger (`provision::ledger`); when a node goes for good, its
+//! instance never comes back to resolve them. The clean-up instance (rank 0) finds such ledgers,
+//! waits out the grace period and one fallback delay (the claims of their entries are answered
+//! first, by the provisioning controller, at the end of the grace period), confirms the Node's absence with a live GET, logs every entry and
+//! deletes the ledger: a volume of a gone node is considered gone with it, as for its PVs. A
+//! pending claim of such an entry has its selected node cleared by the provisioning controller
+//! (`provision::controller::gone_node`), which reads the node's ledger itself.
+//!
+//! Cost: one label-selected LIST of Leases when this instance becomes the clean-up instance, when
+//! a node leaves the cache, while a gone node's ledger waits, and every [`SWEEP_INTERVAL`]; none
+//! otherwise, so an idle cluster sees no requests.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{DeleteParams, ListParams, Preconditions};
+use kube::{Api, Client};
+use tracing::{debug, info, warn};
+
+use crate::model::locate::NodeLookup;
+use crate::node_mode::scope::SWEEP_INTERVAL;
+use crate::provision::ledger::{NODE_ANNOTATION, NODE_LEDGER_LABEL, store::lease_entries};
+
+/// A node's ledger Leases as last listed.
+#[derive(Debug, Clone)]
+struct Shards {
+    /// Lease name and resourceVersion: deleted with that precondition, so a shard its node's
+    /// instance wrote meanwhile (the node is back) is kept.
+    leases: Vec<(String, String)>,
+    /// When the node was first seen missing.
+    missing_since: Instant,
+}
+
+/// What the clean-up remembers between passes.
+#[derive(Debug, Default)]
+pub(crate) struct GoneLedgers {
+    /// Nodes with a ledger and no Node object, by node name.
+    waiting: BTreeMap<String, Shards>,
+    /// The nodes in the cache at the last list.
+    nodes_at_list: BTreeSet<String>,
+    /// When the last list was made (`None`: not since this instance took the role).
+    listed_at: Option<Instant>,
+}
+
+impl GoneLedgers {
+    /// This instance no longer does the clean-up: forget everything (a successor starts over).
+    pub(crate) fn stand_down(&mut self) {
+        *self = Self::default();
+    }
+
+    /// Whether to list the ledgers now: first pass in the role, a node left the cache, a gone
+    /// node's grace period may be over, or the periodic sweep.
+    fn list_due(&self, nodes: &BTreeSet<String>, now: Instant, grace: Duration) -> bool {
+        match self.listed_at {
+            None => true,
+            Some(at) => {
+                !self.nodes_at_list.is_subset(nodes)
+                    || now.duration_since(at) >= SWEEP_INTERVAL
+                    || self
+                        .waiting
+                        .values()
+                        .any(|s| now >= s.missing_since + grace)
+            }
+        }
+    }
+
+    /// One pass; returns when the next is due (`None`: only on a change).
+    pub(crate) async fn pass(
+        &mut self,
+        client: &Client,
+        namespace: &str,
+        nodes: BTreeSet<String>,
+        grace: Duration,
+    ) -> Option<Instant> {
+        let now = Instant::now();
+        if self.list_due(&nodes, now, grace) {
+            let api: Api<Lease> = Api::namespaced(client.clone(), namespace);
+            match api
+                .list(&ListParams::default().labels(NODE_LEDGER_LABEL))
+                .await
+            {
+                Ok(list) => {
+                    self.remember(list.items, &nodes, now);
+                    self.nodes_at_list = nodes;
+                    self.listed_at = Some(now);
+                }
+                Err(e) => {
+                    warn!(
+                        namespace,
+                        "listing the intent ledgers of nodes failed, retrying: {e}"
+                    );
+                    return Some(now + grace.min(Duration::from_secs(30)));
+                }
+            }
+        }
+        let due: Vec<String> = self
+            .waiting
+            .iter()
+            .filter(|(_, s)| now >= s.missing_since + grace)
+            .map(|(node, _)| node.clone())
+            .collect();
+        for node in due {
+            self.finish(client, namespace, &node).await;
+        }
+        self.waiting.values().map(|s| s.missing_since + grace).min()
+    }
+
+    /// Takes in the listed ledgers: those of nodes absent from the cache wait (keeping the time
+    /// they were first seen missing), the others are forgotten.
+    fn remember(&mut self, leases: Vec<Lease>, nodes: &BTreeSet<String>, now: Instant) {
+        let mut by_node: BTreeMap<String, Vec<(String, String)>> = BTreeMap::new();
+        for lease in leases {
+            let meta = lease.metadata;
+            let Some(node) = meta
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(NODE_ANNOTATION))
+            else {
+                continue;
+            };
+            if nodes.contains(node) {
+                continue;
+            }
+            by_node.entry(node.clone()).or_default().push((
+                meta.name.unwrap_or_default(),
+                meta.resource_version.unwrap_or_default(),
+            ));
+        }
+        let mut waiting = BTreeMap::new();
+        for (node, leases) in by_node {
+            let missing_since = self.waiting.get(&node).map_or(now, |s| s.missing_since);
+            if !self.waiting.contains_key(&node) {
+                info!(%node, "the intent ledger of a missing node waits for the grace period");
+            }
+            waiting.insert(
+                node,
+                Shards {
+                    leases,
+                    missing_since,
+                },
+            );
+        }
+        self.waiting = waiting;
+    }
+
+    /// The grace period is over: a live GET must answer 404, then every entry is logged and the
+    /// ledger deleted.
+    async fn finish(&mut self, client: &Client, namespace: &str, node: &str) {
+        let nodes: Api<Node> = Api::all(client.clone());
+        match NodeLookup::from_get(&nodes.get_metadata_opt(node).await) {
+            NodeLookup::NotFound => {}
+            NodeLookup::Found { .. } => {
+                debug!(%node, "the node of an intent ledger exists; its instance resolves it");
+                self.waiting.remove(node);
+                return;
+            }
+            NodeLookup::Failed { reason } => {
+                warn!(%node, %reason, "could not confirm that the node of an intent ledger is gone (never counts as absence); asking again later");
+                return;
+            }
+        }
+        let Some(shards) = self.waiting.remove(node) else {
+            return;
+        };
+        let api: Api<Lease> = Api::namespaced(client.clone(), namespace);
+        for (name, version) in shards.leases {
+            if let Ok(Some(lease)) = api.get_opt(&name).await
+                && let Ok(entries) = lease_entries(&lease)
+            {
+                for entry in entries {
+                    warn!(%node, claim = %entry.claim_name(), volume = %entry.volume,
+                        "node {node:?} no longer exists: the CreateVolume sent there for this claim is considered gone with the node, without DeleteVolume; check the node's storage if it comes back");
+                }
+            }
+            let params = DeleteParams {
+                preconditions: Some(Preconditions {
+                    resource_version: Some(version),
+                    uid: None,
+                }),
+                ..DeleteParams::default()
+            };
+            match api.delete(&name, &params).await {
+                Ok(_) => info!(%node, lease = %name, "intent ledger of a deleted node removed"),
+                Err(kube::Error::Api(s)) if s.code == 404 => {}
+                // 409: its node's instance wrote it meanwhile (the node is back).
+                Err(e) => {
+                    warn!(%node, lease = %name, "could not remove the intent ledger of a deleted node: {e}")
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+    fn ledger(name: &str, node: &str) -> Lease {
+        Lease {
+            metadata: ObjectMeta {
+                name: Some(name.to_owned()),
+                resource_version: Some("7".to_owned()),
+                annotations: Some([(NODE_ANNOTATION.to_owned(), node.to_owned())].into()),
+                ..ObjectMeta::default()
+            },
+            spec: None,
+        }
+    }
+
+    fn set(names: &[&str]) -> BTreeSet<String> {
+        names.iter().map(|s| (*s).to_owned()).collect()
+    }
+
+    #[test]
+    fn only_ledgers_of_missing_nodes_wait_and_keep_their_first_missing_time() {
+        let mut g = GoneLedgers::default();
+        let t0 = Instant::now();
+        let nodes = set(&["a"]);
+        g.remember(
+            vec![
+                ledger("l-a-0", "a"),
+                ledger("l-b-0", "b"),
+                ledger("l-b-1", "b"),
+            ],
+            &nodes,
+            t0,
+        );
+        assert_eq!(g.waiting.keys().collect::<Vec<_>>(), ["b"]);
+        assert_eq!(g.waiting["b"].leases.len(), 2);
+        let later = t0 + Duration::from_secs(5);
+        g.remember(vec![ledger("l-b-0", "b")], &nodes, later);
+        assert_eq!(
+            g.waiting["b"].missing_since, t0,
+            "the grace period does not start over"
+        );
+        // Back in the cache: no longer waits.
+        g.remember(vec![ledger("l-b-0", "b")], &set(&["a", "b"]), later);
+        assert!(g.waiting.is_empty());
+    }
+
+    #[test]
+    fn lists_only_when_something_may_have_changed() {
+        let grace = Duration::from_secs(60);
+        let mut g = GoneLedgers::default();
+        let t0 = Instant::now();
+        let nodes = set(&["a", "b"]);
+        assert!(g.list_due(&nodes, t0, grace), "first pass in the role");
+        g.listed_at = Some(t0);
+        g.nodes_at_list = nodes.clone();
+        assert!(
+            !g.list_due(&nodes, t0 + Duration::from_secs(1), grace),
+            "idle: no request"
+        );
+        assert!(g.list_due(&set(&["a"]), t0, grace), "a node left");
+        assert!(
+            g.list_due(&nodes, t0 + SWEEP_INTERVAL, grace),
+            "periodic sweep"
+        );
+        g.remember(vec![ledger("l-c-0", "c")], &nodes, t0);
+        assert!(!g.list_due(&nodes, t0 + Duration::from_secs(1), grace));
+        assert!(
+            g.list_due(&nodes, t0 + grace, grace),
+            "a gone node's grace period is over"
+        );
+        g.stand_down();
+        assert!(g.list_due(&nodes, t0, grace));
+    }
+}

@@ -1,0 +1,65 @@
+//! Which intent ledger this instance writes (the driver's; in node mode its node's), where the
+//! ledgers live, and reading another node's ledger before clearing a claim's selected node.
+
+#[allow(clippy::wildcard_imports)]
+use super::*;
+
+/// The intent ledger of this driver, in the leader-election namespace (where upstream's Role
+/// grants Leases). Node mode: one ledger per node, written only by that node's instance, and
+/// finished by the dead-node clean-up when the node is gone (`gone_nodes::ledgers`).
+pub(super) async fn open_ledger(ctx: &Context) -> Ledger {
+    let namespace = ledger_namespace(&ctx.config);
+    let lease = crate::leader::decide::lease_name(&ctx.driver.name);
+    let node = ctx
+        .config
+        .node_deployment
+        .as_ref()
+        .map(|n| n.node_name.as_str());
+    let base = match node {
+        Some(node) => crate::provision::ledger::node_ledger_base(&lease, node),
+        None => lease,
+    };
+    Ledger::open(
+        ctx.client.clone(),
+        &namespace,
+        &base,
+        node,
+        ctx.metrics.backlog.ledger_intents.clone(),
+    )
+    .await
+}
+
+/// The volume name node `node`'s intent ledger holds for `pvc` (same UID), if any.
+pub(super) async fn in_node_ledger(
+    state: &Provisioner,
+    pvc: &PersistentVolumeClaim,
+    node: &str,
+) -> Result<Option<String>, ProvisionError> {
+    let ctx = &state.ctx;
+    let namespace = ledger_namespace(&ctx.config);
+    let lease = crate::leader::decide::lease_name(&ctx.driver.name);
+    let base = crate::provision::ledger::node_ledger_base(&lease, node);
+    let entries = crate::provision::ledger::store::read_ledger(&ctx.client, &namespace, &base)
+        .await
+        .map_err(kube_err(format!(
+            "reading the intent ledger of node {node}"
+        )))?;
+    let uid = pvc.metadata.uid.as_deref().unwrap_or_default();
+    Ok(entries.into_iter().find(|e| e.uid == uid).map(|e| e.volume))
+}
+
+/// The ledger's namespace: the Lease namespace's rules (`--leader-election-namespace`, else
+/// `POD_NAMESPACE`, else the service account's, else `default`), also without leader election.
+pub(crate) fn ledger_namespace(config: &crate::config::Config) -> String {
+    if let Some(options) = &config.leader_election {
+        return crate::leader::lease_namespace(options);
+    }
+    std::env::var("POD_NAMESPACE")
+        .ok()
+        .or_else(|| {
+            std::fs::read_to_string("/var/run/secrets/kubernetes.io/serviceaccount/namespace").ok()
+        })
+        .map(|ns| ns.trim().to_owned())
+        .filter(|ns| !ns.is_empty())
+        .unwrap_or_else(|| "default".to_owned())
+}
