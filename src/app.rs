@@ -380,7 +380,7 @@ fn spawn_rbac_self_check(
             .enabled
             .then(|| std::env::var("NAMESPACE").ok())
             .flatten(),
-        ledger_namespace: Some(crate::provision::controller::ledger_namespace(config)),
+        ledger_namespace: Some(crate::leader::ledger_namespace(config)),
         node_ledgers: config.node_deployment.is_some(),
         pods: config.operator.track_unused_claims,
     };
@@ -508,6 +508,19 @@ async fn node_mode_watches(
     }
 }
 
+/// Runs `task` on the worker pool and waits for it; a panic in it is a panic here (the process
+/// must not go on without one of its controllers).
+async fn on_workers<F>(what: &'static str, task: F)
+where
+    F: std::future::Future<Output = ()> + Send + 'static,
+{
+    match tokio::spawn(task).await {
+        Ok(()) => {}
+        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+        Err(e) => warn!("{what} stopped: {e}"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -521,18 +534,5 @@ mod tests {
         assert!(parts[1].parse::<u32>().unwrap() < 10_000);
         assert_eq!(parts[2], "drv.example.com");
         assert!(provisioner_identity("d", Some("n1")).ends_with("-d-n1"));
-    }
-}
-
-/// Runs `task` on the worker pool and waits for it; a panic in it is a panic here (the process
-/// must not go on without one of its controllers).
-async fn on_workers<F>(what: &'static str, task: F)
-where
-    F: std::future::Future<Output = ()> + Send + 'static,
-{
-    match tokio::spawn(task).await {
-        Ok(()) => {}
-        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
-        Err(e) => warn!("{what} stopped: {e}"),
     }
 }

@@ -64,6 +64,13 @@ pub const OUR_PREFIX: &str = "csi-provisioner.rs/";
 /// PVC finalizer written *before* the first CreateVolume and removed only once the PV exists or the
 /// volume has been deleted again: the durable record of a provisioning intent (upstream issue 486).
 pub const FINALIZER_PROVISIONING_INTENT: &str = "csi-provisioner.rs/provisioning-intent";
+/// Lease annotation of an intent-ledger shard: its entries (JSON list).
+pub const LEDGER_ENTRIES_ANNOTATION: &str = "csi-provisioner.rs/intents";
+/// Lease label of a node's intent ledger (node mode), valued with the ledger's name: the dead-node
+/// clean-up lists every node's ledger with it.
+pub const LEDGER_NODE_LABEL: &str = "csi-provisioner.rs/intent-ledger-node";
+/// Lease annotation of a node's intent ledger: the node's name (too long for a label value).
+pub const LEDGER_NODE_ANNOTATION: &str = "csi-provisioner.rs/node";
 /// PVC annotation next to [`FINALIZER_PROVISIONING_INTENT`]: the volume name CreateVolume was called with.
 pub const ANN_INTENT_VOLUME_NAME: &str = "csi-provisioner.rs/volume-name";
 /// PVC annotation: the volume id once CreateVolume has answered (lets clean-up skip the replay).

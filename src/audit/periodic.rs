@@ -117,7 +117,7 @@ pub(crate) async fn run(
 ) {
     let ledger = ctx.config.node_deployment.is_none().then(|| {
         (
-            crate::provision::controller::ledger_namespace(&ctx.config),
+            crate::leader::ledger_namespace(&ctx.config),
             crate::leader::decide::lease_name(&ctx.driver.name),
         )
     });

@@ -82,7 +82,7 @@ async fn audit_once(
         )),
         can_list: driver.controller.list_volumes,
         ledger: (
-            namespace.unwrap_or_else(|| crate::provision::controller::ledger_namespace(config)),
+            namespace.unwrap_or_else(|| crate::leader::ledger_namespace(config)),
             crate::leader::decide::lease_name(&driver.name),
         ),
         node: config.node_deployment.as_ref().map(|n| n.node_name.clone()),

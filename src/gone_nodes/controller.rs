@@ -243,7 +243,7 @@ impl Janitor {
                 .iter()
                 .filter_map(|n| n.metadata.name.clone())
                 .collect();
-            let namespace = crate::provision::controller::ledger_namespace(&self.ctx.config);
+            let namespace = crate::leader::ledger_namespace(&self.ctx.config);
             // One fallback delay more than the grace period: the claims of its entries get their
             // answer (selected node cleared, with its event) from the provisioning controller.
             let config = self.tracker.config();

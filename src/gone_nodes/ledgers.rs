@@ -21,8 +21,28 @@ use kube::{Api, Client};
 use tracing::{debug, info, warn};
 
 use crate::model::locate::NodeLookup;
+use crate::names::{LEDGER_ENTRIES_ANNOTATION, LEDGER_NODE_ANNOTATION, LEDGER_NODE_LABEL};
 use crate::node_mode::scope::SWEEP_INTERVAL;
-use crate::provision::ledger::{NODE_ANNOTATION, NODE_LEDGER_LABEL, store::lease_entries};
+
+/// What the log names of a gone node's ledger entry (the full entry is `provision::ledger`'s,
+/// which this concern does not depend on: the provisioning controller uses its grace rule).
+#[derive(Debug, serde::Deserialize)]
+struct Logged {
+    volume: String,
+    namespace: String,
+    claim: String,
+}
+
+/// The entries of a ledger Lease, as far as the log needs them; unreadable ones are skipped.
+fn logged_entries(lease: &Lease) -> Vec<Logged> {
+    lease
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(LEDGER_ENTRIES_ANNOTATION))
+        .and_then(|text| serde_json::from_str(text).ok())
+        .unwrap_or_default()
+}
 
 /// A node's ledger Leases as last listed.
 #[derive(Debug, Clone)]
@@ -79,7 +99,7 @@ impl GoneLedgers {
         if self.list_due(&nodes, now, grace) {
             let api: Api<Lease> = Api::namespaced(client.clone(), namespace);
             match api
-                .list(&ListParams::default().labels(NODE_LEDGER_LABEL))
+                .list(&ListParams::default().labels(LEDGER_NODE_LABEL))
                 .await
             {
                 Ok(list) => {
@@ -117,7 +137,7 @@ impl GoneLedgers {
             let Some(node) = meta
                 .annotations
                 .as_ref()
-                .and_then(|a| a.get(NODE_ANNOTATION))
+                .and_then(|a| a.get(LEDGER_NODE_ANNOTATION))
             else {
                 continue;
             };
@@ -167,11 +187,10 @@ impl GoneLedgers {
         };
         let api: Api<Lease> = Api::namespaced(client.clone(), namespace);
         for (name, version) in shards.leases {
-            if let Ok(Some(lease)) = api.get_opt(&name).await
-                && let Ok(entries) = lease_entries(&lease)
-            {
-                for entry in entries {
-                    warn!(%node, claim = %entry.claim_name(), volume = %entry.volume,
+            if let Ok(Some(lease)) = api.get_opt(&name).await {
+                for entry in logged_entries(&lease) {
+                    let claim = format!("{}/{}", entry.namespace, entry.claim);
+                    warn!(%node, %claim, volume = %entry.volume,
                         "node {node:?} no longer exists: the CreateVolume sent there for this claim is considered gone with the node, without DeleteVolume; check the node's storage if it comes back");
                 }
             }
@@ -204,7 +223,7 @@ mod tests {
             metadata: ObjectMeta {
                 name: Some(name.to_owned()),
                 resource_version: Some("7".to_owned()),
-                annotations: Some([(NODE_ANNOTATION.to_owned(), node.to_owned())].into()),
+                annotations: Some([(LEDGER_NODE_ANNOTATION.to_owned(), node.to_owned())].into()),
                 ..ObjectMeta::default()
             },
             spec: None,

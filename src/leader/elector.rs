@@ -486,6 +486,20 @@ pub(crate) fn lease_namespace(options: &LeaderElectionOptions) -> String {
     })
 }
 
+/// The ledger's namespace: the Lease namespace's rules (`--leader-election-namespace`, else
+/// `POD_NAMESPACE`, else the service account's, else `default`), also without leader election.
+pub(crate) fn ledger_namespace(config: &crate::config::Config) -> String {
+    if let Some(options) = &config.leader_election {
+        return lease_namespace(options);
+    }
+    std::env::var("POD_NAMESPACE")
+        .ok()
+        .or_else(|| std::fs::read_to_string(SERVICE_ACCOUNT_NAMESPACE).ok())
+        .map(|ns| ns.trim().to_owned())
+        .filter(|ns| !ns.is_empty())
+        .unwrap_or_else(|| "default".to_owned())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

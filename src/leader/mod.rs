@@ -25,7 +25,7 @@ use tokio::time::Instant;
 use crate::csi::v1;
 use crate::csi::{CsiController, CsiFuture};
 
-pub(crate) use elector::{LeaderElection, LeaderMetrics, lease_namespace};
+pub(crate) use elector::{LeaderElection, LeaderMetrics, lease_namespace, ledger_namespace};
 
 /// Whether this replica may act right now. Cheap to clone.
 #[derive(Clone, Debug, Default)]

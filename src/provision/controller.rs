@@ -62,7 +62,6 @@ use cleanup::cleanup_intent;
 use compete::compete;
 use execute::*;
 use gone_node::intent_on_gone_node;
-pub(crate) use ledgers::ledger_namespace;
 use ledgers::{in_node_ledger, open_ledger};
 use report::*;
 

@@ -32,15 +32,15 @@ pub(crate) mod store;
 pub(crate) const SHARD_CAPACITY: usize = 128;
 
 /// The Lease annotation holding a shard's entries (JSON list).
-pub(crate) const ENTRIES_ANNOTATION: &str = "csi-provisioner.rs/intents";
+pub(crate) const ENTRIES_ANNOTATION: &str = crate::names::LEDGER_ENTRIES_ANNOTATION;
 /// The label every ledger Lease carries, valued with the ledger's name (one per driver, one per
 /// node in node mode).
 pub(crate) const LEDGER_LABEL: &str = "csi-provisioner.rs/intent-ledger";
 /// Node mode: the label (valued with the ledger's name) that marks a node's ledger, so the
 /// dead-node clean-up can list every node's ledger at once.
-pub(crate) const NODE_LEDGER_LABEL: &str = "csi-provisioner.rs/intent-ledger-node";
+pub(crate) const NODE_LEDGER_LABEL: &str = crate::names::LEDGER_NODE_LABEL;
 /// Node mode: the annotation naming the node a ledger belongs to (names are too long for labels).
-pub(crate) const NODE_ANNOTATION: &str = "csi-provisioner.rs/node";
+pub(crate) const NODE_ANNOTATION: &str = crate::names::LEDGER_NODE_ANNOTATION;
 
 /// The name of node `node`'s ledger for the driver whose Lease name is `lease`: the Lease name
 /// and a hash of the node name, short enough to be a label value (63 characters).

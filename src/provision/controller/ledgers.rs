@@ -1,5 +1,5 @@
-//! Which intent ledger this instance writes (the driver's; in node mode its node's), where the
-//! ledgers live, and reading another node's ledger before clearing a claim's selected node.
+//! Which intent ledger this instance writes (the driver's; in node mode its node's), and reading
+//! another node's ledger before clearing a claim's selected node.
 
 #[allow(clippy::wildcard_imports)]
 use super::*;
@@ -8,7 +8,7 @@ use super::*;
 /// grants Leases). Node mode: one ledger per node, written only by that node's instance, and
 /// finished by the dead-node clean-up when the node is gone (`gone_nodes::ledgers`).
 pub(super) async fn open_ledger(ctx: &Context) -> Ledger {
-    let namespace = ledger_namespace(&ctx.config);
+    let namespace = crate::leader::ledger_namespace(&ctx.config);
     let lease = crate::leader::decide::lease_name(&ctx.driver.name);
     let node = ctx
         .config
@@ -36,7 +36,7 @@ pub(super) async fn in_node_ledger(
     node: &str,
 ) -> Result<Option<String>, ProvisionError> {
     let ctx = &state.ctx;
-    let namespace = ledger_namespace(&ctx.config);
+    let namespace = crate::leader::ledger_namespace(&ctx.config);
     let lease = crate::leader::decide::lease_name(&ctx.driver.name);
     let base = crate::provision::ledger::node_ledger_base(&lease, node);
     let entries = crate::provision::ledger::store::read_ledger(&ctx.client, &namespace, &base)
@@ -46,20 +46,4 @@ pub(super) async fn in_node_ledger(
         )))?;
     let uid = pvc.metadata.uid.as_deref().unwrap_or_default();
     Ok(entries.into_iter().find(|e| e.uid == uid).map(|e| e.volume))
-}
-
-/// The ledger's namespace: the Lease namespace's rules (`--leader-election-namespace`, else
-/// `POD_NAMESPACE`, else the service account's, else `default`), also without leader election.
-pub(crate) fn ledger_namespace(config: &crate::config::Config) -> String {
-    if let Some(options) = &config.leader_election {
-        return crate::leader::lease_namespace(options);
-    }
-    std::env::var("POD_NAMESPACE")
-        .ok()
-        .or_else(|| {
-            std::fs::read_to_string("/var/run/secrets/kubernetes.io/serviceaccount/namespace").ok()
-        })
-        .map(|ns| ns.trim().to_owned())
-        .filter(|ns| !ns.is_empty())
-        .unwrap_or_else(|| "default".to_owned())
 }

@@ -170,7 +170,6 @@ impl Faults {
 
     /// The message of a standing 403 rule (no `count`, no `rate`) matching the request, if any:
     /// what a SelfSubjectAccessReview of it answers as the reason of a denial.
-
     pub(crate) fn denial(&self, verb: &str, resource: &str, name: &str) -> Option<String> {
         self.lock()
             .rules
