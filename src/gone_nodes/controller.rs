@@ -134,6 +134,7 @@ impl Janitor {
             Mode::Node => (None, Some(Lists::default())),
         };
         let key = policy::janitor_key(&ctx.driver.name);
+        let ledgers = GoneLedgers::new(crate::leader::ledger_namespace(&ctx.config));
         let mut janitor = Self {
             tracker: NodeGoneTracker::new(config),
             ctx,
@@ -145,7 +146,7 @@ impl Janitor {
             interval,
             store,
             lists,
-            ledgers: GoneLedgers::default(),
+            ledgers,
             fingerprint: 0,
             ranked: None,
         };
@@ -243,12 +244,11 @@ impl Janitor {
                 .iter()
                 .filter_map(|n| n.metadata.name.clone())
                 .collect();
-            let namespace = crate::leader::ledger_namespace(&self.ctx.config);
             // One fallback delay more than the grace period: the claims of its entries get their
             // answer (selected node cleared, with its event) from the provisioning controller.
             let config = self.tracker.config();
             let wait = config.grace_period + config.fallback_delay;
-            let due = self.ledgers.pass(&self.ctx.client, &namespace, names, wait);
+            let due = self.ledgers.pass(&self.ctx.client, names, wait);
             next = due.await.map_or(next, |due| next.min(due));
         } else {
             self.ledgers.stand_down();

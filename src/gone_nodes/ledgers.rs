@@ -63,12 +63,22 @@ pub(crate) struct GoneLedgers {
     nodes_at_list: BTreeSet<String>,
     /// When the last list was made (`None`: not since this instance took the role).
     listed_at: Option<Instant>,
+    /// The ledgers' namespace.
+    namespace: String,
 }
 
 impl GoneLedgers {
+    /// Nothing known yet about the ledgers in `namespace`.
+    pub(crate) fn new(namespace: String) -> Self {
+        Self {
+            namespace,
+            ..Self::default()
+        }
+    }
+
     /// This instance no longer does the clean-up: forget everything (a successor starts over).
     pub(crate) fn stand_down(&mut self) {
-        *self = Self::default();
+        *self = Self::new(std::mem::take(&mut self.namespace));
     }
 
     /// Whether to list the ledgers now: first pass in the role, a node left the cache, a gone
@@ -91,11 +101,12 @@ impl GoneLedgers {
     pub(crate) async fn pass(
         &mut self,
         client: &Client,
-        namespace: &str,
         nodes: BTreeSet<String>,
         grace: Duration,
     ) -> Option<Instant> {
         let now = Instant::now();
+        let namespace = self.namespace.clone();
+        let namespace = namespace.as_str();
         if self.list_due(&nodes, now, grace) {
             let api: Api<Lease> = Api::namespaced(client.clone(), namespace);
             match api

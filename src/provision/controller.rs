@@ -412,7 +412,7 @@ async fn reconcile_claim(
     let pinned = state.memory().pinned(&claim_key(&pvc));
     let source = data_source::read(&state, &pvc, class.as_deref()).await;
     // The topology view is not Sync: decide in a block that ends before the next await.
-    let decision = {
+    let (decision, selected_node_driver) = {
         let pv_exists = plan::claim_volume_name(&pvc, settings)
             .is_ok_and(|name| stores.pvs.get(&ObjectRef::new(&name)).is_some());
         let store_topology = StoreTopology {
@@ -466,7 +466,6 @@ async fn reconcile_claim(
         };
         (plan::decide_claim(&pvc, &claim_ctx), selected_node_driver)
     };
-    let (decision, selected_node_driver) = decision;
     // Node mode: before clearing a node without our driver, its ledger is read (rare: one LIST)
     // for a CreateVolume of this claim sent there; the claim itself does not show it.
     let decision = match decision {

@@ -9,16 +9,12 @@ use super::*;
 /// finished by the dead-node clean-up when the node is gone (`gone_nodes::ledgers`).
 pub(super) async fn open_ledger(ctx: &Context) -> Ledger {
     let namespace = crate::leader::ledger_namespace(&ctx.config);
-    let lease = crate::leader::decide::lease_name(&ctx.driver.name);
     let node = ctx
         .config
         .node_deployment
         .as_ref()
         .map(|n| n.node_name.as_str());
-    let base = match node {
-        Some(node) => crate::provision::ledger::node_ledger_base(&lease, node),
-        None => lease,
-    };
+    let base = ledger_base(ctx, node);
     Ledger::open(
         ctx.client.clone(),
         &namespace,
@@ -37,8 +33,7 @@ pub(super) async fn in_node_ledger(
 ) -> Result<Option<String>, ProvisionError> {
     let ctx = &state.ctx;
     let namespace = crate::leader::ledger_namespace(&ctx.config);
-    let lease = crate::leader::decide::lease_name(&ctx.driver.name);
-    let base = crate::provision::ledger::node_ledger_base(&lease, node);
+    let base = ledger_base(ctx, Some(node));
     let entries = crate::provision::ledger::store::read_ledger(&ctx.client, &namespace, &base)
         .await
         .map_err(kube_err(format!(
@@ -46,4 +41,13 @@ pub(super) async fn in_node_ledger(
         )))?;
     let uid = pvc.metadata.uid.as_deref().unwrap_or_default();
     Ok(entries.into_iter().find(|e| e.uid == uid).map(|e| e.volume))
+}
+
+/// The ledger's name: the driver's Lease name; in node mode with the node's hash.
+fn ledger_base(ctx: &Context, node: Option<&str>) -> String {
+    let lease = crate::leader::decide::lease_name(&ctx.driver.name);
+    match node {
+        Some(node) => crate::provision::ledger::node_ledger_base(&lease, node),
+        None => lease,
+    }
 }
