@@ -23,8 +23,9 @@ use crate::csi::{
 use crate::http::{self, Health};
 use crate::k8s::attachments::AttachmentIndex;
 use crate::k8s::events::{EventQueueMetrics, EventSource, EventSpec, Recorder};
-use crate::k8s::lean::Lean;
-use crate::k8s::watch::{Watched, watch_lean, watch_shared};
+
+use crate::k8s::cache::CacheClosed;
+use crate::k8s::watch::{Watched, WatchedLean, watch_lean, watch_shared};
 use crate::metrics::Metrics;
 use crate::metrics::node_gone::NodeGoneMetrics;
 use crate::runtime::{Context, Shutdown, Stores, VolumeLocks};
@@ -92,17 +93,21 @@ async fn wait_ready(stores: &Stores, shutdown: &Shutdown) -> anyhow::Result<bool
     let all = async {
         stores.pvcs.wait_until_ready().await?;
         stores.pvs.wait_until_ready().await?;
-        stores.classes.wait_until_ready().await?;
+        stores
+            .classes
+            .wait_until_ready()
+            .await
+            .map_err(|_| CacheClosed)?;
         if let Some(nodes) = &stores.nodes {
-            nodes.wait_until_ready().await?;
+            nodes.wait_until_ready().await.map_err(|_| CacheClosed)?;
         }
         if let Some(csinodes) = &stores.csinodes {
-            csinodes.wait_until_ready().await?;
+            csinodes.wait_until_ready().await.map_err(|_| CacheClosed)?;
         }
         if let Some(attachments) = &stores.attachments {
             attachments.wait_until_ready().await;
         }
-        Ok::<_, kube::runtime::reflector::store::WriterDropped>(())
+        Ok::<_, CacheClosed>(())
     };
     let mut logged = tokio::time::interval(Duration::from_secs(10));
     logged.tick().await;
@@ -413,8 +418,8 @@ fn spawn_rbac_self_check(
 
 /// The running watches.
 struct Watches {
-    pvcs: Watched<Lean<PersistentVolumeClaim>>,
-    pvs: Watched<Lean<PersistentVolume>>,
+    pvcs: WatchedLean<PersistentVolumeClaim>,
+    pvs: WatchedLean<PersistentVolume>,
     classes: Watched<StorageClass>,
     stores: Stores,
 }

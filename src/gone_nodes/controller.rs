@@ -34,8 +34,8 @@ use super::discover::{Lists, NodeView, StillMissing, fingerprint, label_unlabell
 use super::ledgers::GoneLedgers;
 use super::policy::{self, GoneConfig, Now, check_interval};
 use super::tracker::{CancelReason, GoneAction, GonePlan, Lookup, NodeGoneTracker};
+use crate::k8s::cache::Cache;
 use crate::k8s::events::{EventSpec, reference_to};
-use crate::k8s::lean::Lean;
 use crate::k8s::patch::{self, DeleteOutcome};
 use crate::model::locate::{HOSTNAME_LABEL, Mode, NodeLookup, NodeQuery, PerNodeKeys};
 use crate::names;
@@ -103,7 +103,7 @@ struct Janitor {
     tracker: NodeGoneTracker,
     interval: Duration,
     /// Controller mode: the shared PV store, which holds every PV.
-    store: Option<Store<Lean<PersistentVolume>>>,
+    store: Option<Cache<PersistentVolume>>,
     /// Node mode: what the label-selected lists of missing nodes' PVs remember between passes.
     lists: Option<Lists>,
     /// Node mode: the intent ledgers of missing nodes.

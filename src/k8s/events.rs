@@ -269,7 +269,11 @@ impl Correlator {
         repeats: i32,
         fresh_name: impl FnOnce() -> String,
     ) -> Decision {
+        let mut repeats = repeats;
         if let Some(episode) = dedupe_key {
+            // Repeats of an episode's event that waited in the send queue together are one
+            // occurrence: the episode is what is counted, not the retries inside it.
+            repeats = 1;
             match self.episodes.get(episode) {
                 Some(&at) if now.duration_since(at) < EPISODE_REFRESH => return Decision::Suppress,
                 _ => {

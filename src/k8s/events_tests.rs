@@ -180,6 +180,33 @@ fn an_episode_is_recorded_once_then_only_refreshed_until_it_ends() {
     ));
 }
 
+/// Two retries of a wait that queued together (the second run came a fraction of a millisecond
+/// after the first) are still one event of count 1.
+#[test]
+fn repeats_of_an_episode_sent_together_count_once() {
+    let mut c = Correlator::default();
+    let wait = EventSpec::warning(names::EVENT_VOLUME_FAILED_DELETE, "still attached")
+        .once_per("wait-detach/uid-pv-1");
+    let decision = c.observe_n(
+        key(&wait),
+        wait.dedupe_key.as_deref(),
+        at(0),
+        at(0),
+        2,
+        || "pv-1.a".to_owned(),
+    );
+    assert!(
+        matches!(decision, Decision::Create { count: 1, .. }),
+        "{decision:?}"
+    );
+    let plain = EventSpec::warning("R", "plain");
+    let decision = c.observe_n(key(&plain), None, at(0), at(0), 2, || "pv-1.b".to_owned());
+    assert!(
+        matches!(decision, Decision::Create { count: 2, .. }),
+        "repeats of other events are counted: {decision:?}"
+    );
+}
+
 #[test]
 fn the_cache_is_bounded_and_forgets_the_least_recently_seen_first() {
     let mut c = Correlator::default();

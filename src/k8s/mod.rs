@@ -3,6 +3,7 @@
 
 pub(crate) mod access;
 pub(crate) mod attachments;
+pub(crate) mod cache;
 pub(crate) mod client;
 pub(crate) mod errors;
 pub(crate) mod events;

@@ -32,6 +32,7 @@ use tokio::task::JoinHandle;
 use tokio_stream::wrappers::ReceiverStream;
 use tracing::{Instrument, info, info_span, warn};
 
+use crate::k8s::cache::{Cache, CacheWriter};
 use crate::k8s::lean::Lean;
 
 /// Changes buffered per subscriber: how far a slow controller may lag before the watch waits.
@@ -40,17 +41,14 @@ const SHARED_BUFFER: usize = 1024;
 /// Annotation `kubectl apply` writes; a full copy of the object we never read.
 const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
-/// A watched resource: its store and one change stream per controller that asked for one.
-pub(crate) struct Watched<K>
-where
-    K: Resource + Clone + 'static,
-    K::DynamicType: Eq + Hash + Clone,
-{
+/// A watched resource: its cache (`R`: kube-runtime's store, or a lean [`Cache`]) and one change
+/// stream per controller that asked for one.
+pub(crate) struct Watched<S, R = Store<S>> {
     /// Read side of the cache.
-    pub(crate) store: Store<K>,
+    pub(crate) store: R,
     // Every stream must be consumed by its controller: an idle subscriber fills its buffer and then
     // stalls the watch, so exactly as many are made as are asked for.
-    streams: Vec<ReceiverStream<Arc<K>>>,
+    streams: Vec<ReceiverStream<Arc<S>>>,
     /// The task driving the watch.
     #[allow(
         dead_code,
@@ -59,19 +57,48 @@ where
     pub(crate) task: JoinHandle<()>,
 }
 
-impl<K> Watched<K>
-where
-    K: Resource + Clone + Send + Sync + 'static,
-    K::DynamicType: Eq + Hash + Clone + Default,
-{
+/// A watched kind cached as [`Lean`] entries.
+pub(crate) type WatchedLean<K> = Watched<Lean<K>, Cache<K>>;
+
+impl<S: Send + Sync + 'static, R> Watched<S, R> {
     /// Takes one of the change streams asked for in [`watch_shared`].
     ///
     /// # Panics
     /// When more streams are taken than were asked for (a wiring bug caught at start-up).
-    pub(crate) fn subscribe(&mut self) -> impl Stream<Item = Arc<K>> + Send + 'static {
+    pub(crate) fn subscribe(&mut self) -> impl Stream<Item = Arc<S>> + Send + 'static {
         self.streams
             .pop()
             .expect("more subscriptions taken than watch_shared was asked for")
+    }
+}
+
+/// Where a watch puts what it sees: kube-runtime's store, or a lean [`Cache`].
+trait Sink<S>: Send + 'static {
+    /// Applies one event; returns the objects to announce to the controllers.
+    fn apply(&mut self, event: watcher::Event<S>) -> Vec<Arc<S>>;
+}
+
+impl<S> Sink<S> for (reflector::store::Writer<S>, Store<S>)
+where
+    S: Resource + Clone + Send + Sync + 'static,
+    S::DynamicType: Eq + Hash + Clone + Send + Sync,
+{
+    fn apply(&mut self, event: watcher::Event<S>) -> Vec<Arc<S>> {
+        self.0.apply_watcher_event(&event);
+        // Objects of a (re-)list are announced once the list is complete and in the store, as
+        // kube-runtime does: announcing them one by one could fill the buffers before the first
+        // list completes, while the controllers wait for exactly that to start.
+        match event {
+            watcher::Event::Apply(obj) => vec![Arc::new(obj)],
+            watcher::Event::InitDone => self.1.state(),
+            _ => Vec::new(),
+        }
+    }
+}
+
+impl<K: 'static> Sink<Lean<K>> for CacheWriter<K> {
+    fn apply(&mut self, event: watcher::Event<Lean<K>>) -> Vec<Arc<Lean<K>>> {
+        CacheWriter::apply(self, event)
     }
 }
 
@@ -142,7 +169,7 @@ pub(crate) fn watch_shared<K>(
 ) -> Watched<K>
 where
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
-    K::DynamicType: Eq + Hash + Clone + Default,
+    K::DynamicType: Eq + Hash + Clone + Default + Send + Sync,
 {
     watch_shared_scoped(api, config, what, subscribers, |_: &mut K| true)
 }
@@ -153,34 +180,87 @@ pub(crate) fn watch_lean<K>(
     config: watcher::Config,
     what: &'static str,
     subscribers: usize,
-) -> Watched<Lean<K>>
+) -> WatchedLean<K>
 where
     K: Resource + Clone + DeserializeOwned + Serialize + Default + Debug + Send + Sync + 'static,
-    K::DynamicType: Eq + Hash + Clone + Default,
+    K::DynamicType: Default,
 {
-    watch_shared_scoped(api, config, what, subscribers, |_: &mut K| true)
+    watch_lean_scoped(api, config, what, subscribers, |_: &mut K| true)
 }
 
-/// Like [`watch_shared`] (the cache holding `S` made from each object: the object itself or a
-/// [`Lean`] entry), but `shape` runs on every object after [`strip`]: it may strip more, and
-/// returns whether the object is kept. Objects not kept never enter the store (an update that makes
-/// a cached object uninteresting removes it), so memory follows what the controllers act on, not
-/// what the API server sends (node-deployment scoping, `node_mode::scope`). Subscribers are not told
-/// about removals made this way, as for deletions.
-pub(crate) fn watch_shared_scoped<K, S, F>(
+/// [`watch_shared_scoped`] into a lean [`Cache`].
+pub(crate) fn watch_lean_scoped<K, F>(
     api: Api<K>,
     config: watcher::Config,
     what: &'static str,
     subscribers: usize,
     shape: F,
-) -> Watched<S>
+) -> WatchedLean<K>
 where
-    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
-    S: Resource<DynamicType = K::DynamicType> + From<K> + Clone + Send + Sync + 'static,
-    K::DynamicType: Eq + Hash + Clone + Default,
+    K: Resource + Clone + DeserializeOwned + Serialize + Default + Debug + Send + Sync + 'static,
+    K::DynamicType: Default,
     F: Fn(&mut K) -> bool + Send + Sync + 'static,
 {
-    let (store, mut writer) = reflector::store();
+    let (store, writer) = crate::k8s::cache::cache();
+    let (streams, task) = spawn_watch(api, config, what, subscribers, shape, writer);
+    Watched {
+        store,
+        streams,
+        task,
+    }
+}
+
+/// Like [`watch_shared`], but `shape` runs on every object after [`strip`]: it may strip more, and
+/// returns whether the object is kept. Objects not kept never enter the store (an update that makes
+/// a cached object uninteresting removes it), so memory follows what the controllers act on, not
+/// what the API server sends (node-deployment scoping, `node_mode::scope`). Subscribers are not told
+/// about removals made this way, as for deletions.
+pub(crate) fn watch_shared_scoped<K, F>(
+    api: Api<K>,
+    config: watcher::Config,
+    what: &'static str,
+    subscribers: usize,
+    shape: F,
+) -> Watched<K>
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K::DynamicType: Eq + Hash + Clone + Default + Send + Sync,
+    F: Fn(&mut K) -> bool + Send + Sync + 'static,
+{
+    let (store, writer) = reflector::store();
+    let (streams, task) = spawn_watch(
+        api,
+        config,
+        what,
+        subscribers,
+        shape,
+        (writer, store.clone()),
+    );
+    Watched {
+        store,
+        streams,
+        task,
+    }
+}
+
+/// The task behind [`watch_shared_scoped`] and [`watch_lean_scoped`]: watches `api` (streamed
+/// list first, paged list where refused), strips and shapes each object, applies it to `sink`
+/// and announces what changed to `subscribers` streams.
+fn spawn_watch<K, S, F, W>(
+    api: Api<K>,
+    config: watcher::Config,
+    what: &'static str,
+    subscribers: usize,
+    shape: F,
+    mut sink: W,
+) -> (Vec<ReceiverStream<Arc<S>>>, JoinHandle<()>)
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K::DynamicType: Default,
+    S: From<K> + Send + Sync + 'static,
+    F: Fn(&mut K) -> bool + Send + Sync + 'static,
+    W: Sink<S>,
+{
     let (senders, streams): (Vec<_>, Vec<_>) = (0..subscribers)
         .map(|_| {
             let (tx, rx) = mpsc::channel(SHARED_BUFFER);
@@ -198,7 +278,6 @@ where
             .modify(strip::<K>)
             .boxed()
     };
-    let reader = store.clone();
     let task = tokio::spawn(
         async move {
             let mut streaming = !WATCH_LIST_REFUSED.load(Ordering::Relaxed);
@@ -224,18 +303,8 @@ where
                 let Some(event) = scope_event(event, &shape) else {
                     continue;
                 };
-                let event = convert::<K, S>(event);
-                // The store first, so a controller woken by the change finds it there.
-                writer.apply_watcher_event(&event);
-                // Objects of a (re-)list are announced once the list is complete and in the store,
-                // as kube-runtime does: announcing them one by one could fill the buffers before
-                // the first list completes, while the controllers wait for exactly that to start.
-                let changed: Vec<Arc<S>> = match event {
-                    watcher::Event::Apply(obj) => vec![Arc::new(obj)],
-                    watcher::Event::InitDone => reader.state(),
-                    _ => continue,
-                };
-                for obj in changed {
+                // The cache first, so a controller woken by the change finds it there.
+                for obj in sink.apply(convert::<K, S>(event)) {
                     for tx in &senders {
                         // A closed stream means its controller stopped (shutdown): nothing to tell.
                         let _ = tx.send(obj.clone()).await;
@@ -245,11 +314,7 @@ where
         }
         .instrument(info_span!("watch", resource = what)),
     );
-    Watched {
-        store,
-        streams,
-        task,
-    }
+    (streams, task)
 }
 
 /// A watch of `api` that keeps no store: the watcher's events, the initial list streamed with the

@@ -19,16 +19,15 @@ use tracing::{info, warn};
 
 use super::scope;
 use crate::csi::DriverInfo;
-use crate::k8s::lean::Lean;
-use crate::k8s::watch::{Watched, watch_shared_scoped};
+use crate::k8s::watch::{Watched, WatchedLean, watch_lean_scoped, watch_shared_scoped};
 use crate::model::locate::{HOSTNAME_LABEL, PerNodeKeys};
 
 /// The scoped watches of one node-mode instance.
 pub(crate) struct NodeWatches {
     /// Claims this instance may act on.
-    pub(crate) pvcs: Watched<Lean<PersistentVolumeClaim>>,
+    pub(crate) pvcs: WatchedLean<PersistentVolumeClaim>,
     /// This node's PVs and PVs of no single node.
-    pub(crate) pvs: Watched<Lean<PersistentVolume>>,
+    pub(crate) pvs: WatchedLean<PersistentVolume>,
     /// Stripped Nodes.
     pub(crate) nodes: Watched<Node>,
     /// Stripped CSINodes.
@@ -57,14 +56,14 @@ pub(crate) async fn start(
         "node-deployment mode: watching this node's PVs, the claims it may act on, and stripped Nodes and CSINodes"
     );
     let (name, me) = (driver.name.clone(), node_name.to_owned());
-    let pvcs = watch_shared_scoped(
+    let pvcs = watch_lean_scoped(
         Api::all(client.clone()),
         scope::paged_watch(),
         "persistentvolumeclaims",
         subscribers + extra_claim_subscribers,
         move |pvc: &mut PersistentVolumeClaim| scope::cached_claim(&pvc.metadata, &name, &me),
     );
-    let pvs = watch_shared_scoped(
+    let pvs = watch_lean_scoped(
         Api::all(client.clone()),
         pv_watch,
         "persistentvolumes",
@@ -135,9 +134,7 @@ mod tests {
 
     use super::*;
     use crate::names;
-    use kube::Resource;
     use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
-    use kube::runtime::reflector::ObjectRef;
     use kube_sim::{Sim, SimConfig};
 
     fn claim(name: &str, annotations: &[(&str, &str)]) -> PersistentVolumeClaim {
@@ -199,7 +196,7 @@ mod tests {
         )
         .await
         .unwrap();
-        let watched: Watched<Lean<PersistentVolumeClaim>> = watch_shared_scoped(
+        let watched: WatchedLean<PersistentVolumeClaim> = watch_lean_scoped(
             Api::all(client.clone()),
             scope::paged_watch(),
             "persistentvolumeclaims",
@@ -209,11 +206,7 @@ mod tests {
         let store = watched.store.clone();
         store.wait_until_ready().await.unwrap();
         let names = || {
-            let mut n: Vec<String> = store
-                .state()
-                .iter()
-                .filter_map(|c| c.meta().name.clone())
-                .collect();
+            let mut n: Vec<String> = store.state().iter().map(|c| c.name().to_owned()).collect();
             n.sort();
             n
         };
@@ -236,11 +229,7 @@ mod tests {
             names() == vec!["foreign", "mine", "unselected"]
         })
         .await;
-        assert!(
-            store
-                .get(&ObjectRef::new("theirs").within("default"))
-                .is_none()
-        );
+        assert!(store.get("default/theirs").is_none());
         watched.task.abort();
     }
 }

@@ -13,9 +13,8 @@ use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::{CSINode, StorageClass, VolumeAttributesClass};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::PostParams;
-use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::{Api, Resource, ResourceExt};
+use kube::{Api, ResourceExt};
 use tracing::{debug, info, info_span, warn};
 
 use super::classify::{
@@ -33,9 +32,10 @@ use super::plan_error::PlanError;
 use super::pv::{accept_answer, build_pv};
 use super::topology::{StaticTopology, TopologyView};
 use crate::csi::v1;
+use crate::k8s::cache::Cache;
 use crate::k8s::errors::{ApiErrorClass, classify, describe};
 use crate::k8s::events::{EventSpec, reference_to};
-use crate::k8s::lean::Lean;
+use crate::k8s::lean::{self, Lean};
 use crate::k8s::patch::{self, PatchOutcome, Step};
 use crate::k8s::secrets::SecretFetchError;
 use crate::model::secrets::SecretRef;
@@ -44,8 +44,9 @@ use crate::node_mode::ownership::{
     self, Competition, CsiNodeLookup, NodeIdentity, Recheck, recheck_before_claiming,
 };
 use crate::retry::{Attempt, Backoff, InfeasibleHold, retry_transient};
+use crate::runtime::queue::Key;
 use crate::runtime::skeleton::{self, LOCK_RETRY};
-use crate::runtime::{Context, Shutdown};
+use crate::runtime::{Action, Context, Shutdown};
 
 mod claim_writes;
 mod cleanup;
@@ -119,7 +120,7 @@ impl Provisioner {
             .pvcs
             .state()
             .iter()
-            .map(|c| key_of(c.meta()))
+            .map(|c| lean_key_of(c))
             .collect();
         let keep = |key: &str| live.contains(key);
         self.memory().retain(keep);
@@ -196,34 +197,38 @@ pub(crate) async fn run(
 
     let claims = ctx.stores.pvcs.clone();
     let class_index = claims.clone();
-    let mut controller = Controller::for_shared_stream(pvcs, claims.clone())
+    let mut triggers = vec![
+        skeleton::keys_of(pvcs).boxed(),
         // A PV created, bound or deleted changes what its claim needs (finish or clean up the intent).
-        .watches_shared_stream(pvs, |pv| {
-            pv.full()
-                .spec
-                .as_ref()
-                .and_then(|s| s.claim_ref.as_ref())
-                .and_then(|r| {
-                    Some(ObjectRef::new(r.name.as_deref()?).within(r.namespace.as_deref()?))
-                })
+        pvs.filter_map(|pv| async move {
+            let claim_ref = pv.full().spec?.claim_ref?;
+            Some(Key::from(lean::key(
+                claim_ref.namespace.as_deref(),
+                claim_ref.name.as_deref()?,
+            )))
         })
+        .boxed(),
         // A class created or changed can unblock every pending claim of that class.
-        .watches_shared_stream(classes, move |class| {
-            let name = class.name_any();
-            class_index
-                .state()
-                .into_iter()
-                .filter(|c| {
-                    let c = c.full();
-                    crate::model::claim::claim_class_name(&c) == Some(name.as_str())
-                        && c.spec
-                            .as_ref()
-                            .and_then(|s| s.volume_name.as_ref())
-                            .is_none()
-                })
-                .map(|c| ObjectRef::from_obj(c.as_ref()))
-                .collect::<Vec<_>>()
-        });
+        classes
+            .flat_map(move |class| {
+                let name = class.name_any();
+                let keys: Vec<Key> = class_index
+                    .state()
+                    .into_iter()
+                    .filter(|c| {
+                        let c = c.full();
+                        crate::model::claim::claim_class_name(&c) == Some(name.as_str())
+                            && c.spec
+                                .as_ref()
+                                .and_then(|s| s.volume_name.as_ref())
+                                .is_none()
+                    })
+                    .map(|c| Key::from(c.key()))
+                    .collect();
+                futures::stream::iter(keys)
+            })
+            .boxed(),
+    ];
     if let Some(csinodes) = ctx.stores.csinodes.clone() {
         // A node that stops running our driver (its driver unregistered), and later a node whose
         // CSINode goes (deleted), matter to the pending claims selected to it: clear the
@@ -245,10 +250,11 @@ pub(crate) async fn run(
             crate::k8s::watch::departures(NODE_DEPARTURE_POLL, live),
             crate::k8s::watch::departures(NODE_DEPARTURE_POLL, present),
         );
+        let pending = claims.clone();
         let departed = departures.flat_map(move |nodes| {
-            futures::stream::iter(pending_claims_selected_to(&claims, &nodes))
+            futures::stream::iter(pending_claims_selected_to(&pending, &nodes))
         });
-        controller = controller.reconcile_on(departed);
+        triggers.push(departed.boxed());
     }
     // Per-claim state of vanished claims goes at each resync (cheap: one pass over the cache).
     let pruned = state.clone();
@@ -266,7 +272,8 @@ pub(crate) async fn run(
             &ctx,
             span,
             "claim",
-            controller,
+            claims,
+            futures::stream::select_all(triggers),
             reconcile,
             error_policy,
             state,
@@ -280,10 +287,7 @@ pub(crate) async fn run(
 }
 
 /// Unbound claims in `claims` whose selected node is one of `nodes`.
-fn pending_claims_selected_to(
-    claims: &Store<Lean<PersistentVolumeClaim>>,
-    nodes: &[String],
-) -> Vec<ObjectRef<Lean<PersistentVolumeClaim>>> {
+fn pending_claims_selected_to(claims: &Cache<PersistentVolumeClaim>, nodes: &[String]) -> Vec<Key> {
     claims
         .state()
         .iter()
@@ -297,7 +301,7 @@ fn pending_claims_selected_to(
         .filter(|(_, c)| {
             crate::model::claim::selected_node(c).is_some_and(|n| nodes.iter().any(|x| x == n))
         })
-        .map(|(lean, _)| ObjectRef::from_obj(lean.as_ref()))
+        .map(|(lean, _)| Key::from(lean.key()))
         .collect()
 }
 
@@ -305,7 +309,16 @@ fn claim_key(pvc: &PersistentVolumeClaim) -> String {
     key_of(&pvc.metadata)
 }
 
-/// The claim's UID (else namespace/name), from the full claim or its cache entry alike.
+/// [`key_of`] of a cache entry.
+fn lean_key_of(claim: &Lean<PersistentVolumeClaim>) -> String {
+    if claim.uid().is_empty() {
+        format!("{}/{}", claim.namespace().unwrap_or_default(), claim.name())
+    } else {
+        claim.uid().to_owned()
+    }
+}
+
+/// The claim's UID (else namespace/name).
 fn key_of(meta: &ObjectMeta) -> String {
     meta.uid.clone().unwrap_or_else(|| {
         format!(
@@ -342,8 +355,8 @@ fn error_policy(
     state: Arc<Provisioner>,
 ) -> Action {
     state.ctx.metrics.operator.retried("provisioning");
-    let delay = state.memory().failed(&key_of(pvc.meta()));
-    debug!(claim = %name_of(pvc.meta()), error = %error, ?delay, "will retry");
+    let delay = state.memory().failed(&lean_key_of(&pvc));
+    debug!(claim = %pvc.key(), error = %error, ?delay, "will retry");
     Action::requeue(delay)
 }
 
@@ -414,7 +427,7 @@ async fn reconcile_claim(
     // The topology view is not Sync: decide in a block that ends before the next await.
     let (decision, selected_node_driver) = {
         let pv_exists = plan::claim_volume_name(&pvc, settings)
-            .is_ok_and(|name| stores.pvs.get(&ObjectRef::new(&name)).is_some());
+            .is_ok_and(|name| stores.pvs.get(&name).is_some());
         let store_topology = StoreTopology {
             nodes: stores.nodes.as_ref(),
             csinodes: stores.csinodes.as_ref(),

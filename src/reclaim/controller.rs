@@ -9,9 +9,8 @@ use std::time::{Duration, Instant};
 
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
-use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::ObjectRef;
-use kube::{Api, Resource, ResourceExt};
+use kube::{Api, ResourceExt};
 use tracing::{debug, info, info_span, warn};
 
 use super::plan::{
@@ -25,8 +24,9 @@ use crate::k8s::patch::{self, DeleteOutcome, PatchOutcome};
 use crate::names;
 use crate::node_mode::ownership::may_delete_here;
 use crate::retry::Backoff;
+use crate::runtime::queue::Key;
 use crate::runtime::skeleton::{self, LOCK_RETRY};
-use crate::runtime::{Context, Shutdown};
+use crate::runtime::{Action, Context, Shutdown};
 
 /// Longest pause between two looks at a PV that waits for its volume to be detached.
 const DETACH_RECHECK_MAX: Duration = Duration::from_secs(10);
@@ -104,19 +104,18 @@ pub(crate) async fn run(
         awaiting_release: Mutex::new(HashSet::new()),
         ctx: ctx.clone(),
     });
-    let mut controller = Controller::for_shared_stream(pvs, ctx.stores.pvs.clone())
+    let mut triggers = vec![
+        skeleton::keys_of(pvs).boxed(),
         // A claim that changes (bound, being deleted) matters to its PV.
-        .watches_shared_stream(pvcs, |pvc| {
-            pvc.full()
-                .spec
-                .as_ref()
-                .and_then(|s| s.volume_name.as_deref())
-                .filter(|v| !v.is_empty())
-                .map(ObjectRef::new)
-        });
+        pvcs.filter_map(|pvc| async move {
+            let volume = pvc.full().spec?.volume_name?;
+            (!volume.is_empty()).then(|| Key::from(volume))
+        })
+        .boxed(),
+    ];
     if let Some(index) = &ctx.stores.attachments {
         // A deletion waiting for a detach goes on as soon as the last attachment is gone.
-        controller = controller.reconcile_on(index.detachments().map(|pv| ObjectRef::new(&pv)));
+        triggers.push(index.detachments().map(Key::from).boxed());
     }
     // Per-PV state of vanished PVs goes at each resync.
     let pruned = state.clone();
@@ -126,7 +125,8 @@ pub(crate) async fn run(
         &ctx,
         span,
         "PV",
-        controller,
+        ctx.stores.pvs.clone(),
+        futures::stream::select_all(triggers),
         reconcile,
         error_policy,
         state,
@@ -142,13 +142,13 @@ fn error_policy(
     state: Arc<Reclaimer>,
 ) -> Action {
     state.ctx.metrics.operator.retried("deletion");
-    let mut delay = crate::sync::lock(&state.backoff).failed(&pv.name_any());
+    let mut delay = crate::sync::lock(&state.backoff).failed(&pv.name().to_owned());
     if matches!(error, ReclaimFailure::Attached(_)) {
         // The check is an in-memory index lookup, and no event announces the detach: look again
         // soon rather than after the full backoff.
         delay = delay.min(DETACH_RECHECK_MAX);
     }
-    debug!(pv = %pv.name_any(), error = %error, ?delay, "will retry");
+    debug!(pv = %pv.name(), error = %error, ?delay, "will retry");
     Action::requeue(delay)
 }
 
@@ -175,7 +175,7 @@ async fn claim_state(
         .ctx
         .stores
         .pvcs
-        .get(&ObjectRef::new(name).within(namespace))
+        .get(&crate::k8s::lean::key(Some(namespace), name))
         .map(|c| c.full());
     if plan::claim_state(pv, cached.as_ref()) == ClaimState::Exists {
         return Ok(ClaimState::Exists);
@@ -200,12 +200,7 @@ async fn reconcile(
     pv: Arc<Lean<PersistentVolume>>,
     state: Arc<Reclaimer>,
 ) -> Result<Action, ReclaimFailure> {
-    if pv
-        .meta()
-        .uid
-        .as_ref()
-        .is_some_and(|uid| crate::sync::lock(&state.finished).contains(uid))
-    {
+    if !pv.uid().is_empty() && crate::sync::lock(&state.finished).contains(pv.uid()) {
         return Ok(Action::await_change());
     }
     let mut current = pv.full();
@@ -434,7 +429,8 @@ impl Reclaimer {
             .pvs
             .state()
             .iter()
-            .filter_map(|pv| pv.meta().uid.clone())
+            .filter(|pv| !pv.uid().is_empty())
+            .map(|pv| pv.uid().to_owned())
             .collect();
         crate::sync::lock(&self.deleted).retain(|uid| live.contains(uid));
         crate::sync::lock(&self.finished).retain(|uid| live.contains(uid));
@@ -445,7 +441,7 @@ impl Reclaimer {
             .pvs
             .state()
             .iter()
-            .map(|pv| pv.name_any())
+            .map(|pv| pv.name().to_owned())
             .collect();
         crate::sync::lock(&self.backoff).retain(|name| names.contains(name));
         // PVs force-deleted (finalizer removed by hand) while they waited for a detach.

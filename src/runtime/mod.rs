@@ -1,7 +1,7 @@
 //! What the controllers run on: the shared [`Context`] (clients, driver, caches, settings), the
-//! [`Shutdown`] signal, [`VolumeLocks`], the controller [`skeleton`] both controllers run on, and
-//! the [`heap`] trimming. The composition root ([`crate::app`]) builds them;
-//! the controllers only use them, so nothing depends on the composition root.
+//! [`Shutdown`] signal, [`VolumeLocks`], the controller [`skeleton`] and work [`queue`] both
+//! controllers run on, and the [`heap`] trimming. The composition root ([`crate::app`]) builds
+//! them; the controllers only use them, so nothing depends on the composition root.
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
@@ -15,13 +15,16 @@ use tokio::sync::{mpsc, watch};
 use crate::config::Config;
 use crate::csi::{CsiController, DriverInfo};
 use crate::k8s::attachments::AttachmentIndex;
+use crate::k8s::cache::Cache;
 use crate::k8s::events::Recorder;
-use crate::k8s::lean::Lean;
 use crate::metrics::Metrics;
 use crate::metrics::node_gone::NodeGoneMetrics;
 
 pub(crate) mod heap;
+pub(crate) mod queue;
 pub(crate) mod skeleton;
+
+pub(crate) use queue::Action;
 
 /// Everything the controllers share: clients, the driver, caches and process-wide settings.
 pub(crate) struct Context {
@@ -92,9 +95,9 @@ impl CapacityNudge {
 #[derive(Clone)]
 pub(crate) struct Stores {
     /// PersistentVolumeClaims.
-    pub(crate) pvcs: Store<Lean<PersistentVolumeClaim>>,
+    pub(crate) pvcs: Cache<PersistentVolumeClaim>,
     /// PersistentVolumes.
-    pub(crate) pvs: Store<Lean<PersistentVolume>>,
+    pub(crate) pvs: Cache<PersistentVolume>,
     /// StorageClasses.
     pub(crate) classes: Store<StorageClass>,
     /// Nodes (topology or dead-node handling only).

@@ -8,16 +8,15 @@ use std::time::Duration;
 
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
-use kube::runtime::reflector::ObjectRef;
+use kube::Api;
 use kube::runtime::watcher;
-use kube::{Api, Resource};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use tracing::{debug, info, warn};
 
-use super::{PodLite, Transition, Usage, key, transition};
+use super::{PodLite, Transition, Usage, transition};
 use crate::k8s::lean::Lean;
 use crate::k8s::patch;
 use crate::names;
@@ -138,7 +137,7 @@ pub(crate) async fn run(
                         synced = true;
                         info!(pods_using_claims = usage.pods(), "Pods listed; tracking unused claims");
                         pending.extend(ctx.stores.pvcs.state().iter().map(|c| {
-                            key(c.meta().namespace.as_deref().unwrap_or_default(), c.meta().name.as_deref().unwrap_or_default())
+                            c.key().to_owned()
                         }));
                     }
                 }
@@ -147,7 +146,7 @@ pub(crate) async fn run(
                 None => return,
             },
             Some(claim) = claims.next() => {
-                pending.insert(key(claim.meta().namespace.as_deref().unwrap_or_default(), claim.meta().name.as_deref().unwrap_or_default()));
+                pending.insert(claim.key().to_owned());
             }
             _ = retry.tick() => pending.append(&mut failed),
         }
@@ -192,10 +191,7 @@ async fn settle(
     claim: &str,
     node: Option<&str>,
 ) -> bool {
-    let Some((namespace, name)) = claim.split_once('/') else {
-        return true;
-    };
-    let Some(cached) = ctx.stores.pvcs.get(&ObjectRef::new(name).within(namespace)) else {
+    let Some(cached) = ctx.stores.pvcs.get(claim) else {
         return true;
     };
     let pvc = cached.full();
@@ -215,7 +211,8 @@ async fn settle(
     ) else {
         return true;
     };
-    let api: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), namespace);
+    let api: Api<PersistentVolumeClaim> =
+        Api::namespaced(ctx.client.clone(), cached.namespace().unwrap_or_default());
     let written = match &change {
         Transition::Unused(since) => {
             patch::set_annotation(&api, &pvc, names::ANN_UNUSED_SINCE, since).await

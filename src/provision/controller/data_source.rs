@@ -6,8 +6,7 @@
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::DynamicObject;
-use kube::runtime::reflector::ObjectRef;
-use kube::{Api, Resource, ResourceExt};
+use kube::{Api, ResourceExt};
 use serde::de::DeserializeOwned;
 
 use super::Provisioner;
@@ -32,7 +31,7 @@ pub(super) async fn read(
     // Pending and without a PV in the cache: a claim whose PV exists (its binding not seen yet)
     // is never provisioned again, so its source is not read again either.
     let has_pv = crate::provision::plan::claim_volume_name(pvc, &state.settings)
-        .is_ok_and(|v| state.ctx.stores.pvs.get(&ObjectRef::new(&v)).is_some());
+        .is_ok_and(|v| state.ctx.stores.pvs.get(&v).is_some());
     let pending = !has_pv
         && pvc
             .spec
@@ -115,7 +114,7 @@ async fn read_clone(
     let stores = &state.ctx.stores;
     let cached = stores
         .pvcs
-        .get(&ObjectRef::new(name).within(namespace))
+        .get(&crate::k8s::lean::key(Some(namespace), name))
         .map(|c| c.full());
     let claim = match cached {
         Some(c) => Some(c),
@@ -135,7 +134,7 @@ async fn read_clone(
         .filter(|v| !v.is_empty());
     let pv = match volume {
         None => None,
-        Some(volume) => match stores.pvs.get(&ObjectRef::new(&volume)) {
+        Some(volume) => match stores.pvs.get(&volume) {
             Some(pv) => Some(pv.full()),
             // Unreadable counts as missing: the check below names it invalid, and it is retried.
             None => Api::<PersistentVolume>::all(state.ctx.client.clone())
@@ -238,7 +237,7 @@ pub(super) async fn protect(
                 .ctx
                 .stores
                 .pvcs
-                .get(&ObjectRef::new(&name).within(&namespace))
+                .get(&crate::k8s::lean::key(Some(&namespace), &name))
                 .map(|c| c.full());
             let finalizer = crate::names::FINALIZER_CLONING_PROTECTION;
             if cached
@@ -285,14 +284,14 @@ pub(super) async fn release_snapshot(state: &Provisioner, pvc: &PersistentVolume
     let stores = &state.ctx.stores;
     let has_pv = |c: &PersistentVolumeClaim| {
         crate::provision::plan::claim_volume_name(c, &state.settings)
-            .is_ok_and(|v| stores.pvs.get(&ObjectRef::new(&v)).is_some())
+            .is_ok_and(|v| stores.pvs.get(&v).is_some())
     };
     let others: Vec<PersistentVolumeClaim> = stores
         .pvcs
         .state()
         .iter()
-        .filter(|c| c.meta().namespace.as_deref() == Some(namespace.as_str()))
-        .filter(|c| c.meta().uid != pvc.metadata.uid)
+        .filter(|c| c.namespace() == Some(namespace.as_str()))
+        .filter(|c| Some(c.uid()) != pvc.metadata.uid.as_deref())
         .map(|c| c.full())
         .filter(|c| !has_pv(c))
         .collect();
@@ -356,7 +355,7 @@ async fn snapshot_finalizer(
 pub(super) async fn release_clone_source(
     state: &Provisioner,
     pvc: &PersistentVolumeClaim,
-) -> Result<Option<kube::runtime::controller::Action>, crate::k8s::patch::PatchError> {
+) -> Result<Option<crate::runtime::Action>, crate::k8s::patch::PatchError> {
     if !source::holds_clone_protection(pvc) {
         return Ok(None);
     }
@@ -367,11 +366,11 @@ pub(super) async fn release_clone_source(
         .pvcs
         .state()
         .iter()
-        .filter(|c| c.meta().namespace.as_deref() == Some(namespace.as_str()))
+        .filter(|c| c.namespace() == Some(namespace.as_str()))
         .map(|c| c.full())
         .collect();
     if source::clone_in_progress(pvc, &claims) {
-        return Ok(Some(kube::runtime::controller::Action::requeue(CLONE_WAIT)));
+        return Ok(Some(crate::runtime::Action::requeue(CLONE_WAIT)));
     }
     let api = Api::<PersistentVolumeClaim>::namespaced(state.ctx.client.clone(), &namespace);
     let finalizer = crate::names::FINALIZER_CLONING_PROTECTION;

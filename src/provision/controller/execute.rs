@@ -92,13 +92,7 @@ pub(super) async fn provision(
     // The cache, not a live read: if it lags behind a PV created moments ago, CreateVolume is
     // replayed for the same name (idempotent: the same volume) and the PV create answers
     // AlreadyExists, which is success for the same volume handle. Never a second volume.
-    if state
-        .ctx
-        .stores
-        .pvs
-        .get(&ObjectRef::new(&plan.volume_name))
-        .is_some()
-    {
+    if state.ctx.stores.pvs.get(&plan.volume_name).is_some() {
         return Ok(Action::await_change());
     }
     provisioning_event(state, pvc);
@@ -237,13 +231,13 @@ pub(super) async fn provision(
 /// Whether the claim was deleted (or is being deleted) since this reconcile read it, as the cache
 /// says now.
 fn claim_abandoned(state: &Provisioner, pvc: &PersistentVolumeClaim) -> bool {
-    let cached = state
-        .ctx
-        .stores
-        .pvcs
-        .get(&ObjectRef::new(&pvc.name_any()).within(&pvc.namespace().unwrap_or_default()));
+    let cached = state.ctx.stores.pvcs.get(&crate::k8s::lean::key(
+        pvc.metadata.namespace.as_deref(),
+        &pvc.name_any(),
+    ));
     cached.is_none_or(|c| {
-        c.meta().uid != pvc.metadata.uid || c.full().metadata.deletion_timestamp.is_some()
+        Some(c.uid()) != pvc.metadata.uid.as_deref()
+            || c.full().metadata.deletion_timestamp.is_some()
     })
 }
 
@@ -380,7 +374,7 @@ pub(super) async fn create_pv(
             Ok(())
         }
         Some((ApiErrorClass::AlreadyExists, _)) => {
-            let cached = state.ctx.stores.pvs.get(&ObjectRef::new(&name));
+            let cached = state.ctx.stores.pvs.get(&name);
             let existing = match cached {
                 Some(pv) => Some(pv.full()),
                 None => api.get_opt(&name).await.ok().flatten(),

@@ -55,10 +55,10 @@ pub(super) async fn run_resolver(state: Arc<Provisioner>, shutdown: Shutdown) {
 /// Resolves one entry; an error is retried with backoff.
 async fn resolve_one(state: &Provisioner, entry: &Entry) -> Result<(), String> {
     let stores = &state.ctx.stores;
-    let pv_cached = stores.pvs.get(&ObjectRef::new(&entry.volume)).is_some();
+    let pv_cached = stores.pvs.get(&entry.volume).is_some();
     let claim = stores
         .pvcs
-        .get(&ObjectRef::new(&entry.claim).within(&entry.namespace))
+        .get(&crate::k8s::lean::key(Some(&entry.namespace), &entry.claim))
         .map(|c| c.full());
     let cause = match ledger::resolve(entry, pv_cached, claim.as_ref()) {
         Resolution::Keep => return Ok(()),

@@ -76,8 +76,8 @@ fn shell(sim: &Sim, csi: Arc<FakeCsi>) -> Provisioner {
         metrics: Arc::new(metrics),
         node_metrics,
         stores: Stores {
-            pvcs: Writer::default().as_reader(),
-            pvs: Writer::default().as_reader(),
+            pvcs: crate::k8s::cache::Cache::of([]),
+            pvs: crate::k8s::cache::Cache::of([]),
             classes: Writer::default().as_reader(),
             nodes: None,
             csinodes: None,

@@ -1,0 +1,216 @@
+//! The cache of the numerous kinds (claims, PVs): [`Lean`] entries in one hash set keyed by
+//! `namespace/name`, filled from a watch as kube-runtime's reflector fills its store.
+//!
+//! Why not kube-runtime's `Store`: it keys each object by an `ObjectRef` (four owned strings,
+//! ~100 bytes inline) beside an object that must carry a full `ObjectMeta` (~330 bytes inline), so
+//! at 10,000 PV/PVC pairs the keys and metadata outweighed the packed objects. Here an entry is
+//! one pointer in the table; the key is a slice of the entry's own identifiers.
+
+use std::borrow::Borrow;
+use std::collections::HashSet;
+use std::hash::{Hash, Hasher};
+use std::sync::{Arc, RwLock};
+
+use kube::runtime::watcher;
+use tokio::sync::watch;
+
+use crate::k8s::lean::Lean;
+
+/// Read side of a lean cache; cheap to clone.
+pub(crate) struct Cache<K> {
+    entries: Arc<RwLock<HashSet<Entry<K>>>>,
+    ready: watch::Receiver<bool>,
+}
+
+impl<K> Clone for Cache<K> {
+    fn clone(&self) -> Self {
+        Self {
+            entries: self.entries.clone(),
+            ready: self.ready.clone(),
+        }
+    }
+}
+
+/// The watch that fills a cache stopped before its first list completed.
+#[derive(Debug, thiserror::Error)]
+#[error("the watch filling the cache stopped before its first list completed")]
+pub(crate) struct CacheClosed;
+
+impl<K> Cache<K> {
+    /// The object under `key` (see [`crate::k8s::lean::key`]).
+    pub(crate) fn get(&self, key: &str) -> Option<Arc<Lean<K>>> {
+        let entries = crate::sync::read(&self.entries);
+        entries.get(key).map(|e| e.0.clone())
+    }
+
+    /// Every cached object, in no particular order.
+    pub(crate) fn state(&self) -> Vec<Arc<Lean<K>>> {
+        let entries = crate::sync::read(&self.entries);
+        entries.iter().map(|e| e.0.clone()).collect()
+    }
+
+    /// How many objects are cached.
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        crate::sync::read(&self.entries).len()
+    }
+
+    /// Completes once the first list is in the cache.
+    pub(crate) async fn wait_until_ready(&self) -> Result<(), CacheClosed> {
+        let mut ready = self.ready.clone();
+        ready
+            .wait_for(|ready| *ready)
+            .await
+            .map(|_| ())
+            .map_err(|_| CacheClosed)
+    }
+
+    /// A cache holding `objects`, ready: for tests of code that reads one.
+    #[cfg(test)]
+    pub(crate) fn of(objects: impl IntoIterator<Item = Lean<K>>) -> Self {
+        let (cache, mut writer) = cache();
+        writer.apply(watcher::Event::Init);
+        for obj in objects {
+            writer.apply(watcher::Event::InitApply(obj));
+        }
+        writer.apply(watcher::Event::InitDone);
+        cache
+    }
+}
+
+/// A new empty cache and the writer that fills it.
+pub(crate) fn cache<K>() -> (Cache<K>, CacheWriter<K>) {
+    let (ready_tx, ready) = watch::channel(false);
+    let entries = Arc::new(RwLock::new(HashSet::new()));
+    let cache = Cache {
+        entries: entries.clone(),
+        ready,
+    };
+    let writer = CacheWriter {
+        entries,
+        relist: None,
+        ready: ready_tx,
+    };
+    (cache, writer)
+}
+
+/// Write side of a lean cache, owned by the task driving its watch.
+pub(crate) struct CacheWriter<K> {
+    entries: Arc<RwLock<HashSet<Entry<K>>>>,
+    /// The objects of a (re-)list in progress; they replace the cache's content once complete, so
+    /// objects deleted while the watch was down leave it.
+    relist: Option<HashSet<Entry<K>>>,
+    ready: watch::Sender<bool>,
+}
+
+impl<K> CacheWriter<K> {
+    /// Applies one watcher event. Returns what changed for the controllers: the object of an
+    /// update, or every object when a (re-)list completed.
+    pub(crate) fn apply(&mut self, event: watcher::Event<Lean<K>>) -> Vec<Arc<Lean<K>>> {
+        match event {
+            watcher::Event::Apply(obj) => {
+                let obj = Arc::new(obj);
+                crate::sync::write(&self.entries).replace(Entry(obj.clone()));
+                vec![obj]
+            }
+            watcher::Event::Delete(obj) => {
+                crate::sync::write(&self.entries).remove(obj.key());
+                Vec::new()
+            }
+            watcher::Event::Init => {
+                self.relist = Some(HashSet::new());
+                Vec::new()
+            }
+            watcher::Event::InitApply(obj) => {
+                self.relist
+                    .get_or_insert_with(HashSet::new)
+                    .replace(Entry(Arc::new(obj)));
+                Vec::new()
+            }
+            watcher::Event::InitDone => {
+                let listed = self.relist.take().unwrap_or_default();
+                let all = listed.iter().map(|e| e.0.clone()).collect();
+                *crate::sync::write(&self.entries) = listed;
+                self.ready.send_replace(true);
+                all
+            }
+        }
+    }
+}
+
+/// One cached object, hashed and compared by its key so the set can be searched by key.
+struct Entry<K>(Arc<Lean<K>>);
+
+impl<K> Hash for Entry<K> {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.0.key().hash(state);
+    }
+}
+
+impl<K> PartialEq for Entry<K> {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.key() == other.0.key()
+    }
+}
+
+impl<K> Eq for Entry<K> {}
+
+impl<K> Borrow<str> for Entry<K> {
+    fn borrow(&self) -> &str {
+        self.0.key()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+
+    fn claim(name: &str, rv: &str) -> Lean<PersistentVolumeClaim> {
+        let mut c = PersistentVolumeClaim::default();
+        c.metadata.name = Some(name.to_owned());
+        c.metadata.namespace = Some("ns".to_owned());
+        c.metadata.resource_version = Some(rv.to_owned());
+        Lean::new(c)
+    }
+
+    #[tokio::test]
+    async fn a_relist_replaces_the_content_and_updates_replace_entries() {
+        let (cache, mut writer) = cache();
+        writer.apply(watcher::Event::Init);
+        writer.apply(watcher::Event::InitApply(claim("a", "1")));
+        writer.apply(watcher::Event::InitApply(claim("b", "1")));
+        assert_eq!(cache.len(), 0, "a list shows only once complete");
+        let announced = writer.apply(watcher::Event::InitDone);
+        assert_eq!(announced.len(), 2);
+        cache.wait_until_ready().await.unwrap();
+
+        let changed = writer.apply(watcher::Event::Apply(claim("a", "2")));
+        assert_eq!(changed.len(), 1);
+        assert_eq!(cache.get("ns/a").unwrap().resource_version(), "2");
+        assert!(cache.get("a").is_none(), "the key carries the namespace");
+
+        // The watch was down while b was deleted and c created: the re-list drops b.
+        writer.apply(watcher::Event::Init);
+        writer.apply(watcher::Event::InitApply(claim("a", "3")));
+        writer.apply(watcher::Event::InitApply(claim("c", "1")));
+        assert!(
+            cache.get("ns/b").is_some(),
+            "the old content serves until the list completes"
+        );
+        writer.apply(watcher::Event::InitDone);
+        assert!(cache.get("ns/b").is_none());
+        assert_eq!(cache.len(), 2);
+
+        writer.apply(watcher::Event::Delete(claim("c", "1")));
+        assert!(cache.get("ns/c").is_none());
+        assert_eq!(cache.state().len(), 1);
+    }
+
+    #[tokio::test]
+    async fn waiting_for_a_cache_whose_watch_stopped_fails_instead_of_hanging() {
+        let (cache, writer) = cache::<PersistentVolumeClaim>();
+        drop(writer);
+        assert!(cache.wait_until_ready().await.is_err());
+    }
+}

@@ -1,0 +1,213 @@
+//! The work queue both controllers run on, keyed by cache key (`namespace/name` or `name`), with
+//! client-go's workqueue rules: a key is queued at most once, never reconciled by two workers at
+//! once (a trigger during a run queues it again after the run), and a requested retry never delays
+//! a trigger that comes earlier.
+//!
+//! Why not kube-runtime's `Controller`: it reads objects from its own `Store` type, whose entries
+//! cost more memory than the objects (see [`crate::k8s::cache`]), and it queues an `ObjectRef` of
+//! four owned strings per trigger: at start-up every cached object is triggered at once.
+
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+/// What a reconcile asks for next: run again after a delay, or only on the next change.
+/// (kube-runtime's `Action` does not expose its delay to a runner of our own.)
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Action {
+    requeue_after: Option<Duration>,
+}
+
+impl Action {
+    /// Run again after `delay` even if nothing changes.
+    #[must_use]
+    pub(crate) const fn requeue(delay: Duration) -> Self {
+        Self {
+            requeue_after: Some(delay),
+        }
+    }
+
+    /// Run again only when a change (or the periodic resync) triggers it.
+    #[must_use]
+    pub(crate) const fn await_change() -> Self {
+        Self {
+            requeue_after: None,
+        }
+    }
+
+    /// The delay of [`Action::requeue`], if any.
+    pub(crate) const fn requeue_after(&self) -> Option<Duration> {
+        self.requeue_after
+    }
+}
+
+/// A cache key as queued; shared between the queue's sets.
+pub(crate) type Key = Arc<str>;
+
+/// The keys waiting, running and scheduled for later.
+#[derive(Default)]
+pub(crate) struct WorkQueue {
+    /// Keys to run now, in trigger order.
+    ready: VecDeque<Key>,
+    /// The members of `ready`.
+    queued: HashSet<Key>,
+    /// Keys a worker is reconciling.
+    running: HashSet<Key>,
+    /// Running keys triggered again meanwhile: they run again once done.
+    again: HashSet<Key>,
+    /// Keys to run later, by due time (the counter keeps equal times apart).
+    later: BTreeMap<(Instant, u64), Key>,
+    /// The due time of each member of `later`.
+    due: HashMap<Key, (Instant, u64)>,
+    counter: u64,
+}
+
+impl WorkQueue {
+    /// Queues `key` to run now (unless it is queued already; after the run if it is running).
+    pub(crate) fn add(&mut self, key: Key) {
+        if self.running.contains(&key) {
+            self.again.insert(key);
+            return;
+        }
+        if self.queued.contains(&key) {
+            return;
+        }
+        if let Some(slot) = self.due.remove(&key) {
+            self.later.remove(&slot);
+        }
+        self.queued.insert(key.clone());
+        self.ready.push_back(key);
+    }
+
+    /// Takes the next key to run and marks it running.
+    pub(crate) fn next(&mut self) -> Option<Key> {
+        let key = self.ready.pop_front()?;
+        self.queued.remove(&key);
+        self.running.insert(key.clone());
+        Some(key)
+    }
+
+    /// Records that the run of `key` ended asking for `action` at `now`.
+    pub(crate) fn done(&mut self, key: Key, action: Action, now: Instant) {
+        self.running.remove(&key);
+        if self.again.remove(&key) {
+            // Something changed during the run: look again now, whatever the run asked.
+            self.add(key);
+        } else if let Some(delay) = action.requeue_after() {
+            self.add_at(key, now + delay);
+        }
+    }
+
+    /// Queues `key` to run at `at`, unless it runs earlier anyway.
+    fn add_at(&mut self, key: Key, at: Instant) {
+        if self.queued.contains(&key) || self.running.contains(&key) {
+            return;
+        }
+        if let Some(&(current, _)) = self.due.get(&key)
+            && current <= at
+        {
+            return;
+        }
+        if let Some(slot) = self.due.remove(&key) {
+            self.later.remove(&slot);
+        }
+        self.counter += 1;
+        let slot = (at, self.counter);
+        self.due.insert(key.clone(), slot);
+        self.later.insert(slot, key);
+    }
+
+    /// When the earliest scheduled key is due.
+    pub(crate) fn next_due(&self) -> Option<Instant> {
+        self.later.keys().next().map(|(at, _)| *at)
+    }
+
+    /// Moves every key due at `now` to the ready queue.
+    pub(crate) fn promote(&mut self, now: Instant) {
+        while let Some(entry) = self.later.first_entry() {
+            if entry.key().0 > now {
+                break;
+            }
+            let key = entry.remove();
+            self.due.remove(&key);
+            self.add(key);
+        }
+    }
+
+    /// Keys queued, running or scheduled (for tests and gauges).
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.queued.len() + self.running.len() + self.due.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(s: &str) -> Key {
+        Arc::from(s)
+    }
+
+    #[test]
+    fn a_key_is_queued_once_and_never_runs_twice_at_once() {
+        let mut q = WorkQueue::default();
+        q.add(key("a"));
+        q.add(key("a"));
+        q.add(key("b"));
+        assert_eq!(q.next().as_deref(), Some("a"));
+        // Triggered while running: not handed to a second worker...
+        q.add(key("a"));
+        assert_eq!(q.next().as_deref(), Some("b"));
+        assert_eq!(q.next(), None);
+        // ...but run again once the first run ends, even if it asked to wait.
+        q.done(
+            key("a"),
+            Action::requeue(Duration::from_secs(60)),
+            Instant::now(),
+        );
+        assert_eq!(q.next().as_deref(), Some("a"));
+        q.done(key("a"), Action::await_change(), Instant::now());
+        q.done(key("b"), Action::await_change(), Instant::now());
+        assert_eq!(q.len(), 0, "nothing is kept of keys that wait for a change");
+    }
+
+    #[test]
+    fn a_retry_runs_when_due_and_a_trigger_before_it_wins() {
+        let mut q = WorkQueue::default();
+        let now = Instant::now();
+        q.add(key("a"));
+        q.add(key("b"));
+        let a = q.next().unwrap();
+        let b = q.next().unwrap();
+        q.done(a, Action::requeue(Duration::from_secs(5)), now);
+        q.done(b, Action::requeue(Duration::from_secs(10)), now);
+        assert_eq!(q.next_due(), Some(now + Duration::from_secs(5)));
+        q.promote(now + Duration::from_secs(4));
+        assert_eq!(q.next(), None, "not due yet");
+        // A change to b runs it now and cancels its scheduled retry.
+        q.add(key("b"));
+        assert_eq!(q.next().as_deref(), Some("b"));
+        q.done(key("b"), Action::await_change(), now);
+        q.promote(now + Duration::from_secs(5));
+        assert_eq!(q.next().as_deref(), Some("a"));
+        q.promote(now + Duration::from_secs(60));
+        assert_eq!(q.next(), None, "b's old retry was dropped");
+        assert_eq!(q.next_due(), None);
+    }
+
+    #[test]
+    fn of_two_requested_retries_the_earlier_is_kept() {
+        let mut q = WorkQueue::default();
+        let now = Instant::now();
+        q.add_at(key("a"), now + Duration::from_secs(10));
+        q.add_at(key("a"), now + Duration::from_secs(3));
+        q.add_at(key("a"), now + Duration::from_secs(7));
+        assert_eq!(q.next_due(), Some(now + Duration::from_secs(3)));
+        q.promote(now + Duration::from_secs(3));
+        assert_eq!(q.next().as_deref(), Some("a"));
+        assert_eq!(q.next_due(), None);
+    }
+}
