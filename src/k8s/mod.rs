@@ -1,4 +1,4 @@
-//! Kubernetes access: the rate-limited client, watches and reflector stores, conflict-free
+//! Kubernetes access: the rate-limited client, watches and caches, conflict-free
 //! finalizer patches, error classification and the event recorder.
 
 pub(crate) mod access;

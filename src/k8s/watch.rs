@@ -1,6 +1,6 @@
-//! Watches and reflector stores the controllers read from (lean caches, scoped selectors, indexes).
+//! Watches and the caches the controllers read from (lean caches, scoped selectors, indexes).
 //!
-//! Each resource is watched once: a reflector keeps the store, and every controller that asked for
+//! Each resource is watched once: one task keeps its cache, and every controller that asked for
 //! one gets its own stream of changed objects fed by the same watch, so two controllers reading PVCs
 //! cost one watch and one cache. Objects are stripped of `managedFields` and the last-applied
 //! annotation before they are cached: nothing here reads them, and they are often the largest part of
@@ -13,7 +13,8 @@
 //!
 //! The initial list is a streaming list (one watch with `sendInitialEvents`, as client-go does)
 //! where the API server serves it, else pages of a list: on 10,000 claims that is one request
-//! instead of twenty. PVs and claims are cached as [`Lean`] entries.
+//! instead of twenty. PVs and claims are cached as [`Lean`] entries in a lean [`Cache`]; the few
+//! small kinds (classes, nodes, CSINodes) in kube-runtime's `Store`.
 
 use std::collections::HashSet;
 use std::fmt::Debug;

@@ -27,6 +27,22 @@ pub(crate) const LAZY_FLUSH: Duration = Duration::from_secs(5);
 /// How long a commit waits for more intents once the first arrived: workers freed by the same
 /// burst of answers record within milliseconds of each other, and one write then carries them all.
 const COMMIT_WINDOW: Duration = Duration::from_millis(15);
+/// A node's ledger written less than this long ago is busy: claims reach the node one by one
+/// (as the scheduler places their pods), too far apart for [`COMMIT_WINDOW`] to group them.
+const BUSY_GAP: Duration = Duration::from_secs(1);
+/// The commit window of a busy node ledger: one write per quarter second at most, whatever the
+/// rate at which claims reach the node, for at most a quarter second more per volume.
+const BUSY_WINDOW: Duration = Duration::from_millis(250);
+
+/// How long the commit waits for more intents after the first: [`BUSY_WINDOW`] for a node's
+/// ledger written within [`BUSY_GAP`], else [`COMMIT_WINDOW`] (an idle node answers at once, and
+/// the driver-wide ledger groups the many workers of a burst without waiting longer).
+fn commit_window(per_node: bool, since_last_write: Option<Duration>) -> Duration {
+    match since_last_write {
+        Some(gap) if per_node && gap < BUSY_GAP => BUSY_WINDOW,
+        _ => COMMIT_WINDOW,
+    }
+}
 /// Pause after a failed write before the next attempt (conflicts are retried at once).
 const FAILED_WRITE_PAUSE: Duration = Duration::from_secs(1);
 
@@ -250,14 +266,18 @@ impl Ledger {
             return;
         }
         tokio::pin!(stop);
+        let per_node = self.0.target.as_ref().is_some_and(|t| t.node.is_some());
+        let mut last_write: Option<tokio::time::Instant> = None;
         loop {
             tokio::select! {
                 () = &mut stop => break,
                 () = self.wait_for_work() => {}
             }
-            tokio::time::sleep(COMMIT_WINDOW).await;
+            let window = commit_window(per_node, last_write.map(|at| at.elapsed()));
+            tokio::time::sleep(window).await;
             // Only a leader writes: a deposed one must not overwrite its successor's ledger.
             leadership.acting().await;
+            last_write = Some(tokio::time::Instant::now());
             if !self.commit_once().await {
                 if !self.is_enabled() {
                     // Refused for good (RBAC): intents go on the claims from now on.
@@ -502,4 +522,26 @@ pub(crate) async fn read_ledger(
         }
     }
     Ok(entries)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_node_ledger_written_a_moment_ago_waits_longer_for_company() {
+        let recent = Some(Duration::from_millis(300));
+        assert_eq!(commit_window(true, recent), BUSY_WINDOW);
+        assert_eq!(commit_window(true, None), COMMIT_WINDOW, "first write");
+        assert_eq!(
+            commit_window(true, Some(BUSY_GAP)),
+            COMMIT_WINDOW,
+            "an idle node answers at once"
+        );
+        assert_eq!(
+            commit_window(false, recent),
+            COMMIT_WINDOW,
+            "the driver-wide ledger groups its workers without waiting"
+        );
+    }
 }
