@@ -113,6 +113,34 @@ fn obj<T: serde::de::DeserializeOwned>(v: Value) -> T {
     serde_json::from_value(v).expect("well-formed object")
 }
 
+/// How many of `claims` have a core/v1 Event with reason `Provisioning`, and how many one with
+/// `ProvisioningSucceeded` (upstream's reasons; ours sends the same).
+pub async fn claims_with_events(
+    client: &Client,
+    claims: &HashSet<String>,
+) -> Result<(usize, usize)> {
+    let api: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(client.clone(), NS);
+    let list = api.list(&Default::default()).await.context("list Events")?;
+    let mut started = HashSet::new();
+    let mut succeeded = HashSet::new();
+    for e in list.items {
+        let Some(name) = e
+            .involved_object
+            .name
+            .as_ref()
+            .filter(|n| claims.contains(*n))
+        else {
+            continue;
+        };
+        match e.reason.as_deref() {
+            Some("Provisioning") => started.insert(name.clone()),
+            Some("ProvisioningSucceeded") => succeeded.insert(name.clone()),
+            _ => false,
+        };
+    }
+    Ok((started.len(), succeeded.len()))
+}
+
 pub async fn create_class(client: &Client, name: &str, binding: &str) -> Result<()> {
     let api: Api<k8s_openapi::api::storage::v1::StorageClass> = Api::all(client.clone());
     api.create(

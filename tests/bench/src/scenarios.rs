@@ -395,6 +395,51 @@ async fn burst_inner(env: &Env, bin: &Bin<'_>, qps: Qps, n: usize, run: &mut Run
         n as f64,
         &deleted,
     ));
+    events_delivered(env, &client, &claims, run).await
+}
+
+/// After the claims are gone: waits until every claim has its `Provisioning` and
+/// `ProvisioningSucceeded` Events, or no Event was sent for `--idle` (what was dropped stays
+/// dropped), and reports how many claims got each and how long after deletion that took.
+async fn events_delivered(
+    env: &Env,
+    client: &Client,
+    claims: &[String],
+    run: &mut Run,
+) -> Result<()> {
+    let wanted: HashSet<String> = claims.iter().cloned().collect();
+    let start = Instant::now();
+    let mut sent = cluster::requests(client).await?.events();
+    let mut quiet_since = Instant::now();
+    let (started, succeeded, last_seen) = loop {
+        let (started, succeeded) = cluster::claims_with_events(client, &wanted).await?;
+        if started >= wanted.len() && succeeded >= wanted.len() {
+            break (started, succeeded, start.elapsed());
+        }
+        let now = cluster::requests(client).await?.events();
+        if now != sent {
+            sent = now;
+            quiet_since = Instant::now();
+        } else if quiet_since.elapsed() >= env.idle || start.elapsed() >= env.timeout {
+            break (started, succeeded, quiet_since.duration_since(start));
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    run.metric(
+        "claims_with_provisioning_event",
+        "claims with their Provisioning Event by the end",
+        started as f64,
+    );
+    run.metric(
+        "claims_with_succeeded_event",
+        "claims with their ProvisioningSucceeded Event by the end",
+        succeeded as f64,
+    );
+    run.metric(
+        "events_done_s",
+        "Events: last one seen, after the last PV was gone (s)",
+        last_seen.as_secs_f64(),
+    );
     Ok(())
 }
 

@@ -67,6 +67,17 @@ fn small_run_passes_its_correctness_checks_and_writes_the_report() {
             Some("burst") => {
                 assert!(metric("req_per_provisioned").as_f64() >= Some(1.0), "{s}");
                 assert!(metric("peak_rss_mib").as_f64() > Some(0.0), "{s}");
+                // Every claim got its events (queued behind the work, never dropped).
+                assert_eq!(
+                    metric("claims_with_provisioning_event").as_f64(),
+                    Some(20.0),
+                    "{s}"
+                );
+                assert_eq!(
+                    metric("claims_with_succeeded_event").as_f64(),
+                    Some(20.0),
+                    "{s}"
+                );
             }
             Some("restart") => {
                 assert_eq!(metric("bound_claims").as_f64(), Some(200.0));
