@@ -32,7 +32,9 @@ use crate::names;
 pub(crate) use queue::EventQueueMetrics;
 #[cfg(test)]
 use queue::QUEUE_CAPACITY;
-use queue::{EventQueue, Queued, send_queued, spare_token};
+#[cfg(test)]
+use queue::Queued;
+use queue::{EventQueue, send_queued, spare_token};
 
 mod queue;
 
@@ -551,7 +553,9 @@ impl Recorder {
         if let Some(queue) = &self.queue {
             // In order with the queued events: an event of the episode still waiting must not
             // open it again after this.
-            queue.push(Queued::EndEpisode(key.to_owned()));
+            queue.end_episode(key, || {
+                crate::sync::lock(&self.correlator).end_episode(key);
+            });
             return;
         }
         crate::sync::lock(&self.correlator).end_episode(key);

@@ -444,3 +444,51 @@ async fn a_queued_recorder_writes_every_event_once_the_budget_allows() {
     );
     assert_eq!(metrics.queued.get(), 0);
 }
+
+/// A bound PV ends its wait-for-detach episode at every reconcile: ends with nothing of the
+/// episode waiting take no room, so a burst of them never pushes real events out.
+#[test]
+fn ending_episodes_with_nothing_waiting_takes_no_room_in_the_queue() {
+    let q = queue();
+    let source = Arc::new(EventSource::csi_provisioner());
+    let spec = EventSpec::normal(names::EVENT_PROVISIONING, "provisioning");
+    q.push_event(source, pv_ref(), spec, at(0));
+    let mut ended = 0;
+    for i in 0..QUEUE_CAPACITY * 2 {
+        q.end_episode(&format!("detach/pv-{i}"), || ended += 1);
+    }
+    assert_eq!(ended, QUEUE_CAPACITY * 2, "ended at once");
+    assert_eq!(q.lock().len(), 1, "only the event waits");
+    assert_eq!(q.metrics.dropped.get(), 0);
+}
+
+#[test]
+fn an_episode_with_an_event_waiting_or_in_flight_ends_once_after_it() {
+    let q = queue();
+    let source = Arc::new(EventSource::csi_provisioner());
+    let waiting = EventSpec::warning(names::EVENT_PROVISIONING_FAILED, "wait").once_per("ep");
+    q.push_event(source.clone(), pv_ref(), waiting.clone(), at(0));
+    let mut ended = false;
+    q.end_episode("ep", || ended = true);
+    q.end_episode("ep", || ended = true);
+    assert!(!ended, "not before the waiting event is sent");
+    let markers = |q: &EventQueue| {
+        q.lock()
+            .iter()
+            .filter(|i| matches!(i, Queued::EndEpisode(k) if k == "ep"))
+            .count()
+    };
+    assert_eq!(markers(&q), 1, "one marker, after the event");
+    // Taken by the sender and not yet sent: the end still waits its turn.
+    assert!(matches!(q.pop(), Some(Queued::Event { .. })));
+    assert!(matches!(q.pop(), Some(Queued::EndEpisode(_))));
+    q.push_event(source, pv_ref(), waiting, at(1));
+    assert!(matches!(q.pop(), Some(Queued::Event { .. })));
+    q.end_episode("ep", || ended = true);
+    assert!(!ended);
+    assert_eq!(markers(&q), 1);
+    q.sent();
+    assert!(matches!(q.pop(), Some(Queued::EndEpisode(_))));
+    q.end_episode("ep", || ended = true);
+    assert!(ended, "nothing of the episode left: ended at once");
+}

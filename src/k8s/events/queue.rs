@@ -64,6 +64,8 @@ pub(super) enum Queued {
 #[derive(Debug)]
 pub(super) struct EventQueue {
     pub(super) items: Mutex<VecDeque<Queued>>,
+    /// The episode of the event the sender has taken and not yet sent (locked after `items`).
+    sending: Mutex<Option<String>>,
     pub(super) wake: Notify,
     pub(super) metrics: EventQueueMetrics,
 }
@@ -73,6 +75,7 @@ impl EventQueue {
     pub(super) fn new(metrics: EventQueueMetrics) -> Self {
         Self {
             items: Mutex::new(VecDeque::new()),
+            sending: Mutex::new(None),
             wake: Notify::new(),
             metrics,
         }
@@ -119,8 +122,33 @@ impl EventQueue {
         });
     }
 
+    /// Ends the episode `key`: at once (`end_now`) when no event of it waits or is being sent,
+    /// else by one marker after the last such event. A bound PV ends its wait-for-detach episode
+    /// at every reconcile: one marker per call would fill the queue and push real events out.
+    pub(super) fn end_episode(&self, key: &str, end_now: impl FnOnce()) {
+        let mut items = self.lock();
+        let last = items.iter().rev().find_map(|item| match item {
+            Queued::Event { spec, .. } if spec.dedupe_key.as_deref() == Some(key) => Some(true),
+            Queued::EndEpisode(k) if k == key => Some(false),
+            _ => None,
+        });
+        let in_flight = crate::sync::lock(&self.sending).as_deref() == Some(key);
+        match last {
+            // A marker already follows the last waiting event of the episode.
+            Some(false) => {}
+            Some(true) => self.push_locked(&mut items, Queued::EndEpisode(key.to_owned())),
+            None if in_flight => self.push_locked(&mut items, Queued::EndEpisode(key.to_owned())),
+            // Under the lock, so no event of the episode can be taken meanwhile.
+            None => end_now(),
+        }
+    }
+
     pub(super) fn push(&self, item: Queued) {
         let mut items = self.lock();
+        self.push_locked(&mut items, item);
+    }
+
+    fn push_locked(&self, items: &mut VecDeque<Queued>, item: Queued) {
         if items.len() >= QUEUE_CAPACITY {
             let oldest_event = items.iter().position(|i| matches!(i, Queued::Event { .. }));
             if let Some(index) = oldest_event {
@@ -132,17 +160,25 @@ impl EventQueue {
         self.metrics
             .queued
             .set(i64::try_from(items.len()).unwrap_or(i64::MAX));
-        drop(items);
         self.wake.notify_one();
     }
 
+    /// Takes the oldest item; an event's episode counts as in flight until [`Self::sent`].
     pub(super) fn pop(&self) -> Option<Queued> {
         let mut items = self.lock();
         let item = items.pop_front();
+        if let Some(Queued::Event { spec, .. }) = &item {
+            crate::sync::lock(&self.sending).clone_from(&spec.dedupe_key);
+        }
         self.metrics
             .queued
             .set(i64::try_from(items.len()).unwrap_or(i64::MAX));
         item
+    }
+
+    /// The event taken last was sent (or suppressed).
+    pub(super) fn sent(&self) {
+        *crate::sync::lock(&self.sending) = None;
     }
 }
 
@@ -207,6 +243,7 @@ pub(super) async fn send_queued(
                         bucket.as_deref(),
                     )
                     .await;
+                queue.sent();
             }
         }
     }
