@@ -114,7 +114,7 @@ pub(crate) fn random_uuid() -> String {
 }
 
 /// One event to record about an object.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub(crate) struct EventSpec {
     /// Normal or Warning.
     pub(crate) type_: EventType,
