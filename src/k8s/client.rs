@@ -197,17 +197,16 @@ impl Clock for TokioClock {
 /// Two kinds of takers share it: the workers' requests ([`TokenBucket::try_acquire`], through
 /// [`TokenBucketLayer`]) and background work that must never delay them, such as events
 /// ([`TokenBucket::try_acquire_spare`]): a spare token is handed out only while no worker is
-/// waiting and none had to wait for one within [`TokenBucket::quiet`], i.e. while the limit is
-/// not what holds the workers back. Both count against the same limit, so the API server never
-/// sees more than the flags allow.
+/// waiting and none has asked for one for [`TokenBucket::quiet`]. Both count against the same
+/// limit, so the API server never sees more than the flags allow.
 #[derive(Debug)]
 pub(crate) struct TokenBucket<C: Clock = TokioClock> {
     limiter: RateLimiter<NotKeyed, InMemoryState, C, NoOpMiddleware<C::Instant>>,
     clock: C,
     /// Worker requests waiting for a token right now.
     waiting: AtomicUsize,
-    /// When a worker last found no token.
-    last_throttled: Mutex<Option<C::Instant>>,
+    /// When a worker last asked for a token.
+    last_demand: Mutex<Option<C::Instant>>,
     quiet: Duration,
 }
 
@@ -224,31 +223,28 @@ impl<C: Clock + Clone> TokenBucket<C> {
             limiter: RateLimiter::direct_with_clock(quota, clock.clone()),
             clock,
             waiting: AtomicUsize::new(0),
-            last_throttled: Mutex::new(None),
-            // Two refill periods: a throttled worker that got its token and comes back for the
-            // next request of its reconcile (a PV create after the CSI call) finds it.
+            last_demand: Mutex::new(None),
+            // Two refill periods: a worker between two requests of one reconcile (a PATCH, then a
+            // PV create after the CSI call) keeps its claim on the next token.
             quiet: (period * 2).clamp(Duration::from_millis(10), Duration::from_secs(1)),
         }
     }
 
     /// A worker takes a token, or learns how long until one is available.
     pub(crate) fn try_acquire(&self) -> Result<(), Duration> {
-        self.limiter.check().map_err(|not_until| {
-            let now = self.clock.now();
-            *crate::sync::lock(&self.last_throttled) = Some(now);
-            not_until.wait_time_from(now)
-        })
+        *crate::sync::lock(&self.last_demand) = Some(self.clock.now());
+        self.limiter
+            .check()
+            .map_err(|not_until| not_until.wait_time_from(self.clock.now()))
     }
 
     /// Background work takes a token only when the workers leave it: none is waiting and none
-    /// was throttled within [`TokenBucket::quiet`] (at a high limit the workers of a burst ask
-    /// all the time without ever waiting; their unused tokens are spare). Otherwise says when to
-    /// look again.
+    /// asked within [`TokenBucket::quiet`]. Otherwise says when to look again.
     pub(crate) fn try_acquire_spare(&self) -> Result<(), Duration> {
         if self.waiting.load(Ordering::Acquire) > 0 {
             return Err(self.quiet);
         }
-        let last = *crate::sync::lock(&self.last_throttled);
+        let last = *crate::sync::lock(&self.last_demand);
         if let Some(last) = last {
             let since = Duration::from(self.clock.now().duration_since(last));
             if since < self.quiet {
@@ -260,7 +256,7 @@ impl<C: Clock + Clone> TokenBucket<C> {
             .map_err(|not_until| not_until.wait_time_from(self.clock.now()).max(self.quiet))
     }
 
-    /// How long after a worker was throttled background work may not use the bucket.
+    /// How long the workers must have left the bucket alone before background work may use it.
     #[cfg(test)]
     pub(crate) fn quiet(&self) -> Duration {
         self.quiet
