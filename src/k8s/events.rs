@@ -457,7 +457,8 @@ impl Recorder {
     pub(crate) async fn publish(&self, object: &ObjectReference, spec: EventSpec) {
         let now = Timestamp::now();
         let source = self.source.clone();
-        self.send(&source, object, spec, now, now, 1, None).await;
+        self.send(&source, object, spec, now, now, 1, None, || {})
+            .await;
     }
 
     /// Writes `repeats` occurrences of `spec` (between `first` and `last`) as `source`; with a
@@ -472,6 +473,7 @@ impl Recorder {
         last: Timestamp,
         repeats: i32,
         gate: Option<&TokenBucket>,
+        observed: impl FnOnce(),
     ) {
         let now = last;
         let key = AggregationKey::new(source, object, &spec);
@@ -484,6 +486,8 @@ impl Recorder {
             repeats,
             || event_name(&object_name, now),
         );
+        // The episode is recorded: an end from now on may apply at once.
+        observed();
         if !matches!(decision, Decision::Suppress) {
             spare_token(gate).await;
         }

@@ -479,10 +479,21 @@ fn an_episode_with_an_event_waiting_or_in_flight_ends_once_after_it() {
             .count()
     };
     assert_eq!(markers(&q), 1, "one marker, after the event");
-    // Taken by the sender and not yet sent: the end still waits its turn.
-    assert!(matches!(q.pop(), Some(Queued::Event { .. })));
-    assert!(matches!(q.pop(), Some(Queued::EndEpisode(_))));
-    q.push_event(source, pv_ref(), waiting, at(1));
+    // The same event after the end opens a new episode: queued on its own, not merged into the
+    // one before the marker.
+    q.push_event(source.clone(), pv_ref(), waiting.clone(), at(1));
+    assert_eq!(
+        queued_events(&q),
+        [("wait".to_owned(), 1), ("wait".to_owned(), 1)]
+    );
+    q.end_episode("ep", || ended = true);
+    assert_eq!(markers(&q), 2, "the second occurrence gets its own end");
+    for _ in 0..4 {
+        q.pop();
+        q.sent();
+    }
+    // Taken by the sender and not yet seen by the correlator: the end waits its turn.
+    q.push_event(source, pv_ref(), waiting, at(2));
     assert!(matches!(q.pop(), Some(Queued::Event { .. })));
     q.end_episode("ep", || ended = true);
     assert!(!ended);

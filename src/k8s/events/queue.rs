@@ -100,6 +100,8 @@ impl EventQueue {
         let fingerprint = fingerprint(&source, &object, &spec);
         {
             let mut items = self.lock();
+            // Newest first, and never past the end of this event's episode: an occurrence after
+            // the end opens a new episode and must be sent on its own.
             let waiting = items.iter_mut().rev().find_map(|item| match item {
                 Queued::Event {
                     fingerprint: f,
@@ -110,11 +112,14 @@ impl EventQueue {
                     repeats,
                     ..
                 } if *f == fingerprint && *e == spec && *o == object && *s == source => {
-                    Some((last, repeats))
+                    Some(Some((last, repeats)))
+                }
+                Queued::EndEpisode(k) if spec.dedupe_key.as_deref() == Some(k.as_str()) => {
+                    Some(None)
                 }
                 _ => None,
             });
-            if let Some((last, repeats)) = waiting {
+            if let Some(Some((last, repeats))) = waiting {
                 *last = at;
                 *repeats = repeats.saturating_add(1);
                 return;
@@ -176,6 +181,10 @@ impl EventQueue {
     pub(super) fn pop(&self) -> Option<Queued> {
         let mut items = self.lock();
         let item = items.pop_front();
+        if items.is_empty() && items.capacity() > 1024 {
+            // A burst's backlog is gone: give its room back.
+            items.shrink_to_fit();
+        }
         if let Some(Queued::Event { spec, .. }) = &item {
             crate::sync::lock(&self.sending).clone_from(&spec.dedupe_key);
         }
@@ -185,7 +194,7 @@ impl EventQueue {
         item
     }
 
-    /// The event taken last was sent (or suppressed).
+    /// The event taken last was seen by the correlator (its write may still be under way).
     pub(super) fn sent(&self) {
         *crate::sync::lock(&self.sending) = None;
     }
@@ -270,9 +279,9 @@ pub(super) async fn send_queued(
                         last,
                         repeats,
                         bucket.as_deref(),
+                        || queue.sent(),
                     )
                     .await;
-                queue.sent();
             }
         }
     }
