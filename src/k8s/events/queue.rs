@@ -68,7 +68,8 @@ pub(super) enum Queued {
 #[derive(Debug)]
 pub(super) struct EventQueue {
     pub(super) items: Mutex<VecDeque<Queued>>,
-    /// The episode of the event the sender has taken and not yet sent (locked after `items`).
+    /// The episode of the event the sender has taken and the correlator not yet seen (locked
+    /// after `items`).
     sending: Mutex<Option<String>>,
     pub(super) wake: Notify,
     pub(super) metrics: EventQueueMetrics,
