@@ -243,6 +243,51 @@ async fn immediate_claim_gets_a_pv_exactly_like_upstream_builds_it() {
     assert!(spent.writes() <= 6, "{:#}", spent.to_json());
 }
 
+/// Under a tight rate limit the intents of a whole backlog go to the ledger in one write, not one
+/// write per `--worker-threads` claims: a worker waiting for the commit frees its slot, and the
+/// commit waits while the PV creates queue for tokens.
+#[tokio::test]
+async fn a_backlog_under_a_tight_rate_limit_commits_its_intents_in_one_write() {
+    const CLAIMS: usize = 40;
+    let cluster = Cluster::start().await;
+    let driver = Driver::start(cluster.dir.path(), "node-1", &[]).await;
+    cluster.add_class(&storage_class("fast", &[])).await;
+    for i in 0..CLAIMS {
+        cluster
+            .claim_of_class(NS, &format!("c{i}"), "fast", "1Gi")
+            .await;
+    }
+    let before = cluster.sim.counters();
+    // Five workers: waiting with their slots held, the 40 intents would take 8 commits or more.
+    let _sidecar = Sidecar::start(
+        &cluster,
+        &driver,
+        &[
+            "--kube-api-qps=5",
+            "--kube-api-burst=10",
+            "--worker-threads=5",
+        ],
+    )
+    .await;
+    for i in 0..CLAIMS {
+        cluster.wait_bound(NS, &format!("c{i}")).await;
+    }
+    let spent = cluster.sim.counters().since(&before);
+    assert!(
+        spent.writes_to(Some("leases")) <= 3,
+        "{:#}",
+        spent.to_json()
+    );
+    assert_eq!(
+        spent.writes_to(Some("persistentvolumes")),
+        CLAIMS as u64,
+        "{:#}",
+        spent.to_json()
+    );
+    let state = driver.wait_volumes(CLAIMS).await;
+    assert_eq!(state.calls("CreateVolume"), CLAIMS as u64, "never twice");
+}
+
 #[tokio::test]
 async fn pvc_deleted_first_deletes_the_volume_and_the_pv() {
     let (cluster, driver, _sidecar) = start_single_node(&[], &[]).await;

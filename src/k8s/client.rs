@@ -256,6 +256,25 @@ impl<C: Clock + Clone> TokenBucket<C> {
             .map_err(|not_until| not_until.wait_time_from(self.clock.now()).max(self.quiet))
     }
 
+    /// Whether a worker request waits for a token now: the rate limit, not the work, is what
+    /// holds things up, so more work released now would only queue.
+    pub(crate) fn congested(&self) -> bool {
+        self.waiting.load(Ordering::Acquire) > 0
+    }
+
+    /// Like [`TokenBucket::try_acquire_spare`] without taking the token: whether background work
+    /// may send now (it then takes its token as workers do, through [`TokenBucketLayer`]).
+    pub(crate) fn spare(&self) -> Result<(), Duration> {
+        if self.congested() {
+            return Err(self.quiet);
+        }
+        let last = *crate::sync::lock(&self.last_demand);
+        match last.map(|last| Duration::from(self.clock.now().duration_since(last))) {
+            Some(since) if since < self.quiet => Err(self.quiet - since),
+            _ => Ok(()),
+        }
+    }
+
     /// How long the workers must have left the bucket alone before background work may use it.
     #[cfg(test)]
     pub(crate) fn quiet(&self) -> Duration {

@@ -89,8 +89,12 @@ fn background_work_takes_only_tokens_the_workers_leave() {
     // A worker waiting for a token holds background work off however long it waits.
     bucket.set_waiting(true);
     clock.advance(MS(1000));
+    assert!(bucket.congested());
+    assert_eq!(bucket.spare(), Err(MS(200)));
     assert_eq!(bucket.try_acquire_spare(), Err(MS(200)));
     bucket.set_waiting(false);
+    assert!(!bucket.congested());
+    assert_eq!(bucket.spare(), Ok(()), "looking takes no token");
 
     // Spare tokens come out of the same budget: after two, the worker waits a period.
     assert_eq!(bucket.try_acquire_spare(), Ok(()));

@@ -12,8 +12,9 @@
 //! the exact CreateVolume request (secrets removed) to replay when the id is unknown.
 //!
 //! This module is pure: entries, their layout over shards (one Lease holds at most
-//! [`SHARD_CAPACITY`] entries, far below the API server's 256 KiB annotation limit), the encoding,
-//! and the decision for an entry ([`resolve`]). The Lease I/O and the committer are in [`store`].
+//! [`SHARD_BYTES`] of entries, below the API server's 256 KiB annotation limit), the encoding,
+//! and the decision for an entry ([`resolve`]). The committer is in [`store`], the Lease
+//! encoding in [`lease`].
 
 use std::collections::BTreeMap;
 
@@ -25,11 +26,18 @@ use serde::{Deserialize, Serialize};
 use crate::csi::v1::CreateVolumeRequest;
 use crate::model::secrets::SecretRef;
 
+pub(crate) mod lease;
 pub(crate) mod store;
 
-/// Entries per Lease: about 1 KiB each at most, so a shard stays far below the 256 KiB
-/// annotation limit of one object.
-pub(crate) const SHARD_CAPACITY: usize = 128;
+/// Encoded entries per Lease at most: below the API server's 256 KiB limit on all annotations of
+/// one object, with room for the others. Large shards matter: a burst's intents are committed
+/// together, one write per shard they fill (about 700 entries of a plain claim fit).
+pub(crate) const SHARD_BYTES: usize = 192 * 1024;
+
+/// An entry's share of its shard's annotation (its JSON and a separating comma).
+fn entry_bytes(entry: &Entry) -> usize {
+    serde_json::to_string(entry).map_or(0, |text| text.len()) + 1
+}
 
 /// The Lease annotation holding a shard's entries (JSON list).
 pub(crate) const ENTRIES_ANNOTATION: &str = crate::names::LEDGER_ENTRIES_ANNOTATION;
@@ -144,6 +152,8 @@ pub(crate) struct Book {
     dirty: Vec<bool>,
     /// Per shard: its number of entries.
     counts: Vec<usize>,
+    /// Per shard: the encoded size of its entries ([`SHARD_BYTES`] at most).
+    bytes: Vec<usize>,
     /// A removal that must not wait for [`store::LAZY_FLUSH`] (see [`Book::forget_promptly`]).
     prompt: bool,
 }
@@ -152,6 +162,8 @@ pub(crate) struct Book {
 struct Slot {
     entry: Entry,
     shard: usize,
+    /// [`entry_bytes`] of `entry`.
+    bytes: usize,
     /// Written by a commit that succeeded (or loaded from the API server).
     committed: bool,
 }
@@ -172,19 +184,23 @@ impl Book {
         for (shard, entries) in shards {
             book.grow(shard);
             for entry in entries {
+                let bytes = entry_bytes(&entry);
                 book.counts[shard] += 1;
+                book.bytes[shard] += bytes;
                 let volume = entry.volume.clone();
                 if let Some(old) = book.entries.insert(
                     volume,
                     Slot {
                         entry,
                         shard,
+                        bytes,
                         committed: true,
                     },
                 ) {
                     // The same volume in two shards (a crash between moving writes): keep one,
                     // and rewrite the shard that loses it.
                     book.counts[old.shard] -= 1;
+                    book.bytes[old.shard] -= old.bytes;
                     book.dirty[old.shard] = true;
                 }
             }
@@ -196,6 +212,7 @@ impl Book {
         if self.dirty.len() <= shard {
             self.dirty.resize(shard + 1, false);
             self.counts.resize(shard + 1, 0);
+            self.bytes.resize(shard + 1, 0);
         }
     }
 
@@ -206,23 +223,32 @@ impl Book {
                 return Recorded::AlreadyCommitted;
             }
             if slot.entry != entry {
+                let bytes = entry_bytes(&entry);
+                self.bytes[slot.shard] = self.bytes[slot.shard] - slot.bytes + bytes;
+                slot.bytes = bytes;
                 slot.entry = entry;
                 slot.committed = false;
             }
             self.dirty[slot.shard] = true;
             return Recorded::Pending;
         }
+        let bytes = entry_bytes(&entry);
+        // The first shard with room (an empty one always has room, whatever the entry's size).
         let shard = (0..)
-            .find(|i| self.counts.get(*i).is_none_or(|c| *c < SHARD_CAPACITY))
+            .find(|i| {
+                self.counts.get(*i).is_none_or(|c| *c == 0) || self.bytes[*i] + bytes <= SHARD_BYTES
+            })
             .unwrap_or_default();
         self.grow(shard);
         self.counts[shard] += 1;
+        self.bytes[shard] += bytes;
         self.dirty[shard] = true;
         self.entries.insert(
             entry.volume.clone(),
             Slot {
                 entry,
                 shard,
+                bytes,
                 committed: false,
             },
         );
@@ -237,6 +263,7 @@ impl Book {
             return false;
         };
         self.counts[slot.shard] -= 1;
+        self.bytes[slot.shard] -= slot.bytes;
         true
     }
 
@@ -246,6 +273,9 @@ impl Book {
             && slot.entry.id.as_deref() != Some(id)
         {
             slot.entry.id = Some(id.to_owned());
+            let bytes = entry_bytes(&slot.entry);
+            self.bytes[slot.shard] = self.bytes[slot.shard] - slot.bytes + bytes;
+            slot.bytes = bytes;
             slot.committed = false;
             self.dirty[slot.shard] = true;
         }
@@ -257,6 +287,7 @@ impl Book {
             return false;
         };
         self.counts[slot.shard] -= 1;
+        self.bytes[slot.shard] -= slot.bytes;
         self.dirty[slot.shard] = true;
         true
     }
@@ -299,13 +330,20 @@ impl Book {
         self.dirty.iter().any(|d| *d)
     }
 
-    /// What the next commit writes: per dirty shard, its full content. Clears the dirty flags;
-    /// [`Book::committed`] or [`Book::failed`] must follow.
-    pub(crate) fn take_commit(&mut self) -> Commit {
-        self.prompt = false;
+    /// What the next commit writes: per dirty shard, its full content, and clears their dirty
+    /// flags; [`Book::committed`] or [`Book::failed`] must follow. With `removals` false (a commit
+    /// for new intents) only shards holding an unwritten entry are written: a shard changed by
+    /// removals alone waits for a lazy flush, which takes only spare rate budget. A prompt
+    /// removal is written with any commit.
+    pub(crate) fn take_commit(&mut self, removals: bool) -> Commit {
+        let all = std::mem::take(&mut self.prompt) || removals;
+        let mut wanted = vec![all; self.dirty.len()];
+        for slot in self.entries.values().filter(|s| !s.committed) {
+            wanted[slot.shard] = true;
+        }
         let mut shards = Vec::new();
         for (shard, dirty) in self.dirty.iter_mut().enumerate() {
-            if !std::mem::take(dirty) {
+            if !wanted[shard] || !std::mem::take(dirty) {
                 continue;
             }
             let entries: Vec<&Entry> = self
@@ -353,12 +391,15 @@ impl Book {
             if self.entries.contains_key(&entry.volume) {
                 continue;
             }
+            let bytes = entry_bytes(&entry);
             self.counts[shard] += 1;
+            self.bytes[shard] += bytes;
             self.entries.insert(
                 entry.volume.clone(),
                 Slot {
                     entry,
                     shard,
+                    bytes,
                     committed: true,
                 },
             );

@@ -49,7 +49,7 @@ fn one_commit_carries_every_pending_entry_and_a_committed_one_needs_no_write() {
     let mut book = Book::default();
     assert_eq!(book.record(entry("pvc-1")), Recorded::Pending);
     assert_eq!(book.record(entry("pvc-2")), Recorded::Pending);
-    let commit = book.take_commit();
+    let commit = book.take_commit(true);
     assert_eq!(commit.shards.len(), 1, "both in one write");
     let written = decode(&commit.shards[0].content).expect("valid");
     assert_eq!(written.len(), 2);
@@ -69,14 +69,14 @@ fn a_retained_volumes_removal_is_written_at_once_and_others_wait() {
     let mut book = Book::default();
     book.record(entry("pvc-1"));
     book.record(entry("pvc-2"));
-    let commit = book.take_commit();
+    let commit = book.take_commit(true);
     let written = decode(&commit.shards[0].content).expect("valid");
     book.committed(&commit.shards[0], &written);
     assert!(book.forget("pvc-1"));
     assert!(!book.has_uncommitted(), "a Delete PV's removal may wait");
     assert!(book.forget_promptly("pvc-2"));
     assert!(book.has_uncommitted(), "a Retain PV's removal is due now");
-    let commit = book.take_commit();
+    let commit = book.take_commit(true);
     assert_eq!(decode(&commit.shards[0].content).expect("valid"), vec![]);
     assert!(!book.has_uncommitted());
     // A failed write of it is retried promptly too.
@@ -88,7 +88,7 @@ fn a_retained_volumes_removal_is_written_at_once_and_others_wait() {
 fn an_entry_changed_during_its_commit_stays_uncommitted() {
     let mut book = Book::default();
     book.record(entry("pvc-1"));
-    let commit = book.take_commit();
+    let commit = book.take_commit(true);
     let written = decode(&commit.shards[0].content).expect("valid");
     book.set_id("pvc-1", "vol-1");
     book.committed(&commit.shards[0], &written);
@@ -103,34 +103,72 @@ fn an_entry_changed_during_its_commit_stays_uncommitted() {
 fn a_failed_write_is_written_again() {
     let mut book = Book::default();
     book.record(entry("pvc-1"));
-    let commit = book.take_commit();
+    let commit = book.take_commit(true);
     assert!(!book.is_dirty());
     book.failed(commit.shards[0].shard);
     assert!(book.is_dirty() && book.has_uncommitted());
 }
 
 #[test]
-fn shards_fill_up_to_their_capacity_and_reuse_freed_room() {
+fn shards_fill_up_to_their_size_limit_and_reuse_freed_room() {
     let mut book = Book::default();
-    for i in 0..=SHARD_CAPACITY {
-        book.record(entry(&format!("pvc-{i}")));
+    let per_shard = SHARD_BYTES / entry_bytes(&entry("pvc-00000"));
+    assert!(per_shard > 300, "a burst fits in few shards: {per_shard}");
+    for i in 0..=per_shard {
+        book.record(entry(&format!("pvc-{i:05}")));
     }
-    let commit = book.take_commit();
+    let commit = book.take_commit(true);
     assert_eq!(commit.shards.len(), 2);
-    assert_eq!(
-        decode(&commit.shards[0].content).unwrap().len(),
-        SHARD_CAPACITY
-    );
+    assert!(commit.shards[0].content.len() <= SHARD_BYTES);
+    assert_eq!(decode(&commit.shards[0].content).unwrap().len(), per_shard);
     assert_eq!(decode(&commit.shards[1].content).unwrap().len(), 1);
-    book.forget("pvc-0");
-    book.take_commit();
-    book.record(entry("pvc-new"));
-    let commit = book.take_commit();
+    book.forget("pvc-00000");
+    book.take_commit(true);
+    book.record(entry("pvc-new00"));
+    let commit = book.take_commit(true);
     assert_eq!(commit.shards.len(), 1);
     assert_eq!(
         commit.shards[0].shard, 0,
         "freed room in the first shard is used"
     );
+}
+
+#[test]
+fn a_commit_for_new_intents_leaves_shards_changed_only_by_removals_for_later() {
+    let mut book = Book::default();
+    let per_shard = SHARD_BYTES / entry_bytes(&entry("pvc-00000"));
+    for i in 0..=per_shard {
+        book.record(entry(&format!("pvc-{i:05}")));
+    }
+    book.take_commit(true);
+    // Removals in both shards, and a new intent that takes the room freed in shard 0.
+    book.forget("pvc-00000");
+    book.forget(&format!("pvc-{per_shard:05}"));
+    book.record(entry("pvc-again"));
+    assert!(book.has_uncommitted());
+    let commit = book.take_commit(false);
+    assert_eq!(
+        commit.shards.iter().map(|s| s.shard).collect::<Vec<_>>(),
+        vec![0],
+        "only the shard with the new intent is written"
+    );
+    let written = decode(&commit.shards[0].content).unwrap();
+    book.committed(&commit.shards[0], &written);
+    assert!(!book.has_uncommitted(), "no write is due now");
+    assert!(book.is_dirty(), "shard 1's removal waits for a lazy flush");
+    let commit = book.take_commit(true);
+    assert_eq!(
+        commit.shards.iter().map(|s| s.shard).collect::<Vec<_>>(),
+        vec![1]
+    );
+    assert!(!book.is_dirty());
+
+    // A prompt removal is written with the next commit, whatever it is for.
+    book.record(entry("pvc-more0"));
+    book.take_commit(false);
+    book.forget_promptly(&format!("pvc-{:05}", 1));
+    assert!(book.has_uncommitted(), "due now");
+    assert_eq!(book.take_commit(false).shards.len(), 1);
 }
 
 #[test]
@@ -148,7 +186,7 @@ fn loaded_and_foreign_entries_are_committed_and_a_duplicate_is_kept_once() {
 
     let mut book = Book::default();
     book.record(entry("pvc-1"));
-    book.take_commit();
+    book.take_commit(true);
     book.merge_foreign(0, vec![entry("pvc-1"), entry("pvc-9")]);
     assert_eq!(book.len(), 2);
     assert!(book.get("pvc-9").is_some());
@@ -197,7 +235,7 @@ fn a_stale_entry_is_dropped_without_a_write_of_its_own_and_left_out_of_the_next_
     assert!(book.drop_stale("pvc-1"));
     assert!(!book.is_dirty(), "no write just for a stale entry");
     book.record(entry("pvc-3"));
-    let commit = book.take_commit();
+    let commit = book.take_commit(true);
     let written = decode(&commit.shards[0].content).unwrap();
     let volumes: Vec<&str> = written.iter().map(|e| e.volume.as_str()).collect();
     assert_eq!(volumes, ["pvc-2", "pvc-3"]);

@@ -1,4 +1,5 @@
-//! The skeleton both controllers share: the [`WorkQueue`] worked by `--worker-threads` workers,
+//! The skeleton both controllers share: the [`WorkQueue`] worked by `--worker-threads` workers
+//! (a run parked on the intent ledger frees its worker, [`super::slots`]),
 //! the resync period, the retry delay of a busy volume name, pruning per-object memory at each
 //! resync, graceful shutdown, and logging a failed reconcile (its retry is the controller's own
 //! error policy).
@@ -12,6 +13,7 @@ use tokio::time::Instant;
 use tracing::{Instrument, debug};
 
 use super::queue::{Action, Key, WorkQueue};
+use super::slots::{RUNS_PER_SLOT, Slots};
 use super::{Context, Shutdown};
 use crate::k8s::cache::Cache;
 use crate::k8s::lean::Lean;
@@ -44,6 +46,7 @@ pub(crate) async fn drive<K, S, Fut>(
 {
     let pruner = crate::k8s::watch::spawn_every(RESYNC, prune);
     let workers = ctx.config.provisioning.worker_threads.max(1);
+    let slots = Slots::new(workers);
     let mut queue = WorkQueue::default();
     let mut running = FuturesUnordered::new();
     let triggers = triggers.fuse();
@@ -53,19 +56,22 @@ pub(crate) async fn drive<K, S, Fut>(
     let mut stopping = false;
     async {
         loop {
-            while !stopping && running.len() < workers {
+            // `workers` runs work at once; runs parked on the intent ledger hold no slot
+            // (`slots`), up to RUNS_PER_SLOT runs per worker in all.
+            while !stopping && running.len() < workers * RUNS_PER_SLOT {
+                let Some(slot) = slots.try_take() else { break };
                 let Some(key) = queue.next() else { break };
                 // An object that left the cache meanwhile has nothing to reconcile.
                 let run = cache.get(&key).map(|obj| {
                     let result = TryFutureExt::into_future(reconcile(obj.clone(), state.clone()));
                     (obj, result)
                 });
-                running.push(async move {
+                running.push(slots.run(slot, async move {
                     match run {
                         Some((obj, result)) => (key, Some((obj, result.await))),
                         None => (key, None),
                     }
-                });
+                }));
             }
             if stopping && running.is_empty() {
                 break;
@@ -86,6 +92,7 @@ pub(crate) async fn drive<K, S, Fut>(
                     queue.done(key, action, Instant::now());
                 }
                 Some(key) = triggers.next(), if !stopping => queue.add(key),
+                () = slots.freed(), if !stopping => {}
                 Some(()) = resync.next(), if !stopping => {
                     for obj in cache.state() {
                         queue.add(Arc::from(obj.key()));

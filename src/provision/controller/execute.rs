@@ -117,15 +117,14 @@ pub(super) async fn provision(
     // Whether the intent is in the ledger (else on the claim, or both for a migrated claim).
     let mut ledgered = false;
     if plan.needs_intent_write {
-        match state
-            .ledger
-            .record(Entry::new(
-                pvc,
-                &plan.request,
-                plan.provisioner_secret.as_ref(),
-            ))
-            .await
-        {
+        // Waiting for the commit frees the worker: the commit then carries every claim queued
+        // meanwhile (one Lease write per burst under a tight rate limit).
+        let recorded = state.ledger.record(Entry::new(
+            pvc,
+            &plan.request,
+            plan.provisioner_secret.as_ref(),
+        ));
+        match crate::runtime::slots::parked(recorded).await {
             Ok(()) => ledgered = true,
             Err(LedgerError::Disabled) => {}
             Err(e) => return Err(fail(state, pvc, ledger_failure(&e))),

@@ -20,6 +20,7 @@ pub(super) async fn open_ledger(ctx: &Context) -> Ledger {
         &namespace,
         &base,
         node,
+        ctx.bucket.clone(),
         ctx.metrics.backlog.ledger_intents.clone(),
     )
     .await
@@ -34,7 +35,7 @@ pub(super) async fn in_node_ledger(
     let ctx = &state.ctx;
     let namespace = crate::leader::ledger_namespace(&ctx.config);
     let base = ledger_base(ctx, Some(node));
-    let entries = crate::provision::ledger::store::read_ledger(&ctx.client, &namespace, &base)
+    let entries = crate::provision::ledger::lease::read_ledger(&ctx.client, &namespace, &base)
         .await
         .map_err(kube_err(format!(
             "reading the intent ledger of node {node}"

@@ -84,6 +84,7 @@ fn shell(sim: &Sim, csi: Arc<FakeCsi>) -> Provisioner {
             attachments: None,
         },
         volume_locks: VolumeLocks::default(),
+        bucket: None,
         leadership: crate::leader::Leadership::always(),
         capacity: Default::default(),
     });

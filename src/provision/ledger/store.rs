@@ -1,23 +1,24 @@
 //! The ledger's shell: loads the ledger Leases, and one committer task writes what changed, one
-//! write per dirty shard for every worker waiting at that moment (group commit). Removals wait for
-//! the next commit or [`LAZY_FLUSH`], whichever comes first: a stale entry is harmless (its PV
-//! exists, so it is dropped when resolved), a missing one is not.
+//! write per shard for every intent recorded by then (group commit; a worker waiting for it frees
+//! its slot, `runtime::slots`). While requests already wait for rate-limit tokens the commit
+//! waits too (up to [`CONGESTED_HOLD`]): released now, its workers would only queue behind them,
+//! and a later commit carries more intents for the same one write. Removals wait for a commit of
+//! their shard, or are flushed after [`LAZY_FLUSH`] with spare rate budget only: a stale entry is
+//! harmless (its PV exists, so it is dropped when resolved), a missing one is not.
 
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{ListParams, PostParams};
 use kube::{Api, Client};
 use tokio::sync::{Notify, oneshot};
 use tracing::{debug, info, warn};
 
-use super::{
-    Book, ENTRIES_ANNOTATION, Entry, LEDGER_LABEL, NODE_ANNOTATION, NODE_LEDGER_LABEL, Recorded,
-    decode, shard_index,
-};
+use super::lease::{lease_entries, set_lease, with_entries};
+use super::{Book, Entry, LEDGER_LABEL, Recorded, decode, shard_index};
+use crate::k8s::client::TokenBucket;
 use crate::k8s::errors::{ApiErrorClass, classify, describe};
 use crate::leader::Leadership;
 use crate::sync::lock;
@@ -45,6 +46,20 @@ fn commit_window(per_node: bool, since_last_write: Option<Duration>) -> Duration
 }
 /// Pause after a failed write before the next attempt (conflicts are retried at once).
 const FAILED_WRITE_PAUSE: Duration = Duration::from_secs(1);
+/// The longest a commit waits for the rate limiter's queue to drain: under load from other work
+/// (a deletion storm) new intents are still written this often.
+const CONGESTED_HOLD: Duration = Duration::from_secs(5);
+/// How often a held commit looks at the rate limiter again.
+const CONGESTED_POLL: Duration = Duration::from_millis(10);
+
+/// What a commit is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Due {
+    /// New or changed entries (workers wait), or a prompt removal.
+    Intents,
+    /// Removals only, lazily.
+    Removals,
+}
 
 /// Why an intent was not recorded.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -72,6 +87,9 @@ struct Inner {
     wake: Notify,
     enabled: AtomicBool,
     target: Option<Target>,
+    /// The rate budget the writes spend: commits wait while it is congested, lazy flushes take
+    /// only what the workers leave.
+    bucket: Option<Arc<TokenBucket>>,
     /// Published entry count (`csi_provisioner_claims_with_intent` adds it).
     count: Arc<AtomicI64>,
 }
@@ -101,6 +119,7 @@ impl Ledger {
             wake: Notify::new(),
             enabled: AtomicBool::new(false),
             target: None,
+            bucket: None,
             count: Arc::new(AtomicI64::new(0)),
         }))
     }
@@ -113,6 +132,7 @@ impl Ledger {
         namespace: &str,
         base: &str,
         node: Option<&str>,
+        bucket: Option<Arc<TokenBucket>>,
         count: Arc<AtomicI64>,
     ) -> Self {
         let api: Api<Lease> = Api::namespaced(client, namespace);
@@ -177,6 +197,7 @@ impl Ledger {
                 base: base.to_owned(),
                 node: node.map(str::to_owned),
             }),
+            bucket,
             count,
         }))
     }
@@ -269,16 +290,24 @@ impl Ledger {
         let per_node = self.0.target.as_ref().is_some_and(|t| t.node.is_some());
         let mut last_write: Option<tokio::time::Instant> = None;
         loop {
-            tokio::select! {
+            let due = tokio::select! {
                 () = &mut stop => break,
-                () = self.wait_for_work() => {}
+                due = self.wait_for_work() => due,
+            };
+            if due == Due::Intents {
+                let window = commit_window(per_node, last_write.map(|at| at.elapsed()));
+                tokio::select! {
+                    () = &mut stop => break,
+                    () = async {
+                        tokio::time::sleep(window).await;
+                        self.hold_while_congested().await;
+                    } => {}
+                }
             }
-            let window = commit_window(per_node, last_write.map(|at| at.elapsed()));
-            tokio::time::sleep(window).await;
             // Only a leader writes: a deposed one must not overwrite its successor's ledger.
             leadership.acting().await;
             last_write = Some(tokio::time::Instant::now());
-            if !self.commit_once().await {
+            if !self.commit_once(due == Due::Removals).await {
                 if !self.is_enabled() {
                     // Refused for good (RBAC): intents go on the claims from now on.
                     return;
@@ -290,13 +319,15 @@ impl Ledger {
             }
         }
         if lock(&self.0.state).book.is_dirty() && leadership.is_acting() {
-            self.commit_once().await;
+            self.commit_once(true).await;
         }
     }
 
-    /// Returns when a commit is due: an entry waits to be written, or only removals are pending
-    /// and [`LAZY_FLUSH`] passed without anything else to write.
-    async fn wait_for_work(&self) {
+    /// Returns when a commit is due: an entry waits to be written ([`Due::Intents`]), or only
+    /// removals are pending, [`LAZY_FLUSH`] passed without anything else to write and the
+    /// workers leave a token spare ([`Due::Removals`]).
+    async fn wait_for_work(&self) -> Due {
+        let mut dirty_since: Option<tokio::time::Instant> = None;
         loop {
             let (urgent, dirty) = {
                 let state = lock(&self.0.state);
@@ -306,28 +337,49 @@ impl Ledger {
                 )
             };
             if urgent {
-                return;
+                return Due::Intents;
             }
-            if dirty {
-                tokio::select! {
-                    () = self.0.wake.notified() => {}
-                    () = tokio::time::sleep(LAZY_FLUSH) => return,
-                }
-            } else {
+            if !dirty {
+                dirty_since = None;
                 self.0.wake.notified().await;
+                continue;
+            }
+            let since = *dirty_since.get_or_insert_with(tokio::time::Instant::now);
+            let wait = match LAZY_FLUSH.checked_sub(since.elapsed()) {
+                Some(left) if !left.is_zero() => left,
+                _ => match self.0.bucket.as_deref().map_or(Ok(()), TokenBucket::spare) {
+                    Ok(()) => return Due::Removals,
+                    Err(again) => again,
+                },
+            };
+            tokio::select! {
+                () = self.0.wake.notified() => {}
+                () = tokio::time::sleep(wait) => {}
             }
         }
     }
 
-    /// One commit: writes every dirty shard. Returns `false` after a failure other than a
-    /// conflict (which is merged and written again at once).
-    async fn commit_once(&self) -> bool {
+    /// Waits while requests queue for rate-limit tokens, at most [`CONGESTED_HOLD`]: the
+    /// workers a commit releases would only queue behind them, and intents recorded meanwhile
+    /// ride along with the same write.
+    async fn hold_while_congested(&self) {
+        let Some(bucket) = &self.0.bucket else { return };
+        let start = tokio::time::Instant::now();
+        while bucket.congested() && start.elapsed() < CONGESTED_HOLD {
+            tokio::time::sleep(CONGESTED_POLL).await;
+        }
+    }
+
+    /// One commit: writes the shards holding new intents, with `removals` every dirty shard
+    /// ([`Book::take_commit`]). Returns `false` after a failure other than a conflict (which is
+    /// merged and written again at once).
+    async fn commit_once(&self, removals: bool) -> bool {
         let Some(target) = &self.0.target else {
             return true;
         };
         let (commit, waiters, leases) = {
             let mut state = lock(&self.0.state);
-            let commit = state.book.take_commit();
+            let commit = state.book.take_commit(removals);
             let waiters = std::mem::take(&mut state.waiters);
             let leases = commit
                 .shards
@@ -440,88 +492,6 @@ impl Ledger {
             }
         }
     }
-}
-
-fn set_lease(leases: &mut Vec<Option<Lease>>, shard: usize, lease: Lease) {
-    if leases.len() <= shard {
-        leases.resize(shard + 1, None);
-    }
-    leases[shard] = Some(lease);
-}
-
-/// The entries a ledger Lease holds (none when it has no annotation yet).
-pub(crate) fn lease_entries(lease: &Lease) -> Result<Vec<Entry>, String> {
-    match lease
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(ENTRIES_ANNOTATION))
-    {
-        Some(value) => decode(value),
-        None => Ok(Vec::new()),
-    }
-}
-
-/// The Lease to write for a shard: the last one seen with new content, or a new one.
-fn with_entries(
-    known: Option<Lease>,
-    name: &str,
-    base: &str,
-    node: Option<&str>,
-    content: &str,
-) -> Lease {
-    let mut lease = known.unwrap_or_else(|| {
-        let mut labels: std::collections::BTreeMap<String, String> = [
-            (LEDGER_LABEL.to_owned(), base.to_owned()),
-            (
-                "app.kubernetes.io/managed-by".to_owned(),
-                "csi-provisioner-rs".to_owned(),
-            ),
-        ]
-        .into();
-        let mut annotations = std::collections::BTreeMap::new();
-        if let Some(node) = node {
-            labels.insert(NODE_LEDGER_LABEL.to_owned(), base.to_owned());
-            annotations.insert(NODE_ANNOTATION.to_owned(), node.to_owned());
-        }
-        Lease {
-            metadata: ObjectMeta {
-                name: Some(name.to_owned()),
-                labels: Some(labels),
-                annotations: Some(annotations),
-                ..ObjectMeta::default()
-            },
-            spec: None,
-        }
-    });
-    lease
-        .metadata
-        .annotations
-        .get_or_insert_with(Default::default)
-        .insert(ENTRIES_ANNOTATION.to_owned(), content.to_owned());
-    lease
-}
-
-/// Every entry of ledger `base` in `namespace` as the API server has it (another node's ledger,
-/// read by the instance that would clear a claim's selected node). Unreadable shards are skipped
-/// with a warning: their owner repairs or deletes them.
-pub(crate) async fn read_ledger(
-    client: &Client,
-    namespace: &str,
-    base: &str,
-) -> Result<Vec<Entry>, kube::Error> {
-    let api: Api<Lease> = Api::namespaced(client.clone(), namespace);
-    let list = api
-        .list(&ListParams::default().labels(&format!("{LEDGER_LABEL}={base}")))
-        .await?;
-    let mut entries = Vec::new();
-    for lease in list.items {
-        match lease_entries(&lease) {
-            Ok(mut e) => entries.append(&mut e),
-            Err(e) => warn!(lease = %lease.metadata.name.unwrap_or_default(), "{e}"),
-        }
-    }
-    Ok(entries)
 }
 
 #[cfg(test)]
