@@ -408,13 +408,13 @@ async fn reconcile_claim(
     let stores = &ctx.stores;
     let settings = &state.settings;
     observe_bound(&state, &pvc);
-    if let Some(wait) = data_source::release_clone_source(&state, &pvc).await? {
+    // Awaits off the provisioning path are boxed: a run parked on the ledger stays small.
+    if let Some(wait) = Box::pin(data_source::release_clone_source(&state, &pvc)).await? {
         return Ok(wait);
     }
     let vac_result = match plan::vac_to_look_up(&pvc, settings) {
         Some(name) => Some(
-            Api::<VolumeAttributesClass>::all(ctx.client.clone())
-                .get_opt(name)
+            Box::pin(Api::<VolumeAttributesClass>::all(ctx.client.clone()).get_opt(name))
                 .await
                 .map_err(|e| e.to_string()),
         ),
@@ -423,7 +423,7 @@ async fn reconcile_claim(
     let class = crate::model::claim::claim_class_name(&pvc)
         .and_then(|name| stores.classes.get(&ObjectRef::new(name)));
     let pinned = state.memory().pinned(&claim_key(&pvc));
-    let source = data_source::read(&state, &pvc, class.as_deref()).await;
+    let source = Box::pin(data_source::read(&state, &pvc, class.as_deref())).await;
     // The topology view is not Sync: decide in a block that ends before the next await.
     let (decision, selected_node_driver) = {
         let pv_exists = plan::claim_volume_name(&pvc, settings)
@@ -485,7 +485,7 @@ async fn reconcile_claim(
         ClaimDecision::ClearSelectedNode(ClearReason::NoDriverInstance(clear))
             if settings.node.is_some() =>
         {
-            match in_node_ledger(&state, &pvc, &clear.node).await? {
+            match Box::pin(in_node_ledger(&state, &pvc, &clear.node)).await? {
                 Some(volume_name) => {
                     plan::intent_on_other_node(clear, volume_name, selected_node_driver)
                 }
@@ -506,7 +506,7 @@ async fn reconcile_claim(
             Ok(Action::await_change())
         }
         ClaimDecision::Fail(PlanError::ClassNotFound(class))
-            if !class_confirmed_missing(&state, &class).await? =>
+            if !Box::pin(class_confirmed_missing(&state, &class)).await? =>
         {
             // The claim's watch event came before its class's (kubectl apply of one file holding
             // both): the cache is behind, nothing is wrong. Look again once it has caught up.
@@ -521,7 +521,7 @@ async fn reconcile_claim(
         }
         ClaimDecision::Provision(plan) => provision(&state, &pvc, *plan).await,
         ClaimDecision::ClearSelectedNode(ClearReason::NoDriverInstance(_))
-            if !selected_node_confirmed_without_driver(&state, &pvc).await? =>
+            if !Box::pin(selected_node_confirmed_without_driver(&state, &pvc)).await? =>
         {
             // A node that just joined: its CSINode has not reached the cache yet.
             debug!(claim = %claim_name(&pvc), "the selected node's CSINode lists the driver but is not in the cache yet; retrying shortly");
@@ -534,11 +534,13 @@ async fn reconcile_claim(
                 EventSpec::warning(reason.event_reason(), reason.message()),
             );
             state.memory().unpin(&key);
-            clear_selected_node(&state, &pvc).await?;
+            Box::pin(clear_selected_node(&state, &pvc)).await?;
             Ok(Action::await_change())
         }
-        ClaimDecision::Compete => compete(&state, &pvc).await,
-        ClaimDecision::CleanupIntent(cleanup) => cleanup_intent(&state, &pvc, *cleanup).await,
+        ClaimDecision::Compete => Box::pin(compete(&state, &pvc)).await,
+        ClaimDecision::CleanupIntent(cleanup) => {
+            Box::pin(cleanup_intent(&state, &pvc, *cleanup)).await
+        }
         ClaimDecision::FinishIntent { volume_name } => {
             state.memory().unpin(&key);
             if state
@@ -548,12 +550,12 @@ async fn reconcile_claim(
                 // This process removed it right after creating the PV: the cache is behind.
                 debug!(claim = %claim_name(&pvc), volume = %volume_name, "intent already removed by this process; waiting for the cache");
             } else {
-                finish_intent_read_first(&state, &pvc, &volume_name).await?;
+                Box::pin(finish_intent_read_first(&state, &pvc, &volume_name)).await?;
             }
             Ok(Action::await_change())
         }
         ClaimDecision::IntentOnGoneNode { volume_name, node } => {
-            intent_on_gone_node(&state, &pvc, &node, &volume_name).await
+            Box::pin(intent_on_gone_node(&state, &pvc, &node, &volume_name)).await
         }
     };
     if result.is_ok() {

@@ -101,14 +101,14 @@ pub(super) async fn provision(
     // that would need the secret to be removed) when nothing was sent to the driver.
     let mut request = plan.request.clone();
     if let Some(secret) = &plan.provisioner_secret {
-        match secret_data(state, secret).await {
+        match Box::pin(secret_data(state, secret)).await {
             Ok(data) => request.secrets = data,
             Err(e) => return Err(fail(state, pvc, e.to_string())),
         }
     }
 
     // Upstream's source protection, before anything is recorded or sent.
-    if let Err(message) = super::data_source::protect(state, pvc).await {
+    if let Err(message) = Box::pin(super::data_source::protect(state, pvc)).await {
         return Err(fail(state, pvc, message));
     }
 
@@ -131,7 +131,7 @@ pub(super) async fn provision(
         }
     }
     if plan.needs_intent_write && !ledgered {
-        match write_intent(state, pvc, &plan).await {
+        match Box::pin(write_intent(state, pvc, &plan)).await {
             Ok(PatchOutcome::Patched(fresh) | PatchOutcome::Unchanged(fresh)) => claim = fresh,
             // Deleted meanwhile: nothing was started, so nothing can leak.
             Ok(PatchOutcome::Deleting(_) | PatchOutcome::Gone) => {
@@ -143,6 +143,25 @@ pub(super) async fn provision(
         }
     }
 
+    // The rest in a future of its own: a run parked above (worker `slots`) holds only the plan,
+    // the request and the claim, not the state of every step that follows.
+    Box::pin(create_volume_and_pv(
+        state, pvc, plan, request, claim, ledgered,
+    ))
+    .await
+}
+
+/// CreateVolume and the PV, once the intent is recorded (`ledgered`: in the ledger).
+async fn create_volume_and_pv(
+    state: &Provisioner,
+    pvc: &Arc<PersistentVolumeClaim>,
+    plan: ProvisionPlan,
+    request: v1::CreateVolumeRequest,
+    claim: PersistentVolumeClaim,
+    ledgered: bool,
+) -> Result<Action, ProvisionError> {
+    let ctx = &state.ctx;
+    let key = claim_key(pvc);
     let started = Instant::now();
     let answer = create_volume(state, request).await;
     // From now on retries must send this requirement, whatever happens to the nodes meanwhile.
