@@ -519,7 +519,7 @@ async fn reconcile_claim(
             }
             Err(fail(&state, &pvc, err.to_string()))
         }
-        ClaimDecision::Provision(plan) => provision(&state, &pvc, *plan).await,
+        ClaimDecision::Provision(plan) => provision(&state, &pvc, plan).await,
         ClaimDecision::ClearSelectedNode(ClearReason::NoDriverInstance(_))
             if !Box::pin(selected_node_confirmed_without_driver(&state, &pvc)).await? =>
         {

@@ -67,7 +67,7 @@ pub(super) async fn secret_data(
 pub(super) async fn provision(
     state: &Provisioner,
     pvc: &Arc<PersistentVolumeClaim>,
-    plan: ProvisionPlan,
+    plan: Box<ProvisionPlan>,
 ) -> Result<Action, ProvisionError> {
     let ctx = &state.ctx;
     let key = claim_key(pvc);
@@ -113,7 +113,7 @@ pub(super) async fn provision(
     }
 
     // The freshest copy of the claim, to seed the intent removal with.
-    let mut claim = pvc.as_ref().clone();
+    let mut claim = pvc.clone();
     // Whether the intent is in the ledger (else on the claim, or both for a migrated claim).
     let mut ledgered = false;
     if plan.needs_intent_write {
@@ -132,7 +132,9 @@ pub(super) async fn provision(
     }
     if plan.needs_intent_write && !ledgered {
         match Box::pin(write_intent(state, pvc, &plan)).await {
-            Ok(PatchOutcome::Patched(fresh) | PatchOutcome::Unchanged(fresh)) => claim = fresh,
+            Ok(PatchOutcome::Patched(fresh) | PatchOutcome::Unchanged(fresh)) => {
+                claim = Arc::new(fresh);
+            }
             // Deleted meanwhile: nothing was started, so nothing can leak.
             Ok(PatchOutcome::Deleting(_) | PatchOutcome::Gone) => {
                 return Ok(Action::await_change());
@@ -155,9 +157,9 @@ pub(super) async fn provision(
 async fn create_volume_and_pv(
     state: &Provisioner,
     pvc: &Arc<PersistentVolumeClaim>,
-    plan: ProvisionPlan,
+    plan: Box<ProvisionPlan>,
     request: v1::CreateVolumeRequest,
-    claim: PersistentVolumeClaim,
+    claim: Arc<PersistentVolumeClaim>,
     ledgered: bool,
 ) -> Result<Action, ProvisionError> {
     let ctx = &state.ctx;

@@ -206,7 +206,8 @@ async fn a_volume_whose_pv_exists_is_kept_and_only_the_intent_dropped() {
 }
 
 /// Up to ten runs per worker wait parked on the ledger's commit (`runtime::slots`): each holds
-/// the whole reconcile future, so the steps around the wait are boxed. Unboxed it was 17 KiB.
+/// the whole reconcile future, so the steps around the wait are boxed and the plan stays on the
+/// heap (1.7 KiB now; 17 KiB before).
 #[tokio::test]
 async fn a_claim_reconcile_future_is_small_enough_to_park_by_the_thousand() {
     let sim = Sim::start(SimConfig::bare()).await.unwrap();
@@ -218,5 +219,5 @@ async fn a_claim_reconcile_future_is_small_enough_to_park_by_the_thousand() {
     let pvc = Arc::new(crate::testing::pvc("default", "data").build());
     let run = super::reconcile_claim(pvc, state);
     let size = std::mem::size_of_val(&run);
-    assert!(size <= 6 * 1024, "{size} bytes");
+    assert!(size <= 4 * 1024, "{size} bytes");
 }
