@@ -273,8 +273,10 @@ async fn a_backlog_under_a_tight_rate_limit_commits_its_intents_in_one_write() {
         cluster.wait_bound(NS, &format!("c{i}")).await;
     }
     let spent = cluster.sim.counters().since(&before);
+    // One write for the backlog, a few more if claims trickle in as the sidecar starts; with
+    // the workers waiting in their slots it was one per 5 claims.
     assert!(
-        spent.writes_to(Some("leases")) <= 3,
+        spent.writes_to(Some("leases")) <= 5,
         "{:#}",
         spent.to_json()
     );

@@ -216,22 +216,47 @@ impl Book {
         }
     }
 
-    /// Adds or updates `entry`; it goes to the first shard with room.
+    /// Adds or updates `entry`; a new one goes to the first shard with room.
     pub(crate) fn record(&mut self, entry: Entry) -> Recorded {
-        if let Some(slot) = self.entries.get_mut(&entry.volume) {
+        if let Some(slot) = self.entries.get(&entry.volume) {
             if slot.entry == entry && slot.committed {
                 return Recorded::AlreadyCommitted;
             }
-            if slot.entry != entry {
-                let bytes = entry_bytes(&entry);
-                self.bytes[slot.shard] = self.bytes[slot.shard] - slot.bytes + bytes;
-                slot.bytes = bytes;
-                slot.entry = entry;
-                slot.committed = false;
+            if slot.entry == entry {
+                self.dirty[slot.shard] = true;
+                return Recorded::Pending;
             }
-            self.dirty[slot.shard] = true;
+            self.replace(entry);
             return Recorded::Pending;
         }
+        self.insert(entry);
+        Recorded::Pending
+    }
+
+    /// Puts a changed `entry` in place of the one of its volume, unwritten. One that outgrew its
+    /// shard moves to a shard with room: the commit writes the shard gaining it before the one
+    /// losing it ([`Book::take_commit`]), so no crash between the two writes loses it.
+    fn replace(&mut self, entry: Entry) {
+        let Some(slot) = self.entries.get_mut(&entry.volume) else {
+            self.insert(entry);
+            return;
+        };
+        let bytes = entry_bytes(&entry);
+        let shard = slot.shard;
+        if self.counts[shard] > 1 && self.bytes[shard] - slot.bytes + bytes > SHARD_BYTES {
+            self.forget(&entry.volume);
+            self.insert(entry);
+            return;
+        }
+        self.bytes[shard] = self.bytes[shard] - slot.bytes + bytes;
+        slot.bytes = bytes;
+        slot.entry = entry;
+        slot.committed = false;
+        self.dirty[shard] = true;
+    }
+
+    /// Adds a new `entry`, unwritten, to the first shard with room.
+    fn insert(&mut self, entry: Entry) {
         let bytes = entry_bytes(&entry);
         // The first shard with room (an empty one always has room, whatever the entry's size).
         let shard = (0..)
@@ -252,7 +277,6 @@ impl Book {
                 committed: false,
             },
         );
-        Recorded::Pending
     }
 
     /// Drops `volume`'s entry without asking for a write of its own: the next commit of its
@@ -267,21 +291,19 @@ impl Book {
         true
     }
 
-    /// Remembers the volume id of `volume` (written with the next commit).
+    /// Remembers the volume id of `volume`: the entry is unwritten until the next commit.
     pub(crate) fn set_id(&mut self, volume: &str, id: &str) {
-        if let Some(slot) = self.entries.get_mut(volume)
+        if let Some(slot) = self.entries.get(volume)
             && slot.entry.id.as_deref() != Some(id)
         {
-            slot.entry.id = Some(id.to_owned());
-            let bytes = entry_bytes(&slot.entry);
-            self.bytes[slot.shard] = self.bytes[slot.shard] - slot.bytes + bytes;
-            slot.bytes = bytes;
-            slot.committed = false;
-            self.dirty[slot.shard] = true;
+            let mut entry = slot.entry.clone();
+            entry.id = Some(id.to_owned());
+            self.replace(entry);
         }
     }
 
-    /// Drops `volume`'s entry (written with the next commit). Whether it was there.
+    /// Drops `volume`'s entry, written with the next commit of its shard or by a lazy flush.
+    /// Whether it was there.
     pub(crate) fn forget(&mut self, volume: &str) -> bool {
         let Some(slot) = self.entries.remove(volume) else {
             return false;
@@ -320,7 +342,8 @@ impl Book {
     }
 
     /// Whether a write is due now: an entry waits for a commit (an addition or change), or a
-    /// removal asked for a prompt write. Other removals wait for [`store::LAZY_FLUSH`].
+    /// removal asked for a prompt write. Other removals wait for the next commit of their shard
+    /// or a lazy flush ([`store::LAZY_FLUSH`]).
     pub(crate) fn has_uncommitted(&self) -> bool {
         self.prompt || self.entries.values().any(|s| !s.committed)
     }
@@ -334,16 +357,20 @@ impl Book {
     /// flags; [`Book::committed`] or [`Book::failed`] must follow. With `removals` false (a commit
     /// for new intents) only shards holding an unwritten entry are written: a shard changed by
     /// removals alone waits for a lazy flush, which takes only spare rate budget. A prompt
-    /// removal is written with any commit.
+    /// removal is written with any commit. Shards gaining entries come first: an entry that
+    /// moved is in its new shard before it leaves the old one.
     pub(crate) fn take_commit(&mut self, removals: bool) -> Commit {
         let all = std::mem::take(&mut self.prompt) || removals;
-        let mut wanted = vec![all; self.dirty.len()];
+        let mut fresh = vec![false; self.dirty.len()];
         for slot in self.entries.values().filter(|s| !s.committed) {
-            wanted[slot.shard] = true;
+            fresh[slot.shard] = true;
         }
+        let order = (0..self.dirty.len())
+            .filter(|s| fresh[*s])
+            .chain((0..self.dirty.len()).filter(|s| all && !fresh[*s]));
         let mut shards = Vec::new();
-        for (shard, dirty) in self.dirty.iter_mut().enumerate() {
-            if !wanted[shard] || !std::mem::take(dirty) {
+        for shard in order {
+            if !std::mem::take(&mut self.dirty[shard]) {
                 continue;
             }
             let entries: Vec<&Entry> = self

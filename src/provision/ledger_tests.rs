@@ -260,3 +260,33 @@ fn a_node_ledger_name_is_a_valid_label_value_and_differs_per_node() {
         assert_eq!(shard_index(&base, &shard_name(&base, 2)), Some(2));
     }
 }
+
+#[test]
+fn an_entry_that_outgrows_its_full_shard_moves_and_its_new_shard_is_written_first() {
+    let mut book = Book::default();
+    let per_shard = SHARD_BYTES / entry_bytes(&entry("pvc-00000"));
+    for i in 0..per_shard {
+        book.record(entry(&format!("pvc-{i:05}")));
+    }
+    for write in book.take_commit(true).shards {
+        let written = decode(&write.content).unwrap();
+        book.committed(&write, &written);
+    }
+    // A learned volume id makes one entry of the full shard larger than its room.
+    book.set_id("pvc-00003", &"x".repeat(128));
+    let commit = book.take_commit(true);
+    assert_eq!(
+        commit.shards.iter().map(|s| s.shard).collect::<Vec<_>>(),
+        vec![1, 0],
+        "the shard gaining the entry first, then the one losing it"
+    );
+    assert!(commit.shards.iter().all(|s| s.content.len() <= SHARD_BYTES));
+    let moved = decode(&commit.shards[0].content).unwrap();
+    assert_eq!(moved.len(), 1);
+    assert_eq!(moved[0].id.as_deref(), Some("x".repeat(128).as_str()));
+    assert_eq!(
+        decode(&commit.shards[1].content).unwrap().len(),
+        per_shard - 1
+    );
+    assert_eq!(book.len(), per_shard);
+}

@@ -79,7 +79,10 @@ pub(crate) async fn drive<K, S, Fut>(
             let due = queue.next_due();
             tokio::select! {
                 biased;
-                () = &mut stop, if !stopping => stopping = true,
+                () = &mut stop, if !stopping => {
+                    stopping = true;
+                    slots.stop();
+                }
                 Some((key, outcome)) = running.next(), if !running.is_empty() => {
                     let action = match outcome {
                         None => Action::await_change(),

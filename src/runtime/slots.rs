@@ -8,6 +8,9 @@
 use std::cell::RefCell;
 use std::future::Future;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use futures::FutureExt;
 
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 
@@ -20,6 +23,8 @@ pub(crate) struct Slots {
     permits: Arc<Semaphore>,
     /// Signalled when a parked run gives its slot back, so the controller starts another run.
     freed: Arc<Notify>,
+    /// Set once the controller stops: a parked run should not start new work ([`stopping`]).
+    stopping: Arc<AtomicBool>,
 }
 
 /// The slot a run holds, in its task-local cell while it works.
@@ -38,7 +43,13 @@ impl Slots {
         Self {
             permits: Arc::new(Semaphore::new(workers.max(1))),
             freed: Arc::new(Notify::new()),
+            stopping: Arc::new(AtomicBool::new(false)),
         }
+    }
+
+    /// The controller stops: runs coming out of [`parked`] learn it from [`stopping`].
+    pub(crate) fn stop(&self) {
+        self.stopping.store(true, Ordering::Relaxed);
     }
 
     /// A free slot, if any. Parked runs waiting to go on get freed slots first (the semaphore is
@@ -68,9 +79,14 @@ impl Slots {
     }
 }
 
-/// Awaits `wait` without holding a worker slot, then takes a slot again. Outside a run of
-/// [`Slots::run`] (tests calling a reconcile directly) it just awaits `wait`.
+/// Awaits `wait` without holding a worker slot, then takes a slot again. A `wait` that is ready
+/// at once keeps the slot. Outside a run of [`Slots::run`] (tests calling a reconcile directly)
+/// it just awaits `wait`.
 pub(crate) async fn parked<F: Future>(wait: F) -> F::Output {
+    let mut wait = std::pin::pin!(wait);
+    if let Some(output) = wait.as_mut().now_or_never() {
+        return output;
+    }
     let held = HELD
         .try_with(|cell| cell.borrow_mut().take())
         .ok()
@@ -81,11 +97,26 @@ pub(crate) async fn parked<F: Future>(wait: F) -> F::Output {
     drop(permit);
     slots.freed.notify_one();
     let output = wait.await;
-    // Never closed: the semaphore lives as long as any of its slots.
-    if let Ok(permit) = slots.permits.clone().acquire_owned().await {
-        let _ = HELD.try_with(|cell| *cell.borrow_mut() = Some(Held { permit, slots }));
-    }
+    let permit = slots
+        .permits
+        .clone()
+        .acquire_owned()
+        .await
+        .expect("the slots' semaphore is never closed");
+    let _ = HELD.try_with(|cell| *cell.borrow_mut() = Some(Held { permit, slots }));
     output
+}
+
+/// Whether the controller of the current run is stopping: a run back from [`parked`] then ends
+/// instead of starting work that would hold the shutdown up (up to ten runs per worker may be
+/// parked). `false` outside a run.
+pub(crate) fn stopping() -> bool {
+    HELD.try_with(|cell| {
+        cell.borrow()
+            .as_ref()
+            .is_some_and(|held| held.slots.stopping.load(Ordering::Relaxed))
+    })
+    .unwrap_or(false)
 }
 
 #[cfg(test)]
@@ -119,5 +150,23 @@ mod tests {
     #[tokio::test]
     async fn outside_a_run_parking_only_waits() {
         assert_eq!(parked(async { 7 }).await, 7);
+        assert!(!stopping());
+    }
+
+    #[tokio::test]
+    async fn a_wait_ready_at_once_keeps_the_slot_and_a_stopping_controller_is_seen() {
+        let slots = Slots::new(1);
+        let permit = slots.try_take().expect("one slot");
+        let probe = slots.clone();
+        let (kept, stopped) = slots
+            .run(permit, async move {
+                assert_eq!(parked(async { 7 }).await, 7);
+                let kept = probe.try_take().is_none();
+                probe.stop();
+                (kept, stopping())
+            })
+            .await;
+        assert!(kept, "no other run could start meanwhile");
+        assert!(stopped);
     }
 }

@@ -125,6 +125,9 @@ pub(super) async fn provision(
             plan.provisioner_secret.as_ref(),
         ));
         match crate::runtime::slots::parked(recorded).await {
+            // Shutting down while parked: nothing is sent; the entry stays (an earlier attempt
+            // may have sent CreateVolume) for the next process to resolve.
+            Ok(()) if crate::runtime::slots::stopping() => return Ok(Action::await_change()),
             Ok(()) => ledgered = true,
             Err(LedgerError::Disabled) => {}
             Err(e) => return Err(fail(state, pvc, ledger_failure(&e))),

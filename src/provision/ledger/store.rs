@@ -3,8 +3,9 @@
 //! its slot, `runtime::slots`). While requests already wait for rate-limit tokens the commit
 //! waits too (up to [`CONGESTED_HOLD`]): released now, its workers would only queue behind them,
 //! and a later commit carries more intents for the same one write. Removals wait for a commit of
-//! their shard, or are flushed after [`LAZY_FLUSH`] with spare rate budget only: a stale entry is
-//! harmless (its PV exists, so it is dropped when resolved), a missing one is not.
+//! their shard, or are flushed after [`LAZY_FLUSH`] with spare rate budget (after
+//! [`LAZY_FLUSH_CEILING`] whatever the load): a stale entry is harmless (its PV exists, so it is
+//! dropped when resolved), a missing one is not.
 
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -23,8 +24,13 @@ use crate::k8s::errors::{ApiErrorClass, classify, describe};
 use crate::leader::Leadership;
 use crate::sync::lock;
 
-/// How long removals (and learned volume ids) may wait for a commit that writes anyway.
+/// How long removals wait for a commit that writes their shard anyway; then they are flushed
+/// with the first token the workers leave spare.
 pub(crate) const LAZY_FLUSH: Duration = Duration::from_secs(5);
+/// Removals are flushed after this long even when the workers never leave a token spare: a
+/// stale entry whose PV was reclaimed meanwhile would cost a replayed CreateVolume and a
+/// DeleteVolume after a crash, so staleness stays bounded.
+const LAZY_FLUSH_CEILING: Duration = Duration::from_secs(300);
 /// How long a commit waits for more intents once the first arrived: workers freed by the same
 /// burst of answers record within milliseconds of each other, and one write then carries them all.
 const COMMIT_WINDOW: Duration = Duration::from_millis(15);
@@ -44,7 +50,8 @@ fn commit_window(per_node: bool, since_last_write: Option<Duration>) -> Duration
         _ => COMMIT_WINDOW,
     }
 }
-/// Pause after a failed write before the next attempt (conflicts are retried at once).
+/// Pause after a failed write before the next attempt (a conflict is merged and written again
+/// with the next commit, without this pause).
 const FAILED_WRITE_PAUSE: Duration = Duration::from_secs(1);
 /// The longest a commit waits for the rate limiter's queue to drain: under load from other work
 /// (a deletion storm) new intents are still written this often.
@@ -215,6 +222,10 @@ impl Ledger {
         }
         let rx = {
             let mut state = lock(&self.0.state);
+            // Turned off meanwhile: the committer answered every waiter it will ever answer.
+            if !self.is_enabled() {
+                return Err(LedgerError::Disabled);
+            }
             if state.book.record(entry) == Recorded::AlreadyCommitted {
                 return Ok(());
             }
@@ -261,7 +272,8 @@ impl Ledger {
         }
     }
 
-    /// Remembers a learned volume id (written lazily): a retried clean-up needs no replay.
+    /// Remembers a learned volume id (written with the next commit): a retried clean-up needs no
+    /// replay.
     pub(crate) fn set_id(&self, volume: &str, id: &str) {
         lock(&self.0.state).book.set_id(volume, id);
         self.0.wake.notify_one();
@@ -289,10 +301,13 @@ impl Ledger {
         tokio::pin!(stop);
         let per_node = self.0.target.as_ref().is_some_and(|t| t.node.is_some());
         let mut last_write: Option<tokio::time::Instant> = None;
+        // Since when removals wait to be written (kept across commits for new intents, which
+        // leave shards changed only by removals alone).
+        let mut dirty_since: Option<tokio::time::Instant> = None;
         loop {
             let due = tokio::select! {
                 () = &mut stop => break,
-                due = self.wait_for_work() => due,
+                due = self.wait_for_work(&mut dirty_since) => due,
             };
             if due == Due::Intents {
                 let window = commit_window(per_node, last_write.map(|at| at.elapsed()));
@@ -309,7 +324,12 @@ impl Ledger {
             last_write = Some(tokio::time::Instant::now());
             if !self.commit_once(due == Due::Removals).await {
                 if !self.is_enabled() {
-                    // Refused for good (RBAC): intents go on the claims from now on.
+                    // Refused for good (RBAC): intents go on the claims from now on, including
+                    // those of workers that recorded while the refused write was in flight.
+                    let waiters = std::mem::take(&mut lock(&self.0.state).waiters);
+                    for waiter in waiters {
+                        let _ = waiter.send(Err(LedgerError::Disabled));
+                    }
                     return;
                 }
                 tokio::select! {
@@ -324,10 +344,10 @@ impl Ledger {
     }
 
     /// Returns when a commit is due: an entry waits to be written ([`Due::Intents`]), or only
-    /// removals are pending, [`LAZY_FLUSH`] passed without anything else to write and the
-    /// workers leave a token spare ([`Due::Removals`]).
-    async fn wait_for_work(&self) -> Due {
-        let mut dirty_since: Option<tokio::time::Instant> = None;
+    /// removals are pending (since `dirty_since`), [`LAZY_FLUSH`] passed without anything else to
+    /// write and the workers leave a token spare, or [`LAZY_FLUSH_CEILING`] passed
+    /// ([`Due::Removals`]).
+    async fn wait_for_work(&self, dirty_since: &mut Option<tokio::time::Instant>) -> Due {
         loop {
             let (urgent, dirty) = {
                 let state = lock(&self.0.state);
@@ -340,16 +360,19 @@ impl Ledger {
                 return Due::Intents;
             }
             if !dirty {
-                dirty_since = None;
+                *dirty_since = None;
                 self.0.wake.notified().await;
                 continue;
             }
-            let since = *dirty_since.get_or_insert_with(tokio::time::Instant::now);
-            let wait = match LAZY_FLUSH.checked_sub(since.elapsed()) {
+            let waited = dirty_since
+                .get_or_insert_with(tokio::time::Instant::now)
+                .elapsed();
+            let wait = match LAZY_FLUSH.checked_sub(waited) {
                 Some(left) if !left.is_zero() => left,
+                _ if waited >= LAZY_FLUSH_CEILING => return Due::Removals,
                 _ => match self.0.bucket.as_deref().map_or(Ok(()), TokenBucket::spare) {
                     Ok(()) => return Due::Removals,
-                    Err(again) => again,
+                    Err(again) => again.min(LAZY_FLUSH_CEILING - waited),
                 },
             };
             tokio::select! {
