@@ -56,8 +56,6 @@ const FAILED_WRITE_PAUSE: Duration = Duration::from_secs(1);
 /// The longest a commit waits for the rate limiter's queue to drain: under load from other work
 /// (a deletion storm) new intents are still written this often.
 const CONGESTED_HOLD: Duration = Duration::from_secs(5);
-/// How often a held commit looks at the rate limiter again.
-const CONGESTED_POLL: Duration = Duration::from_millis(10);
 
 /// What a commit is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -387,10 +385,7 @@ impl Ledger {
     /// ride along with the same write.
     async fn hold_while_congested(&self) {
         let Some(bucket) = &self.0.bucket else { return };
-        let start = tokio::time::Instant::now();
-        while bucket.congested() && start.elapsed() < CONGESTED_HOLD {
-            tokio::time::sleep(CONGESTED_POLL).await;
-        }
+        let _ = tokio::time::timeout(CONGESTED_HOLD, bucket.uncongested()).await;
     }
 
     /// One commit: writes the shards holding new intents, with `removals` every dirty shard
