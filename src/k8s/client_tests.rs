@@ -388,6 +388,7 @@ async fn those_holding_back_wake_when_the_last_waiting_worker_is_served() {
         async move { bucket.uncongested().await }
     });
     tokio::task::yield_now().await;
+    assert!(!holder.is_finished(), "two workers wait for a token");
     bucket.set_waiting(false);
     tokio::task::yield_now().await;
     assert!(!holder.is_finished(), "one worker still waits for a token");
