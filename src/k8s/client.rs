@@ -245,16 +245,7 @@ impl<C: Clock + Clone> TokenBucket<C> {
     /// Background work takes a token only when the workers leave it: none is waiting and none
     /// asked within [`TokenBucket::quiet`]. Otherwise says when to look again.
     pub(crate) fn try_acquire_spare(&self) -> Result<(), Duration> {
-        if self.waiting.load(Ordering::Acquire) > 0 {
-            return Err(self.quiet);
-        }
-        let last = *crate::sync::lock(&self.last_demand);
-        if let Some(last) = last {
-            let since = Duration::from(self.clock.now().duration_since(last));
-            if since < self.quiet {
-                return Err(self.quiet - since);
-            }
-        }
+        self.spare()?;
         self.limiter
             .check()
             .map_err(|not_until| not_until.wait_time_from(self.clock.now()).max(self.quiet))
@@ -280,8 +271,9 @@ impl<C: Clock + Clone> TokenBucket<C> {
         }
     }
 
-    /// Like [`TokenBucket::try_acquire_spare`] without taking the token: whether background work
-    /// may send now (it then takes its token as workers do, through [`TokenBucketLayer`]).
+    /// Whether background work may send now, without taking a token (it then takes its token as
+    /// workers do, through [`TokenBucketLayer`]): no worker waits and none asked within
+    /// [`TokenBucket::quiet`]; otherwise when to look again.
     pub(crate) fn spare(&self) -> Result<(), Duration> {
         if self.congested() {
             return Err(self.quiet);
