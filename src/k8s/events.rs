@@ -462,7 +462,8 @@ impl Recorder {
     }
 
     /// Writes `repeats` occurrences of `spec` (between `first` and `last`) as `source`; with a
-    /// `gate`, every request first takes a spare token of it.
+    /// `gate`, every request first takes a spare token of its bucket (see [`spare_token`] for
+    /// when a warning may force a turn).
     #[allow(clippy::too_many_arguments)]
     pub(super) async fn send(
         &self,
@@ -472,7 +473,7 @@ impl Recorder {
         first: Timestamp,
         last: Timestamp,
         repeats: i32,
-        gate: Option<&TokenBucket>,
+        gate: Option<(&TokenBucket, &(dyn Fn() -> bool + Sync))>,
         observed: impl FnOnce(),
     ) {
         let now = last;

@@ -503,3 +503,74 @@ fn an_episode_with_an_event_waiting_or_in_flight_ends_once_after_it() {
     q.end_episode("ep", || ended = true);
     assert!(ended, "nothing of the episode left: ended at once");
 }
+
+/// Workers that never pause: a request for a token every 10 ms, for as long as the test runs.
+fn endless_demand(bucket: &Arc<TokenBucket>) -> tokio::task::JoinHandle<()> {
+    let bucket = bucket.clone();
+    tokio::spawn(async move {
+        loop {
+            let _ = bucket.try_acquire();
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+}
+
+#[tokio::test(start_paused = true)]
+async fn under_endless_demand_only_a_waiting_warning_forces_an_event_through() {
+    let limit = crate::config::RateLimit {
+        qps: 5.0,
+        burst: 10,
+    };
+    let bucket = Arc::new(TokenBucket::with_clock(limit, Default::default()));
+    let workers = endless_demand(&bucket);
+    // The workers have asked before the event looks.
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let never = || false;
+    let normal_alone = tokio::time::timeout(
+        queue::MAX_SPARE_WAIT * 5,
+        spare_token(Some((&bucket, &never))),
+    )
+    .await;
+    assert!(
+        normal_alone.is_err(),
+        "a Normal event took a worker's token while no warning waited"
+    );
+
+    let start = tokio::time::Instant::now();
+    let always = || true;
+    tokio::time::timeout(
+        queue::MAX_SPARE_WAIT * 2,
+        spare_token(Some((&bucket, &always))),
+    )
+    .await
+    .expect("a waiting warning gets its turn");
+    assert!(start.elapsed() >= queue::MAX_SPARE_WAIT);
+    workers.abort();
+}
+
+#[test]
+fn the_queue_knows_whether_a_warning_waits_until_it_is_taken_or_dropped() {
+    let q = queue();
+    let source = Arc::new(EventSource::csi_provisioner());
+    let failed = EventSpec::warning(names::EVENT_PROVISIONING_FAILED, "quota exceeded");
+    let started = EventSpec::normal(names::EVENT_PROVISIONING, "provisioning");
+    q.push_event(source.clone(), pv_ref(), started.clone(), at(0));
+    assert!(!q.warning_waits());
+    q.push_event(source.clone(), pv_ref(), failed.clone(), at(1));
+    q.push_event(source.clone(), pv_ref(), failed.clone(), at(2));
+    assert!(q.warning_waits(), "merged repeats are one waiting warning");
+    q.pop();
+    assert!(
+        q.warning_waits(),
+        "taking the Normal event leaves the warning"
+    );
+    q.pop();
+    assert!(!q.warning_waits(), "the warning was taken");
+
+    q.push_event(source.clone(), pv_ref(), failed, at(3));
+    for i in 0..QUEUE_CAPACITY {
+        let spec = EventSpec::normal(names::EVENT_PROVISIONING, format!("event {i}"));
+        q.push_event(source.clone(), pv_ref(), spec, at(4));
+    }
+    assert!(!q.warning_waits(), "the warning was dropped as the oldest");
+}

@@ -2,6 +2,7 @@
 //! for spare rate budget; repeats waiting together merge; a full queue drops its oldest event.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use jiff::Timestamp;
@@ -11,7 +12,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use tokio::sync::Notify;
 
-use super::{EventSource, EventSpec, Recorder};
+use super::{EventSource, EventSpec, EventType, Recorder};
 use crate::k8s::client::TokenBucket;
 
 /// Events waiting for spare rate budget, at most this many (client-go's broadcaster queue holds
@@ -73,6 +74,9 @@ pub(super) struct EventQueue {
     sending: Mutex<Option<String>>,
     pub(super) wake: Notify,
     pub(super) metrics: EventQueueMetrics,
+    /// Warning events waiting: while there is one, the sender may take a forced turn
+    /// ([`spare_token`]).
+    warnings: AtomicUsize,
 }
 
 impl EventQueue {
@@ -83,6 +87,7 @@ impl EventQueue {
             sending: Mutex::new(None),
             wake: Notify::new(),
             metrics,
+            warnings: AtomicUsize::new(0),
         }
     }
 
@@ -167,9 +172,14 @@ impl EventQueue {
         if items.len() >= QUEUE_CAPACITY {
             let oldest_event = items.iter().position(|i| matches!(i, Queued::Event { .. }));
             if let Some(index) = oldest_event {
-                items.remove(index);
+                if let Some(dropped) = items.remove(index) {
+                    self.count_out(&dropped);
+                }
                 self.metrics.dropped.inc();
             }
+        }
+        if is_warning(&item) {
+            self.warnings.fetch_add(1, Ordering::Relaxed);
         }
         items.push_back(item);
         self.metrics
@@ -182,6 +192,9 @@ impl EventQueue {
     pub(super) fn pop(&self) -> Option<Queued> {
         let mut items = self.lock();
         let item = items.pop_front();
+        if let Some(item) = &item {
+            self.count_out(item);
+        }
         if items.is_empty() && items.capacity() > 1024 {
             // A burst's backlog is gone: give its room back.
             items.shrink_to_fit();
@@ -195,10 +208,26 @@ impl EventQueue {
         item
     }
 
+    /// Whether a warning waits to be sent.
+    pub(super) fn warning_waits(&self) -> bool {
+        self.warnings.load(Ordering::Relaxed) > 0
+    }
+
+    /// `item` left the queue (taken or dropped; called under the items lock).
+    fn count_out(&self, item: &Queued) {
+        if is_warning(item) {
+            self.warnings.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+
     /// The event taken last was seen by the correlator (its write may still be under way).
     pub(super) fn sent(&self) {
         *crate::sync::lock(&self.sending) = None;
     }
+}
+
+fn is_warning(item: &Queued) -> bool {
+    matches!(item, Queued::Event { spec, .. } if spec.type_ == EventType::Warning)
 }
 
 fn fingerprint(source: &EventSource, object: &ObjectReference, spec: &EventSpec) -> u64 {
@@ -220,20 +249,22 @@ fn fingerprint(source: &EventSource, object: &ObjectReference, spec: &EventSpec)
     h.finish()
 }
 
-/// Waits for a spare token of `gate` (none needed without a rate limit).
+/// Waits for a spare token of `gate`'s bucket (none needed without a rate limit).
 ///
-/// Under demand that never pauses (a claim failing and being retried in a tight loop) no token is
-/// ever spare; an event then takes its turn like a worker after [`MAX_SPARE_WAIT`], so events
-/// still arrive, at one per that wait at most: a bounded share of the budget.
-pub(super) async fn spare_token(gate: Option<&TokenBucket>) {
-    let Some(bucket) = gate else { return };
+/// Under demand that never pauses (claims failing and being retried without end) no token is
+/// ever spare; once a warning waits (`urgent`), an event takes its turn like a worker after
+/// [`MAX_SPARE_WAIT`], so failures still reach the user, at one event per that wait at most: a
+/// bounded share of the budget. Normal events alone never take that turn: a healthy burst spends
+/// no token on them, and they are all written when it ends.
+pub(super) async fn spare_token(gate: Option<(&TokenBucket, &(dyn Fn() -> bool + Sync))>) {
+    let Some((bucket, urgent)) = gate else { return };
     let deadline = tokio::time::Instant::now() + MAX_SPARE_WAIT;
     loop {
         let wait = match bucket.try_acquire_spare() {
             Ok(()) => return,
             Err(wait) => wait,
         };
-        if tokio::time::Instant::now() >= deadline {
+        if tokio::time::Instant::now() >= deadline && urgent() {
             break;
         }
         tokio::time::sleep(wait).await;
@@ -243,10 +274,10 @@ pub(super) async fn spare_token(gate: Option<&TokenBucket>) {
     }
 }
 
-/// How long an event waits for a spare token before it takes one like a worker: long enough that
-/// the forced turns cost a saturated burst about 1% of its budget at the default QPS 5 (2 s cost
-/// 10% in the benchmark), short enough that an event still arrives within a minute when a claim
-/// is retried without pause.
+/// How long an event waits for a spare token before it takes one like a worker while a warning
+/// waits: long enough that the forced turns cost a saturated run about 1% of its budget at the
+/// default QPS 5 (2 s cost 10% in the benchmark), short enough that a failure still shows within
+/// a minute when claims are retried without pause.
 pub(super) const MAX_SPARE_WAIT: std::time::Duration = std::time::Duration::from_secs(20);
 
 /// The one background sender of a queued recorder: in order, one request at a time.
@@ -271,6 +302,8 @@ pub(super) async fn send_queued(
                 repeats,
                 ..
             } => {
+                let warning = spec.type_ == EventType::Warning;
+                let urgent = || warning || queue.warning_waits();
                 sender
                     .send(
                         &source,
@@ -279,7 +312,9 @@ pub(super) async fn send_queued(
                         first,
                         last,
                         repeats,
-                        bucket.as_deref(),
+                        bucket
+                            .as_deref()
+                            .map(|bucket| (bucket, &urgent as &(dyn Fn() -> bool + Sync))),
                         || queue.sent(),
                     )
                     .await;
