@@ -934,3 +934,50 @@ async fn after_an_upgrade_pvs_written_without_our_labels_are_deleted_by_their_no
         );
     }
 }
+
+/// The claim moves to node-b while node-a's CreateVolume is in flight and node-a's sidecar is
+/// down (as when the selected node is cleared during a restart of node-a's driver pod). Node-b
+/// provisions it under the same volume name; node-a, back, finds the PV of its entry's name is
+/// node-b's, so its own copy is referenced by nothing: it deletes it instead of keeping it.
+#[tokio::test]
+async fn a_node_back_after_its_claim_moved_deletes_its_own_copy_of_the_volume() {
+    let cluster = Cluster::start().await;
+    let mut members = local_fleet(&cluster, &[]).await;
+    let control = members[0].driver.control().await;
+    control
+        .set_fault(
+            "CreateVolume",
+            mock_csi_driver::FaultRule::always(tonic::Code::DeadlineExceeded).after_effect(),
+        )
+        .await
+        .unwrap();
+    cluster.claim_of_class(NS, "data", "local", "1Gi").await;
+    cluster.schedule(NS, "pod-data", "data", "node-a").await;
+    members[0].driver.wait_volumes(1).await;
+    cluster.wait_intent(NS, "data", true).await;
+    members[0].sidecar.kill().await;
+    control.clear_faults().await.unwrap();
+
+    delete_pod(&cluster, "data").await;
+    let patch = serde_json::json!({"metadata": {"annotations": {
+        "volume.kubernetes.io/selected-node": null}}});
+    cluster
+        .pvcs(NS)
+        .patch(
+            "data",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&patch),
+        )
+        .await
+        .unwrap();
+    cluster.schedule(NS, "pod-data-2", "data", "node-b").await;
+    let pv = cluster.wait_bound(NS, "data").await;
+    assert_eq!(affinity_values(&pv), vec!["node-b".to_string()]);
+
+    members[0].sidecar.restart().await;
+    members[0].driver.wait_volumes(0).await;
+    let on_b = members[1].driver.wait_volumes(1).await;
+    assert_eq!(on_b.volumes[0].name, name_of(&pv));
+    cluster.wait_intent(NS, "data", false).await;
+    assert!(pv_exists(&cluster, &name_of(&pv)).await.is_some());
+}

@@ -458,6 +458,11 @@ pub(crate) enum Resolution {
     Drop,
     /// The claim still wants the volume: the provisioning controller goes on with it.
     Keep,
+    /// The claim is bound to a PV of the entry's name that is not in the cache: whether that PV
+    /// holds this entry's volume takes a live read ([`pv_holds_entry`]). In node mode it may be
+    /// another node's copy (the claim moved while this node's CreateVolume was in flight), which
+    /// this node's instance never caches; then this node's volume is referenced by nothing.
+    CheckPv,
     /// The claim is gone, being deleted or bound to another PV: after a live check that the PV
     /// does not exist, delete the volume (replaying CreateVolume for its id if unknown), then drop.
     Cleanup(CleanupCause),
@@ -472,9 +477,43 @@ pub(crate) enum CleanupCause {
     ClaimDeleting,
     /// The claim is bound to another PV.
     BoundElsewhere(String),
+    /// The PV of the entry's name holds another volume (another node's copy, or the first of a
+    /// driver that answered a repeated CreateVolume with a new id).
+    PvOfAnotherVolume,
 }
 
-/// Decides what an entry needs, from whether its PV is in the cache and its claim as cached
+/// Whether the live `pv` of `entry`'s name holds the entry's volume: not when its recorded node
+/// (node mode) is another than `own_node`, nor when its handle differs from the entry's known
+/// id. With nothing to tell them apart it is taken to be the entry's (never a volume deleted on
+/// a guess).
+pub(crate) fn pv_holds_entry(
+    entry: &Entry,
+    pv: &k8s_openapi::api::core::v1::PersistentVolume,
+    own_node: Option<&str>,
+) -> bool {
+    let recorded = pv
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(crate::names::ANN_NODE_NAME));
+    if let (Some(own), Some(recorded)) = (own_node, recorded)
+        && recorded != own
+    {
+        return false;
+    }
+    let handle = pv
+        .spec
+        .as_ref()
+        .and_then(|s| s.csi.as_ref())
+        .map(|c| c.volume_handle.as_str());
+    match (&entry.id, handle) {
+        (Some(id), Some(handle)) => id == handle,
+        _ => true,
+    }
+}
+
+/// Decides what an entry needs, from whether its PV is in the cache (holding the entry's volume,
+/// [`pv_holds_entry`]) and its claim as cached
 /// (looked up by namespace and name; another UID is another claim).
 pub(crate) fn resolve(
     entry: &Entry,
@@ -495,7 +534,8 @@ pub(crate) fn resolve(
         Some(other) if other != entry.volume => {
             Resolution::Cleanup(CleanupCause::BoundElsewhere(other.to_owned()))
         }
-        _ => Resolution::Keep,
+        Some(_) => Resolution::CheckPv,
+        None => Resolution::Keep,
     }
 }
 

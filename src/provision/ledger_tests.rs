@@ -200,9 +200,30 @@ fn an_entry_is_dropped_once_its_pv_exists_kept_while_its_claim_wants_it() {
     assert_eq!(resolve(&e, true, None), Resolution::Drop);
     assert_eq!(resolve(&e, true, Some(&claim)), Resolution::Drop);
     assert_eq!(resolve(&e, false, Some(&claim)), Resolution::Keep);
-    // Bound to this very volume while the PV cache lags: still wanted.
+    // Bound to this very volume while the PV is not cached (the cache lags, or in node mode it is
+    // another node's copy): whose volume it is takes a live read.
     let bound = pvc("ns", "pvc-1").volume_name("pvc-1").build();
-    assert_eq!(resolve(&e, false, Some(&bound)), Resolution::Keep);
+    assert_eq!(resolve(&e, false, Some(&bound)), Resolution::CheckPv);
+}
+
+#[test]
+fn a_pv_of_the_entrys_name_holds_another_volume_when_its_node_or_handle_differs() {
+    let mut e = entry("pvc-1");
+    let on_a = crate::testing::pv("pvc-1")
+        .annotation(crate::names::ANN_NODE_NAME, "node-a")
+        .handle("vol-a")
+        .build();
+    // Nothing tells them apart: taken to be the entry's, never deleted on a guess.
+    assert!(pv_holds_entry(&e, &on_a, None));
+    assert!(pv_holds_entry(&e, &on_a, Some("node-a")));
+    // Node mode: another node recorded on the PV is another node's copy.
+    assert!(!pv_holds_entry(&e, &on_a, Some("node-b")));
+    // A known id that differs from the handle is another volume, in either mode.
+    e.id = Some("vol-b".to_owned());
+    assert!(!pv_holds_entry(&e, &on_a, None));
+    e.id = Some("vol-a".to_owned());
+    assert!(pv_holds_entry(&e, &on_a, None));
+    assert!(!pv_holds_entry(&e, &on_a, Some("node-b")));
 }
 
 #[test]

@@ -27,7 +27,7 @@ pub(super) enum CreatePvError {
     },
     /// A PV of this name exists for another volume.
     #[error(
-        "PV {name} already exists for another volume; the created volume was kept for the next attempt"
+        "PV {name} already exists for another volume (another instance provisioned this claim meanwhile); the volume created here is deleted once the claim is bound to that PV"
     )]
     OtherVolume {
         /// The PV name.
@@ -223,6 +223,11 @@ async fn create_volume_and_pv(
         );
     }
     if let Err(e) = create_pv(state, &pv, plan.provisioner_secret.as_ref()).await {
+        if ledgered && matches!(e, CreatePvError::OtherVolume { .. }) {
+            // The id tells the resolver that the PV holds another volume: once the claim is bound
+            // to it, this one is deleted (ledger::Resolution::CheckPv).
+            state.ledger.set_id(&plan.volume_name, &created.volume_id);
+        }
         // The volume exists and the pin stays: the retry replays the identical CreateVolume.
         return Err(fail(state, pvc, e.to_string()));
     }

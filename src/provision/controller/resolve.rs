@@ -1,6 +1,7 @@
 //! The ledger's resolver: every entry whose claim no longer wants its volume (claim gone, being
 //! deleted, bound elsewhere) gets its volume deleted (CreateVolume replayed first when the id is
-//! unknown) and is dropped; an entry whose PV exists is dropped. Runs at start-up, which also
+//! unknown) and is dropped; an entry whose PV exists is dropped, and one whose PV holds another
+//! volume (in node mode: another node's copy) has its own volume deleted. Runs at start-up, which also
 //! finishes what an earlier leader or a crashed process left, and then every [`RESOLVE_EVERY`]
 //! over the in-memory ledger: API requests only for entries that need a clean-up.
 
@@ -55,33 +56,60 @@ pub(super) async fn run_resolver(state: Arc<Provisioner>, shutdown: Shutdown) {
 /// Resolves one entry; an error is retried with backoff.
 async fn resolve_one(state: &Provisioner, entry: &Entry) -> Result<(), String> {
     let stores = &state.ctx.stores;
-    let pv_cached = stores.pvs.get(&entry.volume).is_some();
+    // An entry with a known id is compared with the PV (one unpacked PV, only for such entries).
+    let pv_cached = stores.pvs.get(&entry.volume).is_some_and(|pv| {
+        entry.id.is_none() || ledger::pv_holds_entry(entry, &pv.full(), own_node(state))
+    });
     let claim = stores
         .pvcs
         .get(&crate::k8s::lean::key(Some(&entry.namespace), &entry.claim))
         .map(|c| c.full());
-    let cause = match ledger::resolve(entry, pv_cached, claim.as_ref()) {
+    let cached_cause = match ledger::resolve(entry, pv_cached, claim.as_ref()) {
         Resolution::Keep => return Ok(()),
         Resolution::Drop => {
             // Left by a crash (a clean run drops its own entries): no write just for these.
             state.ledger.drop_stale(&entry.volume);
             return Ok(());
         }
-        Resolution::Cleanup(cause) => cause,
+        Resolution::CheckPv => None,
+        Resolution::Cleanup(cause) => Some(cause),
     };
     // A worker on this volume decides itself (and a clean-up must not race a CreateVolume).
     let Some(_lock) = state.ctx.volume_locks.try_lock(&entry.volume) else {
         return Ok(());
     };
-    // The caches may lag behind a PV created or a claim re-read moments ago: this path deletes a
-    // volume, so both are live reads (rare: only abandoned entries get here).
-    if pv_exists(state, &entry.volume)
+    // The caches may lag behind a PV created or a claim re-read moments ago, and in node mode
+    // never hold another node's PV: this path deletes a volume, so both are live reads (rare: only
+    // entries whose claim moved on or is bound to a PV not cached get here).
+    let live_pv = Api::<PersistentVolume>::all(state.ctx.client.clone())
+        .get_opt(&entry.volume)
         .await
-        .map_err(|e| e.to_string())?
-    {
-        state.ledger.forget(&entry.volume);
-        return Ok(());
+        .map_err(|e| format!("reading PV {}: {}", entry.volume, describe(&e)))?;
+    if let Some(pv) = live_pv {
+        if ledger::pv_holds_entry(entry, &pv, own_node(state)) {
+            state.ledger.forget(&entry.volume);
+            return Ok(());
+        }
+        // The PV of this name is another node's copy (or another volume): this entry's volume is
+        // referenced by nothing.
+        let claim = claim.filter(|c| c.metadata.uid.as_deref() == Some(entry.uid.as_str()));
+        return cleanup_entry(
+            state,
+            entry,
+            &CleanupCause::PvOfAnotherVolume,
+            claim.as_ref(),
+        )
+        .await;
     }
+    let Some(cause) = cached_cause else {
+        // Bound to a PV that is not there (yet, or any more): the provisioning controller
+        // decides; looked at again with backoff, not every pass.
+        return Err(format!(
+            "claim {} is bound to PV {}, which does not exist",
+            entry.claim_name(),
+            entry.volume
+        ));
+    };
     let live = Api::<PersistentVolumeClaim>::namespaced(state.ctx.client.clone(), &entry.namespace)
         .get_opt(&entry.claim)
         .await
@@ -89,13 +117,22 @@ async fn resolve_one(state: &Provisioner, entry: &Entry) -> Result<(), String> {
     let cause = match ledger::resolve(entry, false, live.as_ref()) {
         Resolution::Cleanup(live_cause) => live_cause,
         // The claim still wants it after all (the cache lagged): the controller goes on.
-        Resolution::Keep | Resolution::Drop => {
+        Resolution::Keep | Resolution::Drop | Resolution::CheckPv => {
             debug!(volume = %entry.volume, cached = ?cause, "ledger entry still wanted");
             return Ok(());
         }
     };
     let claim = live.filter(|c| c.metadata.uid.as_deref() == Some(entry.uid.as_str()));
     cleanup_entry(state, entry, &cause, claim.as_ref()).await
+}
+
+/// This node's name in node mode.
+fn own_node(state: &Provisioner) -> Option<&str> {
+    state
+        .settings
+        .node
+        .as_ref()
+        .map(|mode| mode.me.name.as_str())
 }
 
 /// Deletes the volume of an abandoned entry, then drops the entry.
@@ -114,6 +151,9 @@ async fn cleanup_entry(
         replay,
         reason: match cause {
             CleanupCause::BoundElsewhere(pv) => plan::CleanupReason::BoundElsewhere(pv.clone()),
+            CleanupCause::PvOfAnotherVolume => {
+                plan::CleanupReason::BoundElsewhere(entry.volume.clone())
+            }
             CleanupCause::ClaimGone | CleanupCause::ClaimDeleting => {
                 plan::CleanupReason::ClaimDeleted
             }
