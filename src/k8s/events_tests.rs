@@ -574,3 +574,40 @@ fn the_queue_knows_whether_a_warning_waits_until_it_is_taken_or_dropped() {
     }
     assert!(!q.warning_waits(), "the warning was dropped as the oldest");
 }
+
+#[tokio::test(start_paused = true)]
+async fn under_endless_demand_a_lone_warning_is_written_and_a_lone_normal_event_waits() {
+    let (client, log) = fake_client();
+    let limit = crate::config::RateLimit {
+        qps: 5.0,
+        burst: 10,
+    };
+    let bucket = Arc::new(TokenBucket::with_clock(limit, Default::default()));
+    let workers = endless_demand(&bucket);
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let recorder = Recorder::queued(
+        client,
+        EventSource::csi_provisioner(),
+        Some(bucket),
+        EventQueueMetrics::default(),
+    );
+    let written = || log.lock().unwrap().requests.len();
+
+    recorder.emit(
+        pv_ref(),
+        EventSpec::warning(names::EVENT_PROVISIONING_FAILED, "quota exceeded"),
+    );
+    tokio::time::sleep(queue::MAX_SPARE_WAIT + Duration::from_secs(5)).await;
+    assert_eq!(written(), 1, "the warning being sent forces its turn");
+
+    recorder.emit(
+        pv_ref(),
+        EventSpec::normal(names::EVENT_PROVISIONING, "provisioning"),
+    );
+    tokio::time::sleep(queue::MAX_SPARE_WAIT * 5).await;
+    assert_eq!(written(), 1, "a Normal event alone waits for spare budget");
+
+    workers.abort();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(written(), 2, "written once the workers leave a token spare");
+}

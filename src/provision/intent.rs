@@ -174,6 +174,8 @@ pub(crate) enum CleanupReason {
     ClaimDeleted,
     /// The claim got bound to another PV.
     BoundElsewhere(String),
+    /// The PV of the volume's name holds another volume (in node mode: another node's copy).
+    PvOfAnotherVolume,
 }
 
 /// Whether the claim carries the provisioning intent.

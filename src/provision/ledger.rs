@@ -458,13 +458,15 @@ pub(crate) enum Resolution {
     Drop,
     /// The claim still wants the volume: the provisioning controller goes on with it.
     Keep,
-    /// The claim is bound to a PV of the entry's name that is not in the cache: whether that PV
-    /// holds this entry's volume takes a live read ([`pv_holds_entry`]). In node mode it may be
-    /// another node's copy (the claim moved while this node's CreateVolume was in flight), which
-    /// this node's instance never caches; then this node's volume is referenced by nothing.
+    /// The claim is bound to a PV of the entry's name that is not in the cache, or is cached but
+    /// not known to hold the entry's volume: whether it does takes a live read
+    /// ([`pv_holds_entry`]). In node mode it may be another node's copy (the claim moved while
+    /// this node's CreateVolume was in flight), which this node's instance never caches; then
+    /// this node's volume is referenced by nothing.
     CheckPv,
-    /// The claim is gone, being deleted or bound to another PV: after a live check that the PV
-    /// does not exist, delete the volume (replaying CreateVolume for its id if unknown), then drop.
+    /// The claim is gone, being deleted or bound to another PV: after a live check that no PV of
+    /// the entry's name holds the volume, delete it (replaying CreateVolume for its id if
+    /// unknown), then drop.
     Cleanup(CleanupCause),
 }
 
@@ -482,33 +484,45 @@ pub(crate) enum CleanupCause {
     PvOfAnotherVolume,
 }
 
-/// Whether the live `pv` of `entry`'s name holds the entry's volume: not when its recorded node
-/// (node mode) is another than `own_node`, nor when its handle differs from the entry's known
-/// id. With nothing to tell them apart it is taken to be the entry's (never a volume deleted on
-/// a guess).
+/// Whether a PV of an entry's name holds the entry's volume ([`pv_holds_entry`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Holds {
+    /// Same volume id, or nothing tells them apart: never a volume deleted on a guess.
+    Yes,
+    /// The entry's known id differs from the PV's handle: another volume.
+    No,
+    /// Node mode, id unknown, and the PV was made by another node's instance: only this node's
+    /// driver can tell (a replayed CreateVolume answers this node's id for the name; the same id
+    /// as the PV's handle is one volume both reach, as with zonal storage).
+    AskDriver,
+}
+
+/// Whether `pv`, of `entry`'s name, holds the entry's volume. `own_node`: this instance's node in
+/// node mode.
 pub(crate) fn pv_holds_entry(
     entry: &Entry,
     pv: &k8s_openapi::api::core::v1::PersistentVolume,
     own_node: Option<&str>,
-) -> bool {
+) -> Holds {
+    if let Some(id) = &entry.id {
+        let handle = pv
+            .spec
+            .as_ref()
+            .and_then(|s| s.csi.as_ref())
+            .map(|c| c.volume_handle.as_str());
+        return match handle {
+            Some(handle) if handle != id => Holds::No,
+            _ => Holds::Yes,
+        };
+    }
     let recorded = pv
         .metadata
         .annotations
         .as_ref()
         .and_then(|a| a.get(crate::names::ANN_NODE_NAME));
-    if let (Some(own), Some(recorded)) = (own_node, recorded)
-        && recorded != own
-    {
-        return false;
-    }
-    let handle = pv
-        .spec
-        .as_ref()
-        .and_then(|s| s.csi.as_ref())
-        .map(|c| c.volume_handle.as_str());
-    match (&entry.id, handle) {
-        (Some(id), Some(handle)) => id == handle,
-        _ => true,
+    match (own_node, recorded) {
+        (Some(own), Some(recorded)) if recorded != own => Holds::AskDriver,
+        _ => Holds::Yes,
     }
 }
 

@@ -207,23 +207,25 @@ fn an_entry_is_dropped_once_its_pv_exists_kept_while_its_claim_wants_it() {
 }
 
 #[test]
-fn a_pv_of_the_entrys_name_holds_another_volume_when_its_node_or_handle_differs() {
+fn a_pv_of_the_entrys_name_holds_another_volume_only_when_the_ids_say_so() {
     let mut e = entry("pvc-1");
     let on_a = crate::testing::pv("pvc-1")
         .annotation(crate::names::ANN_NODE_NAME, "node-a")
         .handle("vol-a")
         .build();
     // Nothing tells them apart: taken to be the entry's, never deleted on a guess.
-    assert!(pv_holds_entry(&e, &on_a, None));
-    assert!(pv_holds_entry(&e, &on_a, Some("node-a")));
-    // Node mode: another node recorded on the PV is another node's copy.
-    assert!(!pv_holds_entry(&e, &on_a, Some("node-b")));
-    // A known id that differs from the handle is another volume, in either mode.
+    assert_eq!(pv_holds_entry(&e, &on_a, None), Holds::Yes);
+    assert_eq!(pv_holds_entry(&e, &on_a, Some("node-a")), Holds::Yes);
+    // Node mode, another node made the PV: only this node's driver can tell.
+    assert_eq!(pv_holds_entry(&e, &on_a, Some("node-b")), Holds::AskDriver);
+    // A known id decides, in either mode: another id is another volume...
     e.id = Some("vol-b".to_owned());
-    assert!(!pv_holds_entry(&e, &on_a, None));
+    assert_eq!(pv_holds_entry(&e, &on_a, None), Holds::No);
+    assert_eq!(pv_holds_entry(&e, &on_a, Some("node-b")), Holds::No);
+    // ...and the same id is the same volume, even made by another node (zonal storage).
     e.id = Some("vol-a".to_owned());
-    assert!(pv_holds_entry(&e, &on_a, None));
-    assert!(!pv_holds_entry(&e, &on_a, Some("node-b")));
+    assert_eq!(pv_holds_entry(&e, &on_a, None), Holds::Yes);
+    assert_eq!(pv_holds_entry(&e, &on_a, Some("node-b")), Holds::Yes);
 }
 
 #[test]

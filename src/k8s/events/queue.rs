@@ -216,7 +216,11 @@ impl EventQueue {
     /// `item` left the queue (taken or dropped; called under the items lock).
     fn count_out(&self, item: &Queued) {
         if is_warning(item) {
-            self.warnings.fetch_sub(1, Ordering::Relaxed);
+            let before = self.warnings.fetch_sub(1, Ordering::Relaxed);
+            debug_assert!(
+                before > 0,
+                "a warning left the queue without having entered it"
+            );
         }
     }
 
@@ -253,8 +257,8 @@ fn fingerprint(source: &EventSource, object: &ObjectReference, spec: &EventSpec)
 ///
 /// Under demand that never pauses (claims failing and being retried without end) no token is
 /// ever spare; once a warning waits (`urgent`), an event takes its turn like a worker after
-/// [`MAX_SPARE_WAIT`], so failures still reach the user, at one event per that wait at most: a
-/// bounded share of the budget. Normal events alone never take that turn: a healthy burst spends
+/// [`MAX_SPARE_WAIT`], at one event per that wait at most: a bounded share of the budget. The
+/// queue stays in order, so a warning behind others is written after them, one turn each. Normal events alone never take that turn: a healthy burst spends
 /// no token on them, and they are all written when it ends.
 pub(super) async fn spare_token(gate: Option<(&TokenBucket, &(dyn Fn() -> bool + Sync))>) {
     let Some((bucket, urgent)) = gate else { return };
@@ -276,8 +280,8 @@ pub(super) async fn spare_token(gate: Option<(&TokenBucket, &(dyn Fn() -> bool +
 
 /// How long an event waits for a spare token before it takes one like a worker while a warning
 /// waits: long enough that the forced turns cost a saturated run about 1% of its budget at the
-/// default QPS 5 (2 s cost 10% in the benchmark), short enough that a failure still shows within
-/// a minute when claims are retried without pause.
+/// default QPS 5 (2 s cost 10% in the benchmark), short enough that a failure at the head of the
+/// queue still shows within a minute when claims are retried without pause.
 pub(super) const MAX_SPARE_WAIT: std::time::Duration = std::time::Duration::from_secs(20);
 
 /// The one background sender of a queued recorder: in order, one request at a time.

@@ -27,7 +27,7 @@ pub(super) enum CreatePvError {
     },
     /// A PV of this name exists for another volume.
     #[error(
-        "PV {name} already exists for another volume (another instance provisioned this claim meanwhile); the volume created here is deleted once the claim is bound to that PV"
+        "PV {name} already exists for another volume (another instance provisioned this claim meanwhile); the volume created here is not used by it"
     )]
     OtherVolume {
         /// The PV name.

@@ -1,15 +1,17 @@
 //! The ledger's resolver: every entry whose claim no longer wants its volume (claim gone, being
 //! deleted, bound elsewhere) gets its volume deleted (CreateVolume replayed first when the id is
 //! unknown) and is dropped; an entry whose PV exists is dropped, and one whose PV holds another
-//! volume (in node mode: another node's copy) has its own volume deleted. Runs at start-up, which also
-//! finishes what an earlier leader or a crashed process left, and then every [`RESOLVE_EVERY`]
-//! over the in-memory ledger: API requests only for entries that need a clean-up.
+//! volume (in node mode: another node's copy) has its own volume deleted. Runs at start-up, which
+//! also finishes what an earlier leader or a crashed process left, and then every
+//! [`RESOLVE_EVERY`] over the in-memory ledger: API requests only for entries that need a clean-up
+//! or a look at a PV the cache cannot show (an entry whose claim is bound to a PV that does not
+//! exist stays, looked at with the retry backoff, at most every `--retry-interval-max`).
 
 #[allow(clippy::wildcard_imports)]
 use super::*;
 
 use super::cleanup::replay_for_id;
-use crate::provision::ledger::{self, CleanupCause, Entry, Resolution};
+use crate::provision::ledger::{self, CleanupCause, Entry, Holds, Resolution};
 
 /// How often the ledger is compared with the caches.
 const RESOLVE_EVERY: Duration = Duration::from_secs(2);
@@ -56,9 +58,11 @@ pub(super) async fn run_resolver(state: Arc<Provisioner>, shutdown: Shutdown) {
 /// Resolves one entry; an error is retried with backoff.
 async fn resolve_one(state: &Provisioner, entry: &Entry) -> Result<(), String> {
     let stores = &state.ctx.stores;
-    // An entry with a known id is compared with the PV (one unpacked PV, only for such entries).
+    // Compared with the entry only when something can tell them apart (a known id, node mode):
+    // one unpacked PV, for such entries only.
     let pv_cached = stores.pvs.get(&entry.volume).is_some_and(|pv| {
-        entry.id.is_none() || ledger::pv_holds_entry(entry, &pv.full(), own_node(state))
+        (entry.id.is_none() && own_node(state).is_none())
+            || ledger::pv_holds_entry(entry, &pv.full(), own_node(state)) == Holds::Yes
     });
     let claim = stores
         .pvcs
@@ -86,18 +90,20 @@ async fn resolve_one(state: &Provisioner, entry: &Entry) -> Result<(), String> {
         .await
         .map_err(|e| format!("reading PV {}: {}", entry.volume, describe(&e)))?;
     if let Some(pv) = live_pv {
-        if ledger::pv_holds_entry(entry, &pv, own_node(state)) {
+        if ledger::pv_holds_entry(entry, &pv, own_node(state)) == Holds::Yes {
             state.ledger.forget(&entry.volume);
             return Ok(());
         }
-        // The PV of this name is another node's copy (or another volume): this entry's volume is
-        // referenced by nothing.
+        // The PV of this name may be another node's copy (or another volume): then this entry's
+        // volume is referenced by nothing. Its handle is never deleted, whatever a replay says.
+        let in_use = pv.spec.and_then(|s| s.csi).map(|c| c.volume_handle);
         let claim = claim.filter(|c| c.metadata.uid.as_deref() == Some(entry.uid.as_str()));
         return cleanup_entry(
             state,
             entry,
             &CleanupCause::PvOfAnotherVolume,
             claim.as_ref(),
+            in_use.as_deref(),
         )
         .await;
     }
@@ -123,7 +129,7 @@ async fn resolve_one(state: &Provisioner, entry: &Entry) -> Result<(), String> {
         }
     };
     let claim = live.filter(|c| c.metadata.uid.as_deref() == Some(entry.uid.as_str()));
-    cleanup_entry(state, entry, &cause, claim.as_ref()).await
+    cleanup_entry(state, entry, &cause, claim.as_ref(), None).await
 }
 
 /// This node's name in node mode.
@@ -135,12 +141,15 @@ fn own_node(state: &Provisioner) -> Option<&str> {
         .map(|mode| mode.me.name.as_str())
 }
 
-/// Deletes the volume of an abandoned entry, then drops the entry.
+/// Deletes the volume of an abandoned entry, then drops the entry. `in_use`: the volume id a PV of
+/// the entry's name references, never deleted (a replay answering it means one volume both
+/// reach).
 async fn cleanup_entry(
     state: &Provisioner,
     entry: &Entry,
     cause: &CleanupCause,
     claim: Option<&PersistentVolumeClaim>,
+    in_use: Option<&str>,
 ) -> Result<(), String> {
     let replay = entry.request();
     let cleanup = IntentCleanup {
@@ -151,9 +160,7 @@ async fn cleanup_entry(
         replay,
         reason: match cause {
             CleanupCause::BoundElsewhere(pv) => plan::CleanupReason::BoundElsewhere(pv.clone()),
-            CleanupCause::PvOfAnotherVolume => {
-                plan::CleanupReason::BoundElsewhere(entry.volume.clone())
-            }
+            CleanupCause::PvOfAnotherVolume => plan::CleanupReason::PvOfAnotherVolume,
             CleanupCause::ClaimGone | CleanupCause::ClaimDeleting => {
                 plan::CleanupReason::ClaimDeleted
             }
@@ -191,13 +198,27 @@ async fn cleanup_entry(
             AfterReplay::Retry(message) => return Err(report(message)),
         };
     }
+    if let CleanupStep::DeleteVolume { volume_id, .. } = &step
+        && in_use == Some(volume_id.as_str())
+    {
+        info!(claim = %entry.claim_name(), volume = %entry.volume, %volume_id, "the volume is the one PV {} references (storage both nodes reach): kept", entry.volume);
+        step = CleanupStep::DropIntent;
+    }
     if let CleanupStep::DeleteVolume { volume_id, .. } = &step {
         delete_volume(state, volume_id, cleanup.secret.as_ref())
             .await
             .map_err(|e| {
-                report(format!(
-                    "error deleting volume {volume_id} of a deleted claim: {e}"
-                ))
+                let whose = match cause {
+                    CleanupCause::ClaimGone | CleanupCause::ClaimDeleting => {
+                        "of a deleted claim".to_owned()
+                    }
+                    CleanupCause::BoundElsewhere(pv) => format!("of a claim bound to PV {pv}"),
+                    CleanupCause::PvOfAnotherVolume => format!(
+                        "created for a claim whose PV {} holds another volume",
+                        entry.volume
+                    ),
+                };
+                report(format!("error deleting volume {volume_id} {whose}: {e}"))
             })?;
         info!(claim = %entry.claim_name(), volume = %entry.volume, %volume_id, ?cause, "volume of an abandoned provisioning deleted");
     }
