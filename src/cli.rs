@@ -147,6 +147,17 @@ pub struct Args {
     #[arg(long, default_value = "1m0s", value_name = "DURATION", value_parser = parse_go_duration, help_heading = "Node deployment")]
     pub node_deployment_max_delay: Duration,
 
+    /// (ours) In node mode, keep the intent ledger in files of this directory instead of Leases:
+    /// no API request per volume for the no-leak record. Must be a hostPath (the CSI socket's
+    /// directory works), so it outlives the pod. Empty: Leases.
+    #[arg(
+        long,
+        default_value = "",
+        value_name = "DIR",
+        help_heading = "Node deployment"
+    )]
+    pub node_deployment_intent_journal: String,
+
     // === Deleted nodes (ours) ===
     /// How long a node must have been gone before DeleteVolume for its volumes is answered as
     /// already deleted.

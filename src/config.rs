@@ -90,6 +90,9 @@ pub struct NodeDeployment {
     pub base_delay: Duration,
     /// `--node-deployment-max-delay`, >= `base_delay`.
     pub max_delay: Duration,
+    /// `--node-deployment-intent-journal` (ours): the directory holding this node's intent
+    /// ledger instead of Leases.
+    pub intent_journal: Option<PathBuf>,
 }
 
 /// Volumes of nodes that no longer exist (our addition; upstream leaves them to manual clean-up).
@@ -232,6 +235,12 @@ pub enum ConfigError {
          spec.nodeName (env: valueFrom: fieldRef: fieldPath: spec.nodeName)"
     )]
     MissingNodeName,
+    /// A node-mode-only flag without `--node-deployment`.
+    #[error(
+        "--node-deployment-intent-journal={0:?} is for --node-deployment only (one instance per \
+         node keeps its intents on that node); remove it, or add --node-deployment=true"
+    )]
+    JournalWithoutNodeMode(String),
     /// A PV-name UID length outside what a UID holds.
     #[error(
         "--volume-name-uuid-length={0} is out of range: use -1 to keep the full PVC UID, or 1 to 32 \
@@ -307,6 +316,7 @@ impl Config {
             node_deployment_immediate_binding,
             node_deployment_base_delay,
             node_deployment_max_delay,
+            node_deployment_intent_journal,
             deleted_node_grace_period,
             deleted_node_pvc_cleanup,
             audit_interval,
@@ -379,7 +389,14 @@ impl Config {
                 immediate_binding: node_deployment_immediate_binding,
                 base_delay: node_deployment_base_delay,
                 max_delay: node_deployment_max_delay,
+                intent_journal: Some(node_deployment_intent_journal)
+                    .filter(|dir| !dir.is_empty())
+                    .map(PathBuf::from),
             })
+        } else if !node_deployment_intent_journal.is_empty() {
+            return Err(ConfigError::JournalWithoutNodeMode(
+                node_deployment_intent_journal,
+            ));
         } else {
             None
         };

@@ -77,6 +77,7 @@ const UPSTREAM_DEFAULTS: &[(&str, &str)] = &[
     ("deleted-node-pvc-cleanup", "false"),
     ("audit-interval", "0s"),
     ("track-unused-claims", "false"),
+    ("node-deployment-intent-journal", ""),
 ];
 
 /// Passing upstream's default explicitly must give exactly what passing nothing gives.
@@ -276,7 +277,8 @@ fn node_deployment_requires_node_name() {
             node_name: "n1".into(),
             immediate_binding: true,
             base_delay: S(1),
-            max_delay: S(60)
+            max_delay: S(60),
+            intent_journal: None,
         })
     );
     // Without node mode, NODE_NAME is irrelevant.
@@ -286,6 +288,27 @@ fn node_deployment_requires_node_name() {
             .node_deployment,
         None
     );
+}
+
+#[test]
+fn the_intent_journal_is_a_node_mode_directory() {
+    let c = config_with_env(
+        &[
+            "--node-deployment",
+            "--node-deployment-intent-journal=/csi/intents",
+        ],
+        &[("NODE_NAME", "n1")],
+    )
+    .unwrap();
+    let journal = c.node_deployment.and_then(|n| n.intent_journal);
+    assert_eq!(journal, Some(PathBuf::from("/csi/intents")));
+
+    let err = config(&["--node-deployment-intent-journal=/csi/intents"]).unwrap_err();
+    assert_eq!(
+        err,
+        ConfigError::JournalWithoutNodeMode("/csi/intents".into())
+    );
+    assert!(err.to_string().contains("--node-deployment=true"), "{err}");
 }
 
 #[test]

@@ -91,6 +91,7 @@ fn help_lists_every_upstream_flag() {
         "deleted-node-pvc-cleanup",
         "audit-interval",
         "track-unused-claims",
+        "node-deployment-intent-journal",
     ]) {
         // `--name` followed by a space, `=`, `[` or a newline: not a longer flag's prefix.
         let listed = [" ", "=", "[", "\n", " <"]
@@ -265,10 +266,11 @@ fn json_logging_format_writes_json_lines() {
 fn readme_flags_table_has_a_row_for_every_flag() {
     let readme =
         std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
-    for flag in UPSTREAM_FLAGS
-        .iter()
-        .chain(&["deleted-node-grace-period", "deleted-node-pvc-cleanup"])
-    {
+    for flag in UPSTREAM_FLAGS.iter().chain(&[
+        "deleted-node-grace-period",
+        "deleted-node-pvc-cleanup",
+        "node-deployment-intent-journal",
+    ]) {
         let row = format!("| `--{flag}` |");
         let v_row = *flag == "v" && readme.contains("| `-v`, `--v` |");
         assert!(

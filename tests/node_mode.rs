@@ -981,3 +981,113 @@ async fn a_node_back_after_its_claim_moved_deletes_its_own_copy_of_the_volume() 
     cluster.wait_intent(NS, "data", false).await;
     assert!(pv_exists(&cluster, &name_of(&pv)).await.is_some());
 }
+
+/// `--node-deployment-intent-journal`: node-a keeps its intents in files, not in a Lease. A claim
+/// provisioned there costs no Lease write; a volume in flight when the sidecar dies and whose
+/// claim is deleted meanwhile is deleted when the sidecar is back (its journal survived).
+#[tokio::test]
+async fn with_an_intent_journal_no_lease_is_written_and_a_crash_still_leaks_nothing() {
+    let cluster = Cluster::start().await;
+    let journal = cluster.dir.path().join("journal-node-a");
+    let flag = format!("--node-deployment-intent-journal={}", journal.display());
+    let mut a = join(&cluster, "node-a", &[&flag]).await;
+    cluster.add_class(&delayed_class("local")).await;
+
+    let before = cluster.sim.counters();
+    claim_on(&cluster, "first", "local", "node-a").await;
+    let spent = cluster.sim.counters().since(&before);
+    assert_eq!(
+        spent.writes_to(Some("leases")),
+        0,
+        "the intent went to the journal"
+    );
+
+    let control = a.driver.control().await;
+    control
+        .set_fault(
+            "CreateVolume",
+            mock_csi_driver::FaultRule::always(tonic::Code::DeadlineExceeded).after_effect(),
+        )
+        .await
+        .unwrap();
+    cluster.claim_of_class(NS, "data", "local", "1Gi").await;
+    cluster.schedule(NS, "pod-data", "data", "node-a").await;
+    a.driver.wait_volumes(2).await;
+    let shard = journal.join("intents-0.json");
+    wait_for("the intent in the journal", DEADLINE, || async {
+        let text = std::fs::read_to_string(&shard).ok()?;
+        text.contains("\"claim\":\"data\"").then_some(())
+    })
+    .await;
+    assert!(cluster.ledger_entries().await.is_empty(), "no ledger Lease");
+    a.sidecar.kill().await;
+    control.clear_faults().await.unwrap();
+
+    delete_pod(&cluster, "data").await;
+    cluster.delete_pvc_and_wait(NS, "data").await;
+    a.sidecar.restart().await;
+    let state = a.driver.wait_volumes(1).await;
+    assert_eq!(state.calls("DeleteVolume"), 1);
+    wait_for("the journal emptied", DEADLINE, || async {
+        (!shard.exists()).then_some(())
+    })
+    .await;
+}
+
+/// A node moving from its Lease ledger to a journal: the in-flight entry moves into the journal
+/// and the Lease is deleted; the claim is then provisioned under the recorded name.
+#[tokio::test]
+async fn a_node_moving_to_a_journal_takes_its_lease_entries_along() {
+    let cluster = Cluster::start().await;
+    let mut a = join(&cluster, "node-a", &[]).await;
+    cluster.add_class(&delayed_class("local")).await;
+    let control = a.driver.control().await;
+    control
+        .set_fault(
+            "CreateVolume",
+            mock_csi_driver::FaultRule::always(tonic::Code::DeadlineExceeded).after_effect(),
+        )
+        .await
+        .unwrap();
+    cluster.claim_of_class(NS, "data", "local", "1Gi").await;
+    cluster.schedule(NS, "pod-data", "data", "node-a").await;
+    a.driver.wait_volumes(1).await;
+    cluster.wait_intent(NS, "data", true).await;
+    a.sidecar.kill().await;
+
+    let journal = cluster.dir.path().join("journal-node-a");
+    let flag = format!("--node-deployment-intent-journal={}", journal.display());
+    let mut flags = vec![
+        "--node-deployment",
+        "--feature-gates=Topology=true",
+        "--http-endpoint=127.0.0.1:0",
+    ];
+    flags.push(&flag);
+    let moved = Sidecar::start_env(&cluster, &a.driver, &flags, &[("NODE_NAME", "node-a")]).await;
+    moved.wait_started().await;
+    wait_for("the ledger Lease deleted", DEADLINE, || async {
+        let api: kube::Api<k8s_openapi::api::coordination::v1::Lease> =
+            kube::Api::all(cluster.client.clone());
+        let leases = api
+            .list(&kube::api::ListParams::default().labels("csi-provisioner.rs/intent-ledger"))
+            .await
+            .ok()?;
+        leases.items.is_empty().then_some(())
+    })
+    .await;
+    let text = std::fs::read_to_string(journal.join("intents-0.json")).unwrap_or_default();
+    assert!(text.contains("\"claim\":\"data\""), "entry moved: {text}");
+
+    control.clear_faults().await.unwrap();
+    let pv = cluster.wait_bound(NS, "data").await;
+    let state = a.driver.wait_volumes(1).await;
+    assert_eq!(
+        state.volumes[0].name,
+        name_of(&pv),
+        "the recorded volume, not a second one"
+    );
+    wait_for("the journal emptied", DEADLINE, || async {
+        (!journal.join("intents-0.json").exists()).then_some(())
+    })
+    .await;
+}

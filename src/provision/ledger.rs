@@ -26,6 +26,7 @@ use serde::{Deserialize, Serialize};
 use crate::csi::v1::CreateVolumeRequest;
 use crate::model::secrets::SecretRef;
 
+pub(crate) mod journal;
 pub(crate) mod lease;
 pub(crate) mod store;
 

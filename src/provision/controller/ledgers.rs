@@ -15,6 +15,26 @@ pub(super) async fn open_ledger(ctx: &Context) -> Ledger {
         .as_ref()
         .map(|n| n.node_name.as_str());
     let base = ledger_base(ctx, node);
+    let journal = ctx
+        .config
+        .node_deployment
+        .as_ref()
+        .and_then(|n| n.intent_journal.as_deref());
+    if let Some(dir) = journal {
+        let count = ctx.metrics.backlog.ledger_intents.clone();
+        return match Ledger::open_journal(dir, count) {
+            Ok(ledger) => {
+                Box::pin(move_leases_into(ctx, &ledger, &namespace, &base)).await;
+                ledger
+            }
+            Err(e) => {
+                tracing::error!(
+                    "{e}; until then provisioning intents go on each claim (two claim writes per volume)"
+                );
+                Ledger::disabled()
+            }
+        };
+    }
     Ledger::open(
         ctx.client.clone(),
         &namespace,
@@ -24,6 +44,52 @@ pub(super) async fn open_ledger(ctx: &Context) -> Ledger {
         ctx.metrics.backlog.ledger_intents.clone(),
     )
     .await
+}
+
+/// A node moving to the journal: the entries of its Lease ledger (an earlier run's) go into the
+/// journal, then the Leases are deleted (each with its resourceVersion as precondition). One LIST
+/// at start-up; on any failure the Leases stay, their entries resolved from the journal too.
+async fn move_leases_into(ctx: &Context, ledger: &Ledger, namespace: &str, base: &str) {
+    use k8s_openapi::api::coordination::v1::Lease;
+    use kube::api::{DeleteParams, ListParams, Preconditions};
+    let api: Api<Lease> = Api::namespaced(ctx.client.clone(), namespace);
+    let selector = format!("{}={base}", crate::provision::ledger::LEDGER_LABEL);
+    let leases = match api.list(&ListParams::default().labels(&selector)).await {
+        Ok(list) => list.items,
+        Err(e) => {
+            warn!(namespace, ledger = %base, "could not look for this node's intent ledger Leases to move into the journal: {}", describe(&e));
+            return;
+        }
+    };
+    let mut moved = Vec::new();
+    for lease in leases {
+        match crate::provision::ledger::lease::lease_entries(&lease) {
+            Ok(entries) => {
+                ledger.take_in(entries);
+                moved.push(lease.metadata);
+            }
+            Err(e) => warn!(lease = %lease.metadata.name.unwrap_or_default(), "{e}; left in place"),
+        }
+    }
+    if moved.is_empty() || !ledger.flush().await {
+        return;
+    }
+    for meta in moved {
+        let name = meta.name.unwrap_or_default();
+        let params = DeleteParams {
+            preconditions: Some(Preconditions {
+                resource_version: meta.resource_version,
+                uid: None,
+            }),
+            ..DeleteParams::default()
+        };
+        match api.delete(&name, &params).await {
+            Ok(_) => info!(lease = %name, "intent ledger Lease moved into the journal and deleted"),
+            Err(e) => {
+                warn!(lease = %name, "intent ledger Lease moved into the journal but not deleted: {}", describe(&e))
+            }
+        }
+    }
 }
 
 /// The volume name node `node`'s intent ledger holds for `pvc` (same UID), if any.

@@ -7,6 +7,7 @@
 //! [`LAZY_FLUSH_CEILING`] whatever the load): a stale entry is harmless (its PV exists, so it is
 //! dropped when resolved), a missing one is not.
 
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -16,6 +17,8 @@ use kube::api::{ListParams, PostParams};
 use kube::{Api, Client};
 use tokio::sync::{Notify, oneshot};
 use tracing::{debug, info, warn};
+
+mod on_disk;
 
 use super::lease::{lease_entries, set_lease, with_entries};
 use super::{Book, Entry, LEDGER_LABEL, Recorded, decode, shard_index};
@@ -81,6 +84,9 @@ pub(crate) enum LedgerError {
         /// The API server's answer.
         message: String,
     },
+    /// Node mode with `--node-deployment-intent-journal`: the file write failed.
+    #[error("{0}")]
+    Journal(String),
 }
 
 /// A handle on the ledger; cheap to clone.
@@ -92,6 +98,9 @@ struct Inner {
     wake: Notify,
     enabled: AtomicBool,
     target: Option<Target>,
+    /// Node mode, opt-in: the directory whose files hold the ledger instead of Leases
+    /// ([`super::journal`]).
+    journal: Option<PathBuf>,
     /// The rate budget the writes spend: commits wait while it is congested, lazy flushes take
     /// only what the workers leave.
     bucket: Option<Arc<TokenBucket>>,
@@ -124,6 +133,7 @@ impl Ledger {
             wake: Notify::new(),
             enabled: AtomicBool::new(false),
             target: None,
+            journal: None,
             bucket: None,
             count: Arc::new(AtomicI64::new(0)),
         }))
@@ -202,6 +212,7 @@ impl Ledger {
                 base: base.to_owned(),
                 node: node.map(str::to_owned),
             }),
+            journal: None,
             bucket,
             count,
         }))
@@ -307,7 +318,8 @@ impl Ledger {
                 () = &mut stop => break,
                 due = self.wait_for_work(&mut dirty_since) => due,
             };
-            if due == Due::Intents {
+            // A journal write costs no API request: nothing to wait for.
+            if due == Due::Intents && self.0.journal.is_none() {
                 let window = commit_window(per_node, last_write.map(|at| at.elapsed()));
                 tokio::select! {
                     () = &mut stop => break,
@@ -392,6 +404,9 @@ impl Ledger {
     /// ([`Book::take_commit`]). Returns `false` after a failure other than a conflict (which is
     /// merged and written again at once).
     async fn commit_once(&self, removals: bool) -> bool {
+        if let Some(dir) = &self.0.journal {
+            return self.commit_journal(dir, removals).await;
+        }
         let Some(target) = &self.0.target else {
             return true;
         };
