@@ -43,7 +43,6 @@ impl ApiErrorClass {
     /// changing anything. Final classes (`NotFound`, `AlreadyExists`, `Invalid`, `Forbidden`,
     /// `Other`) still go through the per-object backoff of the shells: upstream retries every
     /// failure forever, this only says whether an *immediate* retry loop makes sense.
-    #[cfg(test)]
     pub(crate) fn is_retryable(self) -> bool {
         match self {
             Self::Conflict

@@ -22,18 +22,15 @@ pub(super) async fn open_ledger(ctx: &Context) -> Ledger {
         .and_then(|n| n.intent_journal.as_deref());
     if let Some(dir) = journal {
         let count = ctx.metrics.backlog.ledger_intents.clone();
-        return match Ledger::open_journal(dir, count) {
+        match Ledger::open_journal(dir, count).await {
             Ok(ledger) => {
                 Box::pin(move_leases_into(ctx, &ledger, &namespace, &base)).await;
-                ledger
+                return ledger;
             }
-            Err(e) => {
-                tracing::error!(
-                    "{e}; until then provisioning intents go on each claim (two claim writes per volume)"
-                );
-                Ledger::disabled()
-            }
-        };
+            // The Lease ledger still records every intent (and resolves what an earlier run
+            // left in it), at its cost in writes.
+            Err(e) => warn!("{e}; until then this node's intents go to its Lease ledger"),
+        }
     }
     Ledger::open(
         ctx.client.clone(),
@@ -48,17 +45,26 @@ pub(super) async fn open_ledger(ctx: &Context) -> Ledger {
 
 /// A node moving to the journal: the entries of its Lease ledger (an earlier run's) go into the
 /// journal, then the Leases are deleted (each with its resourceVersion as precondition). One LIST
-/// at start-up; on any failure the Leases stay, their entries resolved from the journal too.
+/// at start-up, retried while the API server fails; a Lease that cannot be read or deleted stays
+/// (and is taken in again at the next start: its entries are resolved like the journal's).
 async fn move_leases_into(ctx: &Context, ledger: &Ledger, namespace: &str, base: &str) {
     use k8s_openapi::api::coordination::v1::Lease;
     use kube::api::{DeleteParams, ListParams, Preconditions};
     let api: Api<Lease> = Api::namespaced(ctx.client.clone(), namespace);
     let selector = format!("{}={base}", crate::provision::ledger::LEDGER_LABEL);
-    let leases = match api.list(&ListParams::default().labels(&selector)).await {
-        Ok(list) => list.items,
-        Err(e) => {
-            warn!(namespace, ledger = %base, "could not look for this node's intent ledger Leases to move into the journal: {}", describe(&e));
-            return;
+    let mut pause = Duration::from_millis(200);
+    let leases = loop {
+        match api.list(&ListParams::default().labels(&selector)).await {
+            Ok(list) => break list.items,
+            Err(e) if classify(&e) == ApiErrorClass::Forbidden => {
+                warn!(namespace, ledger = %base, "cannot look for this node's intent ledger Leases to move into the journal: {}; if the node used one, grant list and delete on leases (coordination.k8s.io) until it is moved", describe(&e));
+                return;
+            }
+            Err(e) => {
+                warn!(namespace, ledger = %base, "looking for this node's intent ledger Leases failed, retrying: {}", describe(&e));
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_secs(10));
+            }
         }
     };
     let mut moved = Vec::new();
@@ -68,7 +74,9 @@ async fn move_leases_into(ctx: &Context, ledger: &Ledger, namespace: &str, base:
                 ledger.take_in(entries);
                 moved.push(lease.metadata);
             }
-            Err(e) => warn!(lease = %lease.metadata.name.unwrap_or_default(), "{e}; left in place"),
+            Err(e) => {
+                warn!(lease = %lease.metadata.name.unwrap_or_default(), "{e}; left in place, repair or delete it")
+            }
         }
     }
     if moved.is_empty() || !ledger.flush().await {
@@ -83,10 +91,32 @@ async fn move_leases_into(ctx: &Context, ledger: &Ledger, namespace: &str, base:
             }),
             ..DeleteParams::default()
         };
-        match api.delete(&name, &params).await {
-            Ok(_) => info!(lease = %name, "intent ledger Lease moved into the journal and deleted"),
-            Err(e) => {
-                warn!(lease = %name, "intent ledger Lease moved into the journal but not deleted: {}", describe(&e))
+        let deleted = retry_transient(
+            5,
+            Duration::from_millis(200),
+            Duration::from_secs(5),
+            |_| {
+                let (api, name, params) = (&api, &name, &params);
+                async move {
+                    match api.delete(name, params).await {
+                        Ok(_) => Attempt::Done(Ok(())),
+                        Err(e) if classify(&e) == ApiErrorClass::NotFound => Attempt::Done(Ok(())),
+                        Err(e) if classify(&e).is_retryable() => Attempt::Transient {
+                            error: describe(&e),
+                            retry_after: classify(&e).retry_after(),
+                        },
+                        Err(e) => Attempt::Done(Err(describe(&e))),
+                    }
+                }
+            },
+        )
+        .await;
+        match deleted {
+            Ok(()) => {
+                info!(lease = %name, "intent ledger Lease moved into the journal and deleted")
+            }
+            Err(error) => {
+                warn!(lease = %name, "intent ledger Lease moved into the journal but not deleted (taken in again at the next start): {error}")
             }
         }
     }

@@ -41,7 +41,9 @@ pub(crate) enum JournalError {
         message: String,
     },
     /// A write failed.
-    #[error("writing intent journal file {file} failed: {source}")]
+    #[error(
+        "writing intent journal file {file} failed: {source}; free space or make its directory writable, or remove --node-deployment-intent-journal"
+    )]
     Write {
         /// The file.
         file: String,
@@ -55,26 +57,82 @@ pub(crate) fn shard_file(dir: &Path, index: usize) -> PathBuf {
     dir.join(format!("intents-{index}.json"))
 }
 
+/// More shards than a node ever fills (each holds 192 KiB of entries): a larger index is not ours.
+const MAX_SHARDS: usize = 1024;
+
+/// The shard index of a file name, only in the form [`shard_file`] writes (`intents-01.json` would
+/// never be rewritten or removed, and would bring its entries back at every start).
 fn shard_of(name: &str) -> Option<usize> {
-    name.strip_prefix("intents-")?
-        .strip_suffix(".json")?
-        .parse()
-        .ok()
+    let digits = name.strip_prefix("intents-")?.strip_suffix(".json")?;
+    let index: usize = digits.parse().ok()?;
+    (index < MAX_SHARDS && index.to_string() == digits).then_some(index)
 }
 
-/// Creates `dir` if needed and reads every shard in it.
-pub(crate) fn load(dir: &Path) -> Result<Vec<(usize, Vec<Entry>)>, JournalError> {
-    let directory = |source| JournalError::Directory {
+fn directory_error(dir: &Path) -> impl Fn(std::io::Error) -> JournalError + '_ {
+    move |source| JournalError::Directory {
         dir: dir.display().to_string(),
         source,
-    };
-    std::fs::create_dir_all(dir).map_err(directory)?;
+    }
+}
+
+/// Creates `dir` if it is missing (its parent must exist: a missing mount is an error, not a
+/// directory made in the container's own filesystem), and warns when it is on the container's
+/// root filesystem, which a restarted container does not keep.
+pub(crate) fn prepare(dir: &Path) -> Result<(), JournalError> {
+    use std::os::unix::fs::MetadataExt;
+    match std::fs::create_dir(dir) {
+        Ok(()) => {
+            // The new directory entry is durable only once its parent is synced.
+            if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+                std::fs::File::open(parent)
+                    .and_then(|p| p.sync_all())
+                    .map_err(directory_error(dir))?;
+            }
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(directory_error(dir)(e)),
+    }
+    let device = std::fs::metadata(dir).map_err(directory_error(dir))?.dev();
+    if std::fs::metadata("/").is_ok_and(|root| root.dev() == device) {
+        tracing::warn!(
+            journal = %dir.display(),
+            "the intent journal is on the root filesystem: in a container that is the container's own and is lost when it restarts, with the intents in it; mount a hostPath there (the CSI socket's directory works)"
+        );
+    }
+    Ok(())
+}
+
+/// Takes the journal's lock (`<dir>/.lock`, held while the returned file is open), or `None` when
+/// another process holds it: two writers would overwrite each other's intents.
+pub(crate) fn try_lock(dir: &Path) -> Result<Option<std::fs::File>, JournalError> {
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .write(true)
+        .truncate(false)
+        .open(dir.join(".lock"))
+        .map_err(directory_error(dir))?;
+    match file.try_lock() {
+        Ok(()) => Ok(Some(file)),
+        Err(std::fs::TryLockError::WouldBlock) => Ok(None),
+        Err(std::fs::TryLockError::Error(e)) => Err(directory_error(dir)(e)),
+    }
+}
+
+/// Reads every shard in `dir` ([`prepare`]d).
+pub(crate) fn load(dir: &Path) -> Result<Vec<(usize, Vec<Entry>)>, JournalError> {
+    let directory = directory_error(dir);
     let mut shards = Vec::new();
-    for item in std::fs::read_dir(dir).map_err(directory)? {
-        let item = item.map_err(directory)?;
+    for item in std::fs::read_dir(dir).map_err(&directory)? {
+        let item = item.map_err(&directory)?;
         let name = item.file_name();
-        let Some(index) = name.to_str().and_then(shard_of) else {
+        let Some(name) = name.to_str().filter(|n| n.starts_with("intents-")) else {
             continue;
+        };
+        let Some(index) = shard_of(name) else {
+            return Err(JournalError::Unreadable {
+                file: item.path().display().to_string(),
+                message: "not a shard name this sidecar writes".to_owned(),
+            });
         };
         let path = item.path();
         let unreadable = |message: String| JournalError::Unreadable {
@@ -137,6 +195,7 @@ mod tests {
     fn shards_written_are_read_back_and_an_empty_shard_leaves_no_file() {
         let dir = tempfile::tempdir().unwrap();
         let journal = dir.path().join("journal");
+        prepare(&journal).unwrap();
         assert!(load(&journal).unwrap().is_empty(), "created empty");
         let (a, b) = (entry("pvc-a"), entry("pvc-b"));
         write(&journal, 0, &encode(&[&a, &b])).unwrap();
@@ -152,6 +211,7 @@ mod tests {
         let names: Vec<_> = std::fs::read_dir(&journal)
             .unwrap()
             .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .filter(|name| !name.starts_with(".lock"))
             .collect();
         assert_eq!(names, ["intents-0.json"], "no temporary file left either");
     }
@@ -170,7 +230,40 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("a-file");
         std::fs::write(&file, "").unwrap();
-        let error = load(&file.join("journal")).unwrap_err().to_string();
+        let error = prepare(&file.join("journal")).unwrap_err().to_string();
         assert!(error.contains("mount a writable hostPath"), "{error}");
+        let missing_mount = dir.path().join("not-mounted").join("journal");
+        assert!(prepare(&missing_mount).is_err(), "the parent is never made");
+    }
+
+    #[test]
+    fn only_shard_names_this_sidecar_writes_are_read_and_others_are_an_error() {
+        assert_eq!(shard_of("intents-0.json"), Some(0));
+        assert_eq!(shard_of("intents-12.json"), Some(12));
+        for name in [
+            "intents-01.json",
+            "intents-+1.json",
+            "intents-99999999999.json",
+        ] {
+            assert_eq!(shard_of(name), None, "{name}");
+        }
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("intents-01.json"), "[]").unwrap();
+        std::fs::write(dir.path().join("notes.txt"), "ignored").unwrap();
+        let error = load(dir.path()).unwrap_err().to_string();
+        assert!(error.contains("intents-01.json"), "{error}");
+    }
+
+    #[test]
+    fn a_second_process_cannot_take_the_journal_while_the_first_holds_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let held = try_lock(dir.path()).unwrap().expect("free at first");
+        // Another open file description: as another process would have.
+        assert!(try_lock(dir.path()).unwrap().is_none());
+        drop(held);
+        assert!(
+            try_lock(dir.path()).unwrap().is_some(),
+            "free once released"
+        );
     }
 }

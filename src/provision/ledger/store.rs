@@ -99,8 +99,8 @@ struct Inner {
     enabled: AtomicBool,
     target: Option<Target>,
     /// Node mode, opt-in: the directory whose files hold the ledger instead of Leases
-    /// ([`super::journal`]).
-    journal: Option<PathBuf>,
+    /// ([`super::journal`]), and its lock, held as long as this ledger lives.
+    journal: Option<(PathBuf, std::fs::File)>,
     /// The rate budget the writes spend: commits wait while it is congested, lazy flushes take
     /// only what the workers leave.
     bucket: Option<Arc<TokenBucket>>,
@@ -404,7 +404,7 @@ impl Ledger {
     /// ([`Book::take_commit`]). Returns `false` after a failure other than a conflict (which is
     /// merged and written again at once).
     async fn commit_once(&self, removals: bool) -> bool {
-        if let Some(dir) = &self.0.journal {
+        if let Some((dir, _)) = &self.0.journal {
             return self.commit_journal(dir, removals).await;
         }
         let Some(target) = &self.0.target else {

@@ -8,18 +8,31 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::Notify;
 use tracing::{info, warn};
 
+use super::super::journal::{self, JournalError};
 use super::super::{Book, Entry, decode};
 use super::{Inner, Ledger, LedgerError, State};
 use crate::sync::lock;
 
 impl Ledger {
-    /// The ledger kept in the files of `dir` ([`super::super::journal`]): no API request to record an
-    /// intent. An unreadable journal is an error (never overwritten).
-    pub(crate) fn open_journal(
+    /// The ledger kept in the files of `dir` ([`journal`]): no API request to record an intent.
+    /// Waits while another process holds the journal (a pod still stopping). An unreadable
+    /// journal is an error (never overwritten).
+    pub(crate) async fn open_journal(
         dir: &Path,
         count: Arc<AtomicI64>,
-    ) -> Result<Self, super::super::journal::JournalError> {
-        let book = Book::load(super::super::journal::load(dir)?);
+    ) -> Result<Self, JournalError> {
+        journal::prepare(dir)?;
+        let mut told = false;
+        let held = loop {
+            if let Some(held) = journal::try_lock(dir)? {
+                break held;
+            }
+            if !std::mem::replace(&mut told, true) {
+                warn!(journal = %dir.display(), "another process holds the intent journal's lock (.lock; an earlier pod of this node still stopping?): waiting for it");
+            }
+            tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+        };
+        let book = Book::load(journal::load(dir)?);
         info!(journal = %dir.display(), intents = book.len(), "intent journal loaded");
         count.store(book.len() as i64, Ordering::Relaxed);
         Ok(Self(Arc::new(Inner {
@@ -30,7 +43,7 @@ impl Ledger {
             wake: Notify::new(),
             enabled: AtomicBool::new(true),
             target: None,
-            journal: Some(dir.to_owned()),
+            journal: Some((dir.to_owned(), held)),
             bucket: None,
             count,
         })))
@@ -60,9 +73,7 @@ impl Ledger {
         };
         let (dir, writes) = (dir.to_owned(), commit.shards.clone());
         let results = tokio::task::spawn_blocking(move || {
-            let write = |w: &super::super::ShardWrite| {
-                super::super::journal::write(&dir, w.shard, &w.content)
-            };
+            let write = |w: &super::super::ShardWrite| journal::write(&dir, w.shard, &w.content);
             writes.iter().map(write).collect::<Vec<_>>()
         })
         .await
