@@ -456,6 +456,30 @@ async fn in_flight_on_a_lost_node(cluster: &Cluster, members: &mut [Member]) {
     lose_node(cluster, &mut members[0]).await;
 }
 
+/// Claim `claim` (class `local`) selected to `member`'s node, whose driver creates the volume
+/// but answers DeadlineExceeded, so the intent stays recorded; waits for the driver to hold
+/// `volumes` and returns its control client (to clear the fault).
+async fn in_flight(
+    cluster: &Cluster,
+    member: &Member,
+    claim: &str,
+    volumes: usize,
+) -> mock_csi_driver::control::ControlClient {
+    let control = member.driver.control().await;
+    control
+        .set_fault(
+            "CreateVolume",
+            mock_csi_driver::FaultRule::always(tonic::Code::DeadlineExceeded).after_effect(),
+        )
+        .await
+        .unwrap();
+    cluster.claim_of_class(NS, claim, "local", "1Gi").await;
+    let pod = format!("pod-{claim}");
+    cluster.schedule(NS, &pod, claim, &member.node).await;
+    member.driver.wait_volumes(volumes).await;
+    control
+}
+
 #[tokio::test]
 async fn a_claim_deleted_mid_provisioning_on_a_node_that_then_vanished_goes_at_once_and_its_ledger_after_the_grace_period()
  {
@@ -943,17 +967,7 @@ async fn after_an_upgrade_pvs_written_without_our_labels_are_deleted_by_their_no
 async fn a_node_back_after_its_claim_moved_deletes_its_own_copy_of_the_volume() {
     let cluster = Cluster::start().await;
     let mut members = local_fleet(&cluster, &[]).await;
-    let control = members[0].driver.control().await;
-    control
-        .set_fault(
-            "CreateVolume",
-            mock_csi_driver::FaultRule::always(tonic::Code::DeadlineExceeded).after_effect(),
-        )
-        .await
-        .unwrap();
-    cluster.claim_of_class(NS, "data", "local", "1Gi").await;
-    cluster.schedule(NS, "pod-data", "data", "node-a").await;
-    members[0].driver.wait_volumes(1).await;
+    let control = in_flight(&cluster, &members[0], "data", 1).await;
     cluster.wait_intent(NS, "data", true).await;
     members[0].sidecar.kill().await;
     control.clear_faults().await.unwrap();
@@ -1002,17 +1016,7 @@ async fn with_an_intent_journal_no_lease_is_written_and_a_crash_still_leaks_noth
         "the intent went to the journal"
     );
 
-    let control = a.driver.control().await;
-    control
-        .set_fault(
-            "CreateVolume",
-            mock_csi_driver::FaultRule::always(tonic::Code::DeadlineExceeded).after_effect(),
-        )
-        .await
-        .unwrap();
-    cluster.claim_of_class(NS, "data", "local", "1Gi").await;
-    cluster.schedule(NS, "pod-data", "data", "node-a").await;
-    a.driver.wait_volumes(2).await;
+    let control = in_flight(&cluster, &a, "data", 2).await;
     let shard = journal.join("intents-0.json");
     wait_for("the intent in the journal", DEADLINE, || async {
         let text = std::fs::read_to_string(&shard).ok()?;
@@ -1041,17 +1045,7 @@ async fn a_node_moving_to_a_journal_takes_its_lease_entries_along() {
     let cluster = Cluster::start().await;
     let mut a = join(&cluster, "node-a", &[]).await;
     cluster.add_class(&delayed_class("local")).await;
-    let control = a.driver.control().await;
-    control
-        .set_fault(
-            "CreateVolume",
-            mock_csi_driver::FaultRule::always(tonic::Code::DeadlineExceeded).after_effect(),
-        )
-        .await
-        .unwrap();
-    cluster.claim_of_class(NS, "data", "local", "1Gi").await;
-    cluster.schedule(NS, "pod-data", "data", "node-a").await;
-    a.driver.wait_volumes(1).await;
+    let control = in_flight(&cluster, &a, "data", 1).await;
     cluster.wait_intent(NS, "data", true).await;
     a.sidecar.kill().await;
 

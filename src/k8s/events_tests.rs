@@ -504,27 +504,28 @@ fn an_episode_with_an_event_waiting_or_in_flight_ends_once_after_it() {
     assert!(ended, "nothing of the episode left: ended at once");
 }
 
-/// Workers that never pause: a request for a token every 10 ms, for as long as the test runs.
-fn endless_demand(bucket: &Arc<TokenBucket>) -> tokio::task::JoinHandle<()> {
-    let bucket = bucket.clone();
-    tokio::spawn(async move {
-        loop {
-            let _ = bucket.try_acquire();
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    })
-}
-
-#[tokio::test(start_paused = true)]
-async fn under_endless_demand_only_a_waiting_warning_forces_an_event_through() {
+/// A QPS-5 bucket whose workers never pause (a request for a token every 10 ms until the handle
+/// is aborted), returned once they have asked.
+async fn saturated() -> (Arc<TokenBucket>, tokio::task::JoinHandle<()>) {
     let limit = crate::config::RateLimit {
         qps: 5.0,
         burst: 10,
     };
     let bucket = Arc::new(TokenBucket::with_clock(limit, Default::default()));
-    let workers = endless_demand(&bucket);
-    // The workers have asked before the event looks.
+    let demand = bucket.clone();
+    let workers = tokio::spawn(async move {
+        loop {
+            let _ = demand.try_acquire();
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    });
     tokio::time::sleep(Duration::from_millis(20)).await;
+    (bucket, workers)
+}
+
+#[tokio::test(start_paused = true)]
+async fn under_endless_demand_only_a_waiting_warning_forces_an_event_through() {
+    let (bucket, workers) = saturated().await;
     let never = || false;
     let normal_alone = tokio::time::timeout(
         queue::MAX_SPARE_WAIT * 5,
@@ -578,13 +579,7 @@ fn the_queue_knows_whether_a_warning_waits_until_it_is_taken_or_dropped() {
 #[tokio::test(start_paused = true)]
 async fn under_endless_demand_a_lone_warning_is_written_and_a_lone_normal_event_waits() {
     let (client, log) = fake_client();
-    let limit = crate::config::RateLimit {
-        qps: 5.0,
-        burst: 10,
-    };
-    let bucket = Arc::new(TokenBucket::with_clock(limit, Default::default()));
-    let workers = endless_demand(&bucket);
-    tokio::time::sleep(Duration::from_millis(20)).await;
+    let (bucket, workers) = saturated().await;
     let recorder = Recorder::queued(
         client,
         EventSource::csi_provisioner(),
