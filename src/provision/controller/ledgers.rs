@@ -49,22 +49,13 @@ pub(super) async fn open_ledger(ctx: &Context) -> Ledger {
 /// (and is taken in again at the next start: its entries are resolved like the journal's).
 async fn move_leases_into(ctx: &Context, ledger: &Ledger, namespace: &str, base: &str) {
     use k8s_openapi::api::coordination::v1::Lease;
-    use kube::api::{DeleteParams, ListParams, Preconditions};
+    use kube::api::{DeleteParams, Preconditions};
     let api: Api<Lease> = Api::namespaced(ctx.client.clone(), namespace);
-    let selector = format!("{}={base}", crate::provision::ledger::LEDGER_LABEL);
-    let mut pause = Duration::from_millis(200);
-    let leases = loop {
-        match api.list(&ListParams::default().labels(&selector)).await {
-            Ok(list) => break list.items,
-            Err(e) if classify(&e) == ApiErrorClass::Forbidden => {
-                warn!(namespace, ledger = %base, "cannot look for this node's intent ledger Leases to move into the journal: {}; if the node used one, grant list and delete on leases (coordination.k8s.io) until it is moved", describe(&e));
-                return;
-            }
-            Err(e) => {
-                warn!(namespace, ledger = %base, "looking for this node's intent ledger Leases failed, retrying: {}", describe(&e));
-                tokio::time::sleep(pause).await;
-                pause = (pause * 2).min(Duration::from_secs(10));
-            }
+    let leases = match crate::provision::ledger::lease::list_shards(&api, base).await {
+        Ok(leases) => leases,
+        Err(e) => {
+            warn!(namespace, ledger = %base, "cannot look for this node's intent ledger Leases to move into the journal: {}; if the node used one, grant list and delete on leases (coordination.k8s.io) until it is moved", describe(&e));
+            return;
         }
     };
     let mut moved = Vec::new();

@@ -7,6 +7,8 @@ use kube::api::ListParams;
 use kube::{Api, Client};
 use tracing::warn;
 
+use crate::k8s::errors::{ApiErrorClass, classify, describe};
+
 use super::{ENTRIES_ANNOTATION, Entry, LEDGER_LABEL, NODE_ANNOTATION, NODE_LEDGER_LABEL, decode};
 
 pub(super) fn set_lease(leases: &mut Vec<Option<Lease>>, shard: usize, lease: Lease) {
@@ -89,4 +91,22 @@ pub(crate) async fn read_ledger(
         }
     }
     Ok(entries)
+}
+
+/// The Leases of ledger `base` in `api`'s namespace, retrying (with backoff, without end) every
+/// failure but a refusal, which is returned: what to grant depends on the caller.
+pub(crate) async fn list_shards(api: &Api<Lease>, base: &str) -> Result<Vec<Lease>, kube::Error> {
+    let selector = format!("{LEDGER_LABEL}={base}");
+    let mut pause = std::time::Duration::from_millis(200);
+    loop {
+        match api.list(&ListParams::default().labels(&selector)).await {
+            Ok(list) => return Ok(list.items),
+            Err(e) if classify(&e) == ApiErrorClass::Forbidden => return Err(e),
+            Err(e) => {
+                warn!(ledger = %base, "reading the intent ledger's Leases failed, retrying: {}", describe(&e));
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(std::time::Duration::from_secs(10));
+            }
+        }
+    }
 }

@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
-use kube::api::{ListParams, PostParams};
+use kube::api::PostParams;
 use kube::{Api, Client};
 use tokio::sync::{Notify, oneshot};
 use tracing::{debug, info, warn};
@@ -21,7 +21,7 @@ use tracing::{debug, info, warn};
 mod on_disk;
 
 use super::lease::{lease_entries, set_lease, with_entries};
-use super::{Book, Entry, LEDGER_LABEL, Recorded, decode, shard_index};
+use super::{Book, Entry, Recorded, decode, shard_index};
 use crate::k8s::client::TokenBucket;
 use crate::k8s::errors::{ApiErrorClass, classify, describe};
 use crate::leader::Leadership;
@@ -151,28 +151,15 @@ impl Ledger {
         count: Arc<AtomicI64>,
     ) -> Self {
         let api: Api<Lease> = Api::namespaced(client, namespace);
-        let selector = format!("{LEDGER_LABEL}={base}");
-        let mut pause = Duration::from_millis(200);
-        let listed = loop {
-            match api.list(&ListParams::default().labels(&selector)).await {
-                Ok(list) => break Some(list.items),
-                Err(e) if classify(&e) == ApiErrorClass::Forbidden => {
-                    warn!(
-                        namespace,
-                        "the intent ledger is off, provisioning intents go on each claim (two claim writes per volume): {}; grant get, list, create and update on leases (coordination.k8s.io) in namespace {namespace} to the sidecar's ServiceAccount, as upstream's Role does",
-                        describe(&e)
-                    );
-                    break None;
-                }
-                Err(e) => {
-                    warn!(
-                        namespace,
-                        "reading the intent ledger failed, retrying: {}",
-                        describe(&e)
-                    );
-                    tokio::time::sleep(pause).await;
-                    pause = (pause * 2).min(Duration::from_secs(10));
-                }
+        let listed = match super::lease::list_shards(&api, base).await {
+            Ok(leases) => Some(leases),
+            Err(e) => {
+                warn!(
+                    namespace,
+                    "the intent ledger is off, provisioning intents go on each claim (two claim writes per volume): {}; grant get, list, create and update on leases (coordination.k8s.io) in namespace {namespace} to the sidecar's ServiceAccount, as upstream's Role does",
+                    describe(&e)
+                );
+                None
             }
         };
         let mut state = State::default();
