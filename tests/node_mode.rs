@@ -428,19 +428,7 @@ async fn when_the_first_ranked_instance_does_not_act_the_next_one_answers_after_
 /// answers in time, so node-a's intent ledger keeps the claim's entry; then node-a goes away for
 /// good.
 async fn in_flight_on_a_lost_node(cluster: &Cluster, members: &mut [Member]) {
-    members[0]
-        .driver
-        .control()
-        .await
-        .set_fault(
-            "CreateVolume",
-            mock_csi_driver::FaultRule::always(tonic::Code::DeadlineExceeded).after_effect(),
-        )
-        .await
-        .unwrap();
-    cluster.claim_of_class(NS, "data", "local", "1Gi").await;
-    cluster.schedule(NS, "pod-data", "data", "node-a").await;
-    members[0].driver.wait_volumes(1).await;
+    in_flight(cluster, &members[0], "data", 1).await;
     cluster.wait_intent(NS, "data", true).await;
     let claim = cluster.pvcs(NS).get("data").await.unwrap();
     assert!(
