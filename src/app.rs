@@ -203,7 +203,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         .as_ref()
         .map(|n| n.node_name.as_str());
     let identity = provisioner_identity(&driver.name, node_name);
-    let hostname = std::env::var("HOSTNAME").unwrap_or_else(|_| "localhost".to_owned());
+    let hostname = crate::host::os_hostname();
     // Events take only the rate budget the workers leave (k8s::events::Recorder::queued).
     let events = Recorder::queued(
         clients.background.clone(),

@@ -20,6 +20,7 @@ pub mod config;
 pub mod csi;
 pub(crate) mod gofmt;
 pub(crate) mod gone_nodes;
+pub(crate) mod host;
 pub(crate) mod http;
 pub(crate) mod k8s;
 pub(crate) mod leader;

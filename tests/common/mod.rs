@@ -790,6 +790,8 @@ impl Driver {
 /// A csi-provisioner child process.
 pub struct Sidecar {
     pub name: String,
+    /// The provisioner binary: ours unless started with [`Sidecar::start_bin`].
+    bin: PathBuf,
     args: Vec<String>,
     env: Vec<(String, String)>,
     child: Option<Child>,
@@ -827,6 +829,20 @@ impl Sidecar {
         extra: &[&str],
         env: &[(&str, &str)],
     ) -> Self {
+        let ours = Path::new(env!("CARGO_BIN_EXE_csi-provisioner"));
+        Self::start_bin(cluster, driver, ours, name, extra, env).await
+    }
+
+    /// [`Sidecar::start_named`] with another provisioner binary (any taking upstream's flags,
+    /// such as the upstream sidecar the differential suite compares with).
+    pub async fn start_bin(
+        cluster: &Cluster,
+        driver: &Driver,
+        bin: &Path,
+        name: &str,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Self {
         let name = name.to_owned();
         let mut args = vec![
             format!("--kubeconfig={}", cluster.kubeconfig.display()),
@@ -842,6 +858,7 @@ impl Sidecar {
         let mut sidecar = Self {
             log: cluster.dir.path().join(format!("{name}.log")),
             name,
+            bin: bin.to_path_buf(),
             args,
             env: env
                 .iter()
@@ -859,7 +876,7 @@ impl Sidecar {
             .append(true)
             .open(&self.log)
             .expect("sidecar log");
-        let child = Command::new(env!("CARGO_BIN_EXE_csi-provisioner"))
+        let child = Command::new(&self.bin)
             .args(&self.args)
             .envs(self.env.iter().cloned())
             .env_remove("KUBECONFIG")

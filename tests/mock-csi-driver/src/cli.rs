@@ -116,6 +116,11 @@ pub struct Args {
     #[arg(long = "misbehave", value_name = "NAME", value_parser = parse_misbehaviour)]
     pub misbehaviours: Vec<Misbehaviour>,
 
+    /// Keep every CreateVolume request (capabilities, capacity, parameters, secret keys,
+    /// topology, content source) for the `state` dump, as the differential suite compares them.
+    #[arg(long)]
+    pub record_requests: bool,
+
     /// Log format: text or json.
     #[arg(long, default_value = "text", value_parser = ["text", "json"])]
     pub log_format: String,
@@ -175,6 +180,7 @@ impl Args {
             latencies,
             crash_after_create,
             misbehaviours,
+            record_requests,
             log_format: _,
         } = self;
         let mut config = Config::new(socket_path(&endpoint), nodeid).with_driver_name(drivername);
@@ -195,6 +201,7 @@ impl Args {
         config.capacity_total = capacity_total;
         config.max_volume_size = max_volume_size;
         config.default_volume_size = default_volume_size;
+        config.record_requests = record_requests;
         config.required_secrets = require_secrets.into_iter().collect();
         if !mutable_parameter_keys.is_empty() {
             config.mutable_parameter_keys = mutable_parameter_keys.into_iter().collect();

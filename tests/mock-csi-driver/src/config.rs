@@ -409,6 +409,8 @@ pub struct Config {
     pub crash_action: CrashAction,
     /// Deliberate spec violations.
     pub misbehaviours: BTreeSet<Misbehaviour>,
+    /// Keep every CreateVolume request for the state dump (`StateDump::create_requests`).
+    pub record_requests: bool,
 }
 
 impl Config {
@@ -444,6 +446,7 @@ impl Config {
             crash_after_create: None,
             crash_action: CrashAction::StopServer,
             misbehaviours: BTreeSet::new(),
+            record_requests: false,
         }
     }
 

@@ -12,6 +12,7 @@ use tonic::Status;
 use crate::config::{CRASH_EXIT_CODE, Config, CrashAction, FaultRule, code_name};
 use crate::csi::v1::{Topology, Volume, VolumeContentSource, volume_content_source};
 use crate::faults::{CallStats, Faults, FaultsDump};
+use crate::requests::RecordedCreate;
 use crate::store::{ContentSource, SnapshotRecord, Store, StoreError, VolumeRecord};
 
 /// Pool usage of one node.
@@ -54,6 +55,9 @@ pub struct StateDump {
     /// Every DeleteVolume received since start: (volume id, Unix ms at arrival).
     #[serde(default)]
     pub delete_calls: Vec<(String, u64)>,
+    /// Every CreateVolume request received, in order (only with `--record-requests`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub create_requests: Vec<RecordedCreate>,
 }
 
 impl StateDump {
@@ -92,6 +96,8 @@ pub struct Driver {
     creates: Mutex<(BTreeMap<String, u32>, BTreeSet<String>)>,
     /// Every DeleteVolume received: (volume id, Unix ms).
     delete_calls: Mutex<Vec<(String, u64)>>,
+    /// Every CreateVolume request received, with `Config::record_requests`.
+    create_requests: Mutex<Vec<RecordedCreate>>,
 }
 
 /// Held while one CreateVolume call is outstanding (dropped when it is answered or the caller
@@ -132,6 +138,7 @@ impl Driver {
             crash_notify: Notify::new(),
             creates: Mutex::new(Default::default()),
             delete_calls: Mutex::new(Vec::new()),
+            create_requests: Mutex::new(Vec::new()),
         })
     }
 
@@ -164,6 +171,17 @@ impl Driver {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .push((volume_id.to_owned(), ms));
+    }
+
+    /// Records a CreateVolume request as it arrives (before latency or faults), when
+    /// `Config::record_requests` is on.
+    pub fn create_received(&self, req: &crate::csi::v1::CreateVolumeRequest) {
+        if self.config.record_requests {
+            self.create_requests
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(RecordedCreate::of(req));
+        }
     }
 
     /// The store, locked. Every change is followed by [`Driver::persist`] under the same lock, so
@@ -323,6 +341,11 @@ impl Driver {
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .1
+                .clone(),
+            create_requests: self
+                .create_requests
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
                 .clone(),
         }
     }

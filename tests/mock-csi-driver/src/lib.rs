@@ -32,6 +32,7 @@ pub mod invariants;
 pub mod node;
 pub mod parse;
 pub mod process;
+pub mod requests;
 pub mod rules;
 pub mod server;
 pub mod service;
@@ -42,6 +43,7 @@ pub use config::{CRASH_EXIT_CODE, Config, ControllerCap, FaultRule, Misbehaviour
 pub use control::{ControlClient, ControlError, ControlRequest, ControlResponse};
 pub use driver::{PoolDump, StateDump};
 pub use faults::CallStats;
+pub use requests::{RecordedCapability, RecordedCreate};
 pub use server::{MockDriver, MockDriverHandle, StartError, run};
 pub use store::{ContentSource, SnapshotRecord, VolumeRecord};
 

@@ -92,6 +92,7 @@ impl identity_server::Identity for Service {
 impl controller_server::Controller for Service {
     async fn create_volume(&self, r: Request<CreateVolumeRequest>) -> Reply<CreateVolumeResponse> {
         let _outstanding = self.0.create_started(&r.get_ref().name);
+        self.0.create_received(r.get_ref());
         self.run("CreateVolume", r, Driver::create_volume).await
     }
 

@@ -1,0 +1,32 @@
+//! The machine's host name, as upstream's Go code reads it.
+
+/// Go's `os.Hostname()`: the kernel's host name (`/proc/sys/kernel/hostname`), which in a pod is
+/// the pod's name. Upstream's event source (`<driver>_<host>_<uuid>`) is built from it, so ours
+/// is too; `HOSTNAME`, then `localhost`, only where the kernel's cannot be read.
+pub(crate) fn os_hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .or_else(|| {
+            std::env::var("HOSTNAME")
+                .ok()
+                .map(|h| h.trim().to_owned())
+                .filter(|h| !h.is_empty())
+        })
+        .unwrap_or_else(|| "localhost".to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_kernel_host_name_wins() {
+        let kernel = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+        let kernel = kernel.trim();
+        if !kernel.is_empty() {
+            assert_eq!(os_hostname(), kernel);
+        }
+    }
+}

@@ -1,0 +1,622 @@
+//! One world: a fresh kube-sim, the mock driver(s) and one provisioner binary, driven through a
+//! scenario's steps. Both binaries get identical worlds; only the binary differs.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use kube::Api;
+use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+use kube::discovery::ApiResource;
+use mock_csi_driver::StateDump;
+use serde_json::{Value, json};
+
+use crate::common::{Cluster, Driver, Sidecar, TOPOLOGY_KEY};
+use crate::scenario::{Condition, DriverSwitch, Mode, Scenario, SidecarAction, Step};
+
+/// How long one `wait` may take before it is recorded as timed out.
+pub const WAIT_DEADLINE: Duration = Duration::from_secs(60);
+
+/// Where a kind lives in the API: (group, version, plural, namespaced).
+pub fn resource_of(kind: &str) -> Option<(&'static str, &'static str, &'static str, bool)> {
+    Some(match kind {
+        "PersistentVolumeClaim" => ("", "v1", "persistentvolumeclaims", true),
+        "PersistentVolume" => ("", "v1", "persistentvolumes", false),
+        "Secret" => ("", "v1", "secrets", true),
+        "Node" => ("", "v1", "nodes", false),
+        "Pod" => ("", "v1", "pods", true),
+        "Namespace" => ("", "v1", "namespaces", false),
+        "StorageClass" => ("storage.k8s.io", "v1", "storageclasses", false),
+        "CSINode" => ("storage.k8s.io", "v1", "csinodes", false),
+        "VolumeAttachment" => ("storage.k8s.io", "v1", "volumeattachments", false),
+        "VolumeAttributesClass" => ("storage.k8s.io", "v1", "volumeattributesclasses", false),
+        "VolumeSnapshot" => ("snapshot.storage.k8s.io", "v1", "volumesnapshots", true),
+        "VolumeSnapshotContent" => (
+            "snapshot.storage.k8s.io",
+            "v1",
+            "volumesnapshotcontents",
+            false,
+        ),
+        "VolumeSnapshotClass" => (
+            "snapshot.storage.k8s.io",
+            "v1",
+            "volumesnapshotclasses",
+            false,
+        ),
+        "ReferenceGrant" => (
+            "gateway.networking.k8s.io",
+            "v1beta1",
+            "referencegrants",
+            true,
+        ),
+        _ => return None,
+    })
+}
+
+/// Which provisioner a world runs.
+#[derive(Debug, Clone)]
+pub struct Binary {
+    /// `ours` or `upstream`, for logs.
+    pub label: String,
+    pub path: PathBuf,
+}
+
+/// Run-time values the steps made and the identities to normalise.
+#[derive(Debug, Default, Clone)]
+pub struct Tokens {
+    /// Object UID -> stable name (`default/c1` for claims, `Kind:ns/name` otherwise).
+    pub uids: BTreeMap<String, String>,
+    /// Driver volume id -> CreateVolume name, for every volume ever seen.
+    pub volumes: BTreeMap<String, String>,
+    /// Driver snapshot id -> name.
+    pub snapshots: BTreeMap<String, String>,
+    /// `{{...}}` variables of the steps.
+    pub vars: BTreeMap<String, String>,
+}
+
+pub struct World {
+    pub cluster: Cluster,
+    /// Node name -> driver (controller mode: one, under the first node's name or `controller`).
+    pub drivers: BTreeMap<String, Driver>,
+    pub sidecars: BTreeMap<String, Sidecar>,
+    pub tokens: Tokens,
+    /// Waits that timed out, in step order.
+    pub timeouts: Vec<String>,
+    /// Outcomes kept by `checkpoint` steps, their paths prefixed with `<name>:`.
+    pub checkpoints: crate::outcome::Outcome,
+    binary: Binary,
+    scenario: Scenario,
+}
+
+impl World {
+    pub async fn start(scenario: &Scenario, binary: &Binary) -> Result<World, String> {
+        let cluster = Cluster::start().await;
+        let mut world = World {
+            cluster,
+            drivers: BTreeMap::new(),
+            sidecars: BTreeMap::new(),
+            tokens: Tokens::default(),
+            timeouts: Vec::new(),
+            checkpoints: Default::default(),
+            binary: binary.clone(),
+            scenario: scenario.clone(),
+        };
+        for node in &scenario.nodes {
+            world.add_node(node.name(), node.has_driver()).await?;
+        }
+        let dir = world.cluster.dir.path().to_path_buf();
+        let mut driver_flags: Vec<String> = vec!["--record-requests".into()];
+        driver_flags.extend(scenario.driver.iter().cloned());
+        let with_driver: Vec<String> = scenario
+            .nodes
+            .iter()
+            .filter(|n| n.has_driver())
+            .map(|n| n.name().to_owned())
+            .collect();
+        match scenario.mode {
+            Mode::Controller => {
+                let home = with_driver
+                    .first()
+                    .cloned()
+                    .unwrap_or_else(|| "controller".into());
+                let mut flags = driver_flags.clone();
+                if flags.iter().any(|f| f == "--topology") {
+                    flags.extend(
+                        with_driver
+                            .iter()
+                            .skip(1)
+                            .map(|n| format!("--topology-node={n}")),
+                    );
+                }
+                let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+                let driver = Driver::start(&dir, &home, &flags).await;
+                world.drivers.insert(home, driver);
+            }
+            Mode::Node => {
+                for node in &with_driver {
+                    let flags: Vec<&str> = driver_flags.iter().map(String::as_str).collect();
+                    let driver = Driver::start(&dir, node, &flags).await;
+                    world.drivers.insert(node.clone(), driver);
+                }
+            }
+        }
+        for obj in scenario.objects.clone() {
+            world.create(obj).await?;
+        }
+        world.start_sidecars().await;
+        Ok(world)
+    }
+
+    async fn start_sidecars(&mut self) {
+        for (node, driver) in &self.drivers {
+            if self.sidecars.contains_key(node) {
+                continue;
+            }
+            let mut flags = self.scenario.sidecar.clone();
+            let mut env: Vec<(&str, &str)> = Vec::new();
+            if self.scenario.mode == Mode::Node {
+                flags.insert(0, "--node-deployment".into());
+                env.push(("NODE_NAME", node));
+            }
+            let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+            let name = format!("{}-{node}", self.binary.label);
+            let sidecar = Sidecar::start_bin(
+                &self.cluster,
+                driver,
+                &self.binary.path,
+                &name,
+                &flags,
+                &env,
+            )
+            .await;
+            self.sidecars.insert(node.clone(), sidecar);
+        }
+    }
+
+    async fn add_node(&self, name: &str, driver: bool) -> Result<(), String> {
+        if driver {
+            self.cluster.add_node(name).await;
+        } else {
+            self.cluster.add_node_without_driver(name).await;
+        }
+        Ok(())
+    }
+
+    /// The sidecar logs, for a report.
+    pub fn logs(&self) -> Vec<PathBuf> {
+        self.sidecars.values().map(|s| s.log.clone()).collect()
+    }
+
+    pub fn dir(&self) -> &Path {
+        self.cluster.dir.path()
+    }
+
+    fn api(&self, kind: &str, ns: Option<&str>) -> Result<(Api<DynamicObject>, bool), String> {
+        let (group, version, plural, namespaced) =
+            resource_of(kind).ok_or_else(|| format!("unknown kind {kind}"))?;
+        let ar = ApiResource {
+            group: group.into(),
+            version: version.into(),
+            api_version: if group.is_empty() {
+                version.into()
+            } else {
+                format!("{group}/{version}")
+            },
+            kind: kind.into(),
+            plural: plural.into(),
+        };
+        let client = self.cluster.client.clone();
+        let api = if namespaced {
+            Api::namespaced_with(client, ns.unwrap_or("default"), &ar)
+        } else {
+            Api::all_with(client, &ar)
+        };
+        Ok((api, namespaced))
+    }
+
+    /// Creates one object through the API (apiVersion and namespace filled in) and remembers its
+    /// UID for normalising.
+    pub async fn create(&mut self, obj: Value) -> Result<(), String> {
+        let mut obj = self.substitute(obj);
+        let kind = obj["kind"].as_str().unwrap_or_default().to_owned();
+        let (group, version, _, namespaced) =
+            resource_of(&kind).ok_or_else(|| format!("unknown kind {kind:?} in {obj}"))?;
+        if obj.get("apiVersion").is_none() {
+            obj["apiVersion"] = json!(if group.is_empty() {
+                version.to_owned()
+            } else {
+                format!("{group}/{version}")
+            });
+        }
+        if namespaced && obj["metadata"].get("namespace").is_none() {
+            obj["metadata"]["namespace"] = json!("default");
+        }
+        let ns = obj["metadata"]["namespace"].as_str().map(str::to_owned);
+        if let Some(ns) = &ns {
+            self.cluster.ensure_namespace(ns).await;
+        }
+        let (api, _) = self.api(&kind, ns.as_deref())?;
+        let dynamic: DynamicObject =
+            serde_json::from_value(obj.clone()).map_err(|e| format!("{kind}: {e}"))?;
+        let created = api
+            .create(&PostParams::default(), &dynamic)
+            .await
+            .map_err(|e| format!("create {kind} {}: {e}", obj["metadata"]["name"]))?;
+        self.remember(&kind, &created.metadata);
+        Ok(())
+    }
+
+    /// Remembers an object's UID under its stable name.
+    pub fn remember(&mut self, kind: &str, meta: &kube::api::ObjectMeta) {
+        let (Some(uid), Some(name)) = (&meta.uid, &meta.name) else {
+            return;
+        };
+        let ns = meta.namespace.as_deref().unwrap_or("");
+        let token = if kind == "PersistentVolumeClaim" {
+            format!("{ns}/{name}")
+        } else if ns.is_empty() {
+            format!("{kind}:{name}")
+        } else {
+            format!("{kind}:{ns}/{name}")
+        };
+        self.tokens.uids.entry(uid.clone()).or_insert(token);
+    }
+
+    /// `{{var}}` references in every string of `v`, replaced by their values.
+    fn substitute(&self, v: Value) -> Value {
+        match v {
+            Value::String(s) if s.contains("{{") => {
+                let mut out = s.clone();
+                for (k, val) in &self.tokens.vars {
+                    out = out.replace(&format!("{{{{{k}}}}}"), val);
+                }
+                Value::String(out)
+            }
+            Value::Array(a) => Value::Array(a.into_iter().map(|x| self.substitute(x)).collect()),
+            Value::Object(m) => Value::Object(
+                m.into_iter()
+                    .map(|(k, x)| (k, self.substitute(x)))
+                    .collect(),
+            ),
+            other => other,
+        }
+    }
+
+    fn driver_for(&self, node: Option<&str>) -> Result<&Driver, String> {
+        match node {
+            Some(n) => self
+                .drivers
+                .get(n)
+                .ok_or_else(|| format!("no driver on node {n}")),
+            None => self
+                .drivers
+                .values()
+                .next()
+                .ok_or_else(|| "no driver".to_owned()),
+        }
+    }
+
+    /// Every driver's state.
+    pub async fn states(&mut self) -> Vec<StateDump> {
+        let mut out = Vec::new();
+        for driver in self.drivers.values() {
+            if let Ok(c) = mock_csi_driver::ControlClient::connect(&driver.control).await
+                && let Ok(s) = c.state().await
+            {
+                out.push(s);
+            }
+        }
+        for s in &out {
+            for v in &s.volumes {
+                self.tokens
+                    .volumes
+                    .entry(v.id.clone())
+                    .or_insert_with(|| v.name.clone());
+            }
+            for snap in &s.snapshots {
+                self.tokens
+                    .snapshots
+                    .entry(snap.id.clone())
+                    .or_insert_with(|| snap.name.clone());
+            }
+        }
+        out
+    }
+
+    /// Runs every step in order.
+    pub async fn run_steps(&mut self) -> Result<(), String> {
+        for (i, step) in self.scenario.steps.clone().into_iter().enumerate() {
+            let start = tokio::time::Instant::now();
+            let what = format!("{step:?}");
+            self.step(i, step).await?;
+            if std::env::var_os("DIFF_VERBOSE").is_some() {
+                eprintln!(
+                    "[{} {}] step {i} took {:.1}s: {what}",
+                    self.scenario.name,
+                    self.binary.label,
+                    start.elapsed().as_secs_f64()
+                );
+            }
+        }
+        Ok(())
+    }
+
+    async fn step(&mut self, i: usize, step: Step) -> Result<(), String> {
+        match step {
+            Step::Create(objs) => {
+                for obj in objs {
+                    self.create(obj).await?;
+                }
+            }
+            Step::Delete(target) => {
+                let (api, _) = self.api(&target.kind, target.namespace.as_deref())?;
+                api.delete(&target.name, &DeleteParams::default())
+                    .await
+                    .map_err(|e| format!("delete {} {}: {e}", target.kind, target.name))?;
+            }
+            Step::Patch { target, merge } => {
+                let merge = self.substitute(merge);
+                let (api, _) = self.api(&target.kind, target.namespace.as_deref())?;
+                api.patch(&target.name, &PatchParams::default(), &Patch::Merge(&merge))
+                    .await
+                    .map_err(|e| format!("patch {} {}: {e}", target.kind, target.name))?;
+            }
+            Step::Wait(cond) => {
+                let what = format!("step {i}: wait {cond:?}");
+                if !self.wait(&cond).await {
+                    self.timeouts.push(what);
+                }
+            }
+            Step::Driver(switch) => self.switch(switch).await?,
+            Step::Volume { name, node, size } => {
+                let id = self
+                    .make_volume(&name, node.as_deref(), size.as_deref())
+                    .await?;
+                self.tokens.volumes.insert(id.clone(), name.clone());
+                self.tokens.vars.insert(format!("volume:{name}"), id);
+            }
+            Step::Snapshot { name, of_claim } => {
+                let handle = self.handle_of(&of_claim).await?;
+                let id = self.make_snapshot(&name, &handle).await?;
+                self.tokens.snapshots.insert(id.clone(), name.clone());
+                self.tokens.vars.insert(format!("snapshot:{name}"), id);
+            }
+            Step::DeleteNode(name) => {
+                if let Some(mut s) = self.sidecars.remove(&name) {
+                    s.kill().await;
+                }
+                if self.scenario.mode == Mode::Node
+                    && let Some(mut d) = self.drivers.remove(&name)
+                {
+                    d.kill().await;
+                }
+                self.cluster.delete_node(&name).await;
+            }
+            Step::Sidecar(SidecarAction::Kill) => {
+                for s in self.sidecars.values_mut() {
+                    s.kill().await;
+                }
+                self.sidecars.clear();
+            }
+            Step::Sidecar(SidecarAction::Start) => self.start_sidecars().await,
+            Step::Checkpoint(name) => {
+                if !crate::outcome::settle(self, Duration::from_secs(1), WAIT_DEADLINE).await {
+                    self.timeouts
+                        .push(format!("step {i}: checkpoint {name} never quiet"));
+                }
+                let now = crate::outcome::observe(self).await;
+                self.checkpoints.extend(
+                    now.into_iter()
+                        .filter(|(k, _)| !k.starts_with('@'))
+                        .map(|(k, v)| (format!("@{name}:{k}"), v)),
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// The volume handle of the PV bound to `claim` (in `default`), also as a variable.
+    async fn handle_of(&mut self, claim: &str) -> Result<String, String> {
+        let pvc = self
+            .cluster
+            .pvcs("default")
+            .get(claim)
+            .await
+            .map_err(|e| format!("get claim {claim}: {e}"))?;
+        let pv_name = pvc
+            .spec
+            .and_then(|s| s.volume_name)
+            .ok_or_else(|| format!("claim {claim} is not bound"))?;
+        let pv = self
+            .cluster
+            .pvs()
+            .get(&pv_name)
+            .await
+            .map_err(|e| format!("get PV {pv_name}: {e}"))?;
+        let handle = pv
+            .spec
+            .and_then(|s| s.csi)
+            .map(|c| c.volume_handle)
+            .ok_or_else(|| format!("PV {pv_name} has no CSI source"))?;
+        self.tokens
+            .vars
+            .insert(format!("volume-of:{claim}"), handle.clone());
+        Ok(handle)
+    }
+
+    async fn switch(&self, s: DriverSwitch) -> Result<(), String> {
+        let driver = self.driver_for(s.node.as_deref())?;
+        let control = driver.control().await;
+        if s.clear {
+            control.clear_faults().await.map_err(|e| e.to_string())?;
+        }
+        if let Some(spec) = &s.fail {
+            let (method, rule) =
+                mock_csi_driver::config::parse_fault(spec).map_err(|e| e.to_string())?;
+            control
+                .set_fault(method, rule)
+                .await
+                .map_err(|e| e.to_string())?;
+        }
+        if let Some(cap) = &s.capability {
+            let (name, on) = cap
+                .split_once('=')
+                .ok_or_else(|| format!("capability {cap:?}: use NAME=on|off"))?;
+            let cap: mock_csi_driver::ControllerCap = name.parse().map_err(|e| format!("{e}"))?;
+            control
+                .set_capability(cap, on == "on")
+                .await
+                .map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    }
+
+    async fn make_volume(
+        &self,
+        name: &str,
+        node: Option<&str>,
+        size: Option<&str>,
+    ) -> Result<String, String> {
+        use mock_csi_driver::csi::v1::controller_client::ControllerClient;
+        use mock_csi_driver::csi::v1::volume_capability::{
+            AccessMode, AccessType, MountVolume, access_mode,
+        };
+        use mock_csi_driver::csi::v1::{
+            CapacityRange, CreateVolumeRequest, Topology, TopologyRequirement, VolumeCapability,
+        };
+        let driver = self.driver_for(None)?;
+        let channel = mock_csi_driver::connect(&driver.socket)
+            .await
+            .map_err(|e| e.to_string())?;
+        let bytes = match size {
+            Some(s) => mock_csi_driver::config::parse_quantity(s).map_err(|e| e.to_string())?,
+            None => 1 << 30,
+        };
+        let request = CreateVolumeRequest {
+            name: name.into(),
+            capacity_range: Some(CapacityRange {
+                required_bytes: bytes,
+                limit_bytes: 0,
+            }),
+            volume_capabilities: vec![VolumeCapability {
+                access_mode: Some(AccessMode {
+                    mode: access_mode::Mode::SingleNodeWriter as i32,
+                }),
+                access_type: Some(AccessType::Mount(MountVolume::default())),
+            }],
+            accessibility_requirements: node.map(|n| TopologyRequirement {
+                requisite: vec![Topology {
+                    segments: [(TOPOLOGY_KEY.to_owned(), n.to_owned())].into(),
+                }],
+                preferred: vec![],
+            }),
+            ..Default::default()
+        };
+        let response = ControllerClient::new(channel)
+            .create_volume(request)
+            .await
+            .map_err(|e| format!("CreateVolume {name}: {e}"))?;
+        response
+            .into_inner()
+            .volume
+            .map(|v| v.volume_id)
+            .ok_or_else(|| "CreateVolume answered no volume".to_owned())
+    }
+
+    async fn make_snapshot(&self, name: &str, source: &str) -> Result<String, String> {
+        use mock_csi_driver::csi::v1::CreateSnapshotRequest;
+        use mock_csi_driver::csi::v1::controller_client::ControllerClient;
+        let driver = self.driver_for(None)?;
+        let channel = mock_csi_driver::connect(&driver.socket)
+            .await
+            .map_err(|e| e.to_string())?;
+        let response = ControllerClient::new(channel)
+            .create_snapshot(CreateSnapshotRequest {
+                name: name.into(),
+                source_volume_id: source.into(),
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| format!("CreateSnapshot {name}: {e}"))?;
+        response
+            .into_inner()
+            .snapshot
+            .map(|s| s.snapshot_id)
+            .ok_or_else(|| "CreateSnapshot answered no snapshot".to_owned())
+    }
+
+    /// Polls the condition until it holds (true) or the deadline passes (false).
+    async fn wait(&mut self, cond: &Condition) -> bool {
+        if let Condition::Quiet(secs) = cond {
+            return crate::outcome::settle(self, Duration::from_secs_f64(*secs), WAIT_DEADLINE)
+                .await;
+        }
+        let start = tokio::time::Instant::now();
+        loop {
+            if self.holds(cond).await {
+                return true;
+            }
+            if start.elapsed() > WAIT_DEADLINE {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    async fn holds(&mut self, cond: &Condition) -> bool {
+        let sim = &self.cluster.sim;
+        match cond {
+            Condition::Bound(name) => sim
+                .object("persistentvolumeclaims", "default", name)
+                .is_some_and(|c| c["status"]["phase"] == "Bound"),
+            Condition::Event { on, reason } => {
+                let ns = on.namespace.clone().unwrap_or_else(|| "default".into());
+                sim.objects("events").iter().any(|e| {
+                    let o = &e["involvedObject"];
+                    o["kind"] == on.kind.as_str()
+                        && o["name"] == on.name.as_str()
+                        && (o["namespace"].is_null()
+                            || o["namespace"] == ""
+                            || o["namespace"] == ns.as_str())
+                        && e["reason"] == reason.as_str()
+                })
+            }
+            Condition::Gone(target) => {
+                let Some((_, _, plural, namespaced)) = resource_of(&target.kind) else {
+                    return false;
+                };
+                let ns = if namespaced {
+                    target.namespace.as_deref().unwrap_or("default")
+                } else {
+                    ""
+                };
+                sim.object(plural, ns, &target.name).is_none()
+            }
+            Condition::PvPhase { claim, phase } => {
+                let Some(c) = sim.object("persistentvolumeclaims", "default", claim) else {
+                    // A deleted claim: any PV whose claimRef names it.
+                    return sim.objects("persistentvolumes").iter().any(|pv| {
+                        pv["spec"]["claimRef"]["name"] == claim.as_str()
+                            && pv["status"]["phase"] == phase.as_str()
+                    });
+                };
+                let Some(pv) = c["spec"]["volumeName"].as_str() else {
+                    return false;
+                };
+                sim.object("persistentvolumes", "", pv)
+                    .is_some_and(|pv| pv["status"]["phase"] == phase.as_str())
+            }
+            Condition::Volumes(n) => {
+                let states = self.states().await;
+                states.len() == self.drivers.len()
+                    && states.iter().map(|s| s.volumes.len()).sum::<usize>() == *n
+            }
+            Condition::Pvs(n) => sim.objects("persistentvolumes").len() == *n,
+            Condition::Calls { method, at_least } => {
+                let states = self.states().await;
+                states.iter().map(|s| s.calls(method)).sum::<u64>() >= *at_least
+            }
+            Condition::Quiet(_) => true,
+        }
+    }
+}
