@@ -25,6 +25,7 @@ use crate::k8s::attachments::AttachmentIndex;
 use crate::k8s::events::{EventQueueMetrics, EventSource, EventSpec, Recorder};
 
 use crate::k8s::cache::CacheClosed;
+use crate::k8s::errors::describe;
 use crate::k8s::watch::{Watched, WatchedLean, watch_lean, watch_shared};
 use crate::metrics::Metrics;
 use crate::metrics::node_gone::NodeGoneMetrics;
@@ -79,7 +80,7 @@ async fn serves_volume_attributes_class(client: &Client) -> bool {
             .iter()
             .any(|r| r.kind == "VolumeAttributesClass"),
         Err(e) => {
-            warn!(error = %e, "discovery of storage.k8s.io/v1 failed; assuming VolumeAttributesClass is served");
+            warn!(error = %describe(&e), "discovery of storage.k8s.io/v1 failed; assuming VolumeAttributesClass is served");
             true
         }
     }

@@ -6,6 +6,10 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::time::Duration;
 
+use k8s_openapi::api::core::v1::PersistentVolumeClaimStatus;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
 /// Go `%q` of a string (`strconv.Quote`): double quotes, backslash escapes for `"`, `\` and
 /// control characters; printable Unicode is kept as is.
 pub(crate) fn quote(s: &str) -> String {
@@ -56,6 +60,114 @@ pub(crate) fn map(entries: Option<&BTreeMap<String, String>>) -> String {
         .map(|(k, v)| format!("{k}:{v}"))
         .collect();
     format!("map[{}]", body.join(" "))
+}
+
+/// Go `%v` of a `PersistentVolumeClaimStatus` value, as upstream prints a clone source that is
+/// not Bound (`Got {Pending [] map[] [] map[] map[] <nil> nil}`): phase, access modes, capacity,
+/// conditions, allocated resources and their statuses, the current VolumeAttributesClass (a
+/// pointer: Go prints its address, shown here as `0xc000000000`) and the modify status.
+pub(crate) fn claim_status(status: Option<&PersistentVolumeClaimStatus>) -> String {
+    let default = PersistentVolumeClaimStatus::default();
+    let s = status.unwrap_or(&default);
+    let conditions: Vec<String> = s
+        .conditions
+        .iter()
+        .flatten()
+        .map(|c| {
+            let time = |t: &Option<Time>| {
+                t.as_ref()
+                    .map_or("0001-01-01 00:00:00 +0000 UTC".to_owned(), |t| {
+                        t.0.strftime("%Y-%m-%d %H:%M:%S +0000 UTC").to_string()
+                    })
+            };
+            format!(
+                "{{{} {} {} {} {} {}}}",
+                c.type_,
+                c.status,
+                time(&c.last_probe_time),
+                time(&c.last_transition_time),
+                c.reason.as_deref().unwrap_or_default(),
+                c.message.as_deref().unwrap_or_default()
+            )
+        })
+        .collect();
+    let statuses: BTreeMap<String, String> = s
+        .allocated_resource_statuses
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .collect();
+    format!(
+        "{{{} {} {} {} {} {} {} {}}}",
+        s.phase.as_deref().unwrap_or_default(),
+        list(s.access_modes.as_deref().unwrap_or_default()),
+        resource_list(s.capacity.as_ref()),
+        list(&conditions),
+        resource_list(s.allocated_resources.as_ref()),
+        map(Some(&statuses)),
+        if s.current_volume_attributes_class_name.is_some() {
+            "0xc000000000"
+        } else {
+            "<nil>"
+        },
+        match &s.modify_volume_status {
+            None => "nil".to_owned(),
+            Some(m) => format!(
+                "&ModifyVolumeStatus{{TargetVolumeAttributesClassName:{},Status:{},}}",
+                m.target_volume_attributes_class_name
+                    .as_deref()
+                    .unwrap_or_default(),
+                m.status
+            ),
+        }
+    )
+}
+
+/// Go `%v` of a `ResourceList` (a map of `resource.Quantity` values, printed field by field:
+/// `map[storage:{{1073741824 0} {<nil>} 1Gi BinarySI}]`).
+fn resource_list(list: Option<&BTreeMap<String, Quantity>>) -> String {
+    let entries: BTreeMap<String, String> = list
+        .into_iter()
+        .flatten()
+        .map(|(k, q)| (k.clone(), quantity_fields(&q.0)))
+        .collect();
+    map(Some(&entries))
+}
+
+/// The fields of a parsed `resource.Quantity`: `{{value scale} {<nil>} text format}` for the
+/// integer forms (`1Gi`, `2G`, `100`); anything else is shown as its text.
+fn quantity_fields(text: &str) -> String {
+    const BINARY: [(&str, u32); 6] = [
+        ("Ki", 10),
+        ("Mi", 20),
+        ("Gi", 30),
+        ("Ti", 40),
+        ("Pi", 50),
+        ("Ei", 60),
+    ];
+    const DECIMAL: [(&str, i32); 6] = [
+        ("k", 3),
+        ("M", 6),
+        ("G", 9),
+        ("T", 12),
+        ("P", 15),
+        ("E", 18),
+    ];
+    let digits = text.bytes().take_while(u8::is_ascii_digit).count();
+    let (number, suffix) = text.split_at(digits);
+    let Ok(n) = number.parse::<i64>() else {
+        return text.to_owned();
+    };
+    if let Some((_, shift)) = BINARY.iter().find(|(s, _)| *s == suffix) {
+        if let Some(v) = n.checked_mul(1i64 << shift) {
+            return format!("{{{{{v} 0}} {{<nil>}} {text} BinarySI}}");
+        }
+    } else if let Some((_, scale)) = DECIMAL.iter().find(|(s, _)| *s == suffix) {
+        return format!("{{{{{n} {scale}}} {{<nil>}} {text} DecimalSI}}");
+    } else if suffix.is_empty() {
+        return format!("{{{{{n} 0}} {{<nil>}} {text} DecimalSI}}");
+    }
+    text.to_owned()
 }
 
 /// Parses a boolean as Go's `strconv.ParseBool` does.
@@ -191,6 +303,31 @@ pub(crate) fn format_go_duration(duration: Duration) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What upstream prints for a clone source that is not Bound (checked against Go's output).
+    #[test]
+    fn a_claim_status_prints_as_gos_struct_value() {
+        assert_eq!(claim_status(None), "{ [] map[] [] map[] map[] <nil> nil}");
+        let pending = PersistentVolumeClaimStatus {
+            phase: Some("Pending".into()),
+            ..Default::default()
+        };
+        assert_eq!(
+            claim_status(Some(&pending)),
+            "{Pending [] map[] [] map[] map[] <nil> nil}"
+        );
+        let lost = PersistentVolumeClaimStatus {
+            phase: Some("Lost".into()),
+            access_modes: Some(vec!["ReadWriteOnce".into()]),
+            capacity: Some([("storage".to_owned(), Quantity("1Gi".into()))].into()),
+            ..Default::default()
+        };
+        assert_eq!(
+            claim_status(Some(&lost)),
+            "{Lost [ReadWriteOnce] map[storage:{{1073741824 0} {<nil>} 1Gi BinarySI}] [] map[] map[] <nil> nil}"
+        );
+        assert_eq!(quantity_fields("2G"), "{{2 9} {<nil>} 2G DecimalSI}");
+    }
 
     #[test]
     fn quote_escapes_like_go() {

@@ -39,7 +39,8 @@ pub const ANN_BOUND_BY_CONTROLLER: &str = "pv.kubernetes.io/bound-by-controller"
 /// Key in `pv.spec.csi.volumeAttributes` holding the provisioner identity.
 pub const VOLUME_ATTR_PROVISIONER_IDENTITY: &str = "storage.kubernetes.io/csiProvisionerIdentity";
 /// VolumeSnapshotContent annotation that allows a volume-mode change on restore.
-pub const ANN_ALLOW_VOLUME_MODE_CHANGE: &str = "snapshot.storage.k8s.io/allow-volume-mode-change";
+pub const ANN_ALLOW_VOLUME_MODE_CHANGE: &str =
+    "snapshot.storage.kubernetes.io/allow-volume-mode-change";
 
 // === Finalizers ===
 

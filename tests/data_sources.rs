@@ -202,6 +202,50 @@ async fn a_restore_gets_the_snapshot_as_its_content_source() {
     assert_content_source(&driver, &pv, ContentSource::Snapshot(id)).await;
 }
 
+/// Issue 33: a Block restore of a Filesystem snapshot is refused until the content carries
+/// upstream's key, `snapshot.storage.kubernetes.io/allow-volume-mode-change: "true"` (ours looked
+/// for `snapshot.storage.k8s.io/...` and refused it for ever, naming the wrong key).
+#[tokio::test]
+async fn a_restore_changing_the_volume_mode_binds_once_the_content_allows_it() {
+    let (cluster, driver, _sidecar) = start_single_node(&[], &[]).await;
+    cluster.claim_with_fast_class(NS, "src").await;
+    let source_pv = cluster.wait_bound(NS, "src").await;
+    let id = snapshot(&cluster, &driver, &handle(&source_pv), "snap", true).await;
+
+    let mut block = restored_from("restored", "snap");
+    block.spec.as_mut().expect("spec").volume_mode = Some("Block".into());
+    cluster.create(&cluster.pvcs(NS), &block).await;
+    cluster
+        .wait_claim_event(
+            NS,
+            "restored",
+            "ProvisioningFailed",
+            "requested volume default/restored modifies the mode of the source volume but does not have permission to do so. snapshot.storage.kubernetes.io/allow-volume-mode-change annotation is not present on snapshotcontent content-snap",
+        )
+        .await;
+
+    let contents: kube::Api<DynamicObject> = kube::Api::all_with(
+        cluster.client.clone(),
+        &snapshot_api("VolumeSnapshotContent", "volumesnapshotcontents"),
+    );
+    let allow = json!({"metadata": {"annotations": {
+        "snapshot.storage.kubernetes.io/allow-volume-mode-change": "true"}}});
+    contents
+        .patch(
+            "content-snap",
+            &PatchParams::default(),
+            &Patch::Merge(&allow),
+        )
+        .await
+        .expect("annotate the content");
+    let pv = cluster.wait_bound(NS, "restored").await;
+    assert_eq!(
+        pv.spec.as_ref().and_then(|s| s.volume_mode.as_deref()),
+        Some("Block")
+    );
+    assert_content_source(&driver, &pv, ContentSource::Snapshot(id)).await;
+}
+
 #[tokio::test]
 async fn a_snapshot_not_ready_is_refused_with_an_event_and_no_create_volume() {
     let (cluster, driver, _sidecar) = start_single_node(&[], &[]).await;
@@ -244,7 +288,7 @@ async fn a_clone_smaller_than_its_source_or_of_a_missing_claim_is_refused() {
             NS,
             "small",
             "ProvisioningFailed",
-            "new PVC request must be greater than or equal in size to the specified PVC data source, requested 512Mi but source is 1Gi",
+            "new PVC request must be greater than or equal in size to the specified PVC data source, requested 536870912 but source is 1073741824",
         )
         .await;
     cluster
@@ -252,7 +296,7 @@ async fn a_clone_smaller_than_its_source_or_of_a_missing_claim_is_refused() {
             NS,
             "orphan",
             "ProvisioningFailed",
-            "error getting PVC nowhere (namespace \"default\") from api server",
+            "error getting PVC nowhere (namespace \"default\") from api server: persistentvolumeclaim \"nowhere\" not found",
         )
         .await;
     assert_eq!(

@@ -121,8 +121,8 @@ async fn a_claim_seen_before_its_class_gets_no_warning() {
 }
 
 /// No false alarms: a claim selected to a node that just joined, whose CSINode the sidecar's
-/// cache has not seen yet, keeps its selected node (no `SelectedNodeCleared` Warning) and is
-/// provisioned there.
+/// cache has not seen yet, keeps its selected node (no "failed to get selected CSINode" Warning)
+/// and is provisioned there.
 #[tokio::test]
 async fn a_claim_selected_to_a_node_the_cache_has_not_seen_keeps_its_node() {
     let cluster = Cluster::start().await;
@@ -171,8 +171,88 @@ async fn a_claim_selected_to_a_node_the_cache_has_not_seen_keeps_its_node() {
     assert!(
         events
             .iter()
-            .all(|(reason, _)| reason != "SelectedNodeCleared"),
+            .all(|(_, message)| !message.contains("failed to get selected CSINode")),
         "{events:?}"
     );
     assert_eq!(driver.state().await.volumes[0].node, "node-2");
+}
+
+/// Issue 33: a claim whose name has 237 characters or more would get events named
+/// `<claim>.<16 hex>`, over 253 characters, which the API server refuses: it got no event at all.
+/// As client-go, such events get a generated `<uuid>.<hex>` name, and arrive.
+#[tokio::test]
+async fn a_claim_with_a_very_long_name_gets_its_events() {
+    let (cluster, _driver, _sidecar) = start_single_node(&[], &[]).await;
+    let name = format!("c{}", "x".repeat(238));
+    cluster.claim_with_fast_class(NS, &name).await;
+    cluster.wait_bound(NS, &name).await;
+    let started = format!("External provisioner is provisioning volume for claim \"{NS}/{name}\"");
+    cluster
+        .wait_claim_event(NS, &name, "Provisioning", &started)
+        .await;
+    cluster
+        .wait_claim_event(
+            NS,
+            &name,
+            "ProvisioningSucceeded",
+            "Successfully provisioned volume",
+        )
+        .await;
+    let events = cluster.events_on("PersistentVolumeClaim", NS, &name).await;
+    assert!(
+        events
+            .iter()
+            .all(|e| e.metadata.name.as_deref().is_some_and(|n| n.len() <= 253)),
+        "{events:?}"
+    );
+}
+
+/// Issue 33: a claim left to an external populator gets upstream's two events: the library's
+/// Normal `Provisioning` (component `<driver>_<host>_<uuid>`), then "Assuming an external populator
+/// will provision the volume" from the component `external-provisioner`; no CreateVolume.
+#[tokio::test]
+async fn a_claim_for_an_external_populator_gets_upstreams_two_events() {
+    let (cluster, driver, _sidecar) = start_single_node(&[], &[]).await;
+    cluster.add_class(&storage_class("fast", &[])).await;
+    let mut pvc = claim(NS, "populated", "fast", "1Gi");
+    pvc.spec.as_mut().unwrap().data_source_ref =
+        Some(k8s_openapi::api::core::v1::TypedObjectReference {
+            api_group: Some("hello.example.com".into()),
+            kind: "Hello".into(),
+            name: "h1".into(),
+            namespace: None,
+        });
+    cluster.create(&cluster.pvcs(NS), &pvc).await;
+    cluster
+        .wait_claim_event(
+            NS,
+            "populated",
+            "Provisioning",
+            "Assuming an external populator will provision the volume",
+        )
+        .await;
+    cluster
+        .wait_claim_event(
+            NS,
+            "populated",
+            "Provisioning",
+            "External provisioner is provisioning",
+        )
+        .await;
+    let events = cluster
+        .events_on("PersistentVolumeClaim", NS, "populated")
+        .await;
+    let component_of = |needle: &str| {
+        events
+            .iter()
+            .find(|e| e.message.as_deref().is_some_and(|m| m.contains(needle)))
+            .and_then(|e| e.source.as_ref()?.component.clone())
+            .unwrap_or_default()
+    };
+    assert_eq!(component_of("external populator"), "external-provisioner");
+    assert!(
+        component_of("External provisioner").starts_with("mock.csi.rs_"),
+        "{events:?}"
+    );
+    assert_eq!(driver.state().await.calls("CreateVolume"), 0);
 }

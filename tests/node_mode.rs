@@ -877,6 +877,79 @@ async fn controller_mode_answers_volumes_of_a_deleted_node_with_a_per_node_topol
     .await;
 }
 
+/// Issue 28: a claim selected for node-b lands on node-a because node-b is full (the requisite
+/// allows it). When node-b is deleted and the claim released, the volume lives on node-a, a node
+/// that exists: it must be deleted through the driver, never answered as gone with node-b.
+#[tokio::test]
+async fn a_volume_placed_off_its_selected_node_is_deleted_through_the_driver_when_that_node_goes() {
+    let cluster = Cluster::start().await;
+    cluster.add_node("node-a").await;
+    cluster.add_node("node-b").await;
+    let driver = Driver::start(
+        cluster.dir.path(),
+        "node-a",
+        &[
+            "--topology",
+            "--topology-node=node-b",
+            "--capacity-total=10Gi",
+        ],
+    )
+    .await;
+    let filler = driver
+        .create_volume_on("filler", Some("node-b"), Some(10 << 30))
+        .await;
+    let sidecar = Sidecar::start(
+        &cluster,
+        &driver,
+        &[
+            "--feature-gates=Topology=true",
+            "--deleted-node-grace-period=2s",
+            "--http-endpoint=127.0.0.1:0",
+        ],
+    )
+    .await;
+    cluster.add_class(&delayed_class("local")).await;
+    let pv = claim_on(&cluster, "data", "local", "node-b").await;
+    let pv_name = name_of(&pv);
+    assert_eq!(affinity_values(&pv), vec!["node-a".to_string()]);
+    assert_eq!(
+        annotation(&pv, ANN_NODE_NAME),
+        None,
+        "node-b is not where it lives"
+    );
+    let handle = pv
+        .spec
+        .as_ref()
+        .and_then(|s| s.csi.as_ref())
+        .unwrap()
+        .volume_handle
+        .clone();
+
+    delete_pod(&cluster, "data").await;
+    cluster.delete_node("node-b").await;
+    cluster.delete_pvc_and_wait(NS, "data").await;
+    cluster.wait_pv_gone(&pv_name).await;
+
+    let state = driver.state().await;
+    assert!(
+        state.volume(&handle).is_none(),
+        "the volume on node-a was deleted"
+    );
+    assert!(
+        state.delete_calls.iter().any(|(id, _)| *id == handle),
+        "through DeleteVolume"
+    );
+    assert!(state.volume(&filler).is_some());
+    assert!(
+        cluster
+            .events_for("PersistentVolume", "", &pv_name)
+            .await
+            .iter()
+            .all(|(r, _)| r != GONE)
+    );
+    assert_eq!(sidecar.metric(ANSWERED).await.unwrap_or(0.0), 0.0);
+}
+
 #[tokio::test]
 async fn a_selected_node_without_our_driver_is_cleared_so_the_scheduler_picks_again() {
     let cluster = Cluster::start().await;
@@ -887,10 +960,15 @@ async fn a_selected_node_without_our_driver_is_cleared_so_the_scheduler_picks_ag
     cluster.add_class(&delayed_class("local")).await;
     claim_selected_to(&cluster, "data", "local", "node-x").await;
 
-    let message = cluster
-        .wait_claim_event(NS, "data", "SelectedNodeCleared", "node-x")
+    // Upstream's event for a selected node without a CSINode (it reschedules this case too).
+    cluster
+        .wait_claim_event(
+            NS,
+            "data",
+            "ProvisioningFailed",
+            "failed to get selected CSINode node-x: csinode.storage.k8s.io \"node-x\" not found",
+        )
         .await;
-    assert!(message.contains(DRIVER), "{message}");
     wait_selected_node_removed(&cluster, "data").await;
     // The scheduler picks a node with our driver; the claim is provisioned there.
     cluster.schedule(NS, "pod-data", "data", "node-a").await;
@@ -906,7 +984,7 @@ async fn node_mode_one_instance_clears_a_selected_node_without_our_driver() {
     claim_selected_to(&cluster, "data", "local", "node-x").await;
 
     cluster
-        .wait_claim_event(NS, "data", "SelectedNodeCleared", "node-x")
+        .wait_claim_event(NS, "data", "ProvisioningFailed", "selected CSINode node-x")
         .await;
     wait_selected_node_removed(&cluster, "data").await;
     // Each instance records events under its own source: one event object means one instance.
@@ -914,7 +992,7 @@ async fn node_mode_one_instance_clears_a_selected_node_without_our_driver() {
         .events_for("PersistentVolumeClaim", NS, "data")
         .await
         .into_iter()
-        .filter(|(reason, _)| reason == "SelectedNodeCleared")
+        .filter(|(_, message)| message.starts_with("failed to get selected CSINode node-x"))
         .count();
     assert_eq!(cleared, 1, "one instance cleared the claim");
     cluster.schedule(NS, "pod-data", "data", "node-b").await;

@@ -36,6 +36,7 @@ use super::metrics::CapacityMetrics;
 use super::plan::{self, Diff, Identity, Key, Segment};
 use crate::config::{Config, RateLimit};
 use crate::csi::DriverInfo;
+use crate::k8s::errors::describe;
 use crate::k8s::watch::watch_shared;
 use crate::retry::Backoff;
 use crate::runtime::{CapacityNudge, Context, Shutdown};
@@ -88,7 +89,11 @@ pub(crate) async fn prepare(
                 .ok()
                 .filter(|n| !n.is_empty())
                 .context("need POD_NAME env variable to determine CSIStorageCapacity owner")?;
-            let owner = super::owner::lookup(&client, &namespace, &pod, levels).await?;
+            // Its message only: main prints the chain (`{:#}`), where the kube::Error source would
+            // add kube's Status dump after the API server's message already in the text.
+            let owner = super::owner::lookup(&client, &namespace, &pod, levels)
+                .await
+                .map_err(|e| anyhow::Error::msg(e.to_string()))?;
             info!(
                 "using {}/{} {} as owner of CSIStorageCapacity objects",
                 owner.api_version, owner.kind, owner.name
@@ -476,7 +481,10 @@ impl Loop<'_> {
                             Ok(None)
                         }
                         Err(kube::Error::Api(s)) if s.code == 404 => Ok(None),
-                        Err(e) => Err(format!("delete CSIStorageCapacity {name}: {e}")),
+                        Err(e) => Err(format!(
+                            "delete CSIStorageCapacity {name}: {}",
+                            describe(&e)
+                        )),
                     }
                 }
                 Job::Sync {

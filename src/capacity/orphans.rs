@@ -13,6 +13,7 @@ use tokio::sync::watch;
 use tracing::{info, warn};
 
 use super::plan;
+use crate::k8s::errors::describe;
 use crate::runtime::{Context, Shutdown};
 
 /// Node-deployment mode: deletes the objects of instances whose node was deleted (nobody else
@@ -68,7 +69,7 @@ pub(crate) async fn sweep(
         let objects = match api.list(&ListParams::default().labels(&selector)).await {
             Ok(list) => list.items,
             Err(e) => {
-                warn!(error = %e, "listing CSIStorageCapacities of other instances failed; retrying later");
+                warn!(error = %describe(&e), "listing CSIStorageCapacities of other instances failed; retrying later");
                 continue;
             }
         };
@@ -92,7 +93,7 @@ pub(crate) async fn sweep(
                 .filter_map(|n| n.metadata.name)
                 .collect::<Vec<_>>(),
             Err(e) => {
-                warn!(error = %e, "listing Nodes to confirm a deleted node failed; retrying later");
+                warn!(error = %describe(&e), "listing Nodes to confirm a deleted node failed; retrying later");
                 continue;
             }
         };
@@ -111,7 +112,7 @@ pub(crate) async fn sweep(
                     Err(kube::Error::Api(s)) if s.code == 404 => {}
                     Err(e) => {
                         all_gone = false;
-                        warn!(object = %name, error = %e, "deleting CSIStorageCapacity of a deleted node failed; retrying later");
+                        warn!(object = %name, error = %describe(&e), "deleting CSIStorageCapacity of a deleted node failed; retrying later");
                     }
                 }
             }

@@ -14,7 +14,10 @@ use super::plan::controller_of;
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum OwnerError {
     /// A GET along the chain failed.
-    #[error("look up owner(s) of pod: get {kind} {namespace}/{name}: {source}")]
+    #[error(
+        "look up owner(s) of pod: get {kind} {namespace}/{name}: {}",
+        crate::k8s::errors::describe(source)
+    )]
     Get {
         kind: String,
         namespace: String,

@@ -8,6 +8,7 @@ use tracing::{debug, info};
 
 use super::plan::{self, Identity, Key, Reported, Write};
 use crate::csi::v1;
+use crate::k8s::errors::describe;
 use crate::leader::Leadership;
 
 /// GetCapacity for `key`, then the write [`plan::decide`] asks for. Returns the object written.
@@ -56,8 +57,10 @@ pub(crate) async fn sync(
                 .await
                 .map_err(|e| {
                     format!(
-                        "create CSIStorageCapacity for class {} segment {:?}: {e}",
-                        key.class, key.segment
+                        "create CSIStorageCapacity for class {} segment {:?}: {}",
+                        key.class,
+                        key.segment,
+                        describe(&e)
                     )
                 })?;
             info!(
@@ -75,7 +78,7 @@ pub(crate) async fn sync(
             let updated = api
                 .replace(&name, &PostParams::default(), &object)
                 .await
-                .map_err(|e| format!("update CSIStorageCapacity {name}: {e}"))?;
+                .map_err(|e| format!("update CSIStorageCapacity {name}: {}", describe(&e)))?;
             info!(object = %name, class = %key.class, segment = ?key.segment, available = reported.available, "updated CSIStorageCapacity");
             Ok(Some(updated))
         }

@@ -35,6 +35,7 @@ use super::ledgers::GoneLedgers;
 use super::policy::{self, GoneConfig, Now, check_interval};
 use super::tracker::{CancelReason, GoneAction, GonePlan, Lookup, NodeGoneTracker};
 use crate::k8s::cache::Cache;
+use crate::k8s::errors::describe;
 use crate::k8s::events::{EventSpec, reference_to};
 use crate::k8s::patch::{self, DeleteOutcome};
 use crate::model::locate::{HOSTNAME_LABEL, Mode, NodeLookup, NodeQuery, PerNodeKeys};
@@ -169,7 +170,7 @@ impl Janitor {
             .collect();
         let keys = self.tracker.config().per_node_keys.clone();
         if let Err(e) = label_unlabelled(&self.ctx, &keys, Some(&values)).await {
-            warn!(error = %e, "labelling this node's PVs written without our labels failed; a clean-up sweep will label them");
+            warn!(error = %describe(&e), "labelling this node's PVs written without our labels failed; a clean-up sweep will label them");
         }
     }
 
@@ -338,7 +339,7 @@ impl Janitor {
                         }
                     }
                     Err(e) => {
-                        warn!(error = %e, %selector, "listing the PVs of deleted nodes failed; retrying at the next pass");
+                        warn!(error = %describe(&e), %selector, "listing the PVs of deleted nodes failed; retrying at the next pass");
                         complete = false;
                         break;
                     }
@@ -354,7 +355,7 @@ impl Janitor {
                 }
                 Ok(None) => {}
                 Err(e) => {
-                    warn!(pv = %name, error = %e, "reading a PV of a deleted node failed; retrying at the next pass");
+                    warn!(pv = %name, error = %describe(&e), "reading a PV of a deleted node failed; retrying at the next pass");
                     complete = false;
                 }
             }
@@ -474,7 +475,7 @@ impl Janitor {
                 return;
             }
             Err(e) => {
-                warn!(pv = %name, error = %e, "could not re-read the PV; asking again later");
+                warn!(pv = %name, error = %describe(&e), "could not re-read the PV; asking again later");
                 *next = (*next).min(Instant::now() + self.interval);
                 return;
             }
@@ -545,7 +546,7 @@ impl Janitor {
                     // Gone already: the PV is released next and answered at once.
                     Ok(None) => return,
                     Err(e) => {
-                        warn!(pv = %pv, claim = %format!("{}/{}", claim.namespace, claim.name), error = %e,
+                        warn!(pv = %pv, claim = %format!("{}/{}", claim.namespace, claim.name), error = %describe(&e),
                             "could not read the claim of a volume whose node is gone; next pass");
                         return;
                     }

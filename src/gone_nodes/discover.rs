@@ -15,6 +15,7 @@ use kube::api::{ListParams, Patch, PatchParams};
 use kube::{Api, ResourceExt};
 use tracing::{debug, info, warn};
 
+use crate::k8s::errors::describe;
 use crate::model::locate::{HOSTNAME_LABEL, Mode, NodeLookup, NodeQuery, PerNodeKeys};
 use crate::names;
 use crate::node_mode::scope;
@@ -180,7 +181,7 @@ impl Lists {
                 self.next_sweep = Some(now + scope::SWEEP_INTERVAL);
             }
             Err(e) => {
-                warn!(error = %e, "sweeping the driver's PVs for deleted nodes failed; retrying at the next pass");
+                warn!(error = %describe(&e), "sweeping the driver's PVs for deleted nodes failed; retrying at the next pass");
                 self.next_sweep = Some(now);
             }
         }

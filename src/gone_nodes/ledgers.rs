@@ -20,6 +20,7 @@ use kube::api::{DeleteParams, ListParams, Preconditions};
 use kube::{Api, Client};
 use tracing::{debug, info, warn};
 
+use crate::k8s::errors::describe;
 use crate::model::locate::NodeLookup;
 use crate::names::{LEDGER_ENTRIES_ANNOTATION, LEDGER_NODE_ANNOTATION, LEDGER_NODE_LABEL};
 use crate::node_mode::scope::SWEEP_INTERVAL;
@@ -121,7 +122,8 @@ impl GoneLedgers {
                 Err(e) => {
                     warn!(
                         namespace,
-                        "listing the intent ledgers of nodes failed, retrying: {e}"
+                        "listing the intent ledgers of nodes failed, retrying: {}",
+                        describe(&e)
                     );
                     return Some(now + grace.min(Duration::from_secs(30)));
                 }
@@ -217,7 +219,7 @@ impl GoneLedgers {
                 Err(kube::Error::Api(s)) if s.code == 404 => {}
                 // 409: its node's instance wrote it meanwhile (the node is back).
                 Err(e) => {
-                    warn!(%node, lease = %name, "could not remove the intent ledger of a deleted node: {e}")
+                    warn!(%node, lease = %name, "could not remove the intent ledger of a deleted node: {}", describe(&e))
                 }
             }
         }

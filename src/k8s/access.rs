@@ -21,6 +21,8 @@ use k8s_openapi::api::authorization::v1::{
 use kube::Api;
 use kube::api::PostParams;
 
+use crate::k8s::errors::describe;
+
 /// One permission the sidecar needs: `verb` on `resource` of API `group`, cluster-wide or in
 /// `namespace`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -304,7 +306,7 @@ async fn rules_in(client: &kube::Client, namespace: &str) -> Option<Vec<Resource
     {
         Ok(answer) => answer.status.map(|s| s.resource_rules),
         Err(error) => {
-            tracing::debug!(%error, namespace, "SelfSubjectRulesReview not answered; asking per permission");
+            tracing::debug!(error = %describe(&error), namespace, "SelfSubjectRulesReview not answered; asking per permission");
             None
         }
     }
@@ -392,7 +394,7 @@ pub(crate) async fn self_check(client: &kube::Client, features: &Features) -> Op
             Some(missing)
         }
         Err(error) => {
-            tracing::warn!(%error, "RBAC self-check skipped: the API server did not answer a SelfSubjectAccessReview");
+            tracing::warn!(error = %describe(&error), "RBAC self-check skipped: the API server did not answer a SelfSubjectAccessReview");
             None
         }
     }

@@ -12,6 +12,8 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tracing::{Instrument, debug, info_span, warn};
 
+use crate::k8s::errors::describe_watch;
+
 /// VolumeAttachments by the PV they attach, so the delete path asks "is this PV attached?" in O(1)
 /// instead of scanning every attachment (upstream lists all of them on every delete).
 #[derive(Clone, Default)]
@@ -124,7 +126,7 @@ impl AttachmentIndex {
                 while let Some(event) = stream.next().await {
                     match event {
                         Ok(event) => index.apply(&event),
-                        Err(e) => warn!(error = %e, "watch of volumeattachments failed; retrying"),
+                        Err(e) => warn!(error = %describe_watch(&e), "watch of volumeattachments failed; retrying"),
                     }
                 }
             }

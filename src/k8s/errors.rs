@@ -89,14 +89,39 @@ impl std::fmt::Display for ApiErrorClass {
     }
 }
 
-/// A one-line description of `err` for events and logs: the API server's own message and code,
-/// instead of kube's rendering of the whole Status structure.
+/// `err` as upstream's Go code prints it (`err.Error()` of a client-go error): the API server's
+/// own message (`secrets "x" not found`), never kube's rendering of the whole Status structure.
+/// Every error text with a `kube::Error` in it, in events and logs alike, goes through here.
 pub(crate) fn describe(err: &kube::Error) -> String {
     match err {
-        kube::Error::Api(status) if !status.message.is_empty() => {
-            format!("{} (HTTP {})", status.message, status.code)
-        }
+        kube::Error::Api(status) if !status.message.is_empty() => status.message.clone(),
+        // client-go's text for a Status without a message names the reason and code.
+        kube::Error::Api(status) => format!(
+            "the server responded with the status code {} but did not return more information ({})",
+            status.code,
+            if status.reason.is_empty() {
+                "unknown"
+            } else {
+                status.reason.as_str()
+            }
+        ),
         other => other.to_string(),
+    }
+}
+
+/// A watch failure as client-go's reflector words it (`failed to list ...: <err>`), the inner
+/// `kube::Error` through [`describe`]: kube's own Display would dump the whole Status.
+pub(crate) fn describe_watch(err: &kube::runtime::watcher::Error) -> String {
+    use kube::runtime::watcher::Error;
+    match err {
+        Error::InitialListFailed(e) => format!("failed to list: {}", describe(e)),
+        Error::WatchStartFailed(e) => format!("failed to watch: {}", describe(e)),
+        Error::WatchFailed(e) => format!("watch ended with: {}", describe(e)),
+        Error::WatchError(status) => format!(
+            "watch ended with: {}",
+            describe(&kube::Error::Api(status.clone()))
+        ),
+        Error::NoResourceVersion => err.to_string(),
     }
 }
 
@@ -251,6 +276,56 @@ mod tests {
         let decode = kube::Error::SerdeError(serde_json::from_str::<u8>("x").unwrap_err());
         assert_eq!(classify(&decode), ApiErrorClass::Other);
         assert!(!classify(&decode).is_retryable());
+    }
+
+    /// Issue 28: an API error reads as upstream's `err.Error()`, the server's own message.
+    #[test]
+    fn an_api_error_reads_as_the_servers_message() {
+        let missing = kube::Error::Api(
+            Status::failure(r#"secrets "missing-secret" not found"#, "NotFound")
+                .with_code(404)
+                .boxed(),
+        );
+        assert_eq!(describe(&missing), r#"secrets "missing-secret" not found"#);
+        let bare = kube::Error::Api(
+            Status::failure("", "ServiceUnavailable")
+                .with_code(503)
+                .boxed(),
+        );
+        let text = describe(&bare);
+        assert!(text.contains("503") && !text.contains("Status {"), "{text}");
+    }
+
+    #[test]
+    fn watch_failures_read_like_the_reflector_without_a_status_dump() {
+        use kube::runtime::watcher::Error;
+        let not_found = || {
+            kube::Error::Api(
+                Status::failure(
+                    "the server could not find the requested resource",
+                    "NotFound",
+                )
+                .with_code(404)
+                .boxed(),
+            )
+        };
+        assert_eq!(
+            describe_watch(&Error::InitialListFailed(not_found())),
+            "failed to list: the server could not find the requested resource"
+        );
+        assert_eq!(
+            describe_watch(&Error::WatchStartFailed(not_found())),
+            "failed to watch: the server could not find the requested resource"
+        );
+        assert_eq!(
+            describe_watch(&Error::WatchFailed(not_found())),
+            "watch ended with: the server could not find the requested resource"
+        );
+        let gone = Status::failure("too old resource version: 1 (2)", "Expired").with_code(410);
+        assert_eq!(
+            describe_watch(&Error::WatchError(gone.boxed())),
+            "watch ended with: too old resource version: 1 (2)"
+        );
     }
 
     #[test]

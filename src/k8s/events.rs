@@ -15,7 +15,6 @@
 //! shown to every user who can read Events: callers build them from our own error types, which
 //! never carry secret values.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -27,8 +26,9 @@ use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::json;
 
 use super::client::TokenBucket;
-use super::errors::{ApiErrorClass, classify};
+use super::errors::{ApiErrorClass, classify, describe};
 use crate::names;
+use aggregate::{AggregationKey, Correlator, Decision};
 pub(crate) use queue::EventQueueMetrics;
 #[cfg(test)]
 use queue::QUEUE_CAPACITY;
@@ -36,6 +36,7 @@ use queue::QUEUE_CAPACITY;
 use queue::Queued;
 use queue::{EventQueue, send_queued, spare_token};
 
+mod aggregate;
 mod queue;
 
 /// Repeats within this time of the previous one update the existing Event (the API server keeps
@@ -77,8 +78,8 @@ pub(crate) struct EventSource {
 }
 
 impl EventSource {
-    /// The component upstream's CSI-specific code reports as: `external-provisioner`.
-    #[cfg(test)]
+    /// The component upstream's CSI-specific code reports as: `external-provisioner` (its one
+    /// event: a claim left to an external populator).
     pub(crate) fn csi_provisioner() -> Self {
         Self {
             component: names::EVENT_COMPONENT.to_owned(),
@@ -178,169 +179,10 @@ pub(crate) fn reference_to<K: Resource<DynamicType = ()>>(obj: &K) -> ObjectRefe
     }
 }
 
-// === Aggregation (pure) ===
-
-/// What makes two events "the same" (client-go's `getEventKey` minus the fields we never set).
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-struct AggregationKey {
-    component: String,
-    host: Option<String>,
-    kind: Option<String>,
-    namespace: Option<String>,
-    name: Option<String>,
-    uid: Option<String>,
-    api_version: Option<String>,
-    type_: EventType,
-    reason: String,
-    message: String,
-}
-
-impl AggregationKey {
-    fn new(source: &EventSource, object: &ObjectReference, spec: &EventSpec) -> Self {
-        Self {
-            component: source.component.clone(),
-            host: source.host.clone(),
-            kind: object.kind.clone(),
-            namespace: object.namespace.clone(),
-            name: object.name.clone(),
-            uid: object.uid.clone(),
-            api_version: object.api_version.clone(),
-            type_: spec.type_,
-            reason: spec.reason.clone(),
-            message: spec.message.clone(),
-        }
-    }
-}
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-struct Seen {
-    name: String,
-    count: i32,
-    first: Timestamp,
-    last: Timestamp,
-}
-
-/// What to send for one observed event.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) enum Decision {
-    /// Create a new Event with this name, count and times.
-    Create {
-        name: String,
-        count: i32,
-        first: Timestamp,
-        last: Timestamp,
-    },
-    /// Update the existing Event `name` to this count and lastTimestamp.
-    Update {
-        name: String,
-        count: i32,
-        first: Timestamp,
-        last: Timestamp,
-    },
-    /// Nothing: the episode already has its event.
-    Suppress,
-}
-
-/// The bounded memory behind aggregation and episodes.
-#[derive(Debug, Default)]
-pub(crate) struct Correlator {
-    seen: HashMap<AggregationKey, Seen>,
-    episodes: HashMap<String, Timestamp>,
-}
-
-impl Correlator {
-    #[cfg(test)]
-    fn observe(
-        &mut self,
-        key: AggregationKey,
-        dedupe_key: Option<&str>,
-        now: Timestamp,
-        fresh_name: impl FnOnce() -> String,
-    ) -> Decision {
-        self.observe_n(key, dedupe_key, now, now, 1, fresh_name)
-    }
-
-    /// [`Correlator::observe`] for `repeats` occurrences between `first` and `now` (repeats that
-    /// waited in the send queue together).
-    fn observe_n(
-        &mut self,
-        key: AggregationKey,
-        dedupe_key: Option<&str>,
-        first: Timestamp,
-        now: Timestamp,
-        repeats: i32,
-        fresh_name: impl FnOnce() -> String,
-    ) -> Decision {
-        let mut repeats = repeats;
-        if let Some(episode) = dedupe_key {
-            // Repeats of an episode's event that waited in the send queue together are one
-            // occurrence: the episode is what is counted, not the retries inside it.
-            repeats = 1;
-            match self.episodes.get(episode) {
-                Some(&at) if now.duration_since(at) < EPISODE_REFRESH => return Decision::Suppress,
-                _ => {
-                    evict_oldest(&mut self.episodes, |t| *t);
-                    self.episodes.insert(episode.to_owned(), now);
-                }
-            }
-        }
-        match self.seen.get_mut(&key) {
-            Some(seen) if now.duration_since(seen.last) < AGGREGATION_WINDOW => {
-                seen.count = seen.count.saturating_add(repeats);
-                seen.last = now;
-                Decision::Update {
-                    name: seen.name.clone(),
-                    count: seen.count,
-                    first: seen.first,
-                    last: now,
-                }
-            }
-            _ => {
-                let name = fresh_name();
-                evict_oldest(&mut self.seen, |s| s.last);
-                self.seen.insert(
-                    key,
-                    Seen {
-                        name: name.clone(),
-                        count: repeats,
-                        first,
-                        last: now,
-                    },
-                );
-                Decision::Create {
-                    name,
-                    count: repeats,
-                    first,
-                    last: now,
-                }
-            }
-        }
-    }
-
-    pub(super) fn end_episode(&mut self, key: &str) {
-        self.episodes.remove(key);
-    }
-}
-
-/// Makes room for one more entry when the map is full, forgetting the least recently used one.
-fn evict_oldest<K: Clone + Eq + std::hash::Hash, V>(
-    map: &mut HashMap<K, V>,
-    at: impl Fn(&V) -> Timestamp,
-) {
-    if map.len() < CACHE_CAPACITY {
-        return;
-    }
-    if let Some(oldest) = map
-        .iter()
-        .min_by_key(|(_, v)| at(v))
-        .map(|(k, _)| k.clone())
-    {
-        map.remove(&oldest);
-    }
-}
-
 /// `<object-name>.<hex>`: client-go's `<name>.<hex UnixNano>`, made strictly increasing within the
-/// process so two events in the same nanosecond never collide.
+/// process so two events in the same nanosecond never collide. Where that is no valid object
+/// name (an object name of 237 characters or more makes it longer than 253), client-go's
+/// fallback: `<random UUID as 32 hex digits>.<hex>`, so long-named claims still get events.
 fn event_name(object_name: &str, now: Timestamp) -> String {
     static LAST: AtomicU64 = AtomicU64::new(0);
     let nanos = u64::try_from(now.as_nanosecond()).unwrap_or(0);
@@ -352,7 +194,26 @@ fn event_name(object_name: &str, now: Timestamp) -> String {
             Err(actual) => prev = actual,
         }
     };
-    format!("{object_name}.{unique:x}")
+    let name = format!("{object_name}.{unique:x}");
+    if is_dns_subdomain(&name) {
+        name
+    } else {
+        format!("{}.{unique:x}", random_uuid().replace('-', ""))
+    }
+}
+
+/// Kubernetes' `IsDNS1123Subdomain`: at most 253 characters of lowercase alphanumerics, `-` and
+/// `.`, each dot-separated label starting and ending alphanumeric.
+fn is_dns_subdomain(name: &str) -> bool {
+    let alnum = |c: u8| c.is_ascii_lowercase() || c.is_ascii_digit();
+    name.len() <= 253
+        && name.split('.').all(|label| {
+            let b = label.as_bytes();
+            !b.is_empty()
+                && alnum(b[0])
+                && alnum(b[b.len() - 1])
+                && b.iter().all(|&c| alnum(c) || c == b'-')
+        })
 }
 
 /// The namespace an Event about `object` lives in (`default` for cluster-scoped objects).
@@ -537,9 +398,17 @@ impl Recorder {
                 namespace = object.namespace.as_deref().unwrap_or_default(),
                 name = object.name.as_deref().unwrap_or_default(),
                 class = %classify(&err),
-                error = %err,
+                error = %describe(&err),
                 "could not record event (not retried)"
             );
+        }
+    }
+
+    /// The same recorder (queue, rate budget, aggregation) reporting as `source`.
+    pub(crate) fn as_source(&self, source: EventSource) -> Self {
+        Self {
+            source: Arc::new(source),
+            ..self.clone()
         }
     }
 

@@ -99,6 +99,21 @@ fn event_names_are_the_object_name_and_a_unique_hex_suffix() {
     }
 }
 
+/// Issue 33: a claim name of 237+ characters would give an event name over 253; client-go then
+/// names the event `<uuid hex>.<hex>`, so long-named claims still get their events.
+#[test]
+fn an_event_of_a_long_named_object_gets_a_generated_name() {
+    let long = format!("c{}", "x".repeat(238));
+    let name = event_name(&long, at(0));
+    assert!(name.len() <= 253, "{name}");
+    let (head, tail) = name.split_once('.').unwrap();
+    assert_eq!(head.len(), 32);
+    assert!(head.bytes().all(|c| c.is_ascii_hexdigit()), "{name}");
+    assert!(u64::from_str_radix(tail, 16).is_ok(), "{name}");
+    let fits = "c".repeat(236);
+    assert!(event_name(&fits, at(0)).starts_with(&format!("{fits}.")));
+}
+
 #[test]
 fn a_repeat_within_the_window_updates_the_same_event() {
     let mut c = Correlator::default();

@@ -8,7 +8,10 @@ use kube::{Api, Client};
 
 /// A Secret could not be read; the message has upstream's wording and never a value.
 #[derive(Debug, thiserror::Error)]
-#[error("error getting secret {name} in namespace {namespace}: {source}")]
+#[error(
+    "error getting secret {name} in namespace {namespace}: {}",
+    crate::k8s::errors::describe(source)
+)]
 pub(crate) struct SecretFetchError {
     /// Secret name.
     pub(crate) name: String,

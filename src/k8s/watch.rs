@@ -34,6 +34,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tracing::{Instrument, info, info_span, warn};
 
 use crate::k8s::cache::{Cache, CacheWriter};
+use crate::k8s::errors::describe_watch;
 use crate::k8s::lean::Lean;
 
 /// Changes buffered per subscriber: how far a slow controller may lag before the watch waits.
@@ -288,7 +289,7 @@ where
                 let event = match event {
                     Ok(event) => event,
                     Err(e) if streaming && !listed && refuses_watch_list(&e) => {
-                        info!(error = %e, "the API server does not stream lists (WatchList); listing {what} in pages");
+                        info!(error = %describe_watch(&e), "the API server does not stream lists (WatchList); listing {what} in pages");
                         WATCH_LIST_REFUSED.store(true, Ordering::Relaxed);
                         streaming = false;
                         stream = open(false);
@@ -296,7 +297,7 @@ where
                     }
                     Err(e) => {
                         // The watcher re-lists by itself (410 Gone included); worth a line only.
-                        warn!(error = %e, "watch of {what} failed; retrying with backoff");
+                        warn!(error = %describe_watch(&e), "watch of {what} failed; retrying with backoff");
                         continue;
                     }
                 };
@@ -350,12 +351,14 @@ where
                         return Some((event, (stream, streaming, listed, open)));
                     }
                     Err(e) if streaming && !listed && refuses_watch_list(&e) => {
-                        info!(error = %e, "the API server does not stream lists (WatchList); listing {what} in pages");
+                        info!(error = %describe_watch(&e), "the API server does not stream lists (WatchList); listing {what} in pages");
                         WATCH_LIST_REFUSED.store(true, Ordering::Relaxed);
                         streaming = false;
                         stream = open(false);
                     }
-                    Err(e) => warn!(error = %e, "watch of {what} failed; retrying with backoff"),
+                    Err(e) => {
+                        warn!(error = %describe_watch(&e), "watch of {what} failed; retrying with backoff")
+                    }
                 }
             }
         },

@@ -28,6 +28,7 @@ use super::Leadership;
 use super::decide::{self, Decision, Elector, Timings};
 use crate::config::{KubeOptions, LeaderElectionOptions};
 use crate::http::Health;
+use crate::k8s::errors::describe;
 use crate::k8s::events::{EventSource, EventSpec, Recorder, reference_to};
 
 /// Where the service account's namespace is mounted in a pod.
@@ -293,14 +294,14 @@ impl Shell {
                     return Attempt::Wrote(sent);
                 }
                 Err(e) => {
-                    debug!(lock = %self.describe, error = %e, "Failed to update lease optimistically, falling back to slow path");
+                    debug!(lock = %self.describe, error = %describe(&e), "Failed to update lease optimistically, falling back to slow path");
                 }
             }
         }
         let current = match self.api.get_opt(&self.name).await {
             Ok(current) => current,
             Err(e) => {
-                warn!(lock = %self.describe, error = %e, "Error retrieving lease lock");
+                warn!(lock = %self.describe, error = %describe(&e), "Error retrieving lease lock");
                 return Attempt::Failed;
             }
         };
@@ -352,7 +353,7 @@ impl Shell {
                 Attempt::Wrote(sent)
             }
             Err(e) => {
-                warn!(lock = %self.describe, error = %e, "Failed to update lease");
+                warn!(lock = %self.describe, error = %describe(&e), "Failed to update lease");
                 Attempt::Failed
             }
         }
@@ -424,7 +425,7 @@ impl Shell {
             }
             Ok(Ok(false)) => debug!(lock = %self.describe, "lease not ours; nothing to release"),
             Ok(Err(e)) => {
-                error!(lock = %self.describe, error = %e, "Failed to release lease; a standby takes over once it expires");
+                error!(lock = %self.describe, error = %describe(&e), "Failed to release lease; a standby takes over once it expires");
             }
             Err(_) => {
                 error!(lock = %self.describe, "Failed to release lease within the renew deadline; a standby takes over once it expires");

@@ -10,7 +10,7 @@ use k8s_openapi::api::core::v1::{PersistentVolume, VolumeNodeAffinity};
 use k8s_openapi::api::storage::v1::CSINode;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-use crate::k8s::errors::{ApiErrorClass, classify as classify_api_error};
+use crate::k8s::errors::{ApiErrorClass, classify as classify_api_error, describe};
 use crate::model::meta::non_empty_annotation;
 use crate::names;
 
@@ -143,6 +143,12 @@ impl NodeQuery {
         }
     }
 
+    /// Whether this query finds the node called `name` (by its name, or by a label valued with
+    /// it, as a per-node topology key or the host name usually is).
+    pub(crate) fn names(&self, name: &str) -> bool {
+        self.node_name() == name
+    }
+
     /// Label selector of the live LIST for [`NodeQuery::ByLabel`] (`None`: GET by name instead).
     pub(crate) fn label_selector(&self) -> Option<String> {
         match self {
@@ -215,7 +221,7 @@ impl NodeLookup {
             Ok(None) => Self::NotFound,
             Err(e) if classify_api_error(e) == ApiErrorClass::NotFound => Self::NotFound,
             Err(e) => Self::Failed {
-                reason: format!("{} error: {e}", classify_api_error(e)),
+                reason: format!("{} error: {}", classify_api_error(e), describe(e)),
             },
         }
     }
@@ -231,7 +237,7 @@ impl NodeLookup {
                 None => Self::NotFound,
             },
             Err(e) => Self::Failed {
-                reason: format!("{} error: {e}", classify_api_error(e)),
+                reason: format!("{} error: {}", classify_api_error(e), describe(e)),
             },
         }
     }
@@ -333,12 +339,22 @@ pub(crate) fn node_query(
     };
     match (recorded, pin_of(affinity, keys, recorded)) {
         (_, Pin::Spread) => Err(Unlocated::NotNodeLocal),
-        (Some(name), Pin::Node(_)) => Ok(by_record(name)),
+        (Some(name), Pin::Node(query)) if query.names(name) => Ok(by_record(name)),
+        // Node mode records the instance's own node, where its driver made the volume; that
+        // node's host name label may differ from its name.
+        (Some(name), Pin::Node(NodeQuery::ByLabel { key, .. }))
+            if mode == Mode::Node && key == HOSTNAME_LABEL =>
+        {
+            Ok(by_record(name))
+        }
+        // The affinity pins another node than the one recorded (a claim selected for one node
+        // whose volume the driver placed on another): where the volume is wins over where it was
+        // asked to be.
+        (_, Pin::Node(query)) => Ok(query),
         // Without affinity every instance may reach the volume in controller mode (one controller
         // plugin serves all nodes), so only node mode trusts the record alone.
         (Some(name), Pin::NoAffinity) if mode == Mode::Node => Ok(by_record(name)),
         (Some(_), Pin::NoAffinity) => Err(Unlocated::NotNodeLocal),
-        (None, Pin::Node(query)) => Ok(query),
         (None, Pin::NoAffinity) => Err(Unlocated::NoNodeKnown),
     }
 }
@@ -498,6 +514,39 @@ mod tests {
                 None
             ),
             Pin::NoAffinity
+        );
+    }
+
+    /// Issue 28: a claim selected for node-2 whose volume the driver placed on node-1. The
+    /// recorded node-2 must not decide: node-1 existing keeps the volume from being answered.
+    #[test]
+    fn the_affinity_wins_over_a_recorded_node_it_does_not_pin() {
+        let keys = PerNodeKeys::new(["topo/node"]);
+        let placed_elsewhere = pv("pv")
+            .annotation(names::ANN_NODE_NAME, "node-2")
+            .annotation(names::ANN_NODE_UID, "uid-2")
+            .node_affinity([("topo/node", "node-1")])
+            .build();
+        for mode in [Mode::Controller, Mode::Node] {
+            assert_eq!(
+                node_query(&placed_elsewhere, mode, &keys),
+                Ok(NodeQuery::ByLabel {
+                    key: "topo/node".into(),
+                    value: "node-1".into()
+                })
+            );
+        }
+        let placed_there = pv("pv")
+            .annotation(names::ANN_NODE_NAME, "node-1")
+            .annotation(names::ANN_NODE_UID, "uid-1")
+            .node_affinity([("topo/node", "node-1")])
+            .build();
+        assert_eq!(
+            node_query(&placed_there, Mode::Controller, &keys),
+            Ok(NodeQuery::ByName {
+                name: "node-1".into(),
+                uid: Some("uid-1".into())
+            })
         );
     }
 }

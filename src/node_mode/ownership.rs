@@ -170,7 +170,8 @@ impl CsiNodeLookup {
 pub(crate) struct ClearSelectedNode {
     /// The selected node being cleared.
     pub(crate) node: String,
-    /// Warning event reason on the PVC ([`names::EVENT_SELECTED_NODE_CLEARED`]).
+    /// Warning event reason on the PVC: upstream's `ProvisioningFailed` where upstream
+    /// reschedules too, else [`names::EVENT_SELECTED_NODE_CLEARED`].
     pub(crate) reason: &'static str,
     /// Event message: which node and why.
     pub(crate) message: String,
@@ -190,7 +191,18 @@ pub(crate) fn selected_node_check(
     let node = selected_node(pvc)?;
     let why = match lookup {
         CsiNodeLookup::Unknown | CsiNodeLookup::HasDriver => return None,
-        CsiNodeLookup::NotFound => "the node has no CSINode object",
+        // Upstream reschedules this one too, with its own words: the same event here.
+        CsiNodeLookup::NotFound => {
+            return Some(ClearSelectedNode {
+                node: node.to_owned(),
+                reason: names::EVENT_PROVISIONING_FAILED,
+                message: format!(
+                    "failed to get selected CSINode {node}: csinode.storage.k8s.io {} not found",
+                    crate::gofmt::quote(node)
+                ),
+            });
+        }
+        // Upstream never reschedules this one (the claim waits for ever, its issue 544).
         CsiNodeLookup::LacksDriver => "the node's CSINode does not list the driver",
     };
     Some(ClearSelectedNode {

@@ -228,9 +228,14 @@ fn a_selected_node_without_our_driver_is_cleared_with_an_event_naming_it() {
 
     let missing = CsiNodeLookup::of(None, "d.example.com");
     let decision = check_node(&claim, &clear_inputs(&me, missing));
-    assert!(
-        matches!(&decision, Ownership::ClearSelectedNode(c) if c.message.contains("no CSINode")),
-        "{decision:?}"
+    // No CSINode: upstream's reschedule, in its words.
+    let Ownership::ClearSelectedNode(missing) = decision else {
+        panic!("expected the selected node to be cleared, got {decision:?}");
+    };
+    assert_eq!(missing.reason, "ProvisioningFailed");
+    assert_eq!(
+        missing.message,
+        "failed to get selected CSINode gpu-7: csinode.storage.k8s.io \"gpu-7\" not found"
     );
 }
 

@@ -19,6 +19,7 @@ use tracing::{info, warn};
 
 use super::scope;
 use crate::csi::DriverInfo;
+use crate::k8s::errors::describe;
 use crate::k8s::watch::{Watched, WatchedLean, watch_lean_scoped, watch_shared_scoped};
 use crate::model::locate::{HOSTNAME_LABEL, PerNodeKeys};
 
@@ -119,7 +120,7 @@ async fn own_hostname(client: &Client, node_name: &str) -> Option<String> {
                 return None;
             }
             Err(e) => {
-                warn!(node = %node_name, attempt, error = %e, "reading our Node for its host name failed");
+                warn!(node = %node_name, attempt, error = %describe(&e), "reading our Node for its host name failed");
                 tokio::time::sleep(delay).await;
                 delay *= 2;
             }

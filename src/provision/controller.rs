@@ -82,7 +82,7 @@ pub(crate) enum ProvisionError {
     #[error(transparent)]
     Patch(#[from] patch::PatchError),
     /// A Kubernetes call failed.
-    #[error("{what}: {source}")]
+    #[error("{what}: {}", crate::k8s::errors::describe(source))]
     Kube {
         /// What was attempted.
         what: String,
@@ -416,7 +416,7 @@ async fn reconcile_claim(
         Some(name) => Some(
             Box::pin(Api::<VolumeAttributesClass>::all(ctx.client.clone()).get_opt(name))
                 .await
-                .map_err(|e| e.to_string()),
+                .map_err(|e| describe(&e)),
         ),
         None => None,
     };
@@ -528,11 +528,7 @@ async fn reconcile_claim(
             Ok(Action::requeue(CACHE_LAG_RETRY))
         }
         ClaimDecision::ClearSelectedNode(reason) => {
-            let object = reference_to(pvc.as_ref());
-            ctx.events.emit(
-                object,
-                EventSpec::warning(reason.event_reason(), reason.message()),
-            );
+            selected_node_cleared(&state, &pvc, &reason);
             state.memory().unpin(&key);
             Box::pin(clear_selected_node(&state, &pvc)).await?;
             Ok(Action::await_change())

@@ -137,6 +137,9 @@ pub(crate) enum SourceLookup {
     Resolved(ContentSource),
     /// Resolution failed with this error text.
     Failed(String),
+    /// No ReferenceGrant lets the claim use a source in another namespace: upstream reports
+    /// this text as it is, not as a handle error.
+    Denied(String),
 }
 
 /// What the shell read before calling [`decide_claim`].
@@ -238,6 +241,12 @@ impl ClearReason {
             ClearReason::NoDriverInstance(c) => c.reason,
             ClearReason::Reschedule(_) => names::EVENT_PROVISIONING_FAILED,
         }
+    }
+
+    /// Whether the clearing is one of upstream's failed attempts, which its library announces
+    /// with the Normal `Provisioning` event first.
+    pub(crate) fn is_failed_attempt(&self) -> bool {
+        self.event_reason() == names::EVENT_PROVISIONING_FAILED
     }
 
     /// The event message.

@@ -70,6 +70,9 @@ pub(crate) enum PlanError {
         "dataSourceRef namespace specified but the CrossNamespaceVolumeDataSource feature is disabled"
     )]
     CrossNamespaceDisabled,
+    /// A cross-namespace source no ReferenceGrant allows.
+    #[error("{0}")]
+    SourceDenied(String),
     /// The data source could not be resolved to a handle.
     #[error("error getting handle for DataSource Type {kind} by Name {name}: {reason}")]
     SourceUnresolved {

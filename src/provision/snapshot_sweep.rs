@@ -16,6 +16,7 @@ use kube::{Api, ResourceExt};
 use tracing::{debug, info, warn};
 
 use super::source::{SNAPSHOT_SOURCE_FINALIZER, SourceRef, source_ref};
+use crate::k8s::errors::describe;
 use crate::runtime::{Context, Shutdown};
 
 /// `namespace/name` of the snapshots that keep their finalizer: sources of claims still Pending
@@ -90,7 +91,7 @@ async fn sweep(ctx: &Context, all: &Api<DynamicObject>) -> bool {
                 return false;
             }
             Err(e) => {
-                warn!(error = %e, "listing VolumeSnapshots for the orphan sweep failed; retrying at the next interval");
+                warn!(error = %describe(&e), "listing VolumeSnapshots for the orphan sweep failed; retrying at the next interval");
                 return true;
             }
         }
@@ -129,7 +130,7 @@ async fn sweep(ctx: &Context, all: &Api<DynamicObject>) -> bool {
                 info!(snapshot = %format!("{namespace}/{name}"), "snapshot-source finalizer removed: no pending claim restores from it")
             }
             Err(e) => {
-                debug!(snapshot = %format!("{namespace}/{name}"), error = %e, "removing an orphaned snapshot-source finalizer failed; retrying at the next sweep")
+                debug!(snapshot = %format!("{namespace}/{name}"), error = %describe(&e), "removing an orphaned snapshot-source finalizer failed; retrying at the next sweep")
             }
         }
     }

@@ -11,11 +11,12 @@ use serde::Deserialize;
 
 use super::quantity::parse_quantity;
 use super::request::{ContentSource, is_block, requested_bytes};
+use crate::gofmt;
+use crate::names::ANN_ALLOW_VOLUME_MODE_CHANGE as ALLOW_MODE_CHANGE;
 
 /// API group of VolumeSnapshot and VolumeSnapshotContent.
 pub(crate) const SNAPSHOT_GROUP: &str = "snapshot.storage.k8s.io";
 /// The annotation on a VolumeSnapshotContent that allows restoring into another volume mode.
-const ALLOW_MODE_CHANGE: &str = "snapshot.storage.k8s.io/allow-volume-mode-change";
 /// Upstream's finalizer that keeps a VolumeSnapshot while a volume is restored from it.
 pub(crate) const SNAPSHOT_SOURCE_FINALIZER: &str =
     crate::names::FINALIZER_SNAPSHOT_SOURCE_PROTECTION;
@@ -111,19 +112,6 @@ pub(crate) fn source_ref(pvc: &PersistentVolumeClaim) -> Option<SourceRef> {
     }
 }
 
-/// A claim's storage request as the API shows it (for messages), and in bytes.
-fn request(pvc: &PersistentVolumeClaim) -> (String, i64) {
-    let shown = pvc
-        .spec
-        .as_ref()
-        .and_then(|s| s.resources.as_ref())
-        .and_then(|r| r.requests.as_ref())
-        .and_then(|r| r.get("storage"))
-        .map(|q| q.0.clone())
-        .unwrap_or_else(|| "0".to_owned());
-    (shown, requested_bytes(pvc).unwrap_or(0))
-}
-
 fn mode_name(block: bool) -> &'static str {
     if block { "Block" } else { "Filesystem" }
 }
@@ -139,15 +127,19 @@ pub(crate) fn clone_source(
     driver: &str,
 ) -> Result<ContentSource, String> {
     let Some(source) = source else {
+        // Upstream reads its informer's cache, so the text is the lister's (singular resource)
+        // and names the claim's own namespace, whatever the source's.
         return Err(format!(
-            "error getting PVC {name} (namespace {namespace:?}) from api server: persistentvolumeclaims {name:?} not found"
+            "error getting PVC {name} (namespace {}) from api server: persistentvolumeclaim {} not found",
+            gofmt::quote(pvc.metadata.namespace.as_deref().unwrap_or_default()),
+            gofmt::quote(name)
         ));
     };
-    let phase = source.status.as_ref().and_then(|s| s.phase.clone());
-    if phase.as_deref() != Some("Bound") {
+    let phase = source.status.as_ref().and_then(|s| s.phase.as_deref());
+    if phase != Some("Bound") {
         return Err(format!(
             "the PVC DataSource {name} must have a status of Bound.  Got {}",
-            phase.unwrap_or_default()
+            gofmt::claim_status(source.status.as_ref())
         ));
     }
     // Upstream refuses any source being deleted, so a clone whose first attempt did not finish
@@ -172,10 +164,13 @@ pub(crate) fn clone_source(
             "the requested PVC ({own}) storageclass cannot be empty"
         ));
     }
-    let ((wanted_shown, wanted), (source_shown, from)) = (request(pvc), request(source));
+    let (wanted, from) = (
+        requested_bytes(pvc).unwrap_or(0),
+        requested_bytes(source).unwrap_or(0),
+    );
     if wanted < from {
         return Err(format!(
-            "error, new PVC request must be greater than or equal in size to the specified PVC data source, requested {wanted_shown} but source is {source_shown}"
+            "error, new PVC request must be greater than or equal in size to the specified PVC data source, requested {wanted} but source is {from}"
         ));
     }
     let volume_name = source
@@ -210,22 +205,21 @@ pub(crate) fn clone_source(
     Ok(ContentSource::Volume { volume_id })
 }
 
-/// Whether a pending claim of `claims` clones `source` (upstream's clone-protection check: same
-/// namespace, `dataSource` of kind PersistentVolumeClaim naming it, phase Pending), so the
-/// source's clone-protection finalizer must stay.
+/// Whether a pending claim of `claims` clones `source`, so the source's clone-protection
+/// finalizer must stay. Upstream looks only at `dataSource` in the source's namespace; a
+/// cross-namespace clone (`dataSourceRef` with a namespace) is protected here too, since the
+/// finalizer is added for it as well.
 pub(crate) fn clone_in_progress<'a>(
     source: &PersistentVolumeClaim,
     claims: impl IntoIterator<Item = &'a PersistentVolumeClaim>,
 ) -> bool {
-    let (namespace, name) = (&source.metadata.namespace, &source.metadata.name);
+    let wanted = SourceRef::Claim {
+        namespace: source.metadata.namespace.clone().unwrap_or_default(),
+        name: source.metadata.name.clone().unwrap_or_default(),
+    };
     claims.into_iter().any(|c| {
-        let clones = c
-            .spec
-            .as_ref()
-            .and_then(|s| s.data_source.as_ref())
-            .is_some_and(|d| d.kind == "PersistentVolumeClaim" && Some(&d.name) == name.as_ref());
         let phase = c.status.as_ref().and_then(|s| s.phase.as_deref());
-        clones && c.metadata.namespace == *namespace && phase.is_none_or(|p| p == "Pending")
+        source_ref(c).as_ref() == Some(&wanted) && phase.is_none_or(|p| p == "Pending")
     })
 }
 
@@ -429,11 +423,12 @@ pub(crate) fn snapshot_source(
         .and_then(|s| s.snapshot_handle.clone())
         .filter(|h| !h.is_empty())
     else {
-        return Err(format!("snapshot handle {content_name} is not available"));
+        // Upstream names the snapshot (the data source), not its content.
+        return Err(format!("snapshot handle {name} is not available"));
     };
     if let Some(size) = &status.restore_size {
         let restore = parse_quantity(&size.0).unwrap_or(0);
-        let (_, wanted) = request(pvc);
+        let wanted = requested_bytes(pvc).unwrap_or(0);
         if wanted < restore {
             return Err(format!(
                 "requested volume size {wanted} is less than the size {restore} for the source snapshot {name}"
@@ -470,16 +465,20 @@ fn check_mode_change(pvc: &PersistentVolumeClaim, content: &SnapshotContent) -> 
         .annotations
         .as_ref()
         .and_then(|a| a.get(ALLOW_MODE_CHANGE));
-    match annotation.map(|v| crate::gofmt::parse_go_bool(v)) {
+    let content_name = content.metadata.name.as_deref().unwrap_or_default();
+    match annotation.map(|v| (v, crate::gofmt::parse_go_bool(v))) {
         None => Err(format!(
-            "{start} {ALLOW_MODE_CHANGE} annotation is not present on snapshotcontent {}",
-            content.metadata.name.as_deref().unwrap_or_default()
+            "{start} {ALLOW_MODE_CHANGE} annotation is not present on snapshotcontent {content_name}"
         )),
-        Some(Err(e)) => Err(format!(
-            "{start} invalid value for {ALLOW_MODE_CHANGE} annotation: {e}"
+        // Go's strconv error, as upstream prints it.
+        Some((value, Err(_))) => Err(format!(
+            "{start} failed to convert {ALLOW_MODE_CHANGE} annotation value to boolean with error: strconv.ParseBool: parsing {}: invalid syntax",
+            crate::gofmt::quote(value)
         )),
-        Some(Ok(false)) => Err(format!("{start} {ALLOW_MODE_CHANGE} is set to false")),
-        Some(Ok(true)) => Ok(()),
+        Some((_, Ok(false))) => Err(format!(
+            "{start} {ALLOW_MODE_CHANGE} is set to false on snapshotcontent {content_name}"
+        )),
+        Some((_, Ok(true))) => Ok(()),
     }
 }
 

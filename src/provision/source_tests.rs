@@ -74,12 +74,16 @@ fn clone_checks_come_in_upstreams_order_with_its_messages() {
     let wanted = clone_of("1Gi");
 
     let missing = clone_source(&wanted, "ns", "src", None, None, DRIVER).unwrap_err();
-    assert!(missing.starts_with("error getting PVC src (namespace \"ns\") from api server"));
+    // Upstream's lister text: singular resource (issue 28).
+    assert_eq!(
+        missing,
+        "error getting PVC src (namespace \"ns\") from api server: persistentvolumeclaim \"src\" not found"
+    );
 
     let pending = pvc("ns", "src").class("fast").phase("Pending").build();
     assert_eq!(
         clone(&wanted, &pending, &source_pv).unwrap_err(),
-        "the PVC DataSource src must have a status of Bound.  Got Pending"
+        "the PVC DataSource src must have a status of Bound.  Got {Pending [] map[] [] map[] map[] <nil> nil}"
     );
     let deleting = pvc("ns", "src")
         .class("fast")
@@ -101,7 +105,7 @@ fn clone_checks_come_in_upstreams_order_with_its_messages() {
     );
     assert_eq!(
         clone(&clone_of("512Mi"), &source, &source_pv).unwrap_err(),
-        "error, new PVC request must be greater than or equal in size to the specified PVC data source, requested 512Mi but source is 1Gi"
+        "error, new PVC request must be greater than or equal in size to the specified PVC data source, requested 536870912 but source is 1073741824"
     );
     let other_driver = pv("pv-src")
         .driver("other.csi")
@@ -226,7 +230,7 @@ fn snapshot_checks_come_in_upstreams_order_with_its_messages() {
     no_handle.status = None;
     assert_eq!(
         restore(&wanted, &snapshot(true), &no_handle).unwrap_err(),
-        "snapshot handle content is not available"
+        "snapshot handle snap is not available"
     );
     assert_eq!(
         restore(&restore_of("1Gi"), &snapshot(true), &ours).unwrap_err(),
@@ -245,10 +249,30 @@ fn a_volume_mode_change_needs_the_contents_permission() {
         ),
         "{refused}"
     );
+    let start = "requested volume ns/r modifies the mode of the source volume but does not have permission to do so.";
+    // Issue 33: upstream's key is snapshot.storage.kubernetes.io, and its three texts.
+    assert_eq!(
+        refused,
+        format!(
+            "{start} snapshot.storage.kubernetes.io/allow-volume-mode-change annotation is not present on snapshotcontent content"
+        )
+    );
     let allowed = content(DRIVER, "Block", Some("true"));
     assert!(restore(&wanted, &snapshot(true), &allowed).is_ok());
     let denied = content(DRIVER, "Block", Some("false"));
-    assert!(restore(&wanted, &snapshot(true), &denied).is_err());
+    assert_eq!(
+        restore(&wanted, &snapshot(true), &denied).unwrap_err(),
+        format!(
+            "{start} snapshot.storage.kubernetes.io/allow-volume-mode-change is set to false on snapshotcontent content"
+        )
+    );
+    let garbled = content(DRIVER, "Block", Some("maybe"));
+    assert_eq!(
+        restore(&wanted, &snapshot(true), &garbled).unwrap_err(),
+        format!(
+            "{start} failed to convert snapshot.storage.kubernetes.io/allow-volume-mode-change annotation value to boolean with error: strconv.ParseBool: parsing \"maybe\": invalid syntax"
+        )
+    );
     // Without --prevent-volume-mode-conversion the mode is not compared.
     let read = SnapshotRead::Read(&snapshot(true), Some(Ok(&block)));
     assert!(snapshot_source(&wanted, "snap", read, "fast", DRIVER, false).is_ok());

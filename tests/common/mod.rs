@@ -684,11 +684,24 @@ impl Driver {
     /// Creates a volume straight through the driver's CSI socket, as an administrator does before
     /// writing a static PV for it (or as a leak looks); returns the volume id.
     pub async fn create_volume(&self, name: &str) -> String {
+        self.create_volume_on(name, None, None).await
+    }
+
+    /// [`Driver::create_volume`] of `bytes` (default 1 GiB) on `node`'s pool (a driver started
+    /// with `--topology`), e.g. to fill a node up.
+    pub async fn create_volume_on(
+        &self,
+        name: &str,
+        node: Option<&str>,
+        bytes: Option<i64>,
+    ) -> String {
         use mock_csi_driver::csi::v1::controller_client::ControllerClient;
         use mock_csi_driver::csi::v1::volume_capability::{
             AccessMode, AccessType, MountVolume, access_mode,
         };
-        use mock_csi_driver::csi::v1::{CreateVolumeRequest, VolumeCapability};
+        use mock_csi_driver::csi::v1::{
+            CapacityRange, CreateVolumeRequest, Topology, TopologyRequirement, VolumeCapability,
+        };
         let channel = mock_csi_driver::connect(&self.socket)
             .await
             .expect("connect to the mock driver's CSI socket");
@@ -700,6 +713,16 @@ impl Driver {
                 }),
                 access_type: Some(AccessType::Mount(MountVolume::default())),
             }],
+            capacity_range: bytes.map(|b| CapacityRange {
+                required_bytes: b,
+                limit_bytes: 0,
+            }),
+            accessibility_requirements: node.map(|n| TopologyRequirement {
+                requisite: vec![Topology {
+                    segments: [(TOPOLOGY_KEY.to_owned(), n.to_owned())].into(),
+                }],
+                preferred: vec![],
+            }),
             ..Default::default()
         };
         let response = ControllerClient::new(channel)

@@ -75,15 +75,18 @@ pub struct AllowEntry {
     pub upstream: Option<String>,
 }
 
+/// One entry with its regexes compiled: path, scenarios, ours, upstream.
+struct Compiled {
+    entry: AllowEntry,
+    path: Regex,
+    scenarios: Option<Regex>,
+    ours: Option<Regex>,
+    upstream: Option<Regex>,
+}
+
 /// The compiled allow-list.
 pub struct AllowList {
-    entries: Vec<(
-        AllowEntry,
-        Regex,
-        Option<Regex>,
-        Option<Regex>,
-        Option<Regex>,
-    )>,
+    entries: Vec<Compiled>,
 }
 
 fn side_matches(re: &Option<Regex>, value: &Option<String>) -> bool {
@@ -104,7 +107,13 @@ impl AllowList {
             let scen = e.scenarios.as_deref().map(compile).transpose()?;
             let ours = e.ours.as_deref().map(compile).transpose()?;
             let up = e.upstream.as_deref().map(compile).transpose()?;
-            entries.push((e, path, scen, ours, up));
+            entries.push(Compiled {
+                entry: e,
+                path,
+                scenarios: scen,
+                ours,
+                upstream: up,
+            });
         }
         Ok(AllowList { entries })
     }
@@ -113,18 +122,18 @@ impl AllowList {
     pub fn allows(&self, scenario: &str, d: &Difference) -> Option<&AllowEntry> {
         self.entries
             .iter()
-            .find(|(_, path, scen, ours, up)| {
-                path.is_match(&d.path)
-                    && scen.as_ref().is_none_or(|s| s.is_match(scenario))
-                    && side_matches(ours, &d.ours)
-                    && side_matches(up, &d.upstream)
+            .find(|c| {
+                c.path.is_match(&d.path)
+                    && c.scenarios.as_ref().is_none_or(|s| s.is_match(scenario))
+                    && side_matches(&c.ours, &d.ours)
+                    && side_matches(&c.upstream, &d.upstream)
             })
-            .map(|(e, ..)| e)
+            .map(|c| &c.entry)
     }
 
     /// Every entry's `why`, in file order (to report the ones no run used).
     pub fn reasons(&self) -> Vec<&str> {
-        self.entries.iter().map(|(e, ..)| e.why.as_str()).collect()
+        self.entries.iter().map(|c| c.entry.why.as_str()).collect()
     }
 }
 

@@ -9,7 +9,7 @@
 //! - Without it: ours against the recorded upstream outcomes, so CI needs no Go build. A
 //!   scenario without a recording is reported and skipped.
 //! - `DIFF_SCENARIO=text` runs the scenarios whose name contains `text`; `DIFF_JOBS=N` runs N at
-//!   a time (default 3); `DIFF_KEEP=1` keeps every world's directory (logs, kubeconfig).
+//!   a time (default 4); `DIFF_KEEP=1` keeps every world's directory (logs, kubeconfig).
 
 #[path = "../common/mod.rs"]
 mod common;
@@ -201,7 +201,7 @@ async fn every_scenario_leaves_what_upstream_leaves_outside_the_allow_list() {
     let jobs: usize = std::env::var("DIFF_JOBS")
         .ok()
         .and_then(|j| j.parse().ok())
-        .unwrap_or(3);
+        .unwrap_or(4);
 
     let verdicts: Vec<(String, Verdict)> = futures::stream::iter(scenarios.iter())
         .map(|s| {

@@ -196,14 +196,19 @@ pub fn normalise_text(s: &str, tokens: &Tokens) -> String {
 }
 
 /// A UUID no token names (the random part of an event source such as
-/// `<driver>_<host>_<uuid>`) becomes `<uuid>`.
+/// `<driver>_<host>_<uuid>`) becomes `<uuid>`, an RFC 3339 time in a message `<time>`.
 fn uuid_token(s: &str) -> String {
     static UUID: std::sync::OnceLock<regex::Regex> = std::sync::OnceLock::new();
     let re = UUID.get_or_init(|| {
         regex::Regex::new("[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
             .expect("valid regex")
     });
-    re.replace_all(s, "<uuid>").into_owned()
+    let s = re.replace_all(s, "<uuid>");
+    static TIME: std::sync::OnceLock<regex::Regex> = std::sync::OnceLock::new();
+    let time = TIME.get_or_init(|| {
+        regex::Regex::new(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z").expect("valid regex")
+    });
+    time.replace_all(&s, "<time>").into_owned()
 }
 
 /// `--volume-name-uuid-length` names a volume by the first N characters of the claim's UID
@@ -218,7 +223,7 @@ fn truncated_uid(s: &str, uid: &str, token: &str) -> String {
     let mut out = String::with_capacity(s.len());
     let mut rest = s;
     while let Some(at) = rest.find(head) {
-        let tail = rest[at..].as_bytes();
+        let tail = &rest.as_bytes()[at..];
         let n = tail.iter().zip(&plain).take_while(|(a, b)| a == b).count();
         out.push_str(&rest[..at]);
         out.push_str(&format!("{{{token}~{n}}}"));

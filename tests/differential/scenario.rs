@@ -5,6 +5,7 @@
 //! about: what a user does and what they should get
 //! mode: controller            # or `node`: one driver and one sidecar per node with a driver
 //! sidecar: [--extra-create-metadata]   # flags for both binaries, after the harness's defaults
+//! ours: [--deleted-node-grace-period=2s]  # flags for ours only (our own flags)
 //! driver: [--topology]        # mock driver flags (`--record-requests` is always on)
 //! nodes: [node-1, {name: node-2, driver: false}]
 //! objects: [...]              # created before the sidecars start
@@ -18,7 +19,8 @@
 //!
 //! Strings in objects may name values only known at run time: `{{volume:NAME}}` (the id of a
 //! volume made by a `volume` step), `{{snapshot:NAME}}` (a `snapshot` step's id),
-//! `{{volume-of:CLAIM}}` (the handle of the PV bound to CLAIM in `default`).
+//! `{{volume-of:CLAIM}}` (the handle of the PV bound to CLAIM in `default`), `{{uid:KIND/NAME}}`
+//! (the UID of an object a step created).
 
 use std::path::{Path, PathBuf};
 
@@ -40,6 +42,10 @@ pub struct Scenario {
     /// Flags both sidecars get after the harness defaults.
     #[serde(default)]
     pub sidecar: Vec<String>,
+    /// Flags only ours gets (this sidecar's own, which upstream would refuse), to show a
+    /// deliberate difference within the scenario's time.
+    #[serde(default)]
+    pub ours: Vec<String>,
     /// Flags of the mock driver(s).
     #[serde(default)]
     pub driver: Vec<String>,
@@ -109,6 +115,12 @@ pub enum Step {
     Create(Vec<Value>),
     /// Delete one object.
     Delete(ObjectRef),
+    /// JSON merge patch of one object's status subresource.
+    Status {
+        #[serde(flatten)]
+        target: ObjectRef,
+        merge: Value,
+    },
     /// JSON merge patch of one object.
     Patch {
         #[serde(flatten)]
@@ -258,6 +270,7 @@ steps:
   - wait: {quiet: 1.5}
   - delete: {kind: PersistentVolumeClaim, name: c1}
   - patch: {kind: PersistentVolume, name: pv1, merge: {spec: {}}}
+  - status: {kind: VolumeSnapshot, name: s1, merge: {status: {readyToUse: true}}}
   - driver: {fail: CreateVolume=INTERNAL:1}
   - volume: {name: v1, node: n1}
   - snapshot: {name: s1, of_claim: c1}
@@ -267,7 +280,7 @@ steps:
 "#;
         let s: Scenario = serde_saphyr::from_str(text).unwrap();
         assert_eq!(s.mode, Mode::Node);
-        assert_eq!(s.steps.len(), 13);
+        assert_eq!(s.steps.len(), 14);
         assert!(!s.nodes[1].has_driver());
         assert_eq!(s.quiet, 2.0);
     }

@@ -12,7 +12,7 @@ use mock_csi_driver::StateDump;
 use serde_json::{Value, json};
 
 use crate::common::{Cluster, Driver, Sidecar, TOPOLOGY_KEY};
-use crate::scenario::{Condition, DriverSwitch, Mode, Scenario, SidecarAction, Step};
+use crate::scenario::{Condition, DriverSwitch, Mode, ObjectRef, Scenario, SidecarAction, Step};
 
 /// How long one `wait` may take before it is recorded as timed out.
 pub const WAIT_DEADLINE: Duration = Duration::from_secs(60);
@@ -153,6 +153,9 @@ impl World {
                 continue;
             }
             let mut flags = self.scenario.sidecar.clone();
+            if self.binary.label == "ours" {
+                flags.extend(self.scenario.ours.iter().cloned());
+            }
             let mut env: Vec<(&str, &str)> = Vec::new();
             if self.scenario.mode == Mode::Node {
                 flags.insert(0, "--node-deployment".into());
@@ -242,6 +245,11 @@ impl World {
             .create(&PostParams::default(), &dynamic)
             .await
             .map_err(|e| format!("create {kind} {}: {e}", obj["metadata"]["name"]))?;
+        if let (Some(uid), Some(name)) = (&created.metadata.uid, &created.metadata.name) {
+            self.tokens
+                .vars
+                .insert(format!("uid:{kind}/{name}"), uid.clone());
+        }
         self.remember(&kind, &created.metadata);
         Ok(())
     }
@@ -341,7 +349,40 @@ impl World {
         Ok(())
     }
 
+    /// `{{var}}` references in one string.
+    fn substitute_str(&self, s: &str) -> String {
+        match self.substitute(Value::String(s.to_owned())) {
+            Value::String(out) => out,
+            _ => s.to_owned(),
+        }
+    }
+
+    fn substitute_ref(&self, r: ObjectRef) -> ObjectRef {
+        ObjectRef {
+            name: self.substitute_str(&r.name),
+            ..r
+        }
+    }
+
+    fn substitute_condition(&self, c: Condition) -> Condition {
+        match c {
+            Condition::Event { on, reason } => Condition::Event {
+                on: self.substitute_ref(on),
+                reason,
+            },
+            Condition::Gone(r) => Condition::Gone(self.substitute_ref(r)),
+            other => other,
+        }
+    }
+
     async fn step(&mut self, i: usize, step: Step) -> Result<(), String> {
+        let result = self.run_step(i, step).await;
+        // Every id seen on the way is a token, even of volumes gone by the end.
+        self.states().await;
+        result
+    }
+
+    async fn run_step(&mut self, i: usize, step: Step) -> Result<(), String> {
         match step {
             Step::Create(objs) => {
                 for obj in objs {
@@ -349,19 +390,30 @@ impl World {
                 }
             }
             Step::Delete(target) => {
+                let target = self.substitute_ref(target);
                 let (api, _) = self.api(&target.kind, target.namespace.as_deref())?;
                 api.delete(&target.name, &DeleteParams::default())
                     .await
                     .map_err(|e| format!("delete {} {}: {e}", target.kind, target.name))?;
             }
             Step::Patch { target, merge } => {
+                let target = self.substitute_ref(target);
                 let merge = self.substitute(merge);
                 let (api, _) = self.api(&target.kind, target.namespace.as_deref())?;
                 api.patch(&target.name, &PatchParams::default(), &Patch::Merge(&merge))
                     .await
                     .map_err(|e| format!("patch {} {}: {e}", target.kind, target.name))?;
             }
+            Step::Status { target, merge } => {
+                let target = self.substitute_ref(target);
+                let merge = self.substitute(merge);
+                let (api, _) = self.api(&target.kind, target.namespace.as_deref())?;
+                api.patch_status(&target.name, &PatchParams::default(), &Patch::Merge(&merge))
+                    .await
+                    .map_err(|e| format!("patch status of {} {}: {e}", target.kind, target.name))?;
+            }
             Step::Wait(cond) => {
+                let cond = self.substitute_condition(cond);
                 let what = format!("step {i}: wait {cond:?}");
                 if !self.wait(&cond).await {
                     self.timeouts.push(what);

@@ -200,8 +200,8 @@ async fn a_deleted_selected_node_is_cleared_so_the_pod_can_go_elsewhere() {
         .wait_claim_event(
             NS,
             "data",
-            "SelectedNodeCleared",
-            "selected node \"node-2\" has no instance of driver \"mock.csi.rs\"",
+            "ProvisioningFailed",
+            "failed to get selected CSINode node-2: csinode.storage.k8s.io \"node-2\" not found",
         )
         .await;
     wait_claim(&cluster, "data", "selected node cleared", |p| {
@@ -252,8 +252,11 @@ async fn a_retry_after_a_timeout_keeps_its_topology_when_the_node_vanishes() {
     assert_eq!(volume_node(&driver, &pvc).await, "node-2");
     assert_eq!(
         cluster
-            .event_count("PersistentVolumeClaim", "", "data", "SelectedNodeCleared")
-            .await,
+            .events_for("PersistentVolumeClaim", NS, "data")
+            .await
+            .iter()
+            .filter(|(_, message)| message.starts_with("failed to get selected CSINode"))
+            .count(),
         0
     );
 }
@@ -278,6 +281,11 @@ async fn a_selected_node_deleted_while_its_claim_is_held_back_is_cleared_within_
     cluster.delete_node("node-2").await;
     history.wait_selected_node_cleared("node-2").await;
     cluster
-        .wait_claim_event(NS, "data", "SelectedNodeCleared", "\"node-2\"")
+        .wait_claim_event(
+            NS,
+            "data",
+            "ProvisioningFailed",
+            "failed to get selected CSINode node-2",
+        )
         .await;
 }

@@ -10,6 +10,7 @@ use kube::{Api, ResourceExt};
 use serde::de::DeserializeOwned;
 
 use super::Provisioner;
+use crate::k8s::errors::describe;
 use crate::k8s::patch::PatchOutcome;
 use crate::provision::plan::SourceLookup;
 use crate::provision::request::ContentSource;
@@ -66,10 +67,10 @@ pub(super) async fn read(
                 SourceRef::Claim { .. } => "PersistentVolumeClaim",
                 SourceRef::Snapshot { .. } => "VolumeSnapshot",
             };
-            Err(format!(
+            return SourceLookup::Denied(format!(
                 "accessing {namespace}/{name} of {kind} dataSource from {own_namespace}/{} isn't allowed",
                 pvc.name_any()
-            ))
+            ));
         }
         SourceRef::Claim { namespace, name } => read_clone(state, pvc, namespace, name).await,
         SourceRef::Snapshot { namespace, name } => {
@@ -124,7 +125,7 @@ async fn read_clone(
             .map_err(|e| {
                 format!(
                     "error getting PVC {name} (namespace {namespace:?}) from api server: {}",
-                    message(&e)
+                    describe(&e)
                 )
             })?,
     };
@@ -208,17 +209,9 @@ fn snapshot_source(
 
 /// GETs one object and reads the fields `T` names; the error is the API server's message.
 async fn get_as<T: DeserializeOwned>(api: &Api<DynamicObject>, name: &str) -> Result<T, String> {
-    let object = api.get(name).await.map_err(|e| message(&e))?;
+    let object = api.get(name).await.map_err(|e| describe(&e))?;
     let value = serde_json::to_value(&object).map_err(|e| e.to_string())?;
     serde_json::from_value(value).map_err(|e| format!("unexpected {name}: {e}"))
-}
-
-/// The API server's own message for an API error (`... not found`), else the error.
-fn message(e: &kube::Error) -> String {
-    match e {
-        kube::Error::Api(status) => status.message.clone(),
-        other => other.to_string(),
-    }
 }
 
 /// Upstream's source protection before CreateVolume: the clone source claim gets the
@@ -228,9 +221,8 @@ pub(super) async fn protect(
     state: &Provisioner,
     pvc: &PersistentVolumeClaim,
 ) -> Result<(), String> {
-    let own_namespace = pvc.namespace().unwrap_or_default();
     match source::source_ref(pvc) {
-        Some(SourceRef::Claim { namespace, name }) if namespace == own_namespace => {
+        Some(SourceRef::Claim { namespace, name }) => {
             let api =
                 Api::<PersistentVolumeClaim>::namespaced(state.ctx.client.clone(), &namespace);
             let cached = state
@@ -259,8 +251,10 @@ pub(super) async fn protect(
                 Ok(PatchOutcome::Deleting(_)) => Err(format!(
                     "the PVC DataSource {name} is currently being deleted"
                 )),
+                // Upstream's lister text, unwrapped (setCloneFinalizer).
                 Ok(PatchOutcome::Gone) => Err(format!(
-                    "error getting PVC {name} (namespace {namespace:?}) from api server: not found"
+                    "persistentvolumeclaim {} not found",
+                    crate::gofmt::quote(&name)
                 )),
                 Err(e) => Err(e.to_string()),
             }
@@ -324,7 +318,7 @@ async fn snapshot_finalizer(
         Err(e) => {
             return Err(format!(
                 "error getting snapshot {name} from api server: {}",
-                message(&e)
+                describe(&e)
             ));
         }
     };
@@ -345,7 +339,7 @@ async fn snapshot_finalizer(
         Err(kube::Error::Api(s)) if s.code == 403 || s.code == 404 => Ok(()),
         Err(e) => Err(format!(
             "updating the finalizers of snapshot {name}: {}",
-            message(&e)
+            describe(&e)
         )),
     }
 }
@@ -360,13 +354,15 @@ pub(super) async fn release_clone_source(
         return Ok(None);
     }
     let namespace = pvc.namespace().unwrap_or_default();
+    // Other namespaces too where a cross-namespace clone (dataSourceRef) may be in progress.
+    let cross = state.settings.cross_namespace_data_source;
     let claims: Vec<PersistentVolumeClaim> = state
         .ctx
         .stores
         .pvcs
         .state()
         .iter()
-        .filter(|c| c.namespace() == Some(namespace.as_str()))
+        .filter(|c| cross || c.namespace() == Some(namespace.as_str()))
         .map(|c| c.full())
         .collect();
     if source::clone_in_progress(pvc, &claims) {

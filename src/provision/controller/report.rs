@@ -2,17 +2,25 @@
 
 #[allow(clippy::wildcard_imports)]
 use super::*;
+use crate::k8s::events::EventSource;
 
 pub(super) fn ignore(state: &Provisioner, pvc: &PersistentVolumeClaim, reason: &IgnoreReason) {
     debug!(claim = %claim_name(pvc), ?reason, "nothing to do for claim");
     if let IgnoreReason::ExternalPopulator(_) = reason {
-        state.ctx.events.emit(
-            reference_to(pvc),
-            EventSpec::normal(
-                names::EVENT_PROVISIONING,
-                "Assuming an external populator will provision the volume",
-            ),
-        );
+        // Upstream's library announces every attempt, then its CSI code, reporting as
+        // `external-provisioner`, says the populator will do it: two events from two sources.
+        provisioning_event(state, pvc);
+        state
+            .ctx
+            .events
+            .as_source(EventSource::csi_provisioner())
+            .emit(
+                reference_to(pvc),
+                EventSpec::normal(
+                    names::EVENT_PROVISIONING,
+                    "Assuming an external populator will provision the volume",
+                ),
+            );
     }
 }
 
@@ -26,6 +34,22 @@ pub(super) fn provisioning_event(state: &Provisioner, pvc: &PersistentVolumeClai
                 claim_name(pvc)
             ),
         ),
+    );
+}
+
+/// The events of a claim whose selected node is cleared: upstream's failed attempt (announced
+/// by its Normal `Provisioning` first), or our `SelectedNodeCleared`.
+pub(super) fn selected_node_cleared(
+    state: &Provisioner,
+    pvc: &PersistentVolumeClaim,
+    reason: &ClearReason,
+) {
+    if reason.is_failed_attempt() {
+        provisioning_event(state, pvc);
+    }
+    state.ctx.events.emit(
+        reference_to(pvc),
+        EventSpec::warning(reason.event_reason(), reason.message()),
     );
 }
 

@@ -184,6 +184,7 @@ pub(super) fn plan(
         required_bytes,
         expects_content_source: source.is_some(),
         node: recorded_node(ctx, node),
+        node_is_selection: ctx.settings.node.is_none(),
     };
 
     let mut warnings = params::deprecation_warnings(&class_params);
@@ -267,6 +268,7 @@ fn content_source(
     match lookup {
         SourceLookup::Resolved(cs) => Ok(Some(cs.clone())),
         SourceLookup::Failed(reason) => Err(source_error(kind, name, reason)),
+        SourceLookup::Denied(reason) => Err(PlanError::SourceDenied(reason.clone())),
         SourceLookup::NotResolved => Err(source_error(
             kind,
             name,

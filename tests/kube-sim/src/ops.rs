@@ -191,8 +191,28 @@ fn apply_defaults(rd: &ResourceDef, v: &mut Value) {
 }
 
 /// Conversions the real server applies on every write (Secret `stringData` folds into
-/// base64 `data`, default `type`).
+/// base64 `data`, default `type`; empty `omitempty` metadata lists and maps are dropped, as Go's
+/// encoding never stores them: a finalizer list emptied by a patch reads back absent).
 fn normalize(rd: &ResourceDef, v: &mut Value) {
+    if let Some(meta) = v.get_mut("metadata").and_then(Value::as_object_mut) {
+        for key in [
+            "finalizers",
+            "labels",
+            "annotations",
+            "ownerReferences",
+            "managedFields",
+        ] {
+            let empty = match meta.get(key) {
+                Some(Value::Array(a)) => a.is_empty(),
+                Some(Value::Object(o)) => o.is_empty(),
+                Some(Value::Null) => true,
+                _ => false,
+            };
+            if empty {
+                meta.remove(key);
+            }
+        }
+    }
     if rd.group.is_empty() && rd.plural == "secrets" {
         if let Some(sd) = v.as_object_mut().and_then(|m| m.remove("stringData"))
             && let Some(sd) = sd.as_object()

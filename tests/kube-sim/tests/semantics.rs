@@ -617,3 +617,26 @@ async fn counters_per_user_agent() {
     );
     assert_eq!(others.since(&others), kube_sim::Counters::default());
 }
+
+/// Go never stores an empty `omitempty` list or map: a finalizer list emptied by a patch reads
+/// back absent, as from a real API server (the differential suite compares such objects).
+#[tokio::test]
+async fn emptied_metadata_lists_and_maps_read_back_absent() {
+    let sim = Sim::start(SimConfig::bare()).await.unwrap();
+    let secrets: Api<Secret> = Api::namespaced(sim.client(), "default");
+    let s: Secret = obj(
+        json!({"metadata": {"name": "s", "finalizers": ["example.com/keep"],
+        "labels": {}, "annotations": {"a": "b"}}}),
+    );
+    secrets.create(&PostParams::default(), &s).await.unwrap();
+    let patch = json!({"metadata": {"finalizers": [], "annotations": {"a": null}}});
+    secrets
+        .patch("s", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    let raw = sim.object("secrets", "default", "s").unwrap();
+    let meta = raw["metadata"].as_object().unwrap();
+    assert!(!meta.contains_key("finalizers"), "{raw}");
+    assert!(!meta.contains_key("labels"), "{raw}");
+    assert!(!meta.contains_key("annotations"), "{raw}");
+}
