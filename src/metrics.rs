@@ -180,6 +180,9 @@ pub(crate) struct OperatorMetrics {
     /// `csi_provisioner_volumes_stuck`: PVs of the driver Released or Terminating for longer than
     /// [`STUCK_AFTER`] (counted at scrape).
     pub volumes_stuck: Family<StuckLabels, Gauge>,
+    /// `csi_provisioner_intent_volumes_kept_total`: volumes of abandoned provisionings kept
+    /// because whether the user chose to keep them could not be told.
+    pub intent_volumes_kept: Counter,
 }
 
 impl Default for OperatorMetrics {
@@ -189,6 +192,7 @@ impl Default for OperatorMetrics {
             claims_pending: Gauge::default(),
             retries: Family::default(),
             volumes_stuck: Family::default(),
+            intent_volumes_kept: Counter::default(),
         }
     }
 }
@@ -311,6 +315,11 @@ impl Metrics {
             "csi_provisioner_volumes_stuck",
             "PVs of this driver Released or Terminating for longer than 10 minutes.",
             operator.volumes_stuck.clone(),
+        );
+        registry.register(
+            "csi_provisioner_intent_volumes_kept",
+            "Volumes of abandoned provisionings kept instead of deleted because whether the user chose to keep them could not be told (a Retain class's volume whose claim and PV are both gone after a restart); csi-provisioner audit lists them as volumes without a PV.",
+            operator.intent_volumes_kept.clone(),
         );
         Self {
             registry,
@@ -435,8 +444,9 @@ mod tests {
     fn families_without_observations_are_omitted_as_client_golang_does_and_backlog_gauges_read_zero()
      {
         let text = Metrics::new().encode().unwrap();
-        // Upstream's labelled families appear only once observed; our unlabelled gauges and the
-        // latency histogram always answer, so an alert on them works from the first scrape.
+        // Upstream's labelled families appear only once observed; our unlabelled gauges, counter
+        // and the latency histogram always answer, so an alert on them works from the first
+        // scrape.
         let lines = sample_lines(&text);
         let unlabelled: Vec<&str> = lines
             .iter()
@@ -449,6 +459,7 @@ mod tests {
                 "csi_provisioner_claims_with_intent 0",
                 "csi_provisioner_volumes_awaiting_deletion 0",
                 "csi_provisioner_claims_pending 0",
+                "csi_provisioner_intent_volumes_kept_total 0",
             ]
         );
         assert!(lines.contains(&"csi_provisioner_claim_to_bound_seconds_count 0"));

@@ -128,6 +128,8 @@ async fn settle_and_check(cluster: &Cluster, drivers: &[&Driver], seed: u64) {
         delete_calls: &delete_calls,
         volume_claims: &volume_claims,
         claim_removals: &claim_removals,
+        volume_policies: &cluster.sim.volume_policies(),
+        reported_kept: &Default::default(),
     });
     let report: Vec<String> = violations.iter().map(ToString::to_string).collect();
     assert!(

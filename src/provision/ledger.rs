@@ -81,6 +81,10 @@ pub(crate) struct Entry {
     pub(crate) id: Option<String>,
     /// The CreateVolume request without secrets (protobuf, base64 in JSON).
     pub(crate) request: ByteString,
+    /// The class's reclaim policy is Retain: once its PV may have existed, the volume is the
+    /// user's to keep (see [`Entry::may_be_kept`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub(crate) retain: bool,
 }
 
 impl Entry {
@@ -89,6 +93,7 @@ impl Entry {
         pvc: &PersistentVolumeClaim,
         request: &CreateVolumeRequest,
         secret: Option<&SecretRef>,
+        retain: bool,
     ) -> Self {
         let mut stored = request.clone();
         // Secrets never leave the process: the reference is kept, the data fetched again.
@@ -101,7 +106,18 @@ impl Entry {
             secret: secret.map(|s| format!("{}/{}", s.namespace, s.name)),
             id: None,
             request: ByteString(stored.encode_to_vec()),
+            retain,
         }
+    }
+
+    /// Whether the volume of this entry, whose claim is gone and whose PV does not exist, may be
+    /// one a user chose to keep. A Retain PV carries no finalizer, so an admin may delete it
+    /// after its claim while the entry's removal is not written yet (a crash, a held write): the
+    /// entry then looks exactly like a CreateVolume whose PV was never made. Only a process that
+    /// recorded the entry itself and never made its PV (`recorded_here`) knows there was none;
+    /// otherwise the volume is kept, and reported, rather than deleted (issue 29).
+    pub(crate) fn may_be_kept(&self, recorded_here: bool) -> bool {
+        self.retain && !recorded_here
     }
 
     /// The provisioner secret reference.

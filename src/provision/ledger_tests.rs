@@ -15,7 +15,26 @@ fn entry(volume: &str) -> Entry {
         &pvc("ns", volume).build(),
         &request(volume),
         Some(&SecretRef::new("creds", "vault")),
+        false,
     )
+}
+
+/// Issue 29: a Retain class's entry whose claim and PV are gone is kept unless this process
+/// recorded it (and so knows no PV was made); the flag survives the Lease's JSON, and entries
+/// written before it existed read as Delete.
+#[test]
+fn a_retain_entry_read_from_an_earlier_process_may_be_a_kept_volume() {
+    let mut e = entry("pvc-r");
+    assert!(!e.may_be_kept(false));
+    e.retain = true;
+    assert!(e.may_be_kept(false));
+    assert!(!e.may_be_kept(true));
+    let text = serde_json::to_string(&e).unwrap();
+    let back: Entry = serde_json::from_str(&text).unwrap();
+    assert!(back.retain);
+    let old = serde_json::to_string(&entry("pvc-d")).unwrap();
+    assert!(!old.contains("retain"), "{old}");
+    assert!(!serde_json::from_str::<Entry>(&old).unwrap().retain);
 }
 
 #[test]

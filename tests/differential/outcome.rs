@@ -293,6 +293,7 @@ pub async fn settle(world: &mut World, quiet: Duration, deadline: Duration) -> b
     let mut since = tokio::time::Instant::now();
     loop {
         tokio::time::sleep(Duration::from_millis(200)).await;
+        world.crash_check().await;
         let now = observe(world).await;
         if now != last {
             last = now;

@@ -21,6 +21,8 @@
 //! volume made by a `volume` step), `{{snapshot:NAME}}` (a `snapshot` step's id),
 //! `{{volume-of:CLAIM}}` (the handle of the PV bound to CLAIM in `default`), `{{uid:KIND/NAME}}`
 //! (the UID of an object a step created).
+// Shared by the differential and crash-point suites; each uses a subset.
+#![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
 
@@ -49,6 +51,10 @@ pub struct Scenario {
     /// Flags of the mock driver(s).
     #[serde(default)]
     pub driver: Vec<String>,
+    /// Controller mode: this many sidecars with `--leader-election` (identities `replica-<i>`);
+    /// a crash point kills the leader only.
+    #[serde(default = "one")]
+    pub replicas: usize,
     /// Nodes of the cluster (a Node labelled with the mock's topology key, and its CSINode
     /// naming our driver unless `driver: false`).
     #[serde(default)]
@@ -59,9 +65,18 @@ pub struct Scenario {
     /// What happens, in order.
     #[serde(default)]
     pub steps: Vec<Step>,
+    /// Crash-point suite only: what happens while the sidecar is down at a crash point (each
+    /// step best-effort, waits at most 5 s), before the held request is released and the
+    /// sidecar restarted.
+    #[serde(default)]
+    pub while_down: Vec<Step>,
     /// Seconds the outcome must stay unchanged at the end before it is compared.
     #[serde(default = "default_quiet")]
     pub quiet: f64,
+}
+
+fn one() -> usize {
+    1
 }
 
 fn default_quiet() -> f64 {

@@ -1,5 +1,7 @@
 //! One world: a fresh kube-sim, the mock driver(s) and one provisioner binary, driven through a
 //! scenario's steps. Both binaries get identical worlds; only the binary differs.
+// Shared by the differential and crash-point suites; each uses a subset.
+#![allow(dead_code)]
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -53,6 +55,64 @@ pub fn resource_of(kind: &str) -> Option<(&'static str, &'static str, &'static s
     })
 }
 
+/// Before or after the effect of a held request or call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Side {
+    Before,
+    After,
+}
+
+/// A crash point: the `nth` request the sidecar sends matching an API write, or the `nth` call of
+/// a CSI method on one node's driver, held before or after its effect.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Point {
+    Api {
+        verb: String,
+        resource: String,
+        nth: u64,
+        side: Side,
+    },
+    Csi {
+        node: String,
+        method: String,
+        nth: u64,
+        side: Side,
+    },
+}
+
+impl std::fmt::Display for Point {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let side = |s: &Side| match s {
+            Side::Before => "before",
+            Side::After => "after",
+        };
+        match self {
+            Point::Api {
+                verb,
+                resource,
+                nth,
+                side: s,
+            } => write!(f, "{} {verb} {resource} #{nth}", side(s)),
+            Point::Csi {
+                node,
+                method,
+                nth,
+                side: s,
+            } => write!(f, "{} {method} #{nth} on {node}", side(s)),
+        }
+    }
+}
+
+/// The crash point of a replay and whether it fired.
+struct Crash {
+    point: Point,
+    hold_id: Option<u64>,
+    fired: bool,
+}
+
+/// User agent prefix of both sidecars (ours and upstream's client-go default).
+pub const SIDECAR_AGENT: &str = "csi-provisioner";
+
 /// Which provisioner a world runs.
 #[derive(Debug, Clone)]
 pub struct Binary {
@@ -84,12 +144,25 @@ pub struct World {
     pub timeouts: Vec<String>,
     /// Outcomes kept by `checkpoint` steps, their paths prefixed with `<name>:`.
     pub checkpoints: crate::outcome::Outcome,
+    /// The crash point of a crash-point replay.
+    crash: Option<Crash>,
+    /// How long one `wait` may take (shorter for the best-effort steps while down).
+    wait_deadline: Duration,
     binary: Binary,
     scenario: Scenario,
 }
 
 impl World {
     pub async fn start(scenario: &Scenario, binary: &Binary) -> Result<World, String> {
+        Self::start_with(scenario, binary, None).await
+    }
+
+    /// A world whose sidecar will be killed at `point` (held until then), then restarted.
+    pub async fn start_with(
+        scenario: &Scenario,
+        binary: &Binary,
+        point: Option<Point>,
+    ) -> Result<World, String> {
         let cluster = Cluster::start().await;
         let mut world = World {
             cluster,
@@ -98,6 +171,8 @@ impl World {
             tokens: Tokens::default(),
             timeouts: Vec::new(),
             checkpoints: Default::default(),
+            crash: None,
+            wait_deadline: WAIT_DEADLINE,
             binary: binary.clone(),
             scenario: scenario.clone(),
         };
@@ -143,36 +218,204 @@ impl World {
         for obj in scenario.objects.clone() {
             world.create(obj).await?;
         }
+        if let Some(point) = point {
+            world.arm(point).await?;
+        }
         world.start_sidecars().await;
         Ok(world)
     }
 
+    /// Installs the hold of a crash point.
+    async fn arm(&mut self, point: Point) -> Result<(), String> {
+        let hold_id = match &point {
+            Point::Api {
+                verb,
+                resource,
+                nth,
+                side,
+            } => Some(self.cluster.sim.holds().add(kube_sim::HoldRule {
+                verb: Some(verb.clone()),
+                resource: Some(resource.clone()),
+                name: None,
+                agent: Some(SIDECAR_AGENT.into()),
+                nth: *nth,
+                when: match side {
+                    Side::Before => kube_sim::When::Before,
+                    Side::After => kube_sim::When::After,
+                },
+            })),
+            Point::Csi {
+                node,
+                method,
+                nth,
+                side,
+            } => {
+                let when = match side {
+                    Side::Before => mock_csi_driver::HoldWhen::Before,
+                    Side::After => mock_csi_driver::HoldWhen::After,
+                };
+                self.driver_for(Some(node))?
+                    .control()
+                    .await
+                    .set_hold(method, *nth, when)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                None
+            }
+        };
+        self.crash = Some(Crash {
+            point,
+            hold_id,
+            fired: false,
+        });
+        Ok(())
+    }
+
+    /// Whether the crash point fired (the sidecar was killed there and restarted).
+    pub fn crash_fired(&self) -> bool {
+        self.crash.as_ref().is_some_and(|c| c.fired)
+    }
+
+    /// When the crash point's request or call is held: SIGKILL the sidecars, run the
+    /// scenario's `while_down` steps, release the hold (a request held before its effect is
+    /// dropped, as a crash before it left would), start the sidecars again.
+    pub async fn crash_check(&mut self) {
+        let Some(crash) = &self.crash else {
+            return;
+        };
+        if crash.fired {
+            return;
+        }
+        let held = match &crash.point {
+            Point::Api { .. } => {
+                let id = crash.hold_id;
+                self.cluster
+                    .sim
+                    .holds()
+                    .list()
+                    .iter()
+                    .any(|h| Some(h.id) == id && h.state == kube_sim::HoldState::Held)
+            }
+            Point::Csi { node, method, .. } => match self.drivers.get(node) {
+                Some(d) => match mock_csi_driver::ControlClient::connect(&d.control).await {
+                    Ok(c) => c.state().await.is_ok_and(|s| {
+                        s.holds
+                            .get(method)
+                            .is_some_and(|h| h.state == mock_csi_driver::HoldState::Held)
+                    }),
+                    Err(_) => false,
+                },
+                None => false,
+            },
+        };
+        if !held {
+            return;
+        }
+        let point = crash.point.clone();
+        let hold_id = crash.hold_id;
+        if let Some(c) = &mut self.crash {
+            c.fired = true;
+        }
+        for key in self.crashing_sidecars() {
+            if let Some(mut s) = self.sidecars.remove(&key) {
+                s.kill().await;
+            }
+        }
+        let deadline = std::mem::replace(&mut self.wait_deadline, Duration::from_secs(5));
+        for (i, step) in self.scenario.while_down.clone().into_iter().enumerate() {
+            if let Err(e) = Box::pin(self.run_step(1000 + i, step)).await {
+                tracing::debug!("while down, step {i}: {e}");
+            }
+        }
+        self.wait_deadline = deadline;
+        match &point {
+            Point::Api { side, .. } => {
+                if let Some(id) = hold_id {
+                    self.cluster.sim.holds().release(id, *side == Side::After);
+                }
+            }
+            Point::Csi {
+                node, method, side, ..
+            } => {
+                if let Ok(d) = self.driver_for(Some(node)) {
+                    let _ = d
+                        .control()
+                        .await
+                        .release_hold(method, *side == Side::After)
+                        .await;
+                }
+            }
+        }
+        self.start_sidecars().await;
+    }
+
+    /// Starts every sidecar that is not running: one per driver, or `replicas` with leader
+    /// election (keyed `<node>#<i>`, identity `replica-<i>`).
     async fn start_sidecars(&mut self) {
+        let replicas = self.scenario.replicas.max(1);
         for (node, driver) in &self.drivers {
-            if self.sidecars.contains_key(node) {
-                continue;
+            for i in 0..replicas {
+                let key = if replicas > 1 {
+                    format!("{node}#{i}")
+                } else {
+                    node.clone()
+                };
+                if self.sidecars.contains_key(&key) {
+                    continue;
+                }
+                let mut flags = self.scenario.sidecar.clone();
+                if self.binary.label == "ours" {
+                    flags.extend(self.scenario.ours.iter().cloned());
+                }
+                let identity = format!("replica-{i}");
+                let mut env: Vec<(&str, &str)> = Vec::new();
+                if self.scenario.mode == Mode::Node {
+                    flags.insert(0, "--node-deployment".into());
+                    env.push(("NODE_NAME", node));
+                }
+                if replicas > 1 {
+                    flags.insert(0, "--leader-election".into());
+                    env.push(("HOSTNAME", &identity));
+                }
+                let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+                let name = format!("{}-{}", self.binary.label, key.replace('#', "-r"));
+                let sidecar = Sidecar::start_bin(
+                    &self.cluster,
+                    driver,
+                    &self.binary.path,
+                    &name,
+                    &flags,
+                    &env,
+                )
+                .await;
+                self.sidecars.insert(key, sidecar);
             }
-            let mut flags = self.scenario.sidecar.clone();
-            if self.binary.label == "ours" {
-                flags.extend(self.scenario.ours.iter().cloned());
-            }
-            let mut env: Vec<(&str, &str)> = Vec::new();
-            if self.scenario.mode == Mode::Node {
-                flags.insert(0, "--node-deployment".into());
-                env.push(("NODE_NAME", node));
-            }
-            let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
-            let name = format!("{}-{node}", self.binary.label);
-            let sidecar = Sidecar::start_bin(
-                &self.cluster,
-                driver,
-                &self.binary.path,
-                &name,
-                &flags,
-                &env,
-            )
-            .await;
-            self.sidecars.insert(node.clone(), sidecar);
+        }
+    }
+
+    /// The sidecars a crash point kills: the leader's among replicas (the one whose write was
+    /// held; the others take over), else all.
+    fn crashing_sidecars(&self) -> Vec<String> {
+        if self.scenario.replicas <= 1 {
+            return self.sidecars.keys().cloned().collect();
+        }
+        let leader = self
+            .cluster
+            .sim
+            .objects("leases")
+            .into_iter()
+            .find_map(|l| {
+                let holder = l["spec"]["holderIdentity"].as_str()?.to_owned();
+                holder.strip_prefix("replica-").map(str::to_owned)
+            });
+        match leader {
+            Some(i) => self
+                .sidecars
+                .keys()
+                .filter(|k| k.ends_with(&format!("#{i}")))
+                .cloned()
+                .collect(),
+            None => self.sidecars.keys().cloned().collect(),
         }
     }
 
@@ -379,6 +622,7 @@ impl World {
         let result = self.run_step(i, step).await;
         // Every id seen on the way is a token, even of volumes gone by the end.
         self.states().await;
+        self.crash_check().await;
         result
     }
 
@@ -434,13 +678,14 @@ impl World {
                 self.tokens.vars.insert(format!("snapshot:{name}"), id);
             }
             Step::DeleteNode(name) => {
-                if let Some(mut s) = self.sidecars.remove(&name) {
-                    s.kill().await;
-                }
-                if self.scenario.mode == Mode::Node
-                    && let Some(mut d) = self.drivers.remove(&name)
-                {
-                    d.kill().await;
+                // Node mode: the node's sidecar and driver go with it; a controller stays.
+                if self.scenario.mode == Mode::Node {
+                    if let Some(mut s) = self.sidecars.remove(&name) {
+                        s.kill().await;
+                    }
+                    if let Some(mut d) = self.drivers.remove(&name) {
+                        d.kill().await;
+                    }
                 }
                 self.cluster.delete_node(&name).await;
             }
@@ -600,15 +845,16 @@ impl World {
     /// Polls the condition until it holds (true) or the deadline passes (false).
     async fn wait(&mut self, cond: &Condition) -> bool {
         if let Condition::Quiet(secs) = cond {
-            return crate::outcome::settle(self, Duration::from_secs_f64(*secs), WAIT_DEADLINE)
-                .await;
+            let deadline = self.wait_deadline;
+            return crate::outcome::settle(self, Duration::from_secs_f64(*secs), deadline).await;
         }
         let start = tokio::time::Instant::now();
         loop {
+            self.crash_check().await;
             if self.holds(cond).await {
                 return true;
             }
-            if start.elapsed() > WAIT_DEADLINE {
+            if start.elapsed() > self.wait_deadline {
                 return false;
             }
             tokio::time::sleep(Duration::from_millis(100)).await;

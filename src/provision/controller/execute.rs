@@ -123,6 +123,7 @@ pub(super) async fn provision(
             pvc,
             &plan.request,
             plan.provisioner_secret.as_ref(),
+            plan.pv.reclaim_policy.as_deref() == Some("Retain"),
         ));
         match crate::runtime::slots::parked(recorded).await {
             // Shutting down while parked: nothing is sent; the entry stays (an earlier attempt

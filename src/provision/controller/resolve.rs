@@ -151,6 +151,21 @@ async fn cleanup_entry(
     claim: Option<&PersistentVolumeClaim>,
     in_use: Option<&str>,
 ) -> Result<(), String> {
+    let claim_deleted = matches!(cause, CleanupCause::ClaimGone | CleanupCause::ClaimDeleting);
+    if claim_deleted && entry.may_be_kept(state.ledger.recorded_here(&entry.volume)) {
+        // Cannot tell a volume whose PV was never made from one a user kept (its Retain PV
+        // deleted by an admin): kept, and reported (the audit lists it as a volume without a PV).
+        warn!(
+            claim = %entry.claim_name(),
+            volume = %entry.volume,
+            "volume kept: the provisioning of a deleted claim of a Retain class left no PV, and \
+             whether its PV was made and then deleted by an admin cannot be told; delete the \
+             volume on the storage backend if nobody needs it (csi-provisioner audit lists it)"
+        );
+        state.ctx.metrics.operator.intent_volumes_kept.inc();
+        state.ledger.forget(&entry.volume);
+        return Ok(());
+    }
     let replay = entry.request();
     let cleanup = IntentCleanup {
         volume_name: entry.volume.clone(),

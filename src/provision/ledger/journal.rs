@@ -188,6 +188,7 @@ mod tests {
             secret: None,
             id: None,
             request: k8s_openapi::ByteString(vec![1, 2, 3]),
+            retain: false,
         }
     }
 

@@ -123,6 +123,9 @@ struct State {
     waiters: Vec<oneshot::Sender<Result<(), LedgerError>>>,
     /// The last Lease seen per shard (`None`: not created yet).
     leases: Vec<Option<Lease>>,
+    /// Entries this process recorded itself (not read from an earlier process's ledger), until
+    /// they are dropped.
+    recorded_here: std::collections::HashSet<String>,
 }
 
 impl Ledger {
@@ -222,6 +225,7 @@ impl Ledger {
             if !self.is_enabled() {
                 return Err(LedgerError::Disabled);
             }
+            state.recorded_here.insert(entry.volume.clone());
             if state.book.record(entry) == Recorded::AlreadyCommitted {
                 return Ok(());
             }
@@ -247,6 +251,7 @@ impl Ledger {
 
     fn forget_with(&self, volume: &str, prompt: bool) {
         let mut state = lock(&self.0.state);
+        state.recorded_here.remove(volume);
         let removed = if prompt {
             state.book.forget_promptly(volume)
         } else {
@@ -263,6 +268,7 @@ impl Ledger {
     /// [`Book::drop_stale`]).
     pub(crate) fn drop_stale(&self, volume: &str) {
         let mut state = lock(&self.0.state);
+        state.recorded_here.remove(volume);
         if state.book.drop_stale(volume) {
             self.publish(&state.book);
         }
@@ -273,6 +279,12 @@ impl Ledger {
     pub(crate) fn set_id(&self, volume: &str, id: &str) {
         lock(&self.0.state).book.set_id(volume, id);
         self.0.wake.notify_one();
+    }
+
+    /// Whether this process recorded `volume`'s entry (not read it from an earlier process's
+    /// ledger): then it alone made, or did not make, the volume's PV.
+    pub(crate) fn recorded_here(&self, volume: &str) -> bool {
+        lock(&self.0.state).recorded_here.contains(volume)
     }
 
     /// Every entry now.

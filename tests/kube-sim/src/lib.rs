@@ -11,6 +11,7 @@ mod counters;
 mod discovery;
 mod error;
 mod faults;
+mod holds;
 mod list;
 mod openapi;
 mod ops;
@@ -33,6 +34,7 @@ use tokio::task::JoinHandle;
 pub use counters::{AgentCounterRow, CounterRow, Counters};
 pub use error::ApiError;
 pub use faults::{FaultEntry, FaultRule, Faults};
+pub use holds::{HoldEntry, HoldRule, HoldState, Holds, When, WriteRecord};
 pub use ops::{PV_PROTECTION, PVC_PROTECTION};
 
 use ops::Policy;
@@ -90,6 +92,7 @@ pub(crate) struct Inner {
     store: Mutex<Store>,
     policy: Policy,
     faults: Faults,
+    holds: Holds,
     counters: counters::Live,
     paused: tokio::sync::watch::Sender<bool>,
     cfg: SimConfig,
@@ -173,6 +176,7 @@ impl Sim {
                 protection_finalizers: cfg.protection_finalizers,
             },
             faults: Faults::default(),
+            holds: Holds::default(),
             counters: counters::Live::default(),
             paused,
             cfg: cfg.clone(),
@@ -259,6 +263,11 @@ impl Sim {
         self.inner.faults.clone()
     }
 
+    /// Crash-point holds and the ordered write log.
+    pub fn holds(&self) -> Holds {
+        self.inner.holds.clone()
+    }
+
     /// A snapshot of request counts so far.
     pub fn counters(&self) -> Counters {
         self.inner.counters.snapshot()
@@ -315,6 +324,11 @@ impl Sim {
                 return Ok(());
             }
         }
+    }
+
+    /// The last reclaim policy every CSI volume handle's PV had.
+    pub fn volume_policies(&self) -> std::collections::BTreeMap<String, String> {
+        self.inner.lock().volume_policies.clone()
     }
 
     /// For the fault suite: the claim UID every CSI volume handle's PV has named, and when each

@@ -42,6 +42,14 @@ pub(crate) fn router(inner: Arc<Inner>) -> Router {
         .route("/sim/pause", post(admin_pause))
         .route("/sim/resume", post(admin_resume))
         .route("/sim/dump", get(admin_dump))
+        .route(
+            "/sim/holds",
+            get(admin_holds_list)
+                .post(admin_holds_add)
+                .delete(admin_holds_clear),
+        )
+        .route("/sim/holds/{id}/release", post(admin_holds_release))
+        .route("/sim/writes", get(admin_writes))
         .fallback(api)
         .with_state(inner)
 }
@@ -70,6 +78,32 @@ fn error_response(e: &ApiError) -> Response {
 }
 
 // ---- admin routes -------------------------------------------------------------------------
+
+async fn admin_holds_list(State(i): State<Arc<Inner>>) -> Response {
+    json_response(200, &json!(i.holds.list()))
+}
+async fn admin_holds_add(State(i): State<Arc<Inner>>, body: Bytes) -> Response {
+    match serde_json::from_slice::<crate::holds::HoldRule>(&body) {
+        Ok(rule) => json_response(201, &json!({"id": i.holds.add(rule)})),
+        Err(e) => error_response(&ApiError::bad_request(format!("invalid hold rule: {e}"))),
+    }
+}
+async fn admin_holds_clear(State(i): State<Arc<Inner>>) -> Response {
+    i.holds.clear();
+    json_response(200, &json!({}))
+}
+/// `?apply=false` drops a request held before it was applied; anything else lets it go on.
+async fn admin_holds_release(
+    State(i): State<Arc<Inner>>,
+    Path(id): Path<u64>,
+    axum::extract::Query(q): axum::extract::Query<HashMap<String, String>>,
+) -> Response {
+    let apply = q.get("apply").is_none_or(|a| a != "false");
+    json_response(200, &json!({"released": i.holds.release(id, apply)}))
+}
+async fn admin_writes(State(i): State<Arc<Inner>>) -> Response {
+    json_response(200, &json!(i.holds.writes()))
+}
 
 async fn admin_counters(State(i): State<Arc<Inner>>) -> Response {
     json_response(200, &i.counters.snapshot().to_json())
@@ -305,6 +339,27 @@ async fn api(State(inner): State<Arc<Inner>>, req: Request<Body>) -> Response {
             return error_response(&ApiError::bad_request(format!("reading request body: {e}")));
         }
     };
+    let hold = if verb == "watch" {
+        None
+    } else {
+        inner.holds.arrive(verb, &resource, &name, &agent)
+    };
+    let mut held_after = None;
+    if let Some(ticket) = hold {
+        match ticket.when {
+            crate::holds::When::Before => {
+                if !ticket.released().await {
+                    // The crash point "before the write reached the server": never applied.
+                    return error_response(&ApiError::new(
+                        503,
+                        "ServiceUnavailable",
+                        "request dropped by a hold",
+                    ));
+                }
+            }
+            crate::holds::When::After => held_after = Some(ticket),
+        }
+    }
     let result = if verb == "watch" {
         watch(&inner, &route, &q, shape)
     } else {
@@ -317,6 +372,13 @@ async fn api(State(inner): State<Arc<Inner>>, req: Request<Body>) -> Response {
     let code = resp.status().as_u16();
     tracing::debug!(verb, resource, name, code, "request");
     inner.counters.record(&agent, verb, &resource, code);
+    if code < 400 {
+        inner.holds.log_write(&agent, verb, &resource, &name);
+    }
+    if let Some(ticket) = held_after {
+        // The crash point "applied, not answered yet".
+        ticket.released().await;
+    }
     resp
 }
 

@@ -73,6 +73,9 @@ pub struct Store {
     /// CSI volume handle's PV named, and when each claim UID was removed (Unix ms).
     pub volume_claims: BTreeMap<String, String>,
     pub claim_removals: BTreeMap<String, u64>,
+    /// The last reclaim policy each CSI volume handle's PV had (the crash-point suite's "a
+    /// Retain volume is never deleted").
+    pub volume_policies: BTreeMap<String, String>,
 }
 
 impl Store {
@@ -86,6 +89,7 @@ impl Store {
             changes: None,
             volume_claims: BTreeMap::new(),
             claim_removals: BTreeMap::new(),
+            volume_policies: BTreeMap::new(),
         }
     }
 
@@ -191,6 +195,13 @@ impl Store {
                 let uid = obj.pointer("/spec/claimRef/uid").and_then(Value::as_str);
                 if let (Some(handle), Some(uid)) = (handle, uid) {
                     self.volume_claims.insert(handle.to_owned(), uid.to_owned());
+                }
+                let policy = obj
+                    .pointer("/spec/persistentVolumeReclaimPolicy")
+                    .and_then(Value::as_str);
+                if let (Some(handle), Some(policy)) = (handle, policy) {
+                    self.volume_policies
+                        .insert(handle.to_owned(), policy.to_owned());
                 }
             }
             ("persistentvolumeclaims", EventType::Deleted) => {

@@ -76,6 +76,28 @@ pub enum ControlRequest {
     },
     /// Forget the call counts.
     ResetCounts,
+    /// Hold the `nth` next call of `method` before or after its effect (a crash point).
+    SetHold {
+        /// CSI method, e.g. `CreateVolume`.
+        method: String,
+        /// 1 = the next call.
+        nth: u64,
+        /// `before` or `after` the effect.
+        when: crate::holds::HoldWhen,
+    },
+    /// Release the hold of `method`: the call goes on, or (`apply: false`, held before its
+    /// effect) is answered UNAVAILABLE without running.
+    ReleaseHold {
+        /// CSI method.
+        method: String,
+        /// Whether the held call goes on.
+        #[serde(default = "yes")]
+        apply: bool,
+    },
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// A control response.
@@ -157,6 +179,14 @@ pub fn apply(driver: &Driver, req: ControlRequest) -> ControlResponse {
             f.reset_counts();
             Ok(())
         }
+        ControlRequest::SetHold {
+            method: m,
+            nth,
+            when,
+        } => method(&m).map(|m| driver.holds.set(m, nth, when)),
+        ControlRequest::ReleaseHold { method: m, apply } => method(&m).map(|m| {
+            driver.holds.release(m, apply);
+        }),
     };
     match result {
         Ok(()) => ControlResponse::ok(),
@@ -375,6 +405,30 @@ impl ControlClient {
     /// Forgets the call counts.
     pub async fn reset_counts(&self) -> Result<(), ControlError> {
         self.send(ControlRequest::ResetCounts).await
+    }
+
+    /// Holds the `nth` next call of `method` before or after its effect.
+    pub async fn set_hold(
+        &self,
+        method: &str,
+        nth: u64,
+        when: crate::holds::HoldWhen,
+    ) -> Result<(), ControlError> {
+        self.send(ControlRequest::SetHold {
+            method: method.to_owned(),
+            nth,
+            when,
+        })
+        .await
+    }
+
+    /// Releases the hold of `method` (`apply: false` drops a call held before its effect).
+    pub async fn release_hold(&self, method: &str, apply: bool) -> Result<(), ControlError> {
+        self.send(ControlRequest::ReleaseHold {
+            method: method.to_owned(),
+            apply,
+        })
+        .await
     }
 }
 

@@ -58,6 +58,12 @@ pub struct StateDump {
     /// Every CreateVolume request received, in order (only with `--record-requests`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub create_requests: Vec<RecordedCreate>,
+    /// Crash-point holds by method.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub holds: BTreeMap<String, crate::holds::HoldDump>,
+    /// Every call's method, in order (the crash-point suite enumerates its points from it).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub call_log: Vec<String>,
 }
 
 impl StateDump {
@@ -98,6 +104,8 @@ pub struct Driver {
     delete_calls: Mutex<Vec<(String, u64)>>,
     /// Every CreateVolume request received, with `Config::record_requests`.
     create_requests: Mutex<Vec<RecordedCreate>>,
+    /// Crash-point holds and the call log.
+    pub holds: crate::holds::Holds,
 }
 
 /// Held while one CreateVolume call is outstanding (dropped when it is answered or the caller
@@ -139,6 +147,7 @@ impl Driver {
             creates: Mutex::new(Default::default()),
             delete_calls: Mutex::new(Vec::new()),
             create_requests: Mutex::new(Vec::new()),
+            holds: Default::default(),
         })
     }
 
@@ -213,6 +222,19 @@ impl Driver {
         let driver = std::sync::Arc::clone(self);
         let task = tokio::spawn(async move {
             driver.hang_if_crashed().await;
+            let mut held_after = None;
+            if let Some(ticket) = driver.holds.arrive(method) {
+                match ticket.when {
+                    crate::holds::HoldWhen::Before => {
+                        if !ticket.released().await {
+                            return Err(Status::unavailable(format!(
+                                "{method} dropped by a hold before it ran (mock-csi-driver)"
+                            )));
+                        }
+                    }
+                    crate::holds::HoldWhen::After => held_after = Some(ticket),
+                }
+            }
             let plan = driver.faults.begin(method);
             if !plan.latency.is_zero() {
                 tokio::time::sleep(plan.latency).await;
@@ -227,6 +249,9 @@ impl Driver {
                     }
                 }
             };
+            if let Some(ticket) = held_after {
+                ticket.released().await;
+            }
             driver.hang_if_crashed().await;
             driver.faults.finish(method, result.is_ok());
             if let Err(status) = &result {
@@ -347,6 +372,8 @@ impl Driver {
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .clone(),
+            holds: self.holds.dump(),
+            call_log: self.holds.log(),
         }
     }
 }

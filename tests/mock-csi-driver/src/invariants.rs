@@ -41,6 +41,13 @@ pub struct World<'a> {
     /// claim UID was removed (Unix ms). Empty maps skip the check.
     pub volume_claims: &'a BTreeMap<String, String>,
     pub claim_removals: &'a BTreeMap<String, u64>,
+    /// From the API server's history: the last reclaim policy each volume handle's PV had. A
+    /// volume whose PV was Retain is the user's: never deleted, and no leak once its PV is gone.
+    /// Empty skips both.
+    pub volume_policies: &'a BTreeMap<String, String>,
+    /// Volume names the provisioner reported keeping because it could not tell whether they are
+    /// safe to delete: not leaks (the audit lists them).
+    pub reported_kept: &'a BTreeSet<String>,
 }
 
 /// One broken rule, saying which objects break it.
@@ -66,6 +73,8 @@ pub enum Violation {
     ConcurrentCreate { name: String },
     /// DeleteVolume was called while the claim the volume's PV was bound to still existed.
     DeletedWhileClaimed { id: String, claim_uid: String },
+    /// DeleteVolume was called for a volume whose PV had reclaim policy Retain: the user's data.
+    RetainedVolumeDeleted { id: String },
 }
 
 impl fmt::Display for Violation {
@@ -111,6 +120,10 @@ impl fmt::Display for Violation {
                 f,
                 "DeleteVolume {id} was called while its claim (UID {claim_uid}) still existed"
             ),
+            Self::RetainedVolumeDeleted { id } => write!(
+                f,
+                "DeleteVolume {id} was called although its PV had reclaim policy Retain"
+            ),
         }
     }
 }
@@ -152,8 +165,13 @@ pub fn check(world: &World<'_>) -> Vec<Violation> {
             .push(text(pv, "/metadata/name").to_owned());
     }
     let held: BTreeSet<&str> = world.volumes.iter().map(|v| v.id.as_str()).collect();
+    let kept = |v: &VolumeRecord| {
+        world.volume_policies.get(&v.id).map(String::as_str) == Some("Retain")
+            || world.reported_kept.contains(&v.name)
+    };
     for volume in world.volumes {
         match by_handle.get(volume.id.as_str()) {
+            None if kept(volume) => {}
             None => out.push(Violation::LeakedVolume {
                 id: volume.id.clone(),
                 name: volume.name.clone(),
@@ -293,6 +311,14 @@ pub fn check(world: &World<'_>) -> Vec<Violation> {
             });
         }
     }
+    let mut retained = BTreeSet::new();
+    for (id, _) in world.delete_calls {
+        if world.volume_policies.get(id).map(String::as_str) == Some("Retain")
+            && retained.insert(id)
+        {
+            out.push(Violation::RetainedVolumeDeleted { id: id.clone() });
+        }
+    }
     out.extend(
         world
             .concurrent_creates
@@ -363,7 +389,45 @@ mod tests {
             delete_calls: &[],
             volume_claims: &EMPTY_CLAIMS,
             claim_removals: &EMPTY_REMOVALS,
+            volume_policies: &EMPTY_CLAIMS,
+            reported_kept: &EMPTY_KEPT,
         }
+    }
+
+    static EMPTY_KEPT: BTreeSet<String> = BTreeSet::new();
+
+    /// Issue 29: the volume of a Retain PV is the user's. Deleting it is a violation; keeping it
+    /// once its PV is gone (deleted by an admin) is not a leak, nor is a volume the provisioner
+    /// reported keeping.
+    #[test]
+    fn a_retained_volume_is_never_deleted_and_never_a_leak() {
+        let policies = BTreeMap::from([
+            ("v1".to_owned(), "Retain".to_owned()),
+            ("v2".to_owned(), "Delete".to_owned()),
+        ]);
+        let kept = BTreeSet::from(["pvc-3".to_owned()]);
+        let volumes = [
+            volume("v1", "pvc-1"),
+            volume("v2", "pvc-2"),
+            volume("v3", "pvc-3"),
+        ];
+        let calls = [("v1".to_owned(), 5), ("v2".to_owned(), 6)];
+        let w = World {
+            volume_policies: &policies,
+            reported_kept: &kept,
+            delete_calls: &calls,
+            ..world(&volumes, &[], &[], &[])
+        };
+        assert_eq!(
+            check(&w),
+            [
+                Violation::LeakedVolume {
+                    id: "v2".into(),
+                    name: "pvc-2".into()
+                },
+                Violation::RetainedVolumeDeleted { id: "v1".into() }
+            ]
+        );
     }
 
     static EMPTY_CLAIMS: BTreeMap<String, String> = BTreeMap::new();

@@ -28,6 +28,7 @@ pub mod control;
 pub mod controller;
 pub mod driver;
 pub mod faults;
+pub mod holds;
 pub mod invariants;
 pub mod node;
 pub mod parse;
@@ -43,6 +44,7 @@ pub use config::{CRASH_EXIT_CODE, Config, ControllerCap, FaultRule, Misbehaviour
 pub use control::{ControlClient, ControlError, ControlRequest, ControlResponse};
 pub use driver::{PoolDump, StateDump};
 pub use faults::CallStats;
+pub use holds::{HoldDump, HoldState, HoldWhen};
 pub use requests::{RecordedCapability, RecordedCreate};
 pub use server::{MockDriver, MockDriverHandle, StartError, run};
 pub use store::{ContentSource, SnapshotRecord, VolumeRecord};
