@@ -9,7 +9,6 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::cli::{Args, FeatureGate};
-use crate::gofmt::format_go_duration as go;
 use crate::telemetry::LogFormat;
 
 /// The whole configuration of one sidecar process.

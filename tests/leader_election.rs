@@ -435,7 +435,7 @@ async fn a_leader_that_cannot_renew_stops_acting_before_another_starts() {
 }
 
 /// Ours and upstream's sidecar contend for one Lease: each reads the other's record and never
-/// both act. Needs the upstream binary (`UPSTREAM_PROVISIONER`, a JSON-wire build, see README).
+/// both act. Needs the upstream binary (`UPSTREAM_PROVISIONER`, a JSON-wire build, see docs/benchmarks.md).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ours_and_upstreams_sidecar_share_one_lease() {
     let Ok(upstream) = std::env::var("UPSTREAM_PROVISIONER") else {

@@ -1,8 +1,11 @@
 //! The checks that turn flags into a valid [`super::Config`]: positive and ordered durations, the
 //! client rate limit, listen addresses, leader-election timings, and the flags not built yet.
 
-#[allow(clippy::wildcard_imports)]
-use super::*;
+use std::time::Duration;
+
+use super::{ConfigError, RateLimit};
+use crate::cli::Args;
+use crate::gofmt::format_go_duration as go;
 
 pub(super) fn positive(duration: Duration, flag: &'static str) -> Result<(), ConfigError> {
     if duration.is_zero() {

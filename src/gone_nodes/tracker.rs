@@ -9,12 +9,14 @@
 //! `Bound` volume is a candidate too: its claim is deleted, with a UID precondition.
 //!
 //! Safety — every one of these must hold before anything is removed:
-//! 1. The node is absent: the PV's recorded node (annotations [`names::ANN_NODE_NAME`] /
-//!    [`names::ANN_NODE_UID`]) does not exist, or a Node of that name has another UID (node names
-//!    are reused by cloud node pools; the old machine and its disk are gone). PVs written before
-//!    those annotations existed fall back to the node pinned in their affinity, found by label
-//!    (`kubernetes.io/hostname=<h>` or a per-node topology key); a re-created node of the same
-//!    name then counts as present — a missed clean-up, never a wrong one.
+//! 1. The node the volume lives on is absent. That node is the one its affinity pins; the
+//!    recorded node (annotations [`names::ANN_NODE_NAME`] / [`names::ANN_NODE_UID`]) names it only
+//!    where the affinity pins that very node, never where the claim merely asked to be (a volume
+//!    a driver placed on another node than the selected one lives there: issue 28). Absent: it
+//!    does not exist, or a Node of that name has another UID (node names are reused by cloud node
+//!    pools; the old machine and its disk are gone). Without a record the pinned node is found
+//!    by label (`kubernetes.io/hostname=<h>` or a per-node topology key); a re-created node of the
+//!    same name then counts as present — a missed clean-up, never a wrong one.
 //! 2. Absence has lasted the whole grace period (`--deleted-node-grace-period`, default 5m),
 //!    measured from the first observation in this process (after a restart the period starts over).
 //! 3. At the end of the period it is confirmed by a *live* API call: a GET answering 404 (or a

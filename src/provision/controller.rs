@@ -2,7 +2,7 @@
 //! [`plan::decide_claim`] what to do and executes it (intent finalizer, secrets, CreateVolume, PV,
 //! events, metrics, per-claim backoff). Every decision lives in the pure modules next to this one.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 
 use crate::sync::lock;
@@ -12,40 +12,25 @@ use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::{CSINode, StorageClass, VolumeAttributesClass};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::PostParams;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, ResourceExt};
-use tracing::{debug, info, info_span, warn};
+use tracing::{debug, info_span};
 
-use super::classify::{
-    ProvisioningState, infeasible_event_message, is_infeasible, provisioning_state,
-};
-use super::intent::{intent_removal_step, intent_write_step};
-use super::ledger::Entry;
-use super::ledger::store::{Ledger, LedgerError};
+use super::ledger::store::Ledger;
 use super::memory::ClaimMemory;
 use super::plan::{
-    self, AfterReplay, ClaimContext, ClaimDecision, CleanupStep, ClearReason, IgnoreReason,
-    IntentCleanup, Lookup, NodeMode, ProvisionPlan, ProvisionSettings,
+    self, ClaimContext, ClaimDecision, ClearReason, Lookup, NodeMode, ProvisionSettings,
 };
 use super::plan_error::PlanError;
-use super::pv::{accept_answer, build_pv};
 use super::topology::{StaticTopology, TopologyView};
-use crate::csi::v1;
 use crate::k8s::cache::Cache;
-use crate::k8s::errors::{ApiErrorClass, classify, describe};
-use crate::k8s::events::{EventSpec, reference_to};
+use crate::k8s::errors::describe;
 use crate::k8s::lean::{self, Lean};
-use crate::k8s::patch::{self, PatchOutcome, Step};
-use crate::k8s::secrets::SecretFetchError;
-use crate::model::secrets::SecretRef;
-use crate::names;
-use crate::node_mode::ownership::{
-    self, Competition, CsiNodeLookup, NodeIdentity, Recheck, recheck_before_claiming,
-};
-use crate::retry::{Attempt, Backoff, InfeasibleHold, retry_transient};
+use crate::k8s::patch;
+use crate::node_mode::ownership::{self, Competition, CsiNodeLookup, NodeIdentity};
+use crate::retry::{Backoff, InfeasibleHold};
 use crate::runtime::queue::Key;
-use crate::runtime::skeleton::{self, LOCK_RETRY};
+use crate::runtime::skeleton;
 use crate::runtime::{Action, Context, Shutdown};
 
 mod claim_writes;
@@ -58,13 +43,13 @@ mod ledgers;
 mod report;
 mod resolve;
 
-use claim_writes::*;
+use claim_writes::{clear_selected_node, finish_intent_read_first};
 use cleanup::cleanup_intent;
 use compete::compete;
-use execute::*;
+use execute::provision;
 use gone_node::intent_on_gone_node;
 use ledgers::{in_node_ledger, open_ledger};
-use report::*;
+use report::{fail, ignore, provisioning_event, selected_node_cleared};
 
 /// How often the set of nodes running our driver is compared with the last one, to look at the
 /// pending claims selected to a node that left it.

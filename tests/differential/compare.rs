@@ -60,7 +60,7 @@ pub fn diff(upstream: &Outcome, ours: &Outcome) -> Vec<Difference> {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AllowEntry {
-    /// Why ours differs, and where the README says so.
+    /// Why ours differs, and where the docs say so.
     pub why: String,
     /// Regex over the flattened path.
     pub path: String,

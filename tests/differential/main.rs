@@ -4,7 +4,7 @@
 //! unless `allow.yaml` names it as deliberate.
 //!
 //! - `UPSTREAM_PROVISIONER=/path/to/upstream/csi-provisioner cargo test --test differential`:
-//!   live, ours beside upstream (README "Differential suite" says how to build that binary);
+//!   live, ours beside upstream (docs/benchmarks.md says how to build that binary);
 //!   `DIFF_RECORD=1` also writes upstream's outcomes to `recorded/`.
 //! - Without it: ours against the recorded upstream outcomes, so CI needs no Go build. A
 //!   scenario without a recording is reported and skipped.
@@ -190,7 +190,7 @@ async fn every_scenario_leaves_what_upstream_leaves_outside_the_allow_list() {
         None => {
             eprintln!(
                 "differential: UPSTREAM_PROVISIONER is not set; comparing ours with the recorded \
-                 upstream outcomes in tests/differential/recorded (README \"Differential suite\")"
+                 upstream outcomes in tests/differential/recorded (docs/differential.md)"
             );
             None
         }

@@ -1,7 +1,16 @@
 //! Writes to the claim: the provisioning intent (record and remove), the selected node, live reads.
 
-#[allow(clippy::wildcard_imports)]
-use super::*;
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+use kube::{Api, ResourceExt};
+use tracing::debug;
+
+use super::report::kube_err;
+use super::{ProvisionError, Provisioner, claim_name};
+use crate::k8s::errors::ApiErrorClass;
+use crate::k8s::patch::{self, PatchOutcome, Step};
+use crate::names;
+use crate::provision::intent::{intent_removal_step, intent_write_step};
+use crate::provision::plan::ProvisionPlan;
 
 /// The ProvisioningFailed message for an intent that could not be written.
 pub(super) fn intent_failure(error: &patch::PatchError) -> String {

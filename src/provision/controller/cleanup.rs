@@ -2,8 +2,22 @@
 //! volume may exist without a PV. Learn the volume id (replaying CreateVolume with the same name if
 //! it was never recorded), delete the volume, then drop the intent.
 
-#[allow(clippy::wildcard_imports)]
-use super::*;
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+use tracing::{info, warn};
+
+use super::claim_writes::{claims_api, finish_intent, live_claim};
+use super::execute::{create_volume, delete_volume, pv_exists, secret_data};
+use super::{ProvisionError, Provisioner, claim_key, claim_name};
+use crate::csi::v1;
+use crate::k8s::events::{EventSpec, reference_to};
+use crate::k8s::patch::{self, PatchOutcome};
+use crate::k8s::secrets::SecretFetchError;
+use crate::names;
+use crate::provision::plan::{self, AfterReplay, CleanupStep, IntentCleanup};
+use crate::runtime::Action;
+use crate::runtime::skeleton::LOCK_RETRY;
 
 /// Records the volume id on the claim so a later clean-up needs no CreateVolume replay.
 async fn record_volume_id(

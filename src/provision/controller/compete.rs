@@ -1,8 +1,20 @@
 //! Node mode: the competition for unselected Immediate-binding claims. Each instance waits its
 //! turn, then writes its node into `selected-node` with optimistic concurrency; one instance wins.
 
-#[allow(clippy::wildcard_imports)]
-use super::*;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+use kube::ResourceExt;
+use tracing::{debug, info};
+
+use super::claim_writes::claims_api;
+use super::report::kube_err;
+use super::{ProvisionError, Provisioner, claim_key, claim_name};
+use crate::k8s::errors::{ApiErrorClass, classify};
+use crate::k8s::patch;
+use crate::node_mode::ownership::{self, Recheck, recheck_before_claiming};
+use crate::runtime::Action;
 
 /// Node mode, an unselected Immediate-binding claim: wait our turn, then try to write our node into
 /// `selected-node` with optimistic concurrency; exactly one instance wins.

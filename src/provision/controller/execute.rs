@@ -2,8 +2,35 @@
 //! [`create_volume`], DeleteVolume in [`delete_volume`]) and creates the PV, in the order the plan
 //! requires (secret, intent, CreateVolume, PV, intent removal).
 
-#[allow(clippy::wildcard_imports)]
-use super::*;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+use kube::api::PostParams;
+use kube::{Api, ResourceExt};
+use tracing::{debug, info, warn};
+
+use super::claim_writes::{clear_selected_node, finish_intent, intent_failure, write_intent};
+use super::report::{class_label, fail, kube_err, provisioning_event, source_label};
+use super::{PV_CREATE_ATTEMPTS, ProvisionError, Provisioner, claim_key, claim_name};
+use crate::csi::v1;
+use crate::k8s::errors::{ApiErrorClass, classify, describe};
+use crate::k8s::events::{EventSpec, reference_to};
+use crate::k8s::patch::PatchOutcome;
+use crate::k8s::secrets::SecretFetchError;
+use crate::model::secrets::SecretRef;
+use crate::names;
+use crate::provision::classify::{
+    ProvisioningState, infeasible_event_message, is_infeasible, provisioning_state,
+};
+use crate::provision::ledger::Entry;
+use crate::provision::ledger::store::LedgerError;
+use crate::provision::plan::{self, ProvisionPlan};
+use crate::provision::pv::{accept_answer, build_pv};
+use crate::retry::{Attempt, retry_transient};
+use crate::runtime::Action;
+use crate::runtime::skeleton::LOCK_RETRY;
 
 /// Why a DeleteVolume of this controller did not happen. `Display` is the text events carry.
 #[derive(Debug, thiserror::Error)]

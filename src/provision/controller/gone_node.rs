@@ -5,8 +5,18 @@
 //! stay Terminating forever; a pending one has its selected node cleared, so the scheduler picks
 //! another node (whose instance creates the volume under the same recorded name).
 
-#[allow(clippy::wildcard_imports)]
-use super::*;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim};
+use kube::Api;
+use tracing::{debug, info};
+
+use super::claim_writes::{clear_selected_node, finish_intent_read_first};
+use super::report::kube_err;
+use super::{ProvisionError, Provisioner, claim_key, claim_name};
+use crate::k8s::events::{EventSpec, reference_to};
+use crate::names;
+use crate::runtime::Action;
 
 /// [`ClaimDecision::IntentOnGoneNode`]: wait out the grace period, confirm, finish the intent.
 pub(super) async fn intent_on_gone_node(

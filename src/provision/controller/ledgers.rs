@@ -1,8 +1,18 @@
 //! Which intent ledger this instance writes (the driver's; in node mode its node's), and reading
 //! another node's ledger before clearing a claim's selected node.
 
-#[allow(clippy::wildcard_imports)]
-use super::*;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+use kube::Api;
+use tracing::{info, warn};
+
+use super::report::kube_err;
+use super::{ProvisionError, Provisioner};
+use crate::k8s::errors::{ApiErrorClass, classify, describe};
+use crate::provision::ledger::store::Ledger;
+use crate::retry::{Attempt, retry_transient};
+use crate::runtime::Context;
 
 /// The intent ledger of this driver, in the leader-election namespace (where upstream's Role
 /// grants Leases). Node mode: one ledger per node, written only by that node's instance, and

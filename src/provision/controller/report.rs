@@ -1,8 +1,12 @@
 //! What the user and the operator see of a claim: events, logs and the metrics labels.
 
-#[allow(clippy::wildcard_imports)]
-use super::*;
-use crate::k8s::events::EventSource;
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+use tracing::{debug, warn};
+
+use super::{ProvisionError, Provisioner, claim_name};
+use crate::k8s::events::{EventSource, EventSpec, reference_to};
+use crate::names;
+use crate::provision::plan::{ClearReason, IgnoreReason};
 
 pub(super) fn ignore(state: &Provisioner, pvc: &PersistentVolumeClaim, reason: &IgnoreReason) {
     debug!(claim = %claim_name(pvc), ?reason, "nothing to do for claim");

@@ -7,11 +7,24 @@
 //! or a look at a PV the cache cannot show (an entry whose claim is bound to a PV that does not
 //! exist stays, looked at with the retry backoff, at most every `--retry-interval-max`).
 
-#[allow(clippy::wildcard_imports)]
-use super::*;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+use kube::Api;
+use tracing::{debug, info, warn};
+
+use super::Provisioner;
 use super::cleanup::replay_for_id;
+use super::execute::delete_volume;
+use crate::k8s::errors::describe;
+use crate::k8s::events::{EventSpec, reference_to};
+use crate::names;
 use crate::provision::ledger::{self, CleanupCause, Entry, Holds, Resolution};
+use crate::provision::plan::{self, AfterReplay, CleanupStep, IntentCleanup};
+use crate::retry::Backoff;
+use crate::runtime::Shutdown;
 
 /// How often the ledger is compared with the caches.
 const RESOLVE_EVERY: Duration = Duration::from_secs(2);

@@ -3,15 +3,17 @@
 
 use std::sync::Mutex as StdMutex;
 
-use kube::api::DeleteParams;
+use kube::api::{DeleteParams, PostParams};
 use kube::runtime::reflector::store::Writer;
 use kube_sim::{Sim, SimConfig};
 
 use super::*;
-use crate::csi::{CsiController, CsiFuture, DriverInfo};
+use crate::csi::{CsiController, CsiFuture, DriverInfo, v1};
 use crate::k8s::events::{EventSource, Recorder};
 use crate::metrics::Metrics;
 use crate::metrics::node_gone::NodeGoneMetrics;
+use crate::names;
+use crate::provision::plan::IntentCleanup;
 use crate::runtime::{Stores, VolumeLocks};
 
 /// Records every call; CreateVolume answers with `created_id`.

@@ -34,23 +34,21 @@ pub(crate) const LAZY_FLUSH: Duration = Duration::from_secs(5);
 /// stale entry whose PV was reclaimed meanwhile would cost a replayed CreateVolume and a
 /// DeleteVolume after a crash, so staleness stays bounded.
 const LAZY_FLUSH_CEILING: Duration = Duration::from_secs(300);
-/// How long a commit waits for more intents once the first arrived: workers freed by the same
-/// burst of answers record within milliseconds of each other, and one write then carries them all.
-const COMMIT_WINDOW: Duration = Duration::from_millis(15);
 /// A node's ledger written less than this long ago is busy: claims reach the node one by one
-/// (as the scheduler places their pods), too far apart for [`COMMIT_WINDOW`] to group them.
+/// (as the scheduler places their pods), too far apart for a write in flight to group them.
 const BUSY_GAP: Duration = Duration::from_secs(1);
 /// The commit window of a busy node ledger: one write per quarter second at most, whatever the
 /// rate at which claims reach the node, for at most a quarter second more per volume.
 const BUSY_WINDOW: Duration = Duration::from_millis(250);
 
-/// How long the commit waits for more intents after the first: [`BUSY_WINDOW`] for a node's
-/// ledger written within [`BUSY_GAP`], else [`COMMIT_WINDOW`] (an idle node answers at once, and
-/// the driver-wide ledger groups the many workers of a burst without waiting longer).
+/// How long the commit waits for more intents after the first: nothing, unless a node's ledger
+/// was written within [`BUSY_GAP`] ([`BUSY_WINDOW`]). An idle sidecar writes an intent at once;
+/// a burst is grouped by the writes themselves (intents recorded while one is in flight ride the
+/// next) and by the wait while requests queue for rate-limit tokens.
 fn commit_window(per_node: bool, since_last_write: Option<Duration>) -> Duration {
     match since_last_write {
         Some(gap) if per_node && gap < BUSY_GAP => BUSY_WINDOW,
-        _ => COMMIT_WINDOW,
+        _ => Duration::ZERO,
     }
 }
 /// Pause after a failed write before the next attempt (a conflict is merged and written again
@@ -323,7 +321,9 @@ impl Ledger {
                 tokio::select! {
                     () = &mut stop => break,
                     () = async {
-                        tokio::time::sleep(window).await;
+                        if !window.is_zero() {
+                            tokio::time::sleep(window).await;
+                        }
                         self.hold_while_congested().await;
                     } => {}
                 }
@@ -534,15 +534,15 @@ mod tests {
     fn only_a_node_ledger_written_a_moment_ago_waits_longer_for_company() {
         let recent = Some(Duration::from_millis(300));
         assert_eq!(commit_window(true, recent), BUSY_WINDOW);
-        assert_eq!(commit_window(true, None), COMMIT_WINDOW, "first write");
+        assert_eq!(commit_window(true, None), Duration::ZERO, "first write");
         assert_eq!(
             commit_window(true, Some(BUSY_GAP)),
-            COMMIT_WINDOW,
+            Duration::ZERO,
             "an idle node answers at once"
         );
         assert_eq!(
             commit_window(false, recent),
-            COMMIT_WINDOW,
+            Duration::ZERO,
             "the driver-wide ledger groups its workers without waiting"
         );
     }
