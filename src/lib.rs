@@ -25,6 +25,7 @@ pub(crate) mod http;
 pub(crate) mod k8s;
 pub(crate) mod leader;
 pub(crate) mod metrics;
+pub(crate) mod migration;
 pub(crate) mod model;
 pub mod names;
 pub(crate) mod node_mode;

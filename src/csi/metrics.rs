@@ -23,15 +23,24 @@ pub const BUCKETS: [f64; 13] = [
 /// Label value for a failure that carries no gRPC status at all.
 pub const NON_GRPC: &str = "unknown-non-grpc";
 
-// Fields in alphabetical order so the exposition reads like Go's client, which sorts labels.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct OperationLabels {
-    driver_name: String,
-    grpc_status_code: String,
-    method_name: String,
-}
+/// The labels of one series, in alphabetical order so the exposition reads like Go's client,
+/// which sorts labels: `driver_name`, `grpc_status_code`, `method_name`, and `migrated` only for
+/// a driver that took over an in-tree plugin (as upstream's `WithMigration`).
+type OperationLabels = Vec<(&'static str, String)>;
 
 type Histograms = Family<OperationLabels, Histogram, fn() -> Histogram>;
+
+tokio::task_local! {
+    /// Whether the CSI call being made is for a migrated in-tree volume (upstream marks the
+    /// call's context).
+    static MIGRATED: bool;
+}
+
+/// Runs `call` (a CreateVolume or DeleteVolume) marked as being for a migrated in-tree volume or
+/// not: the `migrated` label of its observation.
+pub(crate) async fn migrated<F: std::future::Future>(migrated: bool, call: F) -> F::Output {
+    MIGRATED.scope(migrated, call).await
+}
 
 fn new_histogram() -> Histogram {
     Histogram::new(BUCKETS)
@@ -52,6 +61,8 @@ pub struct OperationMetrics {
     in_flight: Family<MethodLabels, Gauge>,
     // Unknown until GetPluginInfo answers; calls before that (Probe) are labelled "", as upstream.
     driver_name: Arc<RwLock<String>>,
+    /// The driver took over an in-tree plugin: series carry `migrated`.
+    migratable: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Default for OperationMetrics {
@@ -67,6 +78,7 @@ impl OperationMetrics {
             histograms: Family::new_with_constructor(new_histogram as fn() -> Histogram),
             in_flight: Family::default(),
             driver_name: Arc::default(),
+            migratable: Arc::default(),
         }
     }
 
@@ -95,6 +107,10 @@ impl OperationMetrics {
     pub fn set_driver_name(&self, name: &str) {
         let mut guard = crate::sync::write(&self.driver_name);
         name.clone_into(&mut guard);
+        self.migratable.store(
+            crate::migration::Plugin::of_driver(name).is_some(),
+            std::sync::atomic::Ordering::Relaxed,
+        );
     }
 
     /// The current `driver_name` label value.
@@ -104,11 +120,15 @@ impl OperationMetrics {
 
     /// Records one finished call. `method` is the full gRPC path (`/csi.v1.Controller/CreateVolume`).
     pub fn observe(&self, method: &str, outcome: Outcome, elapsed: Duration) {
-        let labels = OperationLabels {
-            driver_name: self.driver_name(),
-            grpc_status_code: outcome.label().to_owned(),
-            method_name: method.to_owned(),
-        };
+        let mut labels: OperationLabels = vec![
+            ("driver_name", self.driver_name()),
+            ("grpc_status_code", outcome.label().to_owned()),
+            ("method_name", method.to_owned()),
+        ];
+        if self.migratable.load(std::sync::atomic::Ordering::Relaxed) {
+            let marked = MIGRATED.try_with(|m| *m).unwrap_or(false);
+            labels.push(("migrated", marked.to_string()));
+        }
         self.histograms
             .get_or_create(&labels)
             .observe(elapsed.as_secs_f64());

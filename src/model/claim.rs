@@ -25,10 +25,17 @@ pub(crate) fn provisioner(pvc: &PersistentVolumeClaim) -> Option<&str> {
         .or_else(|| annotation(&pvc.metadata, names::ANN_BETA_STORAGE_PROVISIONER))
 }
 
-/// Whether the claim names `driver` as its provisioner (or was migrated to it).
+/// Whether the claim is `driver`'s to provision: it names the driver as its provisioner, or was
+/// migrated to it (`pv.kubernetes.io/migrated-to`); and, as upstream's library requires, the
+/// provisioner it names is one the sidecar knows: the driver, or the in-tree plugin the driver
+/// took over (CSI migration).
 pub(crate) fn is_ours(pvc: &PersistentVolumeClaim, driver: &str) -> bool {
-    provisioner(pvc) == Some(driver)
-        || non_empty_annotation(&pvc.metadata, names::ANN_MIGRATED_TO) == Some(driver)
+    let named = provisioner(pvc);
+    let in_tree = crate::migration::Plugin::of_driver(driver).map(|p| p.in_tree_name());
+    let known = named.is_some_and(|p| p == driver || Some(p) == in_tree);
+    known
+        && (named == Some(driver)
+            || non_empty_annotation(&pvc.metadata, names::ANN_MIGRATED_TO) == Some(driver))
 }
 
 /// The PV the claim is bound to (`spec.volumeName`), when set.

@@ -68,14 +68,19 @@ pub(crate) enum Ownership {
 
 /// Upstream's `isProvisionerForVolume`, with KEP-2644's rule that a static PV is protected only
 /// once bound:
-/// - with `pv.kubernetes.io/provisioned-by`: ours iff it, or `pv.kubernetes.io/migrated-to`, names
-///   our driver;
+/// - with `pv.kubernetes.io/provisioned-by`: ours iff it names our driver or the in-tree plugin
+///   our driver took over, or `pv.kubernetes.io/migrated-to` names our driver;
 /// - without (static): ours iff `spec.csi.driver` (or, for in-tree PVs, `migrated-to`) names our
 ///   driver and the PV is (or was) bound: phase Bound, Released or Failed.
 pub(crate) fn ownership(pv: &PersistentVolume, driver_name: &str) -> Ownership {
     let migrated_to = annotation(&pv.metadata, names::ANN_MIGRATED_TO);
+    // CSI migration: the in-tree plugin the driver took over is a name the sidecar knows.
+    let in_tree = crate::migration::Plugin::of_driver(driver_name).map(|p| p.in_tree_name());
     if let Some(provisioner) = annotation(&pv.metadata, names::ANN_PROVISIONED_BY) {
-        return if provisioner == driver_name || migrated_to == Some(driver_name) {
+        return if provisioner == driver_name
+            || Some(provisioner) == in_tree
+            || migrated_to == Some(driver_name)
+        {
             Ownership::Ours { dynamic: true }
         } else {
             Ownership::NotOurs

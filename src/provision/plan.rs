@@ -479,7 +479,9 @@ pub(crate) fn decide_claim(pvc: &PersistentVolumeClaim, ctx: &ClaimContext<'_>) 
         }
         (Some(_), Some(class)) => class,
     };
-    if class.provisioner != settings.driver {
+    let migrated = crate::migration::Plugin::of_driver(&settings.driver)
+        .is_some_and(|p| class.provisioner == p.in_tree_name());
+    if class.provisioner != settings.driver && !migrated {
         return ClaimDecision::Fail(PlanError::ClassOfOtherDriver {
             class: class.metadata.name.clone().unwrap_or_default(),
             provisioner: class.provisioner.clone(),

@@ -70,6 +70,9 @@ pub(crate) enum PlanError {
         "dataSourceRef namespace specified but the CrossNamespaceVolumeDataSource feature is disabled"
     )]
     CrossNamespaceDisabled,
+    /// CSI migration: the in-tree class cannot be translated for the driver (upstream's text).
+    #[error("failed to translate storage class: {0}")]
+    ClassTranslation(String),
     /// A cross-namespace source no ReferenceGrant allows.
     #[error("{0}")]
     SourceDenied(String),

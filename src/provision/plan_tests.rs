@@ -544,16 +544,110 @@ fn claims_of_other_provisioners_are_ignored_silently() {
         ),
         ClaimDecision::Provision(_)
     ));
-    assert!(matches!(
-        w.decide(
+    // Migrated to us, but naming an in-tree plugin our driver did not take over: upstream's
+    // library knows no such provisioner.
+    assert_eq!(
+        w.ignore(
             pvc("ns", "data")
                 .uid(UID)
                 .provisioner("kubernetes.io/aws-ebs")
                 .annotation(names::ANN_MIGRATED_TO, DRIVER)
                 .class("fast")
         ),
-        ClaimDecision::Provision(_)
-    ));
+        IgnoreReason::NotOurs(Some("kubernetes.io/aws-ebs".to_owned()))
+    );
+}
+
+/// Issue 31, upstream's TestProvisionWithMigration: a class of the in-tree plugin our driver
+/// took over is translated (the request gets the CSI parameters) and the PV is written back in
+/// in-tree form; claims annotated for the driver, or for the plugin and migrated to the driver,
+/// are ours; one annotated only for the plugin, or migrated elsewhere, is not.
+#[test]
+fn a_migrated_in_tree_class_is_translated_and_its_pv_written_back_in_tree() {
+    const EBS: &str = "ebs.csi.aws.com";
+    const IN_TREE: &str = "kubernetes.io/aws-ebs";
+    let mut w = World::new().class(
+        sc("gp2")
+            .provisioner(IN_TREE)
+            .param("type", "gp2")
+            .param("fsType", "ext4")
+            .param("zone", "us-east-1a"),
+    );
+    w.settings.driver = EBS.to_owned();
+    w.settings.topology = true;
+    let base = || pvc("ns", "data").uid(UID).class("gp2");
+    for claim in [
+        base().beta_provisioner(EBS),
+        base().provisioner(EBS),
+        base()
+            .beta_provisioner(IN_TREE)
+            .annotation(names::ANN_MIGRATED_TO, EBS),
+        base()
+            .beta_provisioner(EBS)
+            .annotation(names::ANN_MIGRATED_TO, EBS),
+    ] {
+        let plan = w.provision(claim);
+        assert_eq!(
+            plan.request.parameters.get("type").map(String::as_str),
+            Some("gp2")
+        );
+        assert!(
+            !plan.request.parameters.contains_key("zone"),
+            "zone became topology"
+        );
+        let cap = &plan.request.volume_capabilities[0];
+        let Some(crate::csi::v1::volume_capability::AccessType::Mount(m)) = &cap.access_type else {
+            panic!("a mount volume");
+        };
+        assert_eq!(
+            m.fs_type, "ext4",
+            "fsType moved to csi.storage.k8s.io/fstype, then used"
+        );
+        let requisite = &plan
+            .request
+            .accessibility_requirements
+            .as_ref()
+            .unwrap()
+            .requisite;
+        assert_eq!(
+            requisite[0]
+                .segments
+                .get("topology.ebs.csi.aws.com/zone")
+                .map(String::as_str),
+            Some("us-east-1a")
+        );
+        assert_eq!(plan.pv.in_tree, Some(crate::migration::Plugin::AwsEbs));
+        assert_eq!(plan.pv.provisioned_by, IN_TREE);
+    }
+    for claim in [
+        base()
+            .beta_provisioner(IN_TREE)
+            .annotation(names::ANN_MIGRATED_TO, "foo"),
+        base()
+            .beta_provisioner("foo")
+            .annotation(names::ANN_MIGRATED_TO, "foo"),
+        base().beta_provisioner(IN_TREE),
+    ] {
+        assert!(matches!(
+            w.decide(claim),
+            ClaimDecision::Ignore(IgnoreReason::NotOurs(_))
+        ));
+    }
+    // zone and allowedTopologies together: upstream's translation error.
+    let w = {
+        let mut w = World::new().class(
+            sc("gp2")
+                .provisioner(IN_TREE)
+                .param("zone", "us-east-1a")
+                .allowed_topology([("topology.kubernetes.io/zone", vec!["us-east-1b"])]),
+        );
+        w.settings.driver = EBS.to_owned();
+        w
+    };
+    assert_eq!(
+        w.fail(base().provisioner(EBS)).to_string(),
+        "failed to translate storage class: cannot simultaneously set allowed topologies and zone/zones parameters"
+    );
 }
 
 #[test]

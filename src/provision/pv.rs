@@ -64,6 +64,8 @@ pub(crate) struct PvTemplate {
     /// driver's accessible topology pins the volume to it, since a driver may place a volume on
     /// another node the requisite allows (issue 28).
     pub(crate) node_is_selection: bool,
+    /// CSI migration: the PV is written back in this in-tree plugin's form.
+    pub(crate) in_tree: Option<crate::migration::Plugin>,
 }
 
 /// A driver answer that was accepted.
@@ -115,6 +117,17 @@ pub(crate) enum AnswerError {
         /// The id of the volume to delete again.
         volume_id: String,
     },
+    /// CSI migration: the PV cannot be written back in in-tree form (upstream keeps retrying with
+    /// the volume made; ours deletes it again).
+    #[error("failed to translate the PV of volume {volume_id} to {in_tree}: {error}")]
+    NotInTree {
+        /// The id of the volume to delete again.
+        volume_id: String,
+        /// The in-tree plugin.
+        in_tree: &'static str,
+        /// The translation's error.
+        error: String,
+    },
     /// The answer cannot be stored in a PV safely (ours; upstream tries and fails or writes it).
     #[error(
         "CreateVolume for {name} returned {what}, which no PV can hold safely; the volume was deleted again: report this to the driver's maintainers"
@@ -161,6 +174,7 @@ impl AnswerError {
         match self {
             AnswerError::CapacityTooSmall { volume_id, .. }
             | AnswerError::ContentSourceMissing { volume_id }
+            | AnswerError::NotInTree { volume_id, .. }
             | AnswerError::Unstorable { volume_id, .. } => Some(volume_id),
             AnswerError::NoVolume { .. } | AnswerError::EmptyVolumeId { .. } => None,
         }
@@ -214,7 +228,7 @@ pub(crate) fn accept_answer(
             volume_id: volume.volume_id.clone(),
         });
     }
-    Ok(CreatedVolume {
+    let created = CreatedVolume {
         volume_id: volume.volume_id.clone(),
         capacity_bytes,
         volume_context: volume
@@ -223,7 +237,17 @@ pub(crate) fn accept_answer(
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect(),
         accessible_topology: volume.accessible_topology.clone(),
-    })
+    };
+    if let Some(plugin) = template.in_tree
+        && let Err(error) = plugin.csi_to_in_tree(&build_csi_pv(template, &created))
+    {
+        return Err(AnswerError::NotInTree {
+            volume_id: created.volume_id,
+            in_tree: plugin.in_tree_name(),
+            error,
+        });
+    }
+    Ok(created)
 }
 
 /// The claimRef upstream writes: kind, apiVersion, namespace, name, uid and resourceVersion.
@@ -243,8 +267,17 @@ fn secret_ref(r: &Option<SecretRef>) -> Option<SecretReference> {
     r.as_ref().map(SecretReference::from)
 }
 
-/// The PV object to create.
+/// The PV object to create: the CSI PV, written back in in-tree form for a migrated class
+/// ([`accept_answer`] refused an answer that cannot be).
 pub(crate) fn build_pv(template: &PvTemplate, volume: &CreatedVolume) -> PersistentVolume {
+    let pv = build_csi_pv(template, volume);
+    match template.in_tree {
+        Some(plugin) => plugin.csi_to_in_tree(&pv).unwrap_or(pv),
+        None => pv,
+    }
+}
+
+fn build_csi_pv(template: &PvTemplate, volume: &CreatedVolume) -> PersistentVolume {
     let t = template;
     let mut annotations = BTreeMap::new();
     annotations.insert(

@@ -30,6 +30,7 @@ fn template() -> PvTemplate {
         expects_content_source: false,
         node: None,
         node_is_selection: false,
+        in_tree: None,
     }
 }
 

@@ -238,20 +238,34 @@ async fn step(state: &Reclaimer, pv: &PersistentVolume) -> Result<Next, ReclaimF
     };
     let class = crate::model::volume::storage_class_name(pv)
         .map(|c| ctx.stores.classes.get(&ObjectRef::new(c)));
-    let storage_class = match &class {
-        Some(Some(c)) => StorageClassLookup::Found(c.as_ref()),
-        Some(None) | None => StorageClassLookup::Missing,
+    // CSI migration: an in-tree PV (and its in-tree class) of the plugin our driver took over
+    // is decided on as the CSI PV it translates to; a translation error is the failure.
+    let translated = crate::migration::as_csi(&ctx.driver.name, pv);
+    let (view, translation_error) = match &translated {
+        Some(Ok(csi)) => (csi, None),
+        Some(Err(e)) => (pv, Some(e.clone())),
+        None => (pv, None),
+    };
+    let translated_class = match &class {
+        Some(Some(c)) => crate::migration::class_as_csi(&ctx.driver.name, c),
+        _ => None,
+    };
+    let storage_class = match (&class, &translated_class) {
+        (_, Some(Ok(c))) => StorageClassLookup::Found(c),
+        (_, Some(Err(e))) => StorageClassLookup::Untranslatable(e),
+        (Some(Some(c)), None) => StorageClassLookup::Found(c.as_ref()),
+        (Some(None) | None, None) => StorageClassLookup::Missing,
     };
     let locality = match &state.segments {
         None => Locality::Central,
-        Some(segments) => match may_delete_here(pv, segments) {
+        Some(segments) => match may_delete_here(view, segments) {
             Ok(accessible) => Locality::Node { accessible },
             Err(error) => Locality::InvalidNodeAffinity(error),
         },
     };
     let volume_deleted = crate::sync::lock(&state.deleted).contains(&uid);
     let decision = plan::decide(
-        pv,
+        view,
         &ReclaimContext {
             driver_name: &ctx.driver.name,
             claim,
@@ -260,6 +274,7 @@ async fn step(state: &Reclaimer, pv: &PersistentVolume) -> Result<Next, ReclaimF
             locality,
             storage_class,
             volume_deleted,
+            translation_error: translation_error.as_deref(),
         },
     );
     let api: Api<PersistentVolume> = Api::all(ctx.client.clone());
@@ -315,13 +330,14 @@ async fn step(state: &Reclaimer, pv: &PersistentVolume) -> Result<Next, ReclaimF
             };
             let started = Instant::now();
             let secret_data = fetch_secrets(state, &name, &secrets).await;
-            let result = ctx
-                .csi
-                .delete_volume(v1::DeleteVolumeRequest {
+            let result = crate::csi::metrics::migrated(
+                translated.is_some(),
+                ctx.csi.delete_volume(v1::DeleteVolumeRequest {
                     volume_id: volume_id.clone(),
                     secrets: secret_data,
-                })
-                .await;
+                }),
+            )
+            .await;
             if let Err(status) = result {
                 let message = crate::csi::rpc_error(&status);
                 warn!(pv = %name, %volume_id, "DeleteVolume failed: {message}");

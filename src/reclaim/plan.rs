@@ -88,6 +88,8 @@ pub(crate) enum StorageClassLookup<'a> {
         reason = "the shell waits for synced caches before it starts; the decision still covers it"
     )]
     Unknown,
+    /// CSI migration: the PV's in-tree class cannot be translated for the driver (the error).
+    Untranslatable(&'a str),
 }
 
 /// Everything [`decide`] needs besides the PV; the shell fills it from its stores.
@@ -109,6 +111,8 @@ pub(crate) struct ReclaimContext<'a> {
     pub(crate) storage_class: StorageClassLookup<'a>,
     /// This process already got OK from DeleteVolume for this PV UID (in-memory only).
     pub(crate) volume_deleted: bool,
+    /// CSI migration: the in-tree PV could not be translated to a CSI PV (the error).
+    pub(crate) translation_error: Option<&'a str>,
 }
 
 // === Outputs ===
@@ -187,8 +191,9 @@ pub(crate) enum SkipReason {
     StorageClassUnknown,
     /// The VolumeAttachment index is not synced; retry.
     AttachmentsUnknown,
-    /// An in-tree volume migrated to our driver: CSI migration is not built, so its volume cannot
-    /// be deleted here and the PV gets no finalizer (it would stay Terminating forever).
+    /// An in-tree volume migrated to our driver that cannot be translated to a CSI PV of it
+    /// (another plugin's source, or a translation error): its volume cannot be deleted here, so
+    /// the PV gets no finalizer (it would stay Terminating forever).
     MigrationUnsupported,
 }
 
@@ -246,14 +251,19 @@ pub(crate) enum ReclaimError {
     /// The PV has no `spec.csi` (upstream's text).
     #[error("invalid CSI PV")]
     InvalidCsiPv,
-    /// An in-tree PV migrated to our driver: deleting it needs in-tree-to-CSI translation.
+    /// An in-tree PV migrated to our driver whose in-tree plugin is not the one our driver took
+    /// over: nothing translates it.
     #[error(
-        "invalid CSI PV: in-tree volume migrated to {driver} cannot be deleted, CSI migration is not supported by this provisioner"
+        "invalid CSI PV: in-tree volume migrated to {driver} cannot be deleted, {driver} is not the CSI driver of its in-tree plugin"
     )]
     MigrationUnsupported {
         /// Our driver name.
         driver: String,
     },
+    /// CSI migration: the in-tree PV or its class cannot be translated (the translation's text,
+    /// as upstream reports it).
+    #[error("{0}")]
+    Translation(String),
     /// Node mode: the PV's node affinity cannot be evaluated against our topology (upstream's
     /// text).
     #[error("checking volume affinity failed: {0}")]
@@ -392,6 +402,9 @@ pub(crate) fn deletion_secrets(
             )));
         }
         StorageClassLookup::Unknown => return Ok(None),
+        StorageClassLookup::Untranslatable(e) => {
+            return Err(ReclaimError::Translation(e.to_owned()));
+        }
     };
     let Some(claim_ref) = pv.spec.as_ref().and_then(|s| s.claim_ref.as_ref()) else {
         return Ok(Some(DeletionSecrets::NoneWithWarning(
@@ -479,6 +492,9 @@ pub(crate) fn decide(pv: &PersistentVolume, ctx: &ReclaimContext<'_>) -> Reclaim
         Locality::Central | Locality::Node { accessible: true } => {}
     }
     let Some(csi) = pv.spec.as_ref().and_then(|s| s.csi.as_ref()) else {
+        if let Some(e) = ctx.translation_error {
+            return ReclaimAction::Fail(ReclaimError::Translation(e.to_owned()));
+        }
         return ReclaimAction::Fail(
             if annotation(&pv.metadata, names::ANN_MIGRATED_TO).is_some() {
                 ReclaimError::MigrationUnsupported {

@@ -119,6 +119,7 @@ proptest! {
             locality: locality.clone(),
             storage_class: if class_known { StorageClassLookup::Found(&class) } else { StorageClassLookup::Missing },
             volume_deleted: deleted,
+            translation_error: None,
         };
         let action = decide(&volume, &ctx);
         if let ReclaimAction::DeleteVolume { volume_id, .. } = &action {

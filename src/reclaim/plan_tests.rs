@@ -21,6 +21,7 @@ pub(super) fn ctx() -> ReclaimContext<'static> {
         locality: Locality::Central,
         storage_class: StorageClassLookup::Unknown,
         volume_deleted: false,
+        translation_error: None,
     }
 }
 
@@ -220,7 +221,7 @@ fn the_finalizer_is_added_to_our_bound_pvs_with_delete_policy() {
 }
 
 #[test]
-fn migrated_in_tree_volumes_get_no_finalizer_while_csi_migration_is_not_built() {
+fn in_tree_volumes_our_driver_cannot_translate_get_no_finalizer() {
     // Upstream adds it ("ensure finalizer is added on statically provisioned migrated in-tree
     // volumes if bound") because it can translate and delete them; we cannot yet, and a finalizer
     // we cannot honour would leave the PV Terminating forever.
@@ -511,8 +512,8 @@ fn a_pv_without_a_csi_source_fails_with_upstreams_message() {
 }
 
 #[test]
-fn a_migrated_in_tree_pv_fails_clearly_instead_of_being_translated() {
-    // TestDeleteMigration "normal migration": upstream translates; we do not support migration.
+fn an_in_tree_pv_our_driver_cannot_translate_fails_clearly() {
+    // A PV migrated to a driver that did not take over its in-tree plugin: nothing translates it.
     let volume = released()
         .no_csi()
         .annotation(names::ANN_MIGRATED_TO, DRIVER);
@@ -520,7 +521,8 @@ fn a_migrated_in_tree_pv_fails_clearly_instead_of_being_translated() {
         panic!("expected a failure");
     };
     assert!(
-        err.to_string().contains("CSI migration is not supported"),
+        err.to_string()
+            .contains("is not the CSI driver of its in-tree plugin"),
         "{err}"
     );
     // "no migration": a CSI PV is deleted normally.
@@ -823,5 +825,34 @@ fn a_volume_awaits_deletion_once_released_or_deleted_while_ours_with_delete_poli
     assert!(
         !awaits_deletion(&released().build(), "other.csi.example"),
         "another driver's"
+    );
+}
+
+/// Issue 31: for a driver that took over an in-tree plugin, a PV the plugin provisioned (no
+/// `migrated-to` yet) is ours; one of another plugin is not. A PV that cannot be translated to
+/// the driver's CSI PV fails its deletion with the translation's own text, as upstream.
+#[test]
+fn in_tree_pvs_of_the_plugin_our_driver_took_over_are_ours() {
+    let gce = pv("pv-1")
+        .no_csi()
+        .provisioned_by("kubernetes.io/gce-pd")
+        .build();
+    assert_eq!(
+        ownership(&gce, "pd.csi.storage.gke.io"),
+        Ownership::Ours { dynamic: true }
+    );
+    assert_eq!(ownership(&gce, "ebs.csi.aws.com"), Ownership::NotOurs);
+    assert_eq!(ownership(&gce, DRIVER), Ownership::NotOurs);
+    let broken = ReclaimContext {
+        translation_error: Some(
+            "failed to get id components.Got: 4, wanted 6 components or more. ",
+        ),
+        ..ctx()
+    };
+    assert_eq!(
+        decide_with(&released().no_csi().build(), &broken),
+        ReclaimAction::Fail(ReclaimError::Translation(
+            "failed to get id components.Got: 4, wanted 6 components or more. ".to_owned()
+        ))
     );
 }

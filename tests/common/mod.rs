@@ -234,7 +234,13 @@ impl Cluster {
 
     /// A Node plus its CSINode registering `DRIVER` with the mock's topology key.
     pub async fn add_node(&self, name: &str) -> Node {
-        let node = self.add_node_without_driver(name).await;
+        self.add_node_for(name, DRIVER, TOPOLOGY_KEY).await
+    }
+
+    /// [`Cluster::add_node`] for a driver named `driver` whose topology key is `key` (a driver
+    /// of another name, such as a migrated plugin's).
+    pub async fn add_node_for(&self, name: &str, driver: &str, key: &str) -> Node {
+        let node = self.add_node_labelled(name, key).await;
         let csinode = CSINode {
             metadata: ObjectMeta {
                 name: Some(name.into()),
@@ -242,9 +248,9 @@ impl Cluster {
             },
             spec: CSINodeSpec {
                 drivers: vec![CSINodeDriver {
-                    name: DRIVER.into(),
+                    name: driver.into(),
                     node_id: name.into(),
-                    topology_keys: Some(vec![TOPOLOGY_KEY.into()]),
+                    topology_keys: Some(vec![key.into()]),
                     ..Default::default()
                 }],
             },
@@ -256,12 +262,17 @@ impl Cluster {
     /// A Node only, labelled as [`Cluster::add_node`] does, without a CSINode (a node where our
     /// driver does not run, or not yet).
     pub async fn add_node_without_driver(&self, name: &str) -> Node {
+        self.add_node_labelled(name, TOPOLOGY_KEY).await
+    }
+
+    /// A Node labelled with its host name and `{key: name}`.
+    pub async fn add_node_labelled(&self, name: &str, key: &str) -> Node {
         let node = Node {
             metadata: ObjectMeta {
                 name: Some(name.into()),
                 labels: Some(BTreeMap::from([
                     ("kubernetes.io/hostname".to_string(), name.to_string()),
-                    (TOPOLOGY_KEY.to_string(), name.to_string()),
+                    (key.to_string(), name.to_string()),
                 ])),
                 ..Default::default()
             },

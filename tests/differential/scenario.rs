@@ -51,6 +51,12 @@ pub struct Scenario {
     /// Flags of the mock driver(s).
     #[serde(default)]
     pub driver: Vec<String>,
+    /// The driver's name and topology key, when not the mock's own (a migrated plugin's
+    /// driver). Nodes are labelled `{key: <node name>}`, so a node named after a zone is in it.
+    #[serde(default)]
+    pub driver_name: Option<String>,
+    #[serde(default)]
+    pub topology_key: Option<String>,
     /// Controller mode: this many sidecars with `--leader-election` (identities `replica-<i>`);
     /// a crash point kills the leader only.
     #[serde(default = "one")]

@@ -13,7 +13,7 @@ use kube::discovery::ApiResource;
 use mock_csi_driver::StateDump;
 use serde_json::{Value, json};
 
-use crate::common::{Cluster, Driver, Sidecar, TOPOLOGY_KEY};
+use crate::common::{Cluster, DRIVER, Driver, Sidecar, TOPOLOGY_KEY};
 use crate::scenario::{Condition, DriverSwitch, Mode, ObjectRef, Scenario, SidecarAction, Step};
 
 /// How long one `wait` may take before it is recorded as timed out.
@@ -180,7 +180,11 @@ impl World {
             world.add_node(node.name(), node.has_driver()).await?;
         }
         let dir = world.cluster.dir.path().to_path_buf();
+        let driver_name = scenario.driver_name.as_deref().unwrap_or(DRIVER);
         let mut driver_flags: Vec<String> = vec!["--record-requests".into()];
+        if let Some(key) = &scenario.topology_key {
+            driver_flags.push(format!("--topology-key={key}"));
+        }
         driver_flags.extend(scenario.driver.iter().cloned());
         let with_driver: Vec<String> = scenario
             .nodes
@@ -204,13 +208,13 @@ impl World {
                     );
                 }
                 let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
-                let driver = Driver::start(&dir, &home, &flags).await;
+                let driver = Driver::start_as(&dir, &home, driver_name, &flags).await;
                 world.drivers.insert(home, driver);
             }
             Mode::Node => {
                 for node in &with_driver {
                     let flags: Vec<&str> = driver_flags.iter().map(String::as_str).collect();
-                    let driver = Driver::start(&dir, node, &flags).await;
+                    let driver = Driver::start_as(&dir, node, driver_name, &flags).await;
                     world.drivers.insert(node.clone(), driver);
                 }
             }
@@ -420,10 +424,16 @@ impl World {
     }
 
     async fn add_node(&self, name: &str, driver: bool) -> Result<(), String> {
+        let key = self
+            .scenario
+            .topology_key
+            .as_deref()
+            .unwrap_or(TOPOLOGY_KEY);
         if driver {
-            self.cluster.add_node(name).await;
+            let driver = self.scenario.driver_name.as_deref().unwrap_or(DRIVER);
+            self.cluster.add_node_for(name, driver, key).await;
         } else {
-            self.cluster.add_node_without_driver(name).await;
+            self.cluster.add_node_labelled(name, key).await;
         }
         Ok(())
     }

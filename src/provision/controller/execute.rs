@@ -196,7 +196,10 @@ async fn create_volume_and_pv(
     let ctx = &state.ctx;
     let key = claim_key(pvc);
     let started = Instant::now();
-    let answer = create_volume(state, request).await;
+    // CSI migration: `csi_sidecar_operations_seconds` marks the call as for a migrated volume.
+    let answer =
+        crate::csi::metrics::migrated(plan.pv.in_tree.is_some(), create_volume(state, request))
+            .await;
     // From now on retries must send this requirement, whatever happens to the nodes meanwhile.
     state
         .memory()

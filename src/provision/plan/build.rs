@@ -102,6 +102,17 @@ pub(super) fn plan(
     let spec = pvc.spec.clone().unwrap_or_default();
 
     let source = data_source(pvc, settings)?;
+    // CSI migration: a class of the in-tree plugin our driver took over is translated for the
+    // driver (parameters, topologies); everything below reads the translated class, except what
+    // upstream takes from the class as it is (`provisioned-by`, the reclaim policy).
+    let in_tree = crate::migration::Plugin::of_driver(&settings.driver)
+        .filter(|p| class.provisioner == p.in_tree_name());
+    let original = class;
+    let translated = in_tree
+        .map(|p| p.translate_class(class))
+        .transpose()
+        .map_err(PlanError::ClassTranslation)?;
+    let class = translated.as_ref().unwrap_or(class);
     let vac_name = requested_vac(pvc, settings).map(str::to_owned);
     check_capabilities(claim_name, source.as_ref(), vac_name.is_some(), settings)?;
     if spec.selector.is_some() {
@@ -167,7 +178,7 @@ pub(super) fn plan(
     let pv = PvTemplate {
         name: volume_name.clone(),
         driver: settings.driver.clone(),
-        provisioned_by: class.provisioner.clone(),
+        provisioned_by: original.provisioner.clone(),
         provisioner_identity: settings.provisioner_identity.clone(),
         claim_ref: claim_ref(pvc),
         class_name: claim_class_name(pvc).unwrap_or_default().to_owned(),
@@ -185,6 +196,7 @@ pub(super) fn plan(
         expects_content_source: source.is_some(),
         node: recorded_node(ctx, node),
         node_is_selection: ctx.settings.node.is_none(),
+        in_tree,
     };
 
     let mut warnings = params::deprecation_warnings(&class_params);

@@ -142,11 +142,23 @@ pub async fn claims_with_events(
 }
 
 pub async fn create_class(client: &Client, name: &str, binding: &str) -> Result<()> {
+    create_class_of(client, name, binding, DRIVER).await
+}
+
+/// [`create_class`] naming `provisioner` (an in-tree plugin, under CSI migration).
+pub async fn create_class_of(
+    client: &Client,
+    name: &str,
+    binding: &str,
+    provisioner: &str,
+) -> Result<()> {
     let api: Api<k8s_openapi::api::storage::v1::StorageClass> = Api::all(client.clone());
     api.create(
         &PostParams::default(),
-        &obj(json!({"metadata": {"name": name}, "provisioner": DRIVER,
-                    "reclaimPolicy": "Delete", "volumeBindingMode": binding})),
+        &obj(
+            json!({"metadata": {"name": name}, "provisioner": provisioner,
+                    "reclaimPolicy": "Delete", "volumeBindingMode": binding}),
+        ),
     )
     .await
     .with_context(|| format!("create StorageClass {name}"))?;

@@ -25,6 +25,9 @@ enum ScenarioName {
     Node,
     /// Claims restored at once from one VolumeSnapshot (`--claims` sizes).
     Restore,
+    /// Burst under CSI migration: claims of an in-tree `kubernetes.io/portworx-volume` class
+    /// handed to a driver named `pxd.portworx.com` (`--claims` sizes).
+    Migrated,
     /// Ours only: the cost of --track-unused-claims with `--pods` Pods (the first binary, with
     /// and without the flag).
     Unused,
@@ -216,7 +219,7 @@ async fn run(args: Args) -> Result<Report> {
     let mut plan: Vec<(ScenarioName, usize)> = Vec::new();
     for s in &args.scenarios {
         match s {
-            ScenarioName::Burst | ScenarioName::Restore => {
+            ScenarioName::Burst | ScenarioName::Restore | ScenarioName::Migrated => {
                 plan.extend(args.claims.iter().map(|n| (*s, *n)));
             }
             _ => plan.push((*s, 0)),
@@ -228,6 +231,12 @@ async fn run(args: Args) -> Result<Report> {
                 ScenarioName::Burst => (
                     "burst",
                     format!("burst of {size} claims, Immediate binding"),
+                ),
+                ScenarioName::Migrated => (
+                    "migrated",
+                    format!(
+                        "burst of {size} claims of an in-tree class under CSI migration, Immediate binding"
+                    ),
                 ),
                 ScenarioName::Restore => (
                     "restore",
@@ -288,6 +297,7 @@ async fn run(args: Args) -> Result<Report> {
                 eprintln!("bench: {} [{}] with {} ...", sc.title, sc.qps, b.label);
                 let run = match scenario {
                     ScenarioName::Burst => scenarios::burst(&env, &bin, *q, size).await,
+                    ScenarioName::Migrated => scenarios::migrated(&env, &bin, *q, size).await,
                     ScenarioName::Restore => scenarios::restore(&env, &bin, *q, size).await,
                     ScenarioName::Restart => {
                         scenarios::restart(&env, &bin, *q, args.restart_claims).await

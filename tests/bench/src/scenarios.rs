@@ -309,24 +309,62 @@ async fn started(env: &Env, client: &Client) -> Result<Tracker> {
     Ok(tracker)
 }
 
+/// The driver and the class provisioner of a burst.
+#[derive(Clone, Copy)]
+struct Flavour {
+    name: &'static str,
+    driver: &'static str,
+    provisioner: &'static str,
+}
+
+const CSI: Flavour = Flavour {
+    name: "burst",
+    driver: DRIVER,
+    provisioner: DRIVER,
+};
+
+/// CSI migration: an in-tree class, a driver of the plugin's CSI name (Portworx: no topology
+/// and no handle format to fake, so only the translation itself is measured).
+const MIGRATED: Flavour = Flavour {
+    name: "migrated",
+    driver: "pxd.portworx.com",
+    provisioner: "kubernetes.io/portworx-volume",
+};
+
 /// Burst: `n` claims of an Immediate class at once, then all deleted.
 pub async fn burst(env: &Env, bin: &Bin<'_>, qps: Qps, n: usize) -> Run {
+    burst_of(env, bin, qps, n, CSI).await
+}
+
+/// [`burst`] with an in-tree class under CSI migration.
+pub async fn migrated(env: &Env, bin: &Bin<'_>, qps: Qps, n: usize) -> Run {
+    burst_of(env, bin, qps, n, MIGRATED).await
+}
+
+async fn burst_of(env: &Env, bin: &Bin<'_>, qps: Qps, n: usize, flavour: Flavour) -> Run {
     let mut run = Run {
         binary: bin.label.into(),
         ..Default::default()
     };
-    if let Err(e) = burst_inner(env, bin, qps, n, &mut run).await {
+    if let Err(e) = burst_inner(env, bin, qps, n, flavour, &mut run).await {
         run.fail(format!("{e:#}"));
     }
     run
 }
 
-async fn burst_inner(env: &Env, bin: &Bin<'_>, qps: Qps, n: usize, run: &mut Run) -> Result<()> {
-    let dir = env.dir(&format!("burst-{n}-{}-{}", qps.name, bin.label))?;
+async fn burst_inner(
+    env: &Env,
+    bin: &Bin<'_>,
+    qps: Qps,
+    n: usize,
+    flavour: Flavour,
+    run: &mut Run,
+) -> Result<()> {
+    let dir = env.dir(&format!("{}-{n}-{}-{}", flavour.name, qps.name, bin.label))?;
     let sim = KubeSim::start(&env.kube_sim, &dir).await?;
     let client = cluster::client(&sim.kubeconfig).await?;
-    cluster::create_class(&client, "bench", "Immediate").await?;
-    let driver = Driver::start(&env.driver, &dir, DRIVER, "node-1", false).await?;
+    cluster::create_class_of(&client, "bench", "Immediate", flavour.provisioner).await?;
+    let driver = Driver::start(&env.driver, &dir, flavour.driver, "node-1", false).await?;
     let tracker = started(env, &client).await?;
     let mut provs = vec![env.start_provisioner(bin, &sim, &driver, qps, None, "0")?];
     env.wait_ready(&mut provs[0]).await?;

@@ -24,6 +24,35 @@ const ANN_BIND_COMPLETED: &str = "pv.kubernetes.io/bind-completed";
 const ANN_BOUND_BY_CONTROLLER: &str = "pv.kubernetes.io/bound-by-controller";
 const ANN_DYNAMICALLY_PROVISIONED: &str = "pv.kubernetes.io/provisioned-by";
 const PV_CONTROLLER: &str = "persistentvolume-controller";
+const ANN_MIGRATED_TO: &str = "pv.kubernetes.io/migrated-to";
+
+/// CSI migration, on for every in-tree plugin that has it (as kube-controller-manager 1.30+):
+/// the CSI driver that took over an in-tree provisioner.
+pub(crate) fn migrated_driver(in_tree: &str) -> Option<&'static str> {
+    Some(match in_tree {
+        "kubernetes.io/aws-ebs" => "ebs.csi.aws.com",
+        "kubernetes.io/gce-pd" => "pd.csi.storage.gke.io",
+        "kubernetes.io/azure-disk" => "disk.csi.azure.com",
+        "kubernetes.io/azure-file" => "file.csi.azure.com",
+        "kubernetes.io/cinder" => "cinder.csi.openstack.org",
+        "kubernetes.io/vsphere-volume" => "csi.vsphere.vmware.com",
+        "kubernetes.io/portworx-volume" => "pxd.portworx.com",
+        _ => return None,
+    })
+}
+
+/// kube-controller-manager's `updateMigrationAnnotations`: an object whose provisioner (a
+/// claim's storage-provisioner annotation, a PV's provisioned-by) is a migrated in-tree plugin
+/// gets `pv.kubernetes.io/migrated-to: <CSI driver>`; any other loses it. `None`: nothing to
+/// change.
+fn migration_annotation(obj: &Value, provisioner: Option<&str>) -> Option<Value> {
+    let provisioner = provisioner?;
+    let want = migrated_driver(provisioner);
+    if annotation(obj, ANN_MIGRATED_TO) == want {
+        return None;
+    }
+    Some(with_annotation(obj, ANN_MIGRATED_TO, want))
+}
 
 pub(crate) fn spawn(inner: Arc<Inner>, mut rx: UnboundedReceiver<Arc<Record>>) -> JoinHandle<()> {
     tokio::spawn(async move {
@@ -383,6 +412,14 @@ impl Controllers {
             pvc_protection(st, &pvc);
             return;
         }
+        let provisioner = annotation(&pvc, ANN_STORAGE_PROVISIONER)
+            .or_else(|| annotation(&pvc, ANN_BETA_STORAGE_PROVISIONER));
+        if let Some(n) = migration_annotation(&pvc, provisioner) {
+            write(st, pvc_rd(), &pvc, n, Sub::Main);
+        }
+        let Some(pvc) = st.get(PVC, ns, name) else {
+            return;
+        };
         let vol = s(&pvc, "/spec/volumeName").to_string();
         if vol.is_empty() {
             let prebound = self
@@ -426,7 +463,9 @@ impl Controllers {
                         &format!("storageclass.storage.k8s.io {class:?} not found"),
                     ),
                     Some(sc) => {
-                        let prov = s(&sc, "/provisioner").to_string();
+                        let class_prov = s(&sc, "/provisioner").to_string();
+                        // CSI migration: the claim goes to the CSI driver of the in-tree plugin.
+                        let prov = migrated_driver(&class_prov).map_or(class_prov, str::to_owned);
                         if prov.starts_with("kubernetes.io/") {
                             self.event(
                                 st,
@@ -439,6 +478,8 @@ impl Controllers {
                             let n =
                                 with_annotation(&pvc, ANN_BETA_STORAGE_PROVISIONER, Some(&prov));
                             let n = with_annotation(&n, ANN_STORAGE_PROVISIONER, Some(&prov));
+                            // Named for the CSI driver itself: no migrated-to (kcm removes it).
+                            let n = with_annotation(&n, ANN_MIGRATED_TO, None);
                             let written = write(st, pvc_rd(), &pvc, n, Sub::Main)
                                 .unwrap_or_else(|| (*pvc).clone());
                             self.event(
@@ -492,6 +533,10 @@ impl Controllers {
 
     /// Returns a claim that should be synced next (binding of a pre-bound volume).
     fn sync_volume(&mut self, st: &mut Store, name: &str) -> Option<NsName> {
+        let pv = st.get(PV, "", name)?;
+        if let Some(n) = migration_annotation(&pv, annotation(&pv, ANN_DYNAMICALLY_PROVISIONED)) {
+            write(st, pv_rd(), &pv, n, Sub::Main);
+        }
         let pv = st.get(PV, "", name)?;
         if is_deleting(&pv)
             && s(&pv, "/status/phase") != "Bound"

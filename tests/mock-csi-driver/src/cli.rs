@@ -121,6 +121,15 @@ pub struct Args {
     #[arg(long)]
     pub record_requests: bool,
 
+    /// Template of new volume ids: {uuid}, {name}, {node}, {zone} (the node's topology value).
+    #[arg(long, default_value = config::DEFAULT_VOLUME_ID_TEMPLATE)]
+    pub volume_id_template: String,
+
+    /// An extra volume-context entry of new volumes, KEY=TEMPLATE (placeholders as for
+    /// --volume-id-template). Repeatable.
+    #[arg(long = "volume-context", value_name = "KEY=TEMPLATE", value_parser = parse_context)]
+    pub volume_context: Vec<(String, String)>,
+
     /// Log format: text or json.
     #[arg(long, default_value = "text", value_parser = ["text", "json"])]
     pub log_format: String,
@@ -140,6 +149,10 @@ fn parse_quantity(s: &str) -> Result<i64, ConfigError> {
 
 fn parse_duration(s: &str) -> Result<Duration, ConfigError> {
     config::parse_duration(s)
+}
+
+fn parse_context(s: &str) -> Result<(String, String), ConfigError> {
+    config::parse_key_value("--volume-context", s)
 }
 
 fn parse_secret(s: &str) -> Result<(String, String), ConfigError> {
@@ -181,6 +194,8 @@ impl Args {
             crash_after_create,
             misbehaviours,
             record_requests,
+            volume_id_template,
+            volume_context,
             log_format: _,
         } = self;
         let mut config = Config::new(socket_path(&endpoint), nodeid).with_driver_name(drivername);
@@ -202,6 +217,8 @@ impl Args {
         config.max_volume_size = max_volume_size;
         config.default_volume_size = default_volume_size;
         config.record_requests = record_requests;
+        config.volume_id_template = volume_id_template;
+        config.volume_context = volume_context.into_iter().collect();
         config.required_secrets = require_secrets.into_iter().collect();
         if !mutable_parameter_keys.is_empty() {
             config.mutable_parameter_keys = mutable_parameter_keys.into_iter().collect();

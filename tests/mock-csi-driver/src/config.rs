@@ -411,6 +411,24 @@ pub struct Config {
     pub misbehaviours: BTreeSet<Misbehaviour>,
     /// Keep every CreateVolume request for the state dump (`StateDump::create_requests`).
     pub record_requests: bool,
+    /// New volume ids: `{uuid}`, `{name}`, `{node}` and `{zone}` (the node's topology value)
+    /// are filled in; `vol-{uuid}` by default. A cloud driver's id shape (`projects/UNSPECIFIED/
+    /// zones/{zone}/disks/{name}` for GCE PD) lets CSI migration write PVs back in in-tree form.
+    pub volume_id_template: String,
+    /// Extra volume-context entries of new volumes, their values templates as above.
+    pub volume_context: BTreeMap<String, String>,
+}
+
+/// The volume id template's default.
+pub const DEFAULT_VOLUME_ID_TEMPLATE: &str = "vol-{uuid}";
+
+/// `template` with `{uuid}`, `{name}`, `{node}` and `{zone}` filled in.
+pub fn fill_template(template: &str, uuid: &str, name: &str, node: &str, zone: &str) -> String {
+    template
+        .replace("{uuid}", uuid)
+        .replace("{name}", name)
+        .replace("{node}", node)
+        .replace("{zone}", zone)
 }
 
 impl Config {
@@ -447,6 +465,8 @@ impl Config {
             crash_action: CrashAction::StopServer,
             misbehaviours: BTreeSet::new(),
             record_requests: false,
+            volume_id_template: DEFAULT_VOLUME_ID_TEMPLATE.to_owned(),
+            volume_context: BTreeMap::new(),
         }
     }
 

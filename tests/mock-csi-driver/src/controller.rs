@@ -121,19 +121,24 @@ impl Driver {
         )?;
 
         let seq = store.next_seq();
+        let uuid = uuid::Uuid::new_v4().simple().to_string();
+        let segment = self.config.segment_of(&node);
+        let zone = segment.values().next().cloned().unwrap_or_default();
+        let fill = |t: &str| crate::config::fill_template(t, &uuid, &req.name, &node, &zone);
+        let mut volume_context = BTreeMap::from([(CONTEXT_NODE.to_owned(), node.clone())]);
+        for (k, v) in &self.config.volume_context {
+            volume_context.insert(k.clone(), fill(v));
+        }
         let record = VolumeRecord {
             id: if self.faults.misbehaves(Misbehaviour::ControlCharVolumeId) {
-                format!(
-                    "vol-{}\n\u{1b}[31mFAKE LOG LINE",
-                    uuid::Uuid::new_v4().simple()
-                )
+                format!("vol-{uuid}\n\u{1b}[31mFAKE LOG LINE")
             } else {
-                format!("vol-{}", uuid::Uuid::new_v4().simple())
+                fill(&self.config.volume_id_template)
             },
             name: req.name.clone(),
             capacity_bytes: size,
-            segment: self.config.segment_of(&node),
-            volume_context: BTreeMap::from([(CONTEXT_NODE.to_owned(), node.clone())]),
+            segment,
+            volume_context,
             node,
             parameters,
             mutable_parameters: rules::sorted(&req.mutable_parameters),

@@ -1,0 +1,396 @@
+//! CSI migration end to end (issue 31), for each of the seven plugins with a mock driver of its
+//! name: an in-tree StorageClass and a claim of it (kube-sim annotates the claim for the CSI
+//! driver, as kube-controller-manager does under migration) are provisioned to a PV in in-tree
+//! form and deleted again through the driver; and an in-tree PV made before migration, released
+//! with reclaim Delete, gets the deletion-protection finalizer and is deleted through the driver.
+
+mod common;
+
+use std::collections::BTreeMap;
+
+use common::*;
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
+use kube::api::{Api, DeleteParams, PostParams};
+use serde_json::{Value, json};
+
+const NS: &str = "default";
+const FINALIZER: &str = "external-provisioner.volume.kubernetes.io/finalizer";
+
+/// One plugin's driver and what its volumes look like.
+struct Plugin {
+    in_tree: &'static str,
+    driver: &'static str,
+    /// The driver's zone key and the zone of its one node, for zonal plugins.
+    zone: Option<(&'static str, &'static str)>,
+    /// Mock driver flags giving volume ids (and context) of the plugin's shape.
+    id_flags: &'static [&'static str],
+    /// Class parameters.
+    params: &'static [(&'static str, &'static str)],
+    /// The in-tree source field of a PV, and `pre_made(id, name)`: the source of a PV made
+    /// before migration for volume `id` created under `name`.
+    field: &'static str,
+    pre_made: fn(&str, &str) -> Value,
+}
+
+const PLUGINS: [Plugin; 7] = [
+    Plugin {
+        in_tree: "kubernetes.io/aws-ebs",
+        driver: "ebs.csi.aws.com",
+        zone: Some(("topology.ebs.csi.aws.com/zone", "us-east-1a")),
+        id_flags: &[],
+        params: &[("type", "gp2"), ("fsType", "ext4")],
+        field: "awsElasticBlockStore",
+        pre_made: |id, _| json!({"volumeID": format!("aws://us-east-1a/{id}"), "fsType": "ext4"}),
+    },
+    Plugin {
+        in_tree: "kubernetes.io/gce-pd",
+        driver: "pd.csi.storage.gke.io",
+        zone: Some(("topology.gke.io/zone", "us-central1-a")),
+        id_flags: &["--volume-id-template=projects/UNSPECIFIED/zones/{zone}/disks/{name}"],
+        params: &[("type", "pd-standard")],
+        field: "gcePersistentDisk",
+        pre_made: |_, name| json!({"pdName": name}),
+    },
+    Plugin {
+        in_tree: "kubernetes.io/azure-disk",
+        driver: "disk.csi.azure.com",
+        zone: None,
+        id_flags: &[
+            "--volume-id-template=/subscriptions/s1/resourceGroups/rg1/providers/Microsoft.Compute/disks/{name}",
+        ],
+        params: &[("skuName", "Standard_LRS"), ("kind", "Managed")],
+        field: "azureDisk",
+        pre_made: |id, name| json!({"diskName": name, "diskURI": id, "kind": "Managed"}),
+    },
+    Plugin {
+        in_tree: "kubernetes.io/azure-file",
+        driver: "file.csi.azure.com",
+        zone: None,
+        id_flags: &["--volume-id-template=rg1#acct1#{name}#{name}#default"],
+        params: &[("skuName", "Standard_LRS")],
+        field: "azureFile",
+        pre_made: |_, name| {
+            json!({"shareName": name, "secretName": "azure-storage-account-acct1-secret",
+                   "secretNamespace": "default"})
+        },
+    },
+    Plugin {
+        in_tree: "kubernetes.io/cinder",
+        driver: "cinder.csi.openstack.org",
+        zone: Some(("topology.cinder.csi.openstack.org/zone", "nova")),
+        id_flags: &[],
+        params: &[("availability", "nova")],
+        field: "cinder",
+        pre_made: |id, _| json!({"volumeID": id}),
+    },
+    Plugin {
+        in_tree: "kubernetes.io/vsphere-volume",
+        driver: "csi.vsphere.vmware.com",
+        zone: None,
+        id_flags: &[
+            "--volume-id-template=[ds1] {name}.vmdk",
+            "--volume-context=initialvolumefilepath=[ds1] {name}.vmdk",
+        ],
+        params: &[("diskformat", "thin")],
+        field: "vsphereVolume",
+        pre_made: |id, _| json!({"volumePath": id}),
+    },
+    Plugin {
+        in_tree: "kubernetes.io/portworx-volume",
+        driver: "pxd.portworx.com",
+        zone: None,
+        id_flags: &[],
+        params: &[("repl", "1")],
+        field: "portworxVolume",
+        pre_made: |id, _| json!({"volumeID": id}),
+    },
+];
+
+fn obj<T: serde::de::DeserializeOwned>(v: Value) -> T {
+    serde_json::from_value(v).expect("well-formed object")
+}
+
+/// The cluster with the plugin's driver (and, for zonal plugins, its node registered with the
+/// driver's zone key), and the sidecar.
+async fn start(p: &Plugin) -> (Cluster, Driver, Sidecar) {
+    let cluster = Cluster::start().await;
+    let (node_id, mut flags): (&str, Vec<String>) = match p.zone {
+        Some((key, zone)) => (
+            zone,
+            vec!["--topology".into(), format!("--topology-key={key}")],
+        ),
+        None => ("node-1", vec![]),
+    };
+    flags.extend(p.id_flags.iter().map(|f| (*f).to_owned()));
+    let mut labels = BTreeMap::from([("kubernetes.io/hostname".to_owned(), "node-1".to_owned())]);
+    if let Some((key, zone)) = p.zone {
+        labels.insert(key.to_owned(), zone.to_owned());
+    }
+    cluster
+        .create(
+            &cluster.nodes(),
+            &obj(json!({"metadata": {"name": "node-1", "labels": labels}})),
+        )
+        .await;
+    let keys: Vec<&str> = p.zone.iter().map(|(k, _)| *k).collect();
+    let csinode: CSINode = obj(json!({"metadata": {"name": "node-1"}, "spec": {"drivers": [
+        {"name": p.driver, "nodeID": node_id, "topologyKeys": keys}]}}));
+    cluster.create(&cluster.csinodes(), &csinode).await;
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let driver = Driver::start_as(cluster.dir.path(), node_id, p.driver, &flags).await;
+    let sidecar = Sidecar::start(
+        &cluster,
+        &driver,
+        &[
+            "--feature-gates=Topology=true",
+            "--http-endpoint=127.0.0.1:0",
+        ],
+    )
+    .await;
+    (cluster, driver, sidecar)
+}
+
+fn annotation<'a>(pv: &'a PersistentVolume, key: &str) -> Option<&'a str> {
+    pv.metadata
+        .annotations
+        .as_ref()?
+        .get(key)
+        .map(String::as_str)
+}
+
+fn pv_json(pv: &PersistentVolume) -> Value {
+    serde_json::to_value(pv).expect("PV as JSON")
+}
+
+async fn provisioned_and_deleted(p: &Plugin) {
+    let (cluster, driver, sidecar) = start(p).await;
+    let class: StorageClass = obj(json!({
+        "metadata": {"name": "intree"}, "provisioner": p.in_tree,
+        "reclaimPolicy": "Delete", "volumeBindingMode": "Immediate",
+        "parameters": p.params.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect::<BTreeMap<_, _>>()
+    }));
+    cluster.add_class(&class).await;
+    cluster.claim_of_class(NS, "data", "intree", "1Gi").await;
+    let pv = cluster.wait_bound(NS, "data").await;
+    let json = pv_json(&pv);
+    let state = driver.wait_volumes(1).await;
+    let volume = &state.volumes[0];
+    assert!(
+        json["spec"]["csi"].is_null(),
+        "{}: written back in in-tree form: {json}",
+        p.driver
+    );
+    assert!(json["spec"][p.field].is_object(), "{}: {json}", p.driver);
+    assert_eq!(
+        annotation(&pv, "pv.kubernetes.io/provisioned-by"),
+        Some(p.in_tree)
+    );
+    assert!(
+        pv.metadata
+            .finalizers
+            .iter()
+            .flatten()
+            .any(|f| f == FINALIZER),
+        "{}: the deletion-protection finalizer: {json}",
+        p.driver
+    );
+    if let Some((_, zone)) = p.zone {
+        let labels = pv.metadata.labels.clone().unwrap_or_default();
+        assert_eq!(
+            labels
+                .get("topology.kubernetes.io/zone")
+                .map(String::as_str),
+            Some(zone),
+            "{}: the zone label: {json}",
+            p.driver
+        );
+        let affinity = json["spec"]["nodeAffinity"].to_string();
+        assert!(
+            affinity.contains("topology.kubernetes.io/zone"),
+            "{affinity}"
+        );
+        assert!(
+            !affinity.contains(p.zone.unwrap().0),
+            "no CSI key left: {affinity}"
+        );
+    }
+    match p.field {
+        "awsElasticBlockStore" => {
+            assert_eq!(json["spec"][p.field]["volumeID"], volume.id.as_str());
+            assert_eq!(
+                json["spec"][p.field]["fsType"], "ext4",
+                "fsType from the class"
+            );
+            let labels = pv.metadata.labels.clone().unwrap_or_default();
+            assert_eq!(
+                labels
+                    .get("topology.kubernetes.io/region")
+                    .map(String::as_str),
+                Some("us-east-1"),
+                "the region of the zone"
+            );
+        }
+        "gcePersistentDisk" => assert_eq!(json["spec"][p.field]["pdName"], volume.name.as_str()),
+        "azureDisk" => {
+            assert_eq!(json["spec"][p.field]["diskURI"], volume.id.as_str());
+            assert_eq!(json["spec"][p.field]["diskName"], volume.name.as_str());
+        }
+        "azureFile" => assert_eq!(json["spec"][p.field]["shareName"], volume.name.as_str()),
+        "vsphereVolume" => assert_eq!(json["spec"][p.field]["volumePath"], volume.id.as_str()),
+        _ => assert_eq!(json["spec"][p.field]["volumeID"], volume.id.as_str()),
+    }
+    // kube-controller-manager (here kube-sim) marks it migrated; the sidecar deletes it.
+    wait_for("migrated-to on the PV", DEADLINE, || async {
+        let pv = cluster.pvs().get(pv.metadata.name.as_deref()?).await.ok()?;
+        (annotation(&pv, "pv.kubernetes.io/migrated-to") == Some(p.driver)).then_some(())
+    })
+    .await;
+    let migrated_calls = sidecar
+        .try_metrics()
+        .await
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.contains("CreateVolume") && l.contains("migrated=\"true\""))
+        .count();
+    assert!(
+        migrated_calls > 0,
+        "{}: CreateVolume labelled migrated",
+        p.driver
+    );
+    cluster.delete_pvc_and_wait(NS, "data").await;
+    cluster
+        .wait_pv_gone(pv.metadata.name.as_deref().unwrap())
+        .await;
+    let state = driver.wait_volumes(0).await;
+    assert!(
+        state.delete_calls.iter().any(|(id, _)| *id == volume.id),
+        "{}: deleted through the driver",
+        p.driver
+    );
+}
+
+async fn pre_migration_pv_deleted(p: &Plugin) {
+    let (cluster, driver, _sidecar) = start(p).await;
+    let name = "premade-1";
+    // On the driver's own node: its zone for zonal plugins.
+    let id = driver.create_volume_on(name, None, Some(1 << 30)).await;
+    let mut labels = BTreeMap::new();
+    if let Some((_, zone)) = p.zone {
+        labels.insert("topology.kubernetes.io/zone".to_owned(), zone.to_owned());
+    }
+    let mut annotations = BTreeMap::from([(
+        "pv.kubernetes.io/provisioned-by".to_owned(),
+        p.in_tree.to_owned(),
+    )]);
+    if p.field == "azureFile" {
+        // The share's resource group, which its handle starts with.
+        annotations.insert(
+            "kubernetes.io/azure-file-resource-group".to_owned(),
+            "rg1".to_owned(),
+        );
+    }
+    let pv: PersistentVolume = obj(json!({
+        "metadata": {"name": name, "labels": labels, "annotations": annotations},
+        "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+                 "persistentVolumeReclaimPolicy": "Delete", "storageClassName": "old",
+                 p.field: (p.pre_made)(&id, name),
+                 "claimRef": {"namespace": NS, "name": "old-data"}}
+    }));
+    Api::<PersistentVolume>::all(cluster.client.clone())
+        .create(&PostParams::default(), &pv)
+        .await
+        .expect("create the in-tree PV");
+    let mut claim: PersistentVolumeClaim = claim(NS, "old-data", "old", "1Gi");
+    claim.spec.as_mut().unwrap().volume_name = Some(name.to_owned());
+    cluster.create(&cluster.pvcs(NS), &claim).await;
+    cluster.wait_bound(NS, "old-data").await;
+    wait_for("the finalizer on the in-tree PV", DEADLINE, || async {
+        let pv = cluster.pvs().get(name).await.ok()?;
+        pv.metadata
+            .finalizers
+            .iter()
+            .flatten()
+            .any(|f| f == FINALIZER)
+            .then_some(())
+    })
+    .await;
+    let _ = cluster
+        .pvcs(NS)
+        .delete("old-data", &DeleteParams::default())
+        .await;
+    cluster.wait_pv_gone(name).await;
+    let state = driver.wait_volumes(0).await;
+    assert!(
+        state.delete_calls.iter().any(|(d, _)| *d == id),
+        "{}: the translated handle {id} was deleted through the driver",
+        p.driver
+    );
+}
+
+#[tokio::test]
+async fn each_plugin_provisions_an_in_tree_class_to_an_in_tree_pv_and_deletes_it() {
+    for p in &PLUGINS {
+        provisioned_and_deleted(p).await;
+    }
+}
+
+#[tokio::test]
+async fn each_plugin_deletes_a_released_pre_migration_in_tree_pv_through_the_driver() {
+    for p in &PLUGINS {
+        pre_migration_pv_deleted(p).await;
+    }
+}
+
+/// A driver answering a volume id its in-tree plugin cannot hold (a GCE PD id that is not
+/// `projects/…/disks/<name>`): no PV is written, the volume is deleted again and the claim says
+/// why (upstream keeps the volume and retries writing the PV for ever).
+#[tokio::test]
+async fn a_volume_that_cannot_be_written_in_tree_is_deleted_again_and_reported() {
+    let gce = &PLUGINS[1];
+    // The mock's own uuid ids, not GCE's handle shape.
+    let p = Plugin {
+        id_flags: &[],
+        ..*gce
+    };
+    let (cluster, driver, _sidecar) = start(&p).await;
+    let class: StorageClass = obj(json!({
+        "metadata": {"name": "intree"}, "provisioner": p.in_tree,
+        "reclaimPolicy": "Delete", "volumeBindingMode": "Immediate"
+    }));
+    cluster.add_class(&class).await;
+    cluster.claim_of_class(NS, "data", "intree", "1Gi").await;
+    let message = cluster
+        .wait_claim_event(NS, "data", "ProvisioningFailed", "kubernetes.io/gce-pd")
+        .await;
+    assert!(
+        message.contains("failed to get id components"),
+        "the translation's own words: {message}"
+    );
+    let state = wait_for("the volume deleted again", DEADLINE, || async {
+        let s = driver.state().await;
+        (s.ok_calls("CreateVolume") > 0 && !s.delete_calls.is_empty()).then_some(s)
+    })
+    .await;
+    let made = &state.delete_calls[0].0;
+    assert!(
+        cluster
+            .pvs()
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty(),
+        "no PV for a volume the sidecar could not describe"
+    );
+    let _ = cluster
+        .pvcs(NS)
+        .delete("data", &DeleteParams::default())
+        .await;
+    let state = driver.wait_volumes(0).await;
+    assert!(
+        state.volumes.iter().all(|v| &v.id != made),
+        "nothing left on the driver"
+    );
+}
