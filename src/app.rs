@@ -329,9 +329,9 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         }
     };
     let sweep = async {
-        // Controller mode only: one LIST per interval per cluster, not per node.
+        // In node mode too (as upstream), one instance per round (see the module).
         let every = ctx.config.source_protection.snapshot_orphan_sweep_interval;
-        if let Some(every) = every.filter(|_| ctx.config.node_deployment.is_none()) {
+        if let Some(every) = every {
             crate::provision::snapshot_sweep::run(ctx.clone(), every, shutdown.clone()).await;
         }
     };

@@ -110,18 +110,20 @@ pub struct Args {
           action = ArgAction::Set, help_heading = "Provisioning")]
     pub prevent_volume_mode_conversion: bool,
 
-    /// Workers removing the clone-source protection finalizer. [not yet supported]
+    /// Workers removing the clone-source protection finalizer. Accepted for compatibility: the
+    /// claim workers (--worker-threads) release it here, so no separate pool is needed (and 0
+    /// does not stop the release, as it does upstream).
     #[arg(long, default_value_t = 1, help_heading = "Provisioning")]
     pub cloning_protection_threads: u64,
 
     /// Period of the sweep for orphaned snapshot protection finalizers; 0 disables it.
-    /// [not yet supported]
     #[arg(long, default_value = "5m0s", value_name = "DURATION", value_parser = parse_go_duration, help_heading = "Provisioning")]
     pub snapshot_orphan_sweep_interval: Duration,
 
     /// Feature gates, Key=bool,... (Topology, VolumeAttributesClass, CrossNamespaceVolumeDataSource,
     /// ReleaseLeaderElectionOnExit, MutableCSINodeAllocatableCount, HonorPVReclaimPolicy=true,
-    /// AllAlpha, AllBeta).
+    /// AllAlpha, AllBeta; the API server gates upstream's binary also accepts are accepted and
+    /// have no effect).
     #[arg(long, value_name = "GATES", value_parser = parse_feature_gates, action = ArgAction::Append,
           help_heading = "Provisioning")]
     pub feature_gates: Vec<FeatureGateList>,

@@ -277,6 +277,12 @@ fn bad_feature_gates_are_usage_errors() {
         ("Topology", "missing bool value for Topology"),
         ("Topology=maybe", "invalid value of Topology=maybe"),
         ("HonorPVReclaimPolicy=false", "locked to true"),
+        // An API server gate locked as upstream's: refused as upstream refuses it.
+        (
+            "BtreeWatchCache=false",
+            "cannot set feature gate BtreeWatchCache to false, feature is locked to true",
+        ),
+        ("LoggingAlphaOptions=true", "unrecognized feature gate"),
     ] {
         let err = parse_feature_gates(text).unwrap_err();
         assert!(err.contains(reason), "{text}: {err}");

@@ -39,6 +39,8 @@ pub struct Config {
     /// Log verbosity and format.
     pub logging: LoggingOptions,
     not_yet_supported: Vec<String>,
+    /// `--feature-gates` names accepted for compatibility that mean nothing here.
+    inert_feature_gates: Vec<&'static str>,
 }
 
 /// The CSI driver connection.
@@ -291,6 +293,15 @@ impl Config {
         let env = |name: &str| env(name).filter(|value| !value.is_empty());
         let not_yet_supported = not_yet_supported(&args);
         let feature_gates = FeatureGates::resolve(args.feature_gate_settings());
+        let mut inert_feature_gates: Vec<&'static str> = args
+            .feature_gate_settings()
+            .filter_map(|(gate, _)| match gate {
+                FeatureGate::Inert(name) => Some(name),
+                _ => None,
+            })
+            .collect();
+        inert_feature_gates.sort_unstable();
+        inert_feature_gates.dedup();
         let leader_election_labels = args.leader_election_label_map();
         // Destructured so that a flag added to `Args` but forgotten here fails to compile.
         let Args {
@@ -508,7 +519,14 @@ impl Config {
                 format: logging_format,
             },
             not_yet_supported,
+            inert_feature_gates,
         })
+    }
+
+    /// `--feature-gates` names set that upstream's binary accepts only because it links the API
+    /// server's libraries: logged at start-up as having no effect.
+    pub fn inert_feature_gates(&self) -> &[&'static str] {
+        &self.inert_feature_gates
     }
 
     /// Flags set to a non-default value whose feature is not built yet, e.g. `--enable-capacity`

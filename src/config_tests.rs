@@ -573,3 +573,18 @@ fn supported_flags_reach_the_config() {
         "the sweep is built: 0 turns it off"
     );
 }
+
+#[test]
+fn gates_upstreams_binary_accepts_for_the_api_server_start_us_and_are_reported_as_without_effect() {
+    let c = config(&[
+        "--feature-gates=WatchList=false,Topology=true",
+        "--feature-gates=NativeHistograms=true,BtreeWatchCache=true,WatchList=true",
+    ])
+    .unwrap();
+    assert_eq!(
+        c.inert_feature_gates(),
+        ["BtreeWatchCache", "NativeHistograms", "WatchList"]
+    );
+    assert!(c.feature_gates.topology);
+    assert!(config(&[]).unwrap().inert_feature_gates().is_empty());
+}

@@ -31,6 +31,9 @@ async fn main() -> ExitCode {
     for flag in config.not_yet_supported() {
         tracing::warn!("flag {flag} is not yet supported, ignored");
     }
+    for gate in config.inert_feature_gates() {
+        tracing::info!("feature gate {gate} has no effect on this provisioner, ignored");
+    }
     match app::run(config).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {

@@ -39,8 +39,20 @@ struct Member {
 
 /// Registers `node` (Node + CSINode) and starts its driver and node-mode sidecar.
 async fn join(cluster: &Cluster, node: &str, extra: &[&str]) -> Member {
+    join_with_driver(cluster, node, &[], extra).await
+}
+
+/// [`join`] with extra flags for the node's mock driver too.
+async fn join_with_driver(
+    cluster: &Cluster,
+    node: &str,
+    driver_extra: &[&str],
+    extra: &[&str],
+) -> Member {
     cluster.add_node(node).await;
-    let driver = Driver::start(cluster.dir.path(), node, &["--topology"]).await;
+    let mut driver_flags = vec!["--topology"];
+    driver_flags.extend_from_slice(driver_extra);
+    let driver = Driver::start(cluster.dir.path(), node, &driver_flags).await;
     let mut flags = vec![
         "--node-deployment",
         "--feature-gates=Topology=true",
@@ -312,6 +324,41 @@ async fn nine_claims_each_provisioned_once_by_one_instance(cluster: &Cluster, me
         total += state.volumes.len();
     }
     assert_eq!(total, claims.len(), "each claim provisioned exactly once");
+}
+
+#[tokio::test]
+async fn immediate_binding_a_full_node_leaves_the_claim_to_a_node_with_room() {
+    let cluster = Cluster::start().await;
+    // Upstream's becomeOwner capacity check: node-a and node-b have 1Mi left, node-c 1Ti.
+    let mut members = Vec::new();
+    for (node, capacity) in [("node-a", "1Mi"), ("node-b", "1Mi"), ("node-c", "1Ti")] {
+        let flag = format!("--capacity-total={capacity}");
+        members.push(join_with_driver(&cluster, node, &[&flag], &[]).await);
+    }
+    cluster.add_class(&storage_class("fast", &[])).await;
+    let claims: Vec<String> = (0..3).map(|i| format!("data-{i}")).collect();
+    for name in &claims {
+        cluster.claim_of_class(NS, name, "fast", "1Gi").await;
+    }
+    for name in &claims {
+        let pv = cluster.wait_bound(NS, name).await;
+        assert_eq!(
+            annotation(&pv, ANN_NODE_NAME),
+            Some("node-c"),
+            "{name} provisioned on the node with room"
+        );
+    }
+    for m in &members[..2] {
+        let state = m.driver.state().await;
+        assert!(
+            state.volumes.is_empty(),
+            "nothing placed on full {}",
+            m.node
+        );
+        assert_eq!(state.calls("CreateVolume"), 0, "{} never tried", m.node);
+    }
+    // The cost: the winner asked its driver once per claim, before its one write.
+    assert_eq!(members[2].driver.state().await.calls("GetCapacity"), 3);
 }
 
 #[tokio::test]

@@ -23,7 +23,61 @@ pub enum FeatureGate {
     AllAlpha,
     /// Sets every beta gate not set explicitly.
     AllBeta,
+    /// A gate upstream's binary accepts only because it links k8s.io/apiserver and component-base
+    /// (see [`INERT_GATES`]): accepted, logged as having no effect here.
+    Inert(&'static str),
 }
+
+/// Gates upstream v6.3 accepts that mean nothing to a provisioner (k8s.io/apiserver's gates,
+/// zpages' and component-base metrics' ones), with the value a gate is locked to, if it is:
+/// upstream refuses to start when a locked gate is set to the other value, and so do we.
+pub(crate) const INERT_GATES: [(&str, Option<bool>); 45] = [
+    ("APIResponseCompression", None),
+    ("APIServerIdentity", None),
+    ("APIServerTracing", Some(true)),
+    ("APIServingWithRoutine", None),
+    ("AggregatedDiscoveryRemoveBetaType", Some(true)),
+    ("AllowParsingUserUIDFromCertAuth", None),
+    ("AllowUnsafeMalformedObjectDeletion", None),
+    ("AnonymousAuthConfigurableEndpoints", Some(true)),
+    ("AuthorizeWithSelectors", Some(true)),
+    ("BtreeWatchCache", Some(true)),
+    ("CBORServingAndStorage", None),
+    ("ComponentFlagz", None),
+    ("ComponentStatusz", None),
+    ("ConcurrentWatchObjectDecode", None),
+    ("ConsistentListFromCache", Some(true)),
+    ("ConstrainedImpersonation", None),
+    ("CoordinatedLeaderElection", None),
+    ("DeclarativeValidation", Some(true)),
+    ("DeclarativeValidationBeta", None),
+    ("DeclarativeValidationTakeover", None),
+    ("DetectCacheInconsistency", None),
+    ("KMSv1", None),
+    ("ListFromCacheSnapshot", None),
+    ("ManifestBasedAdmissionControlConfig", None),
+    ("MutatingAdmissionPolicy", None),
+    ("NativeHistograms", None),
+    ("OpenAPIEnums", None),
+    ("RemoteRequestHeaderUID", None),
+    ("ResilientWatchCacheInitialization", Some(true)),
+    ("RetryGenerateName", Some(true)),
+    ("SeparateCacheWatchRPC", Some(false)),
+    ("ShardedListAndWatch", None),
+    ("SizeBasedListCostEstimate", None),
+    ("StorageVersionAPI", None),
+    ("StorageVersionHash", None),
+    ("StreamingCollectionEncodingToJSON", Some(true)),
+    ("StreamingCollectionEncodingToProtobuf", Some(true)),
+    ("StructuredAuthenticationConfiguration", Some(true)),
+    ("StructuredAuthenticationConfigurationEgressSelector", None),
+    ("StructuredAuthenticationConfigurationJWKSMetrics", None),
+    ("TokenRequestServiceAccountUIDValidation", None),
+    ("UnauthenticatedHTTP2DOSMitigation", None),
+    ("UnknownVersionInteroperabilityProxy", None),
+    ("WatchCacheInitializationPostStartHook", None),
+    ("WatchList", None),
+];
 
 impl FeatureGate {
     /// Every gate, in `--help` order.
@@ -49,6 +103,7 @@ impl FeatureGate {
             Self::HonorPvReclaimPolicy => "HonorPVReclaimPolicy",
             Self::AllAlpha => "AllAlpha",
             Self::AllBeta => "AllBeta",
+            Self::Inert(name) => name,
         }
     }
 }
@@ -60,6 +115,12 @@ impl FromStr for FeatureGate {
         Self::ALL
             .into_iter()
             .find(|gate| gate.name() == name)
+            .or_else(|| {
+                INERT_GATES
+                    .iter()
+                    .find(|(inert, _)| *inert == name)
+                    .map(|(inert, _)| Self::Inert(inert))
+            })
             .ok_or(())
     }
 }
@@ -90,6 +151,13 @@ pub fn parse_feature_gates(text: &str) -> Result<FeatureGateList, String> {
         })?;
         let enabled =
             parse_go_bool(value).map_err(|err| format!("invalid value of {key}={value}: {err}"))?;
+        if let Some(locked) = locked_value(gate)
+            && locked != enabled
+        {
+            return Err(format!(
+                "cannot set feature gate {key} to {enabled}, feature is locked to {locked}"
+            ));
+        }
         if gate == FeatureGate::HonorPvReclaimPolicy && !enabled {
             return Err(
                 "cannot set feature gate HonorPVReclaimPolicy to false, feature is locked to true \
@@ -100,4 +168,15 @@ pub fn parse_feature_gates(text: &str) -> Result<FeatureGateList, String> {
         gates.push((gate, enabled));
     }
     Ok(FeatureGateList(gates))
+}
+
+/// The value an inert gate is locked to, if it is.
+fn locked_value(gate: FeatureGate) -> Option<bool> {
+    let FeatureGate::Inert(name) = gate else {
+        return None;
+    };
+    INERT_GATES
+        .iter()
+        .find(|(inert, _)| *inert == name)
+        .and_then(|(_, locked)| *locked)
 }

@@ -109,7 +109,6 @@ pub(super) fn not_yet_supported(args: &Args) -> Vec<String> {
         };
     }
     let flags = changed![
-        cloning_protection_threads,
         enable_pprof,
         vmodule,
         log_flush_frequency,

@@ -518,7 +518,7 @@ async fn reconcile_claim(
             Box::pin(clear_selected_node(&state, &pvc)).await?;
             Ok(Action::await_change())
         }
-        ClaimDecision::Compete => Box::pin(compete(&state, &pvc)).await,
+        ClaimDecision::Compete(capacity) => Box::pin(compete(&state, &pvc, capacity)).await,
         ClaimDecision::CleanupIntent(cleanup) => {
             Box::pin(cleanup_intent(&state, &pvc, *cleanup)).await
         }

@@ -49,10 +49,13 @@ use crate::node_mode::ownership::{
 
 pub(crate) use super::intent::{CleanupReason, IntentCleanup, has_intent, intent_annotations};
 use build::{Stop, plan};
+use capacity_check::capacity_check;
+pub(crate) use capacity_check::{CapacityCheck, CapacityVerdict};
 pub(crate) use cleanup::{AfterReplay, CleanupStep, after_replay, cleanup_step};
 use cleanup::{IntentOwner, cleanup, intent_owner};
 
 mod build;
+mod capacity_check;
 mod cleanup;
 pub(crate) use super::plan_error::{Capability, PlanError};
 use crate::model::claim::{claim_class_name, is_ours, provisioner, selected_node};
@@ -182,8 +185,9 @@ pub(crate) enum ClaimDecision {
     /// Remove `volume.kubernetes.io/selected-node` so the scheduler picks another node.
     ClearSelectedNode(ClearReason),
     /// Node mode: an unselected Immediate-binding claim this node could serve; run the
-    /// competition (`node_mode::ownership`).
-    Compete,
+    /// competition (`node_mode::ownership`), first asking the driver whether the claim fits
+    /// ([`CapacityCheck`]; `None`: nothing to ask).
+    Compete(Option<CapacityCheck>),
     /// The claim is gone (or bound elsewhere) but its volume may exist: delete it.
     CleanupIntent(Box<IntentCleanup>),
     /// The PV exists: remove the intent finalizer and annotations.
@@ -447,7 +451,12 @@ pub(crate) fn decide_claim(pvc: &PersistentVolumeClaim, ctx: &ClaimContext<'_>) 
         };
         match ownership::check_node(pvc, &inputs) {
             Ownership::Owned => {}
-            Ownership::Compete => return ClaimDecision::Compete,
+            Ownership::Compete => {
+                let check = ctx
+                    .class
+                    .and_then(|class| capacity_check(pvc, ctx, class, intent, &mode.me.name));
+                return ClaimDecision::Compete(check);
+            }
             Ownership::NotOwned(why) => {
                 return ClaimDecision::Ignore(IgnoreReason::NotThisNode(why));
             }

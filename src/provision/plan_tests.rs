@@ -1,6 +1,7 @@
 //! Tests of `plan`: upstream `TestProvision`/`TestShouldProvision` cases (names kept in comments)
 //! and the durable-intent state machine.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use k8s_openapi::api::storage::v1::{StorageClass, VolumeAttributesClass};
@@ -468,7 +469,7 @@ fn distributed_right_node_selected() {
         ClaimDecision::Ignore(IgnoreReason::NotThisNode(NotOwned::NotImmediateBinding))
     ));
     let w = w.class(sc("fast").binding_immediate());
-    assert!(matches!(w.decide(claim()), ClaimDecision::Compete));
+    assert!(matches!(w.decide(claim()), ClaimDecision::Compete(_)));
 }
 
 #[test]
@@ -1041,4 +1042,108 @@ fn a_claim_the_retry_policy_stopped_is_left_alone_until_the_stop_is_removed() {
         .provision(claim());
     assert_eq!(plan.max_failures, None);
     assert!(plan.warnings.iter().any(|w| w.contains("retries forever")));
+}
+
+// === Node mode: the capacity check before competing ===
+
+/// Node `n1` in zone `a`, Immediate class `fast` with a parameter and an fsType, driver with
+/// topology and GET_CAPACITY.
+fn competing_world() -> World {
+    let segments: HashMap<String, String> = [(ZONE.to_owned(), "a".to_owned())].into();
+    let mut w = World::new().topology().class(
+        sc("fast")
+            .binding_immediate()
+            .param("type", "ssd")
+            .param("csi.storage.k8s.io/fstype", "xfs"),
+    );
+    w.settings.controller.get_capacity = true;
+    w.view = StaticTopology::single_node("n1", DRIVER, "n1-id", &segments);
+    w.settings.node = Some(NodeMode {
+        me: NodeIdentity {
+            name: "n1".to_owned(),
+            segments,
+        },
+        immediate_binding: true,
+    });
+    w
+}
+
+fn capacity_check_of(w: &World, claim: PvcBuilder) -> Option<CapacityCheck> {
+    match w.decide(claim) {
+        ClaimDecision::Compete(check) => check,
+        other => panic!("expected Compete, got {other:?}"),
+    }
+}
+
+#[test]
+fn competing_asks_this_nodes_driver_what_create_volume_would_ask() {
+    let w = competing_world();
+    let check = capacity_check_of(&w, claim().request("2Gi")).expect("a check");
+    assert_eq!(check.required_bytes, 2 << 30);
+    let [request] = check.requests.as_slice() else {
+        panic!("one request per requisite topology: {:?}", check.requests);
+    };
+    // This node's segments, the class parameters without the reserved keys, the capabilities.
+    assert_eq!(
+        request
+            .accessible_topology
+            .as_ref()
+            .map(|t| t.segments.clone()),
+        Some([(ZONE.to_owned(), "a".to_owned())].into())
+    );
+    assert_eq!(
+        request.parameters,
+        HashMap::from([("type".to_owned(), "ssd".to_owned())])
+    );
+    match request.volume_capabilities[0].access_type.as_ref() {
+        Some(AccessType::Mount(m)) => assert_eq!(m.fs_type, "xfs"),
+        other => panic!("expected a mount capability, got {other:?}"),
+    }
+    // The claim itself is not changed: the node is only assumed for the request.
+    assert!(matches!(
+        w.decide(claim().request("2Gi")),
+        ClaimDecision::Compete(Some(_))
+    ));
+}
+
+#[test]
+fn nothing_is_asked_for_zero_bytes_a_driver_without_get_capacity_or_a_request_that_cannot_be_built()
+{
+    let w = competing_world();
+    assert_eq!(capacity_check_of(&w, claim().no_request()), None);
+    // A bad parameter: the claim's ProvisioningFailed comes once this node has it, as upstream.
+    let bad = competing_world().class(
+        sc("fast")
+            .binding_immediate()
+            .param("csi.storage.k8s.io/unknown", "x"),
+    );
+    assert_eq!(capacity_check_of(&bad, claim().request("1Gi")), None);
+    let mut without = competing_world();
+    without.settings.controller.get_capacity = false;
+    assert_eq!(capacity_check_of(&without, claim().request("1Gi")), None);
+}
+
+#[test]
+fn one_topology_with_room_is_enough_and_a_failed_call_does_not_stop_the_competition() {
+    let check = CapacityCheck {
+        required_bytes: 100,
+        requests: vec![Default::default(), Default::default()],
+    };
+    assert_eq!(check.verdict(&[]), None);
+    assert_eq!(check.verdict(&[Ok(99)]), None, "one topology left to ask");
+    assert_eq!(
+        check.verdict(&[Ok(99), Ok(0)]),
+        Some(CapacityVerdict::NotEnough)
+    );
+    assert_eq!(
+        check.verdict(&[Ok(99), Ok(100)]),
+        Some(CapacityVerdict::Enough),
+        "equal is enough"
+    );
+    assert_eq!(
+        check.verdict(&[Err("rpc error: code = Unavailable desc = x".to_owned())]),
+        Some(CapacityVerdict::CheckFailed(
+            "rpc error: code = Unavailable desc = x".to_owned()
+        ))
+    );
 }

@@ -5,6 +5,12 @@
 //!
 //! [`orphans`] is the decision; [`run`] lists VolumeSnapshots every interval (a paged LIST: they
 //! are not cached) and removes the finalizer with an Update, as upstream.
+//!
+//! In node mode (where upstream sweeps from every node) one instance sweeps per interval: the first
+//! in rendezvous order of [`SWEEP_KEY`] among the nodes whose CSINode lists the driver, so the
+//! cluster sees one LIST per interval, not one per node. Its claim cache holds only the claims it
+//! may act on, so it reads the pending claims with a paged LIST instead: a snapshot restored by a
+//! claim it does not cache must keep its finalizer.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -17,7 +23,11 @@ use tracing::{debug, info, warn};
 
 use super::source::{SNAPSHOT_SOURCE_FINALIZER, SourceRef, source_ref};
 use crate::k8s::errors::describe;
+use crate::model::csinode::live_instances;
 use crate::runtime::{Context, Shutdown};
+
+/// The rendezvous key choosing the node-mode instance that sweeps.
+const SWEEP_KEY: &str = "snapshot-orphan-sweep";
 
 /// `namespace/name` of the snapshots that keep their finalizer: sources of claims still Pending
 /// (or without a phase), as upstream counts them.
@@ -70,8 +80,52 @@ pub(crate) async fn run(ctx: Arc<Context>, interval: Duration, shutdown: Shutdow
     }
 }
 
+/// Whether this instance sweeps this round: always in controller mode; in node mode only the
+/// first live instance in rendezvous order (none when the CSINode cache is not there).
+fn sweeps_here(ctx: &Context) -> bool {
+    let Some(node) = &ctx.config.node_deployment else {
+        return true;
+    };
+    let Some(csinodes) = &ctx.stores.csinodes else {
+        return false;
+    };
+    let live = live_instances(csinodes.state().iter().map(AsRef::as_ref), &ctx.driver.name);
+    crate::rendezvous::rank_of(SWEEP_KEY, &node.node_name, live.iter().map(String::as_str))
+        == Some(0)
+}
+
+/// The claims whose snapshot sources keep their finalizer: the cache in controller mode, a paged
+/// LIST in node mode (its cache is scoped); `None` when the LIST fails (nothing is released).
+async fn claims(ctx: &Context) -> Option<Vec<PersistentVolumeClaim>> {
+    if ctx.config.node_deployment.is_none() {
+        return Some(ctx.stores.pvcs.state().iter().map(|c| c.full()).collect());
+    }
+    let api: Api<PersistentVolumeClaim> = Api::all(ctx.client.clone());
+    let mut claims = Vec::new();
+    let mut params = ListParams::default().limit(500);
+    loop {
+        match api.list(&params).await {
+            Ok(page) => {
+                claims.extend(page.items);
+                match page.metadata.continue_.filter(|c| !c.is_empty()) {
+                    Some(token) => params = params.continue_token(&token),
+                    None => return Some(claims),
+                }
+            }
+            Err(e) => {
+                // Upstream would treat every finalizer as orphaned here; keeping them is safe.
+                warn!(error = %describe(&e), "listing claims for the snapshot orphan sweep failed; retrying at the next interval");
+                return None;
+            }
+        }
+    }
+}
+
 /// One pass; `false` when the sweep should stop for good.
 async fn sweep(ctx: &Context, all: &Api<DynamicObject>) -> bool {
+    if !sweeps_here(ctx) {
+        return true;
+    }
     let mut snapshots = Vec::new();
     let mut params = ListParams::default().limit(500);
     loop {
@@ -96,8 +150,9 @@ async fn sweep(ctx: &Context, all: &Api<DynamicObject>) -> bool {
             }
         }
     }
-    let claims: Vec<PersistentVolumeClaim> =
-        ctx.stores.pvcs.state().iter().map(|c| c.full()).collect();
+    let Some(claims) = claims(ctx).await else {
+        return true;
+    };
     let keep = referenced(&claims);
     let empty = Vec::new();
     let listed = snapshots.iter().map(|s| {

@@ -14,6 +14,7 @@ use super::{ProvisionError, Provisioner, claim_key, claim_name};
 use crate::k8s::errors::{ApiErrorClass, classify};
 use crate::k8s::patch;
 use crate::node_mode::ownership::{self, Recheck, recheck_before_claiming};
+use crate::provision::plan::{CapacityCheck, CapacityVerdict};
 use crate::runtime::Action;
 
 /// Node mode, an unselected Immediate-binding claim: wait our turn, then try to write our node into
@@ -21,6 +22,7 @@ use crate::runtime::Action;
 pub(super) async fn compete(
     state: &Provisioner,
     pvc: &Arc<PersistentVolumeClaim>,
+    capacity: Option<CapacityCheck>,
 ) -> Result<Action, ProvisionError> {
     let Some(mode) = &state.settings.node else {
         return Ok(Action::await_change());
@@ -32,6 +34,15 @@ pub(super) async fn compete(
         return Ok(Action::requeue(due - now));
     }
     state.memory().compete_now(&uid);
+    if let Some(check) = capacity
+        && !has_room(state, pvc, &check).await
+    {
+        // Not forgotten: the next look waits longer, up to --node-deployment-max-delay, so a
+        // full node asks at most once per that delay per claim while the claim stays unselected.
+        let now = Instant::now();
+        let due = state.memory().compete_due(&uid, now, rand::random::<f64>());
+        return Ok(Action::requeue(due.saturating_duration_since(now)));
+    }
     let api = claims_api(state, pvc);
     let fresh = api
         .get_opt(&pvc.name_any())
@@ -66,5 +77,34 @@ pub(super) async fn compete(
             ),
             source: e,
         }),
+    }
+}
+
+/// Asks the driver whether `check` fits on this node; `false` only when every answer says no.
+async fn has_room(state: &Provisioner, pvc: &PersistentVolumeClaim, check: &CapacityCheck) -> bool {
+    let mut answers = Vec::with_capacity(check.requests.len());
+    for request in &check.requests {
+        let answer = state
+            .ctx
+            .csi
+            .get_capacity(request.clone())
+            .await
+            .map(|r| r.available_capacity)
+            .map_err(|s| crate::csi::rpc_error(&s));
+        answers.push(answer);
+        if check.verdict(&answers).is_some() {
+            break;
+        }
+    }
+    match check.verdict(&answers) {
+        Some(CapacityVerdict::NotEnough) => {
+            debug!(claim = %claim_name(pvc), required = check.required_bytes, "not enough capacity on this node; not competing for the claim now");
+            false
+        }
+        Some(CapacityVerdict::CheckFailed(e)) => {
+            debug!(claim = %claim_name(pvc), "proceeding with becoming owner although the capacity check failed: {e}");
+            true
+        }
+        Some(CapacityVerdict::Enough) | None => true,
     }
 }
