@@ -6,7 +6,8 @@
 //! start-up, before the registry is shared with the HTTP server.
 //!
 //! prometheus-client appends `_total` to counter names itself, so counters are registered without
-//! it; the exposed names are checked in the tests below.
+//! it; the exposed names are checked in the tests below. Scrapes are answered in Prometheus text
+//! 0.0.4 unless OpenMetrics is asked for ([`exposition`]).
 
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -18,10 +19,16 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
+pub(crate) mod exposition;
+pub(crate) mod meta;
 pub(crate) mod node_gone;
+pub(crate) mod process;
+pub(crate) mod workqueue;
 
-/// Content type of [`Metrics::encode`]'s output (OpenMetrics text, which Prometheus scrapes).
-pub(crate) const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+use exposition::{Format, render};
+use meta::{MetaMetrics, Registrar, Stability};
+use process::ProcessCollector;
+use workqueue::WorkQueueMetrics;
 
 /// Prometheus client_golang's `DefBuckets`, which upstream's duration histograms use.
 pub(crate) const DEFAULT_BUCKETS: [f64; 11] = [
@@ -217,6 +224,19 @@ impl OperatorMetrics {
     }
 }
 
+/// Labels of `promhttp_metric_handler_requests_total`.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CodeLabels {
+    code: String,
+}
+
+/// client_golang's `promhttp.InstrumentMetricHandler` families, which upstream serves.
+#[derive(Debug, Clone, Default)]
+struct HandlerMetrics {
+    requests: Family<CodeLabels, Counter>,
+    in_flight: Gauge,
+}
+
 /// Runs before each scrape (refreshes gauges counted from the caches).
 struct ScrapeHook(Box<dyn Fn() + Send + Sync>);
 
@@ -238,6 +258,11 @@ pub(crate) struct Metrics {
     pub backlog: BacklogMetrics,
     /// Latency, retries and stuck volumes.
     pub operator: OperatorMetrics,
+    /// `registered_metrics_total`: what [`Metrics::register_with_stability`] counts.
+    meta: MetaMetrics,
+    /// client-go's work-queue families.
+    pub(crate) work_queues: WorkQueueMetrics,
+    handler: HandlerMetrics,
     before_scrape: OnceLock<ScrapeHook>,
 }
 
@@ -248,9 +273,30 @@ impl Default for Metrics {
 }
 
 impl Metrics {
-    /// A registry with the provisioning and deletion families registered.
+    /// A registry with the provisioning and deletion families registered, and those every
+    /// upstream scrape shows: meta, work-queue, process and metrics-handler families.
     pub(crate) fn new() -> Self {
         let mut registry = Registry::default();
+        let meta = MetaMetrics::register(&mut registry);
+        let work_queues = WorkQueueMetrics::register(&mut Registrar::new(&mut registry, &meta));
+        registry.register_collector(Box::new(ProcessCollector));
+        let handler = HandlerMetrics::default();
+        registry.register(
+            "promhttp_metric_handler_requests",
+            "Total number of scrapes by HTTP status code.",
+            handler.requests.clone(),
+        );
+        registry.register(
+            "promhttp_metric_handler_requests_in_flight",
+            "Current number of scrapes being served.",
+            handler.in_flight.clone(),
+        );
+        // client_golang creates these three codes up front.
+        for code in ["200", "500", "503"] {
+            let _ = handler.requests.get_or_create(&CodeLabels {
+                code: code.to_owned(),
+            });
+        }
         let provision = ProvisionMetrics::default();
         let delete = DeleteMetrics::default();
         // Help strings are upstream's, byte for byte: dashboards and alerts may show them.
@@ -327,6 +373,9 @@ impl Metrics {
             delete,
             backlog,
             operator,
+            meta,
+            work_queues,
+            handler,
             before_scrape: OnceLock::new(),
         }
     }
@@ -342,14 +391,36 @@ impl Metrics {
         &mut self.registry
     }
 
-    /// Every family in OpenMetrics text format (see [`CONTENT_TYPE`]), ending with `# EOF`.
-    pub(crate) fn encode(&self) -> Result<String, std::fmt::Error> {
+    /// Counts a registration made through [`Metrics::registry_mut`] of a family upstream
+    /// registers with component-base's `stability` (its help carries the `[LEVEL] ` prefix).
+    pub(crate) fn count_registered(&self, stability: Stability, families: u64) {
+        self.meta.count(stability, families);
+    }
+
+    /// Every family in `format`, sorted by name.
+    pub(crate) fn encode(&self, format: Format) -> Result<String, std::fmt::Error> {
         if let Some(ScrapeHook(refresh)) = self.before_scrape.get() {
             refresh();
         }
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, &self.registry)?;
-        Ok(out)
+        Ok(render(&out, format))
+    }
+
+    /// One scrape of the metrics endpoint: [`Metrics::encode`], counted in the `promhttp_*`
+    /// families as client_golang counts it (in flight while encoding, by status code once done).
+    pub(crate) fn scrape(&self, format: Format) -> Result<String, std::fmt::Error> {
+        self.handler.in_flight.inc();
+        let body = self.encode(format);
+        self.handler.in_flight.dec();
+        let code = if body.is_ok() { "200" } else { "500" };
+        self.handler
+            .requests
+            .get_or_create(&CodeLabels {
+                code: code.to_owned(),
+            })
+            .inc();
+        body
     }
 }
 
@@ -370,7 +441,7 @@ mod tests {
         metrics.provision.failed("fast", "VolumeSnapshot");
         metrics.delete.succeeded("slow", Duration::from_secs(2));
         metrics.delete.failed("slow");
-        let text = metrics.encode().unwrap();
+        let text = metrics.encode(Format::Text).unwrap();
         let samples = sample_lines(&text);
         for expected in [
             r#"controller_persistentvolumeclaim_provision_total{class="fast",source=""} 1"#,
@@ -390,14 +461,20 @@ mod tests {
         assert!(text.contains(
             "# TYPE controller_persistentvolumeclaim_provision_duration_seconds histogram"
         ));
-        assert!(text.ends_with("# EOF\n"));
+        assert!(!text.contains("# EOF"), "text 0.0.4 has no EOF marker");
+        assert!(
+            metrics
+                .encode(Format::OpenMetrics)
+                .unwrap()
+                .ends_with("# EOF\n")
+        );
     }
 
     #[test]
     fn duration_histograms_use_prometheus_default_buckets() {
         let metrics = Metrics::new();
         metrics.delete.succeeded("c", Duration::from_millis(30));
-        let text = metrics.encode().unwrap();
+        let text = metrics.encode(Format::Text).unwrap();
         let buckets: Vec<&str> = sample_lines(&text)
             .into_iter()
             .filter(|line| {
@@ -412,10 +489,10 @@ mod tests {
             ("0.1", 1),
             ("0.25", 1),
             ("0.5", 1),
-            ("1.0", 1),
+            ("1", 1),
             ("2.5", 1),
-            ("5.0", 1),
-            ("10.0", 1),
+            ("5", 1),
+            ("10", 1),
             ("+Inf", 1),
         ];
         assert_eq!(buckets.len(), expected.len(), "{text}");
@@ -423,7 +500,7 @@ mod tests {
             assert_eq!(
                 *line,
                 format!(
-                    r#"controller_persistentvolume_delete_duration_seconds_bucket{{le="{le}",class="c"}} {count}"#
+                    r#"controller_persistentvolume_delete_duration_seconds_bucket{{class="c",le="{le}"}} {count}"#
                 )
             );
         }
@@ -437,31 +514,99 @@ mod tests {
             .registry_mut()
             .register("csi_sidecar_example", "Example.", counter.clone());
         counter.inc();
-        assert!(sample_lines(&metrics.encode().unwrap()).contains(&"csi_sidecar_example_total 1"));
+        assert!(
+            sample_lines(&metrics.encode(Format::Text).unwrap())
+                .contains(&"csi_sidecar_example_total 1")
+        );
     }
 
     #[test]
     fn families_without_observations_are_omitted_as_client_golang_does_and_backlog_gauges_read_zero()
      {
-        let text = Metrics::new().encode().unwrap();
+        let text = Metrics::new().encode(Format::Text).unwrap();
         // Upstream's labelled families appear only once observed; our unlabelled gauges, counter
         // and the latency histogram always answer, so an alert on them works from the first
         // scrape.
         let lines = sample_lines(&text);
-        let unlabelled: Vec<&str> = lines
+        let ours: Vec<&str> = lines
             .iter()
             .copied()
-            .filter(|l| !l.starts_with("csi_provisioner_claim_to_bound_seconds"))
+            .filter(|l| {
+                l.starts_with("csi_provisioner_")
+                    && !l.starts_with("csi_provisioner_claim_to_bound_seconds")
+            })
             .collect();
         assert_eq!(
-            unlabelled,
+            ours,
             [
-                "csi_provisioner_claims_with_intent 0",
-                "csi_provisioner_volumes_awaiting_deletion 0",
                 "csi_provisioner_claims_pending 0",
+                "csi_provisioner_claims_with_intent 0",
                 "csi_provisioner_intent_volumes_kept_total 0",
+                "csi_provisioner_volumes_awaiting_deletion 0",
             ]
         );
+        assert!(
+            !text.contains("controller_persistentvolume"),
+            "labelled families appear once observed"
+        );
         assert!(lines.contains(&"csi_provisioner_claim_to_bound_seconds_count 0"));
+    }
+
+    #[test]
+    fn scrapes_are_counted_after_they_are_served_as_promhttp_counts_them() {
+        let metrics = Metrics::new();
+        let first = metrics.scrape(Format::Text).unwrap();
+        for line in [
+            r#"promhttp_metric_handler_requests_total{code="200"} 0"#,
+            r#"promhttp_metric_handler_requests_total{code="500"} 0"#,
+            r#"promhttp_metric_handler_requests_total{code="503"} 0"#,
+            "promhttp_metric_handler_requests_in_flight 1",
+        ] {
+            assert!(sample_lines(&first).contains(&line), "{line} in\n{first}");
+        }
+        let second = metrics.scrape(Format::Text).unwrap();
+        assert!(
+            sample_lines(&second)
+                .contains(&r#"promhttp_metric_handler_requests_total{code="200"} 1"#)
+        );
+    }
+
+    #[test]
+    fn every_scrape_has_the_meta_and_process_families() {
+        let metrics = Metrics::new();
+        metrics.count_registered(Stability::Alpha, 1);
+        let text = metrics.encode(Format::Text).unwrap();
+        let lines = sample_lines(&text);
+        // 3 meta + 7 work-queue families are BETA; the cardinality counter and the one counted
+        // above are ALPHA.
+        for line in [
+            r#"registered_metrics_total{deprecated_version="",stability_level="ALPHA"} 2"#,
+            r#"registered_metrics_total{deprecated_version="",stability_level="BETA"} 10"#,
+            "disabled_metrics_total 0",
+        ] {
+            assert!(lines.contains(&line), "{line} in\n{text}");
+        }
+        #[cfg(target_os = "linux")]
+        for family in [
+            "process_cpu_seconds_total counter",
+            "process_resident_memory_bytes gauge",
+            "process_virtual_memory_bytes gauge",
+            "process_virtual_memory_max_bytes gauge",
+            "process_open_fds gauge",
+            "process_max_fds gauge",
+            "process_start_time_seconds gauge",
+        ] {
+            assert!(
+                text.contains(&format!("# TYPE {family}\n")),
+                "{family} in\n{text}"
+            );
+        }
+        let names: Vec<&str> = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("# TYPE "))
+            .collect();
+        let mut sorted = names.clone();
+        sorted.sort_unstable();
+        assert_eq!(names, sorted, "families sorted by name");
     }
 }
