@@ -299,10 +299,11 @@ impl Metrics {
         }
         let provision = ProvisionMetrics::default();
         let delete = DeleteMetrics::default();
-        // Help strings are upstream's, byte for byte: dashboards and alerts may show them.
+        // Help strings are upstream's, byte for byte ("succesfully" included): dashboards and
+        // alerts may show them.
         registry.register(
             "controller_persistentvolumeclaim_provision",
-            "Total number of persistent volumes provisioned successfully. Broken down by storage class name and source of the claim.",
+            "Total number of persistent volumes provisioned succesfully. Broken down by storage class name and source of the claim.",
             provision.total.clone(),
         );
         registry.register(
@@ -317,7 +318,7 @@ impl Metrics {
         );
         registry.register(
             "controller_persistentvolume_delete",
-            "Total number of persistent volumes deleted successfully. Broken down by storage class name.",
+            "Total number of persistent volumes deleted succesfully. Broken down by storage class name.",
             delete.total.clone(),
         );
         registry.register(
