@@ -233,6 +233,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         clients.background.clone(),
         health.clone(),
         events.clone(),
+        metrics.operator.rbac_missing.clone(),
     );
     let (capacity_nudge, capacity) =
         match crate::capacity::controller::prepare(&config, &driver, capacity_metrics).await {
@@ -384,6 +385,7 @@ fn spawn_rbac_self_check(
     client: Client,
     health: Health,
     events: Recorder,
+    missing_gauge: prometheus_client::metrics::gauge::Gauge,
 ) {
     use crate::k8s::access;
     let features = access::Features {
@@ -411,6 +413,7 @@ fn spawn_rbac_self_check(
         };
         let lines: Vec<String> = missing.iter().map(access::Missing::describe).collect();
         health.set_rbac_missing(lines.join("\n"));
+        missing_gauge.set(i64::try_from(missing.len()).unwrap_or(i64::MAX));
         let pod = std::env::var("POD_NAME")
             .ok()
             .zip(std::env::var("NAMESPACE").ok());

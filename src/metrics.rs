@@ -190,6 +190,9 @@ pub(crate) struct OperatorMetrics {
     /// `csi_provisioner_intent_volumes_kept_total`: volumes of abandoned provisionings kept
     /// because whether the user chose to keep them could not be told.
     pub intent_volumes_kept: Counter,
+    /// `csi_provisioner_rbac_missing_permissions`: what the start-up RBAC self-check found
+    /// missing (`/healthz/rbac` names them), so an alert needs no probe of its own.
+    pub rbac_missing: Gauge,
 }
 
 impl Default for OperatorMetrics {
@@ -200,6 +203,7 @@ impl Default for OperatorMetrics {
             retries: Family::default(),
             volumes_stuck: Family::default(),
             intent_volumes_kept: Counter::default(),
+            rbac_missing: Gauge::default(),
         }
     }
 }
@@ -367,6 +371,11 @@ impl Metrics {
             "csi_provisioner_intent_volumes_kept",
             "Volumes of abandoned provisionings kept instead of deleted because whether the user chose to keep them could not be told (a Retain class's volume whose claim and PV are both gone after a restart); csi-provisioner audit lists them as volumes without a PV.",
             operator.intent_volumes_kept.clone(),
+        );
+        registry.register(
+            "csi_provisioner_rbac_missing_permissions",
+            "Permissions this configuration needs that the start-up RBAC self-check found missing (0 when all are granted or the check could not run); /healthz/rbac lists them.",
+            operator.rbac_missing.clone(),
         );
         Self {
             registry,
@@ -543,6 +552,7 @@ mod tests {
                 "csi_provisioner_claims_pending 0",
                 "csi_provisioner_claims_with_intent 0",
                 "csi_provisioner_intent_volumes_kept_total 0",
+                "csi_provisioner_rbac_missing_permissions 0",
                 "csi_provisioner_volumes_awaiting_deletion 0",
             ]
         );
