@@ -75,7 +75,7 @@ impl Format {
 /// client_golang's gatherer sorts them.
 pub(crate) fn render(openmetrics: &str, format: Format) -> String {
     let mut families = parse(openmetrics);
-    families.sort_by(|a, b| a.text_name().cmp(&b.text_name()));
+    families.sort_by_key(Family::text_name);
     let mut out = String::with_capacity(openmetrics.len() + openmetrics.len() / 8);
     for family in &families {
         match format {
@@ -449,7 +449,8 @@ mod tests {
             ])
             .inc();
         registry.register("requests", "Requests by code.", requests);
-        let latency: MetricFamily<Vec<(String, String)>, Histogram, fn() -> Histogram> =
+        type Labels = Vec<(String, String)>;
+        let latency: MetricFamily<Labels, Histogram, fn() -> Histogram> =
             MetricFamily::new_with_constructor(|| Histogram::new([1e-8, 0.5, 1.0]));
         latency
             .get_or_create(&vec![("name".to_owned(), "claims".to_owned())])
