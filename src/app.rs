@@ -131,12 +131,26 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let config = Arc::new(config);
 
     let mut metrics = Metrics::new();
+    // client-go creates its queues' series when the controllers are built, before leader
+    // election: every replica shows them at 0 from the first scrape.
+    metrics.work_queues.queue(crate::metrics::workqueue::CLAIMS);
+    metrics
+        .work_queues
+        .queue(crate::metrics::workqueue::VOLUMES);
+    if config.capacity.enabled {
+        metrics
+            .work_queues
+            .queue(crate::metrics::workqueue::CSISTORAGECAPACITY);
+    }
     let operations = OperationMetrics::register(metrics.registry_mut());
+    // csi_sidecar_operations_seconds is ALPHA in component-base.
+    metrics.count_registered(crate::metrics::meta::Stability::Alpha, 1);
     let node_metrics = NodeGoneMetrics::register(metrics.registry_mut());
-    let leader_metrics = config
-        .leader_election
-        .is_some()
-        .then(|| crate::leader::LeaderMetrics::register(metrics.registry_mut()));
+    let leader_metrics = config.leader_election.is_some().then(|| {
+        // The two client-go leader-election families are ALPHA.
+        metrics.count_registered(crate::metrics::meta::Stability::Alpha, 2);
+        crate::leader::LeaderMetrics::register(metrics.registry_mut())
+    });
     let event_metrics = EventQueueMetrics::register(metrics.registry_mut());
     let capacity_metrics = crate::capacity::metrics::CapacityMetrics::register_if(
         config.capacity.enabled,
@@ -219,6 +233,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         clients.background.clone(),
         health.clone(),
         events.clone(),
+        metrics.operator.rbac_missing.clone(),
     );
     let (capacity_nudge, capacity) =
         match crate::capacity::controller::prepare(&config, &driver, capacity_metrics).await {
@@ -370,6 +385,7 @@ fn spawn_rbac_self_check(
     client: Client,
     health: Health,
     events: Recorder,
+    missing_gauge: prometheus_client::metrics::gauge::Gauge,
 ) {
     use crate::k8s::access;
     let features = access::Features {
@@ -397,6 +413,7 @@ fn spawn_rbac_self_check(
         };
         let lines: Vec<String> = missing.iter().map(access::Missing::describe).collect();
         health.set_rbac_missing(lines.join("\n"));
+        missing_gauge.set(i64::try_from(missing.len()).unwrap_or(i64::MAX));
         let pod = std::env::var("POD_NAME")
             .ok()
             .zip(std::env::var("NAMESPACE").ok());

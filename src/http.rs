@@ -1,6 +1,7 @@
 //! HTTP server on `--http-endpoint`: metrics and health endpoints.
 //!
-//! - `GET <--metrics-path>`: every registered family, OpenMetrics text.
+//! - `GET <--metrics-path>`: every registered family, Prometheus text 0.0.4, or OpenMetrics when
+//!   the `Accept` header asks for it.
 //! - `GET /healthz`: `ok` while the process serves.
 //! - `GET /healthz/rbac`: `ok`, or 500 naming each permission the start-up RBAC self-check found
 //!   missing (see `k8s::access`).
@@ -24,7 +25,8 @@ use axum::routing::get;
 use tokio::net::TcpListener;
 
 use crate::config::HttpOptions;
-use crate::metrics::{CONTENT_TYPE, Metrics};
+use crate::metrics::Metrics;
+use crate::metrics::exposition::Format;
 
 /// Health state shared between the HTTP server and the code that knows it (leader election).
 /// Cloning shares the state.
@@ -200,15 +202,24 @@ async fn leader_election_health(State(state): State<AppState>) -> Response {
     }
 }
 
-async fn metrics_or_not_found(State(state): State<AppState>, method: Method, uri: Uri) -> Response {
+async fn metrics_or_not_found(
+    State(state): State<AppState>,
+    method: Method,
+    uri: Uri,
+    headers: axum::http::HeaderMap,
+) -> Response {
     if uri.path() != &*state.metrics_path {
         return (StatusCode::NOT_FOUND, "404 page not found\n").into_response();
     }
     if method != Method::GET && method != Method::HEAD {
         return StatusCode::METHOD_NOT_ALLOWED.into_response();
     }
-    match state.metrics.encode() {
-        Ok(body) => ([(header::CONTENT_TYPE, CONTENT_TYPE)], body).into_response(),
+    let accept = headers
+        .get(header::ACCEPT)
+        .and_then(|value| value.to_str().ok());
+    let format = Format::negotiate(accept);
+    match state.metrics.scrape(format) {
+        Ok(body) => ([(header::CONTENT_TYPE, format.content_type())], body).into_response(),
         Err(err) => {
             tracing::error!(error = %err, "encoding metrics failed");
             (
@@ -260,8 +271,14 @@ mod tests {
 
     /// A minimal HTTP/1.1 GET: (status, raw headers, body).
     async fn get(address: SocketAddr, path: &str) -> (u16, String, String) {
+        get_with(address, path, "").await
+    }
+
+    /// [`get`] with extra header lines (each ending in `\r\n`).
+    async fn get_with(address: SocketAddr, path: &str, headers: &str) -> (u16, String, String) {
         let mut stream = TcpStream::connect(address).await.unwrap();
-        let request = format!("GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n");
+        let request =
+            format!("GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n{headers}\r\n");
         stream.write_all(request.as_bytes()).await.unwrap();
         let mut response = String::new();
         stream.read_to_string(&mut response).await.unwrap();
@@ -282,10 +299,12 @@ mod tests {
         let (status, head, body) = get(address, "/metrics").await;
         assert_eq!(status, 200);
         assert!(
-            head.to_ascii_lowercase()
-                .contains("content-type: application/openmetrics-text"),
+            head.to_ascii_lowercase().contains(
+                "content-type: text/plain; version=0.0.4; charset=utf-8; escaping=underscores"
+            ),
             "{head}"
         );
+        assert!(!body.contains("# EOF"), "{body}");
         assert!(
             body.contains(
                 r#"controller_persistentvolumeclaim_provision_total{class="fast",source=""} 1"#
@@ -299,6 +318,32 @@ mod tests {
                 .await
                 .2
                 .contains(r#"controller_persistentvolume_delete_failed_total{class="slow"} 1"#)
+        );
+
+        // Prometheus's own Accept header gets OpenMetrics, with the same sample names.
+        let (status, head, om) = get_with(
+            address,
+            "/metrics",
+            "Accept: application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5,*/*;q=0.1\r\n",
+        )
+        .await;
+        assert_eq!(status, 200);
+        assert!(
+            head.to_ascii_lowercase()
+                .contains("content-type: application/openmetrics-text; version=1.0.0"),
+            "{head}"
+        );
+        assert!(om.ends_with("# EOF\n"), "{om}");
+        assert!(
+            om.contains(
+                r#"controller_persistentvolumeclaim_provision_total{class="fast",source=""} 1"#
+            ),
+            "{om}"
+        );
+        let (_, head, _) = get_with(address, "/metrics", "Accept: */*\r\n").await;
+        assert!(
+            head.to_ascii_lowercase()
+                .contains("content-type: text/plain; version=0.0.4")
         );
 
         let (status, _, body) = get(address, "/healthz").await;

@@ -6,7 +6,8 @@
 //! start-up, before the registry is shared with the HTTP server.
 //!
 //! prometheus-client appends `_total` to counter names itself, so counters are registered without
-//! it; the exposed names are checked in the tests below.
+//! it; the exposed names are checked in the tests below. Scrapes are answered in Prometheus text
+//! 0.0.4 unless OpenMetrics is asked for ([`exposition`]).
 
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -18,10 +19,16 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
+pub(crate) mod exposition;
+pub(crate) mod meta;
 pub(crate) mod node_gone;
+pub(crate) mod process;
+pub(crate) mod workqueue;
 
-/// Content type of [`Metrics::encode`]'s output (OpenMetrics text, which Prometheus scrapes).
-pub(crate) const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+use exposition::{Format, render};
+use meta::{MetaMetrics, Registrar, Stability};
+use process::ProcessCollector;
+use workqueue::WorkQueueMetrics;
 
 /// Prometheus client_golang's `DefBuckets`, which upstream's duration histograms use.
 pub(crate) const DEFAULT_BUCKETS: [f64; 11] = [
@@ -183,6 +190,9 @@ pub(crate) struct OperatorMetrics {
     /// `csi_provisioner_intent_volumes_kept_total`: volumes of abandoned provisionings kept
     /// because whether the user chose to keep them could not be told.
     pub intent_volumes_kept: Counter,
+    /// `csi_provisioner_rbac_missing_permissions`: what the start-up RBAC self-check found
+    /// missing (`/healthz/rbac` names them), so an alert needs no probe of its own.
+    pub rbac_missing: Gauge,
 }
 
 impl Default for OperatorMetrics {
@@ -193,6 +203,7 @@ impl Default for OperatorMetrics {
             retries: Family::default(),
             volumes_stuck: Family::default(),
             intent_volumes_kept: Counter::default(),
+            rbac_missing: Gauge::default(),
         }
     }
 }
@@ -217,6 +228,19 @@ impl OperatorMetrics {
     }
 }
 
+/// Labels of `promhttp_metric_handler_requests_total`.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CodeLabels {
+    code: String,
+}
+
+/// client_golang's `promhttp.InstrumentMetricHandler` families, which upstream serves.
+#[derive(Debug, Clone, Default)]
+struct HandlerMetrics {
+    requests: Family<CodeLabels, Counter>,
+    in_flight: Gauge,
+}
+
 /// Runs before each scrape (refreshes gauges counted from the caches).
 struct ScrapeHook(Box<dyn Fn() + Send + Sync>);
 
@@ -238,6 +262,11 @@ pub(crate) struct Metrics {
     pub backlog: BacklogMetrics,
     /// Latency, retries and stuck volumes.
     pub operator: OperatorMetrics,
+    /// `registered_metrics_total`: what [`Metrics::register_with_stability`] counts.
+    meta: MetaMetrics,
+    /// client-go's work-queue families.
+    pub(crate) work_queues: WorkQueueMetrics,
+    handler: HandlerMetrics,
     before_scrape: OnceLock<ScrapeHook>,
 }
 
@@ -248,15 +277,37 @@ impl Default for Metrics {
 }
 
 impl Metrics {
-    /// A registry with the provisioning and deletion families registered.
+    /// A registry with the provisioning and deletion families registered, and those every
+    /// upstream scrape shows: meta, work-queue, process and metrics-handler families.
     pub(crate) fn new() -> Self {
         let mut registry = Registry::default();
+        let meta = MetaMetrics::register(&mut registry);
+        let work_queues = WorkQueueMetrics::register(&mut Registrar::new(&mut registry, &meta));
+        registry.register_collector(Box::new(ProcessCollector));
+        let handler = HandlerMetrics::default();
+        registry.register(
+            "promhttp_metric_handler_requests",
+            "Total number of scrapes by HTTP status code.",
+            handler.requests.clone(),
+        );
+        registry.register(
+            "promhttp_metric_handler_requests_in_flight",
+            "Current number of scrapes being served.",
+            handler.in_flight.clone(),
+        );
+        // client_golang creates these three codes up front.
+        for code in ["200", "500", "503"] {
+            let _ = handler.requests.get_or_create(&CodeLabels {
+                code: code.to_owned(),
+            });
+        }
         let provision = ProvisionMetrics::default();
         let delete = DeleteMetrics::default();
-        // Help strings are upstream's, byte for byte: dashboards and alerts may show them.
+        // Help strings are upstream's, byte for byte ("succesfully" included): dashboards and
+        // alerts may show them.
         registry.register(
             "controller_persistentvolumeclaim_provision",
-            "Total number of persistent volumes provisioned successfully. Broken down by storage class name and source of the claim.",
+            "Total number of persistent volumes provisioned succesfully. Broken down by storage class name and source of the claim.",
             provision.total.clone(),
         );
         registry.register(
@@ -271,7 +322,7 @@ impl Metrics {
         );
         registry.register(
             "controller_persistentvolume_delete",
-            "Total number of persistent volumes deleted successfully. Broken down by storage class name.",
+            "Total number of persistent volumes deleted succesfully. Broken down by storage class name.",
             delete.total.clone(),
         );
         registry.register(
@@ -321,12 +372,20 @@ impl Metrics {
             "Volumes of abandoned provisionings kept instead of deleted because whether the user chose to keep them could not be told (a Retain class's volume whose claim and PV are both gone after a restart); csi-provisioner audit lists them as volumes without a PV.",
             operator.intent_volumes_kept.clone(),
         );
+        registry.register(
+            "csi_provisioner_rbac_missing_permissions",
+            "Permissions this configuration needs that the start-up RBAC self-check found missing (0 when all are granted or the check could not run); /healthz/rbac lists them.",
+            operator.rbac_missing.clone(),
+        );
         Self {
             registry,
             provision,
             delete,
             backlog,
             operator,
+            meta,
+            work_queues,
+            handler,
             before_scrape: OnceLock::new(),
         }
     }
@@ -342,126 +401,39 @@ impl Metrics {
         &mut self.registry
     }
 
-    /// Every family in OpenMetrics text format (see [`CONTENT_TYPE`]), ending with `# EOF`.
-    pub(crate) fn encode(&self) -> Result<String, std::fmt::Error> {
+    /// Counts a registration made through [`Metrics::registry_mut`] of a family upstream
+    /// registers with component-base's `stability` (its help carries the `[LEVEL] ` prefix).
+    pub(crate) fn count_registered(&self, stability: Stability, families: u64) {
+        self.meta.count(stability, families);
+    }
+
+    /// Every family in `format`, sorted by name.
+    pub(crate) fn encode(&self, format: Format) -> Result<String, std::fmt::Error> {
         if let Some(ScrapeHook(refresh)) = self.before_scrape.get() {
             refresh();
         }
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, &self.registry)?;
-        Ok(out)
+        Ok(render(&out, format))
+    }
+
+    /// One scrape of the metrics endpoint: [`Metrics::encode`], counted in the `promhttp_*`
+    /// families as client_golang counts it (in flight while encoding, by status code once done).
+    pub(crate) fn scrape(&self, format: Format) -> Result<String, std::fmt::Error> {
+        self.handler.in_flight.inc();
+        let body = self.encode(format);
+        self.handler.in_flight.dec();
+        let code = if body.is_ok() { "200" } else { "500" };
+        self.handler
+            .requests
+            .get_or_create(&CodeLabels {
+                code: code.to_owned(),
+            })
+            .inc();
+        body
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn sample_lines(text: &str) -> Vec<&str> {
-        text.lines().filter(|line| !line.starts_with('#')).collect()
-    }
-
-    #[test]
-    fn families_are_exposed_with_upstream_names_and_labels() {
-        let metrics = Metrics::new();
-        metrics
-            .provision
-            .succeeded("fast", "", Duration::from_millis(300));
-        metrics.provision.failed("fast", "VolumeSnapshot");
-        metrics.delete.succeeded("slow", Duration::from_secs(2));
-        metrics.delete.failed("slow");
-        let text = metrics.encode().unwrap();
-        let samples = sample_lines(&text);
-        for expected in [
-            r#"controller_persistentvolumeclaim_provision_total{class="fast",source=""} 1"#,
-            r#"controller_persistentvolumeclaim_provision_failed_total{class="fast",source="VolumeSnapshot"} 1"#,
-            r#"controller_persistentvolumeclaim_provision_duration_seconds_count{class="fast",source=""} 1"#,
-            r#"controller_persistentvolumeclaim_provision_duration_seconds_sum{class="fast",source=""} 0.3"#,
-            r#"controller_persistentvolume_delete_total{class="slow"} 1"#,
-            r#"controller_persistentvolume_delete_failed_total{class="slow"} 1"#,
-            r#"controller_persistentvolume_delete_duration_seconds_count{class="slow"} 1"#,
-        ] {
-            assert!(
-                samples.contains(&expected),
-                "missing {expected} in:\n{text}"
-            );
-        }
-        assert!(!text.contains("_total_total"), "{text}");
-        assert!(text.contains(
-            "# TYPE controller_persistentvolumeclaim_provision_duration_seconds histogram"
-        ));
-        assert!(text.ends_with("# EOF\n"));
-    }
-
-    #[test]
-    fn duration_histograms_use_prometheus_default_buckets() {
-        let metrics = Metrics::new();
-        metrics.delete.succeeded("c", Duration::from_millis(30));
-        let text = metrics.encode().unwrap();
-        let buckets: Vec<&str> = sample_lines(&text)
-            .into_iter()
-            .filter(|line| {
-                line.starts_with("controller_persistentvolume_delete_duration_seconds_bucket")
-            })
-            .collect();
-        let expected = [
-            ("0.005", 0),
-            ("0.01", 0),
-            ("0.025", 0),
-            ("0.05", 1),
-            ("0.1", 1),
-            ("0.25", 1),
-            ("0.5", 1),
-            ("1.0", 1),
-            ("2.5", 1),
-            ("5.0", 1),
-            ("10.0", 1),
-            ("+Inf", 1),
-        ];
-        assert_eq!(buckets.len(), expected.len(), "{text}");
-        for (line, (le, count)) in buckets.iter().zip(expected) {
-            assert_eq!(
-                *line,
-                format!(
-                    r#"controller_persistentvolume_delete_duration_seconds_bucket{{le="{le}",class="c"}} {count}"#
-                )
-            );
-        }
-    }
-
-    #[test]
-    fn other_modules_can_register_families() {
-        let mut metrics = Metrics::new();
-        let counter: Counter = Counter::default();
-        metrics
-            .registry_mut()
-            .register("csi_sidecar_example", "Example.", counter.clone());
-        counter.inc();
-        assert!(sample_lines(&metrics.encode().unwrap()).contains(&"csi_sidecar_example_total 1"));
-    }
-
-    #[test]
-    fn families_without_observations_are_omitted_as_client_golang_does_and_backlog_gauges_read_zero()
-     {
-        let text = Metrics::new().encode().unwrap();
-        // Upstream's labelled families appear only once observed; our unlabelled gauges, counter
-        // and the latency histogram always answer, so an alert on them works from the first
-        // scrape.
-        let lines = sample_lines(&text);
-        let unlabelled: Vec<&str> = lines
-            .iter()
-            .copied()
-            .filter(|l| !l.starts_with("csi_provisioner_claim_to_bound_seconds"))
-            .collect();
-        assert_eq!(
-            unlabelled,
-            [
-                "csi_provisioner_claims_with_intent 0",
-                "csi_provisioner_volumes_awaiting_deletion 0",
-                "csi_provisioner_claims_pending 0",
-                "csi_provisioner_intent_volumes_kept_total 0",
-            ]
-        );
-        assert!(lines.contains(&"csi_provisioner_claim_to_bound_seconds_count 0"));
-    }
-}
+#[path = "metrics_tests.rs"]
+mod tests;

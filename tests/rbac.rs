@@ -94,6 +94,14 @@ async fn a_denied_permission_is_named_with_the_rule_to_add_in_log_health_and_eve
     );
     // Liveness is not tied to it: a restart does not grant a permission.
     assert!(get(&sidecar, "/healthz").await.0.contains("200"));
+    // An alert can fire on it (deploy/monitoring/prometheus-rules.yaml).
+    wait_for("the missing-permission gauge", DEADLINE, || async {
+        let missing = sidecar
+            .metric("csi_provisioner_rbac_missing_permissions")
+            .await?;
+        (missing >= 2.0).then_some(())
+    })
+    .await;
 
     let message = cluster
         .wait_event(
@@ -121,6 +129,12 @@ async fn with_every_permission_granted_the_check_passes_quietly() {
     assert_eq!(sidecar.log_lines_with(&["missing RBAC permission"]), 0);
     let (status, body) = get(&sidecar, "/healthz/rbac").await;
     assert!(status.contains("200") && body == "ok", "{status}: {body}");
+    assert_eq!(
+        sidecar
+            .metric("csi_provisioner_rbac_missing_permissions")
+            .await,
+        Some(0.0)
+    );
     // One rules review for the ledger's namespace showed everything: no access review per
     // permission (there were 20).
     let ours = cluster

@@ -15,7 +15,7 @@
 //! goes out (as CreateVolume does), and becoming leader queues every key, so a new leader adopts
 //! and refreshes the objects its predecessor left.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -38,6 +38,7 @@ use crate::config::{Config, RateLimit};
 use crate::csi::DriverInfo;
 use crate::k8s::errors::describe;
 use crate::k8s::watch::watch_shared;
+use crate::metrics::workqueue::{QueueMetrics, Run};
 use crate::retry::Backoff;
 use crate::runtime::{CapacityNudge, Context, Shutdown};
 
@@ -257,8 +258,12 @@ impl Capacity {
             known: BTreeSet::new(),
             existing: BTreeMap::new(),
             queue: VecDeque::new(),
-            queued: HashSet::new(),
-            in_flight: HashSet::new(),
+            queued: HashMap::new(),
+            in_flight: HashMap::new(),
+            queue_metrics: ctx
+                .metrics
+                .work_queues
+                .queue(crate::metrics::workqueue::CSISTORAGECAPACITY),
             written: HashMap::new(),
             backoff: Backoff::new(
                 ctx.config.provisioning.retry_interval_start,
@@ -329,8 +334,11 @@ struct Loop<'a> {
     /// The object (by name) kept for each key at the last check.
     existing: BTreeMap<Key, String>,
     queue: VecDeque<Item>,
-    queued: HashSet<Item>,
-    in_flight: HashSet<Item>,
+    /// The members of `queue`, with when they were queued (for the metrics).
+    queued: HashMap<Item, Instant>,
+    in_flight: HashMap<Item, Run>,
+    /// Upstream's `csistoragecapacity` work-queue metrics.
+    queue_metrics: QueueMetrics,
     /// The object we last wrote per key, until the watch shows it (so a second sync neither
     /// creates a duplicate nor updates a stale copy).
     written: HashMap<Key, (CSIStorageCapacity, Instant)>,
@@ -418,7 +426,9 @@ impl Loop<'_> {
     }
 
     fn enqueue(&mut self, item: Item) {
-        if self.queued.insert(item.clone()) {
+        if let std::collections::hash_map::Entry::Vacant(entry) = self.queued.entry(item.clone()) {
+            entry.insert(Instant::now());
+            self.queue_metrics.added();
             self.queue.push_back(item);
         }
     }
@@ -427,16 +437,20 @@ impl Loop<'_> {
     fn next_item(&mut self) -> Option<Item> {
         let now = Instant::now();
         let position = self.queue.iter().position(|item| {
-            !self.in_flight.contains(item) && self.not_before.get(item).is_none_or(|t| *t <= now)
+            !self.in_flight.contains_key(item)
+                && self.not_before.get(item).is_none_or(|t| *t <= now)
         })?;
         let item = self.queue.remove(position)?;
-        self.queued.remove(&item);
+        if let Some(since) = self.queued.remove(&item) {
+            self.queue_metrics.taken(since);
+        }
         Some(item)
     }
 
     /// Starts `item` and returns its future (it owns what it needs, so the loop stays free).
     fn start(&mut self, item: Item) -> impl Future<Output = Done> + use<> {
-        self.in_flight.insert(item.clone());
+        self.in_flight
+            .insert(item.clone(), self.queue_metrics.started());
         let api = self.api.clone();
         let csi = self.ctx.csi.clone();
         let leadership = self.ctx.leadership.clone();
@@ -514,7 +528,9 @@ impl Loop<'_> {
     }
 
     fn finished(&mut self, item: Item, result: Result<Option<CSIStorageCapacity>, String>) {
-        self.in_flight.remove(&item);
+        if let Some(run) = self.in_flight.remove(&item) {
+            self.queue_metrics.finished(run);
+        }
         match result {
             Ok(written) => {
                 self.backoff.reset(&item);
@@ -532,6 +548,7 @@ impl Loop<'_> {
                 let delay = self.backoff.failed(&item);
                 warn!(retry_in = ?delay, "{message}");
                 self.not_before.insert(item.clone(), Instant::now() + delay);
+                self.queue_metrics.retried();
                 self.enqueue(item);
             }
         }

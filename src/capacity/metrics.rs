@@ -24,17 +24,17 @@ impl CapacityMetrics {
         if enabled {
             registry.register(
                 "csistoragecapacities_desired_goal",
-                "Number of CSIStorageCapacity objects that are supposed to be managed automatically.",
+                "[ALPHA] Number of CSIStorageCapacity objects that are supposed to be managed automatically.",
                 metrics.goal.clone(),
             );
             registry.register(
                 "csistoragecapacities_desired_current",
-                "Number of CSIStorageCapacity objects that exist and are supposed to be managed automatically.",
+                "[ALPHA] Number of CSIStorageCapacity objects that exist and are supposed to be managed automatically.",
                 metrics.current.clone(),
             );
             registry.register(
                 "csistoragecapacities_obsolete",
-                "Number of CSIStorageCapacity objects that exist and will be deleted automatically.",
+                "[ALPHA] Number of CSIStorageCapacity objects that exist and will be deleted automatically. Objects that exist and may need an update are not considered obsolete and therefore not included in this value.",
                 metrics.obsolete.clone(),
             );
         }

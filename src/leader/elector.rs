@@ -54,12 +54,12 @@ impl LeaderMetrics {
         let metrics = Self::default();
         registry.register(
             "leader_election_master_status",
-            "Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, 1 indicates master. 'name' is the string used to identify the lease. Please make sure to group by name.",
+            "[ALPHA] Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, 1 indicates master. 'name' is the string used to identify the lease. Please make sure to group by name.",
             metrics.master.clone(),
         );
         registry.register(
             "leader_election_slowpath",
-            "Total number of slow path exercised in renewing leader leases. 'name' is the string used to identify the lease. Please make sure to group by name.",
+            "[ALPHA] Total number of slow path exercised in renewing leader leases. 'name' is the string used to identify the lease. Please make sure to group by name.",
             metrics.slowpath.clone(),
         );
         metrics.set_leading(false);

@@ -257,6 +257,7 @@ pub(crate) async fn run(
             &ctx,
             span,
             "claim",
+            crate::metrics::workqueue::CLAIMS,
             claims,
             futures::stream::select_all(triggers),
             reconcile,

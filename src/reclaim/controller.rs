@@ -125,6 +125,7 @@ pub(crate) async fn run(
         &ctx,
         span,
         "PV",
+        crate::metrics::workqueue::VOLUMES,
         ctx.stores.pvs.clone(),
         futures::stream::select_all(triggers),
         reconcile,

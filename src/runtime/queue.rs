@@ -6,12 +6,18 @@
 //! Why not kube-runtime's `Controller`: it reads objects from its own `Store` type, whose entries
 //! cost more memory than the objects (see [`crate::k8s::cache`]), and it queues an `ObjectRef` of
 //! four owned strings per trigger: at start-up every cached object is triggered at once.
+//!
+//! It feeds client-go's `workqueue_*` metrics as client-go's queue does ([`QueueMetrics`]): an add
+//! is a trigger of a key not already waiting, depth counts keys waiting (also those triggered
+//! while running), a retry is a run that asked to run again later.
 
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
+
+use crate::metrics::workqueue::{QueueMetrics, Run};
 
 /// What a reconcile asks for next: run again after a delay, or only on the next change.
 /// (kube-runtime's `Action` does not expose its delay to a runner of our own.)
@@ -51,50 +57,76 @@ pub(crate) type Key = Arc<str>;
 pub(crate) struct WorkQueue {
     /// Keys to run now, in trigger order.
     ready: VecDeque<Key>,
-    /// The members of `ready`.
-    queued: HashSet<Key>,
+    /// The members of `ready`, with when they were added (wall clock, for the metrics).
+    queued: HashMap<Key, std::time::Instant>,
     /// Keys a worker is reconciling.
-    running: HashSet<Key>,
-    /// Running keys triggered again meanwhile: they run again once done.
-    again: HashSet<Key>,
+    running: HashMap<Key, Run>,
+    /// Running keys triggered again meanwhile, with when: they run again once done.
+    again: HashMap<Key, std::time::Instant>,
     /// Keys to run later, by due time (the counter keeps equal times apart).
     later: BTreeMap<(Instant, u64), Key>,
     /// The due time of each member of `later`.
     due: HashMap<Key, (Instant, u64)>,
     counter: u64,
+    metrics: QueueMetrics,
 }
 
 impl WorkQueue {
+    /// An empty queue feeding `metrics`.
+    pub(crate) fn new(metrics: QueueMetrics) -> Self {
+        Self {
+            metrics,
+            ..Self::default()
+        }
+    }
+
     /// Queues `key` to run now (unless it is queued already; after the run if it is running).
     pub(crate) fn add(&mut self, key: Key) {
-        if self.running.contains(&key) {
-            self.again.insert(key);
+        if self.running.contains_key(&key) {
+            if !self.again.contains_key(&key) {
+                self.metrics.added();
+                self.again.insert(key, std::time::Instant::now());
+            }
             return;
         }
-        if self.queued.contains(&key) {
+        if self.queued.contains_key(&key) {
             return;
         }
         if let Some(slot) = self.due.remove(&key) {
             self.later.remove(&slot);
         }
-        self.queued.insert(key.clone());
+        self.metrics.added();
+        self.queued.insert(key.clone(), std::time::Instant::now());
         self.ready.push_back(key);
     }
 
     /// Takes the next key to run and marks it running.
     pub(crate) fn next(&mut self) -> Option<Key> {
         let key = self.ready.pop_front()?;
-        self.queued.remove(&key);
-        self.running.insert(key.clone());
+        if let Some(since) = self.queued.remove(&key) {
+            self.metrics.taken(since);
+        }
+        self.running.insert(key.clone(), self.metrics.started());
         Some(key)
     }
 
     /// Records that the run of `key` ended asking for `action` at `now`.
     pub(crate) fn done(&mut self, key: Key, action: Action, now: Instant) {
-        self.running.remove(&key);
-        if self.again.remove(&key) {
-            // Something changed during the run: look again now, whatever the run asked.
-            self.add(key);
+        if let Some(run) = self.running.remove(&key) {
+            self.metrics.finished(run);
+        }
+        if action.requeue_after().is_some() {
+            // client-go counts every AddAfter, also one a newer trigger overtakes.
+            self.metrics.retried();
+        }
+        if let Some(since) = self.again.remove(&key) {
+            // Something changed during the run: look again now, whatever the run asked. Already
+            // counted as an add when triggered.
+            if let Some(slot) = self.due.remove(&key) {
+                self.later.remove(&slot);
+            }
+            self.queued.insert(key.clone(), since);
+            self.ready.push_back(key);
         } else if let Some(delay) = action.requeue_after() {
             self.add_at(key, now + delay);
         }
@@ -102,7 +134,7 @@ impl WorkQueue {
 
     /// Queues `key` to run at `at`, unless it runs earlier anyway.
     fn add_at(&mut self, key: Key, at: Instant) {
-        if self.queued.contains(&key) || self.running.contains(&key) {
+        if self.queued.contains_key(&key) || self.running.contains_key(&key) {
             return;
         }
         if let Some(&(current, _)) = self.due.get(&key)
@@ -209,5 +241,25 @@ mod tests {
         q.promote(now + Duration::from_secs(3));
         assert_eq!(q.next().as_deref(), Some("a"));
         assert_eq!(q.next_due(), None);
+    }
+
+    #[test]
+    fn metrics_follow_client_go_counting() {
+        let metrics = QueueMetrics::default();
+        let mut q = WorkQueue::new(metrics.clone());
+        let now = Instant::now();
+        q.add(key("a"));
+        q.add(key("a"));
+        q.add(key("b"));
+        assert_eq!(metrics.depth(), 2, "a duplicate trigger is no add");
+        let a = q.next().unwrap();
+        assert_eq!(metrics.depth(), 1);
+        q.add(key("a"));
+        assert_eq!(metrics.depth(), 2, "triggered while running: waiting again");
+        q.done(a, Action::requeue(Duration::from_secs(5)), now);
+        assert_eq!(metrics.depth(), 2, "the run again is the same add");
+        assert_eq!(q.next().as_deref(), Some("b"));
+        assert_eq!(q.next().as_deref(), Some("a"));
+        assert_eq!(metrics.depth(), 0);
     }
 }

@@ -27,12 +27,14 @@ pub(crate) const LOCK_RETRY: Duration = Duration::from_millis(500);
 /// `triggers` (their own changes and those of related objects, as cache keys) are reconciled by
 /// `--worker-threads` workers, every cached object again each [`RESYNC`], `prune` (forget the
 /// memory of objects that left the cache) at each resync. On shutdown no new run starts and the
-/// running ones finish. `span` wraps the whole run; `what` names the objects in log lines.
+/// running ones finish. `span` wraps the whole run; `what` names the objects in log lines;
+/// `queue_name` is the client-go queue name its `workqueue_*` metrics carry.
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn drive<K, S, Fut>(
     ctx: &Context,
     span: tracing::Span,
     what: &'static str,
+    queue_name: &'static str,
     cache: Cache<K>,
     triggers: impl Stream<Item = Key> + Send,
     mut reconcile: impl FnMut(Arc<Lean<K>>, Arc<S>) -> Fut,
@@ -47,7 +49,7 @@ pub(crate) async fn drive<K, S, Fut>(
     let pruner = crate::k8s::watch::spawn_every(RESYNC, prune);
     let workers = ctx.config.provisioning.worker_threads.max(1);
     let slots = Slots::new(workers);
-    let mut queue = WorkQueue::default();
+    let mut queue = WorkQueue::new(ctx.metrics.work_queues.queue(queue_name));
     let mut running = FuturesUnordered::new();
     let triggers = triggers.fuse();
     let resync = crate::k8s::watch::resync_every(RESYNC);

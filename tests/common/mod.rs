@@ -2,6 +2,8 @@
 //! real child processes on real Unix sockets, and condition waits with deadlines (never sleeps).
 #![allow(dead_code)] // Each test binary uses a different subset of the harness.
 
+pub mod exposition;
+
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::path::{Path, PathBuf};

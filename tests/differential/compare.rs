@@ -56,6 +56,19 @@ pub fn diff(upstream: &Outcome, ours: &Outcome) -> Vec<Difference> {
     out
 }
 
+/// Our outcome reduced to the metric families a comparison with `upstream` covers: none when
+/// `upstream` has none (recorded before families were recorded), else only the families upstream
+/// serves. Families only we serve are our additions (docs/observability.md), not differences;
+/// families only upstream serves stay differences unless `allow.yaml` names them.
+pub fn scope_metrics(upstream: &Outcome, mut ours: Outcome) -> Outcome {
+    let recorded = upstream.keys().any(|k| k.starts_with(METRIC));
+    ours.retain(|k, _| !k.starts_with(METRIC) || (recorded && upstream.contains_key(k)));
+    ours
+}
+
+/// Outcome paths of metric families.
+const METRIC: &str = "metric/";
+
 /// One deliberate difference, as written in `allow.yaml`.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -190,6 +203,26 @@ mod tests {
         };
         assert!(list.allows("node/a", &x).is_some());
         assert!(list.allows("provision/a", &x).is_none());
+    }
+
+    #[test]
+    fn metric_families_are_compared_only_where_upstream_recorded_them() {
+        let ours = outcome(&[
+            ("pv/a", "1"),
+            ("metric/workqueue_depth", "gauge [name]"),
+            ("metric/csi_provisioner_claims_pending", "gauge []"),
+        ]);
+        let old_recording = outcome(&[("pv/a", "1")]);
+        assert!(diff(&old_recording, &scope_metrics(&old_recording, ours.clone())).is_empty());
+        let upstream = outcome(&[
+            ("pv/a", "1"),
+            ("metric/workqueue_depth", "gauge [name]"),
+            ("metric/apiserver_audit_event_total", "counter []"),
+        ]);
+        let d = diff(&upstream, &scope_metrics(&upstream, ours));
+        assert_eq!(d.len(), 1, "{d:?}");
+        assert_eq!(d[0].path, "metric/apiserver_audit_event_total");
+        assert_eq!(d[0].ours, None);
     }
 
     #[test]

@@ -8,6 +8,8 @@
 //!   `DIFF_RECORD=1` also writes upstream's outcomes to `recorded/`.
 //! - Without it: ours against the recorded upstream outcomes, so CI needs no Go build. A
 //!   scenario without a recording is reported and skipped.
+//! - Metric families (name, type, label names; not values) are compared too, for the scenarios
+//!   whose recording has them and always live (`compare::scope_metrics`).
 //! - `DIFF_SCENARIO=text` runs the scenarios whose name contains `text`; `DIFF_JOBS=N` runs N at
 //!   a time (default 4); `DIFF_KEEP=1` keeps every world's directory (logs, kubeconfig).
 
@@ -25,8 +27,8 @@ use std::time::Duration;
 
 use futures::StreamExt;
 
-use compare::{AllowList, Difference, diff};
-use outcome::{Outcome, observe, settle};
+use compare::{AllowList, Difference, diff, scope_metrics};
+use outcome::{Outcome, observe, observe_metrics, settle};
 use scenario::Scenario;
 use world::{Binary, WAIT_DEADLINE, World};
 
@@ -50,7 +52,8 @@ async fn run_one(scenario: &Scenario, binary: &Binary) -> Result<Run, String> {
     if !settle(&mut world, quiet, WAIT_DEADLINE).await {
         world.timeouts.push("final settle".into());
     }
-    let outcome = observe(&mut world).await;
+    let mut outcome = observe(&mut world).await;
+    outcome.extend(observe_metrics(&world).await);
     let logs = world.logs();
     if std::env::var_os("DIFF_KEEP").is_some() {
         let dir = world.dir().to_path_buf();
@@ -133,7 +136,8 @@ async fn judge(
     };
     let mut allowed = Vec::new();
     let mut unallowed = Vec::new();
-    for d in diff(&upstream_outcome, &ours_run.outcome) {
+    let ours_outcome = scope_metrics(&upstream_outcome, ours_run.outcome);
+    for d in diff(&upstream_outcome, &ours_outcome) {
         match allow.allows(&scenario.name, &d) {
             Some(entry) => allowed.push((d, entry.why.clone())),
             None => unallowed.push(d),

@@ -307,6 +307,37 @@ pub async fn settle(world: &mut World, quiet: Duration, deadline: Duration) -> b
     }
 }
 
+/// The metric families the world's sidecars serve now, as `metric/<family>` = `<type> [label
+/// names]` (names and types only: values depend on timing). `go_*` is left out: the Go runtime's
+/// own families, which a Rust binary cannot have (docs/observability.md).
+// Shared with the crash-point suite, which compares no metrics.
+#[allow(dead_code)]
+pub async fn observe_metrics(world: &World) -> Outcome {
+    let mut union: BTreeMap<String, crate::common::exposition::Family> = BTreeMap::new();
+    for address in world.metrics.values() {
+        let Some((_, body)) = crate::common::exposition::scrape(address, "/metrics", None).await
+        else {
+            // A sidecar stopped by the scenario.
+            continue;
+        };
+        for (name, family) in crate::common::exposition::families(&body) {
+            let entry = union.entry(name).or_insert_with(|| family.clone());
+            entry.labels.extend(family.labels);
+        }
+    }
+    union
+        .into_iter()
+        .filter(|(name, _)| !name.starts_with("go_"))
+        .map(|(name, family)| {
+            let labels: Vec<&str> = family.labels.iter().map(String::as_str).collect();
+            (
+                format!("metric/{name}"),
+                format!("{} [{}]", family.kind, labels.join(",")),
+            )
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

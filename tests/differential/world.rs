@@ -16,6 +16,12 @@ use serde_json::{Value, json};
 use crate::common::{Cluster, DRIVER, Driver, Sidecar, TOPOLOGY_KEY};
 use crate::scenario::{Condition, DriverSwitch, Mode, ObjectRef, Scenario, SidecarAction, Step};
 
+/// A local address nothing listens on now (a sidecar's metrics endpoint).
+fn free_address() -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a free port");
+    listener.local_addr().expect("local address").to_string()
+}
+
 /// How long one `wait` may take before it is recorded as timed out.
 pub const WAIT_DEADLINE: Duration = Duration::from_secs(60);
 
@@ -139,6 +145,8 @@ pub struct World {
     /// Node name -> driver (controller mode: one, under the first node's name or `controller`).
     pub drivers: BTreeMap<String, Driver>,
     pub sidecars: BTreeMap<String, Sidecar>,
+    /// The metrics address (`--http-endpoint`) of each sidecar, by the key of `sidecars`.
+    pub metrics: BTreeMap<String, String>,
     pub tokens: Tokens,
     /// Waits that timed out, in step order.
     pub timeouts: Vec<String>,
@@ -168,6 +176,7 @@ impl World {
             cluster,
             drivers: BTreeMap::new(),
             sidecars: BTreeMap::new(),
+            metrics: BTreeMap::new(),
             tokens: Tokens::default(),
             timeouts: Vec::new(),
             checkpoints: Default::default(),
@@ -373,6 +382,19 @@ impl World {
                 }
                 let identity = format!("replica-{i}");
                 let mut env: Vec<(&str, &str)> = Vec::new();
+                // Every sidecar serves metrics, so the suite compares the families both serve.
+                if !flags
+                    .iter()
+                    .any(|f| f.starts_with("--http-endpoint") || f.starts_with("--metrics-address"))
+                {
+                    let address = free_address();
+                    flags.push(format!("--http-endpoint={address}"));
+                    self.metrics.insert(key.clone(), address);
+                }
+                // Capacity objects live in the sidecar's namespace.
+                if flags.iter().any(|f| f == "--enable-capacity") {
+                    env.push(("NAMESPACE", "default"));
+                }
                 if self.scenario.mode == Mode::Node {
                     flags.insert(0, "--node-deployment".into());
                     env.push(("NODE_NAME", node));

@@ -50,6 +50,12 @@ pub(super) fn selected_node_cleared(
 ) {
     if reason.is_failed_attempt() {
         provisioning_event(state, pvc);
+        // Upstream's library counts such a reschedule as a failed provisioning attempt too.
+        state
+            .ctx
+            .metrics
+            .provision
+            .failed(&class_label(pvc), &source_label(pvc));
     }
     state.ctx.events.emit(
         reference_to(pvc),
