@@ -1,6 +1,8 @@
 //! Unit tests of `config.rs`: upstream defaults, both dash styles, every cross-flag error.
 use super::*;
 use crate::cli::{FeatureGateList, PROGRAM};
+use crate::telemetry::LogFormat;
+use crate::telemetry::vmodule::{VModuleItem, VModuleList};
 
 const S: fn(u64) -> Duration = Duration::from_secs;
 
@@ -89,6 +91,10 @@ fn defaults_equal_upstream() {
         if *flag == "feature-gates" {
             assert_eq!(explicit.feature_gates, [FeatureGateList::default()]);
             explicit.feature_gates.clear();
+        }
+        if *flag == "vmodule" {
+            assert_eq!(explicit.vmodule, [VModuleList::default()]);
+            explicit.vmodule.clear();
         }
         assert_eq!(
             explicit, defaults,
@@ -490,15 +496,70 @@ fn unsupported_flags_are_reported_only_when_changed() {
         "--enable-pprof=false",
     ])
     .unwrap();
-    // The gate is supported (ReferenceGrants are read); only the logging flag is not.
-    assert_eq!(c.not_yet_supported(), ["--vmodule"]);
+    // The gate is supported (ReferenceGrants are read), and so are the logging flags.
+    assert!(c.not_yet_supported().is_empty());
     let c = config(&[
         "--feature-gates=AllAlpha=true",
         "--http-endpoint=:1",
         "--enable-pprof",
+        "--log-text-split-stream",
+        "--log-json-split-stream",
+        "--log-text-info-buffer-size=1Mi",
+        "--log-json-info-buffer-size=1Mi",
+        "--log-flush-frequency=1s",
     ])
     .unwrap();
-    assert_eq!(c.not_yet_supported(), ["--enable-pprof"]);
+    assert!(c.not_yet_supported().is_empty());
+    assert!(c.http.unwrap().enable_pprof);
+    let c = config(&["--cloning-protection-threads=3"]).unwrap();
+    assert_eq!(c.not_yet_supported(), ["--cloning-protection-threads"]);
+}
+
+#[test]
+fn logging_flags_resolve_as_component_base() {
+    let c = config(&[
+        "-v=2",
+        "--vmodule=controller=5,http*=0",
+        "-vmodule",
+        "plan=3,http=4",
+        "--log-text-split-stream",
+    ])
+    .unwrap();
+    let item = |pattern: &str, level| VModuleItem {
+        pattern: pattern.into(),
+        level,
+    };
+    assert_eq!(
+        c.logging,
+        LoggingOptions {
+            verbosity: 2,
+            format: LogFormat::Text,
+            // Repeated flags append; level 0 items are dropped, as klog does.
+            vmodule: vec![item("controller", 5), item("plan", 3), item("http", 4)],
+            split_stream: true,
+        }
+    );
+    // Each format has its own split-stream flag.
+    assert!(
+        !config(&["--log-json-split-stream"])
+            .unwrap()
+            .logging
+            .split_stream
+    );
+    let json = config(&["--logging-format=json", "--log-json-split-stream"]).unwrap();
+    assert!(json.logging.split_stream);
+
+    let err = config(&["--logging-format=json", "--vmodule=a=0"]).unwrap_err();
+    assert_eq!(err, ConfigError::VModuleNeedsText);
+    assert!(
+        err.to_string()
+            .starts_with("vmodule: Forbidden: Only supported for text log format"),
+        "{err}"
+    );
+    assert_eq!(
+        config(&["--log-flush-frequency=0"]).unwrap_err(),
+        ConfigError::ZeroDuration("--log-flush-frequency")
+    );
 }
 
 #[test]
@@ -565,7 +626,9 @@ fn supported_flags_reach_the_config() {
         c.logging,
         LoggingOptions {
             verbosity: 5,
-            format: LogFormat::Json
+            format: LogFormat::Json,
+            vmodule: Vec::new(),
+            split_stream: false,
         }
     );
     assert!(

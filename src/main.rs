@@ -25,7 +25,7 @@ async fn main() -> ExitCode {
         Ok(config) => config,
         Err(err) => return fail(&err),
     };
-    if let Err(err) = telemetry::init(config.logging.verbosity, config.logging.format) {
+    if let Err(err) = telemetry::init(&config.logging) {
         return fail(&err);
     }
     for flag in config.not_yet_supported() {

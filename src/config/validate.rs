@@ -3,9 +3,11 @@
 
 use std::time::Duration;
 
-use super::{ConfigError, RateLimit};
+use super::{ConfigError, LoggingOptions, RateLimit};
 use crate::cli::Args;
 use crate::gofmt::format_go_duration as go;
+use crate::telemetry::LogFormat;
+use crate::telemetry::vmodule::VModuleList;
 
 pub(super) fn positive(duration: Duration, flag: &'static str) -> Result<(), ConfigError> {
     if duration.is_zero() {
@@ -54,6 +56,30 @@ pub(super) fn rate_limit(qps: f64, burst: i64) -> Result<Option<RateLimit>, Conf
         qps: if qps == 0.0 { 5.0 } else { qps },
         burst,
     }))
+}
+
+/// The logging flags, checked as component-base's `ValidateAndApply` does; the split-stream flag
+/// of the chosen format applies.
+pub(super) fn logging_options(
+    verbosity: u32,
+    format: LogFormat,
+    vmodule: Vec<VModuleList>,
+    (text_split_stream, json_split_stream): (bool, bool),
+) -> Result<LoggingOptions, ConfigError> {
+    let vmodule: Vec<_> = vmodule.into_iter().flat_map(|list| list.0).collect();
+    if !vmodule.is_empty() && format != LogFormat::Text {
+        return Err(ConfigError::VModuleNeedsText);
+    }
+    Ok(LoggingOptions {
+        verbosity,
+        format,
+        // Level 0 items are dropped by klog, so a later pattern can still match those files.
+        vmodule: vmodule.into_iter().filter(|item| item.level > 0).collect(),
+        split_stream: match format {
+            LogFormat::Text => text_split_stream,
+            LogFormat::Json => json_split_stream,
+        },
+    })
 }
 
 /// Accepts what Go's `net.Listen("tcp", addr)` accepts: `host:port`, `[v6]:port` or `:port`.
@@ -108,16 +134,7 @@ pub(super) fn not_yet_supported(args: &Args) -> Vec<String> {
             [$((stringify!($field), args.$field != defaults.$field)),*]
         };
     }
-    let flags = changed![
-        cloning_protection_threads,
-        enable_pprof,
-        vmodule,
-        log_flush_frequency,
-        log_text_split_stream,
-        log_text_info_buffer_size,
-        log_json_split_stream,
-        log_json_info_buffer_size,
-    ];
+    let flags = changed![cloning_protection_threads,];
     flags
         .into_iter()
         .filter(|&(_, set)| set)
