@@ -170,6 +170,9 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     if let Some(options) = &config.http {
         // Bound before the driver handshake, as upstream: the endpoint answers while we wait.
         let server = http::bind(options, metrics.clone(), health.clone()).await?;
+        if options.enable_pprof {
+            info!(endpoint = %options.address, "Starting profiling");
+        }
         tokio::spawn(server.run(shutdown.clone().requested()));
     }
 

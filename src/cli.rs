@@ -15,6 +15,7 @@ use clap::{ArgAction, CommandFactory, Parser};
 
 use crate::gofmt::{parse_go_bool, parse_go_duration};
 use crate::telemetry::LogFormat;
+use crate::telemetry::vmodule::{VModuleList, parse_vmodule};
 
 /// The version printed by `--version`.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -245,7 +246,7 @@ pub struct Args {
     #[arg(long, default_value = "/metrics", help_heading = "HTTP")]
     pub metrics_path: String,
 
-    /// Serve /debug/pprof on the HTTP endpoint. [not yet supported]
+    /// Serve /debug/pprof/ (CPU profile, cmdline) on the HTTP endpoint.
     #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true,
           default_value = "false", default_missing_value = "true", value_parser = parse_go_bool,
           action = ArgAction::Set, help_heading = "HTTP")]
@@ -348,26 +349,27 @@ pub struct Args {
           help_heading = "Logging")]
     pub logging_format: LogFormat,
 
-    /// Per-file verbosity (pattern=N,...). [not yet supported]
-    #[arg(
-        long,
-        default_value = "",
-        hide_default_value = true,
-        help_heading = "Logging"
-    )]
-    pub vmodule: String,
+    /// Per-file verbosity: pattern=N,... where pattern is a source file name without .rs (or a
+    /// module name), literal or glob (* ? [...]); the first match wins. Text format only.
+    /// Repeating the flag appends.
+    #[arg(long, value_name = "PATTERN=N,...", value_parser = parse_vmodule,
+          action = ArgAction::Append, help_heading = "Logging")]
+    pub vmodule: Vec<VModuleList>,
 
-    /// Maximum time between log flushes. [not yet supported: logs are written unbuffered]
+    /// Maximum time between log flushes. Accepted, must be positive; no effect: logs are written
+    /// unbuffered, so nothing waits for a flush.
     #[arg(long, default_value = "5s", value_name = "DURATION", value_parser = parse_go_duration, help_heading = "Logging")]
     pub log_flush_frequency: Duration,
 
-    /// Text format: info messages to stdout, errors to stderr. [not yet supported]
+    /// Text format: info messages to stdout, warnings and errors to stderr (upstream refuses
+    /// this alpha flag; here it works).
     #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true,
           default_value = "false", default_missing_value = "true", value_parser = parse_go_bool,
           action = ArgAction::Set, help_heading = "Logging")]
     pub log_text_split_stream: bool,
 
-    /// Text format: buffer size of info messages with --log-text-split-stream. [not yet supported]
+    /// Text format: buffer size of info messages with --log-text-split-stream. Accepted, no
+    /// effect: lines are written unbuffered, each as soon as it is logged.
     #[arg(
         long,
         value_name = "QUANTITY",
@@ -376,13 +378,15 @@ pub struct Args {
     )]
     pub log_text_info_buffer_size: String,
 
-    /// JSON format: info messages to stdout, errors to stderr. [not yet supported]
+    /// JSON format: info messages to stdout, errors to stderr (upstream refuses this alpha flag;
+    /// here it works).
     #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true,
           default_value = "false", default_missing_value = "true", value_parser = parse_go_bool,
           action = ArgAction::Set, help_heading = "Logging")]
     pub log_json_split_stream: bool,
 
-    /// JSON format: buffer size of info messages with --log-json-split-stream. [not yet supported]
+    /// JSON format: buffer size of info messages with --log-json-split-stream. Accepted, no
+    /// effect: lines are written unbuffered, each as soon as it is logged.
     #[arg(
         long,
         value_name = "QUANTITY",

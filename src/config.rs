@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::cli::{Args, FeatureGate};
-use crate::telemetry::LogFormat;
+pub use crate::telemetry::LoggingOptions;
 
 /// The whole configuration of one sidecar process.
 #[derive(Debug, Clone, PartialEq)]
@@ -38,7 +38,6 @@ pub struct Config {
     pub source_protection: SourceProtectionOptions,
     /// Log verbosity and format.
     pub logging: LoggingOptions,
-    not_yet_supported: Vec<String>,
     /// `--feature-gates` names accepted for compatibility that mean nothing here.
     inert_feature_gates: Vec<&'static str>,
 }
@@ -144,7 +143,7 @@ pub struct HttpOptions {
     pub address_flag: &'static str,
     /// `--metrics-path`, starting with `/`.
     pub metrics_path: String,
-    /// `--enable-pprof` (not served yet).
+    /// `--enable-pprof`: serve `/debug/pprof/` on the same listener.
     pub enable_pprof: bool,
     /// Serve `/healthz/leader-election`: leader election is on and the address came from
     /// `--http-endpoint` (not the deprecated `--metrics-address`), as upstream.
@@ -193,15 +192,6 @@ pub struct SourceProtectionOptions {
     pub cloning_protection_threads: u64,
     /// `--snapshot-orphan-sweep-interval`; `None` when 0 (sweep disabled).
     pub snapshot_orphan_sweep_interval: Option<Duration>,
-}
-
-/// Logging.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct LoggingOptions {
-    /// `-v`.
-    pub verbosity: u32,
-    /// `--logging-format`.
-    pub format: LogFormat,
 }
 
 /// A configuration the sidecar refuses to start with. Each message names the flags involved and
@@ -278,6 +268,12 @@ pub enum ConfigError {
          --leader-election-renew-deadline=10s, --leader-election-retry-period=5s)"
     )]
     LeaderElectionTimings(String),
+    /// `--vmodule` with the JSON format; upstream's text, then what to change.
+    #[error(
+        "vmodule: Forbidden: Only supported for text log format (remove --vmodule or use \
+         --logging-format=text)"
+    )]
+    VModuleNeedsText,
     /// A rate limit that cannot be enforced.
     #[error("{0}")]
     InvalidRateLimit(String),
@@ -291,7 +287,6 @@ impl Config {
         env: impl Fn(&str) -> Option<String>,
     ) -> Result<Self, ConfigError> {
         let env = |name: &str| env(name).filter(|value| !value.is_empty());
-        let not_yet_supported = not_yet_supported(&args);
         let feature_gates = FeatureGates::resolve(args.feature_gate_settings());
         let mut inert_feature_gates: Vec<&'static str> = args
             .feature_gate_settings()
@@ -354,11 +349,12 @@ impl Config {
             kube_api_capacity_burst,
             v,
             logging_format,
-            vmodule: _,
-            log_flush_frequency: _,
-            log_text_split_stream: _,
+            vmodule,
+            log_flush_frequency,
+            log_text_split_stream,
+            // Accepted without effect: every line is written as it is logged (cli.rs).
             log_text_info_buffer_size: _,
-            log_json_split_stream: _,
+            log_json_split_stream,
             log_json_info_buffer_size: _,
             automaxprocs: _,
         } = args;
@@ -366,6 +362,13 @@ impl Config {
         if csi_address.is_empty() {
             return Err(ConfigError::EmptyCsiAddress);
         }
+        let logging = logging_options(
+            v,
+            logging_format,
+            vmodule,
+            (log_text_split_stream, log_json_split_stream),
+        )?;
+        positive(log_flush_frequency, "--log-flush-frequency")?;
         positive(timeout, "--timeout")?;
 
         if volume_name_prefix.is_empty() {
@@ -514,11 +517,7 @@ impl Config {
                 snapshot_orphan_sweep_interval: Some(snapshot_orphan_sweep_interval)
                     .filter(|interval| !interval.is_zero()),
             },
-            logging: LoggingOptions {
-                verbosity: v,
-                format: logging_format,
-            },
-            not_yet_supported,
+            logging,
             inert_feature_gates,
         })
     }
@@ -527,13 +526,6 @@ impl Config {
     /// server's libraries: logged at start-up as having no effect.
     pub fn inert_feature_gates(&self) -> &[&'static str] {
         &self.inert_feature_gates
-    }
-
-    /// Flags set to a non-default value whose feature is not built yet, e.g. `--enable-capacity`
-    /// or `--feature-gates=CrossNamespaceVolumeDataSource=true`. The caller logs each one, so that
-    /// nothing the user asked for is ignored silently.
-    pub fn not_yet_supported(&self) -> Vec<String> {
-        self.not_yet_supported.clone()
     }
 }
 
@@ -594,7 +586,7 @@ impl FeatureGates {
 mod validate;
 
 use validate::{
-    not_yet_supported, ordered, positive, rate_limit, validate_leader_election,
+    logging_options, ordered, positive, rate_limit, validate_leader_election,
     validate_listen_address,
 };
 

@@ -1,6 +1,8 @@
 //! Unit tests of `config.rs`: upstream defaults, both dash styles, every cross-flag error.
 use super::*;
 use crate::cli::{FeatureGateList, PROGRAM};
+use crate::telemetry::LogFormat;
+use crate::telemetry::vmodule::{VModuleItem, VModuleList};
 
 const S: fn(u64) -> Duration = Duration::from_secs;
 
@@ -90,6 +92,10 @@ fn defaults_equal_upstream() {
             assert_eq!(explicit.feature_gates, [FeatureGateList::default()]);
             explicit.feature_gates.clear();
         }
+        if *flag == "vmodule" {
+            assert_eq!(explicit.vmodule, [VModuleList::default()]);
+            explicit.vmodule.clear();
+        }
         assert_eq!(
             explicit, defaults,
             "our default of --{flag} is not upstream's {upstream:?}"
@@ -153,7 +159,6 @@ fn default_command_line_gives_upstream_behaviour() {
         Some(S(300))
     );
     assert_eq!(c.feature_gates, FeatureGates::default());
-    assert!(c.not_yet_supported().is_empty());
 }
 
 #[test]
@@ -479,26 +484,73 @@ fn feature_gates_resolve_with_alpha_and_explicit_settings() {
 }
 
 #[test]
-fn unsupported_flags_are_reported_only_when_changed() {
-    let c = config(&[
-        "--enable-capacity",
-        "--capacity-poll-interval=1m",
-        "--leader-election",
-        "-vmodule=foo=5",
-        "--feature-gates=CrossNamespaceVolumeDataSource=true",
-        "--automaxprocs",
-        "--enable-pprof=false",
-    ])
-    .unwrap();
-    // The gate is supported (ReferenceGrants are read); only the logging flag is not.
-    assert_eq!(c.not_yet_supported(), ["--vmodule"]);
+fn enable_pprof_and_the_logging_flags_are_accepted_together() {
     let c = config(&[
         "--feature-gates=AllAlpha=true",
         "--http-endpoint=:1",
         "--enable-pprof",
+        "--log-text-split-stream",
+        "--log-json-split-stream",
+        "--log-text-info-buffer-size=1Mi",
+        "--log-json-info-buffer-size=1Mi",
+        "--log-flush-frequency=1s",
     ])
     .unwrap();
-    assert_eq!(c.not_yet_supported(), ["--enable-pprof"]);
+    assert!(c.http.unwrap().enable_pprof);
+    assert!(
+        !config(&["--http-endpoint=:1"])
+            .unwrap()
+            .http
+            .unwrap()
+            .enable_pprof
+    );
+}
+
+#[test]
+fn logging_flags_resolve_as_component_base() {
+    let c = config(&[
+        "-v=2",
+        "--vmodule=controller=5,http*=0",
+        "-vmodule",
+        "plan=3,http=4",
+        "--log-text-split-stream",
+    ])
+    .unwrap();
+    let item = |pattern: &str, level| VModuleItem {
+        pattern: pattern.into(),
+        level,
+    };
+    assert_eq!(
+        c.logging,
+        LoggingOptions {
+            verbosity: 2,
+            format: LogFormat::Text,
+            // Repeated flags append; level 0 items are dropped, as klog does.
+            vmodule: vec![item("controller", 5), item("plan", 3), item("http", 4)],
+            split_stream: true,
+        }
+    );
+    // Each format has its own split-stream flag.
+    assert!(
+        !config(&["--log-json-split-stream"])
+            .unwrap()
+            .logging
+            .split_stream
+    );
+    let json = config(&["--logging-format=json", "--log-json-split-stream"]).unwrap();
+    assert!(json.logging.split_stream);
+
+    let err = config(&["--logging-format=json", "--vmodule=a=0"]).unwrap_err();
+    assert_eq!(err, ConfigError::VModuleNeedsText);
+    assert!(
+        err.to_string()
+            .starts_with("vmodule: Forbidden: Only supported for text log format"),
+        "{err}"
+    );
+    assert_eq!(
+        config(&["--log-flush-frequency=0"]).unwrap_err(),
+        ConfigError::ZeroDuration("--log-flush-frequency")
+    );
 }
 
 #[test]
@@ -565,12 +617,10 @@ fn supported_flags_reach_the_config() {
         c.logging,
         LoggingOptions {
             verbosity: 5,
-            format: LogFormat::Json
+            format: LogFormat::Json,
+            vmodule: Vec::new(),
+            split_stream: false,
         }
-    );
-    assert!(
-        c.not_yet_supported().is_empty(),
-        "the sweep is built: 0 turns it off"
     );
 }
 

@@ -5,6 +5,7 @@
 //! - `GET /healthz`: `ok` while the process serves.
 //! - `GET /healthz/rbac`: `ok`, or 500 naming each permission the start-up RBAC self-check found
 //!   missing (see `k8s::access`).
+//! - `GET /debug/pprof/...`: only with `--enable-pprof` (see `pprof`).
 //! - `GET /healthz/leader-election`: only with `--leader-election` and `--http-endpoint` (not the
 //!   deprecated `--metrics-address`), as upstream: `ok`, or 500 `internal server error: <reason>`
 //!   once the leader-election code reports a failure through [`Health`].
@@ -167,6 +168,9 @@ fn router(options: &HttpOptions, metrics: Arc<Metrics>, health: Health) -> Route
         .route("/healthz/rbac", get(rbac_health));
     if options.leader_election_health {
         router = router.route("/healthz/leader-election", get(leader_election_health));
+    }
+    if options.enable_pprof {
+        router = router.merge(crate::pprof::routes());
     }
     // The metrics path is matched in the fallback rather than as a route: a user-chosen path may
     // contain characters axum's route syntax gives a meaning to (`{`, `*`).

@@ -29,6 +29,7 @@ pub(crate) mod migration;
 pub(crate) mod model;
 pub mod names;
 pub(crate) mod node_mode;
+pub(crate) mod pprof;
 pub(crate) mod provision;
 pub(crate) mod reclaim;
 pub mod rendezvous;

@@ -25,11 +25,8 @@ async fn main() -> ExitCode {
         Ok(config) => config,
         Err(err) => return fail(&err),
     };
-    if let Err(err) = telemetry::init(config.logging.verbosity, config.logging.format) {
+    if let Err(err) = telemetry::init(&config.logging) {
         return fail(&err);
-    }
-    for flag in config.not_yet_supported() {
-        tracing::warn!("flag {flag} is not yet supported, ignored");
     }
     for gate in config.inert_feature_gates() {
         tracing::info!("feature gate {gate} has no effect on this provisioner, ignored");

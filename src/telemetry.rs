@@ -1,4 +1,4 @@
-//! Logging set-up: text or JSON, `-v` levels mapped to tracing levels.
+//! Logging set-up: text or JSON, `-v` levels mapped to tracing levels, `--vmodule`, split streams.
 //!
 //! | `-v`  | this program | dependencies (kube, hyper, tonic, ...) |
 //! |-------|--------------|----------------------------------------|
@@ -8,14 +8,28 @@
 //! | 8+    | trace        | trace                                  |
 //!
 //! Upstream logs CSI requests and responses at klog V(5), so `-v=5` shows them here too (debug).
-//! A non-empty `RUST_LOG` replaces the mapping entirely. Logs go to stderr, like klog's.
+//! `--vmodule` raises the level of the call sites in matching files (see [`vmodule`]): a call
+//! site logs if `-v` or its `--vmodule` level reaches the level its tracing level maps to.
+//! A non-empty `RUST_LOG` replaces the mapping entirely, `--vmodule` included.
+//!
+//! Logs go to stderr, like klog's. With split streams, info (and debug, trace) lines go to stdout
+//! and the rest to stderr: warnings and errors in text format, errors in JSON (klog's JSON logger
+//! has no warning level; its warnings are info messages).
 
 use std::io::IsTerminal;
 use std::str::FromStr;
 
-use tracing::Subscriber;
+use tracing::{Level, Metadata, Subscriber};
 use tracing_subscriber::EnvFilter;
+use tracing_subscriber::Layer;
+use tracing_subscriber::filter::{LevelFilter, filter_fn};
 use tracing_subscriber::fmt::MakeWriter;
+use tracing_subscriber::fmt::writer::{BoxMakeWriter, MakeWriterExt};
+use tracing_subscriber::layer::{Filter, SubscriberExt};
+
+pub mod vmodule;
+
+use vmodule::VModuleItem;
 
 /// `--logging-format`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -41,6 +55,19 @@ impl FromStr for LogFormat {
     }
 }
 
+/// What the logging flags ask for.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct LoggingOptions {
+    /// `-v`.
+    pub verbosity: u32,
+    /// `--logging-format`.
+    pub format: LogFormat,
+    /// Every `--vmodule` item in command-line order, without those of level 0 (klog drops them).
+    pub vmodule: Vec<VModuleItem>,
+    /// `--log-text-split-stream` or `--log-json-split-stream`, whichever matches the format.
+    pub split_stream: bool,
+}
+
 /// A logging set-up that could not be installed.
 #[derive(Debug, thiserror::Error)]
 pub enum TelemetryError {
@@ -61,60 +88,128 @@ pub enum TelemetryError {
 /// The crate whose logs `-v` raises first; dependencies follow two levels behind.
 const OUR_TARGET: &str = "csi_provisioner";
 
-/// The `EnvFilter` directives for a `-v` level (see the module table).
-pub fn filter_directives(verbosity: u32) -> String {
-    let (ours, deps) = match verbosity {
-        0..=3 => ("info", "info"),
-        4..=5 => ("debug", "info"),
-        6..=7 => ("trace", "debug"),
-        _ => ("trace", "trace"),
-    };
-    format!("{deps},{OUR_TARGET}={ours}")
+/// The most verbose tracing level shown at `verbosity` (see the module table).
+fn max_level(verbosity: u32, ours: bool) -> Level {
+    match (ours, verbosity) {
+        (true, 0..=3) | (false, 0..=5) => Level::INFO,
+        (true, 4..=5) | (false, 6..=7) => Level::DEBUG,
+        _ => Level::TRACE,
+    }
 }
 
-/// Installs the global subscriber, writing to stderr. `RUST_LOG` (if set and non-empty) overrides
-/// the `-v` mapping.
-pub fn init(verbosity: u32, format: LogFormat) -> Result<(), TelemetryError> {
+fn is_ours(target: &str) -> bool {
+    target
+        .strip_prefix(OUR_TARGET)
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with("::"))
+}
+
+/// `-v` and `--vmodule` as a per-call-site filter; tracing caches its answer per call site, so
+/// the patterns are matched once per call site, as klog caches per PC.
+fn verbosity_filter<S>(verbosity: u32, vmodule: Vec<VModuleItem>) -> impl Filter<S> + Send + Sync
+where
+    S: Subscriber,
+{
+    // Our crate is never behind its dependencies, so this bounds every call site; tracing's
+    // macros skip levels above it without asking the filter.
+    let most = vmodule
+        .iter()
+        .map(|item| item.level)
+        .fold(verbosity, u32::max);
+    let hint = LevelFilter::from_level(max_level(most, true));
+    filter_fn(move |metadata: &Metadata<'_>| {
+        let level = vmodule::level_for(&vmodule, metadata.file(), metadata.module_path())
+            .map_or(verbosity, |level| level.max(verbosity));
+        *metadata.level() <= max_level(level, is_ours(metadata.target()))
+    })
+    .with_max_level_hint(hint)
+}
+
+/// Installs the global subscriber, writing to stderr (and stdout with split streams).
+/// `RUST_LOG` (if set and non-empty) overrides `-v` and `--vmodule`.
+pub fn init(options: &LoggingOptions) -> Result<(), TelemetryError> {
     let rust_log = std::env::var("RUST_LOG").ok();
-    let ansi = std::io::stderr().is_terminal();
+    let ansi = std::io::stderr().is_terminal()
+        && (!options.split_stream || std::io::stdout().is_terminal());
     let subscriber = subscriber(
-        verbosity,
-        format,
+        options,
         rust_log.as_deref(),
         ansi,
+        std::io::stdout,
         std::io::stderr,
     )?;
     tracing::subscriber::set_global_default(subscriber).map_err(TelemetryError::AlreadyInitialised)
 }
 
-/// Builds the subscriber [`init`] installs, for any writer (tests capture the output).
-pub fn subscriber<W>(
-    verbosity: u32,
-    format: LogFormat,
+/// Builds the subscriber [`init`] installs, for any writers (tests capture the output). `stdout`
+/// is written only with split streams.
+pub fn subscriber<O, E>(
+    options: &LoggingOptions,
     rust_log: Option<&str>,
     ansi: bool,
-    writer: W,
+    stdout: O,
+    stderr: E,
 ) -> Result<Box<dyn Subscriber + Send + Sync>, TelemetryError>
 where
-    W: for<'w> MakeWriter<'w> + Send + Sync + 'static,
+    O: for<'w> MakeWriter<'w> + Send + Sync + 'static,
+    E: for<'w> MakeWriter<'w> + Send + Sync + 'static,
 {
-    let directives = match rust_log.filter(|value| !value.trim().is_empty()) {
-        Some(value) => value.to_owned(),
-        None => filter_directives(verbosity),
-    };
-    let filter = EnvFilter::builder().parse(&directives).map_err(|source| {
-        TelemetryError::InvalidRustLog {
-            value: directives.clone(),
-            source,
+    let writer = match (options.split_stream, options.format) {
+        (false, _) => BoxMakeWriter::new(stderr),
+        (true, LogFormat::Text) => {
+            BoxMakeWriter::new(stderr.with_max_level(Level::WARN).or_else(stdout))
         }
-    })?;
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(writer);
-    Ok(match format {
-        LogFormat::Text => Box::new(builder.with_ansi(ansi).finish()),
-        LogFormat::Json => Box::new(builder.json().flatten_event(true).finish()),
-    })
+        (true, LogFormat::Json) => {
+            BoxMakeWriter::new(stderr.with_max_level(Level::ERROR).or_else(stdout))
+        }
+    };
+    match rust_log.filter(|value| !value.trim().is_empty()) {
+        Some(value) => {
+            let filter = EnvFilter::builder().parse(value).map_err(|source| {
+                TelemetryError::InvalidRustLog {
+                    value: value.to_owned(),
+                    source,
+                }
+            })?;
+            Ok(finish(filter, options.format, ansi, writer))
+        }
+        None => Ok(finish(
+            verbosity_filter(options.verbosity, options.vmodule.clone()),
+            options.format,
+            ansi,
+            writer,
+        )),
+    }
+}
+
+fn finish<F>(
+    filter: F,
+    format: LogFormat,
+    ansi: bool,
+    writer: BoxMakeWriter,
+) -> Box<dyn Subscriber + Send + Sync>
+where
+    F: Filter<tracing_subscriber::Registry> + Send + Sync + 'static,
+{
+    let registry = tracing_subscriber::registry();
+    match format {
+        LogFormat::Text => Box::new(
+            registry.with(
+                tracing_subscriber::fmt::layer()
+                    .with_ansi(ansi)
+                    .with_writer(writer)
+                    .with_filter(filter),
+            ),
+        ),
+        LogFormat::Json => Box::new(
+            registry.with(
+                tracing_subscriber::fmt::layer()
+                    .json()
+                    .flatten_event(true)
+                    .with_writer(writer)
+                    .with_filter(filter),
+            ),
+        ),
+    }
 }
 
 #[cfg(test)]
@@ -150,17 +245,130 @@ mod tests {
         }
     }
 
-    /// Logs one event per level from our crate and one debug event from a dependency's target.
+    fn options(verbosity: u32, format: LogFormat) -> LoggingOptions {
+        LoggingOptions {
+            verbosity,
+            format,
+            ..LoggingOptions::default()
+        }
+    }
+
+    /// Logs with `options`: (stdout, stderr).
+    fn log_split(
+        options: &LoggingOptions,
+        rust_log: Option<&str>,
+        log: impl FnOnce(),
+    ) -> (String, String) {
+        let (out, err) = (Captured::default(), Captured::default());
+        let subscriber = subscriber(options, rust_log, false, out.clone(), err.clone()).unwrap();
+        tracing::subscriber::with_default(subscriber, log);
+        (out.text(), err.text())
+    }
+
+    /// Logs one event per level from our crate and one debug event from a dependency's target;
+    /// returns stderr (stdout must stay empty without split streams).
     fn log_with(verbosity: u32, format: LogFormat, rust_log: Option<&str>) -> String {
-        let out = Captured::default();
-        let subscriber = subscriber(verbosity, format, rust_log, false, out.clone()).unwrap();
-        tracing::subscriber::with_default(subscriber, || {
+        let (out, err) = log_split(&options(verbosity, format), rust_log, || {
             tracing::info!(pvc = "default/claim", "info-line");
             tracing::debug!("debug-line");
             tracing::trace!("trace-line");
             tracing::debug!(target: "hyper::client", "dependency-debug-line");
         });
-        out.text()
+        assert_eq!(out, "", "everything goes to stderr by default");
+        err
+    }
+
+    /// A second module, for `--vmodule` to tell apart from this one.
+    mod other_module {
+        pub(super) fn log() {
+            tracing::debug!("other-debug-line");
+            tracing::trace!("other-trace-line");
+        }
+    }
+
+    fn log_two_modules(verbosity: u32, vmodule: &str) -> String {
+        let options = LoggingOptions {
+            vmodule: vmodule::parse_vmodule(vmodule).unwrap().0,
+            ..options(verbosity, LogFormat::Text)
+        };
+        log_split(&options, None, || {
+            tracing::debug!("this-debug-line");
+            other_module::log();
+        })
+        .1
+    }
+
+    #[test]
+    fn vmodule_raises_the_verbosity_of_matching_modules_only() {
+        let out = log_two_modules(0, "other_module=4");
+        assert!(out.contains("other-debug-line"), "{out}");
+        assert!(
+            !out.contains("other-trace-line") && !out.contains("this-debug-line"),
+            "{out}"
+        );
+        // Globs; the first matching item decides (`*=1` matches the other module too).
+        let out = log_two_modules(0, "oth?r_[l-n]odule=6,*=1");
+        assert!(
+            out.contains("other-trace-line") && !out.contains("this-debug-line"),
+            "{out}"
+        );
+        // The file name (telemetry.rs) covers every module in the file.
+        let out = log_two_modules(0, "telemetry=4");
+        assert!(
+            out.contains("this-debug-line") && out.contains("other-debug-line"),
+            "{out}"
+        );
+        // vmodule never lowers -v.
+        let out = log_two_modules(4, "other_module=1");
+        assert!(
+            out.contains("other-debug-line") && out.contains("this-debug-line"),
+            "{out}"
+        );
+        let out = log_two_modules(0, "");
+        assert!(!out.contains("debug-line"), "{out}");
+    }
+
+    #[test]
+    fn split_stream_sends_info_to_stdout_and_problems_to_stderr() {
+        let log = || {
+            tracing::info!("info-line");
+            tracing::debug!("debug-line");
+            tracing::warn!("warn-line");
+            tracing::error!("error-line");
+        };
+        let text = LoggingOptions {
+            split_stream: true,
+            ..options(4, LogFormat::Text)
+        };
+        let (out, err) = log_split(&text, None, log);
+        assert!(
+            out.contains("info-line") && out.contains("debug-line"),
+            "{out}"
+        );
+        assert!(
+            !out.contains("warn-line") && !out.contains("error-line"),
+            "{out}"
+        );
+        assert!(
+            err.contains("warn-line") && err.contains("error-line"),
+            "{err}"
+        );
+        assert!(!err.contains("info-line"), "{err}");
+
+        // JSON: only errors are "problems", as in component-base's JSON logger.
+        let json = LoggingOptions {
+            split_stream: true,
+            ..options(0, LogFormat::Json)
+        };
+        let (out, err) = log_split(&json, None, log);
+        assert!(
+            out.contains("info-line") && out.contains("warn-line"),
+            "{out}"
+        );
+        assert!(
+            err.contains("error-line") && !err.contains("warn-line"),
+            "{err}"
+        );
     }
 
     #[test]
@@ -211,10 +419,10 @@ mod tests {
     #[test]
     fn invalid_rust_log_is_reported() {
         let err = subscriber(
-            0,
-            LogFormat::Text,
+            &LoggingOptions::default(),
             Some("csi_provisioner=loud"),
             false,
+            Captured::default(),
             Captured::default(),
         )
         .err()

@@ -1,5 +1,6 @@
 //! Binary-level command-line compatibility: `--help` lists upstream's flags, `--version`, exit codes
-//! of usage and configuration errors, and Go-style single-dash command lines getting past parsing.
+//! of usage and configuration errors, Go-style single-dash command lines getting past parsing, and
+//! the logging flags that only show on the real process's streams.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Output, Stdio};
@@ -217,7 +218,7 @@ fn wait_for_stderr_line(
 
 #[test]
 fn go_single_dash_command_lines_get_past_parsing() {
-    // The warning is logged after parsing, validation and logging set-up: proof that this manifest-
+    // The line is logged after parsing, validation and logging set-up: proof that this manifest-
     // style command line was accepted, whatever the program does next (it would wait for a CSI
     // socket that does not exist).
     let command = sidecar(&[
@@ -230,35 +231,116 @@ fn go_single_dash_command_lines_get_past_parsing() {
         "kube-system",
         "-feature-gates=Topology=true",
         "-strict-topology",
+        "-vmodule=controller=6",
+        "-http-endpoint=127.0.0.1:0",
         "-enable-pprof",
         "--master=http://127.0.0.1:1",
     ]);
-    let line = wait_for_stderr_line(
-        command,
-        "--enable-pprof is not yet supported",
-        Duration::from_secs(30),
-    )
-    .unwrap();
-    assert!(
-        line.contains("flag --enable-pprof is not yet supported, ignored"),
-        "{line}"
-    );
+    let line =
+        wait_for_stderr_line(command, "Starting profiling", Duration::from_secs(30)).unwrap();
+    assert!(line.contains("endpoint=127.0.0.1:0"), "{line}");
 }
 
 #[test]
 fn json_logging_format_writes_json_lines() {
     let command = sidecar(&[
         "--logging-format=json",
+        "--http-endpoint=127.0.0.1:0",
         "--enable-pprof",
         "--master=http://127.0.0.1:1",
+        "--csi-address=/nonexistent/csi.sock",
     ]);
-    let line = wait_for_stderr_line(command, "enable-pprof", Duration::from_secs(30)).unwrap();
+    let line =
+        wait_for_stderr_line(command, "Starting profiling", Duration::from_secs(30)).unwrap();
     let value: serde_json::Value =
         serde_json::from_str(&line).unwrap_or_else(|err| panic!("{err}: {line}"));
-    assert_eq!(value["level"], "WARN");
-    assert_eq!(
-        value["message"],
-        "flag --enable-pprof is not yet supported, ignored"
+    assert_eq!(value["level"], "INFO");
+    assert_eq!(value["message"], "Starting profiling");
+    assert_eq!(value["endpoint"], "127.0.0.1:0");
+}
+
+#[test]
+fn vmodule_with_json_is_refused_as_upstream() {
+    let output = run(&["--logging-format=json", "--vmodule=controller=5"]);
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = text(&output.stderr);
+    assert!(
+        stderr.contains("vmodule: Forbidden: Only supported for text log format"),
+        "{stderr}"
+    );
+    let output = run(&["--vmodule=controller"]);
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = text(&output.stderr);
+    assert!(
+        stderr.contains("\"controller\" does not have the pattern=N format"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn split_stream_puts_info_on_stdout_and_errors_on_stderr() {
+    let mut child = sidecar(&[
+        "--log-text-split-stream",
+        "--http-endpoint=127.0.0.1:0",
+        "--master=http://127.0.0.1:1",
+        "--csi-address=/nonexistent/csi.sock",
+    ])
+    .stdin(Stdio::null())
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (lines_tx, lines_rx) = mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = lines_tx.send(line);
+        }
+    });
+    // Running: it waits for the CSI socket. A SIGTERM then makes it log an error and exit.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let mut stdout_lines = Vec::new();
+    while !stdout_lines
+        .iter()
+        .any(|line: &String| line.contains("HTTP server listening"))
+    {
+        let remaining = deadline.saturating_duration_since(std::time::Instant::now());
+        match lines_rx.recv_timeout(remaining) {
+            Ok(line) => stdout_lines.push(line),
+            Err(err) => {
+                let _ = child.kill();
+                panic!("no info line on stdout ({err}): {stdout_lines:?}");
+            }
+        }
+    }
+    let status = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let exit_deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > exit_deadline {
+            let _ = child.kill();
+            panic!("still running 30 s after SIGTERM");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+    reader.join().unwrap();
+    stdout_lines.extend(lines_rx.try_iter());
+    assert!(
+        stderr.contains("ERROR") && stderr.contains("shutdown requested"),
+        "{stderr}"
+    );
+    assert!(
+        !stderr.contains("INFO"),
+        "info lines stay off stderr: {stderr}"
+    );
+    assert!(
+        stdout_lines.iter().all(|line| !line.contains("ERROR")),
+        "{stdout_lines:?}"
     );
 }
 

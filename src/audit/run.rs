@@ -33,7 +33,7 @@ pub async fn main(argv: Vec<OsString>) -> ExitCode {
         }
     };
     // Logs go to stderr, the report to stdout: `-o json | jq` works.
-    if let Err(e) = crate::telemetry::init(config.logging.verbosity, config.logging.format) {
+    if let Err(e) = crate::telemetry::init(&config.logging) {
         eprintln!("error: {e}");
         return ExitCode::FAILURE;
     }

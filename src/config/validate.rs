@@ -3,9 +3,10 @@
 
 use std::time::Duration;
 
-use super::{ConfigError, RateLimit};
-use crate::cli::Args;
+use super::{ConfigError, LoggingOptions, RateLimit};
 use crate::gofmt::format_go_duration as go;
+use crate::telemetry::LogFormat;
+use crate::telemetry::vmodule::VModuleList;
 
 pub(super) fn positive(duration: Duration, flag: &'static str) -> Result<(), ConfigError> {
     if duration.is_zero() {
@@ -56,6 +57,30 @@ pub(super) fn rate_limit(qps: f64, burst: i64) -> Result<Option<RateLimit>, Conf
     }))
 }
 
+/// The logging flags, checked as component-base's `ValidateAndApply` does; the split-stream flag
+/// of the chosen format applies.
+pub(super) fn logging_options(
+    verbosity: u32,
+    format: LogFormat,
+    vmodule: Vec<VModuleList>,
+    (text_split_stream, json_split_stream): (bool, bool),
+) -> Result<LoggingOptions, ConfigError> {
+    let vmodule: Vec<_> = vmodule.into_iter().flat_map(|list| list.0).collect();
+    if !vmodule.is_empty() && format != LogFormat::Text {
+        return Err(ConfigError::VModuleNeedsText);
+    }
+    Ok(LoggingOptions {
+        verbosity,
+        format,
+        // Level 0 items are dropped by klog, so a later pattern can still match those files.
+        vmodule: vmodule.into_iter().filter(|item| item.level > 0).collect(),
+        split_stream: match format {
+            LogFormat::Text => text_split_stream,
+            LogFormat::Json => json_split_stream,
+        },
+    })
+}
+
 /// Accepts what Go's `net.Listen("tcp", addr)` accepts: `host:port`, `[v6]:port` or `:port`.
 pub(super) fn validate_listen_address(
     address: &str,
@@ -97,29 +122,4 @@ pub(super) fn validate_leader_election(
         ));
     }
     Ok(())
-}
-
-/// Flags set away from upstream's default whose feature is not built yet. Kept as one list so that
-/// a feature landing means deleting its names here (and the `[not yet supported]` note in `cli.rs`).
-pub(super) fn not_yet_supported(args: &Args) -> Vec<String> {
-    let defaults = Args::defaults();
-    macro_rules! changed {
-        ($($field:ident),* $(,)?) => {
-            [$((stringify!($field), args.$field != defaults.$field)),*]
-        };
-    }
-    let flags = changed![
-        enable_pprof,
-        vmodule,
-        log_flush_frequency,
-        log_text_split_stream,
-        log_text_info_buffer_size,
-        log_json_split_stream,
-        log_json_info_buffer_size,
-    ];
-    flags
-        .into_iter()
-        .filter(|&(_, set)| set)
-        .map(|(field, _)| format!("--{}", field.replace('_', "-")))
-        .collect()
 }

@@ -1,0 +1,260 @@
+//! `--vmodule=pattern=N,...`: per-file verbosity, with klog's parsing, matching and errors.
+//!
+//! A pattern is matched against the base name of the call site's source file without `.rs`
+//! (`controller` for `src/provision/controller.rs`), or else the last segment of its module
+//! path. Without any of `\*?[]` it must be equal; otherwise Go's `filepath.Match` glob rules
+//! apply. The first matching item decides.
+
+use std::path::Path;
+
+/// One `pattern=N` item.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VModuleItem {
+    /// A file base name or glob.
+    pub pattern: String,
+    /// The `-v` level for call sites in matching files.
+    pub level: u32,
+}
+
+/// One `--vmodule` value; repeated flags append.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct VModuleList(pub Vec<VModuleItem>);
+
+/// Parses one `--vmodule` value as component-base does, with its error texts: empty items are
+/// skipped, each other item must be `pattern=N` with N a 31-bit unsigned integer.
+pub fn parse_vmodule(text: &str) -> Result<VModuleList, String> {
+    let mut items = Vec::new();
+    for item in text.split(',').filter(|item| !item.is_empty()) {
+        let (pattern, level) = match item.split('=').collect::<Vec<_>>()[..] {
+            [pattern, level] if !pattern.is_empty() && !level.is_empty() => (pattern, level),
+            _ => return Err(format!("{item:?} does not have the pattern=N format")),
+        };
+        let level = parse_uint31(level).map_err(|why| {
+            format!("parsing verbosity in {item:?}: strconv.ParseUint: parsing {level:?}: {why}")
+        })?;
+        items.push(VModuleItem {
+            pattern: pattern.to_owned(),
+            level,
+        });
+    }
+    Ok(VModuleList(items))
+}
+
+/// Go's `strconv.ParseUint(text, 10, 31)` and its two error reasons.
+fn parse_uint31(text: &str) -> Result<u32, &'static str> {
+    if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
+        return Err("invalid syntax");
+    }
+    match text.parse::<u64>() {
+        Ok(value) if value < 1 << 31 => Ok(value as u32),
+        _ => Err("value out of range"),
+    }
+}
+
+/// The level of the first item matching a call site, from its source file or module path.
+pub(crate) fn level_for(
+    items: &[VModuleItem],
+    file: Option<&str>,
+    module_path: Option<&str>,
+) -> Option<u32> {
+    let stem = file
+        .and_then(|file| Path::new(file).file_stem())
+        .and_then(|stem| stem.to_str());
+    let module = module_path.and_then(|path| path.rsplit("::").next());
+    items
+        .iter()
+        .find(|item| {
+            [stem, module]
+                .into_iter()
+                .flatten()
+                .any(|name| matches(&item.pattern, name))
+        })
+        .map(|item| item.level)
+}
+
+/// klog: a literal compare unless the pattern has glob characters.
+fn matches(pattern: &str, name: &str) -> bool {
+    if pattern.contains(['\\', '*', '?', '[', ']']) {
+        let pattern: Vec<char> = pattern.chars().collect();
+        let name: Vec<char> = name.chars().collect();
+        glob(&pattern, &name).unwrap_or(false)
+    } else {
+        pattern == name
+    }
+}
+
+/// Go's `filepath.Match` on a base name (no separators): `*`, `?`, `[...]` with ranges and `^`
+/// negation, `\` escapes. `None`: a malformed pattern, which klog treats as no match.
+fn glob(pattern: &[char], name: &[char]) -> Option<bool> {
+    match pattern.split_first() {
+        None => Some(name.is_empty()),
+        Some(('*', rest)) => {
+            // Try every split; a malformed rest is malformed whatever the split.
+            for skip in 0..=name.len() {
+                if glob(rest, &name[skip..])? {
+                    return Some(true);
+                }
+            }
+            Some(false)
+        }
+        Some(('?', rest)) => match name.split_first() {
+            Some((_, name_rest)) => glob(rest, name_rest),
+            None => Some(false),
+        },
+        Some(('[', rest)) => {
+            let (matched, rest) = class(rest, name.first().copied())?;
+            if !matched {
+                return Some(false);
+            }
+            glob(rest, &name[1..])
+        }
+        Some(('\\', rest)) => {
+            let (&literal, rest) = rest.split_first()?;
+            match name.split_first() {
+                Some((&c, name_rest)) if c == literal => glob(rest, name_rest),
+                _ => Some(false),
+            }
+        }
+        Some((&literal, rest)) => match name.split_first() {
+            Some((&c, name_rest)) if c == literal => glob(rest, name_rest),
+            _ => Some(false),
+        },
+    }
+}
+
+/// A character class after its `[`: whether `c` is in it (false when there is no character),
+/// and the pattern after its `]`.
+fn class(pattern: &[char], c: Option<char>) -> Option<(bool, &[char])> {
+    let (negated, mut rest) = match pattern.split_first() {
+        Some(('^', rest)) => (true, rest),
+        _ => (false, pattern),
+    };
+    let mut found = false;
+    let mut first = true;
+    loop {
+        match rest.split_first() {
+            None => return None,
+            Some((']', after)) if !first => {
+                rest = after;
+                break;
+            }
+            _ => {}
+        }
+        first = false;
+        let (lo, after) = class_char(rest)?;
+        rest = after;
+        let hi = match rest {
+            ['-', after @ ..] => {
+                let (hi, after) = class_char(after)?;
+                rest = after;
+                hi
+            }
+            _ => lo,
+        };
+        if c.is_some_and(|c| lo <= c && c <= hi) {
+            found = true;
+        }
+    }
+    Some((c.is_some() && found != negated, rest))
+}
+
+/// One character of a class, with `\` escapes; `-` and `]` must be escaped.
+fn class_char(pattern: &[char]) -> Option<(char, &[char])> {
+    match pattern {
+        ['\\', c, rest @ ..] => Some((*c, rest)),
+        ['-' | ']', ..] | [] => None,
+        [c, rest @ ..] => Some((*c, rest)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn item(pattern: &str, level: u32) -> VModuleItem {
+        VModuleItem {
+            pattern: pattern.into(),
+            level,
+        }
+    }
+
+    #[test]
+    fn parses_as_component_base_with_its_errors() {
+        assert_eq!(
+            parse_vmodule("controller=5,,http*=2,").unwrap(),
+            VModuleList(vec![item("controller", 5), item("http*", 2)])
+        );
+        assert_eq!(parse_vmodule("").unwrap(), VModuleList::default());
+        for (bad, error) in [
+            ("foo", r#""foo" does not have the pattern=N format"#),
+            ("=1", r#""=1" does not have the pattern=N format"#),
+            ("a=1=2", r#""a=1=2" does not have the pattern=N format"#),
+            ("foo=", r#""foo=" does not have the pattern=N format"#),
+            (
+                "foo=x",
+                r#"parsing verbosity in "foo=x": strconv.ParseUint: parsing "x": invalid syntax"#,
+            ),
+            (
+                "foo=99999999999",
+                r#"parsing verbosity in "foo=99999999999": strconv.ParseUint: parsing "99999999999": value out of range"#,
+            ),
+            (
+                "foo=2147483648",
+                r#"parsing verbosity in "foo=2147483648": strconv.ParseUint: parsing "2147483648": value out of range"#,
+            ),
+        ] {
+            assert_eq!(parse_vmodule(bad).unwrap_err(), error, "{bad}");
+        }
+        assert_eq!(
+            parse_vmodule("a=2147483647").unwrap().0[0].level,
+            2147483647
+        );
+    }
+
+    #[test]
+    fn literal_and_glob_patterns_match_base_names() {
+        for (pattern, name, expected) in [
+            ("controller", "controller", true),
+            ("control", "controller", false),
+            ("contr*", "controller", true),
+            ("*ler", "controller", true),
+            ("c?ntroller", "controller", true),
+            ("c[a-o]ntroller", "controller", true),
+            ("c[^o]ntroller", "controller", false),
+            ("c[!o]ntroller", "controller", true),
+            ("[ab]*", "controller", false),
+            ("\\controller", "controller", true),
+            ("c[\\o]ntroller", "controller", true),
+            ("*", "anything", true),
+            ("c[", "c", false),
+            ("[]a]", "a", false),
+            ("[a-]", "a", false),
+        ] {
+            assert_eq!(matches(pattern, name), expected, "{pattern} vs {name}");
+        }
+    }
+
+    #[test]
+    fn first_matching_item_decides_from_file_or_module() {
+        let items = [item("http", 3), item("h*", 7), item("controller", 5)];
+        assert_eq!(level_for(&items, Some("src/http.rs"), None), Some(3));
+        assert_eq!(level_for(&items, Some("src/health.rs"), None), Some(7));
+        assert_eq!(
+            level_for(&items, None, Some("csi_provisioner::provision::controller")),
+            Some(5)
+        );
+        assert_eq!(
+            level_for(
+                &items,
+                Some("src/provision/plan.rs"),
+                Some("csi_provisioner::provision::plan")
+            ),
+            None
+        );
+        assert_eq!(
+            level_for(&items, Some("src/a/b.rs"), Some("csi_provisioner::http")),
+            Some(3),
+            "a module declared from another file still matches by its name"
+        );
+    }
+}
