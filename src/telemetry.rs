@@ -117,8 +117,12 @@ where
         .fold(verbosity, u32::max);
     let hint = LevelFilter::from_level(max_level(most, true));
     filter_fn(move |metadata: &Metadata<'_>| {
-        let level = vmodule::level_for(&vmodule, metadata.file(), metadata.module_path())
-            .map_or(verbosity, |level| level.max(verbosity));
+        let level = if vmodule.is_empty() {
+            verbosity
+        } else {
+            vmodule::level_for(&vmodule, metadata.file(), metadata.module_path())
+                .map_or(verbosity, |level| level.max(verbosity))
+        };
         *metadata.level() <= max_level(level, is_ours(metadata.target()))
     })
     .with_max_level_hint(hint)
