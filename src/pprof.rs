@@ -134,13 +134,19 @@ async fn profile(Query(query): Query<HashMap<String, String>>) -> Response {
     }
 }
 
-/// Go: anything but a positive integer means the default.
+/// The longest profile served: a forgotten request cannot keep the profiler (and its 100 Hz
+/// interrupts) running for good. Go's only limit is the server's write timeout, which upstream
+/// does not set.
+const MAX_SECONDS: u64 = 3600;
+
+/// Go: anything but a positive integer means the default; capped at [`MAX_SECONDS`].
 fn seconds(value: Option<&str>) -> u64 {
     value
         .and_then(|value| value.parse::<i64>().ok())
         .and_then(|seconds| u64::try_from(seconds).ok())
         .filter(|&seconds| seconds > 0)
         .unwrap_or(DEFAULT_SECONDS)
+        .min(MAX_SECONDS)
 }
 
 async fn unknown() -> Response {

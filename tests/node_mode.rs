@@ -357,8 +357,13 @@ async fn immediate_binding_a_full_node_leaves_the_claim_to_a_node_with_room() {
         );
         assert_eq!(state.calls("CreateVolume"), 0, "{} never tried", m.node);
     }
-    // The cost: the winner asked its driver once per claim, before its one write.
-    assert_eq!(members[2].driver.state().await.calls("GetCapacity"), 3);
+    // The cost: the winner asks its driver once per claim before its write (again only after a
+    // lost resourceVersion race with another writer of the claim, as upstream).
+    let asked = members[2].driver.state().await.calls("GetCapacity");
+    assert!(
+        (3..=6).contains(&asked),
+        "GetCapacity calls on node-c: {asked}"
+    );
 }
 
 #[tokio::test]

@@ -80,12 +80,16 @@ pub(crate) async fn run(ctx: Arc<Context>, interval: Duration, shutdown: Shutdow
     }
 }
 
-/// Whether this instance sweeps this round: always in controller mode; in node mode only the
-/// first live instance in rendezvous order (none when the CSINode cache is not there).
+/// Whether this instance sweeps this round: always in controller mode, and with leader election
+/// (only the leader runs the controllers); otherwise in node mode only the first live instance in
+/// rendezvous order (none when the CSINode cache is not there).
 fn sweeps_here(ctx: &Context) -> bool {
     let Some(node) = &ctx.config.node_deployment else {
         return true;
     };
+    if ctx.config.leader_election.is_some() {
+        return true;
+    }
     let Some(csinodes) = &ctx.stores.csinodes else {
         return false;
     };
@@ -94,22 +98,26 @@ fn sweeps_here(ctx: &Context) -> bool {
         == Some(0)
 }
 
-/// The claims whose snapshot sources keep their finalizer: the cache in controller mode, a paged
-/// LIST in node mode (its cache is scoped); `None` when the LIST fails (nothing is released).
-async fn claims(ctx: &Context) -> Option<Vec<PersistentVolumeClaim>> {
+/// The snapshots pending claims restore from ([`referenced`]): from the cache in controller mode,
+/// from a paged LIST in node mode (its cache is scoped), each page reduced as it arrives so a
+/// node's instance never holds every claim of the cluster; `None` when the LIST fails (nothing is
+/// released then).
+async fn referenced_now(ctx: &Context) -> Option<BTreeSet<String>> {
     if ctx.config.node_deployment.is_none() {
-        return Some(ctx.stores.pvcs.state().iter().map(|c| c.full()).collect());
+        let claims: Vec<PersistentVolumeClaim> =
+            ctx.stores.pvcs.state().iter().map(|c| c.full()).collect();
+        return Some(referenced(&claims));
     }
     let api: Api<PersistentVolumeClaim> = Api::all(ctx.client.clone());
-    let mut claims = Vec::new();
+    let mut keep = BTreeSet::new();
     let mut params = ListParams::default().limit(500);
     loop {
         match api.list(&params).await {
             Ok(page) => {
-                claims.extend(page.items);
+                keep.extend(referenced(&page.items));
                 match page.metadata.continue_.filter(|c| !c.is_empty()) {
                     Some(token) => params = params.continue_token(&token),
-                    None => return Some(claims),
+                    None => return Some(keep),
                 }
             }
             Err(e) => {
@@ -131,7 +139,13 @@ async fn sweep(ctx: &Context, all: &Api<DynamicObject>) -> bool {
     loop {
         match all.list(&params).await {
             Ok(page) => {
-                snapshots.extend(page.items);
+                // Only snapshots carrying our finalizer can be released: keep no others.
+                snapshots.extend(page.items.into_iter().filter(|s| {
+                    s.metadata
+                        .finalizers
+                        .as_ref()
+                        .is_some_and(|f| f.iter().any(|f| f == SNAPSHOT_SOURCE_FINALIZER))
+                }));
                 match page.metadata.continue_.filter(|c| !c.is_empty()) {
                     Some(token) => params = params.continue_token(&token),
                     None => break,
@@ -150,10 +164,9 @@ async fn sweep(ctx: &Context, all: &Api<DynamicObject>) -> bool {
             }
         }
     }
-    let Some(claims) = claims(ctx).await else {
+    let Some(keep) = referenced_now(ctx).await else {
         return true;
     };
-    let keep = referenced(&claims);
     let empty = Vec::new();
     let listed = snapshots.iter().map(|s| {
         let finalizers = s.metadata.finalizers.as_ref().unwrap_or(&empty);

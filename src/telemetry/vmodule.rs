@@ -27,10 +27,19 @@ pub fn parse_vmodule(text: &str) -> Result<VModuleList, String> {
     for item in text.split(',').filter(|item| !item.is_empty()) {
         let (pattern, level) = match item.split('=').collect::<Vec<_>>()[..] {
             [pattern, level] if !pattern.is_empty() && !level.is_empty() => (pattern, level),
-            _ => return Err(format!("{item:?} does not have the pattern=N format")),
+            _ => {
+                return Err(format!(
+                    "{} does not have the pattern=N format",
+                    crate::gofmt::quote(item)
+                ));
+            }
         };
         let level = parse_uint31(level).map_err(|why| {
-            format!("parsing verbosity in {item:?}: strconv.ParseUint: parsing {level:?}: {why}")
+            format!(
+                "parsing verbosity in {}: strconv.ParseUint: parsing {}: {why}",
+                crate::gofmt::quote(item),
+                crate::gofmt::quote(level)
+            )
         })?;
         items.push(VModuleItem {
             pattern: pattern.to_owned(),

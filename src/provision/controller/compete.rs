@@ -37,8 +37,8 @@ pub(super) async fn compete(
     if let Some(check) = capacity
         && !has_room(state, pvc, &check).await
     {
-        // Not forgotten: the next look waits longer, up to --node-deployment-max-delay, so a
-        // full node asks at most once per that delay per claim while the claim stays unselected.
+        // Not forgotten: the next look waits longer, backing off to once per
+        // --node-deployment-max-delay per claim while the claim stays unselected.
         let now = Instant::now();
         let due = state.memory().compete_due(&uid, now, rand::random::<f64>());
         return Ok(Action::requeue(due.saturating_duration_since(now)));
