@@ -65,3 +65,36 @@ pub(crate) fn unused_since(
     let since = annotation(&claim.metadata, names::ANN_UNUSED_SINCE)?;
     Some((since.parse().ok()?, "annotation"))
 }
+
+/// Whether the claim `read` at the start of a reconcile is gone or being deleted by now, as `now`
+/// (its name's current cache entry) says: absent, replaced by a claim of another UID, or carrying
+/// a deletion timestamp.
+pub(crate) fn abandoned_since(
+    read: &PersistentVolumeClaim,
+    now: Option<&PersistentVolumeClaim>,
+) -> bool {
+    now.is_none_or(|c| {
+        c.metadata.uid != read.metadata.uid || c.metadata.deletion_timestamp.is_some()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::abandoned_since;
+    use crate::testing::pvc;
+
+    #[test]
+    fn a_claim_is_abandoned_when_gone_replaced_or_being_deleted() {
+        let read = pvc("ns", "data").uid("u1").build();
+        assert!(!abandoned_since(&read, Some(&read)));
+        assert!(abandoned_since(&read, None));
+        assert!(abandoned_since(
+            &read,
+            Some(&pvc("ns", "data").uid("u2").build())
+        ));
+        assert!(abandoned_since(
+            &read,
+            Some(&pvc("ns", "data").uid("u1").deleting().build())
+        ));
+    }
+}

@@ -371,6 +371,16 @@ fn build_csi_pv(template: &PvTemplate, volume: &CreatedVolume) -> PersistentVolu
     }
 }
 
+/// Whether the PV found under a volume's name (an AlreadyExists answer) holds the volume of
+/// `handle`: then the create is a success for that volume; otherwise the name holds another volume.
+/// Unknown (`None`) on either side is never the same volume.
+pub(crate) fn pv_holds_volume(existing: Option<&PersistentVolume>, handle: Option<&str>) -> bool {
+    let held = existing
+        .and_then(|p| p.spec.as_ref()?.csi.as_ref())
+        .map(|c| c.volume_handle.as_str());
+    held.is_some() && held == handle
+}
+
 #[cfg(test)]
 #[path = "pv_tests.rs"]
 mod tests;

@@ -261,3 +261,17 @@ fn a_cloned_or_restored_volume_must_report_its_source() {
     resp.volume.as_mut().unwrap().content_source = Some(VolumeContentSource { r#type: None });
     assert!(accept_answer(&t, &resp).is_ok());
 }
+
+#[test]
+fn an_existing_pv_is_the_same_volume_only_with_the_same_known_handle() {
+    use crate::testing::pv;
+    let held = pv("pvc-1").handle("vol-1").build();
+    assert!(pv_holds_volume(Some(&held), Some("vol-1")));
+    assert!(!pv_holds_volume(Some(&held), Some("vol-2")));
+    assert!(!pv_holds_volume(Some(&held), None), "an unknown handle");
+    assert!(!pv_holds_volume(None, Some("vol-1")), "no PV read");
+    assert!(!pv_holds_volume(
+        Some(&pv("pvc-1").no_csi().build()),
+        Some("vol-1")
+    ));
+}

@@ -19,6 +19,7 @@ use crate::k8s::errors::{ApiErrorClass, classify, describe};
 use crate::k8s::events::{EventSpec, reference_to};
 use crate::k8s::patch::PatchOutcome;
 use crate::k8s::secrets::SecretFetchError;
+use crate::model::claim::abandoned_since;
 use crate::model::secrets::SecretRef;
 use crate::names;
 use crate::provision::classify::{
@@ -27,7 +28,7 @@ use crate::provision::classify::{
 use crate::provision::ledger::Entry;
 use crate::provision::ledger::store::LedgerError;
 use crate::provision::plan::{self, ProvisionPlan};
-use crate::provision::pv::{accept_answer, build_pv};
+use crate::provision::pv::{accept_answer, build_pv, pv_holds_volume};
 use crate::retry::{Attempt, retry_transient};
 use crate::runtime::Action;
 use crate::runtime::skeleton::LOCK_RETRY;
@@ -288,16 +289,13 @@ async fn create_volume_and_pv(
 }
 
 /// Whether the claim was deleted (or is being deleted) since this reconcile read it, as the cache
-/// says now.
+/// says now ([`abandoned_since`]).
 fn claim_abandoned(state: &Provisioner, pvc: &PersistentVolumeClaim) -> bool {
     let cached = state.ctx.stores.pvcs.get(&crate::k8s::lean::key(
         pvc.metadata.namespace.as_deref(),
         &pvc.name_any(),
     ));
-    cached.is_none_or(|c| {
-        Some(c.uid()) != pvc.metadata.uid.as_deref()
-            || c.full().metadata.deletion_timestamp.is_some()
-    })
+    abandoned_since(pvc, cached.map(|c| c.full()).as_ref())
 }
 
 /// The ProvisioningFailed message for an intent the ledger could not record.
@@ -438,11 +436,7 @@ pub(super) async fn create_pv(
                 Some(pv) => Some(pv.full()),
                 None => api.get_opt(&name).await.ok().flatten(),
             };
-            let same = existing
-                .as_ref()
-                .and_then(|p| p.spec.as_ref()?.csi.as_ref())
-                .map(|c| c.volume_handle.clone());
-            if same.is_some() && same == handle {
+            if pv_holds_volume(existing.as_ref(), handle.as_deref()) {
                 return Ok(());
             }
             Err(CreatePvError::OtherVolume { name })
