@@ -80,6 +80,12 @@ pub const ANN_INTENT_VOLUME_ID: &str = "csi-provisioner.rs/volume-id";
 pub const ANN_INTENT_SECRET_NAME: &str = "csi-provisioner.rs/secret-name";
 /// See [`ANN_INTENT_SECRET_NAME`].
 pub const ANN_INTENT_SECRET_NAMESPACE: &str = "csi-provisioner.rs/secret-namespace";
+/// PVC annotation: the CreateVolume request of the intent (protobuf without secrets, base64), to
+/// replay exactly when the volume id is unknown.
+pub const ANN_INTENT_REQUEST: &str = "csi-provisioner.rs/create-request";
+/// PVC annotation: `"true"` when the class's reclaim policy is Retain (see the intent ledger's
+/// `Entry::may_be_kept`).
+pub const ANN_INTENT_RETAIN: &str = "csi-provisioner.rs/reclaim-retain";
 /// PVC annotation (`--track-unused-claims`): RFC 3339 time the last Pod using the claim went away;
 /// removed when a Pod uses it again. Written only on those transitions.
 pub const ANN_UNUSED_SINCE: &str = "csi-provisioner.rs/unused-since";

@@ -1,54 +1,51 @@
-//! The provisioning controller shell: reads a claim's context from the caches, asks
-//! [`plan::decide_claim`] what to do and executes it (intent finalizer, secrets, CreateVolume, PV,
-//! events, metrics, per-claim backoff). Every decision lives in the pure modules next to this one.
+//! The provisioning controller shell, in three steps per claim: gather the facts once
+//! ([`facts::gather`]), decide ([`plan::decide_claim`], pure), execute the decision
+//! ([`execute_decision`]: events, the selected node, the competition, or the provisioning run of
+//! [`execute`]: intent, secret, CreateVolume, PV). Nothing is decided twice: a decision taken on a
+//! cache that may lag behind (a class or CSINode it lacks) is confirmed by one live read before it
+//! is acted on, and the next watch event brings the fresh claim for the next round. Clean-up after
+//! claims that no longer want their volume is not here: the intent store's resolver
+//! ([`resolve`]) is its only path.
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 
 use crate::sync::lock;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures::{Stream, StreamExt};
-use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim};
-use k8s_openapi::api::storage::v1::{CSINode, StorageClass, VolumeAttributesClass};
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, ResourceExt};
 use tracing::{debug, info_span};
 
-use super::ledger::store::Ledger;
+use super::intents::IntentStore;
 use super::memory::ClaimMemory;
-use super::plan::{
-    self, ClaimContext, ClaimDecision, ClearReason, Lookup, NodeMode, ProvisionSettings,
-};
+use super::plan::{ClaimDecision, ClearReason, NodeMode, ProvisionSettings};
 use super::plan_error::PlanError;
-use super::topology::{StaticTopology, TopologyView};
+use super::topology::StaticTopology;
 use crate::k8s::cache::Cache;
-use crate::k8s::errors::describe;
 use crate::k8s::lean::{self, Lean};
 use crate::k8s::patch;
-use crate::node_mode::ownership::{self, Competition, CsiNodeLookup, NodeIdentity};
+use crate::node_mode::ownership::{Competition, CsiNodeLookup, NodeIdentity};
 use crate::retry::{Backoff, InfeasibleHold};
 use crate::runtime::queue::Key;
 use crate::runtime::skeleton;
 use crate::runtime::{Action, Context, Shutdown};
 
 mod claim_writes;
-mod cleanup;
 mod compete;
 mod data_source;
 mod execute;
-mod gone_node;
-mod ledgers;
+mod facts;
+mod node_gone;
 mod report;
 mod resolve;
 
-use claim_writes::{clear_selected_node, finish_intent_read_first};
-use cleanup::cleanup_intent;
+use claim_writes::clear_selected_node;
 use compete::compete;
 use execute::provision;
-use gone_node::intent_on_gone_node;
-use ledgers::{in_node_ledger, open_ledger};
 use report::{fail, ignore, provisioning_event, selected_node_cleared};
 
 /// How often the set of nodes running our driver is compared with the last one, to look at the
@@ -66,6 +63,9 @@ pub(crate) enum ProvisionError {
     /// A Kubernetes write failed.
     #[error(transparent)]
     Patch(#[from] patch::PatchError),
+    /// The intent store could not drop an entry (a claim record's write failed).
+    #[error(transparent)]
+    Intent(#[from] super::intents::IntentError),
     /// A Kubernetes call failed.
     #[error("{what}: {}", crate::k8s::errors::describe(source))]
     Kube {
@@ -85,8 +85,8 @@ struct Provisioner {
     memory: Mutex<ClaimMemory>,
     /// Node mode: the fixed topology view built from NodeGetInfo (as upstream).
     node_topology: Option<StaticTopology>,
-    /// Where intents are recorded (controller mode; off in node mode or without Lease RBAC).
-    ledger: Ledger,
+    /// Where intents are recorded.
+    intents: IntentStore,
 }
 
 impl Provisioner {
@@ -166,10 +166,10 @@ pub(crate) async fn run(
         || Competition::new(Duration::from_secs(20), Duration::from_secs(60)),
         |n| Competition::new(n.base_delay, n.max_delay),
     );
-    let ledger = open_ledger(&ctx).await;
+    let intents = super::intents::open(&ctx).await;
     let p = &ctx.config.provisioning;
     let state = Arc::new(Provisioner {
-        ledger: ledger.clone(),
+        intents: intents.clone(),
         memory: Mutex::new(ClaimMemory::new(
             Backoff::new(p.retry_interval_start, p.retry_interval_max),
             InfeasibleHold::new(crate::retry::INFEASIBLE_HOLD_BACK),
@@ -182,6 +182,9 @@ pub(crate) async fn run(
 
     let claims = ctx.stores.pvcs.clone();
     let class_index = claims.clone();
+    // The claim-record store mirrors the records the claims carry, from the same watch.
+    let observed = intents.clone();
+    let pvcs = pvcs.inspect(move |claim| observed.observe(&claim.full()));
     let mut triggers = vec![
         skeleton::keys_of(pvcs).boxed(),
         // A PV created, bound or deleted changes what its claim needs (finish or clean up the intent).
@@ -248,7 +251,7 @@ pub(crate) async fn run(
     // The committer outlives the workers (one may still wait for a commit) and then flushes what
     // is pending.
     let (stopped, stop) = tokio::sync::oneshot::channel::<()>();
-    let committer = ledger.run_committer(ctx.leadership.clone(), async {
+    let committer = intents.run(ctx.leadership.clone(), async {
         let _ = stop.await;
     });
     let resolver = resolve::run_resolver(state.clone(), shutdown.clone());
@@ -358,27 +361,6 @@ fn name_of(meta: &ObjectMeta) -> String {
     )
 }
 
-/// Reads `Store` state as a topology view.
-struct StoreTopology<'a> {
-    nodes: Option<&'a Store<Node>>,
-    csinodes: Option<&'a Store<CSINode>>,
-}
-
-impl TopologyView for StoreTopology<'_> {
-    fn csinode(&self, name: &str) -> Option<Arc<CSINode>> {
-        self.csinodes?.get(&ObjectRef::new(name))
-    }
-    fn node(&self, name: &str) -> Option<Arc<Node>> {
-        self.nodes?.get(&ObjectRef::new(name))
-    }
-    fn csinodes(&self) -> Vec<Arc<CSINode>> {
-        self.csinodes.map(Store::state).unwrap_or_default()
-    }
-    fn nodes(&self) -> Vec<Arc<Node>> {
-        self.nodes.map(Store::state).unwrap_or_default()
-    }
-}
-
 async fn reconcile(
     cached: Arc<Lean<PersistentVolumeClaim>>,
     state: Arc<Provisioner>,
@@ -390,160 +372,82 @@ async fn reconcile_claim(
     pvc: Arc<PersistentVolumeClaim>,
     state: Arc<Provisioner>,
 ) -> Result<Action, ProvisionError> {
-    let ctx = &state.ctx;
-    let stores = &ctx.stores;
-    let settings = &state.settings;
     observe_bound(&state, &pvc);
-    // Awaits off the provisioning path are boxed: a run parked on the ledger stays small.
+    // Awaits off the provisioning path are boxed: a run parked on the intent store stays small.
     if let Some(wait) = Box::pin(data_source::release_clone_source(&state, &pvc)).await? {
         return Ok(wait);
     }
-    let vac_result = match plan::vac_to_look_up(&pvc, settings) {
-        Some(name) => Some(
-            Box::pin(Api::<VolumeAttributesClass>::all(ctx.client.clone()).get_opt(name))
-                .await
-                .map_err(|e| describe(&e)),
-        ),
-        None => None,
-    };
-    let class = crate::model::claim::claim_class_name(&pvc)
-        .and_then(|name| stores.classes.get(&ObjectRef::new(name)));
-    let pinned = state.memory().pinned(&claim_key(&pvc));
-    let source = Box::pin(data_source::read(&state, &pvc, class.as_deref())).await;
-    // The topology view is not Sync: decide in a block that ends before the next await.
-    let (decision, selected_node_driver) = {
-        let pv_exists = plan::claim_volume_name(&pvc, settings)
-            .is_ok_and(|name| stores.pvs.get(&name).is_some());
-        let store_topology = StoreTopology {
-            nodes: stores.nodes.as_ref(),
-            csinodes: stores.csinodes.as_ref(),
-        };
-        let topology: &dyn TopologyView = match &state.node_topology {
-            Some(fixed) => fixed,
-            None => &store_topology,
-        };
-        let selected = crate::model::claim::selected_node(&pvc).map(str::to_owned);
-        let selected_node_driver = match &stores.csinodes {
-            Some(csinodes) => plan::selected_node_to_check(&pvc, pinned.is_some(), || {
-                ownership::checks_selected_node(
-                    settings.node.as_ref().map(|n| n.me.name.as_str()),
-                    &claim_key(&pvc),
-                    &csinodes.state(),
-                    &settings.driver,
-                )
-            })
-            .map_or(CsiNodeLookup::Unknown, |node| {
-                CsiNodeLookup::of(
-                    csinodes.get(&ObjectRef::new(node)).as_deref(),
-                    &settings.driver,
-                )
-            }),
-            None => CsiNodeLookup::Unknown,
-        };
-        let selected_node_uid = match (&selected, &stores.nodes) {
-            (Some(node), Some(nodes)) => nodes
-                .get(&ObjectRef::new(node))
-                .and_then(|n| n.metadata.uid.clone()),
-            _ => None,
-        };
-        let vac = match &vac_result {
-            None => Lookup::NotLookedUp,
-            Some(Ok(Some(v))) => Lookup::Found(v),
-            Some(Ok(None)) => Lookup::Missing,
-            Some(Err(e)) => Lookup::Failed(e.as_str()),
-        };
-        let claim_ctx = ClaimContext {
-            settings,
-            class: class.as_deref(),
-            pv_exists,
-            topology,
-            selected_node_driver,
-            selected_node_uid: selected_node_uid.as_deref(),
-            pinned_topology: pinned.as_ref(),
-            vac,
-            source: &source,
-        };
-        (plan::decide_claim(&pvc, &claim_ctx), selected_node_driver)
-    };
-    // Node mode: before clearing a node without our driver, its ledger is read (rare: one LIST)
-    // for a CreateVolume of this claim sent there; the claim itself does not show it.
-    let decision = match decision {
-        ClaimDecision::ClearSelectedNode(ClearReason::NoDriverInstance(clear))
-            if settings.node.is_some() =>
-        {
-            match Box::pin(in_node_ledger(&state, &pvc, &clear.node)).await? {
-                Some(volume_name) => {
-                    plan::intent_on_other_node(clear, volume_name, selected_node_driver)
-                }
-                None => ClaimDecision::ClearSelectedNode(ClearReason::NoDriverInstance(clear)),
-            }
-        }
-        other => other,
-    };
+    let facts = Box::pin(facts::gather(&state, &pvc)).await?;
+    let decision = facts.decide(&state, &pvc);
+    drop(facts);
     let key = claim_key(&pvc);
-    if !matches!(decision, ClaimDecision::IntentOnGoneNode { .. }) {
-        // The node is back (or the claim moved on): a later absence starts a new grace period.
-        state.memory().node_not_missing(&key);
-    }
-    let result = match decision {
-        ClaimDecision::Ignore(reason) => {
-            state.memory().ignored(&key, &reason);
-            ignore(&state, &pvc, &reason);
-            Ok(Action::await_change())
-        }
-        ClaimDecision::Fail(PlanError::ClassNotFound(class))
-            if !Box::pin(class_confirmed_missing(&state, &class)).await? =>
-        {
-            // The claim's watch event came before its class's (kubectl apply of one file holding
-            // both): the cache is behind, nothing is wrong. Look again once it has caught up.
-            debug!(claim = %claim_name(&pvc), %class, "StorageClass not in the cache yet but served; retrying shortly");
-            Ok(Action::requeue(CACHE_LAG_RETRY))
-        }
-        ClaimDecision::Fail(err) => {
-            if err.follows_provisioning_event() {
-                provisioning_event(&state, &pvc);
-            }
-            Err(fail(&state, &pvc, err.to_string()))
-        }
-        ClaimDecision::Provision(plan) => provision(&state, &pvc, plan).await,
-        ClaimDecision::ClearSelectedNode(ClearReason::NoDriverInstance(_))
-            if !Box::pin(selected_node_confirmed_without_driver(&state, &pvc)).await? =>
-        {
-            // A node that just joined: its CSINode has not reached the cache yet.
-            debug!(claim = %claim_name(&pvc), "the selected node's CSINode lists the driver but is not in the cache yet; retrying shortly");
-            Ok(Action::requeue(CACHE_LAG_RETRY))
-        }
-        ClaimDecision::ClearSelectedNode(reason) => {
-            selected_node_cleared(&state, &pvc, &reason);
-            state.memory().unpin(&key);
-            Box::pin(clear_selected_node(&state, &pvc)).await?;
-            Ok(Action::await_change())
-        }
-        ClaimDecision::Compete(capacity) => Box::pin(compete(&state, &pvc, capacity)).await,
-        ClaimDecision::CleanupIntent(cleanup) => {
-            Box::pin(cleanup_intent(&state, &pvc, *cleanup)).await
-        }
-        ClaimDecision::FinishIntent { volume_name } => {
-            state.memory().unpin(&key);
-            if state
-                .memory()
-                .finished_intent_recently(&key, Instant::now())
-            {
-                // This process removed it right after creating the PV: the cache is behind.
-                debug!(claim = %claim_name(&pvc), volume = %volume_name, "intent already removed by this process; waiting for the cache");
-            } else {
-                Box::pin(finish_intent_read_first(&state, &pvc, &volume_name)).await?;
-            }
-            Ok(Action::await_change())
-        }
-        ClaimDecision::IntentOnGoneNode { volume_name, node } => {
-            Box::pin(intent_on_gone_node(&state, &pvc, &node, &volume_name)).await
-        }
-    };
+    let result = execute_decision(&state, &pvc, decision).await;
     if result.is_ok() {
         state.memory().succeeded(&key);
     }
     result
+}
+
+/// Executes one decision.
+async fn execute_decision(
+    state: &Provisioner,
+    pvc: &Arc<PersistentVolumeClaim>,
+    decision: ClaimDecision,
+) -> Result<Action, ProvisionError> {
+    let key = claim_key(pvc);
+    if !matches!(
+        decision,
+        ClaimDecision::ClearSelectedNode(ClearReason::NodeGone { .. })
+    ) {
+        // The node is back (or the claim moved on): a later absence starts a new grace period.
+        state.memory().node_not_missing(&key);
+    }
+    match decision {
+        ClaimDecision::Ignore(reason) => {
+            state.memory().ignored(&key, &reason);
+            ignore(state, pvc, &reason);
+            Ok(Action::await_change())
+        }
+        ClaimDecision::Fail(err) => {
+            if let PlanError::ClassNotFound(class) = &err
+                && !Box::pin(class_confirmed_missing(state, class)).await?
+            {
+                // The claim's watch event came before its class's (kubectl apply of one file
+                // holding both): the cache is behind, nothing is wrong. Look again once it has
+                // caught up.
+                debug!(claim = %claim_name(pvc), %class, "StorageClass not in the cache yet but served; retrying shortly");
+                return Ok(Action::requeue(CACHE_LAG_RETRY));
+            }
+            if err.follows_provisioning_event() {
+                provisioning_event(state, pvc);
+            }
+            Err(fail(state, pvc, err.to_string()))
+        }
+        ClaimDecision::Provision(plan) => provision(state, pvc, plan).await,
+        ClaimDecision::Compete(capacity) => Box::pin(compete(state, pvc, capacity)).await,
+        ClaimDecision::ClearSelectedNode(ClearReason::NodeGone { node, volume_name }) => {
+            Box::pin(node_gone::clear_after_grace(
+                state,
+                pvc,
+                &node,
+                &volume_name,
+            ))
+            .await
+        }
+        ClaimDecision::ClearSelectedNode(reason) => {
+            if matches!(reason, ClearReason::NoDriverInstance(_))
+                && !Box::pin(selected_node_confirmed_without_driver(state, pvc)).await?
+            {
+                // A node that just joined: its CSINode has not reached the cache yet.
+                debug!(claim = %claim_name(pvc), "the selected node's CSINode lists the driver but is not in the cache yet; retrying shortly");
+                return Ok(Action::requeue(CACHE_LAG_RETRY));
+            }
+            selected_node_cleared(state, pvc, &reason);
+            state.memory().unpin(&key);
+            Box::pin(clear_selected_node(state, pvc)).await?;
+            Ok(Action::await_change())
+        }
+    }
 }
 
 /// How soon a claim is looked at again when the API server serves an object the cache lacks yet.

@@ -85,6 +85,10 @@ pub(crate) struct Entry {
     /// user's to keep (see [`Entry::may_be_kept`]).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub(crate) retain: bool,
+    /// `request` is not the one sent but what the claim alone says (a claim record written before
+    /// requests were kept): a refusal of its replay proves nothing.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub(crate) approximate: bool,
 }
 
 impl Entry {
@@ -107,6 +111,7 @@ impl Entry {
             id: None,
             request: ByteString(stored.encode_to_vec()),
             retain,
+            approximate: false,
         }
     }
 
@@ -128,6 +133,9 @@ impl Entry {
 
     /// The stored CreateVolume request (no secrets), `None` when it cannot be decoded.
     pub(crate) fn request(&self) -> Option<CreateVolumeRequest> {
+        if self.request.0.is_empty() {
+            return None;
+        }
         CreateVolumeRequest::decode(self.request.0.as_slice()).ok()
     }
 
@@ -485,6 +493,12 @@ pub(crate) enum Resolution {
     /// the entry's name holds the volume, delete it (replaying CreateVolume for its id if
     /// unknown), then drop.
     Cleanup(CleanupCause),
+    /// No volume was made (node mode, no node selected: see [`Owner::NoNode`]) and the claim no
+    /// longer wants one: drop the entry without calling the driver.
+    Forget,
+    /// Node mode: the claim of another node's entry is gone; if that node is gone for good
+    /// (confirmed after the deleted-node grace period), its volume went with it: drop the entry.
+    AwaitNodeGone(String),
 }
 
 /// Why an entry's volume is no longer wanted.
@@ -543,30 +557,65 @@ pub(crate) fn pv_holds_entry(
     }
 }
 
-/// Decides what an entry needs, from whether its PV is in the cache (holding the entry's volume,
-/// [`pv_holds_entry`]) and its claim as cached
-/// (looked up by namespace and name; another UID is another claim).
+/// Who acts on an entry. Ledger and journal entries are always this instance's (in node mode
+/// each node has its own); a claim record in node mode belongs to the claim's selected node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Owner {
+    /// This instance.
+    Me,
+    /// Node mode, no node selected any more: only a reschedule clears it, and it follows a final
+    /// answer of CreateVolume, so no volume exists; the next node's instance records anew.
+    NoNode,
+    /// Node mode: another node's instance.
+    Node(String),
+}
+
+impl Owner {
+    /// The owner of a claim record whose claim selects `selected` (`me`: this instance's node in
+    /// node mode).
+    pub(crate) fn of_record(me: Option<&str>, selected: Option<&str>) -> Self {
+        match (me, selected) {
+            (None, _) => Owner::Me,
+            (Some(me), Some(node)) if node == me => Owner::Me,
+            (Some(_), Some(node)) => Owner::Node(node.to_owned()),
+            (Some(_), None) => Owner::NoNode,
+        }
+    }
+}
+
+/// Decides what an entry needs, from who owns it, whether its PV is in the cache (holding the
+/// entry's volume, [`pv_holds_entry`]) and its claim as cached (looked up by namespace and name;
+/// another UID is another claim).
 pub(crate) fn resolve(
     entry: &Entry,
+    owner: &Owner,
     pv_cached: bool,
     claim: Option<&PersistentVolumeClaim>,
 ) -> Resolution {
     if pv_cached {
         return Resolution::Drop;
     }
-    let Some(claim) = claim.filter(|c| c.metadata.uid.as_deref() == Some(entry.uid.as_str()))
-    else {
-        return Resolution::Cleanup(CleanupCause::ClaimGone);
+    let claim = claim.filter(|c| c.metadata.uid.as_deref() == Some(entry.uid.as_str()));
+    let cause = match claim {
+        None => CleanupCause::ClaimGone,
+        Some(claim) if claim.metadata.deletion_timestamp.is_some() => CleanupCause::ClaimDeleting,
+        Some(claim) => match crate::model::claim::bound_volume(claim) {
+            Some(other) if other != entry.volume => CleanupCause::BoundElsewhere(other.to_owned()),
+            Some(_) if *owner == Owner::Me => return Resolution::CheckPv,
+            // Bound to the volume it recorded: accounted for.
+            Some(_) if *owner == Owner::NoNode => return Resolution::Forget,
+            Some(_) | None => return Resolution::Keep,
+        },
     };
-    if claim.metadata.deletion_timestamp.is_some() {
-        return Resolution::Cleanup(CleanupCause::ClaimDeleting);
-    }
-    match crate::model::claim::bound_volume(claim) {
-        Some(other) if other != entry.volume => {
-            Resolution::Cleanup(CleanupCause::BoundElsewhere(other.to_owned()))
+    match (owner, cause) {
+        (Owner::Me, cause) => Resolution::Cleanup(cause),
+        (Owner::NoNode, _) => Resolution::Forget,
+        // Deleted: only if that node is gone does its volume go with it.
+        (Owner::Node(node), CleanupCause::ClaimGone | CleanupCause::ClaimDeleting) => {
+            Resolution::AwaitNodeGone(node.clone())
         }
-        Some(_) => Resolution::CheckPv,
-        None => Resolution::Keep,
+        // Bound elsewhere: the node's instance deletes its volume.
+        (Owner::Node(_), _) => Resolution::Keep,
     }
 }
 

@@ -37,10 +37,6 @@ pub(crate) struct ClaimMemory {
     /// CreateVolume attempts that failed for sure since the last success or stop (the class's
     /// retry policy, `provision::give_up`).
     final_failures: HashMap<String, u32>,
-    /// When this process removed each claim's intent from the claim after creating its PV: a
-    /// cached copy that still shows the intent is older than that write, and reading the claim
-    /// again to find out (one GET per volume in node mode) is not needed.
-    intent_finished: HashMap<String, Instant>,
 }
 
 /// How long after creating a PV a claim is taken as provisioned without the cache showing it:
@@ -64,7 +60,6 @@ impl ClaimMemory {
             awaiting_bound: std::collections::HashSet::new(),
             pv_created: HashMap::new(),
             final_failures: HashMap::new(),
-            intent_finished: HashMap::new(),
         }
     }
 
@@ -112,8 +107,6 @@ impl ClaimMemory {
         self.final_failures.retain(|k, _| keep(k));
         let now = Instant::now();
         self.pv_created
-            .retain(|k, at| keep(k) && now.duration_since(*at) < PV_CACHE_GRACE);
-        self.intent_finished
             .retain(|k, at| keep(k) && now.duration_since(*at) < PV_CACHE_GRACE);
         self.pins.retain(&keep);
     }
@@ -177,19 +170,6 @@ impl ClaimMemory {
     /// Whether this process created the claim's PV within [`PV_CACHE_GRACE`] of `now`.
     pub(crate) fn recently_provisioned(&self, key: &str, now: Instant) -> bool {
         self.pv_created
-            .get(key)
-            .is_some_and(|at| now.duration_since(*at) < PV_CACHE_GRACE)
-    }
-
-    /// This process removed the claim's intent after creating its PV.
-    pub(crate) fn intent_finished(&mut self, key: &str) {
-        self.intent_finished.insert(key.to_owned(), Instant::now());
-    }
-
-    /// Whether this process removed the claim's intent within [`PV_CACHE_GRACE`] of `now` (a
-    /// cached copy with the intent is then only behind; its next version comes by watch).
-    pub(crate) fn finished_intent_recently(&self, key: &str, now: Instant) -> bool {
-        self.intent_finished
             .get(key)
             .is_some_and(|at| now.duration_since(*at) < PV_CACHE_GRACE)
     }
@@ -304,18 +284,6 @@ mod tests {
         assert!(!m.recently_provisioned("a", Instant::now() + PV_CACHE_GRACE));
         m.retain(|k| k != "a");
         assert!(!m.recently_provisioned("a", Instant::now()));
-    }
-
-    #[test]
-    fn an_intent_removed_here_needs_no_read_until_the_cache_can_have_caught_up() {
-        let mut m = memory();
-        assert!(!m.finished_intent_recently("a", Instant::now()));
-        m.intent_finished("a");
-        assert!(m.finished_intent_recently("a", Instant::now()));
-        assert!(!m.finished_intent_recently("b", Instant::now()));
-        assert!(!m.finished_intent_recently("a", Instant::now() + PV_CACHE_GRACE));
-        m.retain(|k| k != "a");
-        assert!(!m.finished_intent_recently("a", Instant::now()));
     }
 
     #[test]

@@ -4,7 +4,7 @@
 pub(crate) mod classify;
 pub(crate) mod controller;
 pub(crate) mod give_up;
-pub(crate) mod intent;
+pub(crate) mod intents;
 pub(crate) mod ledger;
 pub(crate) mod memory;
 pub(crate) mod params;

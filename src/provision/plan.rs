@@ -5,33 +5,17 @@
 //! upstream reports. Silent outcomes are [`ClaimDecision::Ignore`]; bad input is
 //! [`ClaimDecision::Fail`] (a `ProvisioningFailed` event, retried with backoff).
 //!
-//! # Durable provisioning intent
+//! # Facts, then one decision
 //!
-//! Upstream keeps in-flight claims in memory only, so a claim deleted while CreateVolume hangs, or
-//! while the sidecar is down, leaks its volume (upstream issues 486, 1469). We record the intent on
-//! the PVC itself: before the first CreateVolume the shell adds the finalizer
-//! [`names::FINALIZER_PROVISIONING_INTENT`] with the volume name (and the provisioner secret used)
-//! as annotations; after CreateVolume answers it adds the volume id; once the PV exists it removes
-//! them all. The claim therefore cannot disappear while a volume may exist without a PV.
+//! The shell gathers everything once into a [`ClaimContext`] (caches, plus the few live reads it
+//! needs: a VolumeAttributesClass, a data source, in node mode what the selected node recorded).
+//! Node-mode ownership is one of those facts ([`NodeFacts`]), computed once by
+//! `node_mode::ownership`. The durable intent is not: the intent store (`provision::intents`)
+//! records it before CreateVolume, and its resolver alone cleans up after claims that no longer
+//! want their volume, whichever store holds the record.
 //!
-//! | intent finalizer | PV of the intent exists | claim | decision |
-//! |---|---|---|---|
-//! | no | – | being deleted | `Ignore(ClaimDeleting)`: nothing was ever started, nothing can leak |
-//! | no | yes | – | `Ignore(PvExists)` |
-//! | no | no | pending | normal checks, then `Provision` (the shell writes the intent first) |
-//! | yes | yes (or the claim is bound to it) | any | `FinishIntent`: remove finalizer and annotations |
-//! | yes | no | being deleted, or bound to another PV | `CleanupIntent`: DeleteVolume (after replaying CreateVolume to learn the id if unknown), then remove the finalizer |
-//! | yes | no | pending | normal checks with the intent's volume name, then `Provision` (retry, same name) |
-//!
-//! In node mode the intent belongs to the selected node's instance: another selected node means
-//! `Ignore`; no selected node means the last CreateVolume gave a final answer (only a reschedule
-//! clears the node), so there is nothing to delete and the intent is finished.
-//!
-//! The shell must confirm "no PV" with a live GET before deleting a volume (caches lag behind a PV
-//! it just created), and never run a claim's CreateVolume and a PV's DeleteVolume for the same
-//! volume name at the same time.
-
-use std::collections::BTreeMap;
+//! The shell must never run a claim's CreateVolume and a PV's DeleteVolume for the same volume
+//! name at the same time (`runtime::VolumeLocks`).
 
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use k8s_openapi::api::storage::v1::{StorageClass, VolumeAttributesClass};
@@ -44,19 +28,15 @@ use crate::csi::v1::{CreateVolumeRequest, TopologyRequirement};
 use crate::model::secrets::SecretRef;
 use crate::names;
 use crate::node_mode::ownership::{
-    self, ClearSelectedNode, CsiNodeLookup, NodeIdentity, NotOwned, Ownership, OwnershipInputs,
+    self, ClearSelectedNode, CsiNodeLookup, NodeIdentity, NotOwned, Ownership,
 };
 
-pub(crate) use super::intent::{CleanupReason, IntentCleanup, has_intent, intent_annotations};
 use build::{Stop, plan};
 use capacity_check::capacity_check;
 pub(crate) use capacity_check::{CapacityCheck, CapacityVerdict};
-pub(crate) use cleanup::{AfterReplay, CleanupStep, after_replay, cleanup_step};
-use cleanup::{IntentOwner, cleanup, intent_owner};
 
 mod build;
 mod capacity_check;
-mod cleanup;
 pub(crate) use super::plan_error::{Capability, PlanError};
 use crate::model::claim::{claim_class_name, is_ours, provisioner, selected_node};
 use crate::model::meta::non_empty_annotation;
@@ -171,6 +151,18 @@ pub(crate) struct ClaimContext<'a> {
     pub(crate) vac: Lookup<'a, VolumeAttributesClass>,
     /// The claim's data source (needed for VolumeSnapshot and PersistentVolumeClaim sources).
     pub(crate) source: &'a SourceLookup,
+    /// Node mode: who serves the claim (`None` in controller mode).
+    pub(crate) node: Option<&'a NodeFacts>,
+}
+
+/// Node mode: the claim's ownership, computed once by the shell (`node_mode::ownership`).
+#[derive(Debug, Clone)]
+pub(crate) struct NodeFacts {
+    /// Who serves the claim.
+    pub(crate) ownership: Ownership,
+    /// When `ownership` says to clear the selected node: the volume name that node recorded for
+    /// the claim (a CreateVolume was sent there, so a volume may exist on it).
+    pub(crate) recorded_on_selected: Option<String>,
 }
 
 /// What to do with a claim.
@@ -188,23 +180,6 @@ pub(crate) enum ClaimDecision {
     /// competition (`node_mode::ownership`), first asking the driver whether the claim fits
     /// ([`CapacityCheck`]; `None`: nothing to ask).
     Compete(Option<CapacityCheck>),
-    /// The claim is gone (or bound elsewhere) but its volume may exist: delete it.
-    CleanupIntent(Box<IntentCleanup>),
-    /// The PV exists: remove the intent finalizer and annotations.
-    FinishIntent {
-        /// The intent's volume name.
-        volume_name: String,
-    },
-    /// Node mode: the claim's intent belongs to a node that has no CSINode any more. If the Node
-    /// stays absent for the deleted-node grace period (confirmed by a live GET), the volume went
-    /// with the node: a deleted claim has its intent finished (else it stays Terminating forever),
-    /// a pending one its selected node cleared so the scheduler picks another node.
-    IntentOnGoneNode {
-        /// The intent's volume name.
-        volume_name: String,
-        /// The selected node.
-        node: String,
-    },
 }
 
 /// Why a claim is left alone (debug logs only).
@@ -236,6 +211,16 @@ pub(crate) enum ClearReason {
     NoDriverInstance(ClearSelectedNode),
     /// Upstream's reschedule: the selected node's CSINode is missing (event `ProvisioningFailed`).
     Reschedule(TopologyError),
+    /// Node mode: a CreateVolume of the claim was sent to the selected node, which has no CSINode
+    /// any more. If the Node stays absent for the deleted-node grace period (the shell confirms
+    /// with a live GET), the volume went with it and the scheduler picks another node (whose
+    /// instance creates the volume under the same name); event `VolumeNodeGone`.
+    NodeGone {
+        /// The selected node.
+        node: String,
+        /// The volume name recorded there.
+        volume_name: String,
+    },
 }
 
 impl ClearReason {
@@ -244,6 +229,7 @@ impl ClearReason {
         match self {
             ClearReason::NoDriverInstance(c) => c.reason,
             ClearReason::Reschedule(_) => names::EVENT_PROVISIONING_FAILED,
+            ClearReason::NodeGone { .. } => names::EVENT_VOLUME_NODE_GONE,
         }
     }
 
@@ -258,6 +244,9 @@ impl ClearReason {
         match self {
             ClearReason::NoDriverInstance(c) => c.message.clone(),
             ClearReason::Reschedule(e) => e.to_string(),
+            ClearReason::NodeGone { node, volume_name } => format!(
+                "node {node:?}, on which volume {volume_name} was being created for this claim, no longer exists"
+            ),
         }
     }
 }
@@ -278,9 +267,6 @@ pub(crate) struct ProvisionPlan {
     pub(crate) may_reschedule: bool,
     /// UID of the StorageClass, for the infeasible hold-back ([`crate::retry::InfeasibleHold`]).
     pub(crate) class_uid: String,
-    /// Whether the claim still needs the intent (finalizer and annotations) written before the
-    /// first CreateVolume.
-    pub(crate) needs_intent_write: bool,
     /// Upstream's deprecation warnings for the class's parameters (log them once per class).
     pub(crate) warnings: Vec<String>,
     /// The class's retry policy: stop after this many final failures (`provision::give_up`).
@@ -289,14 +275,7 @@ pub(crate) struct ProvisionPlan {
     pub(crate) class_name: String,
 }
 
-impl ProvisionPlan {
-    /// The intent annotations to write with the finalizer (`None` removes a stale key).
-    pub(crate) fn intent_annotations(&self) -> BTreeMap<&'static str, Option<String>> {
-        intent_annotations(&self.volume_name, self.provisioner_secret.as_ref())
-    }
-}
-
-/// The volume name of a claim: the intent's when recorded (so a changed `--volume-name-prefix`
+/// The volume name of a claim: the one its claim record names (so a changed `--volume-name-prefix`
 /// never forks a claim into two volumes), else `<prefix>-<uid>`. The shell checks whether a PV of
 /// this name exists ([`ClaimContext::pv_exists`]).
 pub(crate) fn claim_volume_name(
@@ -326,7 +305,7 @@ pub(crate) fn requested_vac<'p>(
 }
 
 /// The VolumeAttributesClass the shell reads for [`ClaimContext::vac`]: only a claim still to be
-/// provisioned (unbound) or cleaned up (intent) needs its parameters.
+/// provisioned (unbound, not being deleted) needs its parameters.
 pub(crate) fn vac_to_look_up<'p>(
     pvc: &'p PersistentVolumeClaim,
     settings: &ProvisionSettings,
@@ -336,7 +315,7 @@ pub(crate) fn vac_to_look_up<'p>(
         .as_ref()
         .and_then(|s| s.volume_name.as_ref())
         .is_some();
-    if bound && !has_intent(pvc) {
+    if bound || pvc.metadata.deletion_timestamp.is_some() {
         return None;
     }
     requested_vac(pvc, settings)
@@ -358,121 +337,75 @@ pub(crate) fn selected_node_to_check(
 }
 
 /// Node mode: the selected node has no instance of our driver, and a CreateVolume for the claim
-/// was sent there (the node's intent ledger, or the claim, says so). A volume may exist on that
-/// node: it stays selected until its instance is back, unless the node itself is gone (no
-/// CSINode; the shell confirms the Node's absence after the grace period).
-pub(crate) fn intent_on_other_node(
-    clear: ClearSelectedNode,
-    volume_name: String,
+/// was sent there (`recorded`: the volume name the node recorded). A volume may exist on that node:
+/// it stays selected until its instance is back, unless the node itself is gone (no CSINode; the
+/// shell confirms the Node's absence after the grace period).
+fn clear_or_wait(
+    clear: &ClearSelectedNode,
+    recorded: Option<&String>,
     selected_node_driver: CsiNodeLookup,
 ) -> ClaimDecision {
-    if selected_node_driver == CsiNodeLookup::NotFound {
-        ClaimDecision::IntentOnGoneNode {
-            volume_name,
-            node: clear.node,
+    match recorded {
+        None => ClaimDecision::ClearSelectedNode(ClearReason::NoDriverInstance(clear.clone())),
+        Some(volume_name) if selected_node_driver == CsiNodeLookup::NotFound => {
+            ClaimDecision::ClearSelectedNode(ClearReason::NodeGone {
+                node: clear.node.clone(),
+                volume_name: volume_name.clone(),
+            })
         }
-    } else {
-        ClaimDecision::Ignore(IgnoreReason::NotThisNode(NotOwned::SelectedOtherNode(
-            clear.node,
-        )))
+        Some(_) => ClaimDecision::Ignore(IgnoreReason::NotThisNode(NotOwned::SelectedOtherNode(
+            clear.node.clone(),
+        ))),
     }
 }
 
-/// Decides what to do with `pvc`.
-pub(crate) fn decide_claim(pvc: &PersistentVolumeClaim, ctx: &ClaimContext<'_>) -> ClaimDecision {
-    let settings = ctx.settings;
-    let deleting = pvc.metadata.deletion_timestamp.is_some();
+/// Why `pvc` is not a claim to provision, whatever else is known: being deleted, bound, or
+/// another provisioner's. The shell skips the node-mode facts of such claims.
+pub(crate) fn not_to_provision(
+    pvc: &PersistentVolumeClaim,
+    settings: &ProvisionSettings,
+) -> Option<IgnoreReason> {
+    if pvc.metadata.deletion_timestamp.is_some() {
+        return Some(IgnoreReason::ClaimDeleting);
+    }
     let bound_to = pvc
         .spec
         .as_ref()
         .and_then(|s| s.volume_name.as_deref())
         .filter(|v| !v.is_empty());
-    let intent = has_intent(pvc);
-    // The intent finalizer has one name for every driver running this sidecar: another driver's
-    // claim is that driver's sidecar's business (cleaning it up here would ask our driver).
-    if intent && !is_ours(pvc, &settings.driver) {
-        return ClaimDecision::Ignore(IgnoreReason::NotOurs(provisioner(pvc).map(str::to_owned)));
+    if let Some(pv) = bound_to {
+        return Some(IgnoreReason::AlreadyBound(pv.to_owned()));
     }
-
-    if intent {
-        let volume_name = match claim_volume_name(pvc, settings) {
-            Ok(name) => name,
-            Err(e) => return ClaimDecision::Fail(e.into()),
-        };
-        if ctx.pv_exists || bound_to == Some(volume_name.as_str()) {
-            return ClaimDecision::FinishIntent { volume_name };
-        }
-        let reason = match bound_to {
-            Some(other) => Some(CleanupReason::BoundElsewhere(other.to_owned())),
-            None if deleting => Some(CleanupReason::ClaimDeleted),
-            None => None,
-        };
-        if let Some(reason) = reason {
-            return match intent_owner(pvc, settings) {
-                IntentOwner::Me => cleanup(pvc, ctx, volume_name, reason),
-                IntentOwner::Nobody => ClaimDecision::FinishIntent { volume_name },
-                // The shell looks up the node's CSINode only in the instance that checks other
-                // nodes' claims (one per claim), so one instance answers.
-                IntentOwner::Other
-                    if deleting && ctx.selected_node_driver == CsiNodeLookup::NotFound =>
-                {
-                    ClaimDecision::IntentOnGoneNode {
-                        volume_name,
-                        node: selected_node(pvc).unwrap_or_default().to_owned(),
-                    }
-                }
-                IntentOwner::Other => ClaimDecision::Ignore(IgnoreReason::NotThisNode(
-                    NotOwned::SelectedOtherNode(selected_node(pvc).unwrap_or_default().to_owned()),
-                )),
-            };
-        }
-    } else {
-        if deleting {
-            return ClaimDecision::Ignore(IgnoreReason::ClaimDeleting);
-        }
-        if let Some(pv) = bound_to {
-            return ClaimDecision::Ignore(IgnoreReason::AlreadyBound(pv.to_owned()));
-        }
-        if !is_ours(pvc, &settings.driver) {
-            return ClaimDecision::Ignore(IgnoreReason::NotOurs(
-                provisioner(pvc).map(str::to_owned),
-            ));
-        }
+    if !is_ours(pvc, &settings.driver) {
+        return Some(IgnoreReason::NotOurs(provisioner(pvc).map(str::to_owned)));
     }
+    None
+}
 
-    if let Some(mode) = &settings.node {
-        let inputs = OwnershipInputs {
-            me: &mode.me,
-            driver: &settings.driver,
-            topology_supported: settings.topology,
-            immediate_binding: mode.immediate_binding,
-            storage_class: ctx.class,
-            selected_node_driver: ctx.selected_node_driver,
-        };
-        match ownership::check_node(pvc, &inputs) {
+/// Decides what to do with `pvc`.
+pub(crate) fn decide_claim(pvc: &PersistentVolumeClaim, ctx: &ClaimContext<'_>) -> ClaimDecision {
+    let settings = ctx.settings;
+    if let Some(reason) = not_to_provision(pvc, settings) {
+        return ClaimDecision::Ignore(reason);
+    }
+    if let (Some(mode), Some(facts)) = (&settings.node, ctx.node) {
+        match &facts.ownership {
             Ownership::Owned => {}
             Ownership::Compete => {
                 let check = ctx
                     .class
-                    .and_then(|class| capacity_check(pvc, ctx, class, intent, &mode.me.name));
+                    .and_then(|class| capacity_check(pvc, ctx, class, &mode.me.name));
                 return ClaimDecision::Compete(check);
             }
             Ownership::NotOwned(why) => {
-                return ClaimDecision::Ignore(IgnoreReason::NotThisNode(why));
-            }
-            // A volume may exist on that node (the intent says a CreateVolume was sent there):
-            // the node stays selected until its instance is back, unless the node itself is gone
-            // (no CSINode; the shell confirms the Node's absence after the grace period).
-            Ownership::ClearSelectedNode(c) if intent => {
-                return match claim_volume_name(pvc, settings) {
-                    Ok(volume_name) => {
-                        intent_on_other_node(c, volume_name, ctx.selected_node_driver)
-                    }
-                    Err(e) => ClaimDecision::Fail(e.into()),
-                };
+                return ClaimDecision::Ignore(IgnoreReason::NotThisNode(why.clone()));
             }
             Ownership::ClearSelectedNode(c) => {
-                return ClaimDecision::ClearSelectedNode(ClearReason::NoDriverInstance(c));
+                return clear_or_wait(
+                    c,
+                    facts.recorded_on_selected.as_ref(),
+                    ctx.selected_node_driver,
+                );
             }
         }
     }
@@ -507,7 +440,7 @@ pub(crate) fn decide_claim(pvc: &PersistentVolumeClaim, ctx: &ClaimContext<'_>) 
     }
     // Controller mode clears even with an intent recorded: the one driver behind every node
     // answers a CreateVolume of the same name with the volume it already made (node mode, where
-    // each node has its own backend, keeps the node: see above).
+    // each node has its own backend, keeps the node: see [`clear_or_wait`]).
     if settings.node.is_none()
         && let Some(clear) =
             ownership::selected_node_check(pvc, &settings.driver, ctx.selected_node_driver)
@@ -516,11 +449,11 @@ pub(crate) fn decide_claim(pvc: &PersistentVolumeClaim, ctx: &ClaimContext<'_>) 
     }
 
     // Stopped by the class's retry policy, which stops only after a final failure (no volume in
-    // the making). An intent still on the claim is finished above once the claim is deleted.
+    // the making). An intent still recorded is resolved once the claim is deleted.
     if super::give_up::is_stopped(pvc) {
         return ClaimDecision::Ignore(IgnoreReason::ProvisioningStopped);
     }
-    match plan(pvc, ctx, class, intent) {
+    match plan(pvc, ctx, class) {
         Ok(plan) => ClaimDecision::Provision(Box::new(plan)),
         Err(Stop::Fail(e)) => ClaimDecision::Fail(e),
         Err(Stop::Ignore(r)) => ClaimDecision::Ignore(r),

@@ -177,6 +177,7 @@ proptest! {
             vac: Lookup::NotLookedUp,
             source: &SourceLookup::NotResolved,
             pinned_topology: None,
+            node: None,
         };
         let decision = decide_claim(&claim, &ctx);
         if let ClaimDecision::Provision(plan) = &decision {

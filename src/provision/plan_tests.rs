@@ -1,5 +1,5 @@
 //! Tests of `plan`: upstream `TestProvision`/`TestShouldProvision` cases (names kept in comments)
-//! and the durable-intent state machine.
+//! and what the decision leaves to the intent store.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -28,6 +28,8 @@ struct World {
     vac_missing: bool,
     source: SourceLookup,
     pinned: Option<crate::csi::v1::TopologyRequirement>,
+    /// Node mode: the volume the selected node recorded for the claim (besides a claim record).
+    recorded_on_selected: Option<String>,
 }
 
 impl World {
@@ -53,6 +55,7 @@ impl World {
             vac_missing: false,
             source: SourceLookup::NotResolved,
             pinned: None,
+            recorded_on_selected: None,
         }
     }
 
@@ -66,8 +69,38 @@ impl World {
         self
     }
 
+    /// Node mode: the facts the shell computes once (`controller::facts`).
+    fn node_facts(&self, claim: &PersistentVolumeClaim) -> Option<NodeFacts> {
+        let mode = self.settings.node.as_ref()?;
+        if not_to_provision(claim, &self.settings).is_some() {
+            return None;
+        }
+        let ownership = ownership::check_node(
+            claim,
+            &ownership::OwnershipInputs {
+                me: &mode.me,
+                driver: &self.settings.driver,
+                topology_supported: self.settings.topology,
+                immediate_binding: mode.immediate_binding,
+                storage_class: self.class.as_ref(),
+                selected_node_driver: self.selected_node_driver,
+            },
+        );
+        let recorded_on_selected = match &ownership {
+            Ownership::ClearSelectedNode(_) => self.recorded_on_selected.clone().or_else(|| {
+                crate::provision::intents::claim_record::entry_of(claim).map(|e| e.volume)
+            }),
+            _ => None,
+        };
+        Some(NodeFacts {
+            ownership,
+            recorded_on_selected,
+        })
+    }
+
     fn decide(&self, claim: PvcBuilder) -> ClaimDecision {
         let claim = claim.build();
+        let node = self.node_facts(&claim);
         let ctx = ClaimContext {
             settings: &self.settings,
             class: self.class.as_ref(),
@@ -82,6 +115,7 @@ impl World {
             },
             source: &self.source,
             pinned_topology: self.pinned.as_ref(),
+            node: node.as_ref(),
         };
         decide_claim(&claim, &ctx)
     }
@@ -143,11 +177,6 @@ fn normal_provision() {
     assert_eq!(plan.request.accessibility_requirements, None);
     assert_eq!(mount(&plan).0, "ext3");
     assert_eq!(plan.provisioner_secret, None);
-    assert!(plan.needs_intent_write);
-    assert_eq!(
-        plan.intent_annotations()[names::ANN_INTENT_VOLUME_NAME],
-        Some(name.clone())
-    );
     assert_eq!(plan.pv.class_name, "fast");
     assert_eq!(plan.pv.claim_ref.uid.as_deref(), Some(UID));
     assert_eq!(plan.pv.provisioner_identity, "identity-1");
@@ -250,15 +279,6 @@ fn provision_with_secrets_and_default_secrets_with_template() {
     assert_eq!(
         plan.pv.secrets.node_stage,
         Some(SecretRef::new("blue", "default"))
-    );
-    let ann = plan.intent_annotations();
-    assert_eq!(
-        ann[names::ANN_INTENT_SECRET_NAME].as_deref(),
-        Some("prov-data")
-    );
-    assert_eq!(
-        ann[names::ANN_INTENT_SECRET_NAMESPACE].as_deref(),
-        Some("ns")
     );
     assert!(plan.request.parameters.is_empty());
 }
@@ -734,100 +754,18 @@ fn with_intent(c: PvcBuilder, name: &str) -> PvcBuilder {
 
 #[test]
 fn another_drivers_intent_is_left_to_its_own_sidecar() {
-    // Every driver running this sidecar writes the same finalizer: cleaning up another driver's
-    // claim here would replay its CreateVolume against our driver.
+    // Every driver running this sidecar writes the same finalizer: acting on another driver's
+    // claim here would replay its CreateVolume against our driver (the claim-record store does not
+    // take in other drivers' records either).
     let w = World::new();
     let foreign =
         || with_intent(pvc("ns", "data").uid(UID).provisioner("other.csi"), "pvc-x").class("fast");
-    for c in [
-        foreign(),
-        foreign().deleting(),
-        foreign().volume_name("elsewhere"),
-    ] {
-        assert_eq!(
-            w.ignore(c),
-            IgnoreReason::NotOurs(Some("other.csi".to_owned()))
-        );
-    }
-}
-
-#[test]
-fn intent_with_an_existing_pv_is_finished() {
-    let mut w = World::new();
-    w.pv_exists = true;
-    for c in [
-        with_intent(claim(), "pvc-x"),
-        with_intent(claim(), "pvc-x").deleting(),
-    ] {
-        assert!(matches!(
-            w.decide(c),
-            ClaimDecision::FinishIntent { volume_name } if volume_name == "pvc-x"
-        ));
-    }
-    // The PV controller may bind the claim before our PV cache sees the PV.
-    w.pv_exists = false;
-    assert!(matches!(
-        w.decide(with_intent(claim(), "pvc-x").volume_name("pvc-x")),
-        ClaimDecision::FinishIntent { .. }
-    ));
-}
-
-#[test]
-fn deleted_claim_with_a_known_volume_id_deletes_it() {
-    let c = with_intent(claim(), "pvc-x")
-        .annotation(names::ANN_INTENT_VOLUME_ID, "vol-7")
-        .annotation(names::ANN_INTENT_SECRET_NAME, "s")
-        .annotation(names::ANN_INTENT_SECRET_NAMESPACE, "kube-system")
-        .deleting();
-    match World::new().decide(c) {
-        ClaimDecision::CleanupIntent(c) => {
-            assert_eq!(c.volume_name, "pvc-x");
-            assert_eq!(c.volume_id.as_deref(), Some("vol-7"));
-            assert_eq!(c.secret, Some(SecretRef::new("s", "kube-system")));
-            assert!(c.replay.is_none());
-            assert_eq!(c.reason, CleanupReason::ClaimDeleted);
-        }
-        other => panic!("expected CleanupIntent, got {other:?}"),
-    }
-}
-
-#[test]
-fn deleted_claim_without_a_volume_id_replays_the_original_request() {
-    let w = World::new().class(sc("fast").param("tier", "gold"));
-    match w.decide(with_intent(claim(), "pvc-x").deleting()) {
-        ClaimDecision::CleanupIntent(c) => {
-            let replay = c.replay.unwrap();
-            assert!(c.replay_is_exact);
-            assert_eq!(replay.name, "pvc-x");
-            assert_eq!(replay.parameters["tier"], "gold");
-        }
-        other => panic!("expected CleanupIntent, got {other:?}"),
-    }
-    // Class gone: a minimal request with the same name, flagged as such.
-    let mut w = World::new();
-    w.class = None;
-    match w.decide(with_intent(claim(), "pvc-x").deleting()) {
-        ClaimDecision::CleanupIntent(c) => {
-            assert!(!c.replay_is_exact);
-            let replay = c.replay.unwrap();
-            assert_eq!(replay.name, "pvc-x");
-            assert_eq!(replay.capacity_range.unwrap().required_bytes, 1 << 30);
-            assert_eq!(replay.volume_capabilities.len(), 1);
-        }
-        other => panic!("expected CleanupIntent, got {other:?}"),
-    }
-}
-
-#[test]
-fn claim_bound_to_another_pv_gives_up_its_intent_volume() {
-    match World::new().decide(with_intent(claim(), "pvc-x").volume_name("pv-static")) {
-        ClaimDecision::CleanupIntent(c) => {
-            assert_eq!(
-                c.reason,
-                CleanupReason::BoundElsewhere("pv-static".to_owned())
-            );
-        }
-        other => panic!("expected CleanupIntent, got {other:?}"),
+    assert_eq!(
+        w.ignore(foreign()),
+        IgnoreReason::NotOurs(Some("other.csi".to_owned()))
+    );
+    for c in [foreign().deleting(), foreign().volume_name("elsewhere")] {
+        assert!(matches!(w.decide(c), ClaimDecision::Ignore(_)));
     }
 }
 
@@ -839,61 +777,21 @@ fn pending_claim_with_intent_retries_with_the_recorded_name() {
     let plan = w.provision(with_intent(claim(), "pvc-old"));
     assert_eq!(plan.volume_name, "pvc-old");
     assert_eq!(plan.request.name, "pvc-old");
-    assert!(!plan.needs_intent_write);
-    // A provisioner secret not yet recorded must be written before CreateVolume.
-    let w = World::new().class(
-        sc("fast")
-            .param(names::PARAM_PROVISIONER_SECRET_NAME, "s")
-            .param(names::PARAM_PROVISIONER_SECRET_NAMESPACE, "ns"),
-    );
-    assert!(
-        w.provision(with_intent(claim(), "pvc-old"))
-            .needs_intent_write
-    );
-    let recorded = with_intent(claim(), "pvc-old")
-        .annotation(names::ANN_INTENT_SECRET_NAME, "s")
-        .annotation(names::ANN_INTENT_SECRET_NAMESPACE, "ns");
-    assert!(!w.provision(recorded).needs_intent_write);
 }
 
 #[test]
-fn node_mode_intents_belong_to_the_selected_node() {
-    let mut w = World::new();
-    w.settings.node = Some(NodeMode {
-        me: NodeIdentity {
-            name: "n1".to_owned(),
-            segments: Default::default(),
-        },
-        immediate_binding: true,
-    });
-    let deleted = || with_intent(claim(), "pvc-x").deleting();
-    assert!(matches!(
-        w.decide(deleted().selected_node("n1")),
-        ClaimDecision::CleanupIntent(_)
-    ));
-    assert!(matches!(
-        w.decide(deleted().selected_node("n2")),
-        ClaimDecision::Ignore(IgnoreReason::NotThisNode(_))
-    ));
-    // Only a reschedule clears the node, and it follows a final answer: nothing to delete.
-    assert!(matches!(
-        w.decide(deleted()),
-        ClaimDecision::FinishIntent { .. }
-    ));
-    // The other node has no CSINode any more (as seen by the instance that checks its claims):
-    // maybe gone for good, which the shell confirms before finishing the intent.
-    w.selected_node_driver = CsiNodeLookup::NotFound;
-    assert!(matches!(
-        w.decide(deleted().selected_node("n2")),
-        ClaimDecision::IntentOnGoneNode { volume_name, node }
-            if volume_name == "pvc-x" && node == "n2"
-    ));
-    // Its driver merely unregistered (the node exists): still that node's business.
-    w.selected_node_driver = CsiNodeLookup::LacksDriver;
-    assert!(matches!(
-        w.decide(deleted().selected_node("n2")),
-        ClaimDecision::Ignore(IgnoreReason::NotThisNode(_))
-    ));
+fn claims_that_no_longer_want_their_recorded_volume_are_the_resolvers() {
+    // Deleted, or bound (to its volume or another PV): the intent store's resolver cleans up,
+    // whichever store holds the record; the claim decision only leaves them alone.
+    let w = World::new();
+    assert_eq!(
+        w.ignore(with_intent(claim(), "pvc-x").deleting()),
+        IgnoreReason::ClaimDeleting
+    );
+    assert_eq!(
+        w.ignore(with_intent(claim(), "pvc-x").volume_name("pv-static")),
+        IgnoreReason::AlreadyBound("pv-static".to_owned())
+    );
 }
 
 #[test]
@@ -929,7 +827,8 @@ fn node_mode_keeps_the_selected_node_of_a_recorded_intent_even_when_its_driver_i
     w.selected_node_driver = CsiNodeLookup::NotFound;
     assert!(matches!(
         w.decide(in_flight()),
-        ClaimDecision::IntentOnGoneNode { node, .. } if node == "gone"
+        ClaimDecision::ClearSelectedNode(ClearReason::NodeGone { node, volume_name })
+            if node == "gone" && volume_name == format!("pvc-{UID}")
     ));
 }
 
@@ -965,7 +864,7 @@ fn a_pinned_requirement_is_sent_again_even_when_the_node_is_gone() {
 // === What the shell reads for a claim ===
 
 #[test]
-fn the_volume_attributes_class_is_read_only_for_claims_still_to_provision_or_clean_up() {
+fn the_volume_attributes_class_is_read_only_for_claims_still_to_provision() {
     let world = World::new();
     let settings = &world.settings;
     let pending = pvc("ns", "a").vac("gold").build();
@@ -981,7 +880,11 @@ fn the_volume_attributes_class_is_read_only_for_claims_still_to_provision_or_cle
         .volume_name("pv-1")
         .finalizer(crate::names::FINALIZER_PROVISIONING_INTENT)
         .build();
-    assert_eq!(vac_to_look_up(&bound_with_intent, settings), Some("gold"));
+    assert_eq!(
+        vac_to_look_up(&bound_with_intent, settings),
+        None,
+        "the resolver cleans up from the recorded request, without the class"
+    );
     let gate_off = ProvisionSettings {
         volume_attributes_class: false,
         ..settings.clone()
@@ -1026,16 +929,6 @@ fn a_claim_the_retry_policy_stopped_is_left_alone_until_the_stop_is_removed() {
     );
     let stopped = claim().annotation(names::ANN_PROVISIONING_STOPPED, "stopped after 3");
     assert_eq!(w.ignore(stopped), IgnoreReason::ProvisioningStopped);
-    // A stopped claim being deleted with its intent still recorded is cleaned up, not ignored.
-    let deleting = claim()
-        .annotation(names::ANN_PROVISIONING_STOPPED, "stopped after 3")
-        .annotation(names::ANN_INTENT_VOLUME_NAME, &format!("pvc-{UID}"))
-        .finalizer(names::FINALIZER_PROVISIONING_INTENT)
-        .deleting();
-    assert!(matches!(
-        w.decide(deleting),
-        ClaimDecision::CleanupIntent(_)
-    ));
     // A bad limit is warned about and changes nothing.
     let plan = World::new()
         .class(sc("fast").annotation(names::ANN_MAX_PROVISIONING_FAILURES, "many"))

@@ -1,6 +1,8 @@
 //! The provisioning executor: the one place that calls the driver for a claim (CreateVolume in
 //! [`create_volume`], DeleteVolume in [`delete_volume`]) and creates the PV, in the order the plan
-//! requires (secret, intent, CreateVolume, PV, intent removal).
+//! requires (secret, intent, CreateVolume, PV, intent removal). What each answer means is decided
+//! by pure functions (`pv::accept_answer`, `model::claim::abandoned_since`, `pv::pv_holds_volume`,
+//! `classify::provisioning_state`); this only performs the steps.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -11,13 +13,12 @@ use kube::api::PostParams;
 use kube::{Api, ResourceExt};
 use tracing::{debug, info, warn};
 
-use super::claim_writes::{clear_selected_node, finish_intent, intent_failure, write_intent};
-use super::report::{class_label, fail, kube_err, provisioning_event, source_label};
+use super::claim_writes::clear_selected_node;
+use super::report::{class_label, fail, provisioning_event, source_label};
 use super::{PV_CREATE_ATTEMPTS, ProvisionError, Provisioner, claim_key, claim_name};
 use crate::csi::v1;
 use crate::k8s::errors::{ApiErrorClass, classify, describe};
 use crate::k8s::events::{EventSpec, reference_to};
-use crate::k8s::patch::PatchOutcome;
 use crate::k8s::secrets::SecretFetchError;
 use crate::model::claim::abandoned_since;
 use crate::model::secrets::SecretRef;
@@ -25,9 +26,9 @@ use crate::names;
 use crate::provision::classify::{
     ProvisioningState, infeasible_event_message, is_infeasible, provisioning_state,
 };
+use crate::provision::intents::Recorded;
 use crate::provision::ledger::Entry;
-use crate::provision::ledger::store::LedgerError;
-use crate::provision::plan::{self, ProvisionPlan};
+use crate::provision::plan::ProvisionPlan;
 use crate::provision::pv::{accept_answer, build_pv, pv_holds_volume};
 use crate::retry::{Attempt, retry_transient};
 use crate::runtime::Action;
@@ -140,59 +141,43 @@ pub(super) async fn provision(
         return Err(fail(state, pvc, message));
     }
 
-    // The freshest copy of the claim, to seed the intent removal with.
-    let mut claim = pvc.clone();
-    // Whether the intent is in the ledger (else on the claim, or both for a migrated claim).
-    let mut ledgered = false;
-    if plan.needs_intent_write {
-        // Waiting for the commit frees the worker: the commit then carries every claim queued
-        // meanwhile (one Lease write per burst under a tight rate limit).
-        let recorded = state.ledger.record(Entry::new(
-            pvc,
-            &plan.request,
-            plan.provisioner_secret.as_ref(),
-            plan.pv.reclaim_policy.as_deref() == Some("Retain"),
-        ));
-        match crate::runtime::slots::parked(recorded).await {
-            // Shutting down while parked: nothing is sent; the entry stays (an earlier attempt
-            // may have sent CreateVolume) for the next process to resolve.
-            Ok(()) if crate::runtime::slots::stopping() => return Ok(Action::await_change()),
-            Ok(()) => ledgered = true,
-            Err(LedgerError::Disabled) => {}
-            Err(e) => return Err(fail(state, pvc, ledger_failure(&e))),
-        }
-    }
-    if plan.needs_intent_write && !ledgered {
-        match Box::pin(write_intent(state, pvc, &plan)).await {
-            Ok(PatchOutcome::Patched(fresh) | PatchOutcome::Unchanged(fresh)) => {
-                claim = Arc::new(fresh);
-            }
-            // Deleted meanwhile: nothing was started, so nothing can leak.
-            Ok(PatchOutcome::Deleting(_) | PatchOutcome::Gone) => {
-                return Ok(Action::await_change());
-            }
-            // Without the record a claim deleted during CreateVolume could leak its volume: the
-            // user is told why nothing happens, and the claim is retried with its backoff.
-            Err(e) => return Err(fail(state, pvc, intent_failure(&e))),
-        }
+    // Waiting for the record frees the worker: a ledger commit then carries every claim queued
+    // meanwhile (one Lease write per burst under a tight rate limit).
+    // Boxed: a parked run holds only a pointer to it.
+    let recorded = Box::pin(state.intents.record(pvc, intent_of(pvc, &plan)));
+    match crate::runtime::slots::parked(recorded).await {
+        // Shutting down while parked: nothing is sent; the entry stays (an earlier attempt may
+        // have sent CreateVolume) for the next process to resolve.
+        Ok(_) if crate::runtime::slots::stopping() => return Ok(Action::await_change()),
+        Ok(Recorded::Durable) => {}
+        // Deleted meanwhile: nothing was started, so nothing can leak.
+        Ok(Recorded::ClaimDeleting) => return Ok(Action::await_change()),
+        // Without the record a claim deleted during CreateVolume could leak its volume: the user
+        // is told why nothing happens, and the claim is retried with its backoff.
+        Err(e) => return Err(fail(state, pvc, e.to_string())),
     }
 
     // The rest in a future of its own: a run parked above (worker `slots`) holds only the plan,
     // the request and the claim, not the state of every step that follows.
-    Box::pin(create_volume_and_pv(
-        state, pvc, plan, request, claim, ledgered,
-    ))
-    .await
+    Box::pin(create_volume_and_pv(state, pvc, plan, request)).await
 }
 
-/// CreateVolume and the PV, once the intent is recorded (`ledgered`: in the ledger).
+/// The intent recorded before `plan`'s CreateVolume.
+fn intent_of(pvc: &PersistentVolumeClaim, plan: &ProvisionPlan) -> Entry {
+    Entry::new(
+        pvc,
+        &plan.request,
+        plan.provisioner_secret.as_ref(),
+        plan.pv.reclaim_policy.as_deref() == Some("Retain"),
+    )
+}
+
+/// CreateVolume and the PV, once the intent is recorded.
 async fn create_volume_and_pv(
     state: &Provisioner,
     pvc: &Arc<PersistentVolumeClaim>,
     plan: Box<ProvisionPlan>,
     request: v1::CreateVolumeRequest,
-    claim: Arc<PersistentVolumeClaim>,
-    ledgered: bool,
 ) -> Result<Action, ProvisionError> {
     let ctx = &state.ctx;
     let key = claim_key(pvc);
@@ -224,17 +209,18 @@ async fn create_volume_and_pv(
         }
     };
     info!(claim = %claim_name(pvc), volume = %plan.volume_name, volume_id = ?created.volume_id, "volume created");
-    if ledgered && claim_abandoned(state, pvc) {
+    let intent = intent_of(pvc, &plan);
+    if claim_abandoned(state, pvc) {
         // Deleted while the volume was being created: no PV for a claim that is gone (it would
         // only be released and deleted again, at three more writes); the entry is dropped once
         // the volume is deleted, or resolved later if that fails.
-        state.ledger.set_id(&plan.volume_name, &created.volume_id);
+        state.intents.set_id(&intent, &created.volume_id).await;
         return match delete_volume(state, &created.volume_id, plan.provisioner_secret.as_ref())
             .await
         {
             Ok(()) => {
                 info!(claim = %claim_name(pvc), volume = %plan.volume_name, "claim deleted during CreateVolume; volume deleted again");
-                state.ledger.forget(&plan.volume_name);
+                state.intents.forget(&intent).await?;
                 Ok(Action::await_change())
             }
             Err(e) => {
@@ -255,25 +241,17 @@ async fn create_volume_and_pv(
         );
     }
     if let Err(e) = create_pv(state, &pv, plan.provisioner_secret.as_ref()).await {
-        if ledgered && matches!(e, CreatePvError::OtherVolume { .. }) {
+        if matches!(e, CreatePvError::OtherVolume { .. }) {
             // The id tells the resolver that the PV holds another volume: once the claim is bound
             // to it, this one is deleted (ledger::Resolution::CheckPv).
-            state.ledger.set_id(&plan.volume_name, &created.volume_id);
+            state.intents.set_id(&intent, &created.volume_id).await;
         }
         // The volume exists and the pin stays: the retry replays the identical CreateVolume.
         return Err(fail(state, pvc, e.to_string()));
     }
     ctx.capacity.volume_changed(&pv);
     state.memory().provisioned(&key);
-    if plan.pv.reclaim_policy.as_deref() == Some("Retain") {
-        state.ledger.forget_promptly(&plan.volume_name);
-    } else {
-        state.ledger.forget(&plan.volume_name);
-    }
-    if plan::has_intent(&claim) {
-        finish_intent(state, &claim, &plan.volume_name).await?;
-        state.memory().intent_finished(&key);
-    }
+    state.intents.forget(&intent).await?;
     super::data_source::release_snapshot(state, pvc).await;
     ctx.events.emit(
         reference_to(pvc.as_ref()),
@@ -296,13 +274,6 @@ fn claim_abandoned(state: &Provisioner, pvc: &PersistentVolumeClaim) -> bool {
         &pvc.name_any(),
     ));
     abandoned_since(pvc, cached.map(|c| c.full()).as_ref())
-}
-
-/// The ProvisioningFailed message for an intent the ledger could not record.
-fn ledger_failure(error: &LedgerError) -> String {
-    format!(
-        "no volume is created until the provisioning intent is recorded, and that failed: {error}; retrying"
-    )
 }
 
 /// CreateVolume failed: classify as upstream does and act on the state.
@@ -459,24 +430,13 @@ pub(super) async fn create_pv(
     }
 }
 
-/// Every CreateVolume of this controller goes through here (provisioning, and the replay that
-/// learns an abandoned volume's id).
+/// Every CreateVolume of this controller goes through here (provisioning, and the resolver's
+/// replay that learns an abandoned volume's id).
 pub(super) async fn create_volume(
     state: &Provisioner,
     request: v1::CreateVolumeRequest,
 ) -> Result<v1::CreateVolumeResponse, tonic::Status> {
     state.ctx.csi.create_volume(request).await
-}
-
-/// Whether the PV `name` exists, as the API server says now (the cache may lag behind a PV
-/// created moments ago).
-pub(super) async fn pv_exists(state: &Provisioner, name: &str) -> Result<bool, ProvisionError> {
-    let pvs: Api<PersistentVolume> = Api::all(state.ctx.client.clone());
-    Ok(pvs
-        .get_opt(name)
-        .await
-        .map_err(kube_err(format!("reading PV {name}")))?
-        .is_some())
 }
 
 /// Every DeleteVolume of this controller goes through here (a volume the API server will not

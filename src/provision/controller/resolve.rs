@@ -1,11 +1,13 @@
-//! The ledger's resolver: every entry whose claim no longer wants its volume (claim gone, being
-//! deleted, bound elsewhere) gets its volume deleted (CreateVolume replayed first when the id is
-//! unknown) and is dropped; an entry whose PV exists is dropped, and one whose PV holds another
-//! volume (in node mode: another node's copy) has its own volume deleted. Runs at start-up, which
-//! also finishes what an earlier leader or a crashed process left, and then every
-//! [`RESOLVE_EVERY`] over the in-memory ledger: API requests only for entries that need a clean-up
-//! or a look at a PV the cache cannot show (an entry whose claim is bound to a PV that does not
-//! exist stays, looked at with the retry backoff, at most every `--retry-interval-max`).
+//! The resolver: the only clean-up path of the intent store, whichever store holds an entry
+//! (Lease ledger, journal, claim record). Every entry whose claim no longer wants its volume
+//! (claim gone, being deleted, bound elsewhere) gets its volume deleted (CreateVolume replayed
+//! first when the id is unknown) and is dropped; an entry whose PV exists is dropped, and one whose
+//! PV holds another volume (in node mode: another node's copy) has its own volume deleted. Runs at
+//! start-up, which also finishes what an earlier leader or a crashed process left, and then every
+//! [`RESOLVE_EVERY`] over [`IntentStore::pending`](crate::provision::intents::IntentStore::pending)
+//! (in memory): API requests only for entries that need a clean-up or a look at a PV the cache
+//! cannot show (an entry whose claim is bound to a PV that does not exist stays, looked at with the
+//! retry backoff, at most every `--retry-interval-max`).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -13,51 +15,53 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use kube::Api;
+use kube::runtime::reflector::ObjectRef;
 use tracing::{debug, info, warn};
 
 use super::Provisioner;
-use super::cleanup::replay_for_id;
-use super::execute::delete_volume;
+use super::execute::{create_volume, delete_volume, secret_data};
+use super::node_gone::{Gone, confirm_gone, gone_message};
+use crate::csi::v1;
 use crate::k8s::errors::describe;
 use crate::k8s::events::{EventSpec, reference_to};
+use crate::k8s::secrets::SecretFetchError;
 use crate::names;
+use crate::node_mode::ownership::{self, CsiNodeLookup};
+use crate::provision::intents::Pending;
+use crate::provision::intents::cleanup::{
+    AfterReplay, CleanupStep, IntentCleanup, after_replay, cleanup_step,
+};
 use crate::provision::ledger::{self, CleanupCause, Entry, Holds, Resolution};
-use crate::provision::plan::{self, AfterReplay, CleanupStep, IntentCleanup};
 use crate::retry::Backoff;
 use crate::runtime::Shutdown;
 
-/// How often the ledger is compared with the caches.
+/// How often the pending entries are compared with the caches.
 const RESOLVE_EVERY: Duration = Duration::from_secs(2);
 
 /// Resolves entries until shutdown.
 pub(super) async fn run_resolver(state: Arc<Provisioner>, shutdown: Shutdown) {
-    if !state.ledger.is_enabled() {
-        return;
-    }
     let p = &state.ctx.config.provisioning;
     let mut backoff = Backoff::new(p.retry_interval_start, p.retry_interval_max);
     let mut not_before: HashMap<String, Instant> = HashMap::new();
     let stop = shutdown.requested();
     tokio::pin!(stop);
     loop {
-        let entries = state.ledger.entries();
-        not_before.retain(|volume, _| entries.iter().any(|e| &e.volume == volume));
-        for entry in entries {
-            if not_before
-                .get(&entry.volume)
-                .is_some_and(|t| Instant::now() < *t)
-            {
+        let pending = state.intents.pending();
+        not_before.retain(|volume, _| pending.iter().any(|p| &p.entry.volume == volume));
+        for one in pending {
+            let volume = one.entry.volume.clone();
+            if not_before.get(&volume).is_some_and(|t| Instant::now() < *t) {
                 continue;
             }
-            match resolve_one(&state, &entry).await {
+            match resolve_one(&state, &one).await {
                 Ok(()) => {
-                    backoff.reset(&entry.volume);
-                    not_before.remove(&entry.volume);
+                    backoff.reset(&volume);
+                    not_before.remove(&volume);
                 }
-                Err(message) => {
-                    let delay = backoff.failed(&entry.volume);
-                    debug!(volume = %entry.volume, ?delay, "{message}");
-                    not_before.insert(entry.volume.clone(), Instant::now() + delay);
+                Err(Retry { message, after }) => {
+                    let delay = after.unwrap_or_else(|| backoff.failed(&volume));
+                    debug!(%volume, ?delay, "{message}");
+                    not_before.insert(volume, Instant::now() + delay);
                 }
             }
         }
@@ -68,8 +72,24 @@ pub(super) async fn run_resolver(state: Arc<Provisioner>, shutdown: Shutdown) {
     }
 }
 
-/// Resolves one entry; an error is retried with backoff.
-async fn resolve_one(state: &Provisioner, entry: &Entry) -> Result<(), String> {
+/// An entry to look at again: after `after`, or with the retry backoff.
+pub(super) struct Retry {
+    message: String,
+    after: Option<Duration>,
+}
+
+impl From<String> for Retry {
+    fn from(message: String) -> Self {
+        Self {
+            message,
+            after: None,
+        }
+    }
+}
+
+/// Resolves one entry.
+pub(super) async fn resolve_one(state: &Provisioner, pending: &Pending) -> Result<(), Retry> {
+    let entry = &pending.entry;
     let stores = &state.ctx.stores;
     // Compared with the entry only when something can tell them apart (a known id, node mode):
     // one unpacked PV, for such entries only.
@@ -81,12 +101,27 @@ async fn resolve_one(state: &Provisioner, entry: &Entry) -> Result<(), String> {
         .pvcs
         .get(&crate::k8s::lean::key(Some(&entry.namespace), &entry.claim))
         .map(|c| c.full());
-    let cached_cause = match ledger::resolve(entry, pv_cached, claim.as_ref()) {
+    let cached_cause = match ledger::resolve(entry, &pending.owner, pv_cached, claim.as_ref()) {
         Resolution::Keep => return Ok(()),
         Resolution::Drop => {
-            // Left by a crash (a clean run drops its own entries): no write just for these.
-            state.ledger.drop_stale(&entry.volume);
-            return Ok(());
+            // A worker on this volume finishes it itself.
+            let Some(_lock) = state.ctx.volume_locks.try_lock(&entry.volume) else {
+                return Ok(());
+            };
+            // Left by a crash (a clean run drops its own entries): no ledger write just for
+            // these.
+            return state
+                .intents
+                .drop_stale(entry)
+                .await
+                .map_err(|e| e.to_string().into());
+        }
+        Resolution::Forget => {
+            debug!(claim = %entry.claim_name(), volume = %entry.volume, "no node selected: the last CreateVolume gave a final answer, nothing to delete");
+            return forget(state, entry).await;
+        }
+        Resolution::AwaitNodeGone(node) => {
+            return await_node_gone(state, entry, claim.as_ref(), &node).await;
         }
         Resolution::CheckPv => None,
         Resolution::Cleanup(cause) => Some(cause),
@@ -104,8 +139,7 @@ async fn resolve_one(state: &Provisioner, entry: &Entry) -> Result<(), String> {
         .map_err(|e| format!("reading PV {}: {}", entry.volume, describe(&e)))?;
     if let Some(pv) = live_pv {
         if ledger::pv_holds_entry(entry, &pv, own_node(state)) == Holds::Yes {
-            state.ledger.forget(&entry.volume);
-            return Ok(());
+            return forget(state, entry).await;
         }
         // The PV of this name may be another node's copy (or another volume): then this entry's
         // volume is referenced by nothing. Its handle is never deleted, whatever a replay says.
@@ -127,17 +161,18 @@ async fn resolve_one(state: &Provisioner, entry: &Entry) -> Result<(), String> {
             "claim {} is bound to PV {}, which does not exist",
             entry.claim_name(),
             entry.volume
-        ));
+        )
+        .into());
     };
     let live = Api::<PersistentVolumeClaim>::namespaced(state.ctx.client.clone(), &entry.namespace)
         .get_opt(&entry.claim)
         .await
         .map_err(|e| format!("reading claim {}: {}", entry.claim_name(), describe(&e)))?;
-    let cause = match ledger::resolve(entry, false, live.as_ref()) {
+    let cause = match ledger::resolve(entry, &pending.owner, false, live.as_ref()) {
         Resolution::Cleanup(live_cause) => live_cause,
         // The claim still wants it after all (the cache lagged): the controller goes on.
-        Resolution::Keep | Resolution::Drop | Resolution::CheckPv => {
-            debug!(volume = %entry.volume, cached = ?cause, "ledger entry still wanted");
+        _ => {
+            debug!(volume = %entry.volume, cached = ?cause, "intent still wanted");
             return Ok(());
         }
     };
@@ -154,6 +189,98 @@ fn own_node(state: &Provisioner) -> Option<&str> {
         .map(|mode| mode.me.name.as_str())
 }
 
+async fn forget(state: &Provisioner, entry: &Entry) -> Result<(), Retry> {
+    state
+        .intents
+        .forget(entry)
+        .await
+        .map_err(|e| e.to_string().into())
+}
+
+/// Node mode: the claim of another node's entry is being deleted. One instance (the first in
+/// rendezvous order of the claim among the live instances) watches that node: if it has no
+/// CSINode and its Node stays absent for the deleted-node grace period, the volume went with the
+/// node and the entry is dropped (else the claim would stay Terminating forever).
+async fn await_node_gone(
+    state: &Provisioner,
+    entry: &Entry,
+    claim: Option<&PersistentVolumeClaim>,
+    node: &str,
+) -> Result<(), Retry> {
+    let Some(csinodes) = &state.ctx.stores.csinodes else {
+        return Ok(());
+    };
+    // The claim memory's key of the claim (its UID).
+    let key = entry.uid.clone();
+    let me = own_node(state);
+    let checker =
+        ownership::checks_selected_node(me, &key, &csinodes.state(), &state.settings.driver);
+    let lookup = CsiNodeLookup::of(
+        csinodes.get(&ObjectRef::new(node)).as_deref(),
+        &state.settings.driver,
+    );
+    if !checker || lookup != CsiNodeLookup::NotFound {
+        // Another instance watches it, or the node is there: that node's instance owns it.
+        state.memory().node_not_missing(&key);
+        return Ok(());
+    }
+    let gone = confirm_gone(state, &key, node)
+        .await
+        .map_err(|e| format!("reading node {node}: {}", describe(&e)))?;
+    match gone {
+        Gone::Wait(left) => Err(Retry {
+            message: format!(
+                "the node {node} of the claim's provisioning intent is missing; waiting for the grace period"
+            ),
+            after: Some(left),
+        }),
+        Gone::Exists => Ok(()),
+        Gone::Confirmed => {
+            let message = gone_message(
+                state,
+                node,
+                &entry.volume,
+                "the provisioning intent is removed without calling DeleteVolume",
+            );
+            info!(claim = %entry.claim_name(), %node, volume = %entry.volume, "{message}");
+            if let Some(claim) = claim {
+                state.ctx.events.emit(
+                    reference_to(claim),
+                    EventSpec::warning(names::EVENT_VOLUME_NODE_GONE, message),
+                );
+            }
+            forget(state, entry).await?;
+            state.memory().node_not_missing(&key);
+            Ok(())
+        }
+    }
+}
+
+/// Replays CreateVolume (same name, with the provisioner secret) to learn the id of an abandoned
+/// volume, and judges the answer ([`after_replay`]). `Err`: the secret could not be read.
+async fn replay_for_id(
+    state: &Provisioner,
+    cleanup: &IntentCleanup,
+    mut request: v1::CreateVolumeRequest,
+) -> Result<AfterReplay, SecretFetchError> {
+    if let Some(secret) = &cleanup.secret {
+        request.secrets = secret_data(state, secret).await?;
+    }
+    Ok(match create_volume(state, request).await {
+        Ok(response) => after_replay(
+            cleanup,
+            Ok(response
+                .volume
+                .as_ref()
+                .map_or("", |v| v.volume_id.as_str())),
+        ),
+        Err(status) => after_replay(
+            cleanup,
+            Err((status.code(), &crate::csi::rpc_error(&status))),
+        ),
+    })
+}
+
 /// Deletes the volume of an abandoned entry, then drops the entry. `in_use`: the volume id a PV of
 /// the entry's name references, never deleted (a replay answering it means one volume both
 /// reach).
@@ -163,9 +290,9 @@ async fn cleanup_entry(
     cause: &CleanupCause,
     claim: Option<&PersistentVolumeClaim>,
     in_use: Option<&str>,
-) -> Result<(), String> {
+) -> Result<(), Retry> {
     let claim_deleted = matches!(cause, CleanupCause::ClaimGone | CleanupCause::ClaimDeleting);
-    if claim_deleted && entry.may_be_kept(state.ledger.recorded_here(&entry.volume)) {
+    if claim_deleted && entry.may_be_kept(state.intents.recorded_here(&entry.volume)) {
         // Cannot tell a volume whose PV was never made from one a user kept (its Retain PV
         // deleted by an admin): kept, and reported (the audit lists it as a volume without a PV).
         warn!(
@@ -176,23 +303,15 @@ async fn cleanup_entry(
              volume on the storage backend if nobody needs it (csi-provisioner audit lists it)"
         );
         state.ctx.metrics.operator.intent_volumes_kept.inc();
-        state.ledger.forget(&entry.volume);
-        return Ok(());
+        return forget(state, entry).await;
     }
     let replay = entry.request();
     let cleanup = IntentCleanup {
         volume_name: entry.volume.clone(),
         volume_id: entry.id.clone(),
         secret: entry.secret_ref(),
-        replay_is_exact: replay.is_some(),
+        replay_is_exact: replay.is_some() && !entry.approximate,
         replay,
-        reason: match cause {
-            CleanupCause::BoundElsewhere(pv) => plan::CleanupReason::BoundElsewhere(pv.clone()),
-            CleanupCause::PvOfAnotherVolume => plan::CleanupReason::PvOfAnotherVolume,
-            CleanupCause::ClaimGone | CleanupCause::ClaimDeleting => {
-                plan::CleanupReason::ClaimDeleted
-            }
-        },
     };
     let report = |message: String| {
         warn!(claim = %entry.claim_name(), volume = %entry.volume, "{message}");
@@ -202,9 +321,9 @@ async fn cleanup_entry(
                 EventSpec::warning(names::EVENT_PROVISIONING_CLEANUP_FAILED, message.clone()),
             );
         }
-        message
+        Retry::from(message)
     };
-    let mut step = plan::cleanup_step(&cleanup, &PersistentVolumeClaim::default(), false);
+    let mut step = cleanup_step(&cleanup, false);
     if let CleanupStep::Replay(request) = step {
         let verdict = replay_for_id(state, &cleanup, *request)
             .await
@@ -212,27 +331,24 @@ async fn cleanup_entry(
         step = match verdict {
             AfterReplay::Delete(volume_id) => {
                 // Remembered: if the delete fails, the next attempt needs no replay.
-                state.ledger.set_id(&entry.volume, &volume_id);
-                CleanupStep::DeleteVolume {
-                    volume_id,
-                    record_id: false,
-                }
+                state.intents.set_id(entry, &volume_id).await;
+                CleanupStep::DeleteVolume { volume_id }
             }
             AfterReplay::NoVolumeId(message) => {
-                report(message);
+                let _ = report(message);
                 CleanupStep::DropIntent
             }
             AfterReplay::VolumeAbsent => CleanupStep::DropIntent,
             AfterReplay::Retry(message) => return Err(report(message)),
         };
     }
-    if let CleanupStep::DeleteVolume { volume_id, .. } = &step
+    if let CleanupStep::DeleteVolume { volume_id } = &step
         && in_use == Some(volume_id.as_str())
     {
         info!(claim = %entry.claim_name(), volume = %entry.volume, %volume_id, "the volume is the one PV {} references (storage both nodes reach): kept", entry.volume);
         step = CleanupStep::DropIntent;
     }
-    if let CleanupStep::DeleteVolume { volume_id, .. } = &step {
+    if let CleanupStep::DeleteVolume { volume_id } = &step {
         delete_volume(state, volume_id, cleanup.secret.as_ref())
             .await
             .map_err(|e| {
@@ -250,6 +366,5 @@ async fn cleanup_entry(
             })?;
         info!(claim = %entry.claim_name(), volume = %entry.volume, %volume_id, ?cause, "volume of an abandoned provisioning deleted");
     }
-    state.ledger.forget(&entry.volume);
-    Ok(())
+    forget(state, entry).await
 }

@@ -1,5 +1,5 @@
-//! The provisioning shell against the API simulator and a fake CSI controller: it executes the
-//! clean-up decision (`plan::cleanup_step`, `plan::after_replay`) and nothing else.
+//! The provisioning shell against the API simulator and a fake CSI controller: the resolver
+//! executes the clean-up decision (`intents::cleanup`) of a claim record and nothing else.
 
 use std::sync::Mutex as StdMutex;
 
@@ -13,7 +13,9 @@ use crate::k8s::events::{EventSource, Recorder};
 use crate::metrics::Metrics;
 use crate::metrics::node_gone::NodeGoneMetrics;
 use crate::names;
-use crate::provision::plan::IntentCleanup;
+use crate::provision::intents::{IntentStore, Pending};
+use crate::provision::ledger::Owner;
+use crate::provision::ledger::store::Ledger;
 use crate::runtime::{Stores, VolumeLocks};
 
 /// Records every call; CreateVolume answers with `created_id`.
@@ -97,7 +99,7 @@ fn shell(sim: &Sim, csi: Arc<FakeCsi>) -> Provisioner {
             Competition::new(Duration::from_secs(1), Duration::from_secs(8)),
         )),
         node_topology: None,
-        ledger: Ledger::disabled(),
+        intents: IntentStore::new(Ledger::disabled(), ctx.client.clone(), DRIVER, None),
         settings: settings_of(&ctx),
         ctx,
     }
@@ -123,18 +125,14 @@ async fn deleted_claim_with_intent(sim: &Sim, volume_id: Option<&str>) -> Persis
     api.get("data").await.unwrap()
 }
 
-fn abandoned(volume_id: Option<&str>, replay: bool) -> IntentCleanup {
-    IntentCleanup {
-        volume_name: "pvc-1".to_owned(),
-        volume_id: volume_id.map(str::to_owned),
-        secret: None,
-        replay: replay.then(|| v1::CreateVolumeRequest {
-            name: "pvc-1".to_owned(),
-            ..v1::CreateVolumeRequest::default()
-        }),
-        replay_is_exact: true,
-        reason: crate::provision::intent::CleanupReason::ClaimDeleted,
-    }
+/// The claim record of `claim`, as the store's mirror has it after the watch delivered the claim.
+fn observed(state: &Provisioner, claim: &PersistentVolumeClaim) -> Pending {
+    state.intents.observe(claim);
+    let mut pending = state.intents.pending();
+    assert_eq!(pending.len(), 1, "one record");
+    let one = pending.remove(0);
+    assert_eq!(one.owner, Owner::Me);
+    one
 }
 
 async fn claim_gone(sim: &Sim) -> bool {
@@ -150,15 +148,9 @@ async fn a_recorded_volume_id_is_deleted_without_a_replay_and_the_claim_is_relea
         created_id: "unused".to_owned(),
     });
     let state = shell(&sim, csi.clone());
-    // The cached copy predates the id; the live claim has it.
-    let mut cached = deleted_claim_with_intent(&sim, Some("vol-1")).await;
-    if let Some(a) = cached.metadata.annotations.as_mut() {
-        a.remove(names::ANN_INTENT_VOLUME_ID);
-    }
-    let cached = Arc::new(cached);
-    cleanup_intent(&state, &cached, abandoned(None, true))
-        .await
-        .unwrap();
+    let claim = deleted_claim_with_intent(&sim, Some("vol-1")).await;
+    let pending = observed(&state, &claim);
+    assert!(resolve::resolve_one(&state, &pending).await.is_ok());
     assert_eq!(*crate::sync::lock(&csi.calls), ["DeleteVolume vol-1"]);
     assert!(claim_gone(&sim).await, "the intent finalizer is removed");
 }
@@ -171,10 +163,9 @@ async fn without_an_id_the_create_is_replayed_then_the_answered_volume_deleted()
         created_id: "vol-9".to_owned(),
     });
     let state = shell(&sim, csi.clone());
-    let claim = Arc::new(deleted_claim_with_intent(&sim, None).await);
-    cleanup_intent(&state, &claim, abandoned(None, true))
-        .await
-        .unwrap();
+    let claim = deleted_claim_with_intent(&sim, None).await;
+    let pending = observed(&state, &claim);
+    assert!(resolve::resolve_one(&state, &pending).await.is_ok());
     assert_eq!(
         *crate::sync::lock(&csi.calls),
         ["CreateVolume pvc-1", "DeleteVolume vol-9"]
@@ -190,16 +181,15 @@ async fn a_volume_whose_pv_exists_is_kept_and_only_the_intent_dropped() {
         created_id: "unused".to_owned(),
     });
     let state = shell(&sim, csi.clone());
-    let claim = Arc::new(deleted_claim_with_intent(&sim, Some("vol-1")).await);
+    let claim = deleted_claim_with_intent(&sim, None).await;
     let pvs: Api<PersistentVolume> = Api::all(sim.client());
     let mut pv = crate::testing::pv("pvc-1").build();
     pv.metadata.uid = None;
     pv.metadata.resource_version = None;
     pv.status = None;
     pvs.create(&PostParams::default(), &pv).await.unwrap();
-    cleanup_intent(&state, &claim, abandoned(Some("vol-1"), false))
-        .await
-        .unwrap();
+    let pending = observed(&state, &claim);
+    assert!(resolve::resolve_one(&state, &pending).await.is_ok());
     assert!(
         crate::sync::lock(&csi.calls).is_empty(),
         "no call reaches the driver"

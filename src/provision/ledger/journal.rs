@@ -189,6 +189,7 @@ mod tests {
             id: None,
             request: k8s_openapi::ByteString(vec![1, 2, 3]),
             retain: false,
+            approximate: false,
         }
     }
 

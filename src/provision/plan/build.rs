@@ -13,11 +13,8 @@ use super::{
 use crate::csi::v1::TopologyRequirement;
 use crate::csi::v1::volume_capability::access_mode::Mode;
 use crate::model::claim::{claim_class_name, selected_node};
-use crate::model::meta::non_empty_annotation;
 use crate::model::secrets::{ClaimIdentity, SecretError, TemplateContext, resolve_all};
-use crate::names;
 use crate::provision::classify::may_reschedule;
-use crate::provision::intent::intent_secret;
 use crate::provision::params::{self, ParamError};
 use crate::provision::pv::{PvTemplate, claim_ref};
 use crate::provision::request::{
@@ -94,7 +91,6 @@ pub(super) fn plan(
     pvc: &PersistentVolumeClaim,
     ctx: &ClaimContext<'_>,
     class: &StorageClass,
-    intent: bool,
 ) -> Result<ProvisionPlan, Stop> {
     let settings = ctx.settings;
     let claim_name = pvc.metadata.name.as_deref().unwrap_or_default();
@@ -204,10 +200,6 @@ pub(super) fn plan(
         warnings.push(e);
         None
     });
-    let recorded = intent
-        && non_empty_annotation(&pvc.metadata, names::ANN_INTENT_VOLUME_NAME)
-            == Some(volume_name.as_str())
-        && intent_secret(pvc) == secrets.provisioner;
     Ok(ProvisionPlan {
         volume_name,
         request,
@@ -215,7 +207,6 @@ pub(super) fn plan(
         pv,
         may_reschedule: may_reschedule(settings.topology, node),
         class_uid: class.metadata.uid.clone().unwrap_or_default(),
-        needs_intent_write: !recorded,
         warnings,
         max_failures,
         class_name: class.metadata.name.clone().unwrap_or_default(),

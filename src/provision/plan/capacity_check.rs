@@ -32,7 +32,6 @@ pub(super) fn capacity_check(
     pvc: &PersistentVolumeClaim,
     ctx: &ClaimContext<'_>,
     class: &StorageClass,
-    intent: bool,
     me: &str,
 ) -> Option<CapacityCheck> {
     if !ctx.settings.controller.get_capacity {
@@ -45,7 +44,7 @@ pub(super) fn capacity_check(
         .get_or_insert_with(Default::default)
         .insert(names::ANN_SELECTED_NODE.to_owned(), me.to_owned());
     // An error here comes back as the claim's ProvisioningFailed once this node has it.
-    let request = plan(&as_ours, ctx, class, intent).ok()?.request;
+    let request = plan(&as_ours, ctx, class).ok()?.request;
     let required_bytes = request
         .capacity_range
         .as_ref()

@@ -1,5 +1,6 @@
-//! Which intent ledger this instance writes (the driver's; in node mode its node's), and reading
-//! another node's ledger before clearing a claim's selected node.
+//! Which intent store this instance uses (the driver's Lease ledger; in node mode its node's, or
+//! its journal; claim records when Leases are refused), and reading what another node recorded
+//! for a claim before its selected node is cleared.
 
 use std::time::Duration;
 
@@ -7,17 +8,31 @@ use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use kube::Api;
 use tracing::{info, warn};
 
-use super::report::kube_err;
-use super::{ProvisionError, Provisioner};
+use super::IntentStore;
 use crate::k8s::errors::{ApiErrorClass, classify, describe};
 use crate::provision::ledger::store::Ledger;
 use crate::retry::{Attempt, retry_transient};
 use crate::runtime::Context;
 
+/// The intent store of this instance, chosen once at start-up.
+pub(crate) async fn open(ctx: &Context) -> IntentStore {
+    let node = ctx
+        .config
+        .node_deployment
+        .as_ref()
+        .map(|n| n.node_name.clone());
+    IntentStore::new(
+        open_ledger(ctx).await,
+        ctx.client.clone(),
+        &ctx.driver.name,
+        node,
+    )
+}
+
 /// The intent ledger of this driver, in the leader-election namespace (where upstream's Role
 /// grants Leases). Node mode: one ledger per node, written only by that node's instance, and
 /// finished by the dead-node clean-up when the node is gone (`gone_nodes::ledgers`).
-pub(super) async fn open_ledger(ctx: &Context) -> Ledger {
+async fn open_ledger(ctx: &Context) -> Ledger {
     let namespace = crate::leader::ledger_namespace(&ctx.config);
     let node = ctx
         .config
@@ -123,20 +138,20 @@ async fn move_leases_into(ctx: &Context, ledger: &Ledger, namespace: &str, base:
     }
 }
 
-/// The volume name node `node`'s intent ledger holds for `pvc` (same UID), if any.
-pub(super) async fn in_node_ledger(
-    state: &Provisioner,
+/// The volume name node `node` recorded for `pvc` (same UID), if any: the claim's own record, else
+/// the node's Lease ledger (one LIST; a node keeping a journal cannot be read from here).
+pub(crate) async fn recorded_on_node(
+    ctx: &Context,
     pvc: &PersistentVolumeClaim,
     node: &str,
-) -> Result<Option<String>, ProvisionError> {
-    let ctx = &state.ctx;
+) -> Result<Option<String>, kube::Error> {
+    if let Some(entry) = super::claim_record::entry_of(pvc) {
+        return Ok(Some(entry.volume));
+    }
     let namespace = crate::leader::ledger_namespace(&ctx.config);
     let base = ledger_base(ctx, Some(node));
-    let entries = crate::provision::ledger::lease::read_ledger(&ctx.client, &namespace, &base)
-        .await
-        .map_err(kube_err(format!(
-            "reading the intent ledger of node {node}"
-        )))?;
+    let entries =
+        crate::provision::ledger::lease::read_ledger(&ctx.client, &namespace, &base).await?;
     let uid = pvc.metadata.uid.as_deref().unwrap_or_default();
     Ok(entries.into_iter().find(|e| e.uid == uid).map(|e| e.volume))
 }

@@ -1,0 +1,190 @@
+//! The intent store: the durable record that a CreateVolume may be in flight, so that no volume
+//! outlives its claim unnoticed (upstream leaks one when a claim is deleted while CreateVolume
+//! hangs or the sidecar is down: its issues 486, 1469).
+//!
+//! One interface — [`IntentStore::record`] (returns once the record is durable; only then may
+//! CreateVolume be sent), [`IntentStore::set_id`], [`IntentStore::forget`],
+//! [`IntentStore::pending`] — over three implementations, chosen once at start-up ([`open`]):
+//!
+//! - the Lease ledger (`provision::ledger`): a few Leases in the sidecar's namespace, one write per
+//!   burst (group commit); the default, in upstream's RBAC;
+//! - node mode with `--node-deployment-intent-journal`: the same ledger in node-local files;
+//! - the claim record ([`claim_record`]): a finalizer and annotations on the claim, for RBAC
+//!   without Leases. A Lease write refused at run time moves the store to it: that switch is this
+//!   module's business, invisible to callers.
+//!
+//! The resolver (`provision::controller::resolve`) is the only clean-up path for all of them: it
+//! walks [`IntentStore::pending`] and decides each entry with `ledger::resolve`.
+
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+
+use crate::k8s::patch::PatchError;
+use crate::leader::Leadership;
+use crate::provision::ledger::store::{Ledger, LedgerError};
+use crate::provision::ledger::{Entry, Owner};
+
+pub(crate) mod claim_record;
+pub(crate) mod cleanup;
+mod open;
+
+use claim_record::{ClaimRecords, Written};
+pub(crate) use open::{open, recorded_on_node};
+
+/// Why an intent was not recorded. `Display` is the text of the claim's event.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum IntentError {
+    /// The ledger write failed.
+    #[error(
+        "no volume is created until the provisioning intent is recorded, and that failed: {0}; retrying"
+    )]
+    Ledger(LedgerError),
+    /// The claim write failed.
+    #[error(
+        "no volume is created until the provisioning intent is recorded on the claim, and that failed: {0}{hint}",
+        hint = claim_hint(.0)
+    )]
+    Claim(PatchError),
+}
+
+fn claim_hint(error: &PatchError) -> &'static str {
+    match error.class {
+        crate::k8s::errors::ApiErrorClass::Forbidden => {
+            "; grant the sidecar's ServiceAccount update (or patch) on persistentvolumeclaims"
+        }
+        _ => "; retrying",
+    }
+}
+
+/// What [`IntentStore::record`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Recorded {
+    /// Durable: CreateVolume may be sent.
+    Durable,
+    /// The claim is being deleted (claim record): nothing was started, nothing may be.
+    ClaimDeleting,
+}
+
+/// An entry the resolver looks at, and who acts on it.
+#[derive(Debug, Clone)]
+pub(crate) struct Pending {
+    /// The intent.
+    pub(crate) entry: Entry,
+    /// Who acts on it.
+    pub(crate) owner: Owner,
+}
+
+/// A handle on the intent store; cheap to clone.
+#[derive(Clone)]
+pub(crate) struct IntentStore {
+    ledger: Ledger,
+    claims: Arc<ClaimRecords>,
+    /// Node mode: this instance's node.
+    node: Option<String>,
+}
+
+impl IntentStore {
+    /// A store over `ledger` (disabled: claim records only) for claims of `driver`.
+    pub(crate) fn new(
+        ledger: Ledger,
+        client: kube::Client,
+        driver: &str,
+        node: Option<String>,
+    ) -> Self {
+        Self {
+            ledger,
+            claims: Arc::new(ClaimRecords::new(client, driver)),
+            node,
+        }
+    }
+
+    /// Records `entry` for `pvc` and returns once it is durable.
+    pub(crate) async fn record(
+        &self,
+        pvc: &PersistentVolumeClaim,
+        entry: Entry,
+    ) -> Result<Recorded, IntentError> {
+        match self.ledger.record(entry.clone()).await {
+            Ok(()) => Ok(Recorded::Durable),
+            // No ledger (RBAC), or refused for good meanwhile: on the claim.
+            Err(LedgerError::Disabled) => match self.claims.record(pvc, &entry).await {
+                Ok(Written::Recorded) => Ok(Recorded::Durable),
+                Ok(Written::ClaimDeleting) => Ok(Recorded::ClaimDeleting),
+                Err(e) => Err(IntentError::Claim(e)),
+            },
+            Err(e) => Err(IntentError::Ledger(e)),
+        }
+    }
+
+    /// Remembers the volume id learned for `entry` (a retried clean-up then needs no replay).
+    pub(crate) async fn set_id(&self, entry: &Entry, id: &str) {
+        self.ledger.set_id(&entry.volume, id);
+        if self.claims.holds(entry) {
+            self.claims.set_id(entry, id).await;
+        }
+    }
+
+    /// Drops `entry`: its PV exists, or its volume was deleted (or never made). A Retain volume's
+    /// entry is written away at once (see `ledger::Book::forget_promptly`), others lazily.
+    pub(crate) async fn forget(&self, entry: &Entry) -> Result<(), IntentError> {
+        if entry.retain {
+            self.ledger.forget_promptly(&entry.volume);
+        } else {
+            self.ledger.forget(&entry.volume);
+        }
+        if self.claims.holds(entry) {
+            self.claims
+                .forget(entry)
+                .await
+                .map_err(IntentError::Claim)?;
+        }
+        Ok(())
+    }
+
+    /// Drops an entry found stale (its PV exists): the ledger writes nothing just for it.
+    pub(crate) async fn drop_stale(&self, entry: &Entry) -> Result<(), IntentError> {
+        self.ledger.drop_stale(&entry.volume);
+        if self.claims.holds(entry) {
+            self.claims
+                .forget(entry)
+                .await
+                .map_err(IntentError::Claim)?;
+        }
+        Ok(())
+    }
+
+    /// Every entry now, with who acts on it.
+    pub(crate) fn pending(&self) -> Vec<Pending> {
+        let me = self.node.as_deref();
+        let ledger = self.ledger.entries().into_iter().map(|entry| Pending {
+            entry,
+            owner: Owner::Me,
+        });
+        let claims = self
+            .claims
+            .pending()
+            .into_iter()
+            .map(|(entry, selected)| Pending {
+                entry,
+                owner: Owner::of_record(me, selected.as_deref()),
+            });
+        ledger.chain(claims).collect()
+    }
+
+    /// Whether this process recorded `volume` itself (then it alone made, or did not make, the
+    /// volume's PV).
+    pub(crate) fn recorded_here(&self, volume: &str) -> bool {
+        self.ledger.recorded_here(volume) || self.claims.recorded_here(volume)
+    }
+
+    /// Takes in a claim as the watch delivered it (the claim records it carries).
+    pub(crate) fn observe(&self, pvc: &PersistentVolumeClaim) {
+        self.claims.observe(pvc);
+    }
+
+    /// Writes the ledger until `stop` completes (nothing to run for claim records).
+    pub(crate) async fn run(self, leadership: Leadership, stop: impl Future<Output = ()>) {
+        self.ledger.run_committer(leadership, stop).await;
+    }
+}

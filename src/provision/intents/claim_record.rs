@@ -1,0 +1,642 @@
+//! The claim record: the intent store for deployments whose RBAC lacks Leases in the sidecar's
+//! namespace (the ledger is refused). The intent goes on the claim itself, as a finalizer (so the
+//! claim cannot disappear while a volume may exist without a PV) and annotations holding what a
+//! ledger entry holds: volume name, volume id once learned, provisioner secret, the CreateVolume
+//! request (no secrets) and whether the class retains its volumes. Two claim writes per volume
+//! (record, forget) instead of a share of one Lease write.
+//!
+//! [`ClaimRecords`] keeps an in-memory mirror of the records, fed by every claim the provisioning
+//! controller's watch delivers ([`ClaimRecords::observe`]), so listing what is pending costs no
+//! request and no scan of the cache.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Mutex;
+
+use json_patch::jsonptr::Token;
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::{Api, Client, ResourceExt};
+use prost::Message;
+use serde_json::Value;
+
+use crate::csi::v1::CreateVolumeRequest;
+use crate::k8s::patch::{
+    self, PatchError, PatchOutcome, Step, add_op, annotation_path, guard, meta_path, pointer,
+    remove_op, test_op, version_test,
+};
+use crate::model::meta::{has_finalizer, non_empty_annotation};
+use crate::names;
+use crate::provision::ledger::Entry;
+use crate::provision::request::{
+    self, RequestParts, create_volume_request, is_block, requested_bytes,
+};
+use crate::sync::lock;
+
+/// The annotations that record `entry` on its claim (`None` removes a stale key).
+pub(crate) fn intent_annotations(entry: &Entry) -> BTreeMap<&'static str, Option<String>> {
+    let secret = entry.secret_ref();
+    let request = (!entry.request.0.is_empty())
+        .then(|| serde_json::to_value(&entry.request).ok())
+        .flatten()
+        .and_then(|v| v.as_str().map(str::to_owned));
+    BTreeMap::from([
+        (names::ANN_INTENT_VOLUME_NAME, Some(entry.volume.clone())),
+        (names::ANN_INTENT_VOLUME_ID, entry.id.clone()),
+        (
+            names::ANN_INTENT_SECRET_NAME,
+            secret.as_ref().map(|s| s.name.clone()),
+        ),
+        (
+            names::ANN_INTENT_SECRET_NAMESPACE,
+            secret.map(|s| s.namespace),
+        ),
+        (names::ANN_INTENT_REQUEST, request),
+        (
+            names::ANN_INTENT_RETAIN,
+            entry.retain.then(|| "true".to_owned()),
+        ),
+    ])
+}
+
+/// Every annotation the intent may carry.
+pub(crate) const INTENT_ANNOTATIONS: [&str; 6] = [
+    names::ANN_INTENT_VOLUME_NAME,
+    names::ANN_INTENT_VOLUME_ID,
+    names::ANN_INTENT_SECRET_NAME,
+    names::ANN_INTENT_SECRET_NAMESPACE,
+    names::ANN_INTENT_REQUEST,
+    names::ANN_INTENT_RETAIN,
+];
+
+/// The write that records the intent (finalizer plus `wanted` annotations, `None` = remove) on
+/// the claim described by `meta`. Its `test` ops cover only what it touches, so unrelated
+/// concurrent writes (the PV controller's annotations and status) do not make it fail; a changed
+/// finalizer list does. Adding the finalizer to a claim being deleted is refused by the API
+/// server: [`Step::ObjectDeleting`].
+pub(crate) fn intent_write_step(
+    meta: &ObjectMeta,
+    wanted: &BTreeMap<&'static str, Option<String>>,
+) -> Step {
+    let mut ops = Vec::new();
+    // `add` of a missing list would replace one created meanwhile: such writes pin the version.
+    let mut version_tested = false;
+    let finalizers = meta.finalizers.as_deref().unwrap_or_default();
+    if !finalizers
+        .iter()
+        .any(|f| f == names::FINALIZER_PROVISIONING_INTENT)
+    {
+        if meta.deletion_timestamp.is_some() {
+            return Step::ObjectDeleting;
+        }
+        let ours = Value::String(names::FINALIZER_PROVISIONING_INTENT.to_owned());
+        if finalizers.is_empty() {
+            ops.extend(version_test(meta));
+            version_tested = true;
+            ops.push(add_op(meta_path("finalizers"), Value::Array(vec![ours])));
+        } else {
+            let list = finalizers.iter().cloned().map(Value::String).collect();
+            ops.push(test_op(meta_path("finalizers"), Value::Array(list)));
+            let end = pointer([
+                Token::new("metadata"),
+                Token::new("finalizers"),
+                Token::new("-"),
+            ]);
+            ops.push(add_op(end, ours));
+        }
+    }
+    let current = meta.annotations.clone().unwrap_or_default();
+    let sets: BTreeMap<&str, &String> = wanted
+        .iter()
+        .filter_map(|(k, v)| Some((*k, v.as_ref()?)))
+        .filter(|(k, v)| current.get(*k) != Some(*v))
+        .collect();
+    let removes = wanted
+        .iter()
+        .filter(|(k, v)| v.is_none() && current.contains_key(**k))
+        .map(|(k, _)| *k);
+    if current.is_empty() && !sets.is_empty() {
+        if !version_tested {
+            ops.extend(version_test(meta));
+        }
+        let map = sets
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), Value::String((*v).clone())))
+            .collect();
+        ops.push(add_op(meta_path("annotations"), Value::Object(map)));
+    } else {
+        for (k, v) in sets {
+            ops.push(add_op(annotation_path(k), Value::String(v.clone())));
+        }
+    }
+    for k in removes {
+        ops.push(remove_op(annotation_path(k)));
+    }
+    if ops.is_empty() {
+        return Step::AlreadyDone;
+    }
+    Step::Write(json_patch::Patch(
+        guard(meta).into_iter().chain(ops).collect(),
+    ))
+}
+
+/// The write that removes the intent finalizer and every intent annotation from the claim
+/// described by `meta`: `test` + `remove` of our finalizer at its index, `remove` of each of our
+/// annotations present. Nothing else of the claim is relied on.
+pub(crate) fn intent_removal_step(meta: &ObjectMeta) -> Step {
+    let mut ops = Vec::new();
+    let finalizers = meta.finalizers.as_deref().unwrap_or_default();
+    if let Some(i) = finalizers
+        .iter()
+        .position(|f| f == names::FINALIZER_PROVISIONING_INTENT)
+    {
+        let path = pointer([
+            Token::new("metadata"),
+            Token::new("finalizers"),
+            Token::from(i),
+        ]);
+        let ours = Value::String(names::FINALIZER_PROVISIONING_INTENT.to_owned());
+        ops.push(test_op(path.clone(), ours));
+        ops.push(remove_op(path));
+    }
+    let current = meta.annotations.as_ref();
+    for k in INTENT_ANNOTATIONS {
+        if current.is_some_and(|a| a.contains_key(k)) {
+            ops.push(remove_op(annotation_path(k)));
+        }
+    }
+    if ops.is_empty() {
+        return Step::AlreadyDone;
+    }
+    Step::Write(json_patch::Patch(
+        guard(meta).into_iter().chain(ops).collect(),
+    ))
+}
+
+/// Whether the claim carries the intent finalizer.
+pub(crate) fn has_record(pvc: &PersistentVolumeClaim) -> bool {
+    has_finalizer(&pvc.metadata, names::FINALIZER_PROVISIONING_INTENT)
+}
+
+/// The intent recorded on `pvc`, if it carries one. A record written before the request was kept
+/// on the claim gets a minimal request (what the claim itself says), marked approximate: its
+/// refusal proves nothing.
+pub(crate) fn entry_of(pvc: &PersistentVolumeClaim) -> Option<Entry> {
+    if !has_record(pvc) {
+        return None;
+    }
+    let meta = &pvc.metadata;
+    let volume = non_empty_annotation(meta, names::ANN_INTENT_VOLUME_NAME)?.to_owned();
+    let secret = match (
+        non_empty_annotation(meta, names::ANN_INTENT_SECRET_NAMESPACE),
+        non_empty_annotation(meta, names::ANN_INTENT_SECRET_NAME),
+    ) {
+        (Some(namespace), Some(name)) => Some(format!("{namespace}/{name}")),
+        _ => None,
+    };
+    let recorded = non_empty_annotation(meta, names::ANN_INTENT_REQUEST)
+        .and_then(|text| serde_json::from_value::<ByteString>(Value::String(text.to_owned())).ok());
+    let (request, approximate) = match recorded {
+        Some(bytes) => (bytes, false),
+        None => (
+            ByteString(minimal_request(pvc, &volume).encode_to_vec()),
+            true,
+        ),
+    };
+    Some(Entry {
+        volume,
+        namespace: meta.namespace.clone().unwrap_or_default(),
+        claim: meta.name.clone().unwrap_or_default(),
+        uid: meta.uid.clone().unwrap_or_default(),
+        secret,
+        id: non_empty_annotation(meta, names::ANN_INTENT_VOLUME_ID).map(str::to_owned),
+        request,
+        retain: non_empty_annotation(meta, names::ANN_INTENT_RETAIN) == Some("true"),
+        approximate,
+    })
+}
+
+/// A CreateVolume with only what the claim itself says (no class, no topology), for replaying
+/// when the original request was not recorded.
+fn minimal_request(pvc: &PersistentVolumeClaim, volume_name: &str) -> CreateVolumeRequest {
+    let modes = pvc
+        .spec
+        .as_ref()
+        .and_then(|s| s.access_modes.clone())
+        .filter(|m| !m.is_empty())
+        .unwrap_or_else(|| vec!["ReadWriteOnce".to_owned()]);
+    let capabilities = request::volume_capabilities(&modes, is_block(pvc), "", &[], false)
+        .or_else(|_| {
+            request::volume_capabilities(
+                &["ReadWriteOnce".to_owned()],
+                is_block(pvc),
+                "",
+                &[],
+                false,
+            )
+        })
+        .unwrap_or_default();
+    create_volume_request(RequestParts {
+        name: volume_name.to_owned(),
+        required_bytes: requested_bytes(pvc).unwrap_or(0),
+        capabilities,
+        ..RequestParts::default()
+    })
+}
+
+/// What a record write found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Written {
+    /// The record is on the claim.
+    Recorded,
+    /// The claim is being deleted (or gone): nothing was started, nothing may be.
+    ClaimDeleting,
+}
+
+/// A record in the mirror.
+#[derive(Debug, Clone)]
+struct Mirrored {
+    entry: Entry,
+    /// The claim's selected node when last seen (node mode: who acts on the record).
+    selected_node: Option<String>,
+}
+
+/// The claim-record store: writes and the mirror of what the claims carry.
+pub(crate) struct ClaimRecords {
+    client: Client,
+    /// Our driver: every driver running this sidecar writes the same finalizer.
+    driver: String,
+    /// Records by claim UID.
+    mirror: Mutex<HashMap<String, Mirrored>>,
+    /// Volumes this process recorded itself, until forgotten.
+    recorded_here: Mutex<HashSet<String>>,
+}
+
+impl ClaimRecords {
+    /// An empty store for claims of `driver`.
+    pub(crate) fn new(client: Client, driver: &str) -> Self {
+        Self {
+            client,
+            driver: driver.to_owned(),
+            mirror: Mutex::new(HashMap::new()),
+            recorded_here: Mutex::new(HashSet::new()),
+        }
+    }
+
+    /// Takes in the claim as the watch delivered it: its record (our driver's only), or none.
+    pub(crate) fn observe(&self, pvc: &PersistentVolumeClaim) {
+        let uid = pvc.uid().unwrap_or_default();
+        let record = entry_of(pvc).filter(|_| crate::model::claim::is_ours(pvc, &self.driver));
+        let mut mirror = lock(&self.mirror);
+        match record {
+            Some(entry) => {
+                let selected_node = crate::model::claim::selected_node(pvc).map(str::to_owned);
+                mirror.insert(
+                    uid,
+                    Mirrored {
+                        entry,
+                        selected_node,
+                    },
+                );
+            }
+            None => {
+                mirror.remove(&uid);
+            }
+        }
+    }
+
+    /// Every record with the claim's selected node as last seen.
+    pub(crate) fn pending(&self) -> Vec<(Entry, Option<String>)> {
+        lock(&self.mirror)
+            .values()
+            .map(|m| (m.entry.clone(), m.selected_node.clone()))
+            .collect()
+    }
+
+    /// Whether the claim of `entry` carries a record (as last seen, or written here).
+    pub(crate) fn holds(&self, entry: &Entry) -> bool {
+        lock(&self.mirror).contains_key(&entry.uid)
+    }
+
+    /// Whether this process recorded `volume` itself.
+    pub(crate) fn recorded_here(&self, volume: &str) -> bool {
+        lock(&self.recorded_here).contains(volume)
+    }
+
+    fn api(&self, namespace: &str) -> Api<PersistentVolumeClaim> {
+        Api::namespaced(self.client.clone(), namespace)
+    }
+
+    /// Writes the finalizer and `entry`'s annotations on `pvc` in one write
+    /// ([`intent_write_step`]); nothing is written when they are there already.
+    pub(crate) async fn record(
+        &self,
+        pvc: &PersistentVolumeClaim,
+        entry: &Entry,
+    ) -> Result<Written, PatchError> {
+        let wanted = intent_annotations(entry);
+        let outcome = patch::patch_fresh(
+            &self.api(&entry.namespace),
+            pvc,
+            "record provisioning intent",
+            |meta| intent_write_step(meta, &wanted),
+        )
+        .await?;
+        match outcome {
+            PatchOutcome::Patched(fresh) | PatchOutcome::Unchanged(fresh) => {
+                lock(&self.recorded_here).insert(entry.volume.clone());
+                self.observe(&fresh);
+                Ok(Written::Recorded)
+            }
+            PatchOutcome::Deleting(_) | PatchOutcome::Gone => Ok(Written::ClaimDeleting),
+        }
+    }
+
+    /// Records the learned volume id on the claim (a retried clean-up then needs no replay).
+    /// Best effort: without it the next attempt replays CreateVolume.
+    pub(crate) async fn set_id(&self, entry: &Entry, id: &str) {
+        // Computed from a fresh read only (the seed has no resourceVersion), and only while the
+        // claim still carries the record.
+        let step = |meta: &ObjectMeta| {
+            if meta.resource_version.is_none()
+                || !has_finalizer(meta, names::FINALIZER_PROVISIONING_INTENT)
+            {
+                Step::AlreadyDone
+            } else {
+                patch::set_annotation_step(meta, names::ANN_INTENT_VOLUME_ID, id)
+            }
+        };
+        if let Ok(PatchOutcome::Patched(fresh)) = patch::patch_fresh(
+            &self.api(&entry.namespace),
+            &seed(entry),
+            "record volume id",
+            step,
+        )
+        .await
+        {
+            self.observe(&fresh);
+        }
+    }
+
+    /// Removes the finalizer and every intent annotation from the claim of `entry`.
+    pub(crate) async fn forget(&self, entry: &Entry) -> Result<(), PatchError> {
+        let outcome = patch::patch_fresh(
+            &self.api(&entry.namespace),
+            &seed(entry),
+            "remove provisioning intent",
+            intent_removal_step,
+        )
+        .await?;
+        lock(&self.recorded_here).remove(&entry.volume);
+        match outcome {
+            PatchOutcome::Patched(fresh) | PatchOutcome::Unchanged(fresh) => self.observe(&fresh),
+            PatchOutcome::Deleting(_) | PatchOutcome::Gone => {
+                lock(&self.mirror).remove(&entry.uid);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A claim carrying only `entry`'s identity: the first write is computed from a fresh read
+/// ([`patch::patch_fresh`] never concludes from a seed that nothing is to be done).
+fn seed(entry: &Entry) -> PersistentVolumeClaim {
+    PersistentVolumeClaim {
+        metadata: ObjectMeta {
+            name: Some(entry.claim.clone()),
+            namespace: Some(entry.namespace.clone()),
+            uid: Some(entry.uid.clone()),
+            ..ObjectMeta::default()
+        },
+        ..PersistentVolumeClaim::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn meta(finalizers: &[&str], annotations: &[(&str, &str)]) -> ObjectMeta {
+        ObjectMeta {
+            name: Some("data".into()),
+            uid: Some("u1".into()),
+            resource_version: Some("7".into()),
+            finalizers: (!finalizers.is_empty())
+                .then(|| finalizers.iter().map(|f| f.to_string()).collect()),
+            annotations: (!annotations.is_empty()).then(|| {
+                annotations
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect()
+            }),
+            ..ObjectMeta::default()
+        }
+    }
+
+    /// Applies `step` to a claim whose metadata is `on`.
+    fn apply(step: &Step, on: &ObjectMeta) -> Result<ObjectMeta, json_patch::PatchError> {
+        let Step::Write(patch) = step else {
+            panic!("expected a write, got {step:?}");
+        };
+        let mut doc = json!({ "metadata": on });
+        json_patch::patch(&mut doc, &patch.0)?;
+        Ok(serde_json::from_value(doc["metadata"].clone()).unwrap())
+    }
+
+    fn wanted(secret: bool) -> BTreeMap<&'static str, Option<String>> {
+        // No request: the annotations these tests look at are the volume and the secret.
+        let entry = Entry {
+            volume: "pvc-1".to_owned(),
+            namespace: "ns".to_owned(),
+            claim: "data".to_owned(),
+            uid: "u1".to_owned(),
+            secret: secret.then(|| "ns/creds".to_owned()),
+            id: None,
+            request: ByteString(Vec::new()),
+            retain: false,
+            approximate: false,
+        };
+        intent_annotations(&entry)
+    }
+
+    const PROTECTION: &str = "kubernetes.io/pvc-protection";
+    const PROVISIONER: (&str, &str) = ("volume.kubernetes.io/storage-provisioner", "d");
+
+    #[test]
+    fn the_intent_is_added_next_to_other_finalizers_and_annotations() {
+        let read = meta(&[PROTECTION], &[PROVISIONER]);
+        let step = intent_write_step(&read, &wanted(true));
+        // Someone else changed the status and another annotation meanwhile: still applies.
+        let mut later = read.clone();
+        later.resource_version = Some("9".into());
+        later
+            .annotations
+            .as_mut()
+            .unwrap()
+            .insert("pv.kubernetes.io/bind-completed".into(), "yes".into());
+        let after = apply(&step, &later).unwrap();
+        assert_eq!(
+            after.finalizers.unwrap(),
+            vec![
+                PROTECTION.to_string(),
+                names::FINALIZER_PROVISIONING_INTENT.to_string()
+            ]
+        );
+        let ann = after.annotations.unwrap();
+        assert_eq!(ann[names::ANN_INTENT_VOLUME_NAME], "pvc-1");
+        assert_eq!(ann[names::ANN_INTENT_SECRET_NAME], "creds");
+        assert_eq!(ann[names::ANN_INTENT_SECRET_NAMESPACE], "ns");
+        assert_eq!(ann["pv.kubernetes.io/bind-completed"], "yes");
+        // Recording it again is nothing to do.
+        let done = meta(
+            &[PROTECTION, names::FINALIZER_PROVISIONING_INTENT],
+            &[
+                PROVISIONER,
+                (names::ANN_INTENT_VOLUME_NAME, "pvc-1"),
+                (names::ANN_INTENT_SECRET_NAME, "creds"),
+                (names::ANN_INTENT_SECRET_NAMESPACE, "ns"),
+            ],
+        );
+        assert_eq!(intent_write_step(&done, &wanted(true)), Step::AlreadyDone);
+    }
+
+    #[test]
+    fn a_changed_finalizer_list_or_another_object_makes_the_intent_write_fail() {
+        let read = meta(&[PROTECTION], &[PROVISIONER]);
+        let step = intent_write_step(&read, &wanted(false));
+        let mut changed = read.clone();
+        changed.finalizers = Some(vec!["other".into(), PROTECTION.into()]);
+        assert!(apply(&step, &changed).is_err());
+        let mut replaced = read.clone();
+        replaced.uid = Some("u2".into());
+        assert!(apply(&step, &replaced).is_err());
+    }
+
+    #[test]
+    fn a_claim_without_finalizers_or_annotations_gets_both_lists_at_its_version() {
+        let read = meta(&[], &[]);
+        let step = intent_write_step(&read, &wanted(false));
+        let after = apply(&step, &read).unwrap();
+        assert_eq!(
+            after.finalizers.unwrap(),
+            vec![names::FINALIZER_PROVISIONING_INTENT.to_string()]
+        );
+        assert_eq!(
+            after.annotations.unwrap(),
+            BTreeMap::from([(
+                names::ANN_INTENT_VOLUME_NAME.to_string(),
+                "pvc-1".to_string()
+            )])
+        );
+        let mut later = read.clone();
+        later.resource_version = Some("8".into());
+        assert!(
+            apply(&step, &later).is_err(),
+            "would replace lists written meanwhile"
+        );
+    }
+
+    #[test]
+    fn a_stale_secret_annotation_is_removed_and_a_deleting_claim_gets_no_intent() {
+        let read = meta(
+            &[names::FINALIZER_PROVISIONING_INTENT],
+            &[
+                (names::ANN_INTENT_VOLUME_NAME, "pvc-1"),
+                (names::ANN_INTENT_SECRET_NAME, "old"),
+                (names::ANN_INTENT_SECRET_NAMESPACE, "ns"),
+            ],
+        );
+        let after = apply(&intent_write_step(&read, &wanted(false)), &read).unwrap();
+        assert_eq!(
+            after.annotations.unwrap().into_keys().collect::<Vec<_>>(),
+            vec![names::ANN_INTENT_VOLUME_NAME.to_string()]
+        );
+        let mut deleting = meta(&[PROTECTION], &[]);
+        deleting.deletion_timestamp = Some(crate::testing::deletion_time());
+        assert_eq!(
+            intent_write_step(&deleting, &wanted(false)),
+            Step::ObjectDeleting
+        );
+    }
+
+    #[test]
+    fn removal_takes_only_the_intent_away() {
+        let read = meta(
+            &[PROTECTION, names::FINALIZER_PROVISIONING_INTENT],
+            &[
+                PROVISIONER,
+                (names::ANN_INTENT_VOLUME_NAME, "pvc-1"),
+                (names::ANN_INTENT_VOLUME_ID, "vol-1"),
+            ],
+        );
+        let step = intent_removal_step(&read);
+        let mut later = read.clone();
+        later.resource_version = Some("12".into());
+        let after = apply(&step, &later).unwrap();
+        assert_eq!(after.finalizers.unwrap(), vec![PROTECTION.to_string()]);
+        assert_eq!(
+            after.annotations.unwrap(),
+            BTreeMap::from([(PROVISIONER.0.to_string(), PROVISIONER.1.to_string())])
+        );
+        // Our finalizer moved (someone removed the one before it): the test fails, no harm done.
+        let mut moved = read.clone();
+        moved.finalizers = Some(vec![names::FINALIZER_PROVISIONING_INTENT.into()]);
+        assert!(apply(&step, &moved).is_err());
+        assert_eq!(
+            intent_removal_step(&meta(&[PROTECTION], &[PROVISIONER])),
+            Step::AlreadyDone
+        );
+    }
+
+    #[test]
+    fn a_record_on_the_claim_holds_what_a_ledger_entry_holds() {
+        let claim = crate::testing::pvc("ns", "data").uid("u1").build();
+        let request = CreateVolumeRequest {
+            name: "pvc-1".to_owned(),
+            parameters: [("tier".to_owned(), "gold".to_owned())].into(),
+            secrets: [("password".to_owned(), "hunter2".to_owned())].into(),
+            ..CreateVolumeRequest::default()
+        };
+        let mut entry = Entry::new(
+            &claim,
+            &request,
+            Some(&crate::model::secrets::SecretRef::new("creds", "vault")),
+            true,
+        );
+        entry.id = Some("vol-7".to_owned());
+        let mut recorded = crate::testing::pvc("ns", "data")
+            .uid("u1")
+            .finalizer(names::FINALIZER_PROVISIONING_INTENT);
+        for (key, value) in intent_annotations(&entry) {
+            if let Some(value) = value {
+                recorded = recorded.annotation(key, &value);
+            }
+        }
+        let read = entry_of(&recorded.build()).unwrap();
+        assert_eq!(read, entry);
+        let replay = read.request().unwrap();
+        assert_eq!(replay.parameters["tier"], "gold");
+        assert!(replay.secrets.is_empty(), "secrets never leave the process");
+        // Without the finalizer there is no record, whatever the annotations say.
+        let annotations_only = crate::testing::pvc("ns", "data")
+            .annotation(names::ANN_INTENT_VOLUME_NAME, "pvc-1")
+            .build();
+        assert_eq!(entry_of(&annotations_only), None);
+    }
+
+    #[test]
+    fn a_record_written_before_requests_were_kept_replays_what_the_claim_says() {
+        let legacy = crate::testing::pvc("ns", "data")
+            .uid("u1")
+            .finalizer(names::FINALIZER_PROVISIONING_INTENT)
+            .annotation(names::ANN_INTENT_VOLUME_NAME, "pvc-x")
+            .build();
+        let entry = entry_of(&legacy).unwrap();
+        assert!(entry.approximate, "its refusal proves nothing");
+        let replay = entry.request().unwrap();
+        assert_eq!(replay.name, "pvc-x");
+        assert_eq!(replay.capacity_range.unwrap().required_bytes, 1 << 30);
+        assert_eq!(replay.volume_capabilities.len(), 1);
+    }
+}

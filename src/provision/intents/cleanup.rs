@@ -1,0 +1,167 @@
+//! The clean-up of an intent whose claim no longer wants its volume (pure): learn the volume id
+//! (replaying CreateVolume with the same name when it was never recorded), delete the volume,
+//! drop the intent. The resolver (`provision::controller::resolve`) performs the steps.
+
+use crate::csi::v1::CreateVolumeRequest;
+use crate::model::secrets::SecretRef;
+use crate::provision::classify::{ReplayVerdict, replay_needs_admin_message, replay_verdict};
+
+/// A volume to delete because its claim no longer wants it.
+#[derive(Debug, Clone)]
+pub(crate) struct IntentCleanup {
+    /// The intent's volume name.
+    pub(crate) volume_name: String,
+    /// The volume id, when CreateVolume's answer was recorded.
+    pub(crate) volume_id: Option<String>,
+    /// The provisioner secret recorded with the intent (for CreateVolume replay and DeleteVolume).
+    pub(crate) secret: Option<SecretRef>,
+    /// Without a volume id: the CreateVolume to replay (same name) to learn it. The driver answers
+    /// with the existing volume, or creates it, which is then deleted just the same. A failed
+    /// replay is judged by [`replay_verdict`].
+    pub(crate) replay: Option<CreateVolumeRequest>,
+    /// Whether `replay` is the request the original call was sent with; otherwise a minimal one,
+    /// whose refusal proves nothing.
+    pub(crate) replay_is_exact: bool,
+}
+
+/// The next step of an intent clean-up, once the shell has read whether the volume's PV exists.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum CleanupStep {
+    /// Only drop the intent: the PV exists (the volume is wanted after all), or there is neither
+    /// a volume id nor a request to learn it by.
+    DropIntent,
+    /// Delete the volume by id, then drop the intent.
+    DeleteVolume {
+        /// The volume id.
+        volume_id: String,
+    },
+    /// Replay CreateVolume (same name) to learn the id, then judge the answer with
+    /// [`after_replay`].
+    Replay(Box<CreateVolumeRequest>),
+}
+
+/// What to do with an intent whose claim no longer wants its volume.
+pub(crate) fn cleanup_step(cleanup: &IntentCleanup, pv_exists: bool) -> CleanupStep {
+    if pv_exists {
+        // Never delete a volume whose PV exists.
+        return CleanupStep::DropIntent;
+    }
+    match (cleanup.volume_id.as_deref(), &cleanup.replay) {
+        (Some(id), _) => CleanupStep::DeleteVolume {
+            volume_id: id.to_owned(),
+        },
+        (None, Some(request)) => CleanupStep::Replay(Box::new(request.clone())),
+        (None, None) => CleanupStep::DropIntent,
+    }
+}
+
+/// What a CreateVolume replay's answer means for the clean-up.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum AfterReplay {
+    /// Delete the volume of this id (and record the id first).
+    Delete(String),
+    /// The driver answered without a volume id (against the spec): nothing can be deleted by id;
+    /// warn once with this message and drop the intent rather than hold the claim forever.
+    NoVolumeId(String),
+    /// The refusal proves the volume never existed: drop the intent.
+    VolumeAbsent,
+    /// Keep the intent and retry with backoff; this is the event message.
+    Retry(String),
+}
+
+/// Judges a replay: `Ok(id)` is the answered volume id (empty when none), `Err((code, text))` a
+/// refusal, where `text` is the `rpc error: ..` rendering for messages.
+pub(crate) fn after_replay(
+    cleanup: &IntentCleanup,
+    answer: Result<&str, (tonic::Code, &str)>,
+) -> AfterReplay {
+    let volume = &cleanup.volume_name;
+    match answer {
+        Ok("") => AfterReplay::NoVolumeId(format!(
+            "CreateVolume for {volume} answered without a volume id, so the volume of this deleted claim cannot be deleted by the provisioner: delete it on the storage backend by hand"
+        )),
+        Ok(id) => AfterReplay::Delete(id.to_owned()),
+        Err((code, message)) => match replay_verdict(code, cleanup.replay_is_exact) {
+            ReplayVerdict::VolumeAbsent => AfterReplay::VolumeAbsent,
+            ReplayVerdict::RetryLater => AfterReplay::Retry(format!(
+                "cannot find the volume {volume} of a deleted claim to delete it: {message}; will retry"
+            )),
+            ReplayVerdict::NeedsAdmin => {
+                AfterReplay::Retry(replay_needs_admin_message(volume, message))
+            }
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn abandoned(volume_id: Option<&str>, replay: bool, exact: bool) -> IntentCleanup {
+        IntentCleanup {
+            volume_name: "pvc-1".to_owned(),
+            volume_id: volume_id.map(str::to_owned),
+            secret: None,
+            replay: replay.then(|| CreateVolumeRequest {
+                name: "pvc-1".to_owned(),
+                ..CreateVolumeRequest::default()
+            }),
+            replay_is_exact: exact,
+        }
+    }
+
+    #[test]
+    fn a_volume_whose_pv_exists_is_never_deleted_only_its_intent_dropped() {
+        let step = cleanup_step(&abandoned(Some("id-1"), false, false), true);
+        assert_eq!(step, CleanupStep::DropIntent);
+    }
+
+    #[test]
+    fn a_known_id_is_deleted_directly_without_a_replay() {
+        assert_eq!(
+            cleanup_step(&abandoned(Some("id-1"), true, true), false),
+            CleanupStep::DeleteVolume {
+                volume_id: "id-1".to_owned(),
+            }
+        );
+    }
+
+    #[test]
+    fn without_an_id_the_create_is_replayed_and_without_a_request_the_intent_is_dropped() {
+        assert!(matches!(
+            cleanup_step(&abandoned(None, true, true), false),
+            CleanupStep::Replay(request) if request.name == "pvc-1"
+        ));
+        assert_eq!(
+            cleanup_step(&abandoned(None, false, false), false),
+            CleanupStep::DropIntent
+        );
+    }
+
+    #[test]
+    fn a_replay_answer_decides_between_delete_drop_and_retry() {
+        let exact = abandoned(None, true, true);
+        assert_eq!(
+            after_replay(&exact, Ok("id-9")),
+            AfterReplay::Delete("id-9".to_owned())
+        );
+        assert!(
+            matches!(after_replay(&exact, Ok("")), AfterReplay::NoVolumeId(m) if m.contains("pvc-1"))
+        );
+        // An exact replay refused for good proves the original was refused too.
+        assert_eq!(
+            after_replay(&exact, Err((tonic::Code::InvalidArgument, "rpc error"))),
+            AfterReplay::VolumeAbsent
+        );
+        // A minimal replay's refusal proves nothing; a transient error is retried.
+        let minimal = abandoned(None, true, false);
+        assert!(matches!(
+            after_replay(&minimal, Err((tonic::Code::InvalidArgument, "rpc error"))),
+            AfterReplay::Retry(_)
+        ));
+        assert!(matches!(
+            after_replay(&exact, Err((tonic::Code::Unavailable, "rpc error: x"))),
+            AfterReplay::Retry(m) if m.contains("will retry") && m.contains("rpc error: x")
+        ));
+    }
+}
