@@ -5,7 +5,7 @@
 //! first, by the provisioning controller, at the end of the grace period), confirms the Node's absence with a live GET, logs every entry and
 //! deletes the ledger: a volume of a gone node is considered gone with it, as for its PVs. A
 //! pending claim of such an entry has its selected node cleared by the provisioning controller
-//! (`provision::controller::gone_node`), which reads the node's ledger itself.
+//! (`provision::controller::node_gone`), which reads the node's ledger itself.
 //!
 //! Cost: one label-selected LIST of Leases when this instance becomes the clean-up instance, when
 //! a node leaves the cache, while a gone node's ledger waits, and every [`SWEEP_INTERVAL`]; none

@@ -26,7 +26,7 @@ pub(crate) fn check_interval(grace_period: Duration) -> Duration {
 /// When an absence first seen at `first_absent` may be acted on by the instance of rendezvous
 /// `rank`: after the grace period, plus `fallback_delay` per rank. The one grace rule for a missing
 /// node, for its volumes here and for provisioning intents left on it
-/// (`provision::controller::gone_node`, where the actor is chosen per claim: rank 0).
+/// (`provision::controller::node_gone`, where the actor is chosen per claim: rank 0).
 pub(crate) fn grace_deadline(
     first_absent: Instant,
     grace_period: Duration,

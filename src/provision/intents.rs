@@ -14,7 +14,7 @@
 //!   module's business, invisible to callers.
 //!
 //! The resolver (`provision::controller::resolve`) is the only clean-up path for all of them: it
-//! walks [`IntentStore::pending`] and decides each entry with `ledger::resolve`.
+//! walks [`IntentStore::pending`] and decides each entry with `resolution::resolve`.
 
 use std::sync::Arc;
 
@@ -22,12 +22,14 @@ use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 
 use crate::k8s::patch::PatchError;
 use crate::leader::Leadership;
+use crate::provision::ledger::Entry;
 use crate::provision::ledger::store::{Ledger, LedgerError};
-use crate::provision::ledger::{Entry, Owner};
+use resolution::Owner;
 
 pub(crate) mod claim_record;
 pub(crate) mod cleanup;
 mod open;
+pub(crate) mod resolution;
 
 use claim_record::{ClaimRecords, Written};
 pub(crate) use open::{open, recorded_on_node};

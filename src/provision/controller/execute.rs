@@ -243,7 +243,7 @@ async fn create_volume_and_pv(
     if let Err(e) = create_pv(state, &pv, plan.provisioner_secret.as_ref()).await {
         if matches!(e, CreatePvError::OtherVolume { .. }) {
             // The id tells the resolver that the PV holds another volume: once the claim is bound
-            // to it, this one is deleted (ledger::Resolution::CheckPv).
+            // to it, this one is deleted (intents::resolution::Resolution::CheckPv).
             state.intents.set_id(&intent, &created.volume_id).await;
         }
         // The volume exists and the pin stays: the retry replays the identical CreateVolume.

@@ -31,7 +31,10 @@ use crate::provision::intents::Pending;
 use crate::provision::intents::cleanup::{
     AfterReplay, CleanupStep, IntentCleanup, after_replay, cleanup_step,
 };
-use crate::provision::ledger::{self, CleanupCause, Entry, Holds, Resolution};
+use crate::provision::intents::resolution::{
+    self, CleanupCause, Holds, Resolution, pv_holds_entry,
+};
+use crate::provision::ledger::Entry;
 use crate::retry::Backoff;
 use crate::runtime::Shutdown;
 
@@ -95,13 +98,13 @@ pub(super) async fn resolve_one(state: &Provisioner, pending: &Pending) -> Resul
     // one unpacked PV, for such entries only.
     let pv_cached = stores.pvs.get(&entry.volume).is_some_and(|pv| {
         (entry.id.is_none() && own_node(state).is_none())
-            || ledger::pv_holds_entry(entry, &pv.full(), own_node(state)) == Holds::Yes
+            || pv_holds_entry(entry, &pv.full(), own_node(state)) == Holds::Yes
     });
     let claim = stores
         .pvcs
         .get(&crate::k8s::lean::key(Some(&entry.namespace), &entry.claim))
         .map(|c| c.full());
-    let cached_cause = match ledger::resolve(entry, &pending.owner, pv_cached, claim.as_ref()) {
+    let cached_cause = match resolution::resolve(entry, &pending.owner, pv_cached, claim.as_ref()) {
         Resolution::Keep => return Ok(()),
         Resolution::Drop => {
             // A worker on this volume finishes it itself.
@@ -138,7 +141,7 @@ pub(super) async fn resolve_one(state: &Provisioner, pending: &Pending) -> Resul
         .await
         .map_err(|e| format!("reading PV {}: {}", entry.volume, describe(&e)))?;
     if let Some(pv) = live_pv {
-        if ledger::pv_holds_entry(entry, &pv, own_node(state)) == Holds::Yes {
+        if pv_holds_entry(entry, &pv, own_node(state)) == Holds::Yes {
             return forget(state, entry).await;
         }
         // The PV of this name may be another node's copy (or another volume): then this entry's
@@ -168,7 +171,7 @@ pub(super) async fn resolve_one(state: &Provisioner, pending: &Pending) -> Resul
         .get_opt(&entry.claim)
         .await
         .map_err(|e| format!("reading claim {}: {}", entry.claim_name(), describe(&e)))?;
-    let cause = match ledger::resolve(entry, &pending.owner, false, live.as_ref()) {
+    let cause = match resolution::resolve(entry, &pending.owner, false, live.as_ref()) {
         Resolution::Cleanup(live_cause) => live_cause,
         // The claim still wants it after all (the cache lagged): the controller goes on.
         _ => {

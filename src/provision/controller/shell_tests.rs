@@ -13,8 +13,8 @@ use crate::k8s::events::{EventSource, Recorder};
 use crate::metrics::Metrics;
 use crate::metrics::node_gone::NodeGoneMetrics;
 use crate::names;
+use crate::provision::intents::resolution::Owner;
 use crate::provision::intents::{IntentStore, Pending};
-use crate::provision::ledger::Owner;
 use crate::provision::ledger::store::Ledger;
 use crate::runtime::{Stores, VolumeLocks};
 
