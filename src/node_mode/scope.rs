@@ -321,13 +321,14 @@ pub(crate) enum ClaimInterest {
     /// runs our driver ([`crate::node_mode::ownership::selected_node_check`]).
     SelectedElsewhere(String),
     /// Carries our provisioning intent but no node is selected any more (cleared for a reschedule
-    /// after a final CreateVolume error): no instance owns it, so every instance keeps it, and
-    /// whichever sees it deleted finishes the intent (else it would stay Terminating forever).
+    /// after a final CreateVolume error): no instance owns it, so every instance keeps it, and the
+    /// resolver of whichever sees it deleted drops the record (else it would stay Terminating
+    /// forever).
     IntentWithoutNode,
     /// Being deleted with our provisioning intent for another node: that node's instance cleans
-    /// up; if the node no longer exists, the instance that checks other nodes' claims finishes the
-    /// intent after the deleted-node grace period. Rare (deleted mid-provisioning), so every
-    /// instance keeps them.
+    /// up; if the node no longer exists, the resolver of the instance that checks other nodes'
+    /// claims drops the record after the deleted-node grace period. Rare (deleted
+    /// mid-provisioning), so every instance keeps them.
     DeletingWithIntentElsewhere(String),
 }
 

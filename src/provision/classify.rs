@@ -4,8 +4,8 @@
 use tonic::Code;
 
 /// Upstream's provisioning states. Only [`ProvisioningState::InBackground`] says the volume may
-/// exist or still appear; with the durable intent on the claim, the shell keeps the intent for
-/// every state except a success.
+/// exist or still appear; with the durable intent (`provision::intents`), the shell keeps the
+/// intent for every state except a success.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) enum ProvisioningState {
     /// The operation ended (failed for sure, nothing in progress). Still retried with backoff.

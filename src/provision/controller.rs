@@ -22,7 +22,7 @@ use tracing::{debug, info_span};
 
 use super::intents::IntentStore;
 use super::memory::ClaimMemory;
-use super::plan::{ClaimDecision, ClearReason, NodeMode, ProvisionSettings};
+use super::plan::{ClaimDecision, ClearReason, IgnoreReason, NodeMode, ProvisionSettings};
 use super::plan_error::PlanError;
 use super::topology::StaticTopology;
 use crate::k8s::cache::Cache;
@@ -187,7 +187,7 @@ pub(crate) async fn run(
     let pvcs = pvcs.inspect(move |claim| observed.observe(&claim.full()));
     let mut triggers = vec![
         skeleton::keys_of(pvcs).boxed(),
-        // A PV created, bound or deleted changes what its claim needs (finish or clean up the intent).
+        // A PV created, bound or deleted changes what its claim needs.
         pvs.filter_map(|pv| async move {
             let claim_ref = pv.full().spec?.claim_ref?;
             Some(Key::from(lean::key(
@@ -398,8 +398,10 @@ async fn execute_decision(
     if !matches!(
         decision,
         ClaimDecision::ClearSelectedNode(ClearReason::NodeGone { .. })
+            | ClaimDecision::Ignore(IgnoreReason::ClaimDeleting)
     ) {
         // The node is back (or the claim moved on): a later absence starts a new grace period.
+        // A deleted claim's timer is the resolver's (a record on a gone node).
         state.memory().node_not_missing(&key);
     }
     match decision {

@@ -68,13 +68,24 @@ pub(crate) enum Recorded {
     ClaimDeleting,
 }
 
-/// An entry the resolver looks at, and who acts on it.
+/// An entry the resolver looks at, who acts on it, and which store holds it.
 #[derive(Debug, Clone)]
 pub(crate) struct Pending {
     /// The intent.
     pub(crate) entry: Entry,
-    /// Who acts on it.
+    /// Who acts on it (for a claim record: from the claim's selected node as last seen).
     pub(crate) owner: Owner,
+    /// Which store holds it.
+    pub(crate) held: Held,
+}
+
+/// Which store holds an entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Held {
+    /// The Lease ledger or the journal.
+    Ledger,
+    /// The claim record.
+    Claim,
 }
 
 /// A handle on the intent store; cheap to clone.
@@ -144,16 +155,35 @@ impl IntentStore {
         Ok(())
     }
 
-    /// Drops an entry found stale (its PV exists): the ledger writes nothing just for it.
-    pub(crate) async fn drop_stale(&self, entry: &Entry) -> Result<(), IntentError> {
-        self.ledger.drop_stale(&entry.volume);
-        if self.claims.holds(entry) {
-            self.claims
+    /// The resolver's [`IntentStore::forget`]: only in the store holding `pending`. `stale`: its
+    /// PV exists (the ledger writes nothing just for it).
+    pub(crate) async fn resolved(&self, pending: &Pending, stale: bool) -> Result<(), IntentError> {
+        let entry = &pending.entry;
+        match pending.held {
+            Held::Ledger if stale => self.ledger.drop_stale(&entry.volume),
+            Held::Ledger if entry.retain => self.ledger.forget_promptly(&entry.volume),
+            Held::Ledger => self.ledger.forget(&entry.volume),
+            Held::Claim => self
+                .claims
                 .forget(entry)
                 .await
-                .map_err(IntentError::Claim)?;
+                .map_err(IntentError::Claim)?,
         }
         Ok(())
+    }
+
+    /// The resolver's [`IntentStore::set_id`]: only in the store holding `pending`.
+    pub(crate) async fn learned_id(&self, pending: &Pending, id: &str) {
+        match pending.held {
+            Held::Ledger => self.ledger.set_id(&pending.entry.volume, id),
+            Held::Claim => self.claims.set_id(&pending.entry, id).await,
+        }
+    }
+
+    /// A claim record whose claim is gone (or no longer carries it): the mirror lagged behind.
+    /// Nothing else to do: the finalizer held the claim as long as the record was on it.
+    pub(crate) fn unmirror(&self, entry: &Entry) {
+        self.claims.unmirror(entry);
     }
 
     /// Every entry now, with who acts on it.
@@ -162,6 +192,7 @@ impl IntentStore {
         let ledger = self.ledger.entries().into_iter().map(|entry| Pending {
             entry,
             owner: Owner::Me,
+            held: Held::Ledger,
         });
         let claims = self
             .claims
@@ -170,6 +201,7 @@ impl IntentStore {
             .map(|(entry, selected)| Pending {
                 entry,
                 owner: Owner::of_record(me, selected.as_deref()),
+                held: Held::Claim,
             });
         ledger.chain(claims).collect()
     }

@@ -25,16 +25,18 @@ use crate::csi::v1;
 use crate::k8s::errors::describe;
 use crate::k8s::events::{EventSpec, reference_to};
 use crate::k8s::secrets::SecretFetchError;
+use crate::model::claim::selected_node;
 use crate::names;
 use crate::node_mode::ownership::{self, CsiNodeLookup};
-use crate::provision::intents::Pending;
+use crate::provision::intents::claim_record::has_record;
 use crate::provision::intents::cleanup::{
     AfterReplay, CleanupStep, IntentCleanup, after_replay, cleanup_step,
 };
+use crate::provision::intents::resolution::Owner;
 use crate::provision::intents::resolution::{
     self, CleanupCause, Holds, Resolution, pv_holds_entry,
 };
-use crate::provision::ledger::Entry;
+use crate::provision::intents::{Held, Pending};
 use crate::retry::Backoff;
 use crate::runtime::Shutdown;
 
@@ -103,8 +105,19 @@ pub(super) async fn resolve_one(state: &Provisioner, pending: &Pending) -> Resul
     let claim = stores
         .pvcs
         .get(&crate::k8s::lean::key(Some(&entry.namespace), &entry.claim))
-        .map(|c| c.full());
-    let cached_cause = match resolution::resolve(entry, &pending.owner, pv_cached, claim.as_ref()) {
+        .map(|c| c.full())
+        .filter(|c| c.metadata.uid.as_deref() == Some(entry.uid.as_str()));
+    let mut owner = pending.owner.clone();
+    if pending.held == Held::Claim {
+        match &claim {
+            // A record's owner is its claim's selected node now, not as the pass began.
+            Some(claim) => owner = Owner::of_record(own_node(state), selected_node(claim)),
+            // The finalizer holds a claim as long as its record is on it: a claim missing from
+            // the cache is behind, or the mirror is (its record removed, the claim gone).
+            None => return check_record(state, pending).await,
+        }
+    }
+    let cached_cause = match resolution::resolve(entry, &owner, pv_cached, claim.as_ref()) {
         Resolution::Keep => return Ok(()),
         Resolution::Drop => {
             // A worker on this volume finishes it itself.
@@ -113,18 +126,20 @@ pub(super) async fn resolve_one(state: &Provisioner, pending: &Pending) -> Resul
             };
             // Left by a crash (a clean run drops its own entries): no ledger write just for
             // these.
-            return state
-                .intents
-                .drop_stale(entry)
-                .await
-                .map_err(|e| e.to_string().into());
+            return resolved(state, pending, true).await;
         }
         Resolution::Forget => {
-            debug!(claim = %entry.claim_name(), volume = %entry.volume, "no node selected: the last CreateVolume gave a final answer, nothing to delete");
-            return forget(state, entry).await;
+            let Some(_lock) = state.ctx.volume_locks.try_lock(&entry.volume) else {
+                return Ok(());
+            };
+            debug!(claim = %entry.claim_name(), volume = %entry.volume, "nothing to delete: no volume was made, or the claim is bound to it");
+            return resolved(state, pending, false).await;
         }
         Resolution::AwaitNodeGone(node) => {
-            return await_node_gone(state, entry, claim.as_ref(), &node).await;
+            let Some(_lock) = state.ctx.volume_locks.try_lock(&entry.volume) else {
+                return Ok(());
+            };
+            return await_node_gone(state, pending, claim.as_ref(), &node).await;
         }
         Resolution::CheckPv => None,
         Resolution::Cleanup(cause) => Some(cause),
@@ -142,7 +157,7 @@ pub(super) async fn resolve_one(state: &Provisioner, pending: &Pending) -> Resul
         .map_err(|e| format!("reading PV {}: {}", entry.volume, describe(&e)))?;
     if let Some(pv) = live_pv {
         if pv_holds_entry(entry, &pv, own_node(state)) == Holds::Yes {
-            return forget(state, entry).await;
+            return resolved(state, pending, false).await;
         }
         // The PV of this name may be another node's copy (or another volume): then this entry's
         // volume is referenced by nothing. Its handle is never deleted, whatever a replay says.
@@ -150,7 +165,7 @@ pub(super) async fn resolve_one(state: &Provisioner, pending: &Pending) -> Resul
         let claim = claim.filter(|c| c.metadata.uid.as_deref() == Some(entry.uid.as_str()));
         return cleanup_entry(
             state,
-            entry,
+            pending,
             &CleanupCause::PvOfAnotherVolume,
             claim.as_ref(),
             in_use.as_deref(),
@@ -171,7 +186,16 @@ pub(super) async fn resolve_one(state: &Provisioner, pending: &Pending) -> Resul
         .get_opt(&entry.claim)
         .await
         .map_err(|e| format!("reading claim {}: {}", entry.claim_name(), describe(&e)))?;
-    let cause = match resolution::resolve(entry, &pending.owner, false, live.as_ref()) {
+    let carries_record = live
+        .as_ref()
+        .filter(|c| c.metadata.uid.as_deref() == Some(entry.uid.as_str()))
+        .is_some_and(has_record);
+    if pending.held == Held::Claim && !carries_record {
+        // The record is gone from the claim (or the claim with it): the mirror lagged.
+        state.intents.unmirror(entry);
+        return Ok(());
+    }
+    let cause = match resolution::resolve(entry, &owner, false, live.as_ref()) {
         Resolution::Cleanup(live_cause) => live_cause,
         // The claim still wants it after all (the cache lagged): the controller goes on.
         _ => {
@@ -180,7 +204,37 @@ pub(super) async fn resolve_one(state: &Provisioner, pending: &Pending) -> Resul
         }
     };
     let claim = live.filter(|c| c.metadata.uid.as_deref() == Some(entry.uid.as_str()));
-    cleanup_entry(state, entry, &cause, claim.as_ref(), None).await
+    cleanup_entry(state, pending, &cause, claim.as_ref(), None).await
+}
+
+/// A claim record whose claim the cache lacks: the claim is read live. Gone, or no longer
+/// carrying the record: the mirror lagged, nothing else to do. Still there with it: looked at
+/// again once the cache has it.
+async fn check_record(state: &Provisioner, pending: &Pending) -> Result<(), Retry> {
+    let entry = &pending.entry;
+    let live = Api::<PersistentVolumeClaim>::namespaced(state.ctx.client.clone(), &entry.namespace)
+        .get_opt(&entry.claim)
+        .await
+        .map_err(|e| format!("reading claim {}: {}", entry.claim_name(), describe(&e)))?;
+    match live.filter(|c| c.metadata.uid.as_deref() == Some(entry.uid.as_str())) {
+        Some(claim) if has_record(&claim) => Err(format!(
+            "claim {} carries a provisioning intent but is not in the cache yet",
+            entry.claim_name()
+        )
+        .into()),
+        _ => {
+            state.intents.unmirror(entry);
+            Ok(())
+        }
+    }
+}
+
+async fn resolved(state: &Provisioner, pending: &Pending, stale: bool) -> Result<(), Retry> {
+    state
+        .intents
+        .resolved(pending, stale)
+        .await
+        .map_err(|e| e.to_string().into())
 }
 
 /// This node's name in node mode.
@@ -192,24 +246,17 @@ fn own_node(state: &Provisioner) -> Option<&str> {
         .map(|mode| mode.me.name.as_str())
 }
 
-async fn forget(state: &Provisioner, entry: &Entry) -> Result<(), Retry> {
-    state
-        .intents
-        .forget(entry)
-        .await
-        .map_err(|e| e.to_string().into())
-}
-
-/// Node mode: the claim of another node's entry is being deleted. One instance (the first in
+/// Node mode: the claim of another node's entry is being deleted (or gone). One instance (the first in
 /// rendezvous order of the claim among the live instances) watches that node: if it has no
 /// CSINode and its Node stays absent for the deleted-node grace period, the volume went with the
 /// node and the entry is dropped (else the claim would stay Terminating forever).
 async fn await_node_gone(
     state: &Provisioner,
-    entry: &Entry,
+    pending: &Pending,
     claim: Option<&PersistentVolumeClaim>,
     node: &str,
 ) -> Result<(), Retry> {
+    let entry = &pending.entry;
     let Some(csinodes) = &state.ctx.stores.csinodes else {
         return Ok(());
     };
@@ -252,7 +299,7 @@ async fn await_node_gone(
                     EventSpec::warning(names::EVENT_VOLUME_NODE_GONE, message),
                 );
             }
-            forget(state, entry).await?;
+            resolved(state, pending, false).await?;
             state.memory().node_not_missing(&key);
             Ok(())
         }
@@ -289,11 +336,12 @@ async fn replay_for_id(
 /// reach).
 async fn cleanup_entry(
     state: &Provisioner,
-    entry: &Entry,
+    pending: &Pending,
     cause: &CleanupCause,
     claim: Option<&PersistentVolumeClaim>,
     in_use: Option<&str>,
 ) -> Result<(), Retry> {
+    let entry = &pending.entry;
     let claim_deleted = matches!(cause, CleanupCause::ClaimGone | CleanupCause::ClaimDeleting);
     if claim_deleted && entry.may_be_kept(state.intents.recorded_here(&entry.volume)) {
         // Cannot tell a volume whose PV was never made from one a user kept (its Retain PV
@@ -306,7 +354,7 @@ async fn cleanup_entry(
              volume on the storage backend if nobody needs it (csi-provisioner audit lists it)"
         );
         state.ctx.metrics.operator.intent_volumes_kept.inc();
-        return forget(state, entry).await;
+        return resolved(state, pending, false).await;
     }
     let replay = entry.request();
     let cleanup = IntentCleanup {
@@ -334,7 +382,7 @@ async fn cleanup_entry(
         step = match verdict {
             AfterReplay::Delete(volume_id) => {
                 // Remembered: if the delete fails, the next attempt needs no replay.
-                state.intents.set_id(entry, &volume_id).await;
+                state.intents.learned_id(pending, &volume_id).await;
                 CleanupStep::DeleteVolume { volume_id }
             }
             AfterReplay::NoVolumeId(message) => {
@@ -369,5 +417,5 @@ async fn cleanup_entry(
             })?;
         info!(claim = %entry.claim_name(), volume = %entry.volume, %volume_id, ?cause, "volume of an abandoned provisioning deleted");
     }
-    forget(state, entry).await
+    resolved(state, pending, false).await
 }

@@ -40,9 +40,8 @@ pub(crate) fn intent_annotations(entry: &Entry) -> BTreeMap<&'static str, Option
         .then(|| serde_json::to_value(&entry.request).ok())
         .flatten()
         .and_then(|v| v.as_str().map(str::to_owned));
-    BTreeMap::from([
+    let mut wanted = BTreeMap::from([
         (names::ANN_INTENT_VOLUME_NAME, Some(entry.volume.clone())),
-        (names::ANN_INTENT_VOLUME_ID, entry.id.clone()),
         (
             names::ANN_INTENT_SECRET_NAME,
             secret.as_ref().map(|s| s.name.clone()),
@@ -56,7 +55,12 @@ pub(crate) fn intent_annotations(entry: &Entry) -> BTreeMap<&'static str, Option
             names::ANN_INTENT_RETAIN,
             entry.retain.then(|| "true".to_owned()),
         ),
-    ])
+    ]);
+    // A learned id is never taken away by a new attempt's record (which does not know it).
+    if let Some(id) = &entry.id {
+        wanted.insert(names::ANN_INTENT_VOLUME_ID, Some(id.clone()));
+    }
+    wanted
 }
 
 /// Every annotation the intent may carry.
@@ -380,7 +384,7 @@ impl ClaimRecords {
 
     /// Removes the finalizer and every intent annotation from the claim of `entry`.
     pub(crate) async fn forget(&self, entry: &Entry) -> Result<(), PatchError> {
-        let outcome = patch::patch_fresh(
+        patch::patch_fresh(
             &self.api(&entry.namespace),
             &seed(entry),
             "remove provisioning intent",
@@ -388,13 +392,21 @@ impl ClaimRecords {
         )
         .await?;
         lock(&self.recorded_here).remove(&entry.volume);
-        match outcome {
-            PatchOutcome::Patched(fresh) | PatchOutcome::Unchanged(fresh) => self.observe(&fresh),
-            PatchOutcome::Deleting(_) | PatchOutcome::Gone => {
-                lock(&self.mirror).remove(&entry.uid);
-            }
-        }
+        // Not from the answer: removing the last finalizer of a deleted claim answers with the
+        // object as last stored, which still shows the record.
+        self.unmirror(entry);
         Ok(())
+    }
+
+    /// Drops the mirror's entry of `entry`'s claim.
+    pub(crate) fn unmirror(&self, entry: &Entry) {
+        let mut mirror = lock(&self.mirror);
+        if mirror
+            .get(&entry.uid)
+            .is_some_and(|m| m.entry.volume == entry.volume)
+        {
+            mirror.remove(&entry.uid);
+        }
     }
 }
 

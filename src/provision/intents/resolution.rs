@@ -24,8 +24,9 @@ pub(crate) enum Resolution {
     /// the entry's name holds the volume, delete it (replaying CreateVolume for its id if
     /// unknown), then drop.
     Cleanup(CleanupCause),
-    /// No volume was made (node mode, no node selected: see [`Owner::NoNode`]) and the claim no
-    /// longer wants one: drop the entry without calling the driver.
+    /// Nothing to delete: no volume was made (node mode, no node selected: see
+    /// [`Owner::NoNode`]) and the claim no longer wants one, or (another node's record) the claim
+    /// is bound to the recorded volume. Drop the entry without calling the driver.
     Forget,
     /// Node mode: the claim of another node's entry is gone; if that node is gone for good
     /// (confirmed after the deleted-node grace period), its volume went with it: drop the entry.
@@ -133,9 +134,11 @@ pub(crate) fn resolve(
         Some(claim) => match crate::model::claim::bound_volume(claim) {
             Some(other) if other != entry.volume => CleanupCause::BoundElsewhere(other.to_owned()),
             Some(_) if *owner == Owner::Me => return Resolution::CheckPv,
-            // Bound to the volume it recorded: accounted for.
-            Some(_) if *owner == Owner::NoNode => return Resolution::Forget,
-            Some(_) | None => return Resolution::Keep,
+            // Bound to the volume it recorded, by another node's instance (or before a
+            // reschedule): accounted for, by whichever instance sees it (as the PV controller
+            // binds only to a PV that exists).
+            Some(_) => return Resolution::Forget,
+            None => return Resolution::Keep,
         },
     };
     match (owner, cause) {

@@ -111,6 +111,9 @@ fn node_mode_records_belong_to_the_selected_node() {
         Resolution::Forget
     );
     assert_eq!(resolve(&e, &none, false, Some(&pending)), Resolution::Keep);
+    // Bound to its recorded volume: accounted for, whoever owns it.
+    let bound = pvc("ns", "pvc-1").volume_name("pvc-1").build();
+    assert_eq!(resolve(&e, &other, false, Some(&bound)), Resolution::Forget);
     // The PV exists: accounted for, whoever owns it.
     assert_eq!(resolve(&e, &other, true, Some(&deleting)), Resolution::Drop);
 }
