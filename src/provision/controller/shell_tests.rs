@@ -61,6 +61,11 @@ impl CsiController for FakeCsi {
 const DRIVER: &str = crate::testing::DRIVER;
 
 fn shell(sim: &Sim, csi: Arc<FakeCsi>) -> Provisioner {
+    shell_with(sim, csi, Vec::new())
+}
+
+/// The shell with `claims` in its claim cache.
+fn shell_with(sim: &Sim, csi: Arc<FakeCsi>, claims: Vec<PersistentVolumeClaim>) -> Provisioner {
     let args = crate::cli::Args::try_parse_go_style(["csi-provisioner"]).unwrap();
     let config = crate::config::Config::from_args(args, |_| None).unwrap();
     let mut metrics = Metrics::new();
@@ -80,7 +85,7 @@ fn shell(sim: &Sim, csi: Arc<FakeCsi>) -> Provisioner {
         metrics: Arc::new(metrics),
         node_metrics,
         stores: Stores {
-            pvcs: crate::k8s::cache::Cache::of([]),
+            pvcs: crate::k8s::cache::Cache::of(claims.into_iter().map(Lean::new)),
             pvs: crate::k8s::cache::Cache::of([]),
             classes: Writer::default().as_reader(),
             nodes: None,
@@ -147,8 +152,8 @@ async fn a_recorded_volume_id_is_deleted_without_a_replay_and_the_claim_is_relea
         calls: StdMutex::default(),
         created_id: "unused".to_owned(),
     });
-    let state = shell(&sim, csi.clone());
     let claim = deleted_claim_with_intent(&sim, Some("vol-1")).await;
+    let state = shell_with(&sim, csi.clone(), vec![claim.clone()]);
     let pending = observed(&state, &claim);
     assert!(resolve::resolve_one(&state, &pending).await.is_ok());
     assert_eq!(*crate::sync::lock(&csi.calls), ["DeleteVolume vol-1"]);
@@ -162,8 +167,8 @@ async fn without_an_id_the_create_is_replayed_then_the_answered_volume_deleted()
         calls: StdMutex::default(),
         created_id: "vol-9".to_owned(),
     });
-    let state = shell(&sim, csi.clone());
     let claim = deleted_claim_with_intent(&sim, None).await;
+    let state = shell_with(&sim, csi.clone(), vec![claim.clone()]);
     let pending = observed(&state, &claim);
     assert!(resolve::resolve_one(&state, &pending).await.is_ok());
     assert_eq!(
@@ -180,8 +185,8 @@ async fn a_volume_whose_pv_exists_is_kept_and_only_the_intent_dropped() {
         calls: StdMutex::default(),
         created_id: "unused".to_owned(),
     });
-    let state = shell(&sim, csi.clone());
     let claim = deleted_claim_with_intent(&sim, None).await;
+    let state = shell_with(&sim, csi.clone(), vec![claim.clone()]);
     let pvs: Api<PersistentVolume> = Api::all(sim.client());
     let mut pv = crate::testing::pv("pvc-1").build();
     pv.metadata.uid = None;
