@@ -73,6 +73,17 @@ where
         }
     }
 
+    /// Whether the cached JSON contains `needle` verbatim: a pre-filter that spares parsing an
+    /// object a caller only wants when it carries some string (a finalizer, say). `false` is exact
+    /// for needles JSON does not escape (no quotes, backslashes or control characters).
+    pub(crate) fn mentions(&self, needle: &str) -> bool {
+        lz4_flex::block::decompress_size_prepended_with_dict(&self.rest, DICTIONARY.as_bytes())
+            .is_ok_and(|json| {
+                json.windows(needle.len().max(1))
+                    .any(|w| w == needle.as_bytes())
+            })
+    }
+
     /// The object as cached.
     pub(crate) fn full(&self) -> K {
         let json =
@@ -220,6 +231,17 @@ where
 mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+
+    #[test]
+    fn mentions_finds_a_finalizer_only_where_one_is() {
+        let mut pvc = PersistentVolumeClaim::default();
+        pvc.metadata.name = Some("data-0".into());
+        let plain = Lean::new(pvc.clone());
+        pvc.metadata.finalizers = Some(vec!["csi-provisioner.rs/provisioning-intent".into()]);
+        let recorded = Lean::new(pvc);
+        assert!(!plain.mentions("csi-provisioner.rs/provisioning-intent"));
+        assert!(recorded.mentions("csi-provisioner.rs/provisioning-intent"));
+    }
 
     #[test]
     fn full_gives_back_the_object_that_was_packed() {

@@ -184,7 +184,7 @@ pub(crate) async fn run(
     let class_index = claims.clone();
     // The claim-record store mirrors the records the claims carry, from the same watch.
     let observed = intents.clone();
-    let pvcs = pvcs.inspect(move |claim| observed.observe(&claim.full()));
+    let pvcs = pvcs.inspect(move |claim| observed.observe_cached(claim));
     let mut triggers = vec![
         skeleton::keys_of(pvcs).boxed(),
         // A PV created, bound or deleted changes what its claim needs.

@@ -20,6 +20,7 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 
+use crate::k8s::lean::Lean;
 use crate::k8s::patch::PatchError;
 use crate::leader::Leadership;
 use crate::provision::ledger::Entry;
@@ -212,9 +213,10 @@ impl IntentStore {
         self.ledger.recorded_here(volume) || self.claims.recorded_here(volume)
     }
 
-    /// Takes in a claim as the watch delivered it (the claim records it carries).
-    pub(crate) fn observe(&self, pvc: &PersistentVolumeClaim) {
-        self.claims.observe(pvc);
+    /// Takes in a claim as the watch delivered it (the claim record it carries, if any), parsed
+    /// only when it may carry one.
+    pub(crate) fn observe_cached(&self, claim: &Lean<PersistentVolumeClaim>) {
+        self.claims.observe_cached(claim);
     }
 
     /// Writes the ledger until `stop` completes (nothing to run for claim records).

@@ -132,7 +132,9 @@ async fn deleted_claim_with_intent(sim: &Sim, volume_id: Option<&str>) -> Persis
 
 /// The claim record of `claim`, as the store's mirror has it after the watch delivered the claim.
 fn observed(state: &Provisioner, claim: &PersistentVolumeClaim) -> Pending {
-    state.intents.observe(claim);
+    state
+        .intents
+        .observe_cached(&crate::k8s::lean::Lean::new(claim.clone()));
     let mut pending = state.intents.pending();
     assert_eq!(pending.len(), 1, "one record");
     let one = pending.remove(0);

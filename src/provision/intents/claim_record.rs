@@ -21,6 +21,7 @@ use prost::Message;
 use serde_json::Value;
 
 use crate::csi::v1::CreateVolumeRequest;
+use crate::k8s::lean::Lean;
 use crate::k8s::patch::{
     self, PatchError, PatchOutcome, Step, add_op, annotation_path, guard, meta_path, pointer,
     remove_op, test_op, version_test,
@@ -284,6 +285,16 @@ impl ClaimRecords {
             driver: driver.to_owned(),
             mirror: Mutex::new(HashMap::new()),
             recorded_here: Mutex::new(HashSet::new()),
+        }
+    }
+
+    /// [`Self::observe`] for a cached claim, unpacked only when it mentions the record's
+    /// finalizer: most claims never carry one, and their events then cost no parse.
+    pub(crate) fn observe_cached(&self, claim: &Lean<PersistentVolumeClaim>) {
+        if claim.mentions(names::FINALIZER_PROVISIONING_INTENT) {
+            self.observe(&claim.full());
+        } else {
+            lock(&self.mirror).remove(claim.uid());
         }
     }
 
