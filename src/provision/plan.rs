@@ -461,6 +461,21 @@ pub(crate) fn decide_claim(pvc: &PersistentVolumeClaim, ctx: &ClaimContext<'_>) 
     }
 }
 
+/// The CreateVolume provisioning `pvc` would send now, for replaying a record written before the
+/// request was recorded (its class still exists). Not proof of what was sent (topology may have
+/// moved), so its refusal proves nothing; it only finds the volume more often than a request with
+/// no class parameters.
+pub(crate) fn request_now(
+    pvc: &PersistentVolumeClaim,
+    ctx: &ClaimContext<'_>,
+    volume_name: &str,
+) -> Option<CreateVolumeRequest> {
+    plan(pvc, ctx, ctx.class?)
+        .ok()
+        .filter(|p| p.volume_name == volume_name)
+        .map(|p| p.request)
+}
+
 #[cfg(test)]
 #[path = "plan_tests.rs"]
 mod tests;

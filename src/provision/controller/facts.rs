@@ -11,7 +11,7 @@ use kube::runtime::reflector::{ObjectRef, Store};
 
 use super::report::kube_err;
 use super::{ProvisionError, Provisioner, claim_key};
-use crate::csi::v1::TopologyRequirement;
+use crate::csi::v1::{CreateVolumeRequest, TopologyRequirement};
 use crate::k8s::errors::describe;
 use crate::node_mode::ownership::{self, CsiNodeLookup, Ownership, OwnershipInputs};
 use crate::provision::plan::{self, ClaimContext, ClaimDecision, Lookup, NodeFacts, SourceLookup};
@@ -145,6 +145,20 @@ impl TopologyView for StoreTopology<'_> {
 impl Facts {
     /// The decision over these facts ([`plan::decide_claim`]).
     pub(super) fn decide(&self, state: &Provisioner, pvc: &PersistentVolumeClaim) -> ClaimDecision {
+        self.with_context(state, |ctx| plan::decide_claim(pvc, ctx))
+    }
+
+    /// The CreateVolume provisioning `pvc` would send now ([`plan::request_now`]).
+    pub(super) fn request_now(
+        &self,
+        state: &Provisioner,
+        pvc: &PersistentVolumeClaim,
+        volume_name: &str,
+    ) -> Option<CreateVolumeRequest> {
+        self.with_context(state, |ctx| plan::request_now(pvc, ctx, volume_name))
+    }
+
+    fn with_context<T>(&self, state: &Provisioner, f: impl FnOnce(&ClaimContext<'_>) -> T) -> T {
         let stores = &state.ctx.stores;
         let store_topology = StoreTopology {
             nodes: stores.nodes.as_ref(),
@@ -160,20 +174,17 @@ impl Facts {
             Some(Ok(None)) => Lookup::Missing,
             Some(Err(e)) => Lookup::Failed(e.as_str()),
         };
-        plan::decide_claim(
-            pvc,
-            &ClaimContext {
-                settings: &state.settings,
-                class: self.class.as_deref(),
-                pv_exists: self.pv_exists,
-                topology,
-                selected_node_driver: self.selected_node_driver,
-                selected_node_uid: self.selected_node_uid.as_deref(),
-                pinned_topology: self.pinned.as_ref(),
-                vac,
-                source: &self.source,
-                node: self.node.as_ref(),
-            },
-        )
+        f(&ClaimContext {
+            settings: &state.settings,
+            class: self.class.as_deref(),
+            pv_exists: self.pv_exists,
+            topology,
+            selected_node_driver: self.selected_node_driver,
+            selected_node_uid: self.selected_node_uid.as_deref(),
+            pinned_topology: self.pinned.as_ref(),
+            vac,
+            source: &self.source,
+            node: self.node.as_ref(),
+        })
     }
 }

@@ -356,7 +356,16 @@ async fn cleanup_entry(
         state.ctx.metrics.operator.intent_volumes_kept.inc();
         return resolved(state, pending, false).await;
     }
-    let replay = entry.request();
+    let replay = match (entry.approximate, claim) {
+        // A record from before requests were recorded: the request as the class makes it now
+        // finds the volume more often than the minimal one (still not proof when refused).
+        (true, Some(claim)) => Box::pin(super::facts::gather(state, claim))
+            .await
+            .ok()
+            .and_then(|facts| facts.request_now(state, claim, &entry.volume))
+            .or_else(|| entry.request()),
+        _ => entry.request(),
+    };
     let cleanup = IntentCleanup {
         volume_name: entry.volume.clone(),
         volume_id: entry.id.clone(),

@@ -21,6 +21,7 @@ use crate::runtime::{Stores, VolumeLocks};
 /// Records every call; CreateVolume answers with `created_id`.
 struct FakeCsi {
     calls: StdMutex<Vec<String>>,
+    created_with: StdMutex<Vec<v1::CreateVolumeRequest>>,
     created_id: String,
 }
 
@@ -30,6 +31,7 @@ impl CsiController for FakeCsi {
         request: v1::CreateVolumeRequest,
     ) -> CsiFuture<'_, v1::CreateVolumeResponse> {
         crate::sync::lock(&self.calls).push(format!("CreateVolume {}", request.name));
+        crate::sync::lock(&self.created_with).push(request);
         let volume = v1::Volume {
             volume_id: self.created_id.clone(),
             ..v1::Volume::default()
@@ -66,6 +68,20 @@ fn shell(sim: &Sim, csi: Arc<FakeCsi>) -> Provisioner {
 
 /// The shell with `claims` in its claim cache.
 fn shell_with(sim: &Sim, csi: Arc<FakeCsi>, claims: Vec<PersistentVolumeClaim>) -> Provisioner {
+    shell_with_classes(sim, csi, claims, Vec::new())
+}
+
+/// The shell with `claims` and `classes` in its caches.
+fn shell_with_classes(
+    sim: &Sim,
+    csi: Arc<FakeCsi>,
+    claims: Vec<PersistentVolumeClaim>,
+    classes: Vec<StorageClass>,
+) -> Provisioner {
+    let mut class_store = Writer::default();
+    for class in classes {
+        class_store.apply_watcher_event(&kube::runtime::watcher::Event::Apply(class));
+    }
     let args = crate::cli::Args::try_parse_go_style(["csi-provisioner"]).unwrap();
     let config = crate::config::Config::from_args(args, |_| None).unwrap();
     let mut metrics = Metrics::new();
@@ -77,6 +93,14 @@ fn shell_with(sim: &Sim, csi: Arc<FakeCsi>, claims: Vec<PersistentVolumeClaim>) 
         csi,
         driver: Arc::new(DriverInfo {
             name: DRIVER.to_owned(),
+            plugin: crate::csi::probe::PluginCapabilities {
+                controller_service: true,
+                ..Default::default()
+            },
+            controller: crate::csi::probe::ControllerCapabilities {
+                create_delete_volume: true,
+                ..Default::default()
+            },
             ..DriverInfo::default()
         }),
         identity: "identity".to_owned(),
@@ -87,7 +111,7 @@ fn shell_with(sim: &Sim, csi: Arc<FakeCsi>, claims: Vec<PersistentVolumeClaim>) 
         stores: Stores {
             pvcs: crate::k8s::cache::Cache::of(claims.into_iter().map(Lean::new)),
             pvs: crate::k8s::cache::Cache::of([]),
-            classes: Writer::default().as_reader(),
+            classes: class_store.as_reader(),
             nodes: None,
             csinodes: None,
             attachments: None,
@@ -152,6 +176,7 @@ async fn a_recorded_volume_id_is_deleted_without_a_replay_and_the_claim_is_relea
     let sim = Sim::start(SimConfig::bare()).await.unwrap();
     let csi = Arc::new(FakeCsi {
         calls: StdMutex::default(),
+        created_with: StdMutex::default(),
         created_id: "unused".to_owned(),
     });
     let claim = deleted_claim_with_intent(&sim, Some("vol-1")).await;
@@ -167,6 +192,7 @@ async fn without_an_id_the_create_is_replayed_then_the_answered_volume_deleted()
     let sim = Sim::start(SimConfig::bare()).await.unwrap();
     let csi = Arc::new(FakeCsi {
         calls: StdMutex::default(),
+        created_with: StdMutex::default(),
         created_id: "vol-9".to_owned(),
     });
     let claim = deleted_claim_with_intent(&sim, None).await;
@@ -180,11 +206,66 @@ async fn without_an_id_the_create_is_replayed_then_the_answered_volume_deleted()
     assert!(claim_gone(&sim).await);
 }
 
+/// A record written before the request was kept on the claim (volume name and finalizer only):
+/// the replay carries what the claim's class says now, not a request without parameters that a
+/// driver could refuse.
+#[tokio::test]
+async fn a_record_without_its_request_is_replayed_with_the_class_parameters() {
+    let sim = Sim::start(SimConfig::bare()).await.unwrap();
+    let csi = Arc::new(FakeCsi {
+        calls: StdMutex::default(),
+        created_with: StdMutex::default(),
+        created_id: "vol-7".to_owned(),
+    });
+    let api: Api<PersistentVolumeClaim> = Api::namespaced(sim.client(), "default");
+    let mut claim = crate::testing::pvc("default", "data")
+        .provisioner(DRIVER)
+        .class("fast")
+        .annotation(names::ANN_INTENT_VOLUME_NAME, "pending")
+        .finalizer(names::FINALIZER_PROVISIONING_INTENT)
+        .build();
+    claim.metadata.uid = None;
+    claim.metadata.resource_version = None;
+    claim.status = None;
+    let created = api.create(&PostParams::default(), &claim).await.unwrap();
+    // The volume name the provisioner derives from the claim's UID, as an earlier version wrote it.
+    let volume = format!("pvc-{}", created.metadata.uid.as_deref().unwrap());
+    let annotate =
+        serde_json::json!({"metadata": {"annotations": {names::ANN_INTENT_VOLUME_NAME: &volume}}});
+    api.patch(
+        "data",
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(&annotate),
+    )
+    .await
+    .unwrap();
+    api.delete("data", &DeleteParams::default()).await.unwrap();
+    let claim = api.get("data").await.unwrap();
+    let class = crate::testing::sc("fast").param("type", "ssd").build();
+    let state = shell_with_classes(&sim, csi.clone(), vec![claim.clone()], vec![class]);
+    let pending = observed(&state, &claim);
+    assert!(pending.entry.approximate, "no request on the claim");
+    assert!(resolve::resolve_one(&state, &pending).await.is_ok());
+    let sent = crate::sync::lock(&csi.created_with).clone();
+    assert_eq!(sent.len(), 1, "one replay");
+    assert_eq!(sent[0].name, volume);
+    assert_eq!(
+        sent[0].parameters.get("type").map(String::as_str),
+        Some("ssd")
+    );
+    assert_eq!(
+        crate::sync::lock(&csi.calls).last().map(String::as_str),
+        Some("DeleteVolume vol-7")
+    );
+    assert!(claim_gone(&sim).await);
+}
+
 #[tokio::test]
 async fn a_volume_whose_pv_exists_is_kept_and_only_the_intent_dropped() {
     let sim = Sim::start(SimConfig::bare()).await.unwrap();
     let csi = Arc::new(FakeCsi {
         calls: StdMutex::default(),
+        created_with: StdMutex::default(),
         created_id: "unused".to_owned(),
     });
     let claim = deleted_claim_with_intent(&sim, None).await;
@@ -212,6 +293,7 @@ async fn a_claim_reconcile_future_is_small_enough_to_park_by_the_thousand() {
     let sim = Sim::start(SimConfig::bare()).await.unwrap();
     let csi = Arc::new(FakeCsi {
         calls: StdMutex::new(Vec::new()),
+        created_with: StdMutex::default(),
         created_id: "id".to_owned(),
     });
     let state = Arc::new(shell(&sim, csi));

@@ -184,8 +184,8 @@ pub(crate) fn has_record(pvc: &PersistentVolumeClaim) -> bool {
 }
 
 /// The intent recorded on `pvc`, if it carries one. A record written before the request was kept
-/// on the claim gets a minimal request (what the claim itself says), marked approximate: its
-/// refusal proves nothing.
+/// on the claim gets a minimal request (what the claim itself says; the resolver rebuilds it from
+/// the class when it can), marked approximate: its refusal proves nothing.
 pub(crate) fn entry_of(pvc: &PersistentVolumeClaim) -> Option<Entry> {
     if !has_record(pvc) {
         return None;
