@@ -79,8 +79,7 @@ where
     pub(crate) fn mentions(&self, needle: &str) -> bool {
         lz4_flex::block::decompress_size_prepended_with_dict(&self.rest, DICTIONARY.as_bytes())
             .is_ok_and(|json| {
-                json.windows(needle.len().max(1))
-                    .any(|w| w == needle.as_bytes())
+                needle.is_empty() || json.windows(needle.len()).any(|w| w == needle.as_bytes())
             })
     }
 

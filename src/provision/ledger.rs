@@ -121,8 +121,16 @@ impl Entry {
     /// entry then looks exactly like a CreateVolume whose PV was never made. Only a process that
     /// recorded the entry itself and never made its PV (`recorded_here`) knows there was none;
     /// otherwise the volume is kept, and reported, rather than deleted (issue 29).
-    pub(crate) fn may_be_kept(&self, recorded_here: bool) -> bool {
-        self.retain && !recorded_here
+    /// `class_retains`: for an approximate entry (a claim record of an earlier version, which did
+    /// not record the policy), whether the claim's class retains as cached now; a class that is
+    /// gone cannot tell, so that volume may be kept too.
+    pub(crate) fn may_be_kept(&self, recorded_here: bool, class_retains: Option<bool>) -> bool {
+        let retain = if self.approximate {
+            class_retains.unwrap_or(true)
+        } else {
+            self.retain
+        };
+        retain && !recorded_here
     }
 
     /// The provisioner secret reference.

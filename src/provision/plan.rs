@@ -462,9 +462,11 @@ pub(crate) fn decide_claim(pvc: &PersistentVolumeClaim, ctx: &ClaimContext<'_>) 
 }
 
 /// The CreateVolume provisioning `pvc` would send now, for replaying a record written before the
-/// request was recorded (its class still exists). Not proof of what was sent (topology may have
-/// moved), so its refusal proves nothing; it only finds the volume more often than a request with
-/// no class parameters.
+/// request was recorded, when it can be rebuilt (the class exists and the plan succeeds; a claim
+/// naming a VolumeAttributesClass, or whose data source is gone, cannot). Not proof of what was
+/// sent (topology may have moved), so its refusal proves nothing; it only finds the volume more
+/// often than a request with no class parameters. The name check guards against a plan that
+/// names another volume (the planner takes the name from the record's annotation).
 pub(crate) fn request_now(
     pvc: &PersistentVolumeClaim,
     ctx: &ClaimContext<'_>,

@@ -17,8 +17,8 @@ use crate::node_mode::ownership::{self, CsiNodeLookup, Ownership, OwnershipInput
 use crate::provision::plan::{self, ClaimContext, ClaimDecision, Lookup, NodeFacts, SourceLookup};
 use crate::provision::topology::TopologyView;
 
-/// Everything [`plan::decide_claim`] reads, owned (the topology view is built when deciding: it
-/// is not `Sync`).
+/// Everything [`plan::decide_claim`] (and [`plan::request_now`]) reads, owned (the topology view
+/// is built when deciding: it is not `Sync`).
 pub(super) struct Facts {
     class: Option<Arc<StorageClass>>,
     vac: Option<Result<Option<VolumeAttributesClass>, String>>,
@@ -158,6 +158,7 @@ impl Facts {
         self.with_context(state, |ctx| plan::request_now(pvc, ctx, volume_name))
     }
 
+    /// Runs `f` over the claim context these facts make.
     fn with_context<T>(&self, state: &Provisioner, f: impl FnOnce(&ClaimContext<'_>) -> T) -> T {
         let stores = &state.ctx.stores;
         let store_topology = StoreTopology {

@@ -20,12 +20,13 @@ use tracing::{debug, info, warn};
 
 use super::Provisioner;
 use super::execute::{create_volume, delete_volume, secret_data};
+use super::facts;
 use super::node_gone::{Gone, confirm_gone, gone_message};
 use crate::csi::v1;
 use crate::k8s::errors::describe;
 use crate::k8s::events::{EventSpec, reference_to};
 use crate::k8s::secrets::SecretFetchError;
-use crate::model::claim::selected_node;
+use crate::model::claim::{claim_class_name, selected_node};
 use crate::names;
 use crate::node_mode::ownership::{self, CsiNodeLookup};
 use crate::provision::intents::claim_record::has_record;
@@ -343,13 +344,21 @@ async fn cleanup_entry(
 ) -> Result<(), Retry> {
     let entry = &pending.entry;
     let claim_deleted = matches!(cause, CleanupCause::ClaimGone | CleanupCause::ClaimDeleting);
-    if claim_deleted && entry.may_be_kept(state.intents.recorded_here(&entry.volume)) {
+    // What an approximate entry (which recorded no policy) takes from its class as cached now.
+    let class_retains = claim
+        .filter(|_| entry.approximate)
+        .and_then(claim_class_name)
+        .and_then(|class| state.ctx.stores.classes.get(&ObjectRef::new(class)))
+        .map(|class| class.reclaim_policy.as_deref() == Some("Retain"));
+    if claim_deleted && entry.may_be_kept(state.intents.recorded_here(&entry.volume), class_retains)
+    {
         // Cannot tell a volume whose PV was never made from one a user kept (its Retain PV
         // deleted by an admin): kept, and reported (the audit lists it as a volume without a PV).
         warn!(
             claim = %entry.claim_name(),
             volume = %entry.volume,
-            "volume kept: the provisioning of a deleted claim of a Retain class left no PV, and \
+            "volume kept: the provisioning of a deleted claim of a Retain class (or of a class \
+             no longer known) left no PV, and \
              whether its PV was made and then deleted by an admin cannot be told; delete the \
              volume on the storage backend if nobody needs it (csi-provisioner audit lists it)"
         );
@@ -359,11 +368,14 @@ async fn cleanup_entry(
     let replay = match (entry.approximate, claim) {
         // A record from before requests were recorded: the request as the class makes it now
         // finds the volume more often than the minimal one (still not proof when refused).
-        (true, Some(claim)) => Box::pin(super::facts::gather(state, claim))
-            .await
-            .ok()
-            .and_then(|facts| facts.request_now(state, claim, &entry.volume))
-            .or_else(|| entry.request()),
+        (true, Some(claim)) => match Box::pin(facts::gather(state, claim)).await {
+            Ok(facts) => facts.request_now(state, claim, &entry.volume),
+            Err(e) => {
+                debug!(claim = %entry.claim_name(), error = %e, "rebuilding the request to replay");
+                None
+            }
+        }
+        .or_else(|| entry.request()),
         _ => entry.request(),
     };
     let cleanup = IntentCleanup {

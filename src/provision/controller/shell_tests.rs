@@ -67,8 +67,14 @@ fn shell(sim: &Sim, csi: Arc<FakeCsi>) -> Provisioner {
 }
 
 /// The shell with `claims` in its claim cache.
+/// The shell with `claims` in its claim cache, and their class `standard` (reclaim Delete).
 fn shell_with(sim: &Sim, csi: Arc<FakeCsi>, claims: Vec<PersistentVolumeClaim>) -> Provisioner {
-    shell_with_classes(sim, csi, claims, Vec::new())
+    shell_with_classes(
+        sim,
+        csi,
+        claims,
+        vec![crate::testing::sc("standard").build()],
+    )
 }
 
 /// The shell with `claims` and `classes` in its caches.
@@ -139,6 +145,7 @@ fn shell_with_classes(
 async fn deleted_claim_with_intent(sim: &Sim, volume_id: Option<&str>) -> PersistentVolumeClaim {
     let mut claim = crate::testing::pvc("default", "data")
         .provisioner(DRIVER)
+        .class("standard")
         .annotation(names::ANN_INTENT_VOLUME_NAME, "pvc-1")
         .finalizer(names::FINALIZER_PROVISIONING_INTENT);
     if let Some(id) = volume_id {
@@ -221,24 +228,13 @@ async fn a_record_without_its_request_is_replayed_with_the_class_parameters() {
     let mut claim = crate::testing::pvc("default", "data")
         .provisioner(DRIVER)
         .class("fast")
-        .annotation(names::ANN_INTENT_VOLUME_NAME, "pending")
+        .annotation(names::ANN_INTENT_VOLUME_NAME, "pvc-1")
         .finalizer(names::FINALIZER_PROVISIONING_INTENT)
         .build();
     claim.metadata.uid = None;
     claim.metadata.resource_version = None;
     claim.status = None;
-    let created = api.create(&PostParams::default(), &claim).await.unwrap();
-    // The volume name the provisioner derives from the claim's UID, as an earlier version wrote it.
-    let volume = format!("pvc-{}", created.metadata.uid.as_deref().unwrap());
-    let annotate =
-        serde_json::json!({"metadata": {"annotations": {names::ANN_INTENT_VOLUME_NAME: &volume}}});
-    api.patch(
-        "data",
-        &kube::api::PatchParams::default(),
-        &kube::api::Patch::Merge(&annotate),
-    )
-    .await
-    .unwrap();
+    api.create(&PostParams::default(), &claim).await.unwrap();
     api.delete("data", &DeleteParams::default()).await.unwrap();
     let claim = api.get("data").await.unwrap();
     let class = crate::testing::sc("fast").param("type", "ssd").build();
@@ -248,7 +244,7 @@ async fn a_record_without_its_request_is_replayed_with_the_class_parameters() {
     assert!(resolve::resolve_one(&state, &pending).await.is_ok());
     let sent = crate::sync::lock(&csi.created_with).clone();
     assert_eq!(sent.len(), 1, "one replay");
-    assert_eq!(sent[0].name, volume);
+    assert_eq!(sent[0].name, "pvc-1");
     assert_eq!(
         sent[0].parameters.get("type").map(String::as_str),
         Some("ssd")
@@ -258,6 +254,32 @@ async fn a_record_without_its_request_is_replayed_with_the_class_parameters() {
         Some("DeleteVolume vol-7")
     );
     assert!(claim_gone(&sim).await);
+}
+
+/// A record of an earlier version recorded no reclaim policy: with its class Retain, or gone so
+/// that nobody can tell, the volume of the deleted claim is kept (issue 29's rule), never deleted.
+#[tokio::test]
+async fn a_record_without_its_policy_keeps_the_volume_when_the_class_retains_or_is_gone() {
+    let mut retain = crate::testing::sc("standard").build();
+    retain.reclaim_policy = Some("Retain".to_owned());
+    for classes in [vec![retain], Vec::new()] {
+        let sim = Sim::start(SimConfig::bare()).await.unwrap();
+        let csi = Arc::new(FakeCsi {
+            calls: StdMutex::default(),
+            created_with: StdMutex::default(),
+            created_id: "vol-9".to_owned(),
+        });
+        let claim = deleted_claim_with_intent(&sim, Some("vol-1")).await;
+        let state = shell_with_classes(&sim, csi.clone(), vec![claim.clone()], classes);
+        let pending = observed(&state, &claim);
+        assert!(resolve::resolve_one(&state, &pending).await.is_ok());
+        assert!(
+            crate::sync::lock(&csi.calls).is_empty(),
+            "no call reaches the driver"
+        );
+        assert!(claim_gone(&sim).await, "the record goes, the volume stays");
+        assert_eq!(state.ctx.metrics.operator.intent_volumes_kept.get(), 1);
+    }
 }
 
 #[tokio::test]

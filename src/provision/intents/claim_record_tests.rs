@@ -223,3 +223,36 @@ fn a_record_written_before_requests_were_kept_replays_what_the_claim_says() {
     assert_eq!(replay.capacity_range.unwrap().required_bytes, 1 << 30);
     assert_eq!(replay.volume_capabilities.len(), 1);
 }
+
+/// The mirror follows the claim watch: a record appears with its claim's event and goes with the
+/// event of the same claim without it (the finalizer removed), and another driver's claim is
+/// never mirrored, whatever it carries.
+#[tokio::test]
+async fn the_mirror_follows_the_watch_and_holds_only_our_driver_s_records() {
+    let client =
+        kube::Client::try_from(kube::Config::new("http://127.0.0.1:9".parse().unwrap())).unwrap();
+    let records = ClaimRecords::new(client, "d");
+    let claim = |finalizers: &[&str], driver: &str| {
+        Lean::new(PersistentVolumeClaim {
+            metadata: meta(
+                finalizers,
+                &[
+                    ("volume.kubernetes.io/storage-provisioner", driver),
+                    (names::ANN_INTENT_VOLUME_NAME, "pvc-1"),
+                ],
+            ),
+            ..PersistentVolumeClaim::default()
+        })
+    };
+    records.observe_cached(&claim(&[names::FINALIZER_PROVISIONING_INTENT], "d"));
+    let pending = records.pending();
+    assert_eq!(pending.len(), 1);
+    assert_eq!(pending[0].0.volume, "pvc-1");
+    records.observe_cached(&claim(&[PROTECTION], "d"));
+    assert!(
+        records.pending().is_empty(),
+        "record removed from the claim"
+    );
+    records.observe_cached(&claim(&[names::FINALIZER_PROVISIONING_INTENT], "other"));
+    assert!(records.pending().is_empty(), "another driver's claim");
+}
