@@ -60,6 +60,15 @@ impl CsiController for FakeCsi {
     }
 }
 
+/// A driver whose CreateVolume answers `created_id`.
+fn fake_csi(created_id: &str) -> Arc<FakeCsi> {
+    Arc::new(FakeCsi {
+        calls: StdMutex::default(),
+        created_with: StdMutex::default(),
+        created_id: created_id.to_owned(),
+    })
+}
+
 const DRIVER: &str = crate::testing::DRIVER;
 
 fn shell(sim: &Sim, csi: Arc<FakeCsi>) -> Provisioner {
@@ -181,11 +190,7 @@ async fn claim_gone(sim: &Sim) -> bool {
 #[tokio::test]
 async fn a_recorded_volume_id_is_deleted_without_a_replay_and_the_claim_is_released() {
     let sim = Sim::start(SimConfig::bare()).await.unwrap();
-    let csi = Arc::new(FakeCsi {
-        calls: StdMutex::default(),
-        created_with: StdMutex::default(),
-        created_id: "unused".to_owned(),
-    });
+    let csi = fake_csi("unused");
     let claim = deleted_claim_with_intent(&sim, Some("vol-1")).await;
     let state = shell_with(&sim, csi.clone(), vec![claim.clone()]);
     let pending = observed(&state, &claim);
@@ -197,11 +202,7 @@ async fn a_recorded_volume_id_is_deleted_without_a_replay_and_the_claim_is_relea
 #[tokio::test]
 async fn without_an_id_the_create_is_replayed_then_the_answered_volume_deleted() {
     let sim = Sim::start(SimConfig::bare()).await.unwrap();
-    let csi = Arc::new(FakeCsi {
-        calls: StdMutex::default(),
-        created_with: StdMutex::default(),
-        created_id: "vol-9".to_owned(),
-    });
+    let csi = fake_csi("vol-9");
     let claim = deleted_claim_with_intent(&sim, None).await;
     let state = shell_with(&sim, csi.clone(), vec![claim.clone()]);
     let pending = observed(&state, &claim);
@@ -219,11 +220,7 @@ async fn without_an_id_the_create_is_replayed_then_the_answered_volume_deleted()
 #[tokio::test]
 async fn a_record_without_its_request_is_replayed_with_the_class_parameters() {
     let sim = Sim::start(SimConfig::bare()).await.unwrap();
-    let csi = Arc::new(FakeCsi {
-        calls: StdMutex::default(),
-        created_with: StdMutex::default(),
-        created_id: "vol-7".to_owned(),
-    });
+    let csi = fake_csi("vol-7");
     let api: Api<PersistentVolumeClaim> = Api::namespaced(sim.client(), "default");
     let mut claim = crate::testing::pvc("default", "data")
         .provisioner(DRIVER)
@@ -264,11 +261,7 @@ async fn a_record_without_its_policy_keeps_the_volume_when_the_class_retains_or_
     retain.reclaim_policy = Some("Retain".to_owned());
     for classes in [vec![retain], Vec::new()] {
         let sim = Sim::start(SimConfig::bare()).await.unwrap();
-        let csi = Arc::new(FakeCsi {
-            calls: StdMutex::default(),
-            created_with: StdMutex::default(),
-            created_id: "vol-9".to_owned(),
-        });
+        let csi = fake_csi("vol-9");
         let claim = deleted_claim_with_intent(&sim, Some("vol-1")).await;
         let state = shell_with_classes(&sim, csi.clone(), vec![claim.clone()], classes);
         let pending = observed(&state, &claim);
@@ -285,11 +278,7 @@ async fn a_record_without_its_policy_keeps_the_volume_when_the_class_retains_or_
 #[tokio::test]
 async fn a_volume_whose_pv_exists_is_kept_and_only_the_intent_dropped() {
     let sim = Sim::start(SimConfig::bare()).await.unwrap();
-    let csi = Arc::new(FakeCsi {
-        calls: StdMutex::default(),
-        created_with: StdMutex::default(),
-        created_id: "unused".to_owned(),
-    });
+    let csi = fake_csi("unused");
     let claim = deleted_claim_with_intent(&sim, None).await;
     let state = shell_with(&sim, csi.clone(), vec![claim.clone()]);
     let pvs: Api<PersistentVolume> = Api::all(sim.client());
@@ -313,11 +302,7 @@ async fn a_volume_whose_pv_exists_is_kept_and_only_the_intent_dropped() {
 #[tokio::test]
 async fn a_claim_reconcile_future_is_small_enough_to_park_by_the_thousand() {
     let sim = Sim::start(SimConfig::bare()).await.unwrap();
-    let csi = Arc::new(FakeCsi {
-        calls: StdMutex::new(Vec::new()),
-        created_with: StdMutex::default(),
-        created_id: "id".to_owned(),
-    });
+    let csi = fake_csi("id");
     let state = Arc::new(shell(&sim, csi));
     let pvc = Arc::new(crate::testing::pvc("default", "data").build());
     let run = super::reconcile_claim(pvc, state);
