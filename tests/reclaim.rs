@@ -717,7 +717,7 @@ async fn rewrite_until_released(
 
 #[tokio::test]
 async fn attached_volume_waits_with_one_event_and_is_deleted_once_detached() {
-    let (cluster, driver, sidecar) = start(&[], &[]).await;
+    let (cluster, driver, sidecar) = start(&[], &["--http-endpoint=127.0.0.1:0"]).await;
     let pv = cluster.provision("data", "fast").await;
     let (name, id) = (pv.name_any(), volume_id(&pv));
     let vas: Api<VolumeAttachment> = Api::all(cluster.client.clone());
@@ -751,6 +751,9 @@ async fn attached_volume_waits_with_one_event_and_is_deleted_once_detached() {
         vec![(message.clone(), 1)],
         "one event for the whole wait"
     );
+    // Counted as a failed deletion, as upstream does, once for the wait (not per re-check).
+    let failed = r#"controller_persistentvolume_delete_failed_total{class="fast"}"#;
+    assert_eq!(sidecar.metric(failed).await, Some(1.0));
     assert!(has_finalizer(&cluster.pv(&name).await));
     let state = driver.state().await;
     assert!(

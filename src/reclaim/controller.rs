@@ -305,6 +305,9 @@ async fn step(state: &Reclaimer, pv: &PersistentVolume) -> Result<Next, ReclaimF
             let message = plan::detach_message(&name, &node);
             if state.wait_for_detach(&uid, true) {
                 info!(pv = %name, "{message}; deleting the volume once it is detached");
+                // A refused deletion, as upstream counts it (dashboards alert on it); once per
+                // wait, like its event, not at every re-check.
+                ctx.metrics.delete.failed(&class_label(pv));
             } else {
                 debug!(pv = %name, "{message}");
             }
