@@ -770,6 +770,11 @@ async fn attached_volume_waits_with_one_event_and_is_deleted_once_detached() {
     assert_eq!(state.calls("DeleteVolume"), 1);
     let events = failed_delete(cluster.events_counted("PersistentVolume", &name).await);
     assert_eq!(events, vec![(message, 1)]);
+    assert_eq!(
+        sidecar.metric(failed).await,
+        Some(1.0),
+        "the deletion itself is no failure"
+    );
 }
 
 // === 10: mass deletion ===

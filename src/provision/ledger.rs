@@ -125,11 +125,7 @@ impl Entry {
     /// not record the policy), whether the claim's class retains as cached now; a class that is
     /// gone cannot tell, so that volume may be kept too.
     pub(crate) fn may_be_kept(&self, recorded_here: bool, class_retains: Option<bool>) -> bool {
-        let retain = if self.approximate {
-            class_retains.unwrap_or(true)
-        } else {
-            self.retain
-        };
+        let retain = self.retain || (self.approximate && class_retains.unwrap_or(true));
         retain && !recorded_here
     }
 

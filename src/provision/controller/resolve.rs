@@ -362,8 +362,10 @@ async fn cleanup_entry(
              whether its PV was made and then deleted by an admin cannot be told; delete the \
              volume on the storage backend if nobody needs it (csi-provisioner audit lists it)"
         );
+        resolved(state, pending, false).await?;
+        // Counted once the record is gone: a failed removal is retried and must not count twice.
         state.ctx.metrics.operator.intent_volumes_kept.inc();
-        return resolved(state, pending, false).await;
+        return Ok(());
     }
     let replay = match (entry.approximate, claim) {
         // A record from before requests were recorded: the request as the class makes it now

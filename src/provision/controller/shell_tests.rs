@@ -75,7 +75,6 @@ fn shell(sim: &Sim, csi: Arc<FakeCsi>) -> Provisioner {
     shell_with(sim, csi, Vec::new())
 }
 
-/// The shell with `claims` in its claim cache.
 /// The shell with `claims` in its claim cache, and their class `standard` (reclaim Delete).
 fn shell_with(sim: &Sim, csi: Arc<FakeCsi>, claims: Vec<PersistentVolumeClaim>) -> Provisioner {
     shell_with_classes(
