@@ -12,6 +12,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Mutex;
 
+use json_patch::PatchOperation;
 use json_patch::jsonptr::Token;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
@@ -137,12 +138,7 @@ pub(crate) fn intent_write_step(
     for k in removes {
         ops.push(remove_op(annotation_path(k)));
     }
-    if ops.is_empty() {
-        return Step::AlreadyDone;
-    }
-    Step::Write(json_patch::Patch(
-        guard(meta).into_iter().chain(ops).collect(),
-    ))
+    guarded(meta, ops)
 }
 
 /// The write that removes the intent finalizer and every intent annotation from the claim
@@ -170,6 +166,11 @@ pub(crate) fn intent_removal_step(meta: &ObjectMeta) -> Step {
             ops.push(remove_op(annotation_path(k)));
         }
     }
+    guarded(meta, ops)
+}
+
+/// `ops` behind the guard of the claim described by `meta`; nothing to write when there are none.
+fn guarded(meta: &ObjectMeta, ops: Vec<PatchOperation>) -> Step {
     if ops.is_empty() {
         return Step::AlreadyDone;
     }
