@@ -3,6 +3,7 @@
 #![allow(dead_code)] // Each test binary uses a different subset of the harness.
 
 pub mod exposition;
+pub mod real_cluster;
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -79,12 +80,27 @@ fn built_bin(name: &str) -> PathBuf {
     dir.join(name)
 }
 
-/// One simulated cluster with its temporary directory.
-pub struct Cluster {
-    pub sim: Sim,
+/// What a test needs of any API server, simulated or real: an admin client, a temporary
+/// directory and a kubeconfig for the sidecars. The helpers that only talk to the API live here,
+/// so a scenario reads the same on kube-sim ([`Cluster`]) and on a real control plane
+/// ([`real_cluster::RealCluster`]).
+pub struct World {
     pub client: Client,
     pub dir: TempDir,
     pub kubeconfig: PathBuf,
+}
+
+/// One simulated cluster with its temporary directory.
+pub struct Cluster {
+    pub sim: Sim,
+    world: World,
+}
+
+impl std::ops::Deref for Cluster {
+    type Target = World;
+    fn deref(&self) -> &World {
+        &self.world
+    }
 }
 
 impl Cluster {
@@ -100,14 +116,18 @@ impl Cluster {
         let client = sim.client();
         let cluster = Self {
             sim,
-            client,
-            dir,
-            kubeconfig,
+            world: World {
+                client,
+                dir,
+                kubeconfig,
+            },
         };
         cluster.ensure_namespace("default").await;
         cluster
     }
+}
 
+impl World {
     pub async fn ensure_namespace(&self, name: &str) {
         let api: Api<Namespace> = Api::all(self.client.clone());
         let ns = Namespace {
@@ -188,7 +208,7 @@ impl Cluster {
                 .any(|(_, _, c)| *c == claim)
     }
 
-    /// Waits until [`Cluster::intent_recorded`] is `want` for `ns/name`.
+    /// Waits until [`World::intent_recorded`] is `want` for `ns/name`.
     pub async fn wait_intent(&self, ns: &str, name: &str, want: bool) {
         let what = if want { "recorded" } else { "gone" };
         wait_for(
@@ -239,7 +259,7 @@ impl Cluster {
         self.add_node_for(name, DRIVER, TOPOLOGY_KEY).await
     }
 
-    /// [`Cluster::add_node`] for a driver named `driver` whose topology key is `key` (a driver
+    /// [`World::add_node`] for a driver named `driver` whose topology key is `key` (a driver
     /// of another name, such as a migrated plugin's).
     pub async fn add_node_for(&self, name: &str, driver: &str, key: &str) -> Node {
         let node = self.add_node_labelled(name, key).await;
@@ -261,7 +281,7 @@ impl Cluster {
         node
     }
 
-    /// A Node only, labelled as [`Cluster::add_node`] does, without a CSINode (a node where our
+    /// A Node only, labelled as [`World::add_node`] does, without a CSINode (a node where our
     /// driver does not run, or not yet).
     pub async fn add_node_without_driver(&self, name: &str) -> Node {
         self.add_node_labelled(name, TOPOLOGY_KEY).await
@@ -283,7 +303,7 @@ impl Cluster {
         self.create(&self.nodes(), &node).await
     }
 
-    /// [`Cluster::add_node`] for each of `names`, in order.
+    /// [`World::add_node`] for each of `names`, in order.
     pub async fn add_nodes(&self, names: &[&str]) {
         for name in names {
             self.add_node(name).await;
@@ -436,7 +456,7 @@ impl Cluster {
             .collect()
     }
 
-    /// [`Cluster::wait_event`] on the claim `ns/name`.
+    /// [`World::wait_event`] on the claim `ns/name`.
     pub async fn wait_claim_event(
         &self,
         ns: &str,
@@ -448,7 +468,7 @@ impl Cluster {
             .await
     }
 
-    /// [`Cluster::wait_event`] on the PV `name`.
+    /// [`World::wait_event`] on the PV `name`.
     pub async fn wait_pv_event(&self, name: &str, reason: &str, needle: &str) -> String {
         self.wait_event("PersistentVolume", "", name, reason, needle)
             .await
@@ -837,12 +857,12 @@ pub struct Sidecar {
 impl Sidecar {
     /// Starts the sidecar against `cluster` and `driver` with test-friendly defaults plus `extra` flags
     /// (later flags win, so `extra` can override the defaults).
-    pub async fn start(cluster: &Cluster, driver: &Driver, extra: &[&str]) -> Self {
+    pub async fn start(cluster: &World, driver: &Driver, extra: &[&str]) -> Self {
         Self::start_env(cluster, driver, extra, &[]).await
     }
 
     pub async fn start_env(
-        cluster: &Cluster,
+        cluster: &World,
         driver: &Driver,
         extra: &[&str],
         env: &[(&str, &str)],
@@ -859,7 +879,7 @@ impl Sidecar {
 
     /// [`Sidecar::start_env`] under `name` (its log file), for several sidecars of one driver name.
     pub async fn start_named(
-        cluster: &Cluster,
+        cluster: &World,
         driver: &Driver,
         name: &str,
         extra: &[&str],
@@ -872,7 +892,7 @@ impl Sidecar {
     /// [`Sidecar::start_named`] with another provisioner binary (any taking upstream's flags,
     /// such as the upstream sidecar the differential suite compares with).
     pub async fn start_bin(
-        cluster: &Cluster,
+        cluster: &World,
         driver: &Driver,
         bin: &Path,
         name: &str,
