@@ -71,19 +71,57 @@ fn provisioner_identity(driver: &str, node: Option<&str>) -> String {
     }
 }
 
-/// Whether the API server serves VolumeAttributesClass in storage.k8s.io/v1 (upstream turns the gate
-/// off at start-up when it was not set explicitly and the kind is missing).
-async fn serves_volume_attributes_class(client: &Client) -> bool {
+/// What the API server serves of the storage.k8s.io/v1 kinds some features need. Kubernetes 1.20,
+/// the oldest version upstream supports, serves neither.
+struct ServedKinds {
+    volume_attributes_class: bool,
+    storage_capacity: bool,
+}
+
+/// One discovery call at start-up; a failed discovery assumes both are served (the features then
+/// report their own errors, as before discovery existed).
+async fn served_storage_kinds(client: &Client) -> ServedKinds {
     match client.list_api_group_resources("storage.k8s.io/v1").await {
-        Ok(list) => list
-            .resources
-            .iter()
-            .any(|r| r.kind == "VolumeAttributesClass"),
+        Ok(list) => {
+            let serves = |kind: &str| list.resources.iter().any(|r| r.kind == kind);
+            ServedKinds {
+                volume_attributes_class: serves("VolumeAttributesClass"),
+                storage_capacity: serves("CSIStorageCapacity"),
+            }
+        }
         Err(e) => {
-            warn!(error = %describe(&e), "discovery of storage.k8s.io/v1 failed; assuming VolumeAttributesClass is served");
-            true
+            warn!(error = %describe(&e), "discovery of storage.k8s.io/v1 failed; assuming VolumeAttributesClass and CSIStorageCapacity are served");
+            ServedKinds {
+                volume_attributes_class: true,
+                storage_capacity: true,
+            }
         }
     }
+}
+
+/// Says once which requested features this API server cannot support and why, instead of a
+/// watch that fails for ever. Upstream turns an unset VolumeAttributesClass gate off silently
+/// and crash-loops or retries for the rest.
+fn features_off(
+    requested_vac: bool,
+    requested_capacity: bool,
+    served: &ServedKinds,
+) -> Vec<&'static str> {
+    let mut off = Vec::new();
+    if requested_vac && !served.volume_attributes_class {
+        off.push(
+            "VolumeAttributesClass (the API server does not serve storage.k8s.io/v1 \
+             VolumeAttributesClass, Kubernetes 1.34 and newer do; claims cannot name one here)",
+        );
+    }
+    if requested_capacity && !served.storage_capacity {
+        off.push(
+            "storage capacity tracking, --enable-capacity (the API server does not serve \
+             storage.k8s.io/v1 CSIStorageCapacity, Kubernetes 1.24 and newer do; no \
+             CSIStorageCapacity object is written)",
+        );
+    }
+    off
 }
 
 /// Waits until every store has seen its initial list, so no decision is taken on a half-filled cache
@@ -213,9 +251,16 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     ));
 
     let gates = &config.feature_gates;
-    let volume_attributes_class = gates.volume_attributes_class
-        && (gates.volume_attributes_class_explicit
-            || serves_volume_attributes_class(&client).await);
+    let served = served_storage_kinds(&client).await;
+    let off = features_off(
+        gates.volume_attributes_class,
+        config.capacity.enabled,
+        &served,
+    );
+    if !off.is_empty() {
+        warn!("features off on this API server: {}", off.join("; "));
+    }
+    let volume_attributes_class = gates.volume_attributes_class && served.volume_attributes_class;
     let node_name = config
         .node_deployment
         .as_ref()
@@ -238,16 +283,19 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         events.clone(),
         metrics.operator.rbac_missing.clone(),
     );
-    let (capacity_nudge, capacity) =
-        match crate::capacity::controller::prepare(&config, &driver, capacity_metrics).await {
-            Ok(prepared) => prepared,
-            Err(e) => {
-                if let Some(election) = election {
-                    election.release().await;
-                }
-                return Err(e);
+    let prepared = match served.storage_capacity {
+        true => crate::capacity::controller::prepare(&config, &driver, capacity_metrics).await,
+        false => Ok(Default::default()),
+    };
+    let (capacity_nudge, capacity) = match prepared {
+        Ok(prepared) => prepared,
+        Err(e) => {
+            if let Some(election) = election {
+                election.release().await;
             }
-        };
+            return Err(e);
+        }
+    };
 
     let mut watches = match &config.node_deployment {
         Some(node) => node_mode_watches(&client, &config, &driver, &node.node_name).await,

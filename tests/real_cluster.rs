@@ -570,39 +570,71 @@ async fn with_one_rule_removed_the_self_check_names_it_and_the_claim_says_what_h
     let message = cluster
         .wait_claim_event(NS, "data", "ProvisioningFailed", "forbidden")
         .await;
-    assert!(message.contains("persistentvolumes"), "{message}");
+    assert!(
+        message.contains("cannot create resource \"persistentvolumes\""),
+        "the API server's own words: {message}"
+    );
     assert!(
         !message.contains("Api(") && !message.contains("ErrorResponse"),
         "{message}"
     );
-    // Nothing leaks while the PV cannot be written.
-    wait_driver_empty(&driver).await;
+    // As upstream, the volume is kept for the PV that cannot be written yet (one volume, reused
+    // by every retry), never deleted and made again.
+    let state = driver.state().await;
+    assert_eq!(state.volumes.len(), 1);
+    assert_eq!(state.calls("DeleteVolume"), 0);
 
     // The rule comes back: the claim is provisioned without a restart.
     kubectl_apply(&cluster, &deploy_rbac(false)).expect("kubectl");
     cluster.wait_bound(NS, "data").await;
+    assert_eq!(
+        driver.state().await.volumes.len(),
+        1,
+        "the kept volume is the claim's"
+    );
 }
 
 #[tokio::test]
 async fn on_kubernetes_1_20_the_sidecar_says_once_which_features_are_off_and_works() {
     let cluster = real_cluster!();
     let driver = Driver::start(cluster.dir.path(), "node-1", &[]).await;
-    let sidecar = Sidecar::start(
+    let mut sidecar = Sidecar::start_env(
         &cluster,
         &driver,
         &[
             "--feature-gates=VolumeAttributesClass=true",
-            "--enable-capacity=false",
+            "--enable-capacity",
+            "--capacity-poll-interval=1s",
         ],
+        &[("NAMESPACE", NS), ("POD_NAME", "csi-provisioner-0")],
     )
     .await;
     cluster.claim_with_fast_class(NS, "data").await;
-    cluster.wait_bound(NS, "data").await;
-    sidecar
-        .wait_log(&["VolumeAttributesClass", "not served"], 1)
-        .await;
+    let pv = cluster.wait_bound(NS, "data").await;
+    cluster.delete_pvc_and_wait(NS, "data").await;
+    cluster.wait_pv_gone(&name_of(&pv)).await;
+
+    let off = ["features off on this API server"];
+    assert_eq!(sidecar.log_lines_with(&off), 1, "said once");
     assert_eq!(
-        sidecar.log_lines_with(&["VolumeAttributesClass", "not served"]),
-        1
+        sidecar.log_lines_with(&[
+            "features off",
+            "VolumeAttributesClass",
+            "storage capacity tracking"
+        ]),
+        1,
+        "{}",
+        sidecar.log()
     );
+    // No crash loop and no error spam: nothing retries a kind the server lacks.
+    assert!(sidecar.is_running(), "still running");
+    let log = sidecar.log();
+    let errors = log.lines().filter(|l| l.contains(" ERROR ")).count();
+    assert_eq!(errors, 0, "{log}");
+    assert_eq!(
+        sidecar.log_lines_with(&["csistoragecapacities"]),
+        0,
+        "{log}"
+    );
+    sidecar.kill().await;
 }

@@ -946,6 +946,13 @@ impl Sidecar {
         self.child = Some(child);
     }
 
+    /// Whether the process is still running (it has not exited by itself).
+    pub fn is_running(&mut self) -> bool {
+        self.child
+            .as_mut()
+            .is_some_and(|c| matches!(c.try_wait(), Ok(None)))
+    }
+
     /// The process id while it runs.
     pub fn pid(&self) -> Option<u32> {
         self.child.as_ref().and_then(Child::id)
