@@ -327,7 +327,7 @@ async fn the_periodic_audit_counts_a_leak_in_its_metrics_and_not_a_volume_being_
 /// The sidecar's own claim writes (its User-Agent starts with the binary name).
 fn sidecar_claim_writes(cluster: &Cluster) -> u64 {
     cluster
-        .sim
+        .sim()
         .counters()
         .agent(|a| a.starts_with("csi-provisioner"))
         .writes_to(Some("persistentvolumeclaims"))

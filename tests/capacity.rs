@@ -394,7 +394,7 @@ async fn nothing_is_written_while_nothing_changes_and_immediate_classes_need_the
     }
 
     // Several poll intervals: every object polled at least 3 more times (the witness), no write.
-    let before = cluster.sim.counters();
+    let before = cluster.sim().counters();
     let calls = driver.state().await.calls("GetCapacity");
     wait_for(
         "3 more polls of each of the 4 objects",
@@ -405,7 +405,7 @@ async fn nothing_is_written_while_nothing_changes_and_immediate_classes_need_the
         },
     )
     .await;
-    let during = cluster.sim.counters().since(&before);
+    let during = cluster.sim().counters().since(&before);
     assert_eq!(
         during.writes(),
         0,
@@ -721,7 +721,7 @@ async fn only_the_leader_publishes_and_a_new_leader_adopts_without_writing() {
 
     // The leader dies; the standby takes over, adopts the same objects and, values unchanged,
     // writes none.
-    let before = cluster.sim.counters();
+    let before = cluster.sim().counters();
     replicas[0].1.kill().await;
     replicas[1]
         .1
@@ -739,7 +739,7 @@ async fn only_the_leader_publishes_and_a_new_leader_adopts_without_writing() {
         .map(|v| v.2)
         .collect();
     assert_eq!(after, names, "adopted, not re-created");
-    let during = cluster.sim.counters().since(&before);
+    let during = cluster.sim().counters().since(&before);
     assert_eq!(
         during.writes_to(Some("csistoragecapacities")),
         0,

@@ -152,7 +152,7 @@ async fn a_clone_gets_the_source_volume_as_its_content_source() {
         .wait_bound(NS, &source_pv.metadata.name.expect("name"))
         .await;
 
-    let before = cluster.sim.counters();
+    let before = cluster.sim().counters();
     cluster
         .create(&cluster.pvcs(NS), &cloned_from("copy", "src", "2Gi"))
         .await;
@@ -160,7 +160,7 @@ async fn a_clone_gets_the_source_volume_as_its_content_source() {
     // The cost of a clone: the source claim and its PV come from the caches (no GET); the writes
     // are the source's protection finalizer and the PV (plus the ledger's Lease and events).
     let spent = cluster
-        .sim
+        .sim()
         .counters()
         .since(&before)
         .agent(|a| a.contains("csi-provisioner-rs"));

@@ -87,12 +87,12 @@ async fn a_claim_seen_before_its_class_gets_no_warning() {
     sidecar.wait_started().await;
     // The sidecar's StorageClass watch lags: once dropped, it takes 3 s to open again, while the
     // claim watch resumes at once.
-    cluster.sim.faults().add(
+    cluster.sim().faults().add(
         kube_sim::FaultRule::latency(std::time::Duration::from_secs(3))
             .verb("watch")
             .resource("storageclasses"),
     );
-    cluster.sim.drop_watches();
+    cluster.sim().drop_watches();
     cluster.add_class(&storage_class("fast", &[])).await;
     cluster.claim_of_class(NS, "data", "fast", "1Gi").await;
     cluster
@@ -137,12 +137,12 @@ async fn a_claim_selected_to_a_node_the_cache_has_not_seen_keeps_its_node() {
     sidecar.wait_started().await;
     cluster.add_class(&delayed_class("local")).await;
     // The CSINode watch lags by 3 s once dropped; node-2 joins meanwhile and is picked at once.
-    cluster.sim.faults().add(
+    cluster.sim().faults().add(
         kube_sim::FaultRule::latency(std::time::Duration::from_secs(3))
             .verb("watch")
             .resource("csinodes"),
     );
-    cluster.sim.drop_watches();
+    cluster.sim().drop_watches();
     cluster.add_node("node-2").await;
     let mut pvc = claim(NS, "data", "local", "1Gi");
     pvc.metadata.annotations = Some(

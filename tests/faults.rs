@@ -115,7 +115,7 @@ async fn settle_and_check(cluster: &Cluster, drivers: &[&Driver], seed: u64) {
             .unwrap()
             .items,
     );
-    let (volume_claims, claim_removals) = cluster.sim.claim_history();
+    let (volume_claims, claim_removals) = cluster.sim().claim_history();
     let violations = invariants::check(&World {
         driver: DRIVER,
         volumes: &volumes,
@@ -128,7 +128,7 @@ async fn settle_and_check(cluster: &Cluster, drivers: &[&Driver], seed: u64) {
         delete_calls: &delete_calls,
         volume_claims: &volume_claims,
         claim_removals: &claim_removals,
-        volume_policies: &cluster.sim.volume_policies(),
+        volume_policies: &cluster.sim().volume_policies(),
         reported_kept: &Default::default(),
     });
     let report: Vec<String> = violations.iter().map(ToString::to_string).collect();
@@ -289,7 +289,7 @@ async fn api_server_errors_conflicts_and_lost_watches_lose_nothing() {
     let driver = Driver::start(cluster.dir.path(), "node-1", &[]).await;
     cluster.add_class(&storage_class("fast", &[])).await;
     let _sidecar = Sidecar::start(&cluster, &driver, &[]).await;
-    let faults = cluster.sim.faults();
+    let faults = cluster.sim().faults();
     for round in 0..rounds(3) {
         let mut ids = vec![
             faults.add(FaultRule::error(503).retry_after(1).rate(0.2)),
@@ -318,9 +318,9 @@ async fn api_server_errors_conflicts_and_lost_watches_lose_nothing() {
         tokio::time::sleep(Duration::from_millis(rng.random_range(200..1000))).await;
         // Watches end; sometimes their history is gone too (the sidecar must relist on 410).
         if rng.random_bool(0.5) {
-            cluster.sim.compact();
+            cluster.sim().compact();
         }
-        cluster.sim.drop_watches();
+        cluster.sim().drop_watches();
         tokio::time::sleep(Duration::from_millis(rng.random_range(200..1000))).await;
         if rng.random_bool(0.3) {
             // The API server stops answering for a while (FAULT_PAUSE_SECS, 30 in the long
@@ -329,9 +329,9 @@ async fn api_server_errors_conflicts_and_lost_watches_lose_nothing() {
                 .ok()
                 .and_then(|s| s.parse().ok())
                 .unwrap_or(3);
-            cluster.sim.pause();
+            cluster.sim().pause();
             tokio::time::sleep(Duration::from_secs(pause)).await;
-            cluster.sim.resume();
+            cluster.sim().resume();
         }
         for id in ids {
             faults.remove(id);
@@ -378,7 +378,7 @@ async fn leaders_killed_or_unable_to_renew_mid_operation_do_nothing_twice() {
             .await,
         );
     }
-    let faults = cluster.sim.faults();
+    let faults = cluster.sim().faults();
     for round in 0..rounds(3) {
         traffic(&cluster, &mut rng, round).await;
         tokio::time::sleep(Duration::from_millis(rng.random_range(100..600))).await;
@@ -509,7 +509,7 @@ async fn soak_waves_of_claims_with_a_failing_driver_and_api_server_end_exact() {
             .await
             .unwrap();
     }
-    let faults = cluster.sim.faults();
+    let faults = cluster.sim().faults();
     let api_fault = faults.add(FaultRule::error(503).retry_after(1).rate(0.05));
     let mut rss = Vec::new();
     let mut made = 0;

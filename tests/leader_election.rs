@@ -362,7 +362,7 @@ async fn a_leader_that_cannot_renew_stops_acting_before_another_starts() {
     .await;
 
     // Every Lease write fails from now on: the leader can no longer renew.
-    let fault = cluster.sim.faults().add(
+    let fault = cluster.sim().faults().add(
         FaultRule::error(500)
             .verb("update")
             .resource("leases")
@@ -385,7 +385,7 @@ async fn a_leader_that_cannot_renew_stops_acting_before_another_starts() {
     if let Ok(wait) = Duration::try_from(until_expiry) {
         tokio::time::sleep(wait).await;
     }
-    cluster.sim.faults().remove(fault);
+    cluster.sim().faults().remove(fault);
     assert_eq!(
         replicas[leader].sidecar.wait_exit().await,
         Some(1),

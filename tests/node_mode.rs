@@ -235,7 +235,7 @@ async fn delayed_binding_each_claim_is_provisioned_by_its_selected_nodes_instanc
     }
     // Each instance records its intents in its own node's ledger: no claim is read or written.
     let ours = cluster
-        .sim
+        .sim()
         .counters()
         .agent(|agent| agent.starts_with("csi-provisioner/"));
     for verb in ["get", "patch", "update"] {
@@ -260,7 +260,7 @@ async fn immediate_binding_with_upstreams_cluster_role_still_has_one_winner_per_
     let cluster = Cluster::start().await;
     // Upstream's ClusterRole: update but no patch on PVCs. The competition's compare-and-set
     // becomes a PUT carrying the resourceVersion read, which still lets exactly one instance win.
-    cluster.sim.faults().add(
+    cluster.sim().faults().add(
         FaultRule::error(403)
             .verb("patch")
             .resource("persistentvolumeclaims"),
@@ -268,7 +268,7 @@ async fn immediate_binding_with_upstreams_cluster_role_still_has_one_winner_per_
     let members = fleet(&cluster, &[]).await;
     nine_claims_each_provisioned_once_by_one_instance(&cluster, &members).await;
     let updates = cluster
-        .sim
+        .sim()
         .counters()
         .get("update", "persistentvolumeclaims", 200);
     // The selected node; the intent is in each node's ledger, not on the claim.
@@ -278,7 +278,7 @@ async fn immediate_binding_with_upstreams_cluster_role_still_has_one_winner_per_
     );
     assert!(
         cluster
-            .sim
+            .sim()
             .counters()
             .count(Some("create"), Some("leases"), None)
             >= 1,
@@ -633,7 +633,7 @@ async fn a_node_back_with_its_recorded_uid_within_the_grace_period_cancels_the_c
     meta.remove("resourceVersion");
     meta.remove("creationTimestamp");
     cluster
-        .sim
+        .sim()
         .restore("", "nodes", "", restored)
         .expect("restore node-a");
 
@@ -749,7 +749,7 @@ async fn node_lookups_failing_with_500_or_503_never_count_as_absence() {
     let mut members = local_fleet(&cluster, &["--deleted-node-grace-period=4s"]).await;
     let pv_name = volume_on_a_lost_node(&cluster, &mut members).await;
 
-    let faults = cluster.sim.faults();
+    let faults = cluster.sim().faults();
     // Only GETs of the missing node fail (the instances' own start-up reads are not disturbed).
     let node_get = || {
         FaultRule::default()
@@ -1125,9 +1125,9 @@ async fn with_an_intent_journal_no_lease_is_written_and_a_crash_still_leaks_noth
     let mut a = join(&cluster, "node-a", &[&flag]).await;
     cluster.add_class(&delayed_class("local")).await;
 
-    let before = cluster.sim.counters();
+    let before = cluster.sim().counters();
     claim_on(&cluster, "first", "local", "node-a").await;
-    let spent = cluster.sim.counters().since(&before);
+    let spent = cluster.sim().counters().since(&before);
     assert_eq!(
         spent.writes_to(Some("leases")),
         0,

@@ -136,7 +136,7 @@ async fn immediate_claim_gets_a_pv_exactly_like_upstream_builds_it() {
     );
     class.mount_options = Some(vec!["noatime".into()]);
     cluster.add_class(&class).await;
-    let before = cluster.sim.counters();
+    let before = cluster.sim().counters();
     let pvc = cluster.claim_of_class(NS, "data", "fast", "1Gi").await;
     let uid = pvc.metadata.uid.clone().unwrap();
 
@@ -222,7 +222,7 @@ async fn immediate_claim_gets_a_pv_exactly_like_upstream_builds_it() {
     // API cost of one volume: the intent in the ledger (one Lease write, a second one later when
     // the entry is dropped lazily), the PV create and two events; the claim is never written
     // (the test's own claim create is the only claim write).
-    let spent = cluster.sim.counters().since(&before);
+    let spent = cluster.sim().counters().since(&before);
     assert_eq!(
         spent.writes_to(Some("persistentvolumeclaims")),
         1,
@@ -257,7 +257,7 @@ async fn a_backlog_under_a_tight_rate_limit_commits_its_intents_in_one_write() {
             .claim_of_class(NS, &format!("c{i}"), "fast", "1Gi")
             .await;
     }
-    let before = cluster.sim.counters();
+    let before = cluster.sim().counters();
     // Five workers: waiting with their slots held, the 40 intents would take 8 commits or more.
     let _sidecar = Sidecar::start(
         &cluster,
@@ -272,7 +272,7 @@ async fn a_backlog_under_a_tight_rate_limit_commits_its_intents_in_one_write() {
     for i in 0..CLAIMS {
         cluster.wait_bound(NS, &format!("c{i}")).await;
     }
-    let spent = cluster.sim.counters().since(&before);
+    let spent = cluster.sim().counters().since(&before);
     // One write for the backlog, a few more if claims trickle in as the sidecar starts; with
     // the workers waiting in their slots it was one per 5 claims.
     assert!(
@@ -478,13 +478,13 @@ async fn watch_outage_with_compacted_history(watch_list: bool) {
     driver.wait_volumes(1).await;
 
     // The API server ends every watch and refuses new ones for a while...
-    let faults = cluster.sim.faults();
+    let faults = cluster.sim().faults();
     let refused = faults.add(kube_sim::FaultRule {
         verb: Some("watch".into()),
         status: Some(500),
         ..Default::default()
     });
-    cluster.sim.drop_watches();
+    cluster.sim().drop_watches();
     wait_for(
         "the sidecar's re-watches to be refused",
         DEADLINE,
@@ -493,7 +493,7 @@ async fn watch_outage_with_compacted_history(watch_list: bool) {
     .await;
     let claim_lists = || {
         cluster
-            .sim
+            .sim()
             .counters()
             .count(Some("list"), Some("persistentvolumeclaims"), None)
     };
@@ -502,7 +502,7 @@ async fn watch_outage_with_compacted_history(watch_list: bool) {
     // compacted away: resuming the watches from where they stopped is answered 410 Gone.
     cluster.claim_of_class(NS, "during", "fast", "1Gi").await;
     cluster.delete_pvc_and_wait(NS, "before").await;
-    cluster.sim.compact();
+    cluster.sim().compact();
     faults.remove(refused);
 
     // The sidecar lists again and acts on both changes it never saw as watch events.
@@ -537,7 +537,7 @@ async fn watch_outage_with_compacted_history(watch_list: bool) {
 async fn with_upstreams_cluster_role_claims_are_written_with_update_instead_of_patch() {
     let cluster = Cluster::start().await;
     // Upstream's ClusterRole grants get/list/watch/update on PVCs, not patch.
-    let faults = cluster.sim.faults();
+    let faults = cluster.sim().faults();
     // And no Role for Leases: the intents go on the claims.
     faults.add(
         kube_sim::FaultRule::error(403)
@@ -567,7 +567,7 @@ async fn with_upstreams_cluster_role_claims_are_written_with_update_instead_of_p
         (!has_intent(p)).then_some(())
     })
     .await;
-    let counters = cluster.sim.counters();
+    let counters = cluster.sim().counters();
     assert!(
         counters.get("update", "persistentvolumeclaims", 200) >= 4,
         "intent written and removed for both claims with update"

@@ -39,7 +39,7 @@ async fn a_denied_permission_is_named_with_the_rule_to_add_in_log_health_and_eve
         ("watch", "volumeattachments"),
     ] {
         cluster
-            .sim
+            .sim()
             .faults()
             .add(FaultRule::error(403).verb(verb).resource(resource));
     }
@@ -138,7 +138,7 @@ async fn with_every_permission_granted_the_check_passes_quietly() {
     // One rules review for the ledger's namespace showed everything: no access review per
     // permission (there were 20).
     let ours = cluster
-        .sim
+        .sim()
         .counters()
         .agent(|agent| agent.starts_with("csi-provisioner/"));
     assert_eq!(
@@ -304,7 +304,7 @@ async fn the_manifest_grants_what_the_sidecar_uses_and_no_more() {
         .await;
 
     let ours = cluster
-        .sim
+        .sim()
         .counters()
         .agent(|agent| agent.starts_with("csi-provisioner/"));
     let used: BTreeSet<(String, String, String)> = ours

@@ -524,7 +524,7 @@ async fn sidecar_killed_after_delete_volume_repeats_it_on_restart_and_the_pv_goe
         || async { cluster.ledger_entries().await.is_empty().then_some(()) },
     )
     .await;
-    let faults = cluster.sim.faults();
+    let faults = cluster.sim().faults();
     let deny_delete = faults.add(
         kube_sim::FaultRule::error(500)
             .verb("delete")
@@ -545,7 +545,7 @@ async fn sidecar_killed_after_delete_volume_repeats_it_on_restart_and_the_pv_goe
     let state = driver.wait_volumes(0).await;
     assert_eq!(state.calls("DeleteVolume"), 2);
     wait_for("the PV DELETE and PATCH to fail", DEADLINE, || async {
-        let c = cluster.sim.counters();
+        let c = cluster.sim().counters();
         (c.get("delete", "persistentvolumes", 500) >= 1
             && c.get("patch", "persistentvolumes", 500) >= 1)
             .then_some(())
@@ -809,7 +809,7 @@ async fn two_hundred_claims_deleted_at_once_call_delete_volume_exactly_200_times
     driver.wait_volumes(N).await;
 
     let started = Instant::now();
-    let before = cluster.sim.counters();
+    let before = cluster.sim().counters();
     futures::stream::iter(&names)
         .for_each_concurrent(N, |name| {
             let cluster = &cluster;
@@ -832,7 +832,7 @@ async fn two_hundred_claims_deleted_at_once_call_delete_volume_exactly_200_times
     // protection controller removing its own finalizer at the same moment costs no retry). A PV
     // DELETE may be repeated when a reconcile started from a cache without the deletion yet.
     let spent = cluster
-        .sim
+        .sim()
         .counters()
         .since(&before)
         .agent(|a| a.contains("csi-provisioner-rs"));

@@ -129,7 +129,7 @@ async fn start_up_streams_claims_and_pvs_instead_of_listing_them() {
     cluster.add_class(&storage_class("fast", &[])).await;
     cluster.claim_of_class(NS, "data", "fast", "1Gi").await;
     cluster.wait_bound(NS, "data").await;
-    let counters = cluster.sim.counters();
+    let counters = cluster.sim().counters();
     for resource in ["persistentvolumeclaims", "persistentvolumes"] {
         assert_eq!(
             counters.count(Some("list"), Some(resource), None),
@@ -156,7 +156,7 @@ async fn start_up_falls_back_to_paged_lists_when_the_api_server_refuses_streamin
     cluster.claim_of_class(NS, "data", "fast", "1Gi").await;
     cluster.wait_bound(NS, "data").await;
     // The first refusal is remembered: later watches go straight to paged lists.
-    let counters = cluster.sim.counters();
+    let counters = cluster.sim().counters();
     assert!(
         counters.count(Some("watch"), None, Some(422)) >= 1,
         "{:#}",

@@ -90,9 +90,13 @@ pub struct World {
     pub kubeconfig: PathBuf,
 }
 
-/// One simulated cluster with its temporary directory.
+/// The cluster of an end-to-end test: kube-sim, or with `KUBE_WORLD=real` the real control plane
+/// (`real_cluster`), for the tests that need no more than the API and its controllers. A test
+/// that reaches for [`Cluster::sim`] (fault injection, holds, stored objects) fits kube-sim only.
 pub struct Cluster {
-    pub sim: Sim,
+    sim: Option<Sim>,
+    /// Kept for its processes: dropping it stops the control plane.
+    _plane: Option<real_cluster::ControlPlane>,
     world: World,
 }
 
@@ -104,8 +108,30 @@ impl std::ops::Deref for Cluster {
 }
 
 impl Cluster {
+    /// kube-sim, or the real control plane when `KUBE_WORLD=real` (it must be built then).
     pub async fn start() -> Self {
+        if std::env::var("KUBE_WORLD").as_deref() == Ok("real") {
+            let (world, plane) = real_cluster::RealCluster::start()
+                .await
+                .unwrap_or_else(|| panic!("KUBE_WORLD=real needs {}", real_cluster::BUILD_SCRIPT))
+                .into_parts();
+            let cluster = Self {
+                sim: None,
+                _plane: Some(plane),
+                world,
+            };
+            cluster.ensure_namespace("default").await;
+            return cluster;
+        }
         Self::start_with(SimConfig::default()).await
+    }
+
+    /// The simulator behind this cluster: for what only kube-sim can do.
+    pub fn sim(&self) -> &Sim {
+        self.sim.as_ref().expect(
+            "this test drives kube-sim itself (faults, holds or stored objects): it does not fit \
+             the real control plane (KUBE_WORLD=real)",
+        )
     }
 
     pub async fn start_with(cfg: SimConfig) -> Self {
@@ -115,7 +141,8 @@ impl Cluster {
         sim.write_kubeconfig(&kubeconfig).expect("write kubeconfig");
         let client = sim.client();
         let cluster = Self {
-            sim,
+            sim: Some(sim),
+            _plane: None,
             world: World {
                 client,
                 dir,

@@ -205,9 +205,8 @@ impl Drop for Process {
     }
 }
 
-/// A running control plane: the admin [`World`] plus the processes behind it.
-pub struct RealCluster {
-    world: World,
+/// The processes of a running control plane and how to reach it.
+pub struct ControlPlane {
     /// `https://127.0.0.1:PORT` of kube-apiserver.
     pub server: String,
     /// The test CA, which also signs the API server's serving certificate.
@@ -216,18 +215,24 @@ pub struct RealCluster {
     processes: Vec<Process>,
 }
 
-impl std::ops::Deref for RealCluster {
-    type Target = World;
-    fn deref(&self) -> &World {
-        &self.world
-    }
-}
-
-impl Drop for RealCluster {
+impl Drop for ControlPlane {
     fn drop(&mut self) {
         while let Some(p) = self.processes.pop() {
             drop(p);
         }
+    }
+}
+
+/// A running control plane: the admin [`World`] plus the processes behind it.
+pub struct RealCluster {
+    world: World,
+    plane: ControlPlane,
+}
+
+impl std::ops::Deref for RealCluster {
+    type Target = World;
+    fn deref(&self) -> &World {
+        &self.world
     }
 }
 
@@ -240,6 +245,11 @@ impl RealCluster {
             return None;
         }
         Some(Self::start_built().await)
+    }
+
+    /// The admin world and the processes, for a [`super::Cluster`] that owns them.
+    pub fn into_parts(self) -> (World, ControlPlane) {
+        (self.world, self.plane)
     }
 
     async fn start_built() -> Self {
@@ -353,16 +363,18 @@ impl RealCluster {
         };
         let mut cluster = Self {
             world,
-            server,
-            ca,
-            processes,
+            plane: ControlPlane {
+                server,
+                ca,
+                processes,
+            },
         };
         cluster.wait_api_ready().await;
 
         let d = cluster.world.dir.path().to_path_buf();
         let p = |name: &str| d.join(name).display().to_string();
         let (kcm_port, sched_port) = (free_port(), free_port());
-        cluster.processes.push(Process::spawn(
+        cluster.plane.processes.push(Process::spawn(
             "kube-controller-manager",
             &bins.join("kube-controller-manager"),
             &[
@@ -390,7 +402,7 @@ impl RealCluster {
             ],
             &d,
         ));
-        cluster.processes.push(Process::spawn(
+        cluster.plane.processes.push(Process::spawn(
             "kube-scheduler",
             &bins.join("kube-scheduler"),
             &[
@@ -413,7 +425,7 @@ impl RealCluster {
 
     /// Panics with the components' logs if one of them has exited.
     fn assert_running(&mut self) {
-        for p in &mut self.processes {
+        for p in &mut self.plane.processes {
             if let Ok(Some(status)) = p.child.try_wait() {
                 panic!("{} exited ({status}):\n{}", p.name, p.tail());
             }
@@ -433,7 +445,7 @@ impl RealCluster {
                 return;
             }
             if start.elapsed() > DEADLINE {
-                let logs: Vec<String> = self.processes.iter().map(Process::tail).collect();
+                let logs: Vec<String> = self.plane.processes.iter().map(Process::tail).collect();
                 panic!(
                     "kube-apiserver not ready within {DEADLINE:?}:\n{}",
                     logs.join("\n")
@@ -494,8 +506,8 @@ impl RealCluster {
         let path = self.dir.path().join(format!("{ns}-{name}.kubeconfig"));
         write_kubeconfig(
             &path,
-            &self.server,
-            &self.ca,
+            &self.plane.server,
+            &self.plane.ca,
             &format!("    token: {token}\n"),
         );
         path

@@ -65,7 +65,7 @@ fn ours() -> Binary {
 async fn points_of(world: &mut World) -> Vec<Point> {
     let mut out = Vec::new();
     let mut api: Vec<(String, String)> = Vec::new();
-    for w in world.cluster.sim.holds().writes() {
+    for w in world.cluster.sim().holds().writes() {
         if w.agent.starts_with(SIDECAR_AGENT) && !NOT_STATE.contains(&w.resource.as_str()) {
             api.push((w.verb, w.resource));
         }
@@ -134,7 +134,7 @@ fn reported_kept(logs: &[PathBuf]) -> BTreeSet<String> {
 /// Every broken invariant of a quiet world.
 async fn violations(world: &mut World) -> Vec<String> {
     let states = world.states().await;
-    let sim = &world.cluster.sim;
+    let sim = world.cluster.sim();
     let mut volumes = Vec::new();
     let mut concurrent = Vec::new();
     let mut delete_calls = Vec::new();

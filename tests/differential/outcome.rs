@@ -15,14 +15,14 @@ pub type Outcome = BTreeMap<String, String>;
 /// Observes the world once (the API server's store, read without requests, and the drivers).
 pub async fn observe(world: &mut World) -> Outcome {
     let states = world.states().await;
-    let sim = &world.cluster.sim;
+    let sim = world.cluster.sim();
     let claims = sim.objects("persistentvolumeclaims");
     for c in &claims {
         if let Ok(meta) = serde_json::from_value::<kube::api::ObjectMeta>(c["metadata"].clone()) {
             world.remember("PersistentVolumeClaim", &meta);
         }
     }
-    let sim = &world.cluster.sim;
+    let sim = world.cluster.sim();
     let mut doc = Map::new();
     for pv in sim.objects("persistentvolumes") {
         let name = pv["metadata"]["name"].as_str().unwrap_or("?").to_owned();

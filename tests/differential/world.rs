@@ -246,7 +246,7 @@ impl World {
                 resource,
                 nth,
                 side,
-            } => Some(self.cluster.sim.holds().add(kube_sim::HoldRule {
+            } => Some(self.cluster.sim().holds().add(kube_sim::HoldRule {
                 verb: Some(verb.clone()),
                 resource: Some(resource.clone()),
                 name: None,
@@ -303,7 +303,7 @@ impl World {
             Point::Api { .. } => {
                 let id = crash.hold_id;
                 self.cluster
-                    .sim
+                    .sim()
                     .holds()
                     .list()
                     .iter()
@@ -344,7 +344,7 @@ impl World {
         match &point {
             Point::Api { side, .. } => {
                 if let Some(id) = hold_id {
-                    self.cluster.sim.holds().release(id, *side == Side::After);
+                    self.cluster.sim().holds().release(id, *side == Side::After);
                 }
             }
             Point::Csi {
@@ -427,7 +427,7 @@ impl World {
         }
         let leader = self
             .cluster
-            .sim
+            .sim()
             .objects("leases")
             .into_iter()
             .find_map(|l| {
@@ -894,7 +894,7 @@ impl World {
     }
 
     async fn holds(&mut self, cond: &Condition) -> bool {
-        let sim = &self.cluster.sim;
+        let sim = self.cluster.sim();
         match cond {
             Condition::Bound(name) => sim
                 .object("persistentvolumeclaims", "default", name)

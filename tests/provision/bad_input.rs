@@ -157,7 +157,7 @@ async fn an_undersized_volume_is_deleted_again_and_reported() {
 async fn a_pv_the_api_server_rejects_has_its_volume_deleted_again_with_the_provisioner_secret() {
     let cluster = Cluster::start().await;
     let driver = driver_requiring_a_secret(&cluster).await;
-    let faults = cluster.sim.faults();
+    let faults = cluster.sim().faults();
     let invalid = faults.add(
         kube_sim::FaultRule::error(422)
             .verb("create")

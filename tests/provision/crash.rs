@@ -177,7 +177,7 @@ async fn sidecar_killed_during_create_volume_makes_no_second_volume() {
 async fn sidecar_killed_while_the_pv_cannot_be_saved_reuses_the_volume() {
     let cluster = Cluster::start().await;
     let driver = Driver::start(cluster.dir.path(), "node-1", &[]).await;
-    let faults = cluster.sim.faults();
+    let faults = cluster.sim().faults();
     let refuse_pvs = faults.add(
         kube_sim::FaultRule::error(500)
             .verb("create")
@@ -210,7 +210,7 @@ async fn sidecar_killed_while_the_pv_cannot_be_saved_reuses_the_volume() {
 #[tokio::test]
 async fn no_create_volume_before_the_intent_is_recorded_even_while_the_api_server_refuses_it() {
     let (cluster, driver, _sidecar) = start_single_node(&[], &[]).await;
-    let faults = cluster.sim.faults();
+    let faults = cluster.sim().faults();
     // The ledger's first write creates its Lease.
     let refuse_claim_writes = faults.add(
         kube_sim::FaultRule::error(500)
@@ -322,7 +322,7 @@ async fn five_hundred_claims_at_once_get_exactly_five_hundred_volumes() {
     let (cluster, driver, _sidecar) = start_single_node(&[], &[]).await;
     cluster.add_class(&storage_class("fast", &[])).await;
     let api = cluster.pvcs(NS);
-    let before = cluster.sim.counters();
+    let before = cluster.sim().counters();
     let started = Instant::now();
     let created: Vec<PersistentVolumeClaim> = futures::stream::iter(0..CLAIMS)
         .map(|i| {
@@ -397,7 +397,7 @@ async fn five_hundred_claims_at_once_get_exactly_five_hundred_volumes() {
     }
     // No double work under load: one PV create each, no claim write; the intents of many
     // claims share each ledger write.
-    let spent = cluster.sim.counters().since(&before);
+    let spent = cluster.sim().counters().since(&before);
     assert_eq!(
         spent.count(Some("create"), Some("persistentvolumes"), None),
         CLAIMS as u64
@@ -433,13 +433,13 @@ async fn five_hundred_claims_at_once_get_exactly_five_hundred_volumes() {
 async fn refused_lease_writes_turn_the_ledger_off_and_intents_go_on_the_claims() {
     let (cluster, driver, sidecar) = start_single_node(&[], &[]).await;
     // The sidecar may list Leases (it loaded an empty ledger) but not create them.
-    let faults = cluster.sim.faults();
+    let faults = cluster.sim().faults();
     let refused = faults.add(
         kube_sim::FaultRule::error(403)
             .verb("create")
             .resource("leases"),
     );
-    let before = cluster.sim.counters();
+    let before = cluster.sim().counters();
     let pvc = cluster.claim_with_fast_class(NS, "data").await;
     cluster.wait_bound(NS, "data").await;
     cluster.claim_of_class(NS, "second", "fast", "1Gi").await;
@@ -453,7 +453,7 @@ async fn refused_lease_writes_turn_the_ledger_off_and_intents_go_on_the_claims()
         sidecar.log_lines_with(&["the intent ledger is off from now on"]),
         1
     );
-    let spent = cluster.sim.counters().since(&before);
+    let spent = cluster.sim().counters().since(&before);
     assert_eq!(
         spent.count(Some("patch"), Some("persistentvolumeclaims"), Some(200)),
         4,
