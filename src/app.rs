@@ -192,6 +192,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let event_metrics = EventQueueMetrics::register(metrics.registry_mut());
     let capacity_metrics = crate::capacity::metrics::CapacityMetrics::register_if(
         config.capacity.enabled,
+        config.capacity.poll_interval,
         metrics.registry_mut(),
     );
     let audit_metrics = config

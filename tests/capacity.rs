@@ -747,3 +747,78 @@ async fn only_the_leader_publishes_and_a_new_leader_adopts_without_writing() {
         during.rows()
     );
 }
+
+/// Issue 42: within a write budget nobody may exceed, a new node's objects go ahead of a backlog
+/// of refresh writes (before, a missing key was queued behind every refresh).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_nodes_object_is_created_ahead_of_a_backlog_of_refresh_writes() {
+    let cluster = Cluster::start().await;
+    cluster.ensure_namespace(NS).await;
+    let nodes: Vec<String> = (1..=30).map(|i| format!("node-{i:02}")).collect();
+    for node in &nodes {
+        cluster.add_node(node).await;
+    }
+    let mut driver_flags = vec!["--topology".to_string(), "--capacity-total=10Gi".into()];
+    driver_flags.extend(nodes[1..].iter().map(|n| format!("--topology-node={n}")));
+    let driver_flags: Vec<&str> = driver_flags.iter().map(String::as_str).collect();
+    let driver = Driver::start(cluster.dir.path(), &nodes[0], &driver_flags).await;
+    cluster.add_class(&delayed_class("local")).await;
+    // Two writes a second: 30 changed objects are a backlog of about 15 s.
+    let flags: Vec<String> = [
+        "--enable-capacity",
+        "--capacity-poll-interval=2s",
+        "--kube-api-capacity-qps=2",
+        "--kube-api-capacity-burst=1",
+        "--capacity-ownerref-level=-1",
+        "--http-endpoint=127.0.0.1:0",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let sidecar = start_sidecar(&cluster, &driver, &flags, &[]).await;
+    wait_for("every node's object", DEADLINE, || async {
+        (published(&cluster).await.len() == nodes.len()).then_some(())
+    })
+    .await;
+
+    // Every node's capacity changes at once: each object needs a write.
+    for node in &nodes {
+        driver
+            .create_volume_on(&format!("fill-{node}"), Some(node), Some(1 << 30))
+            .await;
+    }
+    wait_for(
+        "a backlog of 20 refreshes waiting for the budget",
+        DEADLINE,
+        || async {
+            let text = sidecar.try_metrics().await?;
+            let depth = metric_value(&text, "workqueue_depth{name=\"csistoragecapacity\"}")?;
+            (depth >= 20.0).then_some(())
+        },
+    )
+    .await;
+    let lag = sidecar
+        .metric("csi_provisioner_capacity_queue_oldest_seconds")
+        .await
+        .expect("the lag gauge");
+    assert!(lag > 0.0, "the lag is shown: {lag}");
+
+    cluster.add_node("node-new").await;
+    let stale = wait_for("the new node's object", DEADLINE, || async {
+        let objects = published(&cluster).await;
+        objects
+            .contains_key(&("local".to_string(), "node-new".to_string()))
+            .then(|| objects.values().filter(|(q, _, _)| q == "10Gi").count())
+    })
+    .await;
+    assert!(
+        stale >= 10,
+        "the new node's object waited behind the refreshes: only {stale} of 30 were still unwritten"
+    );
+    // The backlog is still written, every refresh once.
+    wait_for("every refresh written", DEADLINE, || async {
+        let objects = published(&cluster).await;
+        (objects.values().filter(|(q, _, _)| q == "9Gi").count() == nodes.len()).then_some(())
+    })
+    .await;
+}

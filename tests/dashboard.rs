@@ -310,14 +310,18 @@ async fn dashboard_and_alert_rules_use_only_served_metrics_and_labels() {
 
     let cluster = Cluster::start().await;
     let driver = Driver::start(cluster.dir.path(), "node-1", &[]).await;
-    let sidecar = Sidecar::start(
+    let sidecar = Sidecar::start_env(
         &cluster,
         &driver,
         &[
             "--http-endpoint=127.0.0.1:0",
             "--leader-election",
             "--leader-election-namespace=default",
+            // The capacity lag alert's gauges are served only with capacity tracking.
+            "--enable-capacity",
+            "--capacity-ownerref-level=-1",
         ],
+        &[("NAMESPACE", "default")],
     )
     .await;
     let address = sidecar.http_addr().await;

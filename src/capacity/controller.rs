@@ -6,16 +6,22 @@
 //! The loop is level-triggered: every [`CHECK_PERIOD`] it recomputes the desired keys from the
 //! caches (classes x segments) and the diff against the objects, in memory, without a request.
 //! New or re-appeared keys and objects deleted by someone are synced, obsolete objects deleted.
-//! Every key is polled each `--capacity-poll-interval`, and the keys a `runtime::CapacityNudge`
-//! names right away. Failures back off per key from `--retry-interval-start` to
-//! `--retry-interval-max`.
+//! Every key is polled once per `--capacity-poll-interval`, the polls spread evenly over it (a
+//! few keys each check, round robin) so the driver sees a steady rate, and the keys a
+//! `runtime::CapacityNudge` names right away. Failures back off per key from
+//! `--retry-interval-start` to `--retry-interval-max`.
+//!
+//! The queue holds at most one item per key, in two lanes: what the scheduler lacks (a missing
+//! object, an obsolete one to delete) goes ahead of refreshes of objects that exist, so a new
+//! node's objects appear within seconds however long the backlog of refreshes is. A refresh
+//! queued again before it ran stays one item (it reads the capacity when it runs).
 //!
 //! Only the leader acts (`--leader-election`): the controller starts queueing once
 //! `Context::leadership` says this replica leads, every write waits for that guard right before it
 //! goes out (as CreateVolume does), and becoming leader queues every key, so a new leader adopts
 //! and refreshes the objects its predecessor left.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -34,6 +40,8 @@ use tracing::{debug, info, warn};
 
 use super::metrics::CapacityMetrics;
 use super::plan::{self, Diff, Identity, Key, Segment};
+use super::polls::Polls;
+use super::queue::{Lane, Queue};
 use crate::config::{Config, RateLimit};
 use crate::csi::DriverInfo;
 use crate::k8s::errors::describe;
@@ -246,6 +254,7 @@ impl Capacity {
         }
 
         let settings = &ctx.config.capacity;
+        let poll = settings.poll_interval.max(Duration::from_millis(100));
         let mut state = Loop {
             ctx: &ctx,
             api,
@@ -257,8 +266,8 @@ impl Capacity {
             objects: objects.store,
             known: BTreeSet::new(),
             existing: BTreeMap::new(),
-            queue: VecDeque::new(),
-            queued: HashMap::new(),
+            queue: Queue::default(),
+            polls: Polls::new(poll, Instant::now()),
             in_flight: HashMap::new(),
             queue_metrics: ctx
                 .metrics
@@ -276,9 +285,6 @@ impl Capacity {
         let threads = usize::try_from(settings.threads).unwrap_or(1).max(1);
         let mut check = tokio::time::interval(CHECK_PERIOD);
         check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let poll = settings.poll_interval.max(Duration::from_millis(100));
-        let mut polls = tokio::time::interval_at(tokio::time::Instant::now() + poll, poll);
-        polls.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut workers = FuturesUnordered::new();
         let stop = shutdown.requested();
         tokio::pin!(stop);
@@ -286,12 +292,10 @@ impl Capacity {
             let is_leader = *leader.borrow();
             tokio::select! {
                 () = &mut stop => break,
-                _ = check.tick() => state.check(is_leader),
-                _ = polls.tick() => {
+                _ = check.tick() => {
+                    state.check(is_leader);
                     if is_leader {
-                        debug!("capacity poll: refreshing every object");
-                        let keys: Vec<Key> = state.known.iter().cloned().collect();
-                        keys.into_iter().for_each(|k| state.enqueue(Item::Sync(k)));
+                        state.poll_due();
                     }
                 }
                 Some(pv) = nudges.recv() => {
@@ -333,9 +337,8 @@ struct Loop<'a> {
     known: BTreeSet<Key>,
     /// The object (by name) kept for each key at the last check.
     existing: BTreeMap<Key, String>,
-    queue: VecDeque<Item>,
-    /// The members of `queue`, with when they were queued (for the metrics).
-    queued: HashMap<Item, Instant>,
+    queue: Queue<Item>,
+    polls: Polls,
     in_flight: HashMap<Item, Run>,
     /// Upstream's `csistoragecapacity` work-queue metrics.
     queue_metrics: QueueMetrics,
@@ -403,6 +406,9 @@ impl Loop<'_> {
             Item::Sync(key) => desired.contains(key),
             Item::Delete(name) => diff.obsolete.contains(name),
         });
+        self.known = desired.clone();
+        self.existing = diff.existing;
+        self.metrics.observe_lag(self.queue.oldest(now));
         if is_leader {
             if !self.was_leader {
                 // Newly leader (or just started): refresh every object, adopting what exists.
@@ -421,29 +427,47 @@ impl Loop<'_> {
             }
         }
         self.was_leader = is_leader;
-        self.known = desired;
-        self.existing = diff.existing;
     }
 
-    fn enqueue(&mut self, item: Item) {
-        if let std::collections::hash_map::Entry::Vacant(entry) = self.queued.entry(item.clone()) {
-            entry.insert(Instant::now());
-            self.queue_metrics.added();
-            self.queue.push_back(item);
+    /// Queues the keys whose poll is due (see [`Polls`]).
+    fn poll_due(&mut self) {
+        let due = self.polls.due(&self.known, Instant::now());
+        if !due.is_empty() {
+            debug!(keys = due.len(), "capacity poll");
+        }
+        due.into_iter().for_each(|k| self.enqueue(Item::Sync(k)));
+    }
+
+    /// The lane an item belongs in now: a key without an object, or an obsolete object, is
+    /// what the scheduler is missing or misled by.
+    fn lane(&self, item: &Item) -> Lane {
+        match item {
+            Item::Delete(_) => Lane::Urgent,
+            Item::Sync(key)
+                if self.existing.contains_key(key) || self.written.contains_key(key) =>
+            {
+                Lane::Refresh
+            }
+            Item::Sync(_) => Lane::Urgent,
         }
     }
 
-    /// The first queued item that is not running and not backing off.
+    /// Queues `item` once (see [`Queue::push`]).
+    fn enqueue(&mut self, item: Item) {
+        let lane = self.lane(&item);
+        if self.queue.push(item, lane, Instant::now()) {
+            self.queue_metrics.added();
+        }
+    }
+
+    /// The first queued item that is not running and not backing off, urgent ones first.
     fn next_item(&mut self) -> Option<Item> {
         let now = Instant::now();
-        let position = self.queue.iter().position(|item| {
-            !self.in_flight.contains_key(item)
-                && self.not_before.get(item).is_none_or(|t| *t <= now)
+        let (in_flight, not_before) = (&self.in_flight, &self.not_before);
+        let (item, since) = self.queue.pop(|item| {
+            !in_flight.contains_key(item) && not_before.get(item).is_none_or(|t| *t <= now)
         })?;
-        let item = self.queue.remove(position)?;
-        if let Some(since) = self.queued.remove(&item) {
-            self.queue_metrics.taken(since);
-        }
+        self.queue_metrics.taken(since);
         Some(item)
     }
 

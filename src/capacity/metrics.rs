@@ -5,6 +5,13 @@
 //! | `csistoragecapacities_desired_goal` | objects that should exist (classes x segments) |
 //! | `csistoragecapacities_desired_current` | of those, how many exist |
 //! | `csistoragecapacities_obsolete` | objects of this instance that exist and are to be deleted |
+//!
+//! and ours, beside them:
+//!
+//! | name | meaning |
+//! |---|---|
+//! | `csi_provisioner_capacity_queue_oldest_seconds` | how long the oldest queued sync or deletion has waited: how far the published capacity may lag behind the driver's |
+//! | `csi_provisioner_capacity_poll_interval_seconds` | `--capacity-poll-interval`, so an alert can compare the lag with it |
 
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
@@ -15,13 +22,30 @@ pub(crate) struct CapacityMetrics {
     goal: Gauge,
     current: Gauge,
     obsolete: Gauge,
+    oldest: Gauge<f64, std::sync::atomic::AtomicU64>,
+    poll_interval: Gauge<f64, std::sync::atomic::AtomicU64>,
 }
 
 impl CapacityMetrics {
     /// Creates the gauges and, when `enabled`, registers them in `registry`.
-    pub(crate) fn register_if(enabled: bool, registry: &mut Registry) -> Self {
+    pub(crate) fn register_if(
+        enabled: bool,
+        poll_interval: std::time::Duration,
+        registry: &mut Registry,
+    ) -> Self {
         let metrics = Self::default();
         if enabled {
+            metrics.poll_interval.set(poll_interval.as_secs_f64());
+            registry.register(
+                "csi_provisioner_capacity_queue_oldest_seconds",
+                "How long the oldest queued CSIStorageCapacity sync or deletion has waited: how far the published capacity may lag behind the driver's.",
+                metrics.oldest.clone(),
+            );
+            registry.register(
+                "csi_provisioner_capacity_poll_interval_seconds",
+                "The --capacity-poll-interval, for comparing the capacity lag with it.",
+                metrics.poll_interval.clone(),
+            );
             registry.register(
                 "csistoragecapacities_desired_goal",
                 "[ALPHA] Number of CSIStorageCapacity objects that are supposed to be managed automatically.",
@@ -47,5 +71,10 @@ impl CapacityMetrics {
         set(&self.goal, goal);
         set(&self.current, current);
         set(&self.obsolete, obsolete);
+    }
+
+    /// Records how long the oldest queued item has waited.
+    pub(crate) fn observe_lag(&self, oldest: std::time::Duration) {
+        self.oldest.set(oldest.as_secs_f64());
     }
 }

@@ -17,4 +17,6 @@ pub(crate) mod owner;
 pub(crate) mod plan;
 #[cfg(test)]
 mod plan_tests;
+pub(crate) mod polls;
+pub(crate) mod queue;
 pub(crate) mod sync;

@@ -1,0 +1,149 @@
+//! The capacity work queue: at most one item per key, in two lanes. What the scheduler lacks (a
+//! missing object, an obsolete one) goes ahead of refreshes of objects that exist, so within a
+//! write budget nobody may exceed, a new node's objects never wait behind a backlog of refreshes.
+
+use std::collections::{HashMap, VecDeque};
+use std::hash::Hash;
+use std::time::{Duration, Instant};
+
+/// Which lane an item waits in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Lane {
+    /// Missing or obsolete objects: served first.
+    Urgent,
+    /// Refreshes of objects that exist.
+    Refresh,
+}
+
+/// Guarantees:
+/// 1. An item is queued at most once (its depth never exceeds the number of keys).
+/// 2. An item queued again keeps its place and its time; one that became urgent moves to the
+///    urgent lane.
+/// 3. `pop` serves every ready urgent item before any refresh, each lane first in, first out.
+#[derive(Debug)]
+pub(crate) struct Queue<T> {
+    urgent: VecDeque<T>,
+    refresh: VecDeque<T>,
+    /// The members of both lanes: when each was queued and in which lane.
+    queued: HashMap<T, (Instant, Lane)>,
+}
+
+impl<T> Default for Queue<T> {
+    fn default() -> Self {
+        Self {
+            urgent: VecDeque::new(),
+            refresh: VecDeque::new(),
+            queued: HashMap::new(),
+        }
+    }
+}
+
+impl<T: Clone + Eq + Hash> Queue<T> {
+    /// Queues `item` in `lane` (guarantees 1 and 2); whether it is new to the queue.
+    pub(crate) fn push(&mut self, item: T, lane: Lane, now: Instant) -> bool {
+        match self.queued.get_mut(&item) {
+            None => {
+                self.queued.insert(item.clone(), (now, lane));
+                match lane {
+                    Lane::Urgent => self.urgent.push_back(item),
+                    Lane::Refresh => self.refresh.push_back(item),
+                }
+                true
+            }
+            Some((_, queued)) => {
+                if *queued == Lane::Refresh && lane == Lane::Urgent {
+                    *queued = Lane::Urgent;
+                    self.refresh.retain(|i| *i != item);
+                    self.urgent.push_back(item);
+                }
+                false
+            }
+        }
+    }
+
+    /// The first item `ready` accepts, urgent ones first (guarantee 3), with when it was queued.
+    pub(crate) fn pop(&mut self, ready: impl Fn(&T) -> bool) -> Option<(T, Instant)> {
+        let item = match self.urgent.iter().position(&ready) {
+            Some(i) => self.urgent.remove(i)?,
+            None => {
+                let i = self.refresh.iter().position(&ready)?;
+                self.refresh.remove(i)?
+            }
+        };
+        let (since, _) = self.queued.remove(&item)?;
+        Some((item, since))
+    }
+
+    /// How long the item queued longest has waited.
+    pub(crate) fn oldest(&self, now: Instant) -> Duration {
+        self.queued
+            .values()
+            .map(|(since, _)| now.saturating_duration_since(*since))
+            .max()
+            .unwrap_or_default()
+    }
+
+    /// How many items wait.
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.queued.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn drain(q: &mut Queue<u32>) -> Vec<u32> {
+        std::iter::from_fn(|| q.pop(|_| true).map(|(i, _)| i)).collect()
+    }
+
+    #[test]
+    fn a_missing_object_goes_ahead_of_every_queued_refresh() {
+        let now = Instant::now();
+        let mut q = Queue::default();
+        for key in 0..1000 {
+            q.push(key, Lane::Refresh, now);
+        }
+        q.push(5000, Lane::Urgent, now);
+        assert_eq!(q.pop(|_| true).map(|(i, _)| i), Some(5000));
+        assert_eq!(
+            q.pop(|_| true).map(|(i, _)| i),
+            Some(0),
+            "then the refreshes in order"
+        );
+    }
+
+    #[test]
+    fn an_item_queued_again_stays_one_item_and_moves_ahead_when_it_becomes_urgent() {
+        let start = Instant::now();
+        let later = start + Duration::from_secs(10);
+        let mut q = Queue::default();
+        assert!(q.push(1, Lane::Refresh, start));
+        assert!(q.push(2, Lane::Refresh, start));
+        assert!(
+            !q.push(1, Lane::Refresh, later),
+            "a second poll is not a second item"
+        );
+        assert_eq!(q.len(), 2);
+        assert!(
+            !q.push(2, Lane::Urgent, later),
+            "its object was deleted meanwhile"
+        );
+        assert_eq!(q.len(), 2);
+        assert_eq!(q.oldest(later), Duration::from_secs(10), "it kept its time");
+        assert_eq!(drain(&mut q), vec![2, 1]);
+    }
+
+    #[test]
+    fn items_that_are_not_ready_are_passed_over_not_lost() {
+        let now = Instant::now();
+        let mut q = Queue::default();
+        q.push(1, Lane::Urgent, now);
+        q.push(2, Lane::Refresh, now);
+        assert_eq!(q.pop(|i| *i != 1).map(|(i, _)| i), Some(2));
+        assert_eq!(q.pop(|i| *i != 1), None);
+        assert_eq!(drain(&mut q), vec![1]);
+        assert_eq!(q.oldest(now), Duration::ZERO);
+    }
+}
