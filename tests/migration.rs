@@ -3,6 +3,7 @@
 //! driver, as kube-controller-manager does under migration) are provisioned to a PV in in-tree
 //! form and deleted again through the driver; and an in-tree PV made before migration, released
 //! with reclaim Delete, gets the deletion-protection finalizer and is deleted through the driver.
+//! Issue 41: clones and restores into a migrated class.
 
 mod common;
 
@@ -12,6 +13,7 @@ use common::*;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 use kube::api::{Api, DeleteParams, PostParams};
+use mock_csi_driver::store::ContentSource;
 use serde_json::{Value, json};
 
 const NS: &str = "default";
@@ -392,5 +394,147 @@ async fn a_volume_that_cannot_be_written_in_tree_is_deleted_again_and_reported()
     assert!(
         state.volumes.iter().all(|v| &v.id != made),
         "nothing left on the driver"
+    );
+}
+
+const CLONE_FINALIZER: &str = "provisioner.storage.kubernetes.io/cloning-protection";
+
+/// `claim(ns, name, class, size)` with a data source of `kind` (`group`) named `source`.
+fn with_source(
+    name: &str,
+    class: &str,
+    group: Option<&str>,
+    kind: &str,
+    source: &str,
+) -> PersistentVolumeClaim {
+    let mut c = claim(NS, name, class, "1Gi");
+    c.spec.as_mut().expect("spec").data_source =
+        Some(k8s_openapi::api::core::v1::TypedLocalObjectReference {
+            api_group: group.map(str::to_owned),
+            kind: kind.to_owned(),
+            name: source.to_owned(),
+        });
+    c
+}
+
+/// The in-tree class `intree` of `p`, and `csi`, the driver's own class; then a claim `src` of
+/// `csi` bound to a CSI PV of the driver. Returns that PV's volume handle.
+async fn classes_and_a_csi_source(cluster: &Cluster, p: &Plugin) -> String {
+    for (name, provisioner) in [("intree", p.in_tree), ("csi", p.driver)] {
+        let class: StorageClass = obj(json!({
+            "metadata": {"name": name}, "provisioner": provisioner,
+            "reclaimPolicy": "Delete", "volumeBindingMode": "Immediate",
+            "parameters": p.params.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect::<BTreeMap<_, _>>()
+        }));
+        cluster.add_class(&class).await;
+    }
+    cluster.claim_of_class(NS, "src", "csi", "1Gi").await;
+    let pv = cluster.wait_bound(NS, "src").await;
+    pv.spec
+        .and_then(|s| s.csi)
+        .expect("a CSI PV of the driver's own class")
+        .volume_handle
+}
+
+/// The driver's volume behind the in-tree PV `pv` (its handle is the portworxVolume id).
+async fn content_source_of(driver: &Driver, pv: &PersistentVolume) -> Option<ContentSource> {
+    let json = pv_json(pv);
+    let id = json["spec"]["portworxVolume"]["volumeID"]
+        .as_str()
+        .expect("written back in in-tree form");
+    let state = driver.state().await;
+    state
+        .volumes
+        .iter()
+        .find(|v| v.id == id)
+        .expect("the PV's volume on the driver")
+        .content_source
+        .clone()
+}
+
+/// Issue 41: a clone and a snapshot restore into a migrated class (Portworx, whose translation
+/// names the driver as provisioner) are checked against the translated class, as upstream: both
+/// bind, with the content source sent and the clone-protection finalizer on the source claim.
+#[tokio::test]
+async fn a_migrated_class_clones_and_restores_sources_of_its_driver() {
+    let p = &PLUGINS[6];
+    let (cluster, driver, _sidecar) = start(p).await;
+    let handle = classes_and_a_csi_source(&cluster, p).await;
+
+    let copy = with_source("copy", "intree", None, "PersistentVolumeClaim", "src");
+    cluster.create(&cluster.pvcs(NS), &copy).await;
+    let pv = cluster.wait_bound(NS, "copy").await;
+    assert_eq!(
+        content_source_of(&driver, &pv).await,
+        Some(ContentSource::Volume(handle.clone()))
+    );
+    assert_eq!(
+        annotation(&pv, "pv.kubernetes.io/provisioned-by"),
+        Some(p.in_tree)
+    );
+    let source = cluster.pvcs(NS).get("src").await.expect("the source claim");
+    assert!(
+        source
+            .metadata
+            .finalizers
+            .iter()
+            .flatten()
+            .any(|f| f == CLONE_FINALIZER),
+        "the clone-protection finalizer on the source: {:?}",
+        source.metadata.finalizers
+    );
+
+    let id = make_snapshot(&cluster, &driver, p.driver, NS, &handle, "snap", true).await;
+    let restore = with_source(
+        "restored",
+        "intree",
+        Some("snapshot.storage.k8s.io"),
+        "VolumeSnapshot",
+        "snap",
+    );
+    cluster.create(&cluster.pvcs(NS), &restore).await;
+    let pv = cluster.wait_bound(NS, "restored").await;
+    assert_eq!(
+        content_source_of(&driver, &pv).await,
+        Some(ContentSource::Snapshot(id))
+    );
+    for claim in ["copy", "restored"] {
+        let events = cluster.events_for("PersistentVolumeClaim", NS, claim).await;
+        assert!(
+            events
+                .iter()
+                .all(|(reason, _)| reason != "ProvisioningFailed"),
+            "{claim}: {events:?}"
+        );
+    }
+}
+
+/// Issue 41: for a plugin whose translated class keeps the in-tree provisioner (EBS), upstream
+/// finds the source's driver is not the class's and refuses a clone in its own words; ours says
+/// the same, sends no CreateVolume for it and never claims it will read the source later.
+#[tokio::test]
+async fn a_clone_into_a_migrated_class_the_translation_refuses_fails_in_upstreams_words() {
+    let p = &PLUGINS[0];
+    let (cluster, driver, _sidecar) = start(p).await;
+    classes_and_a_csi_source(&cluster, p).await;
+
+    let copy = with_source("copy", "intree", None, "PersistentVolumeClaim", "src");
+    cluster.create(&cluster.pvcs(NS), &copy).await;
+    let message = cluster
+        .wait_claim_event(NS, "copy", "ProvisioningFailed", "DataSource")
+        .await;
+    assert_eq!(
+        message,
+        "error getting handle for DataSource Type PersistentVolumeClaim by Name src: claim in dataSource not bound or invalid"
+    );
+    let state = driver.state().await;
+    assert_eq!(state.volumes.len(), 1, "only the source's volume");
+    let events = cluster
+        .events_for("PersistentVolumeClaim", NS, "copy")
+        .await;
+    assert!(
+        events.iter().all(|(_, m)| !m.contains("not read")),
+        "{events:?}"
     );
 }
