@@ -3,7 +3,8 @@
 //! driver, as kube-controller-manager does under migration) are provisioned to a PV in in-tree
 //! form and deleted again through the driver; and an in-tree PV made before migration, released
 //! with reclaim Delete, gets the deletion-protection finalizer and is deleted through the driver.
-//! Issue 41: clones and restores into a migrated class.
+//! Issue 41: clones and restores into a migrated class, and an in-tree PV whose handle does not
+//! translate.
 
 mod common;
 
@@ -536,5 +537,76 @@ async fn a_clone_into_a_migrated_class_the_translation_refuses_fails_in_upstream
     assert!(
         events.iter().all(|(_, m)| !m.contains("not read")),
         "{events:?}"
+    );
+}
+
+/// Issue 41: an in-tree EBS PV made before migration whose volume id does not translate is
+/// protected while bound, as upstream; once released its deletion fails with upstream's event,
+/// counted as a failed deletion, and the PV stays (with the finalizer) while it is retried.
+#[tokio::test]
+async fn an_in_tree_pv_whose_handle_does_not_translate_is_kept_and_its_deletion_reported() {
+    const ID: &str = "aws://us-east-1a/not-an-ebs-id";
+    let p = &PLUGINS[0];
+    let (cluster, driver, sidecar) = start(p).await;
+    let name = "broken-1";
+    let pv: PersistentVolume = obj(json!({
+        "metadata": {"name": name,
+            "labels": {"topology.kubernetes.io/zone": "us-east-1a"},
+            "annotations": {"pv.kubernetes.io/provisioned-by": p.in_tree}},
+        "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+                 "persistentVolumeReclaimPolicy": "Delete", "storageClassName": "old",
+                 "awsElasticBlockStore": {"volumeID": ID, "fsType": "ext4"},
+                 "claimRef": {"namespace": NS, "name": "old-data"}}
+    }));
+    Api::<PersistentVolume>::all(cluster.client.clone())
+        .create(&PostParams::default(), &pv)
+        .await
+        .expect("create the in-tree PV");
+    let mut claim: PersistentVolumeClaim = claim(NS, "old-data", "old", "1Gi");
+    claim.spec.as_mut().unwrap().volume_name = Some(name.to_owned());
+    cluster.create(&cluster.pvcs(NS), &claim).await;
+    cluster.wait_bound(NS, "old-data").await;
+    let has_finalizer = |pv: &PersistentVolume| {
+        pv.metadata
+            .finalizers
+            .iter()
+            .flatten()
+            .any(|f| f == FINALIZER)
+    };
+    wait_for(
+        "the finalizer on the bound in-tree PV",
+        DEADLINE,
+        || async { has_finalizer(&cluster.pvs().get(name).await.ok()?).then_some(()) },
+    )
+    .await;
+
+    let _ = cluster
+        .pvcs(NS)
+        .delete("old-data", &DeleteParams::default())
+        .await;
+    let message = cluster
+        .wait_pv_event(name, "VolumeFailedDelete", "translate")
+        .await;
+    assert_eq!(
+        message,
+        format!(
+            "failed to translate Kubernetes ID to EBS Volume ID Invalid format for AWS volume ({ID})"
+        )
+    );
+    let failed = r#"controller_persistentvolume_delete_failed_total{class="old"}"#;
+    wait_for("the failed deletion counted", DEADLINE, || async {
+        (sidecar.metric(failed).await? >= 1.0).then_some(())
+    })
+    .await;
+    let pv = cluster.pvs().get(name).await.expect("the PV is kept");
+    assert!(
+        has_finalizer(&pv),
+        "the finalizer stays while it is retried"
+    );
+    assert!(pv.metadata.deletion_timestamp.is_none());
+    assert_eq!(
+        driver.state().await.calls("DeleteVolume"),
+        0,
+        "nothing is deleted on the driver"
     );
 }
