@@ -32,18 +32,8 @@ fn restored_from(name: &str, snapshot: &str) -> PersistentVolumeClaim {
     c
 }
 
-fn snapshot_api(kind: &str, plural: &str) -> ApiResource {
-    ApiResource {
-        group: "snapshot.storage.k8s.io".into(),
-        version: "v1".into(),
-        api_version: "snapshot.storage.k8s.io/v1".into(),
-        kind: kind.into(),
-        plural: plural.into(),
-    }
-}
-
-/// Takes a snapshot of `volume_id` on the driver, then writes the VolumeSnapshot `name` and its
-/// bound content as the snapshot controller would, `ready` as given. Returns the snapshot id.
+/// Takes a snapshot of `volume_id` on the driver and writes its VolumeSnapshot `name` and bound
+/// content ([`make_snapshot`]). Returns the snapshot id.
 async fn snapshot(
     cluster: &Cluster,
     driver: &Driver,
@@ -51,73 +41,7 @@ async fn snapshot(
     name: &str,
     ready: bool,
 ) -> String {
-    use mock_csi_driver::csi::v1::CreateSnapshotRequest;
-    use mock_csi_driver::csi::v1::controller_client::ControllerClient;
-    let channel = mock_csi_driver::connect(&driver.socket)
-        .await
-        .expect("connect to the mock driver");
-    let id = ControllerClient::new(channel)
-        .create_snapshot(CreateSnapshotRequest {
-            source_volume_id: volume_id.into(),
-            name: format!("snapshot-{name}"),
-            ..Default::default()
-        })
-        .await
-        .expect("CreateSnapshot")
-        .into_inner()
-        .snapshot
-        .expect("a snapshot")
-        .snapshot_id;
-
-    let snapshots: kube::Api<DynamicObject> = kube::Api::namespaced_with(
-        cluster.client.clone(),
-        NS,
-        &snapshot_api("VolumeSnapshot", "volumesnapshots"),
-    );
-    let contents: kube::Api<DynamicObject> = kube::Api::all_with(
-        cluster.client.clone(),
-        &snapshot_api("VolumeSnapshotContent", "volumesnapshotcontents"),
-    );
-    let content_name = format!("content-{name}");
-    let obj: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": "snapshot.storage.k8s.io/v1", "kind": "VolumeSnapshot",
-        "metadata": {"name": name, "namespace": NS},
-        "spec": {"source": {"persistentVolumeClaimName": "src"}},
-    }))
-    .expect("snapshot object");
-    let created = snapshots
-        .create(&PostParams::default(), &obj)
-        .await
-        .expect("create VolumeSnapshot");
-    let uid = created.metadata.uid.clone().expect("uid");
-    let obj: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": "snapshot.storage.k8s.io/v1", "kind": "VolumeSnapshotContent",
-        "metadata": {"name": content_name},
-        "spec": {"driver": DRIVER, "deletionPolicy": "Delete", "source": {"snapshotHandle": id},
-            "sourceVolumeMode": "Filesystem",
-            "volumeSnapshotRef": {"kind": "VolumeSnapshot", "namespace": NS, "name": name, "uid": uid}},
-    }))
-    .expect("content object");
-    contents
-        .create(&PostParams::default(), &obj)
-        .await
-        .expect("create VolumeSnapshotContent");
-    let status = json!({"status": {"snapshotHandle": id, "readyToUse": ready, "restoreSize": 1_073_741_824}});
-    contents
-        .patch_status(
-            &content_name,
-            &PatchParams::default(),
-            &Patch::Merge(&status),
-        )
-        .await
-        .expect("content status");
-    let status = json!({"status": {"boundVolumeSnapshotContentName": content_name,
-        "readyToUse": ready, "restoreSize": "1Gi"}});
-    snapshots
-        .patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
-        .await
-        .expect("snapshot status");
-    id
+    make_snapshot(cluster, driver, DRIVER, NS, volume_id, name, ready).await
 }
 
 fn handle(pv: &k8s_openapi::api::core::v1::PersistentVolume) -> String {

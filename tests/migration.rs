@@ -3,6 +3,8 @@
 //! driver, as kube-controller-manager does under migration) are provisioned to a PV in in-tree
 //! form and deleted again through the driver; and an in-tree PV made before migration, released
 //! with reclaim Delete, gets the deletion-protection finalizer and is deleted through the driver.
+//! Issue 41: clones and restores into a migrated class, and an in-tree PV whose handle does not
+//! translate.
 
 mod common;
 
@@ -12,6 +14,7 @@ use common::*;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 use kube::api::{Api, DeleteParams, PostParams};
+use mock_csi_driver::store::ContentSource;
 use serde_json::{Value, json};
 
 const NS: &str = "default";
@@ -392,5 +395,218 @@ async fn a_volume_that_cannot_be_written_in_tree_is_deleted_again_and_reported()
     assert!(
         state.volumes.iter().all(|v| &v.id != made),
         "nothing left on the driver"
+    );
+}
+
+const CLONE_FINALIZER: &str = "provisioner.storage.kubernetes.io/cloning-protection";
+
+/// `claim(ns, name, class, size)` with a data source of `kind` (`group`) named `source`.
+fn with_source(
+    name: &str,
+    class: &str,
+    group: Option<&str>,
+    kind: &str,
+    source: &str,
+) -> PersistentVolumeClaim {
+    let mut c = claim(NS, name, class, "1Gi");
+    c.spec.as_mut().expect("spec").data_source =
+        Some(k8s_openapi::api::core::v1::TypedLocalObjectReference {
+            api_group: group.map(str::to_owned),
+            kind: kind.to_owned(),
+            name: source.to_owned(),
+        });
+    c
+}
+
+/// The in-tree class `intree` of `p`, and `csi`, the driver's own class; then a claim `src` of
+/// `csi` bound to a CSI PV of the driver. Returns that PV's volume handle.
+async fn classes_and_a_csi_source(cluster: &Cluster, p: &Plugin) -> String {
+    for (name, provisioner) in [("intree", p.in_tree), ("csi", p.driver)] {
+        let class: StorageClass = obj(json!({
+            "metadata": {"name": name}, "provisioner": provisioner,
+            "reclaimPolicy": "Delete", "volumeBindingMode": "Immediate",
+            "parameters": p.params.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect::<BTreeMap<_, _>>()
+        }));
+        cluster.add_class(&class).await;
+    }
+    cluster.claim_of_class(NS, "src", "csi", "1Gi").await;
+    let pv = cluster.wait_bound(NS, "src").await;
+    pv.spec
+        .and_then(|s| s.csi)
+        .expect("a CSI PV of the driver's own class")
+        .volume_handle
+}
+
+/// The driver's volume behind the in-tree PV `pv` (its handle is the portworxVolume id).
+async fn content_source_of(driver: &Driver, pv: &PersistentVolume) -> Option<ContentSource> {
+    let json = pv_json(pv);
+    let id = json["spec"]["portworxVolume"]["volumeID"]
+        .as_str()
+        .expect("written back in in-tree form");
+    let state = driver.state().await;
+    state
+        .volumes
+        .iter()
+        .find(|v| v.id == id)
+        .expect("the PV's volume on the driver")
+        .content_source
+        .clone()
+}
+
+/// Issue 41: a clone and a snapshot restore into a migrated class (Portworx, whose translation
+/// names the driver as provisioner) are checked against the translated class, as upstream: both
+/// bind, with the content source sent and the clone-protection finalizer on the source claim.
+#[tokio::test]
+async fn a_migrated_class_clones_and_restores_sources_of_its_driver() {
+    let p = &PLUGINS[6];
+    let (cluster, driver, _sidecar) = start(p).await;
+    let handle = classes_and_a_csi_source(&cluster, p).await;
+
+    let copy = with_source("copy", "intree", None, "PersistentVolumeClaim", "src");
+    cluster.create(&cluster.pvcs(NS), &copy).await;
+    let pv = cluster.wait_bound(NS, "copy").await;
+    assert_eq!(
+        content_source_of(&driver, &pv).await,
+        Some(ContentSource::Volume(handle.clone()))
+    );
+    assert_eq!(
+        annotation(&pv, "pv.kubernetes.io/provisioned-by"),
+        Some(p.in_tree)
+    );
+    let source = cluster.pvcs(NS).get("src").await.expect("the source claim");
+    assert!(
+        source
+            .metadata
+            .finalizers
+            .iter()
+            .flatten()
+            .any(|f| f == CLONE_FINALIZER),
+        "the clone-protection finalizer on the source: {:?}",
+        source.metadata.finalizers
+    );
+
+    let id = make_snapshot(&cluster, &driver, p.driver, NS, &handle, "snap", true).await;
+    let restore = with_source(
+        "restored",
+        "intree",
+        Some("snapshot.storage.k8s.io"),
+        "VolumeSnapshot",
+        "snap",
+    );
+    cluster.create(&cluster.pvcs(NS), &restore).await;
+    let pv = cluster.wait_bound(NS, "restored").await;
+    assert_eq!(
+        content_source_of(&driver, &pv).await,
+        Some(ContentSource::Snapshot(id))
+    );
+    for claim in ["copy", "restored"] {
+        let events = cluster.events_for("PersistentVolumeClaim", NS, claim).await;
+        assert!(
+            events
+                .iter()
+                .all(|(reason, _)| reason != "ProvisioningFailed"),
+            "{claim}: {events:?}"
+        );
+    }
+}
+
+/// Issue 41: for a plugin whose translated class keeps the in-tree provisioner (EBS), upstream
+/// finds the source's driver is not the class's and refuses a clone in its own words; ours says
+/// the same, sends no CreateVolume for it and never claims it will read the source later.
+#[tokio::test]
+async fn a_clone_into_a_migrated_class_the_translation_refuses_fails_in_upstreams_words() {
+    let p = &PLUGINS[0];
+    let (cluster, driver, _sidecar) = start(p).await;
+    classes_and_a_csi_source(&cluster, p).await;
+
+    let copy = with_source("copy", "intree", None, "PersistentVolumeClaim", "src");
+    cluster.create(&cluster.pvcs(NS), &copy).await;
+    let message = cluster
+        .wait_claim_event(NS, "copy", "ProvisioningFailed", "DataSource")
+        .await;
+    assert_eq!(
+        message,
+        "error getting handle for DataSource Type PersistentVolumeClaim by Name src: claim in dataSource not bound or invalid"
+    );
+    let state = driver.state().await;
+    assert_eq!(state.volumes.len(), 1, "only the source's volume");
+    let events = cluster
+        .events_for("PersistentVolumeClaim", NS, "copy")
+        .await;
+    assert!(
+        events.iter().all(|(_, m)| !m.contains("not read")),
+        "{events:?}"
+    );
+}
+
+/// Issue 41: an in-tree EBS PV made before migration whose volume id does not translate is
+/// protected while bound, as upstream; once released its deletion fails with upstream's event,
+/// counted as a failed deletion, and the PV stays (with the finalizer) while it is retried.
+#[tokio::test]
+async fn an_in_tree_pv_whose_handle_does_not_translate_is_kept_and_its_deletion_reported() {
+    const ID: &str = "aws://us-east-1a/not-an-ebs-id";
+    let p = &PLUGINS[0];
+    let (cluster, driver, sidecar) = start(p).await;
+    let name = "broken-1";
+    let pv: PersistentVolume = obj(json!({
+        "metadata": {"name": name,
+            "labels": {"topology.kubernetes.io/zone": "us-east-1a"},
+            "annotations": {"pv.kubernetes.io/provisioned-by": p.in_tree}},
+        "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+                 "persistentVolumeReclaimPolicy": "Delete", "storageClassName": "old",
+                 "awsElasticBlockStore": {"volumeID": ID, "fsType": "ext4"},
+                 "claimRef": {"namespace": NS, "name": "old-data"}}
+    }));
+    Api::<PersistentVolume>::all(cluster.client.clone())
+        .create(&PostParams::default(), &pv)
+        .await
+        .expect("create the in-tree PV");
+    let mut claim: PersistentVolumeClaim = claim(NS, "old-data", "old", "1Gi");
+    claim.spec.as_mut().unwrap().volume_name = Some(name.to_owned());
+    cluster.create(&cluster.pvcs(NS), &claim).await;
+    cluster.wait_bound(NS, "old-data").await;
+    let has_finalizer = |pv: &PersistentVolume| {
+        pv.metadata
+            .finalizers
+            .iter()
+            .flatten()
+            .any(|f| f == FINALIZER)
+    };
+    wait_for(
+        "the finalizer on the bound in-tree PV",
+        DEADLINE,
+        || async { has_finalizer(&cluster.pvs().get(name).await.ok()?).then_some(()) },
+    )
+    .await;
+
+    let _ = cluster
+        .pvcs(NS)
+        .delete("old-data", &DeleteParams::default())
+        .await;
+    let message = cluster
+        .wait_pv_event(name, "VolumeFailedDelete", "translate")
+        .await;
+    assert_eq!(
+        message,
+        format!(
+            "failed to translate Kubernetes ID to EBS Volume ID Invalid format for AWS volume ({ID})"
+        )
+    );
+    let failed = r#"controller_persistentvolume_delete_failed_total{class="old"}"#;
+    wait_for("the failed deletion counted", DEADLINE, || async {
+        (sidecar.metric(failed).await? >= 1.0).then_some(())
+    })
+    .await;
+    let pv = cluster.pvs().get(name).await.expect("the PV is kept");
+    assert!(
+        has_finalizer(&pv),
+        "the finalizer stays while it is retried"
+    );
+    assert!(pv.metadata.deletion_timestamp.is_none());
+    assert_eq!(
+        driver.state().await.calls("DeleteVolume"),
+        0,
+        "nothing is deleted on the driver"
     );
 }

@@ -17,6 +17,8 @@
 //! The shell must never run a claim's CreateVolume and a PV's DeleteVolume for the same volume
 //! name at the same time (`runtime::VolumeLocks`).
 
+use std::borrow::Cow;
+
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use k8s_openapi::api::storage::v1::{StorageClass, VolumeAttributesClass};
 
@@ -25,6 +27,7 @@ use super::request::{ContentSource, RequestError, make_volume_name};
 use super::topology::{TopologyError, TopologyView};
 use crate::csi::probe::{ControllerCapabilities, PluginCapabilities};
 use crate::csi::v1::{CreateVolumeRequest, TopologyRequirement};
+use crate::migration::Plugin;
 use crate::model::secrets::SecretRef;
 use crate::names;
 use crate::node_mode::ownership::{
@@ -113,7 +116,7 @@ impl<T> Copy for Lookup<'_, T> {}
 /// of [`super::source`]).
 #[derive(Debug, Clone, Default)]
 pub(crate) enum SourceLookup {
-    /// Not resolved.
+    /// Not read: no source, or the decision stops before it ([`source_class`]).
     #[default]
     NotResolved,
     /// Resolved to a content source.
@@ -382,6 +385,73 @@ pub(crate) fn not_to_provision(
     None
 }
 
+/// The in-tree plugin our driver took over whose class `class` is (CSI migration).
+pub(crate) fn in_tree_plugin(class: &StorageClass, driver: &str) -> Option<Plugin> {
+    Plugin::of_driver(driver).filter(|p| class.provisioner == p.in_tree_name())
+}
+
+/// Whether claims of `class` are our driver's to provision: its own class, or (CSI migration)
+/// the class of the in-tree plugin it took over.
+fn serves(class: &StorageClass, driver: &str) -> bool {
+    class.provisioner == driver || in_tree_plugin(class, driver).is_some()
+}
+
+/// `class` as the plan reads it: a class of the in-tree plugin our driver took over translated
+/// for the driver (upstream translates it before any other check, the data source's included),
+/// any other class as it is.
+pub(crate) fn translated_class<'c>(
+    class: &'c StorageClass,
+    driver: &str,
+) -> Result<Cow<'c, StorageClass>, PlanError> {
+    match in_tree_plugin(class, driver) {
+        Some(plugin) => plugin
+            .translate_class(class)
+            .map(Cow::Owned)
+            .map_err(PlanError::ClassTranslation),
+        None => Ok(Cow::Borrowed(class)),
+    }
+}
+
+/// `WaitForFirstConsumer` and no node selected yet.
+fn waits_for_consumer(pvc: &PersistentVolumeClaim, class: &StorageClass) -> bool {
+    class.volume_binding_mode.as_deref() == Some("WaitForFirstConsumer")
+        && selected_node(pvc).is_none()
+}
+
+/// The class a claim's data source is checked against, when the shell is to read that source
+/// for [`ClaimContext::source`]: the claim is ours and still wants a volume (`pv_exists`: its PV
+/// is in the cache), its class is one we serve ([`serves`]) and translates, and it neither
+/// waits for its consumer nor (node mode) is selected to another node. Upstream checks a clone's
+/// PV and a snapshot's content against the translated class's provisioner, so that is the class
+/// returned. `None`: the decision stops before the data source, which is not read.
+pub(crate) fn source_class<'c>(
+    pvc: &PersistentVolumeClaim,
+    settings: &ProvisionSettings,
+    class: Option<&'c StorageClass>,
+    pv_exists: bool,
+) -> Option<Cow<'c, StorageClass>> {
+    let class = class?;
+    let bound = pvc
+        .spec
+        .as_ref()
+        .and_then(|s| s.volume_name.as_deref())
+        .is_some_and(|v| !v.is_empty());
+    let elsewhere = match (&settings.node, selected_node(pvc)) {
+        (Some(mode), Some(node)) => node != mode.me.name,
+        _ => false,
+    };
+    if pv_exists
+        || bound
+        || elsewhere
+        || !is_ours(pvc, &settings.driver)
+        || !serves(class, &settings.driver)
+        || waits_for_consumer(pvc, class)
+    {
+        return None;
+    }
+    translated_class(class, &settings.driver).ok()
+}
+
 /// Decides what to do with `pvc`.
 pub(crate) fn decide_claim(pvc: &PersistentVolumeClaim, ctx: &ClaimContext<'_>) -> ClaimDecision {
     let settings = ctx.settings;
@@ -421,17 +491,14 @@ pub(crate) fn decide_claim(pvc: &PersistentVolumeClaim, ctx: &ClaimContext<'_>) 
         }
         (Some(_), Some(class)) => class,
     };
-    let migrated = crate::migration::Plugin::of_driver(&settings.driver)
-        .is_some_and(|p| class.provisioner == p.in_tree_name());
-    if class.provisioner != settings.driver && !migrated {
+    if !serves(class, &settings.driver) {
         return ClaimDecision::Fail(PlanError::ClassOfOtherDriver {
             class: class.metadata.name.clone().unwrap_or_default(),
             provisioner: class.provisioner.clone(),
             driver: settings.driver.clone(),
         });
     }
-    let node = selected_node(pvc);
-    if class.volume_binding_mode.as_deref() == Some("WaitForFirstConsumer") && node.is_none() {
+    if waits_for_consumer(pvc, class) {
         return ClaimDecision::Ignore(IgnoreReason::WaitingForFirstConsumer);
     }
     if ctx.pv_exists {

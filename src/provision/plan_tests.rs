@@ -409,6 +409,87 @@ fn snapshot_and_clone_sources_need_capabilities_then_a_resolved_handle() {
     );
 }
 
+/// Issue 41: a data source is read exactly when the decision gets to it, and checked against the
+/// class the plan reads: under CSI migration the translated one, whose provisioner is our driver
+/// for Portworx and stays the in-tree name for EBS (so upstream refuses an EBS clone).
+#[test]
+fn the_data_source_is_read_for_the_translated_class_when_the_decision_needs_it() {
+    let clone = |driver: &str| {
+        pvc("ns", "copy")
+            .uid(UID)
+            .provisioner(driver)
+            .class("c")
+            .data_source(None, "PersistentVolumeClaim", "src")
+            .build()
+    };
+    let settings = |driver: &str| ProvisionSettings {
+        driver: driver.to_owned(),
+        ..ProvisionSettings::default()
+    };
+    let provisioner_read = |driver: &str, class: &StorageClass, claim: &PersistentVolumeClaim| {
+        source_class(claim, &settings(driver), Some(class), false).map(|c| c.provisioner.clone())
+    };
+    let px = "pxd.portworx.com";
+    let portworx = sc("c").provisioner("kubernetes.io/portworx-volume").build();
+    assert_eq!(
+        provisioner_read(px, &portworx, &clone(px)).as_deref(),
+        Some(px)
+    );
+    let ebs = "ebs.csi.aws.com";
+    let aws = sc("c").provisioner("kubernetes.io/aws-ebs").build();
+    assert_eq!(
+        provisioner_read(ebs, &aws, &clone(ebs)).as_deref(),
+        Some("kubernetes.io/aws-ebs")
+    );
+    let own = sc("c").build();
+    assert_eq!(
+        provisioner_read(DRIVER, &own, &clone(DRIVER)).as_deref(),
+        Some(DRIVER)
+    );
+    // Where the decision stops first, nothing is read.
+    assert_eq!(
+        provisioner_read(px, &own, &clone(px)),
+        None,
+        "another driver's class"
+    );
+    assert_eq!(
+        source_class(&clone(DRIVER), &settings(DRIVER), Some(&own), true),
+        None,
+        "its PV exists"
+    );
+    let bound = pvc("ns", "copy")
+        .provisioner(DRIVER)
+        .class("c")
+        .volume_name("pv-1")
+        .build();
+    assert_eq!(provisioner_read(DRIVER, &own, &bound), None, "bound");
+    let wffc = sc("c").binding_wffc().build();
+    assert_eq!(
+        provisioner_read(DRIVER, &wffc, &clone(DRIVER)),
+        None,
+        "no consumer yet"
+    );
+    let other_claim = pvc("ns", "copy")
+        .provisioner("other.csi")
+        .class("c")
+        .build();
+    assert_eq!(
+        provisioner_read(DRIVER, &own, &other_claim),
+        None,
+        "another's claim"
+    );
+    let untranslatable = sc("c")
+        .provisioner("kubernetes.io/aws-ebs")
+        .param("zone", "us-east-1a")
+        .allowed_topology([("topology.kubernetes.io/zone", vec!["us-east-1b"])])
+        .build();
+    assert_eq!(
+        provisioner_read(ebs, &untranslatable, &clone(ebs)),
+        None,
+        "the plan reports the translation error first"
+    );
+}
+
 #[test]
 fn cross_namespace_data_source_needs_the_gate() {
     let c = claim().data_source_ref(None, "PersistentVolumeClaim", "src", Some("other"));

@@ -100,7 +100,8 @@ pub(crate) fn source_ref(pvc: &PersistentVolumeClaim) -> Option<SourceRef> {
     }
     let group = group.as_deref().unwrap_or_default();
     match kind.as_str() {
-        "PersistentVolumeClaim" if group.is_empty() => Some(SourceRef::Claim {
+        // Upstream clones any source of this kind, whatever its group says.
+        "PersistentVolumeClaim" => Some(SourceRef::Claim {
             namespace,
             name: name.clone(),
         }),
@@ -117,7 +118,8 @@ fn mode_name(block: bool) -> &'static str {
 }
 
 /// Upstream `getPVCSource`: `source` is the claim named by the data source (namespace `namespace`),
-/// `source_pv` the PV it is bound to, `driver` the class's provisioner (ours).
+/// `source_pv` the PV it is bound to, `driver` the provisioner of the class the plan reads (ours,
+/// or under CSI migration what the translation names).
 pub(crate) fn clone_source(
     pvc: &PersistentVolumeClaim,
     namespace: &str,
@@ -358,7 +360,8 @@ pub(crate) enum SnapshotRead<'a> {
 }
 
 /// Upstream `getSnapshotSource`, checks 1-10: `class` names the claim's StorageClass (for
-/// messages), `driver` is its provisioner (ours).
+/// messages), `driver` the provisioner of the class the plan reads (ours, or under CSI migration
+/// what the translation names).
 pub(crate) fn snapshot_source(
     pvc: &PersistentVolumeClaim,
     name: &str,

@@ -52,6 +52,17 @@ fn source_ref_names_claims_and_snapshots_and_leaves_populators_alone() {
         .data_source(Some("hello.example.com"), "Hello", "h")
         .build();
     assert_eq!(source_ref(&populated), None);
+    // Upstream clones by kind alone.
+    let grouped = pvc("ns", "g")
+        .data_source(Some("example.com"), "PersistentVolumeClaim", "src")
+        .build();
+    assert_eq!(
+        source_ref(&grouped),
+        Some(SourceRef::Claim {
+            namespace: "ns".into(),
+            name: "src".into()
+        })
+    );
     assert_eq!(source_ref(&pvc("ns", "plain").build()), None);
 }
 

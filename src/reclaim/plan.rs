@@ -191,9 +191,10 @@ pub(crate) enum SkipReason {
     StorageClassUnknown,
     /// The VolumeAttachment index is not synced; retry.
     AttachmentsUnknown,
-    /// An in-tree volume migrated to our driver that cannot be translated to a CSI PV of it
-    /// (another plugin's source, or a translation error): its volume cannot be deleted here, so
-    /// the PV gets no finalizer (it would stay Terminating forever).
+    /// An in-tree volume migrated to our driver whose source is another plugin's than the one
+    /// our driver took over: nothing translates it, its volume cannot be deleted here, so the PV
+    /// gets no finalizer (it would stay Terminating forever). A volume of that plugin whose
+    /// handle does not translate is not skipped: it fails with the translation's error.
     MigrationUnsupported,
 }
 
@@ -456,9 +457,13 @@ pub(crate) fn decide(pv: &PersistentVolume, ctx: &ReclaimContext<'_>) -> Reclaim
     }
 
     if !has_finalizer {
-        // Upstream translates migrated in-tree PVs; until that is built, a finalizer we cannot
-        // honour would only pin the PV (one upstream already added is kept: see below).
-        if pv.spec.as_ref().is_some_and(|s| s.csi.is_none()) {
+        // An in-tree PV reaches here untranslated when it is not of the plugin our driver took
+        // over: nothing here can ever delete its volume, so a finalizer would only pin the PV (one
+        // upstream already added is kept: see below). One of that plugin whose handle does not
+        // translate is protected as upstream protects it: its deletion then fails in the open
+        // (event, metric) and is retried, instead of the PV sitting Released unexplained.
+        let csi = pv.spec.as_ref().is_some_and(|s| s.csi.is_some());
+        if !csi && ctx.translation_error.is_none() {
             return ReclaimAction::Skip(SkipReason::MigrationUnsupported);
         }
         // Protect first, even a PV that is already Released: if an admin deleted it while we wait

@@ -223,8 +223,9 @@ fn the_finalizer_is_added_to_our_bound_pvs_with_delete_policy() {
 #[test]
 fn in_tree_volumes_our_driver_cannot_translate_get_no_finalizer() {
     // Upstream adds it ("ensure finalizer is added on statically provisioned migrated in-tree
-    // volumes if bound") because it can translate and delete them; we cannot yet, and a finalizer
-    // we cannot honour would leave the PV Terminating forever.
+    // volumes if bound"); to a PV migrated to a driver that did not take over its in-tree plugin
+    // we do not: nothing translates it, and a finalizer we cannot honour would leave the PV
+    // Terminating forever.
     let volume = pv("pv-1")
         .no_csi()
         .reclaim("Delete")
@@ -855,4 +856,45 @@ fn in_tree_pvs_of_the_plugin_our_driver_took_over_are_ours() {
             "failed to get id components.Got: 4, wanted 6 components or more. ".to_owned()
         ))
     );
+}
+
+/// Issue 41: an in-tree PV of the plugin our driver took over whose handle does not translate is
+/// protected while bound and, once released, fails its deletion with the translation's text (an
+/// event and the failure metric in the shell), as upstream; never skipped in silence.
+#[test]
+fn an_untranslatable_in_tree_pv_of_our_plugin_is_protected_then_fails_its_deletion() {
+    const ERROR: &str = "failed to translate Kubernetes ID to EBS Volume ID Invalid format for AWS volume (aws://us-east-1a/not-an-ebs-id)";
+    let broken = ReclaimContext {
+        translation_error: Some(ERROR),
+        claim: ClaimState::Exists,
+        ..ctx()
+    };
+    let in_tree = || {
+        pv("pv-1")
+            .no_csi()
+            .provisioned_by("kubernetes.io/aws-ebs")
+            .annotation(names::ANN_MIGRATED_TO, DRIVER)
+            .reclaim("Delete")
+            .claim_ref("ns", "c", "uid-c")
+    };
+    assert_eq!(
+        decide_with(&in_tree().phase("Bound").build(), &broken),
+        ReclaimAction::AddFinalizer
+    );
+    assert_eq!(
+        decide_with(&in_tree().phase("Bound").finalizer(OURS).build(), &broken),
+        ReclaimAction::Skip(SkipReason::ClaimInUse { deleting: false })
+    );
+    let failed = decide_with(
+        &in_tree().phase("Released").finalizer(OURS).build(),
+        &broken,
+    );
+    assert_eq!(
+        failed,
+        ReclaimAction::Fail(ReclaimError::Translation(ERROR.to_owned()))
+    );
+    let ReclaimAction::Fail(err) = failed else {
+        unreachable!()
+    };
+    assert_eq!(err.to_string(), ERROR, "the event's text, upstream's words");
 }

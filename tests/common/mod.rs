@@ -18,7 +18,10 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::api::storage::v1::{CSINode, CSINodeDriver, CSINodeSpec, StorageClass};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use kube::api::{DeleteParams, ListParams, ObjectMeta, PostParams};
+use kube::api::{
+    ApiResource, DeleteParams, DynamicObject, ListParams, ObjectMeta, Patch, PatchParams,
+    PostParams,
+};
 use kube::{Api, Client, Resource};
 use kube_sim::{Sim, SimConfig};
 use mock_csi_driver::StateDump;
@@ -1121,4 +1124,96 @@ impl Drop for Sidecar {
             }
         }
     }
+}
+
+/// A `snapshot.storage.k8s.io/v1` resource for dynamic clients.
+pub fn snapshot_api(kind: &str, plural: &str) -> ApiResource {
+    ApiResource {
+        group: "snapshot.storage.k8s.io".into(),
+        version: "v1".into(),
+        api_version: "snapshot.storage.k8s.io/v1".into(),
+        kind: kind.into(),
+        plural: plural.into(),
+    }
+}
+
+/// Takes a snapshot of `volume_id` on the driver, then writes the VolumeSnapshot `ns/name` and
+/// its bound content (of driver `driver_name`) as the snapshot controller would, `ready` as given.
+/// Returns the snapshot id.
+pub async fn make_snapshot(
+    cluster: &Cluster,
+    driver: &Driver,
+    driver_name: &str,
+    ns: &str,
+    volume_id: &str,
+    name: &str,
+    ready: bool,
+) -> String {
+    use mock_csi_driver::csi::v1::CreateSnapshotRequest;
+    use mock_csi_driver::csi::v1::controller_client::ControllerClient;
+    let channel = mock_csi_driver::connect(&driver.socket)
+        .await
+        .expect("connect to the mock driver");
+    let id = ControllerClient::new(channel)
+        .create_snapshot(CreateSnapshotRequest {
+            source_volume_id: volume_id.into(),
+            name: format!("snapshot-{name}"),
+            ..Default::default()
+        })
+        .await
+        .expect("CreateSnapshot")
+        .into_inner()
+        .snapshot
+        .expect("a snapshot")
+        .snapshot_id;
+
+    let snapshots: Api<DynamicObject> = Api::namespaced_with(
+        cluster.client.clone(),
+        ns,
+        &snapshot_api("VolumeSnapshot", "volumesnapshots"),
+    );
+    let contents: Api<DynamicObject> = Api::all_with(
+        cluster.client.clone(),
+        &snapshot_api("VolumeSnapshotContent", "volumesnapshotcontents"),
+    );
+    let content_name = format!("content-{name}");
+    let obj: DynamicObject = serde_json::from_value(serde_json::json!({
+        "apiVersion": "snapshot.storage.k8s.io/v1", "kind": "VolumeSnapshot",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"source": {"persistentVolumeClaimName": "src"}},
+    }))
+    .expect("snapshot object");
+    let created = snapshots
+        .create(&PostParams::default(), &obj)
+        .await
+        .expect("create VolumeSnapshot");
+    let uid = created.metadata.uid.clone().expect("uid");
+    let obj: DynamicObject = serde_json::from_value(serde_json::json!({
+        "apiVersion": "snapshot.storage.k8s.io/v1", "kind": "VolumeSnapshotContent",
+        "metadata": {"name": content_name},
+        "spec": {"driver": driver_name, "deletionPolicy": "Delete", "source": {"snapshotHandle": id},
+            "sourceVolumeMode": "Filesystem",
+            "volumeSnapshotRef": {"kind": "VolumeSnapshot", "namespace": ns, "name": name, "uid": uid}},
+    }))
+    .expect("content object");
+    contents
+        .create(&PostParams::default(), &obj)
+        .await
+        .expect("create VolumeSnapshotContent");
+    let status = serde_json::json!({"status": {"snapshotHandle": id, "readyToUse": ready, "restoreSize": 1_073_741_824}});
+    contents
+        .patch_status(
+            &content_name,
+            &PatchParams::default(),
+            &Patch::Merge(&status),
+        )
+        .await
+        .expect("content status");
+    let status = serde_json::json!({"status": {"boundVolumeSnapshotContentName": content_name,
+        "readyToUse": ready, "restoreSize": "1Gi"}});
+    snapshots
+        .patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
+        .await
+        .expect("snapshot status");
+    id
 }

@@ -12,45 +12,28 @@ use serde::de::DeserializeOwned;
 use super::Provisioner;
 use crate::k8s::errors::describe;
 use crate::k8s::patch::PatchOutcome;
-use crate::provision::plan::SourceLookup;
+use crate::provision::plan::{self, SourceLookup};
 use crate::provision::request::ContentSource;
 use crate::provision::source::{
     self, SNAPSHOT_GROUP, SnapshotContent, SnapshotRead, SourceRef, VolumeSnapshot,
 };
 
 /// The content source of `pvc`'s data source, or why there is none. `NotResolved` (nothing read)
-/// for claims without a resolvable source or already given a volume.
+/// for claims without a source this sidecar reads, and wherever the decision stops before the
+/// source ([`plan::source_class`], which `pv_exists` feeds as the decision sees it).
 pub(super) async fn read(
     state: &Provisioner,
     pvc: &PersistentVolumeClaim,
     class: Option<&StorageClass>,
+    pv_exists: bool,
 ) -> SourceLookup {
     // Most claims have no data source: they cost nothing more here.
     let Some(found) = source::source_ref(pvc) else {
         return SourceLookup::NotResolved;
     };
-    // Pending and without a PV in the cache: a claim whose PV exists (its binding not seen yet)
-    // is never provisioned again, so its source is not read again either.
-    let has_pv = crate::provision::plan::claim_volume_name(pvc, &state.settings)
-        .is_ok_and(|v| state.ctx.stores.pvs.get(&v).is_some());
-    let pending = !has_pv
-        && pvc
-            .spec
-            .as_ref()
-            .and_then(|s| s.volume_name.as_deref())
-            .is_none_or(str::is_empty);
-    // Only claims this sidecar is about to provision cost a request here: not another driver's,
-    // not one waiting for its consumer, not (node mode) one selected to another node.
-    let selected = crate::model::claim::selected_node(pvc);
-    let waits = |c: &StorageClass| {
-        c.volume_binding_mode.as_deref() == Some("WaitForFirstConsumer") && selected.is_none()
-    };
-    let elsewhere = match (&state.settings.node, selected) {
-        (Some(mode), Some(node)) => node != mode.me.name,
-        _ => false,
-    };
-    let ours = class.filter(|c| c.provisioner == state.ctx.driver.name && !waits(c) && !elsewhere);
-    let (Some(class), true) = (ours, pending) else {
+    // Checked against the class the plan reads: under CSI migration the translated one, as
+    // upstream (whose translation names our driver as provisioner only for some plugins).
+    let Some(class) = plan::source_class(pvc, &state.settings, class, pv_exists) else {
         return SourceLookup::NotResolved;
     };
     let own_namespace = pvc.namespace().unwrap_or_default();
@@ -72,9 +55,11 @@ pub(super) async fn read(
                 pvc.name_any()
             ));
         }
-        SourceRef::Claim { namespace, name } => read_clone(state, pvc, namespace, name).await,
+        SourceRef::Claim { namespace, name } => {
+            read_clone(state, pvc, &class.provisioner, namespace, name).await
+        }
         SourceRef::Snapshot { namespace, name } => {
-            read_snapshot(state, pvc, class, namespace, name).await
+            read_snapshot(state, pvc, &class, namespace, name).await
         }
     };
     match result {
@@ -106,9 +91,11 @@ async fn granted(state: &Provisioner, claim_namespace: &str, found: &SourceRef) 
     source::grant_allows(&grants, claim_namespace, group, kind, name)
 }
 
+/// `driver`: the provisioner of the class the plan reads, which the source PV's driver must be.
 async fn read_clone(
     state: &Provisioner,
     pvc: &PersistentVolumeClaim,
+    driver: &str,
     namespace: &str,
     name: &str,
 ) -> Result<ContentSource, String> {
@@ -145,7 +132,6 @@ async fn read_clone(
                 .flatten(),
         },
     };
-    let driver = &state.ctx.driver.name;
     source::clone_source(pvc, namespace, name, claim.as_ref(), pv.as_ref(), driver)
 }
 
@@ -203,7 +189,7 @@ fn snapshot_source(
 ) -> Result<ContentSource, String> {
     let prevent = state.ctx.config.provisioning.prevent_volume_mode_conversion;
     let class_name = class.name_any();
-    let driver = &state.ctx.driver.name;
+    let driver = &class.provisioner;
     source::snapshot_source(pvc, name, read, &class_name, driver, prevent)
 }
 

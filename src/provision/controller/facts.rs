@@ -50,9 +50,16 @@ pub(super) async fn gather(
     let class = crate::model::claim::claim_class_name(pvc)
         .and_then(|name| stores.classes.get(&ObjectRef::new(name)));
     let pinned = state.memory().pinned(&claim_key(pvc));
-    let source = Box::pin(super::data_source::read(state, pvc, class.as_deref())).await;
     let pv_exists =
         plan::claim_volume_name(pvc, settings).is_ok_and(|name| stores.pvs.get(&name).is_some());
+    // Read with the same `pv_exists` the decision sees, so both agree on whether it is needed.
+    let source = Box::pin(super::data_source::read(
+        state,
+        pvc,
+        class.as_deref(),
+        pv_exists,
+    ))
+    .await;
     let selected_node_driver = match &stores.csinodes {
         Some(csinodes) => plan::selected_node_to_check(pvc, pinned.is_some(), || {
             ownership::checks_selected_node(

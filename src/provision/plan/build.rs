@@ -8,7 +8,7 @@ use k8s_openapi::api::storage::v1::{StorageClass, VolumeAttributesClass};
 
 use super::{
     Capability, ClaimContext, IgnoreReason, Lookup, PlanError, ProvisionPlan, ProvisionSettings,
-    SourceLookup, claim_volume_name, requested_vac,
+    SourceLookup, claim_volume_name, in_tree_plugin, requested_vac, translated_class,
 };
 use crate::csi::v1::TopologyRequirement;
 use crate::csi::v1::volume_capability::access_mode::Mode;
@@ -101,14 +101,10 @@ pub(super) fn plan(
     // CSI migration: a class of the in-tree plugin our driver took over is translated for the
     // driver (parameters, topologies); everything below reads the translated class, except what
     // upstream takes from the class as it is (`provisioned-by`, the reclaim policy).
-    let in_tree = crate::migration::Plugin::of_driver(&settings.driver)
-        .filter(|p| class.provisioner == p.in_tree_name());
+    let in_tree = in_tree_plugin(class, &settings.driver);
     let original = class;
-    let translated = in_tree
-        .map(|p| p.translate_class(class))
-        .transpose()
-        .map_err(PlanError::ClassTranslation)?;
-    let class = translated.as_ref().unwrap_or(class);
+    let translated = translated_class(class, &settings.driver)?;
+    let class: &StorageClass = &translated;
     let vac_name = requested_vac(pvc, settings).map(str::to_owned);
     check_capabilities(claim_name, source.as_ref(), vac_name.is_some(), settings)?;
     if spec.selector.is_some() {
@@ -272,11 +268,9 @@ fn content_source(
         SourceLookup::Resolved(cs) => Ok(Some(cs.clone())),
         SourceLookup::Failed(reason) => Err(source_error(kind, name, reason)),
         SourceLookup::Denied(reason) => Err(PlanError::SourceDenied(reason.clone())),
-        SourceLookup::NotResolved => Err(source_error(
-            kind,
-            name,
-            "the data source was not read yet; the claim is retried",
-        )),
+        // The shell reads every source the decision gets this far with (`source_class`), so
+        // this is a source it does not know how to read.
+        SourceLookup::NotResolved => Err(source_error(kind, name, "the data source was not read")),
     }
 }
 
