@@ -299,7 +299,7 @@ impl Capacity {
                     }
                 }
                 Some(pv) = nudges.recv() => {
-                    if let (true, Some(affected)) = (is_leader, plan::affected(&pv)) {
+                    if let (true, Some(affected)) = (is_leader, plan::affected(&state.identity.driver, &pv)) {
                         let keys: Vec<Key> =
                             state.known.iter().filter(|k| affected.covers(k)).cloned().collect();
                         debug!(?affected, keys = keys.len(), "volume created or deleted: refreshing capacity");

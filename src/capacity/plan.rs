@@ -356,7 +356,11 @@ pub(crate) enum Affected {
 
 /// What a CreateVolume or DeleteVolume of `pv`'s volume may have changed: the segments of its node
 /// affinity, or, without affinity, its class everywhere; `None` when neither is known.
-pub(crate) fn affected(pv: &PersistentVolume) -> Option<Affected> {
+pub(crate) fn affected(driver: &str, pv: &PersistentVolume) -> Option<Affected> {
+    // An in-tree PV of the plugin our driver took over has its affinity on the in-tree zone
+    // labels, which match no segment of the driver: read it as the driver's, as migration does.
+    let translated = crate::migration::as_csi(driver, pv).and_then(Result::ok);
+    let pv = translated.as_ref().unwrap_or(pv);
     let spec = pv.spec.as_ref()?;
     let terms = spec
         .node_affinity

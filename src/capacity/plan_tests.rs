@@ -450,7 +450,7 @@ fn a_volume_refreshes_its_affinity_segments_or_without_affinity_its_class() {
         ]),
         Some("fast"),
     );
-    let affected = affected(&pv).unwrap();
+    let affected = affected(DRIVER, &pv).unwrap();
     assert_eq!(affected, Affected::Segments(vec![seg(&[(ZONE, "1")])]));
     assert!(affected.covers(&key("fast", "1")));
     assert!(affected.covers(&key("slow", "1")));
@@ -463,11 +463,37 @@ fn a_volume_refreshes_its_affinity_segments_or_without_affinity_its_class() {
 }
 
 fn affected_of(pv: PersistentVolume) -> Affected {
-    affected(&pv).unwrap()
+    affected(DRIVER, &pv).unwrap()
 }
 
 fn plan_affected(pv: PersistentVolume) -> Option<Affected> {
-    affected(&pv)
+    affected(DRIVER, &pv)
+}
+
+#[test]
+fn a_migrated_in_tree_volume_refreshes_the_driver_segment_of_its_zone() {
+    use k8s_openapi::api::core::v1::AWSElasticBlockStoreVolumeSource;
+    let mut pv = pv_with(
+        Some(vec![term(
+            &[("topology.kubernetes.io/zone", &["us-east-1a"])],
+            "In",
+        )]),
+        Some("gp2"),
+    );
+    pv.spec.as_mut().unwrap().aws_elastic_block_store = Some(AWSElasticBlockStoreVolumeSource {
+        volume_id: "aws://us-east-1a/vol-0123456789abcdef0".into(),
+        ..Default::default()
+    });
+    let zone = |z: &str| Key {
+        class: "gp2".into(),
+        segment: seg(&[("topology.ebs.csi.aws.com/zone", z)]),
+    };
+    let migrated = affected("ebs.csi.aws.com", &pv).unwrap();
+    assert!(migrated.covers(&zone("us-east-1a")), "{migrated:?}");
+    assert!(!migrated.covers(&zone("us-east-1b")));
+    // For another driver the PV is not translated (and matches none of its segments).
+    let other = affected(DRIVER, &pv).unwrap();
+    assert!(!other.covers(&zone("us-east-1a")));
 }
 
 #[test]
