@@ -1077,6 +1077,86 @@ async fn after_an_upgrade_pvs_written_without_our_labels_are_deleted_by_their_no
     }
 }
 
+/// A PV an admin (or any tool) writes for a claim while the fleet runs: ours by its
+/// `provisioned-by` annotation and driver, pre-bound to claim `claim`, reclaim Delete, pinned to
+/// `node` (none: no node affinity). No labels, no finalizer.
+fn admins_static_pv(name: &str, claim: &str, node: Option<&str>) -> PersistentVolume {
+    let mut pv = legacy_released_pv(name, node.unwrap_or("unused"));
+    pv.metadata.finalizers = None;
+    let spec = pv.spec.as_mut().unwrap();
+    if node.is_none() {
+        spec.node_affinity = None;
+    }
+    spec.claim_ref = Some(ObjectReference {
+        namespace: Some(NS.into()),
+        name: Some(claim.into()),
+        ..Default::default()
+    });
+    pv
+}
+
+/// Issue 41 item 3: PVs of our driver written by someone else after start-up (an admin's static
+/// PV pinned to node-b, and one with no node affinity) are labelled at once, so the instance that
+/// may delete them protects them with the finalizer and deletes them through its driver on
+/// release, as upstream does, long before the 30-minute sweep.
+#[tokio::test]
+async fn static_pvs_written_while_the_fleet_runs_are_protected_and_deleted_on_release() {
+    let cluster = Cluster::start().await;
+    let members = local_fleet(&cluster, &[]).await;
+    for (pv, claim_name, node) in [
+        ("static-on-b", "claim-b", Some("node-b")),
+        ("static-anywhere", "claim-any", None),
+    ] {
+        cluster
+            .create(&cluster.pvs(), &admins_static_pv(pv, claim_name, node))
+            .await;
+        let mut pvc = claim(NS, claim_name, "local", "1Gi");
+        pvc.spec.as_mut().unwrap().volume_name = Some(pv.into());
+        cluster.create(&cluster.pvcs(NS), &pvc).await;
+    }
+    for (pv, claim_name) in [("static-on-b", "claim-b"), ("static-anywhere", "claim-any")] {
+        cluster.wait_bound(NS, claim_name).await;
+        wait_for(
+            &format!("the deletion-protection finalizer on {pv}"),
+            DEADLINE,
+            || async {
+                let found = pv_exists(&cluster, pv).await?;
+                found
+                    .metadata
+                    .finalizers
+                    .iter()
+                    .flatten()
+                    .any(|f| f == FINALIZER)
+                    .then_some(())
+            },
+        )
+        .await;
+        let labelled = pv_exists(&cluster, pv).await.unwrap().metadata.labels;
+        assert_eq!(
+            labelled.as_ref().and_then(|l| l.get(LABEL_PV_DRIVER)),
+            Some(&DRIVER.to_string())
+        );
+    }
+
+    cluster.delete_pvc_and_wait(NS, "claim-b").await;
+    cluster.wait_pv_gone("static-on-b").await;
+    let on_b = members[1].driver.state().await.calls("DeleteVolume");
+    assert_eq!(on_b, 1, "node-b's driver");
+    for m in [&members[0], &members[2]] {
+        let calls = m.driver.state().await.calls("DeleteVolume");
+        assert_eq!(calls, 0, "driver {}", m.node);
+    }
+
+    // Of no single node: every instance may ask its driver (upstream §6.4); one does.
+    cluster.delete_pvc_and_wait(NS, "claim-any").await;
+    cluster.wait_pv_gone("static-anywhere").await;
+    let mut total = 0;
+    for m in &members {
+        total += m.driver.state().await.calls("DeleteVolume");
+    }
+    assert!(total >= 2, "DeleteVolume calls in all: {total}");
+}
+
 /// The claim moves to node-b while node-a's CreateVolume is in flight and node-a's sidecar is
 /// down (as when the selected node is cleared during a restart of node-a's driver pod). Node-b
 /// provisions it under the same volume name; node-a, back, finds the PV of its entry's name is

@@ -13,7 +13,8 @@
 //!    watches only its own node's PVs, so the ranked instances list, page by page, the PVs labelled
 //!    with a missing node (`gone_nodes::discover`): nodes that vanished or were replaced since the
 //!    last pass, and those found by a sweep of the driver's PV *metadata* when ranked and every
-//!    [`scope::SWEEP_INTERVAL`]. The same sweep labels PVs written without our labels.
+//!    [`crate::node_mode::scope::SWEEP_INTERVAL`]. The same sweep labels PVs written without our
+//!    labels that no instance labelled (`node_mode::labeller`).
 //! 3. Each PV: cached Node lookup → [`NodeGoneTracker::observe`]; at the end of the grace period a
 //!    live Node GET (or label LIST) plus a live PV GET, observed again; then the plan is executed:
 //!    PV DELETE with a UID precondition, our finalizer removed, an event, the counter.
@@ -30,7 +31,7 @@ use kube::{Api, ResourceExt};
 use tracing::{Instrument, debug, info, info_span, warn};
 
 use super::candidates::{claim_bond_matches, classify};
-use super::discover::{Lists, NodeView, StillMissing, fingerprint, label_unlabelled, list_page};
+use super::discover::{Lists, NodeView, StillMissing, fingerprint, list_page};
 use super::ledgers::GoneLedgers;
 use super::policy::{self, GoneConfig, Now, check_interval};
 use super::tracker::{CancelReason, GoneAction, GonePlan, Lookup, NodeGoneTracker};
@@ -40,7 +41,6 @@ use crate::k8s::events::{EventSpec, reference_to};
 use crate::k8s::patch::{self, DeleteOutcome};
 use crate::model::locate::{HOSTNAME_LABEL, Mode, NodeLookup, NodeQuery, PerNodeKeys};
 use crate::names;
-use crate::node_mode::scope;
 use crate::runtime::{Context, Shutdown};
 
 /// How often the Node and CSINode caches are compared with the last pass (cheap: in memory).
@@ -67,12 +67,6 @@ pub(crate) async fn run(ctx: Arc<Context>, shutdown: Shutdown) {
     // A pass can be long (many API calls); shutdown does not wait for it. Stopping between its
     // writes is safe: a PV left deleted with our finalizer is a candidate again after a restart.
     async move {
-        if janitor.mode == Mode::Node {
-            tokio::select! {
-                () = janitor.label_own_pvs() => {},
-                () = shutdown.clone().requested() => return,
-            }
-        }
         loop {
             let next = tokio::select! {
                 next = janitor.pass() => next,
@@ -154,24 +148,6 @@ impl Janitor {
         let keys = janitor.per_node_keys(&janitor.nodes.state());
         janitor.tracker.set_per_node_keys(keys);
         janitor
-    }
-
-    /// Node mode, at start-up: labels this node's PVs written without our labels (by upstream or
-    /// an older version), so this instance's scoped PV watch sees them. A failure only delays
-    /// them until a clean-up instance's sweep labels them.
-    async fn label_own_pvs(&self) {
-        let own = self.nodes.get(&ObjectRef::new(&self.me));
-        let hostname = own
-            .as_ref()
-            .and_then(|n| n.metadata.labels.as_ref()?.get(HOSTNAME_LABEL).cloned());
-        let values: BTreeSet<String> = scope::instance_label_values(&self.me, hostname.as_deref())
-            .into_iter()
-            .filter(|v| v != names::LABEL_VALUE_ANY_NODE)
-            .collect();
-        let keys = self.tracker.config().per_node_keys.clone();
-        if let Err(e) = label_unlabelled(&self.ctx, &keys, Some(&values)).await {
-            warn!(error = %describe(&e), "labelling this node's PVs written without our labels failed; a clean-up sweep will label them");
-        }
     }
 
     fn driver(&self) -> &str {

@@ -3,7 +3,8 @@
 //! ([`scope::node_pv_selector`]). A node is suspect when it vanished from (or was replaced in) the
 //! Node cache since the last pass, or when a metadata-only sweep of the driver's PVs
 //! ([`scope::driver_pv_selector`], nothing kept) finds PVs recorded on a node that is not there;
-//! the sweep also labels our PVs written without our labels (upstream, older versions). A suspect
+//! the sweep also labels our PVs written without our labels that no instance labelled (see
+//! `node_mode::labeller`: those of nodes without an instance, or missed while it was down). A suspect
 //! is listed at every pass until none of its PVs has a missing node.
 
 use std::collections::{BTreeSet, HashMap};
@@ -240,7 +241,7 @@ async fn sweep(
     view: &NodeView<'_>,
     keys: &PerNodeKeys,
 ) -> Result<StillMissing, kube::Error> {
-    label_unlabelled(ctx, keys, None).await?;
+    label_unlabelled(ctx, keys).await?;
     let api: Api<PersistentVolume> = Api::all(ctx.client.clone());
     let mut suspects = StillMissing::default();
     let mut params = ListParams::default()
@@ -281,15 +282,11 @@ async fn sweep(
     Ok(suspects)
 }
 
-/// Labels our driver's PVs that carry no [`names::LABEL_PV_DRIVER`] (written by upstream or an
-/// older version), so node-mode instances see them in their scoped watches. With `only`, just the
-/// PVs whose node label would be one of these values: each instance labels its own node's PVs at
-/// start-up (no herd of identical patches), the clean-up instances label the rest in their sweeps.
-pub(crate) async fn label_unlabelled(
-    ctx: &Context,
-    keys: &PerNodeKeys,
-    only: Option<&BTreeSet<String>>,
-) -> Result<usize, kube::Error> {
+/// Labels our driver's PVs that carry no [`names::LABEL_PV_DRIVER`], so node-mode instances see
+/// them in their scoped watches. Each instance's `node_mode::labeller` labels them as they come;
+/// the sweep catches the rest: PVs of nodes without an instance, or whose labeller was down or
+/// failed to patch.
+async fn label_unlabelled(ctx: &Context, keys: &PerNodeKeys) -> Result<usize, kube::Error> {
     let api: Api<PersistentVolume> = Api::all(ctx.client.clone());
     let mut params = ListParams::default()
         .labels(&scope::unlabelled_pv_selector())
@@ -301,10 +298,6 @@ pub(crate) async fn label_unlabelled(
             let Some(labels) = scope::existing_pv_labels(pv, &ctx.driver.name, keys) else {
                 continue;
             };
-            let node = labels.get(names::LABEL_PV_NODE);
-            if only.is_some_and(|values| node.is_none_or(|n| !values.contains(n))) {
-                continue;
-            }
             let name = pv.name_any();
             match api
                 .patch(

@@ -25,11 +25,16 @@
 //! instance, which reads its full PV cache instead). They list the PVs of a Node that disappears
 //! ([`node_pv_selector`]), and when they take over and every [`SWEEP_INTERVAL`] sweep the driver's
 //! PVs for nodes that vanished while no instance was watching: a metadata-only, paginated list
-//! ([`driver_pv_selector`]) of which nothing is kept ([`sweep_suspect`]). The sweep also labels PVs
-//! written by upstream or an older version: a paginated list of PVs without our driver label
-//! ([`unlabelled_pv_selector`]; full objects, since static PVs name their driver only in the spec),
-//! [`existing_pv_labels`], [`label_patch`]; each instance also labels its own node's such PVs at
-//! start-up ([`crate::gone_nodes::controller`]).
+//! ([`driver_pv_selector`]) of which nothing is kept ([`sweep_suspect`]).
+//!
+//! PVs of our driver written by anyone else (an admin's static PV, a restore tool, upstream or an
+//! older version before an upgrade) carry no labels of ours. Each instance watches the PVs without
+//! our driver label ([`unlabelled_pv_watch`]; full objects, since a static PV names its driver only
+//! in its spec; nothing kept) and labels those it is the one writer for ([`labels_written_here`],
+//! [`existing_pv_labels`], [`label_patch`]; `node_mode::labeller`), within seconds of their creation
+//! and, through its initial list, at start-up. The PVs of other drivers stream through it too, one
+//! event each per instance. The sweep labels the rest (PVs of nodes without an instance) with a
+//! paginated list of the same selector ([`unlabelled_pv_selector`]).
 //!
 //! Labels only narrow what is watched; every decision still reads the PV's affinity and
 //! annotations, so a wrong or missing label can delay work but never misdirect it.
@@ -152,7 +157,7 @@ pub(crate) fn label_new_pv<'a, I>(
     pv.metadata.labels.get_or_insert_default().extend(labels);
 }
 
-/// For the upgrade sweep: the labels an existing PV of `driver` should carry, or `None` when it is
+/// For the labeller and the sweep: the labels an existing PV of `driver` should carry, or `None` when it is
 /// not ours or already carries them. The node comes from our node-name annotation, else the node
 /// pinned by its affinity; volumes of no single node get [`names::LABEL_VALUE_ANY_NODE`].
 pub(crate) fn existing_pv_labels(
@@ -178,6 +183,33 @@ pub(crate) fn existing_pv_labels(
         .iter()
         .all(|(k, v)| current.and_then(|l| l.get(k)) == Some(v));
     (!done).then_some(wanted)
+}
+
+/// Node mode, for the watch of PVs without our labels ([`crate::node_mode::labeller`]): the
+/// [`existing_pv_labels`] this instance writes on `pv`, or `None` when it is not ours, or another
+/// instance (or the sweep) labels it. One writer per PV, so a PV made while the fleet runs costs one
+/// patch, not one per node: a PV of one node is labelled by that node's instance (`own`: its
+/// [`instance_label_values`] other than [`names::LABEL_VALUE_ANY_NODE`]); a PV of no single node by
+/// the first of the `live` instances in rendezvous order of its name, as a claim's selected node is
+/// checked by one instance ([`crate::node_mode::ownership::checks_selected_node`]). A PV of a node
+/// without an instance is left to the sweep.
+pub(crate) fn labels_written_here<'a>(
+    pv: &PersistentVolume,
+    driver: &str,
+    keys: &PerNodeKeys,
+    own: &[String],
+    me: &str,
+    live: impl IntoIterator<Item = &'a str>,
+) -> Option<BTreeMap<String, String>> {
+    let labels = existing_pv_labels(pv, driver, keys)?;
+    let node = labels.get(names::LABEL_PV_NODE)?;
+    let here = if node == names::LABEL_VALUE_ANY_NODE {
+        let name = pv.metadata.name.as_deref()?;
+        crate::rendezvous::rank_of(name, me, live) == Some(0)
+    } else {
+        own.contains(node)
+    };
+    here.then_some(labels)
 }
 
 /// Merge patch setting `labels` (only those keys; nobody else writes them).
@@ -242,8 +274,9 @@ pub(crate) fn driver_pv_selector(driver: &str) -> String {
     format!("{}={}", names::LABEL_PV_DRIVER, label_value(driver))
 }
 
-/// PVs without our labels (written by upstream or an older version): the upgrade sweep lists
-/// these and labels those of our driver.
+/// PVs without our labels (written by upstream, an older version, an admin or any other tool):
+/// each node-mode instance watches these ([`crate::node_mode::labeller`]) and the sweep lists them,
+/// to label those of our driver.
 pub(crate) fn unlabelled_pv_selector() -> String {
     format!("!{}", names::LABEL_PV_DRIVER)
 }
@@ -263,6 +296,14 @@ pub(crate) fn own_pv_watch(
     let values = instance_label_values(node_name, hostname);
     watcher::Config::default()
         .labels(&own_pv_selector(driver, &values))
+        .page_size(PAGE_SIZE)
+}
+
+/// Watcher configuration of the watch of PVs without our labels (full objects: a static PV names
+/// its driver only in its spec, which no selector reaches).
+pub(crate) fn unlabelled_pv_watch() -> watcher::Config {
+    watcher::Config::default()
+        .labels(&unlabelled_pv_selector())
         .page_size(PAGE_SIZE)
 }
 

@@ -149,6 +149,59 @@ fn the_upgrade_sweep_labels_only_our_unlabelled_pvs() {
 }
 
 #[test]
+fn an_unlabelled_pv_is_labelled_by_its_nodes_instance_or_by_one_ranked_instance_when_unpinned() {
+    let keys = PerNodeKeys::default();
+    let fleet = ["n1", "n2", "n3"];
+    let own = |me: &str, host: &str| -> Vec<String> {
+        instance_label_values(me, Some(host))
+            .into_iter()
+            .filter(|v| v != names::LABEL_VALUE_ANY_NODE)
+            .collect()
+    };
+    let writers = |pv: &PersistentVolume, live: &[&str]| -> Vec<String> {
+        fleet
+            .iter()
+            .filter(|me| {
+                let own = own(me, &format!("host-{me}"));
+                labels_written_here(pv, DRIVER, &keys, &own, me, live.iter().copied()).is_some()
+            })
+            .map(|me| (*me).to_owned())
+            .collect()
+    };
+    // Pinned by host name or by name: that node's instance only, whoever ranks first.
+    let by_host = pv("p").node_affinity([(HOSTNAME_LABEL, "host-n2")]).build();
+    assert_eq!(writers(&by_host, &fleet), vec!["n2"]);
+    let recorded = pv("p").annotation(names::ANN_NODE_NAME, "n3").build();
+    assert_eq!(writers(&recorded, &fleet), vec!["n3"]);
+    // A node without an instance: nobody (the sweep does).
+    let gone = pv("p").node_affinity([(HOSTNAME_LABEL, "host-n9")]).build();
+    assert!(writers(&gone, &fleet).is_empty());
+    // Of no single node: exactly one live instance, the first in rendezvous order of its name.
+    for name in ["shared-1", "shared-2", "shared-3", "shared-4"] {
+        let shared = pv(name).build();
+        let first = crate::rendezvous::rendezvous_order(name, fleet)[0];
+        assert_eq!(writers(&shared, &fleet), vec![first]);
+        // An instance whose driver is not registered is not live and never writes.
+        let without: Vec<&str> = fleet.iter().copied().filter(|n| *n != first).collect();
+        let w = writers(&shared, &without);
+        assert_eq!(w.len(), 1);
+        assert_ne!(w[0], first);
+    }
+    // Not ours, or labelled already: nobody.
+    let foreign = pv("p").driver("other.csi").build();
+    assert!(writers(&foreign, &fleet).is_empty());
+    let done = pv("p")
+        .label(names::LABEL_PV_DRIVER, DRIVER)
+        .label(names::LABEL_PV_NODE, names::LABEL_VALUE_ANY_NODE)
+        .build();
+    assert!(writers(&done, &fleet).is_empty());
+    let labels =
+        labels_written_here(&by_host, DRIVER, &keys, &own("n2", "host-n2"), "n2", fleet).unwrap();
+    assert_eq!(labels[names::LABEL_PV_NODE], "host-n2");
+    assert_eq!(labels[names::LABEL_PV_DRIVER], DRIVER);
+}
+
+#[test]
 fn the_sweep_fetches_only_pvs_whose_node_is_not_in_the_cache() {
     let exists = |n: &str, uid: Option<&str>| n == "alive" && uid.is_none_or(|u| u == "uid-1");
     let recorded = |n: &str| pv("p").annotation(names::ANN_NODE_NAME, n).build().metadata;

@@ -6,6 +6,8 @@
 //!   the claims of its own volumes) and pending claims of our driver (unselected, or selected
 //!   elsewhere). A claim of another node leaves the cache once bound.
 //! - PVs: label-selected ([`scope::own_pv_watch`]): this node's PVs and PVs of no single node.
+//!   A second PV watch, of PVs without our labels, keeps nothing: it labels our driver's PVs
+//!   written by others so that they enter the first ([`super::labeller`]).
 //! - Nodes: name, UID and the per-node labels only ([`scope::strip_node_metadata`]; no spec, no
 //!   status: readiness is never read). CSINodes: our driver's entry only.
 //! - StorageClasses (few, small) and VolumeAttachments (drivers that attach) as in controller mode.
@@ -17,11 +19,13 @@ use k8s_openapi::api::storage::v1::CSINode;
 use kube::{Api, Client};
 use tracing::{info, warn};
 
+use super::labeller::Labeller;
 use super::scope;
 use crate::csi::DriverInfo;
 use crate::k8s::errors::describe;
 use crate::k8s::watch::{Watched, WatchedLean, watch_lean_scoped, watch_shared_scoped};
 use crate::model::locate::{HOSTNAME_LABEL, PerNodeKeys};
+use crate::names;
 
 /// The scoped watches of one node-mode instance.
 pub(crate) struct NodeWatches {
@@ -51,6 +55,11 @@ pub(crate) async fn start(
         .map(|n| n.accessible_topology.clone())
         .unwrap_or_default();
     let keys = PerNodeKeys::from_node(node_name, hostname.as_deref(), &segments);
+    let labeller_keys = keys.clone();
+    let own: Vec<String> = scope::instance_label_values(node_name, hostname.as_deref())
+        .into_iter()
+        .filter(|v| v != names::LABEL_VALUE_ANY_NODE)
+        .collect();
     let pv_watch = scope::own_pv_watch(&driver.name, node_name, hostname.as_deref());
     info!(
         selector = pv_watch.label_selector.as_deref().unwrap_or_default(),
@@ -94,6 +103,18 @@ pub(crate) async fn start(
             true
         },
     );
+    // Detached: it runs as long as the process, as the watches do.
+    drop(
+        Labeller {
+            client: client.clone(),
+            driver: driver.name.clone(),
+            me: node_name.to_owned(),
+            own,
+            keys: labeller_keys,
+            csinodes: csinodes.store.clone(),
+        }
+        .spawn(),
+    );
     NodeWatches {
         pvcs,
         pvs,
@@ -134,7 +155,6 @@ mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
-    use crate::names;
     use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
     use kube_sim::{Sim, SimConfig};
 
