@@ -312,6 +312,11 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         return ready.map(|_| ());
     }
     tokio::spawn(crate::runtime::heap::trim_periodically(shutdown.clone()));
+    // Only now: it reads the CSINode cache, and waiting for that cache beside the wait above
+    // would not do (a kube-runtime store wakes only the last of its readiness waiters).
+    if let Some(labeller) = watches.labeller.take() {
+        drop(labeller.spawn());
+    }
     if let Some(standby) = &election {
         info!("caches filled; waiting for leadership");
         if !standby.lead(shutdown.clone().requested()).await {
@@ -493,6 +498,8 @@ struct Watches {
     pvs: WatchedLean<PersistentVolume>,
     classes: Watched<StorageClass>,
     stores: Stores,
+    /// Node mode: labels PVs of our driver that others make, once the caches are filled.
+    labeller: Option<crate::node_mode::labeller::Labeller>,
 }
 
 fn start_watches(client: &Client, config: &Config, driver: &DriverInfo) -> Watches {
@@ -543,6 +550,7 @@ fn start_watches(client: &Client, config: &Config, driver: &DriverInfo) -> Watch
         pvs,
         classes,
         stores,
+        labeller: None,
     }
 }
 
@@ -581,6 +589,7 @@ async fn node_mode_watches(
         pvs: scoped.pvs,
         classes,
         stores,
+        labeller: Some(scoped.labeller),
     }
 }
 

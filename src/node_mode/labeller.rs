@@ -32,9 +32,6 @@ use crate::model::locate::PerNodeKeys;
 use crate::names;
 use crate::retry::{Attempt, retry_transient};
 
-/// How often the wait for the CSINode cache looks again (see [`Labeller::run`]).
-const READY_POLL: Duration = Duration::from_millis(100);
-
 /// Who this instance is, for [`scope::labels_written_here`].
 pub(crate) struct Labeller {
     /// The API client.
@@ -58,16 +55,6 @@ impl Labeller {
     }
 
     async fn run(self) {
-        // The rendezvous pick of PVs of no single node needs the live instances. A store's
-        // readiness wakes only its last waiter (kube-runtime shares one oneshot receiver among all
-        // of them), and the start-up waits on this store too: ask again until it answers.
-        loop {
-            match tokio::time::timeout(READY_POLL, self.csinodes.wait_until_ready()).await {
-                Ok(Ok(())) => break,
-                Ok(Err(_)) => return,
-                Err(_) => {}
-            }
-        }
         debug!("watching PVs without our labels");
         let api: Api<PersistentVolume> = Api::all(self.client.clone());
         let events = watch_events(

@@ -37,6 +37,9 @@ pub(crate) struct NodeWatches {
     pub(crate) nodes: Watched<Node>,
     /// Stripped CSINodes.
     pub(crate) csinodes: Watched<CSINode>,
+    /// Labels PVs of our driver made by others; to be spawned once the caches are filled (it
+    /// reads the CSINode cache).
+    pub(crate) labeller: Labeller,
 }
 
 /// Starts the scoped watches of the instance on `node_name` (`subscribers`: change streams of the
@@ -103,23 +106,20 @@ pub(crate) async fn start(
             true
         },
     );
-    // Detached: it runs as long as the process, as the watches do.
-    drop(
-        Labeller {
-            client: client.clone(),
-            driver: driver.name.clone(),
-            me: node_name.to_owned(),
-            own,
-            keys: labeller_keys,
-            csinodes: csinodes.store.clone(),
-        }
-        .spawn(),
-    );
+    let labeller = Labeller {
+        client: client.clone(),
+        driver: driver.name.clone(),
+        me: node_name.to_owned(),
+        own,
+        keys: labeller_keys,
+        csinodes: csinodes.store.clone(),
+    };
     NodeWatches {
         pvcs,
         pvs,
         nodes,
         csinodes,
+        labeller,
     }
 }
 
