@@ -31,6 +31,9 @@ const TOPOLOGY_KEYS: [&str; 9] = [
     vsphere::ZONE_KEY,
 ];
 
+/// Node-affinity terms, each a list of `key In values` requirements.
+type Terms = Option<Vec<Vec<(&'static str, Vec<String>)>>>;
+
 /// Zone-ish values: real shapes of each cloud, the `__` delimiter, and junk.
 fn arb_zone() -> impl Strategy<Value = String> {
     prop_oneof![
@@ -44,7 +47,7 @@ fn arb_zone() -> impl Strategy<Value = String> {
     ]
 }
 
-fn arb_terms() -> impl Strategy<Value = Option<Vec<Vec<(&'static str, Vec<String>)>>>> {
+fn arb_terms() -> impl Strategy<Value = Terms> {
     prop::option::weighted(
         0.7,
         prop::collection::vec(
@@ -107,7 +110,7 @@ fn pv(
     name: &str,
     labels: BTreeMap<String, String>,
     annotations: BTreeMap<String, String>,
-    terms: Option<Vec<Vec<(&'static str, Vec<String>)>>>,
+    terms: Terms,
 ) -> PersistentVolume {
     let mut pv = PersistentVolume::default();
     pv.metadata.name = Some(name.to_owned());
