@@ -167,7 +167,7 @@ static UPSTREAM_ERRORS: LazyLock<Regex> = LazyLock::new(|| {
 
 proptest! {
     // No regression files: a failure prints its minimal input, which becomes a unit test.
-    #![proptest_config(ProptestConfig { cases: 1500, failure_persistence: None, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 1000, failure_persistence: None, ..ProptestConfig::default() })]
 
     #[test]
     fn any_csi_pv_of_the_seven_translates_both_ways_or_fails_in_upstreams_words(

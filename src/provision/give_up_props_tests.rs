@@ -9,7 +9,7 @@ use crate::testing::sc;
 
 proptest! {
     // No regression files: a failure prints its minimal input, which becomes a unit test.
-    #![proptest_config(ProptestConfig { cases: 2000, failure_persistence: None, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 1000, failure_persistence: None, ..ProptestConfig::default() })]
 
     #[test]
     fn any_limit_text_is_a_positive_count_or_named(value in prop_oneof![" ?[+-]?[0-9]{0,12} ?", "\\PC{0,10}"]) {

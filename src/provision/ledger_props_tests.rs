@@ -70,7 +70,7 @@ fn arb_annotation() -> impl Strategy<Value = String> {
 
 proptest! {
     // No regression files: a failure prints its minimal input, which becomes a unit test.
-    #![proptest_config(ProptestConfig { cases: 2000, failure_persistence: None, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 1000, failure_persistence: None, ..ProptestConfig::default() })]
 
     #[test]
     fn any_annotation_decodes_or_names_itself_in_the_error(text in arb_annotation()) {
