@@ -80,7 +80,7 @@ proptest! {
     fn a_glob_answers_quickly_whatever_its_stars(pattern in arb_pattern(), name in "[a-c]{0,40}") {
         let started = Instant::now();
         let _ = matches(&pattern, &name);
-        prop_assert!(started.elapsed() < Duration::from_millis(200), "{pattern:?} vs {name:?}");
+        prop_assert!(started.elapsed() < Duration::from_secs(1), "{pattern:?} vs {name:?}");
     }
 
     #[test]
