@@ -555,3 +555,7 @@ pub use gates::{FeatureGate, FeatureGateList, parse_feature_gates};
 #[cfg(test)]
 #[path = "cli_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "cli_props_tests.rs"]
+mod props_tests;

@@ -75,6 +75,10 @@ impl fmt::Display for Endpoint {
 }
 
 #[cfg(test)]
+#[path = "endpoint_props_tests.rs"]
+mod props_tests;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 

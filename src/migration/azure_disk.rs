@@ -41,7 +41,8 @@ pub(crate) fn translate_class(sc: &StorageClass) -> Result<StorageClass, String>
 
 /// Whether `uri` names a managed disk (anything but an `http...` blob URI).
 pub(crate) fn is_managed_disk(uri: &str) -> bool {
-    !(uri.len() > 4 && uri[..4].eq_ignore_ascii_case("http"))
+    // By bytes, as Go's `diskURI[:4]`: a character across byte 4 must not panic.
+    !(uri.len() > 4 && uri.as_bytes()[..4].eq_ignore_ascii_case(b"http"))
 }
 
 /// The disk name in a disk URI.

@@ -151,3 +151,17 @@ fn a_csi_disk_is_written_back_with_its_caching_mode_whatever_the_attribute_case(
         );
     }
 }
+
+/// Found by `any_csi_pv_of_the_seven_translates_both_ways_or_fails_in_upstreams_words`: a handle
+/// with a character across byte 4 panicked on a string slice; Go compares the first four bytes.
+#[test]
+fn a_handle_with_a_wide_character_at_byte_four_is_a_managed_disk_not_a_panic() {
+    assert!(is_managed_disk("z\u{1F893}=D"));
+    assert!(is_managed_disk("htt\u{e9}://x/vhds/d"));
+    assert_eq!(
+        disk_name("z\u{1F893}=D"),
+        Err(format!(
+            "could not get disk name from z\u{1F893}=D, correct format: {MANAGED_DISK_PATTERN}"
+        ))
+    );
+}

@@ -16,12 +16,14 @@ pub(crate) const RESOURCE_GROUP_ANNOTATION: &str = "kubernetes.io/azure-file-res
 
 /// The storage account of a Secret named `azure-storage-account-<account>-secret`.
 pub(crate) fn storage_account_name(secret: &str) -> Option<String> {
-    let rest = secret
-        .find("azure-storage-account-")
-        .map(|at| &secret[at + 22..])?;
-    let at = rest.rfind("-secret")?;
-    let account = &rest[..at];
-    (!account.is_empty()).then(|| account.to_owned())
+    // Upstream's own pattern: its `.` stops at a newline, which string searching did not.
+    static PATTERN: std::sync::OnceLock<regex::Regex> = std::sync::OnceLock::new();
+    let re = PATTERN.get_or_init(|| {
+        regex::Regex::new("azure-storage-account-(.+)-secret").expect("a valid pattern")
+    });
+    re.captures(secret)
+        .and_then(|c| c.get(1))
+        .map(|m| m.as_str().to_owned())
 }
 
 pub(crate) fn to_csi(pv: &mut PersistentVolume) -> Result<(), String> {

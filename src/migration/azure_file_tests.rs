@@ -171,3 +171,17 @@ fn a_csi_share_is_written_back_from_attributes_secret_or_handle() {
         )
     );
 }
+
+/// Found by `disk_uris_and_account_secrets_read_as_upstreams_patterns`: upstream's
+/// `azure-storage-account-(.+)-secret` does not match across a newline; string search did.
+#[test]
+fn an_account_name_does_not_span_a_newline() {
+    assert_eq!(
+        storage_account_name("azure-storage-account-\n-secret"),
+        None
+    );
+    assert_eq!(
+        storage_account_name("azure-storage-account-a\nazure-storage-account-b-secret").as_deref(),
+        Some("b")
+    );
+}

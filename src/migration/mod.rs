@@ -182,3 +182,7 @@ pub(crate) fn class_as_csi(
 #[cfg(test)]
 #[path = "mod_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "mod_props_tests.rs"]
+mod props_tests;

@@ -291,12 +291,9 @@ pub(crate) fn aws_region(zones: &[String]) -> Result<String, String> {
         let parts: Vec<&str> = zone.split('-').collect();
         let last = parts.last().copied().unwrap_or_default();
         let region = if (parts.len() == 3 || parts.len() == 4) && last.len() == 2 {
-            let mut head: Vec<String> = parts[..parts.len() - 1]
-                .iter()
-                .map(|s| (*s).to_owned())
-                .collect();
-            head.push(last[..1].to_owned());
-            head.join("-")
+            // Go's `zone[:len(zone)-1]` drops one byte; a wider last character would split
+            // (and panic here), so its leftover byte reads as U+FFFD.
+            String::from_utf8_lossy(&zone.as_bytes()[..zone.len() - 1]).into_owned()
         } else if parts.len() == 5 || parts.len() == 7 {
             parts[..3].join("-")
         } else {

@@ -350,3 +350,17 @@ fn regions_of_gce_and_aws_zones() {
         "Unexpected zone format: us-west is not a valid AWS zone"
     );
 }
+
+/// Found by `region_rules_take_any_zones_without_panic`'s zones (also reached through a CSI PV's
+/// affinity): a two-byte last character was split mid-character and panicked. Go drops one byte.
+#[test]
+fn an_aws_zone_ending_in_a_wide_character_is_not_a_panic() {
+    assert_eq!(
+        aws_region(&["us-west-\u{e9}".to_owned()]),
+        Ok("us-west-\u{FFFD}".to_owned())
+    );
+    assert_eq!(
+        aws_region(&["us-west-2a".to_owned()]),
+        Ok("us-west-2".to_owned())
+    );
+}

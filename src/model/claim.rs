@@ -79,6 +79,10 @@ pub(crate) fn abandoned_since(
 }
 
 #[cfg(test)]
+#[path = "claim_props_tests.rs"]
+mod props_tests;
+
+#[cfg(test)]
 mod tests {
     use super::abandoned_since;
     use crate::testing::pvc;

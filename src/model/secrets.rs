@@ -537,3 +537,7 @@ impl fmt::Display for SecretRef {
 #[cfg(test)]
 #[path = "secrets_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "secrets_props_tests.rs"]
+mod props_tests;

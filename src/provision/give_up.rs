@@ -52,6 +52,10 @@ pub(crate) fn stopped_message(class: &str, failures: u32, last_error: &str) -> S
 }
 
 #[cfg(test)]
+#[path = "give_up_props_tests.rs"]
+mod props_tests;
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use crate::testing::{pvc, sc};

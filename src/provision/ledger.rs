@@ -483,3 +483,7 @@ pub(crate) struct ShardWrite {
 #[cfg(test)]
 #[path = "ledger_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "ledger_props_tests.rs"]
+mod props_tests;

@@ -45,14 +45,28 @@ pub(crate) fn parse_quantity(s: &str) -> Result<i64, QuantityError> {
     if negative {
         return Err(QuantityError::Negative);
     }
-    if digits.len() > 38 {
-        return Err(QuantityError::TooLarge);
-    }
-    let mantissa: u128 = digits.parse().map_err(|_| QuantityError::Syntax)?;
+    // A u128 holds 38 digits. Longer mantissas (`5` and 40 zeros, `e-40`) keep 37 and stand
+    // for the rest with one digit, 1 when any dropped digit is not 0, so rounding up stays exact.
+    let dropped = digits.len().saturating_sub(38);
+    let kept = if dropped == 0 {
+        digits.to_owned()
+    } else {
+        let sticky = if digits[37..].bytes().any(|b| b != b'0') {
+            '1'
+        } else {
+            '0'
+        };
+        format!("{}{sticky}", &digits[..37])
+    };
+    let mantissa: u128 = kept.parse().map_err(|_| QuantityError::Syntax)?;
     let scaled = mantissa
         .checked_mul(1u128 << binary_shift)
         .ok_or(QuantityError::TooLarge)?;
-    let exp = decimal_exp - i64::try_from(frac_part.len()).map_err(|_| QuantityError::Syntax)?;
+    let shift = |n: usize| i64::try_from(n).map_err(|_| QuantityError::Syntax);
+    // Saturating: an exponent near i64::MIN is far below one byte either way.
+    let exp = decimal_exp
+        .saturating_sub(shift(frac_part.len())?)
+        .saturating_add(shift(dropped)?);
     let value = if exp >= 0 {
         let factor = u32::try_from(exp)
             .ok()
@@ -60,7 +74,10 @@ pub(crate) fn parse_quantity(s: &str) -> Result<i64, QuantityError> {
             .ok_or(QuantityError::TooLarge)?;
         scaled.checked_mul(factor).ok_or(QuantityError::TooLarge)?
     } else {
-        match u32::try_from(-exp).ok().and_then(|e| 10u128.checked_pow(e)) {
+        match u32::try_from(exp.unsigned_abs())
+            .ok()
+            .and_then(|e| 10u128.checked_pow(e))
+        {
             Some(divisor) => scaled.div_ceil(divisor),
             // Smaller than one byte, but not zero: rounds up to one.
             None => 1,
@@ -124,6 +141,10 @@ pub(crate) fn bytes_to_quantity(bytes: i64) -> String {
 }
 
 #[cfg(test)]
+#[path = "quantity_props_tests.rs"]
+mod props_tests;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 
@@ -167,6 +188,29 @@ mod tests {
         assert_eq!(parse_quantity("8Ei"), Err(QuantityError::TooLarge));
         assert_eq!(parse_quantity("1e30"), Err(QuantityError::TooLarge));
         assert_eq!(parse_quantity("1e400"), Err(QuantityError::TooLarge));
+    }
+
+    /// Found by `any_text_parses_or_gets_upstreams_error`: the exponent minus the fraction's
+    /// digits overflowed i64 (a panic in debug builds).
+    #[test]
+    fn an_exponent_near_the_i64_limit_is_a_tiny_size_not_a_panic() {
+        assert_eq!(parse_quantity(".1e-9223372036854775807"), Ok(1));
+        assert_eq!(parse_quantity("1.5e-9223372036854775808"), Ok(1));
+        assert_eq!(parse_quantity("0.0e-9223372036854775808"), Ok(0));
+    }
+
+    /// Found while writing the properties: more than 38 significant digits were "too large" even
+    /// when the exponent brings the size back down, where upstream reads the value.
+    #[test]
+    fn long_mantissas_scale_down_by_their_exponent() {
+        let five_and_40_zeros = format!("5{}", "0".repeat(40));
+        assert_eq!(parse_quantity(&format!("{five_and_40_zeros}e-40")), Ok(5));
+        assert_eq!(parse_quantity(&format!("{five_and_40_zeros}1e-41")), Ok(6));
+        assert_eq!(parse_quantity(&format!("{five_and_40_zeros}e-39")), Ok(50));
+        assert_eq!(
+            parse_quantity(&five_and_40_zeros),
+            Err(QuantityError::TooLarge)
+        );
     }
 
     /// Upstream `TestBytesToQuantity`-style expectations.

@@ -555,6 +555,10 @@ pub(crate) fn wait_for_detach_episode(pv: &PersistentVolume) -> String {
 mod tests;
 
 #[cfg(test)]
+#[path = "deletion_secrets_props_tests.rs"]
+mod deletion_secrets_props_tests;
+
+#[cfg(test)]
 #[path = "plan_secrets_tests.rs"]
 mod secrets_tests;
 

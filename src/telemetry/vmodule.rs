@@ -5,6 +5,7 @@
 //! path. Without any of `\*?[]` it must be equal; otherwise Go's `filepath.Match` glob rules
 //! apply. The first matching item decides.
 
+use std::collections::HashSet;
 use std::path::Path;
 
 /// One `pattern=N` item.
@@ -95,19 +96,44 @@ fn matches(pattern: &str, name: &str) -> bool {
 /// Go's `filepath.Match` on a base name (no separators): `*`, `?`, `[...]` with ranges and `^`
 /// negation, `\` escapes. `None`: a malformed pattern, which klog treats as no match.
 fn glob(pattern: &[char], name: &[char]) -> Option<bool> {
+    glob_from(pattern, name, &mut HashSet::new())
+}
+
+/// `glob` remembering the (pattern rest, name rest) pairs, by length, known not to match: without
+/// it each `*` retries every split below it, exponential in the number of stars (`*a*a*a*a*b`).
+fn glob_from(
+    pattern: &[char],
+    name: &[char],
+    failed: &mut HashSet<(usize, usize)>,
+) -> Option<bool> {
+    if failed.contains(&(pattern.len(), name.len())) {
+        return Some(false);
+    }
+    let matched = glob_step(pattern, name, failed)?;
+    if !matched {
+        failed.insert((pattern.len(), name.len()));
+    }
+    Some(matched)
+}
+
+fn glob_step(
+    pattern: &[char],
+    name: &[char],
+    failed: &mut HashSet<(usize, usize)>,
+) -> Option<bool> {
     match pattern.split_first() {
         None => Some(name.is_empty()),
         Some(('*', rest)) => {
             // Try every split; a malformed rest is malformed whatever the split.
             for skip in 0..=name.len() {
-                if glob(rest, &name[skip..])? {
+                if glob_from(rest, &name[skip..], failed)? {
                     return Some(true);
                 }
             }
             Some(false)
         }
         Some(('?', rest)) => match name.split_first() {
-            Some((_, name_rest)) => glob(rest, name_rest),
+            Some((_, name_rest)) => glob_from(rest, name_rest, failed),
             None => Some(false),
         },
         Some(('[', rest)) => {
@@ -115,17 +141,17 @@ fn glob(pattern: &[char], name: &[char]) -> Option<bool> {
             if !matched {
                 return Some(false);
             }
-            glob(rest, &name[1..])
+            glob_from(rest, &name[1..], failed)
         }
         Some(('\\', rest)) => {
             let (&literal, rest) = rest.split_first()?;
             match name.split_first() {
-                Some((&c, name_rest)) if c == literal => glob(rest, name_rest),
+                Some((&c, name_rest)) if c == literal => glob_from(rest, name_rest, failed),
                 _ => Some(false),
             }
         }
         Some((&literal, rest)) => match name.split_first() {
-            Some((&c, name_rest)) if c == literal => glob(rest, name_rest),
+            Some((&c, name_rest)) if c == literal => glob_from(rest, name_rest, failed),
             _ => Some(false),
         },
     }
@@ -175,6 +201,10 @@ fn class_char(pattern: &[char]) -> Option<(char, &[char])> {
         [c, rest @ ..] => Some((*c, rest)),
     }
 }
+
+#[cfg(test)]
+#[path = "vmodule_props_tests.rs"]
+mod props_tests;
 
 #[cfg(test)]
 mod tests {
@@ -241,6 +271,17 @@ mod tests {
         ] {
             assert_eq!(matches(pattern, name), expected, "{pattern} vs {name}");
         }
+    }
+
+    /// Found by `a_glob_answers_quickly_whatever_its_stars`: each `*` retried every split below
+    /// it, so ten stars against a 40-character name did not finish.
+    #[test]
+    fn many_stars_match_in_polynomial_time() {
+        let name = "a".repeat(40);
+        let started = std::time::Instant::now();
+        assert!(!matches("*a*a*a*a*a*a*a*a*a*a*b", &name));
+        assert!(matches("*a*a*a*a*a*a*a*a*a*a*", &name));
+        assert!(started.elapsed() < std::time::Duration::from_secs(1));
     }
 
     #[test]

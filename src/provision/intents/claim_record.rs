@@ -439,3 +439,7 @@ fn seed(entry: &Entry) -> PersistentVolumeClaim {
 #[cfg(test)]
 #[path = "claim_record_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "claim_record_props_tests.rs"]
+mod props_tests;
