@@ -117,6 +117,15 @@ fn obj<T: serde::de::DeserializeOwned>(v: Value) -> T {
 /// The cluster with the plugin's driver (and, for zonal plugins, its node registered with the
 /// driver's zone key), and the sidecar.
 async fn start(p: &Plugin) -> (Cluster, Driver, Sidecar) {
+    start_with(p, &[], &[]).await
+}
+
+/// [`start`] with more sidecar flags and environment.
+async fn start_with(
+    p: &Plugin,
+    extra: &[&str],
+    env: &[(&str, &str)],
+) -> (Cluster, Driver, Sidecar) {
     let cluster = Cluster::start().await;
     let (node_id, mut flags): (&str, Vec<String>) = match p.zone {
         Some((key, zone)) => (
@@ -142,15 +151,12 @@ async fn start(p: &Plugin) -> (Cluster, Driver, Sidecar) {
     cluster.create(&cluster.csinodes(), &csinode).await;
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
     let driver = Driver::start_as(cluster.dir.path(), node_id, p.driver, &flags).await;
-    let sidecar = Sidecar::start(
-        &cluster,
-        &driver,
-        &[
-            "--feature-gates=Topology=true",
-            "--http-endpoint=127.0.0.1:0",
-        ],
-    )
-    .await;
+    let mut sidecar_flags = vec![
+        "--feature-gates=Topology=true",
+        "--http-endpoint=127.0.0.1:0",
+    ];
+    sidecar_flags.extend_from_slice(extra);
+    let sidecar = Sidecar::start_env(&cluster, &driver, &sidecar_flags, env).await;
     (cluster, driver, sidecar)
 }
 
@@ -609,4 +615,65 @@ async fn an_in_tree_pv_whose_handle_does_not_translate_is_kept_and_its_deletion_
         0,
         "nothing is deleted on the driver"
     );
+}
+
+/// Issue 41, item 5: the capacity of the zone a migrated in-tree volume lands in (the driver's
+/// own class's object there) is refreshed right after it is provisioned, although its PV's
+/// affinity names the in-tree zone label, which no segment of the driver uses; the poll interval
+/// is longer than the test.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_capacity_of_a_migrated_volumes_zone_is_refreshed_at_once() {
+    let p = &PLUGINS[0];
+    assert_eq!(p.driver, "ebs.csi.aws.com");
+    let (key, zone) = p.zone.expect("a zonal plugin");
+    let (cluster, _driver, _sidecar) = start_with(
+        p,
+        &[
+            "--enable-capacity",
+            "--capacity-poll-interval=1h",
+            "--capacity-ownerref-level=-1",
+        ],
+        &[("NAMESPACE", NS)],
+    )
+    .await;
+    let class: StorageClass = obj(json!({
+        "metadata": {"name": "intree"}, "provisioner": p.in_tree,
+        "reclaimPolicy": "Delete", "volumeBindingMode": "WaitForFirstConsumer",
+        "parameters": {"type": "gp2"}
+    }));
+    cluster.add_class(&class).await;
+    // Capacity is published for the driver's own classes (as upstream: not for in-tree ones);
+    // an in-tree volume takes from the same pool.
+    let csi_class: StorageClass = obj(json!({
+        "metadata": {"name": "csi"}, "provisioner": p.driver,
+        "reclaimPolicy": "Delete", "volumeBindingMode": "WaitForFirstConsumer",
+    }));
+    cluster.add_class(&csi_class).await;
+    let capacities: Api<k8s_openapi::api::storage::v1::CSIStorageCapacity> =
+        Api::namespaced(cluster.client.clone(), NS);
+    let capacity_of_zone = || async {
+        let list = capacities.list(&Default::default()).await.ok()?;
+        list.items.into_iter().find_map(|c| {
+            let labels = c.node_topology.as_ref()?.match_labels.as_ref()?;
+            (c.storage_class_name == "csi" && labels.get(key).map(String::as_str) == Some(zone))
+                .then(|| c.capacity.clone())?
+        })
+    };
+    let before = wait_for("the zone's capacity object", DEADLINE, || async {
+        capacity_of_zone().await
+    })
+    .await;
+
+    cluster.claim_of_class(NS, "data", "intree", "1Gi").await;
+    cluster.schedule(NS, "app", "data", "node-1").await;
+    let pv = cluster.wait_bound(NS, "data").await;
+    assert!(
+        pv_json(&pv)["spec"]["awsElasticBlockStore"].is_object(),
+        "an in-tree PV"
+    );
+    let after = wait_for("the zone's capacity refreshed", DEADLINE, || async {
+        capacity_of_zone().await.filter(|q| *q != before)
+    })
+    .await;
+    assert_ne!(after, before);
 }

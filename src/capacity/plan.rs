@@ -379,7 +379,10 @@ impl Affected {
     /// Whether `key` is among what changed.
     pub(crate) fn covers(&self, key: &Key) -> bool {
         match self {
-            Affected::Segments(segments) => segments.contains(&key.segment),
+            // A term may say more than the segment (a migrated PV's region beside its zone).
+            Affected::Segments(segments) => segments
+                .iter()
+                .any(|s| key.segment.iter().all(|(k, v)| s.get(k) == Some(v))),
             Affected::Class(class) => &key.class == class,
         }
     }

@@ -82,6 +82,12 @@ impl CapacityNudge {
     /// Call after `CreateVolume` or `DeleteVolume` of `pv`'s volume succeeded. Never blocks.
     pub(crate) fn volume_changed(&self, pv: &PersistentVolume) {
         let Some(tx) = &self.0 else { return };
+        // An in-tree PV (CSI migration) goes whole: its affinity names the in-tree zone labels,
+        // which only its translation (volume source and labels included) maps to the driver's.
+        if crate::migration::Plugin::of_in_tree_pv(pv).is_some() {
+            let _ = tx.try_send(pv.clone());
+            return;
+        }
         let spec = pv.spec.as_ref();
         let slim = PersistentVolume {
             spec: Some(k8s_openapi::api::core::v1::PersistentVolumeSpec {
