@@ -25,7 +25,6 @@ use crate::k8s::attachments::AttachmentIndex;
 use crate::k8s::events::{EventQueueMetrics, EventSource, EventSpec, Recorder};
 
 use crate::k8s::cache::CacheClosed;
-use crate::k8s::errors::describe;
 use crate::k8s::watch::{Watched, WatchedLean, watch_lean, watch_shared};
 use crate::metrics::Metrics;
 use crate::metrics::node_gone::NodeGoneMetrics;
@@ -69,59 +68,6 @@ fn provisioner_identity(driver: &str, node: Option<&str>) -> String {
         Some(node) => format!("{millis}-{salt}-{driver}-{node}"),
         None => format!("{millis}-{salt}-{driver}"),
     }
-}
-
-/// What the API server serves of the storage.k8s.io/v1 kinds some features need. Kubernetes 1.20,
-/// the oldest version upstream supports, serves neither.
-struct ServedKinds {
-    volume_attributes_class: bool,
-    storage_capacity: bool,
-}
-
-/// One discovery call at start-up; a failed discovery assumes both are served (the features then
-/// report their own errors, as before discovery existed).
-async fn served_storage_kinds(client: &Client) -> ServedKinds {
-    match client.list_api_group_resources("storage.k8s.io/v1").await {
-        Ok(list) => {
-            let serves = |kind: &str| list.resources.iter().any(|r| r.kind == kind);
-            ServedKinds {
-                volume_attributes_class: serves("VolumeAttributesClass"),
-                storage_capacity: serves("CSIStorageCapacity"),
-            }
-        }
-        Err(e) => {
-            warn!(error = %describe(&e), "discovery of storage.k8s.io/v1 failed; assuming VolumeAttributesClass and CSIStorageCapacity are served");
-            ServedKinds {
-                volume_attributes_class: true,
-                storage_capacity: true,
-            }
-        }
-    }
-}
-
-/// Says once which requested features this API server cannot support and why, instead of a
-/// watch that fails for ever. Upstream turns an unset VolumeAttributesClass gate off silently
-/// and crash-loops or retries for the rest.
-fn features_off(
-    requested_vac: bool,
-    requested_capacity: bool,
-    served: &ServedKinds,
-) -> Vec<&'static str> {
-    let mut off = Vec::new();
-    if requested_vac && !served.volume_attributes_class {
-        off.push(
-            "VolumeAttributesClass (the API server does not serve storage.k8s.io/v1 \
-             VolumeAttributesClass, Kubernetes 1.34 and newer do; claims cannot name one here)",
-        );
-    }
-    if requested_capacity && !served.storage_capacity {
-        off.push(
-            "storage capacity tracking, --enable-capacity (the API server does not serve \
-             storage.k8s.io/v1 CSIStorageCapacity, Kubernetes 1.24 and newer do; no \
-             CSIStorageCapacity object is written)",
-        );
-    }
-    off
 }
 
 /// Waits until every store has seen its initial list, so no decision is taken on a half-filled cache
@@ -252,8 +198,8 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     ));
 
     let gates = &config.feature_gates;
-    let served = served_storage_kinds(&client).await;
-    let off = features_off(
+    let served = crate::k8s::served::storage_kinds(&client).await;
+    let off = crate::k8s::served::features_off(
         gates.volume_attributes_class,
         config.capacity.enabled,
         &served,

@@ -10,4 +10,5 @@ pub(crate) mod events;
 pub(crate) mod lean;
 pub(crate) mod patch;
 pub(crate) mod secrets;
+pub(crate) mod served;
 pub(crate) mod watch;
