@@ -99,6 +99,9 @@ fn write_recorded(name: &str, version: &str, outcome: &Outcome) -> Result<(), St
 enum Verdict {
     Agrees {
         allowed: Vec<(Difference, String)>,
+        /// `DIFF_WORLD=real`: waits that timed out on both sides alike, which an agreement
+        /// would otherwise hide (a scenario the real control plane did not play out).
+        both_timed_out: Vec<String>,
     },
     Differs {
         about: String,
@@ -184,7 +187,19 @@ async fn judge(
         }
     }
     if unallowed.is_empty() {
-        Verdict::Agrees { allowed }
+        let both_timed_out = if real_world_wanted() {
+            ours_outcome
+                .iter()
+                .filter(|(k, _)| k.starts_with("timeout/"))
+                .map(|(_, v)| v.clone())
+                .collect()
+        } else {
+            Vec::new()
+        };
+        Verdict::Agrees {
+            allowed,
+            both_timed_out,
+        }
     } else {
         Verdict::Differs {
             about: scenario.about.clone(),
@@ -292,17 +307,29 @@ async fn every_scenario_leaves_what_upstream_leaves_outside_the_allow_list() {
     let mut used_reasons: BTreeMap<String, usize> = BTreeMap::new();
     for (name, v) in &verdicts {
         match v {
-            Verdict::Agrees { allowed } if allowed.is_empty() => {
+            Verdict::Agrees {
+                allowed,
+                both_timed_out,
+            } if allowed.is_empty() => {
                 agree += 1;
                 let _ = writeln!(report, "agree            {name}");
+                for t in both_timed_out {
+                    let _ = writeln!(report, "    timed out on both sides: {t}");
+                }
             }
-            Verdict::Agrees { allowed } => {
+            Verdict::Agrees {
+                allowed,
+                both_timed_out,
+            } => {
                 agree_allowed += 1;
                 let _ = writeln!(
                     report,
                     "agree (allowed)  {name}: {} deliberate",
                     allowed.len()
                 );
+                for t in both_timed_out {
+                    let _ = writeln!(report, "    timed out on both sides: {t}");
+                }
                 for (d, why) in allowed {
                     *used_reasons.entry(why.clone()).or_default() += 1;
                     if std::env::var_os("DIFF_VERBOSE").is_some() {

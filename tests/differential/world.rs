@@ -178,12 +178,7 @@ impl World {
         point: Option<Point>,
     ) -> Result<World, String> {
         let cluster = if real_world_wanted() {
-            Cluster::start_real().await.ok_or_else(|| {
-                format!(
-                    "DIFF_WORLD=real: the real control plane is not built here (run {})",
-                    crate::common::real_cluster::BUILD_SCRIPT
-                )
-            })?
+            start_real_cluster().await?
         } else {
             Cluster::start().await
         };
@@ -573,7 +568,14 @@ impl World {
             let crd = json!({
                 "apiVersion": "apiextensions.k8s.io/v1",
                 "kind": "CustomResourceDefinition",
-                "metadata": {"name": format!("{plural}.snapshot.storage.k8s.io")},
+                "metadata": {
+                    "name": format!("{plural}.snapshot.storage.k8s.io"),
+                    // A *.k8s.io group is protected: the API server wants its API review.
+                    "annotations": {
+                        "api-approved.kubernetes.io":
+                            "https://github.com/kubernetes-csi/external-snapshotter/pull/419",
+                    },
+                },
                 "spec": {
                     "group": "snapshot.storage.k8s.io",
                     "scope": scope,
@@ -1265,4 +1267,31 @@ pub fn uses_snapshots(s: &Scenario) -> bool {
             .is_some_and(|k| k.starts_with("VolumeSnapshot"))
             || o["spec"]["dataSource"]["kind"] == "VolumeSnapshot"
     })
+}
+
+/// A fresh real control plane, started again when it does not come up: its ports are picked
+/// free but may be taken before its processes bind them (any connection's ephemeral port).
+async fn start_real_cluster() -> Result<Cluster, String> {
+    const ATTEMPTS: usize = 3;
+    let mut last = String::new();
+    for _ in 0..ATTEMPTS {
+        // In a task of its own: a component that exits panics there, and the half-started
+        // control plane is dropped (its processes killed) with the task.
+        match tokio::spawn(Cluster::start_real()).await {
+            Ok(Some(cluster)) => return Ok(cluster),
+            Ok(None) => {
+                return Err(format!(
+                    "DIFF_WORLD=real: the real control plane is not built here (run {})",
+                    crate::common::real_cluster::BUILD_SCRIPT
+                ));
+            }
+            Err(e) => {
+                last = e.to_string();
+                tracing::warn!("the real control plane did not come up, starting another: {last}");
+            }
+        }
+    }
+    Err(format!(
+        "the real control plane did not come up in {ATTEMPTS} attempts; the last: {last}"
+    ))
 }
