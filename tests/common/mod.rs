@@ -114,19 +114,34 @@ impl Cluster {
     /// kube-sim, or the real control plane when `KUBE_WORLD=real` (it must be built then).
     pub async fn start() -> Self {
         if std::env::var("KUBE_WORLD").as_deref() == Ok("real") {
-            let (world, plane) = real_cluster::RealCluster::start()
+            return Self::start_real()
                 .await
-                .unwrap_or_else(|| panic!("KUBE_WORLD=real needs {}", real_cluster::BUILD_SCRIPT))
-                .into_parts();
-            let cluster = Self {
-                sim: None,
-                _plane: Some(plane),
-                world,
-            };
-            cluster.ensure_namespace("default").await;
-            return cluster;
+                .unwrap_or_else(|| panic!("KUBE_WORLD=real needs {}", real_cluster::BUILD_SCRIPT));
         }
         Self::start_with(SimConfig::default()).await
+    }
+
+    /// The real control plane, or `None` (with the reason printed) when it is not built here.
+    pub async fn start_real() -> Option<Self> {
+        let (world, plane) = real_cluster::RealCluster::start().await?.into_parts();
+        let cluster = Self {
+            sim: None,
+            _plane: Some(plane),
+            world,
+        };
+        cluster.ensure_namespace("default").await;
+        Some(cluster)
+    }
+
+    /// Stops the real control plane's processes now (a no-op on kube-sim), for a test that
+    /// keeps the world's directory past its end.
+    pub fn stop_control_plane(&mut self) {
+        self._plane = None;
+    }
+
+    /// The simulator, or `None` on the real control plane.
+    pub fn try_sim(&self) -> Option<&Sim> {
+        self.sim.as_ref()
     }
 
     /// The simulator behind this cluster: for what only kube-sim can do.

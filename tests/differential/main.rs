@@ -12,11 +12,15 @@
 //!   whose recording has them and always live (`compare::scope_metrics`).
 //! - `DIFF_SCENARIO=text` runs the scenarios whose name contains `text`; `DIFF_JOBS=N` runs N at
 //!   a time (default 4); `DIFF_KEEP=1` keeps every world's directory (logs, kubeconfig).
+//! - `DIFF_WORLD=real` (live only): every world is a fresh real Kubernetes 1.20 control plane
+//!   (`tests/real-cluster/build.sh`) instead of kube-sim; a scenario 1.20 cannot express is
+//!   reported as not fitting, with why (`real`), and skipped. `DIFF_JOBS` defaults to 1 there.
 
 #[path = "../common/mod.rs"]
 mod common;
 mod compare;
 mod outcome;
+mod real;
 mod scenario;
 mod world;
 
@@ -30,7 +34,7 @@ use futures::StreamExt;
 use compare::{AllowList, Difference, diff, scope_metrics};
 use outcome::{Outcome, observe, observe_metrics, settle};
 use scenario::Scenario;
-use world::{Binary, WAIT_DEADLINE, World};
+use world::{Binary, WAIT_DEADLINE, World, real_world_wanted};
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/differential")
@@ -63,6 +67,10 @@ async fn run_one(scenario: &Scenario, binary: &Binary) -> Result<Run, String> {
             binary.label,
             dir.display()
         );
+        if world.is_real() {
+            // The processes stop here; only the directory outlives the test.
+            world.stop_processes().await;
+        }
         // Leak the directory on purpose: it outlives the test for a look at the logs.
         std::mem::forget(world);
     }
@@ -91,6 +99,9 @@ fn write_recorded(name: &str, version: &str, outcome: &Outcome) -> Result<(), St
 enum Verdict {
     Agrees {
         allowed: Vec<(Difference, String)>,
+        /// `DIFF_WORLD=real`: waits that timed out on both sides alike, which an agreement
+        /// would otherwise hide (a scenario the real control plane did not play out).
+        both_timed_out: Vec<String>,
     },
     Differs {
         about: String,
@@ -99,6 +110,8 @@ enum Verdict {
         logs: Vec<PathBuf>,
     },
     NotRecorded,
+    /// `DIFF_WORLD=real`: the scenario needs what a Kubernetes 1.20 control plane lacks.
+    DoesNotFit(String),
     Failed(String),
     /// Differed (or failed) once and agreed when run again: a race between a sidecar's cache and
     /// the scenario's timing, which a real difference never wins twice. Reported, not failed.
@@ -115,6 +128,11 @@ async fn judge_twice(
     record: Option<&str>,
     allow: &AllowList,
 ) -> Verdict {
+    if real_world_wanted()
+        && let Some(why) = real::misfit(scenario)
+    {
+        return Verdict::DoesNotFit(why);
+    }
     let first = judge(scenario, ours, upstream, record, allow).await;
     if !matches!(first, Verdict::Differs { .. } | Verdict::Failed(_)) {
         return first;
@@ -169,7 +187,19 @@ async fn judge(
         }
     }
     if unallowed.is_empty() {
-        Verdict::Agrees { allowed }
+        let both_timed_out = if real_world_wanted() {
+            ours_outcome
+                .iter()
+                .filter(|(k, _)| k.starts_with("timeout/"))
+                .map(|(_, v)| v.clone())
+                .collect()
+        } else {
+            Vec::new()
+        };
+        Verdict::Agrees {
+            allowed,
+            both_timed_out,
+        }
     } else {
         Verdict::Differs {
             about: scenario.about.clone(),
@@ -227,10 +257,26 @@ async fn every_scenario_leaves_what_upstream_leaves_outside_the_allow_list() {
     let record = (std::env::var("DIFF_RECORD").as_deref() == Ok("1"))
         .then_some(version.as_deref())
         .flatten();
+    let real = real_world_wanted();
+    if real {
+        // The recordings are kube-sim worlds': a real control plane adds its own finalizers,
+        // annotations and events on both sides, so it compares only live, side by side.
+        assert!(
+            upstream.is_some(),
+            "DIFF_WORLD=real compares live only: set UPSTREAM_PROVISIONER (docs/differential.md)"
+        );
+        assert!(
+            record.is_none(),
+            "DIFF_WORLD=real does not record: tests/differential/recorded holds kube-sim worlds"
+        );
+        if let Some(why) = common::real_cluster::missing() {
+            panic!("DIFF_WORLD=real: the real control plane is not built here ({why})");
+        }
+    }
     let jobs: usize = std::env::var("DIFF_JOBS")
         .ok()
         .and_then(|j| j.parse().ok())
-        .unwrap_or(4);
+        .unwrap_or(if real { 1 } else { 4 });
 
     let verdicts: Vec<(String, Verdict)> = futures::stream::iter(scenarios.iter())
         .map(|s| {
@@ -238,10 +284,16 @@ async fn every_scenario_leaves_what_upstream_leaves_outside_the_allow_list() {
             let upstream = upstream.as_ref();
             let allow = &allow;
             async move {
-                (
-                    s.name.clone(),
-                    judge_twice(s, ours, upstream, record, allow).await,
-                )
+                let start = tokio::time::Instant::now();
+                let verdict = judge_twice(s, ours, upstream, record, allow).await;
+                if real && !matches!(verdict, Verdict::DoesNotFit(_)) {
+                    eprintln!(
+                        "[{}] {:.0}s on the real control plane",
+                        s.name,
+                        start.elapsed().as_secs_f64()
+                    );
+                }
+                (s.name.clone(), verdict)
             }
         })
         .buffer_unordered(jobs)
@@ -251,20 +303,33 @@ async fn every_scenario_leaves_what_upstream_leaves_outside_the_allow_list() {
 
     let mut report = String::new();
     let (mut agree, mut agree_allowed, mut failed, mut unrecorded, mut retried) = (0, 0, 0, 0, 0);
+    let mut misfits = 0;
     let mut used_reasons: BTreeMap<String, usize> = BTreeMap::new();
     for (name, v) in &verdicts {
         match v {
-            Verdict::Agrees { allowed } if allowed.is_empty() => {
+            Verdict::Agrees {
+                allowed,
+                both_timed_out,
+            } if allowed.is_empty() => {
                 agree += 1;
                 let _ = writeln!(report, "agree            {name}");
+                for t in both_timed_out {
+                    let _ = writeln!(report, "    timed out on both sides: {t}");
+                }
             }
-            Verdict::Agrees { allowed } => {
+            Verdict::Agrees {
+                allowed,
+                both_timed_out,
+            } => {
                 agree_allowed += 1;
                 let _ = writeln!(
                     report,
                     "agree (allowed)  {name}: {} deliberate",
                     allowed.len()
                 );
+                for t in both_timed_out {
+                    let _ = writeln!(report, "    timed out on both sides: {t}");
+                }
                 for (d, why) in allowed {
                     *used_reasons.entry(why.clone()).or_default() += 1;
                     if std::env::var_os("DIFF_VERBOSE").is_some() {
@@ -310,6 +375,13 @@ async fn every_scenario_leaves_what_upstream_leaves_outside_the_allow_list() {
                 unrecorded += 1;
                 let _ = writeln!(report, "not recorded     {name}");
             }
+            Verdict::DoesNotFit(why) => {
+                misfits += 1;
+                let _ = writeln!(
+                    report,
+                    "does not fit     {name}: does not fit the real control plane: {why}"
+                );
+            }
             Verdict::Failed(e) => {
                 failed += 1;
                 let _ = writeln!(report, "FAILED           {name}: {e}");
@@ -331,13 +403,25 @@ async fn every_scenario_leaves_what_upstream_leaves_outside_the_allow_list() {
             .as_deref()
             .unwrap_or("the recorded upstream outcomes")
     );
-    if filter.is_none() && !unused.is_empty() {
+    if real {
+        let _ = writeln!(
+            report,
+            "on a real control plane (DIFF_WORLD=real): {} fit, {misfits} do not fit (skipped)",
+            verdicts.len() - misfits
+        );
+    }
+    if filter.is_none() && !real && !unused.is_empty() {
         let _ = writeln!(report, "allow-list entries no scenario needed: {unused:?}");
     }
     eprintln!("{report}");
     let out = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/differential");
     let _ = std::fs::create_dir_all(&out);
-    let _ = std::fs::write(out.join("report.txt"), &report);
+    let file = if real {
+        "report-real.txt"
+    } else {
+        "report.txt"
+    };
+    let _ = std::fs::write(out.join(file), &report);
     assert_eq!(
         failed, 0,
         "differences from upstream outside allow.yaml:\n{report}"

@@ -12,19 +12,18 @@ use crate::world::{Tokens, World};
 /// A flattened, normalised outcome: path -> JSON text of the value.
 pub type Outcome = BTreeMap<String, String>;
 
-/// Observes the world once (the API server's store, read without requests, and the drivers).
+/// Observes the world once (kube-sim's store, read without requests, or the real API server's
+/// lists, and the drivers).
 pub async fn observe(world: &mut World) -> Outcome {
     let states = world.states().await;
-    let sim = world.cluster.sim();
-    let claims = sim.objects("persistentvolumeclaims");
+    let claims = world.objects("persistentvolumeclaims").await;
     for c in &claims {
         if let Ok(meta) = serde_json::from_value::<kube::api::ObjectMeta>(c["metadata"].clone()) {
             world.remember("PersistentVolumeClaim", &meta);
         }
     }
-    let sim = world.cluster.sim();
     let mut doc = Map::new();
-    for pv in sim.objects("persistentvolumes") {
+    for pv in world.objects("persistentvolumes").await {
         let name = pv["metadata"]["name"].as_str().unwrap_or("?").to_owned();
         doc.insert(format!("pv/{name}"), pv_view(&pv));
     }
@@ -37,7 +36,7 @@ pub async fn observe(world: &mut World) -> Outcome {
         doc.insert(key, claim_view(c));
     }
     for plural in ["volumesnapshots", "volumesnapshotcontents"] {
-        for o in sim.objects(plural) {
+        for o in world.objects(plural).await {
             let key = format!(
                 "{plural}/{}{}",
                 o["metadata"]["namespace"]
@@ -51,8 +50,14 @@ pub async fn observe(world: &mut World) -> Outcome {
     }
     // Events as a set: repeats and their counts depend on timing, their texts do not.
     let mut events: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-    for e in sim.objects("events") {
+    for e in world.objects("events").await {
         let o = &e["involvedObject"];
+        // The real control plane's own events on Nodes and Pods (the node lifecycle controller
+        // and the scheduler) follow its clocks, not the sidecar; kube-sim makes none, and no
+        // sidecar writes any.
+        if world.is_real() && (o["kind"] == "Node" || o["kind"] == "Pod") {
+            continue;
+        }
         let key = format!(
             "event/{} {}{} {} {}: {}",
             o["kind"].as_str().unwrap_or(""),

@@ -1,5 +1,6 @@
-//! One world: a fresh kube-sim, the mock driver(s) and one provisioner binary, driven through a
-//! scenario's steps. Both binaries get identical worlds; only the binary differs.
+//! One world: a fresh kube-sim (or, with `DIFF_WORLD=real`, a fresh real control plane), the mock
+//! driver(s) and one provisioner binary, driven through a scenario's steps. Both binaries get
+//! identical worlds; only the binary differs.
 // Shared by the differential and crash-point suites; each uses a subset.
 #![allow(dead_code)]
 
@@ -13,13 +14,18 @@ use kube::discovery::ApiResource;
 use mock_csi_driver::StateDump;
 use serde_json::{Value, json};
 
-use crate::common::{Cluster, DRIVER, Driver, Sidecar, TOPOLOGY_KEY};
+use crate::common::{Cluster, DEADLINE, DRIVER, Driver, Sidecar, TOPOLOGY_KEY};
 use crate::scenario::{Condition, DriverSwitch, Mode, ObjectRef, Scenario, SidecarAction, Step};
 
 /// A local address nothing listens on now (a sidecar's metrics endpoint).
 fn free_address() -> String {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a free port");
     listener.local_addr().expect("local address").to_string()
+}
+
+/// Whether `DIFF_WORLD=real` asks for a real control plane in every world.
+pub fn real_world_wanted() -> bool {
+    std::env::var("DIFF_WORLD").as_deref() == Ok("real")
 }
 
 /// How long one `wait` may take before it is recorded as timed out.
@@ -171,7 +177,11 @@ impl World {
         binary: &Binary,
         point: Option<Point>,
     ) -> Result<World, String> {
-        let cluster = Cluster::start().await;
+        let cluster = if real_world_wanted() {
+            start_real_cluster().await?
+        } else {
+            Cluster::start().await
+        };
         let mut world = World {
             cluster,
             drivers: BTreeMap::new(),
@@ -228,6 +238,9 @@ impl World {
                 }
             }
         }
+        if world.is_real() && uses_snapshots(scenario) {
+            world.install_snapshot_crds().await?;
+        }
         for obj in scenario.objects.clone() {
             world.create(obj).await?;
         }
@@ -246,17 +259,21 @@ impl World {
                 resource,
                 nth,
                 side,
-            } => Some(self.cluster.sim().holds().add(kube_sim::HoldRule {
-                verb: Some(verb.clone()),
-                resource: Some(resource.clone()),
-                name: None,
-                agent: Some(SIDECAR_AGENT.into()),
-                nth: *nth,
-                when: match side {
-                    Side::Before => kube_sim::When::Before,
-                    Side::After => kube_sim::When::After,
-                },
-            })),
+            } => Some(
+                self.sim_only("an API crash point")?
+                    .holds()
+                    .add(kube_sim::HoldRule {
+                        verb: Some(verb.clone()),
+                        resource: Some(resource.clone()),
+                        name: None,
+                        agent: Some(SIDECAR_AGENT.into()),
+                        nth: *nth,
+                        when: match side {
+                            Side::Before => kube_sim::When::Before,
+                            Side::After => kube_sim::When::After,
+                        },
+                    }),
+            ),
             Point::Csi {
                 node,
                 method,
@@ -425,15 +442,13 @@ impl World {
         if self.scenario.replicas <= 1 {
             return self.sidecars.keys().cloned().collect();
         }
-        let leader = self
-            .cluster
-            .sim()
-            .objects("leases")
-            .into_iter()
-            .find_map(|l| {
-                let holder = l["spec"]["holderIdentity"].as_str()?.to_owned();
-                holder.strip_prefix("replica-").map(str::to_owned)
-            });
+        let Some(sim) = self.cluster.try_sim() else {
+            return self.sidecars.keys().cloned().collect();
+        };
+        let leader = sim.objects("leases").into_iter().find_map(|l| {
+            let holder = l["spec"]["holderIdentity"].as_str()?.to_owned();
+            holder.strip_prefix("replica-").map(str::to_owned)
+        });
         match leader {
             Some(i) => self
                 .sidecars
@@ -445,12 +460,27 @@ impl World {
         }
     }
 
+    /// Whether this world runs on a real control plane rather than kube-sim.
+    pub fn is_real(&self) -> bool {
+        self.cluster.try_sim().is_none()
+    }
+
+    /// kube-sim, for what only it can do (a crash point's hold).
+    fn sim_only(&self, what: &str) -> Result<&kube_sim::Sim, String> {
+        self.cluster
+            .try_sim()
+            .ok_or_else(|| format!("{what} needs kube-sim: it does not fit the real control plane"))
+    }
+
     async fn add_node(&self, name: &str, driver: bool) -> Result<(), String> {
         let key = self
             .scenario
             .topology_key
             .as_deref()
             .unwrap_or(TOPOLOGY_KEY);
+        if self.is_real() {
+            return self.add_real_node(name, key, driver).await;
+        }
         if driver {
             let driver = self.scenario.driver_name.as_deref().unwrap_or(DRIVER);
             self.cluster.add_node_for(name, driver, key).await;
@@ -458,6 +488,195 @@ impl World {
             self.cluster.add_node_labelled(name, key).await;
         }
         Ok(())
+    }
+
+    /// A Node the real scheduler can place pods on (capacity, Ready; no kubelet behind it, so
+    /// it turns `Unknown` later and the pods tolerate every taint), labelled as kube-sim's
+    /// nodes are, and the CSINode naming the driver. Not managed by the attach-detach
+    /// controller: a kube-sim world has no VolumeAttachments the scenario did not make.
+    async fn add_real_node(&self, name: &str, key: &str, driver: bool) -> Result<(), String> {
+        let now = jiff::Timestamp::now().to_string();
+        let node = json!({
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {
+                "name": name,
+                "labels": {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", key: name},
+            },
+            "status": {
+                "capacity": {"cpu": "4", "memory": "8Gi", "pods": "110"},
+                "allocatable": {"cpu": "4", "memory": "8Gi", "pods": "110"},
+                "conditions": [{
+                    "type": "Ready", "status": "True", "reason": "KubeletReady",
+                    "message": "faked by the differential suite", "lastHeartbeatTime": now,
+                    "lastTransitionTime": now,
+                }],
+            },
+        });
+        let (nodes, _) = self.api("Node", None)?;
+        let node: DynamicObject =
+            serde_json::from_value(node).map_err(|e| format!("node {name}: {e}"))?;
+        let node = nodes
+            .create(&PostParams::default(), &node)
+            .await
+            .map_err(|e| format!("create Node {name}: {e}"))?;
+        if !driver {
+            return Ok(());
+        }
+        let driver_name = self.scenario.driver_name.as_deref().unwrap_or(DRIVER);
+        // Owned by its Node, as the kubelet makes it: the garbage collector removes it with it.
+        let csinode = json!({
+            "apiVersion": "storage.k8s.io/v1",
+            "kind": "CSINode",
+            "metadata": {
+                "name": name,
+                "ownerReferences": [{
+                    "apiVersion": "v1", "kind": "Node", "name": name,
+                    "uid": node.metadata.uid.clone().unwrap_or_default(),
+                }],
+            },
+            "spec": {"drivers": [{"name": driver_name, "nodeID": name, "topologyKeys": [key]}]},
+        });
+        let (csinodes, _) = self.api("CSINode", None)?;
+        let csinode: DynamicObject =
+            serde_json::from_value(csinode).map_err(|e| format!("CSINode {name}: {e}"))?;
+        csinodes
+            .create(&PostParams::default(), &csinode)
+            .await
+            .map_err(|e| format!("create CSINode {name}: {e}"))?;
+        Ok(())
+    }
+
+    /// The three snapshot CRDs (`snapshot.storage.k8s.io/v1`, with a status subresource), which a
+    /// real control plane lacks and kube-sim serves built in. Their schema keeps every field
+    /// unvalidated: the objects are stored as the scenario writes them, as kube-sim stores them.
+    async fn install_snapshot_crds(&self) -> Result<(), String> {
+        let ar = ApiResource {
+            group: "apiextensions.k8s.io".into(),
+            version: "v1".into(),
+            api_version: "apiextensions.k8s.io/v1".into(),
+            kind: "CustomResourceDefinition".into(),
+            plural: "customresourcedefinitions".into(),
+        };
+        let api: Api<DynamicObject> = Api::all_with(self.cluster.client.clone(), &ar);
+        let crds = [
+            ("VolumeSnapshot", "volumesnapshots", "Namespaced"),
+            ("VolumeSnapshotContent", "volumesnapshotcontents", "Cluster"),
+            ("VolumeSnapshotClass", "volumesnapshotclasses", "Cluster"),
+        ];
+        for (kind, plural, scope) in crds {
+            let crd = json!({
+                "apiVersion": "apiextensions.k8s.io/v1",
+                "kind": "CustomResourceDefinition",
+                "metadata": {
+                    "name": format!("{plural}.snapshot.storage.k8s.io"),
+                    // A *.k8s.io group is protected: the API server wants its API review.
+                    "annotations": {
+                        "api-approved.kubernetes.io":
+                            "https://github.com/kubernetes-csi/external-snapshotter/pull/419",
+                    },
+                },
+                "spec": {
+                    "group": "snapshot.storage.k8s.io",
+                    "scope": scope,
+                    "names": {
+                        "kind": kind,
+                        "listKind": format!("{kind}List"),
+                        "plural": plural,
+                        "singular": kind.to_lowercase(),
+                    },
+                    "versions": [{
+                        "name": "v1",
+                        "served": true,
+                        "storage": true,
+                        "subresources": {"status": {}},
+                        "schema": {"openAPIV3Schema": {
+                            "type": "object",
+                            "x-kubernetes-preserve-unknown-fields": true,
+                        }},
+                    }],
+                },
+            });
+            let crd: DynamicObject =
+                serde_json::from_value(crd).map_err(|e| format!("CRD {plural}: {e}"))?;
+            api.create(&PostParams::default(), &crd)
+                .await
+                .map_err(|e| format!("create CRD {plural}: {e}"))?;
+        }
+        // Established: the API server serves the kinds, so the objects and the sidecars'
+        // informers that follow find them.
+        let start = tokio::time::Instant::now();
+        for (_, plural, _) in crds {
+            let name = format!("{plural}.snapshot.storage.k8s.io");
+            loop {
+                let established = api.get_opt(&name).await.ok().flatten().is_some_and(|c| {
+                    c.data["status"]["conditions"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .any(|c| c["type"] == "Established" && c["status"] == "True")
+                });
+                if established {
+                    break;
+                }
+                if start.elapsed() > DEADLINE {
+                    return Err(format!("CRD {name} never established"));
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+        Ok(())
+    }
+
+    /// Every object of a resource (by plural) as JSON: kube-sim's store read directly, or a
+    /// list through the admin client on the real control plane (empty when the API server does
+    /// not serve the resource).
+    pub async fn objects(&self, plural: &str) -> Vec<Value> {
+        if let Some(sim) = self.cluster.try_sim() {
+            return sim.objects(plural);
+        }
+        let Some(ar) = api_resource_of_plural(plural) else {
+            return Vec::new();
+        };
+        let api: Api<DynamicObject> = Api::all_with(self.cluster.client.clone(), &ar);
+        match api.list(&kube::api::ListParams::default()).await {
+            Ok(list) => list
+                .items
+                .into_iter()
+                .filter_map(|o| serde_json::to_value(o).ok())
+                .collect(),
+            Err(e) => {
+                tracing::debug!("list {plural}: {e}");
+                Vec::new()
+            }
+        }
+    }
+
+    /// One object (by plural, namespace `""` for cluster-scoped, name), as [`World::objects`].
+    pub async fn object(&self, plural: &str, ns: &str, name: &str) -> Option<Value> {
+        if let Some(sim) = self.cluster.try_sim() {
+            return sim.object(plural, ns, name);
+        }
+        let ar = api_resource_of_plural(plural)?;
+        let client = self.cluster.client.clone();
+        let api: Api<DynamicObject> = if ns.is_empty() {
+            Api::all_with(client, &ar)
+        } else {
+            Api::namespaced_with(client, ns, &ar)
+        };
+        let obj = api.get_opt(name).await.ok()??;
+        serde_json::to_value(obj).ok()
+    }
+
+    /// Kills the sidecars, the drivers and a real control plane, leaving the directory.
+    pub async fn stop_processes(&mut self) {
+        for s in self.sidecars.values_mut() {
+            s.kill().await;
+        }
+        for d in self.drivers.values_mut() {
+            d.kill().await;
+        }
+        self.cluster.stop_control_plane();
     }
 
     /// The sidecar logs, for a report.
@@ -508,6 +727,9 @@ impl World {
         }
         if namespaced && obj["metadata"].get("namespace").is_none() {
             obj["metadata"]["namespace"] = json!("default");
+        }
+        if kind == "Pod" && self.is_real() {
+            obj = placed_by_scheduler(obj);
         }
         let ns = obj["metadata"]["namespace"].as_str().map(str::to_owned);
         if let Some(ns) = &ns {
@@ -668,9 +890,27 @@ impl World {
             Step::Delete(target) => {
                 let target = self.substitute_ref(target);
                 let (api, _) = self.api(&target.kind, target.namespace.as_deref())?;
-                api.delete(&target.name, &DeleteParams::default())
+                // A scheduled Pod on the real control plane waits for its kubelet to confirm a
+                // graceful deletion; these nodes have none, so it goes at once, as on kube-sim.
+                let params = if target.kind == "Pod" && self.is_real() {
+                    DeleteParams {
+                        grace_period_seconds: Some(0),
+                        ..DeleteParams::default()
+                    }
+                } else {
+                    DeleteParams::default()
+                };
+                api.delete(&target.name, &params)
                     .await
                     .map_err(|e| format!("delete {} {}: {e}", target.kind, target.name))?;
+                if target.kind == "Pod" && self.is_real() {
+                    let ns = target.namespace.as_deref().unwrap_or("default");
+                    let gone = wait_for_gone(self, "pods", ns, &target.name).await;
+                    if !gone {
+                        self.timeouts
+                            .push(format!("step {i}: Pod {} never went", target.name));
+                    }
+                }
             }
             Step::Patch { target, merge } => {
                 let target = self.substitute_ref(target);
@@ -894,14 +1134,14 @@ impl World {
     }
 
     async fn holds(&mut self, cond: &Condition) -> bool {
-        let sim = self.cluster.sim();
         match cond {
-            Condition::Bound(name) => sim
+            Condition::Bound(name) => self
                 .object("persistentvolumeclaims", "default", name)
+                .await
                 .is_some_and(|c| c["status"]["phase"] == "Bound"),
             Condition::Event { on, reason } => {
                 let ns = on.namespace.clone().unwrap_or_else(|| "default".into());
-                sim.objects("events").iter().any(|e| {
+                self.objects("events").await.iter().any(|e| {
                     let o = &e["involvedObject"];
                     o["kind"] == on.kind.as_str()
                         && o["name"] == on.name.as_str()
@@ -920,12 +1160,15 @@ impl World {
                 } else {
                     ""
                 };
-                sim.object(plural, ns, &target.name).is_none()
+                self.object(plural, ns, &target.name).await.is_none()
             }
             Condition::PvPhase { claim, phase } => {
-                let Some(c) = sim.object("persistentvolumeclaims", "default", claim) else {
+                let Some(c) = self
+                    .object("persistentvolumeclaims", "default", claim)
+                    .await
+                else {
                     // A deleted claim: any PV whose claimRef names it.
-                    return sim.objects("persistentvolumes").iter().any(|pv| {
+                    return self.objects("persistentvolumes").await.iter().any(|pv| {
                         pv["spec"]["claimRef"]["name"] == claim.as_str()
                             && pv["status"]["phase"] == phase.as_str()
                     });
@@ -933,7 +1176,8 @@ impl World {
                 let Some(pv) = c["spec"]["volumeName"].as_str() else {
                     return false;
                 };
-                sim.object("persistentvolumes", "", pv)
+                self.object("persistentvolumes", "", pv)
+                    .await
                     .is_some_and(|pv| pv["status"]["phase"] == phase.as_str())
             }
             Condition::Volumes(n) => {
@@ -941,7 +1185,7 @@ impl World {
                 states.len() == self.drivers.len()
                     && states.iter().map(|s| s.volumes.len()).sum::<usize>() == *n
             }
-            Condition::Pvs(n) => sim.objects("persistentvolumes").len() == *n,
+            Condition::Pvs(n) => self.objects("persistentvolumes").await.len() == *n,
             Condition::Calls { method, at_least } => {
                 let states = self.states().await;
                 states.iter().map(|s| s.calls(method)).sum::<u64>() >= *at_least
@@ -949,4 +1193,105 @@ impl World {
             Condition::Quiet(_) => true,
         }
     }
+}
+
+/// The API resource of a plural [`World::objects`] reads.
+fn api_resource_of_plural(plural: &str) -> Option<ApiResource> {
+    let (group, version, kind) = match plural {
+        "persistentvolumeclaims" => ("", "v1", "PersistentVolumeClaim"),
+        "persistentvolumes" => ("", "v1", "PersistentVolume"),
+        "events" => ("", "v1", "Event"),
+        "pods" => ("", "v1", "Pod"),
+        "leases" => ("coordination.k8s.io", "v1", "Lease"),
+        "volumesnapshots" => ("snapshot.storage.k8s.io", "v1", "VolumeSnapshot"),
+        "volumesnapshotcontents" => ("snapshot.storage.k8s.io", "v1", "VolumeSnapshotContent"),
+        _ => return None,
+    };
+    Some(ApiResource {
+        group: group.into(),
+        version: version.into(),
+        api_version: if group.is_empty() {
+            version.into()
+        } else {
+            format!("{group}/{version}")
+        },
+        kind: kind.into(),
+        plural: plural.into(),
+    })
+}
+
+/// A scenario's Pod "on" a node, for the real scheduler: kube-sim selects the node of a Pod
+/// with `nodeName`, while the real scheduler only places (and selects a node for the
+/// WaitForFirstConsumer claims of) a Pod without one. So `nodeName` becomes a `nodeSelector`
+/// on that host name, and the Pod tolerates every taint (the nodes have no kubelet and turn
+/// unreachable).
+pub fn placed_by_scheduler(mut pod: Value) -> Value {
+    let Some(spec) = pod.get_mut("spec").and_then(Value::as_object_mut) else {
+        return pod;
+    };
+    if let Some(Value::String(node)) = spec.remove("nodeName") {
+        spec.insert(
+            "nodeSelector".into(),
+            json!({"kubernetes.io/hostname": node}),
+        );
+    }
+    spec.insert("tolerations".into(), json!([{"operator": "Exists"}]));
+    pod
+}
+
+/// Waits (deadline [`DEADLINE`]) until the object is gone; false when it never went.
+async fn wait_for_gone(world: &World, plural: &str, ns: &str, name: &str) -> bool {
+    let start = tokio::time::Instant::now();
+    while start.elapsed() < DEADLINE {
+        if world.object(plural, ns, name).await.is_none() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    false
+}
+
+/// Whether the scenario makes snapshot objects or restores a claim from one.
+pub fn uses_snapshots(s: &Scenario) -> bool {
+    let created = s
+        .steps
+        .iter()
+        .chain(&s.while_down)
+        .filter_map(|step| match step {
+            Step::Create(objs) => Some(objs.iter()),
+            _ => None,
+        });
+    s.objects.iter().chain(created.flatten()).any(|o| {
+        o["kind"]
+            .as_str()
+            .is_some_and(|k| k.starts_with("VolumeSnapshot"))
+            || o["spec"]["dataSource"]["kind"] == "VolumeSnapshot"
+    })
+}
+
+/// A fresh real control plane, started again when it does not come up: its ports are picked
+/// free but may be taken before its processes bind them (any connection's ephemeral port).
+async fn start_real_cluster() -> Result<Cluster, String> {
+    const ATTEMPTS: usize = 3;
+    let mut last = String::new();
+    for _ in 0..ATTEMPTS {
+        // In a task of its own: a component that exits panics there, and the half-started
+        // control plane is dropped (its processes killed) with the task.
+        match tokio::spawn(Cluster::start_real()).await {
+            Ok(Some(cluster)) => return Ok(cluster),
+            Ok(None) => {
+                return Err(format!(
+                    "DIFF_WORLD=real: the real control plane is not built here (run {})",
+                    crate::common::real_cluster::BUILD_SCRIPT
+                ));
+            }
+            Err(e) => {
+                last = e.to_string();
+                tracing::warn!("the real control plane did not come up, starting another: {last}");
+            }
+        }
+    }
+    Err(format!(
+        "the real control plane did not come up in {ATTEMPTS} attempts; the last: {last}"
+    ))
 }
