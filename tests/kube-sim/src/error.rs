@@ -106,6 +106,23 @@ fn go_value(v: &Value) -> String {
     }
 }
 
+/// The causes as the message lists them: one alone, several in brackets.
+fn summary(causes: &[Cause]) -> String {
+    if causes.len() == 1 {
+        causes[0].full()
+    } else {
+        let all: Vec<String> = causes.iter().map(Cause::full).collect();
+        format!("[{}]", all.join(", "))
+    }
+}
+
+fn cause_values(causes: &[Cause]) -> Vec<Value> {
+    causes
+        .iter()
+        .map(|c| json!({"reason": c.reason(), "message": c.body(), "field": c.field}))
+        .collect()
+}
+
 impl ApiError {
     pub fn new(code: u16, reason: &'static str, message: impl Into<String>) -> Self {
         Self {
@@ -173,27 +190,12 @@ impl ApiError {
     }
 
     pub fn invalid(rd: &ResourceDef, name: &str, causes: &[Cause]) -> Self {
-        let summary = if causes.len() == 1 {
-            causes[0].full()
-        } else {
-            format!(
-                "[{}]",
-                causes
-                    .iter()
-                    .map(Cause::full)
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            )
-        };
         let mut e = Self::new(
             422,
             "Invalid",
-            format!("{} {name:?} is invalid: {summary}", rd.kind),
+            format!("{} {name:?} is invalid: {}", rd.kind, summary(causes)),
         );
-        let causes: Vec<Value> = causes
-            .iter()
-            .map(|c| json!({"reason": c.reason(), "message": c.body(), "field": c.field}))
-            .collect();
+        let causes = cause_values(causes);
         let mut d = serde_json::Map::new();
         d.insert("name".into(), json!(name));
         if !rd.group.is_empty() {
@@ -202,6 +204,18 @@ impl ApiError {
         d.insert("kind".into(), json!(rd.kind));
         d.insert("causes".into(), Value::Array(causes));
         e.details = Value::Object(d);
+        e
+    }
+
+    /// 422 for invalid request options (`ListOptions.meta.k8s.io "" is invalid: ...`): the
+    /// object has no name and the kind is the options type of group meta.k8s.io.
+    pub fn invalid_options(kind: &str, causes: &[Cause]) -> Self {
+        let mut e = Self::new(
+            422,
+            "Invalid",
+            format!("{kind}.meta.k8s.io \"\" is invalid: {}", summary(causes)),
+        );
+        e.details = json!({"group": "meta.k8s.io", "kind": kind, "causes": cause_values(causes)});
         e
     }
 

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
-use crate::error::ApiError;
+use crate::error::{ApiError, Cause};
 use crate::ops::meta_str;
 use crate::resources::ResourceDef;
 use crate::selectors::{FieldSelector, LabelSelector};
@@ -58,6 +58,90 @@ fn decode_continue(tok: &str) -> Result<(u64, String, String), ApiError> {
         .split_once('/')
         .ok_or_else(|| bad("start key is malformed"))?;
     Ok((rv, ns.to_string(), name.to_string()))
+}
+
+/// The real server's `ValidateListOptions` (1.33): `resourceVersionMatch` needs a
+/// `resourceVersion` and no `continue` on a list, and on a watch it is allowed only with
+/// `sendInitialEvents` (a streaming list); an invalid combination is 422, not ignored.
+/// `send_initial` is whether the parameter was given at all (Go reads it as a pointer).
+pub fn validate_options(
+    o: &ListOpts,
+    watch: bool,
+    send_initial: bool,
+    watch_list_gate: bool,
+) -> Result<(), ApiError> {
+    let field = "resourceVersionMatch";
+    let matching = o.version_match.as_deref().unwrap_or("");
+    let rv = o.resource_version.as_deref().unwrap_or("");
+    let continues = o.continue_token.as_deref().is_some_and(|c| !c.is_empty());
+    let mut causes = Vec::new();
+    if watch {
+        if send_initial {
+            if matching != "NotOlderThan" {
+                causes.push(Cause::forbidden(
+                    field,
+                    "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
+                ));
+            }
+            if !watch_list_gate {
+                causes.push(Cause::forbidden(
+                    "sendInitialEvents",
+                    "sendInitialEvents is forbidden for watch unless the WatchList feature gate is enabled",
+                ));
+            }
+        }
+        if !matching.is_empty() {
+            if !send_initial {
+                causes.push(Cause::forbidden(
+                    field,
+                    "resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided",
+                ));
+            }
+            if matching != "NotOlderThan" {
+                causes.push(Cause::not_supported(
+                    field,
+                    &json!(matching),
+                    &["NotOlderThan"],
+                ));
+            }
+            if continues {
+                causes.push(Cause::forbidden(
+                    field,
+                    "resourceVersionMatch is forbidden when continue is provided",
+                ));
+            }
+        }
+    } else if !matching.is_empty() {
+        if rv.is_empty() {
+            causes.push(Cause::forbidden(
+                field,
+                "resourceVersionMatch is forbidden unless resourceVersion is provided",
+            ));
+        }
+        if continues {
+            causes.push(Cause::forbidden(
+                field,
+                "resourceVersionMatch is forbidden when continue is provided",
+            ));
+        }
+        if matching != "Exact" && matching != "NotOlderThan" {
+            causes.push(Cause::not_supported(
+                field,
+                &json!(matching),
+                &["Exact", "NotOlderThan", ""],
+            ));
+        }
+        if matching == "Exact" && rv == "0" {
+            causes.push(Cause::forbidden(
+                field,
+                "resourceVersionMatch \"exact\" is forbidden for resourceVersion \"0\"",
+            ));
+        }
+    }
+    match causes.is_empty() {
+        true => Ok(()),
+        false => Err(ApiError::invalid_options("ListOptions", &causes)),
+    }
 }
 
 fn parse_rv(s: &str) -> Result<u64, ApiError> {

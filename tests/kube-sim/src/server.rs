@@ -497,6 +497,7 @@ fn serve(
         }
         "list" => {
             let o = list_opts(rd, q)?;
+            list::validate_options(&o, false, false, inner.cfg.watch_list)?;
             let st = inner.lock();
             let res = list::list(&st, rd, r.ns.as_deref(), &o)?;
             drop(st);
@@ -692,13 +693,12 @@ fn watch(inner: &Arc<Inner>, r: &Route, q: &Query, shape: Shape) -> Result<Respo
     let o = list_opts(rd, q)?;
     let bookmarks = flag(q, "allowWatchBookmarks");
     let send_initial = flag(q, "sendInitialEvents");
-    if send_initial && !inner.cfg.watch_list {
-        return Err(ApiError::new(
-            422,
-            "Invalid",
-            "ListOptions.meta.k8s.io \"\" is invalid: sendInitialEvents: Forbidden: sendInitialEvents is forbidden for watch unless the WatchList feature gate is enabled",
-        ));
-    }
+    list::validate_options(
+        &o,
+        true,
+        q.contains_key("sendInitialEvents"),
+        inner.cfg.watch_list,
+    )?;
     let timeout = q
         .get("timeoutSeconds")
         .and_then(|t| t.parse::<u64>().ok())
