@@ -37,7 +37,11 @@ fn encode_continue(rv: u64, ns: &str, name: &str) -> String {
 }
 
 fn decode_continue(tok: &str) -> Result<(u64, String, String), ApiError> {
-    let bad = |why: &str| ApiError::bad_request(format!("continue key is not valid: {why}"));
+    let bad = |why: &str| {
+        ApiError::bad_request(format!(
+            "invalid continue token: continue key is not valid: {why}"
+        ))
+    };
     let raw = b64_decode(tok).ok_or_else(|| bad("illegal base64 data"))?;
     let v: Value = serde_json::from_slice(&raw).map_err(|e| bad(&e.to_string()))?;
     if v.get("v").and_then(Value::as_str) != Some("meta.k8s.io/v1") {

@@ -356,7 +356,7 @@ pub fn create_keeping_uid(
             .and_then(Value::as_str)
             .is_some_and(|s| !s.is_empty())
         {
-            return Err(ApiError::internal(
+            return Err(ApiError::unclassified(
                 "resourceVersion should not be set on objects to be created",
             ));
         }
@@ -402,7 +402,12 @@ pub fn create_keeping_uid(
     apply_defaults(rd, &mut v);
     normalize(rd, &mut v);
     admit_create(st, pol, rd, &mut v);
-    let mut causes = validate::name_causes(rd, &name);
+    // core/v1 Events keep their legacy validation, which never checks the name (an Event of an
+    // object with a long name is longer than 253 characters); events.k8s.io/v1 checks it.
+    let mut causes = match (rd.group, rd.plural) {
+        ("", resources::EVENTS) => Vec::new(),
+        _ => validate::name_causes(rd, &name),
+    };
     causes.extend(if rd.is_events_v1() {
         ext_causes
     } else {
@@ -712,25 +717,19 @@ pub fn delete(
     if let Some(uid) = &opts.uid
         && uid != meta_str(&old, "uid")
     {
-        return Err(ApiError::conflict(
-            rd,
-            name,
-            &format!(
-                "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
-                meta_str(&old, "uid")
-            ),
-        ));
+        let have = meta_str(&old, "uid");
+        return Err(ApiError::delete_precondition(rd, name, "UID", uid, have));
     }
     if let Some(rv) = &opts.resource_version
         && rv != meta_str(&old, "resourceVersion")
     {
-        return Err(ApiError::conflict(
+        let have = meta_str(&old, "resourceVersion");
+        return Err(ApiError::delete_precondition(
             rd,
             name,
-            &format!(
-                "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {}",
-                meta_str(&old, "resourceVersion")
-            ),
+            "ResourceVersion",
+            rv,
+            have,
         ));
     }
     let is_namespace = rd.plural == resources::NAMESPACES && rd.group.is_empty();

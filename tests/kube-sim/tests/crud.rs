@@ -132,9 +132,16 @@ async fn validation_rejects_with_field_causes() {
         .into_iter()
         .map(|c| c.field)
         .collect();
+    // kube-apiserver's order; a missing capacity is both Required and NotSupported.
     assert_eq!(
         fields,
-        ["metadata.name", "spec.capacity", "spec.accessModes", "spec"]
+        [
+            "metadata.name",
+            "spec.accessModes",
+            "spec.capacity",
+            "spec.capacity",
+            "spec"
+        ]
     );
 
     let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(sim.client(), "default");

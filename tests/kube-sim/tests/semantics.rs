@@ -51,7 +51,8 @@ async fn finalizers_hold_deletion_and_refuse_new_ones() {
     assert_eq!(
         e.message,
         format!(
-            "Operation cannot be fulfilled on secrets \"s\": Precondition failed: UID in precondition: other, UID in object meta: {}",
+            // kube-apiserver's BeforeDelete words it (the kind, not the resource).
+            "Operation cannot be fulfilled on Secret \"s\": the UID in the precondition (other) does not match the UID in record ({}). The object might have been deleted and then recreated",
             created.metadata.uid.as_deref().unwrap()
         )
     );
