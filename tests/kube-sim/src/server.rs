@@ -170,7 +170,11 @@ struct Route {
 enum Parsed {
     Resource(Route),
     Doc(Value),
+    /// A path of a served group and version naming nothing there: a `Status` 404.
     NotFound,
+    /// A path outside every served group and version (say a CRD's group that is not installed):
+    /// kube-apiserver's mux answers Go's plain-text 404, not a `Status`.
+    NoRoute,
 }
 
 fn parse_path(path: &str, server: &str) -> Parsed {
@@ -183,15 +187,21 @@ fn parse_path(path: &str, server: &str) -> Parsed {
         ["version"] => return Parsed::Doc(crate::discovery::version()),
         ["api"] => return Parsed::Doc(crate::discovery::api_versions(server)),
         ["apis"] => return Parsed::Doc(crate::discovery::api_group_list()),
-        ["apis", g] => return crate::discovery::api_group(g).map_or(Parsed::NotFound, Parsed::Doc),
+        ["apis", g] => return crate::discovery::api_group(g).map_or(Parsed::NoRoute, Parsed::Doc),
         ["api", v] | ["apis", _, v] if segs.len() <= 3 => {
             let g = if segs[0] == "api" { "" } else { segs[1] };
-            return crate::discovery::resource_list(g, v).map_or(Parsed::NotFound, Parsed::Doc);
+            return crate::discovery::resource_list(g, v).map_or(Parsed::NoRoute, Parsed::Doc);
         }
         ["api", v, rest @ ..] => ("", *v, rest),
         ["apis", g, v, rest @ ..] => (*g, *v, rest),
-        _ => return Parsed::NotFound,
+        _ => return Parsed::NoRoute,
     };
+    if !resources::RESOURCES
+        .iter()
+        .any(|r| r.group == group && r.version == version)
+    {
+        return Parsed::NoRoute;
+    }
     let (legacy_watch, rest) = match rest {
         ["watch", r @ ..] => (true, r),
         r => (false, r),
@@ -285,11 +295,22 @@ async fn api(State(inner): State<Arc<Inner>>, req: Request<Body>) -> Response {
     }
     let route = match parse_path(&path, &inner.addr.to_string()) {
         Parsed::Doc(d) => return json_response(200, &d),
-        Parsed::NotFound => {
+        Parsed::NotFound => return error_response(&ApiError::unknown_path()),
+        Parsed::NoRoute => {
             if matches!(path.as_str(), "/healthz" | "/readyz" | "/livez") {
                 return "ok".into_response();
             }
-            return error_response(&ApiError::unknown_path());
+            let mut r = Response::new(Body::from("404 page not found\n"));
+            *r.status_mut() = StatusCode::NOT_FOUND;
+            r.headers_mut().insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("text/plain; charset=utf-8"),
+            );
+            r.headers_mut().insert(
+                "x-content-type-options",
+                HeaderValue::from_static("nosniff"),
+            );
+            return r;
         }
         Parsed::Resource(r) => r,
     };
