@@ -315,7 +315,10 @@ async fn pagination_and_selectors() {
     );
     assert_eq!(
         (e.code, e.message.as_str()),
-        (400, "field label not supported: spec.csi.driver")
+        (
+            400,
+            "\"spec.csi.driver\" is not a known field selector: only \"metadata.name\", \"metadata.namespace\""
+        )
     );
 
     let pods: Api<Pod> = Api::namespaced(sim.client(), "default");
