@@ -575,6 +575,9 @@ fn serve(
             opts.dry |= dry;
             match ops::delete(&mut inner.lock(), rd, &ns, &name, &opts)? {
                 Deleted::Pending(obj) => Ok(json_response(200, &render(rd, &obj, shape))),
+                Deleted::Gone(obj) if returns_deleted_object(rd) => {
+                    Ok(json_response(200, &render(rd, &obj, shape)))
+                }
                 Deleted::Gone(obj) => {
                     let mut details =
                         json!({"name": name, "kind": rd.plural, "uid": ops::meta_str(&obj, "uid")});
@@ -628,6 +631,20 @@ fn serve(
         }
         _ => Err(ApiError::method_not_allowed()),
     }
+}
+
+/// Whether kube-apiserver's registry of `rd` answers a delete with the deleted object
+/// (`ReturnDeletedObject`) rather than a `Status`. Seen on 1.20: PVs, claims, Pods,
+/// StorageClasses and CSINodes answer the object; Secrets, Leases, Nodes and Events a Status.
+/// Namespaces and the other storage.k8s.io types are taken to be like their kin.
+fn returns_deleted_object(rd: &ResourceDef) -> bool {
+    matches!(
+        (rd.group, rd.plural),
+        (
+            "",
+            "persistentvolumes" | "persistentvolumeclaims" | "pods" | "namespaces"
+        ) | ("storage.k8s.io", _)
+    )
 }
 
 // ---- watch ----------------------------------------------------------------------------------

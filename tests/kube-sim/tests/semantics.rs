@@ -644,3 +644,27 @@ async fn emptied_metadata_lists_and_maps_read_back_absent() {
     assert!(!meta.contains_key("labels"), "{raw}");
     assert!(!meta.contains_key("annotations"), "{raw}");
 }
+
+/// What a delete answers, as kube-apiserver 1.20 does: the deleted object for PVs (and claims,
+/// Pods, StorageClasses, CSINodes), a `Status` for Secrets (and Leases, Nodes, Events).
+#[tokio::test]
+async fn a_delete_answers_the_object_or_a_status_as_the_real_registry_does() {
+    let sim = Sim::start(SimConfig::bare()).await.unwrap();
+    let pvs: Api<PersistentVolume> = Api::all(sim.client());
+    pvs.create(&PostParams::default(), &pv("gone"))
+        .await
+        .unwrap();
+    let answer = pvs.delete("gone", &DeleteParams::default()).await.unwrap();
+    let deleted = answer.left().expect("the deleted PV");
+    assert_eq!(deleted.metadata.name.as_deref(), Some("gone"));
+    let secrets: Api<Secret> = Api::namespaced(sim.client(), "default");
+    secrets
+        .create(
+            &PostParams::default(),
+            &obj(json!({"metadata": {"name": "s"}})),
+        )
+        .await
+        .unwrap();
+    let answer = secrets.delete("s", &DeleteParams::default()).await.unwrap();
+    assert!(answer.is_right(), "a Status for a Secret: {answer:?}");
+}
