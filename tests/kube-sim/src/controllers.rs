@@ -56,7 +56,10 @@ fn migration_annotation(obj: &Value, provisioner: Option<&str>) -> Option<Value>
 
 pub(crate) fn spawn(inner: Arc<Inner>, mut rx: UnboundedReceiver<Arc<Record>>) -> JoinHandle<()> {
     tokio::spawn(async move {
-        let mut ctl = Controllers::default();
+        let mut ctl = Controllers {
+            protect: inner.policy.protection_finalizers,
+            ..Controllers::default()
+        };
         let mut resync = tokio::time::interval(
             inner
                 .cfg
@@ -190,6 +193,9 @@ struct Controllers {
     /// (object uid, reason) already reported, so repeated syncs do not spam events.
     emitted: HashSet<(String, String)>,
     index: PvIndex,
+    /// The pv/pvc-protection controllers run: they put their finalizer back on any live object
+    /// that lost it, as kube-controller-manager does (not only at creation).
+    protect: bool,
 }
 
 fn pv_rd() -> &'static resources::ResourceDef {
@@ -254,6 +260,16 @@ fn set_phase(
     }
     n["status"]["phase"] = json!(phase);
     write(st, rd, &cur, n, Sub::Status);
+}
+
+fn add_finalizer(st: &mut Store, rd: &'static resources::ResourceDef, obj: &Value, f: &str) {
+    let mut n = obj.clone();
+    let m = ops::meta_mut(&mut n);
+    let list = m.entry("finalizers").or_insert_with(|| json!([]));
+    if let Some(a) = list.as_array_mut() {
+        a.push(json!(f));
+    }
+    write(st, rd, obj, n, Sub::Main);
 }
 
 fn remove_finalizer(st: &mut Store, rd: &'static resources::ResourceDef, obj: &Value, f: &str) {
@@ -428,6 +444,12 @@ impl Controllers {
             pvc_protection(st, &pvc);
             return;
         }
+        if self.protect && !finalizers(&pvc).iter().any(|f| f == ops::PVC_PROTECTION) {
+            add_finalizer(st, pvc_rd(), &pvc, ops::PVC_PROTECTION);
+        }
+        let Some(pvc) = st.get(PVC, ns, name) else {
+            return;
+        };
         let provisioner = annotation(&pvc, ANN_STORAGE_PROVISIONER)
             .or_else(|| annotation(&pvc, ANN_BETA_STORAGE_PROVISIONER));
         if let Some(n) = migration_annotation(&pvc, provisioner) {
@@ -559,6 +581,12 @@ impl Controllers {
             && finalizers(&pv).iter().any(|f| f == ops::PV_PROTECTION)
         {
             remove_finalizer(st, pv_rd(), &pv, ops::PV_PROTECTION);
+        }
+        if self.protect
+            && !is_deleting(&pv)
+            && !finalizers(&pv).iter().any(|f| f == ops::PV_PROTECTION)
+        {
+            add_finalizer(st, pv_rd(), &pv, ops::PV_PROTECTION);
         }
         let pv = st.get(PV, "", name)?;
         let Some((cns, cname)) = claim_ref(&pv) else {

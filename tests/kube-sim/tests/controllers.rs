@@ -507,3 +507,28 @@ async fn a_pod_without_a_node_is_scheduled_as_kube_scheduler_does() {
     .await;
     assert_eq!(placed, "n3");
 }
+
+/// kube-controller-manager's pv- and pvc-protection controllers put their finalizer back on a
+/// live PV or claim that lost it (seen on 1.20); kube-sim added them only at creation.
+#[tokio::test]
+async fn protection_finalizers_come_back_on_live_objects() {
+    let sim = Sim::start(SimConfig::default()).await.unwrap();
+    let a = apis(&sim);
+    let pp = PostParams::default();
+    a.pvcs.create(&pp, &pvc("held", "none")).await.unwrap();
+    a.pvs
+        .create(&pp, &pv("held-pv", "none", None))
+        .await
+        .unwrap();
+    let strip = PatchParams::default();
+    let none = Patch::Merge(json!({"metadata": {"finalizers": null}}));
+    a.pvcs.patch("held", &strip, &none).await.unwrap();
+    a.pvs.patch("held-pv", &strip, &none).await.unwrap();
+    wait_for("both protection finalizers back", || async {
+        let claim = a.pvcs.get("held").await.unwrap().metadata.finalizers?;
+        let pv = a.pvs.get("held-pv").await.unwrap().metadata.finalizers?;
+        (claim == ["kubernetes.io/pvc-protection"] && pv == ["kubernetes.io/pv-protection"])
+            .then_some(())
+    })
+    .await;
+}
