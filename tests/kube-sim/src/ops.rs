@@ -662,6 +662,13 @@ pub fn patch(
         }
     }
     check_name(&doc, name, ns, rd)?;
+    // A patch carries no UID precondition: a UID it changes is an immutable field (an update's
+    // UID is a precondition instead, a 409).
+    let (new_uid, old_uid) = (meta_str(&doc, "uid"), meta_str(&old, "uid"));
+    if !new_uid.is_empty() && new_uid != old_uid {
+        let cause = Cause::invalid("metadata.uid", &json!(new_uid), "field is immutable");
+        return Err(ApiError::invalid(rd, name, &[cause]));
+    }
     if rd.is_events_v1() {
         let causes = validate::object_causes(rd, &to_internal(rd, doc.clone()));
         if !causes.is_empty() {

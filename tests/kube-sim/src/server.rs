@@ -562,10 +562,8 @@ fn serve(
         }
         "patch" => {
             let Some(pt) = PatchType::from_content_type(content_type) else {
-                return Err(ApiError::unsupported_media(format!(
-                    "the body of the request was in an unknown format - accepted media types include: {}",
-                    ops::PATCH_TYPES
-                )));
+                // kube-apiserver's words for a patch of another content type (1.20).
+                return Err(ApiError::unsupported_media("415: Unsupported Media Type"));
             };
             let obj = ops::patch(&mut inner.lock(), rd, &ns, &name, pt, body, sub, dry)?;
             Ok(json_response(200, &render(rd, &obj, shape)))
