@@ -164,31 +164,43 @@ pub fn list(
 ) -> Result<ListResult, ApiError> {
     use std::ops::Bound;
     let current = st.resource_version();
-    let (list_rv, candidates): (u64, Vec<Arc<Value>>) =
-        if let Some(tok) = o.continue_token.as_deref().filter(|t| !t.is_empty()) {
-            let (rv, cns, cname) = decode_continue(tok)?;
-            let snap = st
-                .snapshot(rd.storage, rv)
-                .ok_or_else(|| ApiError::expired(CONTINUE_TOO_OLD))?;
-            let after = snap
-                .range((Bound::Excluded((cns, cname)), Bound::Unbounded))
-                .map(|(_, v)| v.clone())
-                .collect();
-            (rv, after)
-        } else if let (Some("Exact"), Some(rv)) =
-            (o.version_match.as_deref(), o.resource_version.as_deref())
+    let (list_rv, candidates): (u64, Vec<Arc<Value>>) = if let Some(tok) =
+        o.continue_token.as_deref().filter(|t| !t.is_empty())
+    {
+        let (rv, cns, cname) = decode_continue(tok)?;
+        let snap = st
+            .snapshot(rd.storage, rv)
+            .ok_or_else(|| ApiError::expired(CONTINUE_TOO_OLD))?;
+        let after = snap
+            .range((Bound::Excluded((cns, cname)), Bound::Unbounded))
+            .map(|(_, v)| v.clone())
+            .collect();
+        (rv, after)
+    } else if let (Some("Exact"), Some(rv)) =
+        (o.version_match.as_deref(), o.resource_version.as_deref())
+    {
+        let rv = parse_rv(rv)?;
+        let snap = st.snapshot(rd.storage, rv).ok_or_else(|| {
+            ApiError::expired(format!("too old resource version: {rv} ({current})"))
+        })?;
+        (rv, snap.into_values().collect())
+    } else {
+        if let Some(rv) = o.resource_version.as_deref().filter(|r| !r.is_empty())
+            && parse_rv(rv)? > current
         {
-            let rv = parse_rv(rv)?;
-            let snap = st.snapshot(rd.storage, rv).ok_or_else(|| {
-                ApiError::expired(format!("too old resource version: {rv} ({current})"))
-            })?;
-            (rv, snap.into_values().collect())
-        } else {
-            if let Some(rv) = o.resource_version.as_deref().filter(|r| !r.is_empty()) {
-                parse_rv(rv)?;
-            }
-            (current, st.list(rd.storage, None))
-        };
+            // kube-apiserver's watch cache waits 3 s for a resourceVersion it has not
+            // reached, then answers this (kube-sim answers at once).
+            let mut e = ApiError::new(
+                504,
+                "Timeout",
+                format!("Timeout: Too large resource version: {rv}, current: {current}"),
+            );
+            e.details = json!({"causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}], "retryAfterSeconds": 1});
+            e.retry_after = Some(1);
+            return Err(e);
+        }
+        (current, st.list(rd.storage, None))
+    };
     let mut items = Vec::new();
     let mut continue_token = None;
     let mut remaining = None;

@@ -512,8 +512,15 @@ pub fn apply_update(
         return Err(ApiError::conflict(
             rd,
             &name,
+            // etcd's storage error, as kube-apiserver passes it on (its key under /registry).
             &format!(
-                "Precondition failed: UID in precondition: {new_uid}, UID in object meta: {old_uid}"
+                "StorageError: invalid object, Code: 4, Key: /registry/{}/{}{name}, ResourceVersion: 0, AdditionalErrorMsg: Precondition failed: UID in precondition: {new_uid}, UID in object meta: {old_uid}",
+                rd.plural,
+                if ns.is_empty() {
+                    String::new()
+                } else {
+                    format!("{ns}/")
+                },
             ),
         ));
     }
