@@ -380,6 +380,9 @@ impl World {
     }
 
     /// Creates a Pod on `node` using `claim` (the simulator then selects the node for the claim).
+    /// kube-sim only: a real scheduler never looks at a pod created with `spec.nodeName`, so on
+    /// the real control plane its WaitForFirstConsumer claim stays unselected (there, set the
+    /// claim's `volume.kubernetes.io/selected-node`, or let the scheduler place the pod).
     pub async fn schedule(&self, ns: &str, pod: &str, claim: &str, node: &str) -> Pod {
         self.create(&self.pods(ns), &pod_using(ns, pod, claim, node))
             .await
@@ -647,6 +650,8 @@ pub fn claim(ns: &str, name: &str, class: &str, size: &str) -> PersistentVolumeC
 }
 
 /// A Pod on `node` using `claim` (the simulator then sets selected-node for delayed binding).
+/// A kube-sim-only shortcut ([`World::schedule`]): it pins the claim to any node, even one the
+/// real scheduler would refuse (no driver there, outside the class's topology).
 pub fn pod_using(ns: &str, name: &str, claim: &str, node: &str) -> Pod {
     let spec: PodSpec = serde_json::from_value(serde_json::json!({
         "nodeName": node,

@@ -13,7 +13,7 @@ use tokio::task::JoinHandle;
 use crate::Inner;
 use crate::ops::{self, Policy, Sub, annotation, finalizers, is_deleting, meta_str};
 use crate::pv_index::{NsName, PvIndex, claim_ref};
-use crate::resources::{self, NAMESPACES, PODS, PV, PVC, RESOURCES, STORAGE_CLASSES};
+use crate::resources::{self, NAMESPACES, NODES, PODS, PV, PVC, RESOURCES, STORAGE_CLASSES};
 use crate::store::{EventType, Record, Store};
 use crate::util::{now, quantity_at};
 
@@ -56,7 +56,10 @@ fn migration_annotation(obj: &Value, provisioner: Option<&str>) -> Option<Value>
 
 pub(crate) fn spawn(inner: Arc<Inner>, mut rx: UnboundedReceiver<Arc<Record>>) -> JoinHandle<()> {
     tokio::spawn(async move {
-        let mut ctl = Controllers::default();
+        let mut ctl = Controllers {
+            protect: inner.policy.protection_finalizers,
+            ..Controllers::default()
+        };
         let mut resync = tokio::time::interval(
             inner
                 .cfg
@@ -105,6 +108,8 @@ struct Dirty {
     pvcs: BTreeSet<NsName>,
     pods: BTreeSet<NsName>,
     pod_namespaces: BTreeSet<String>,
+    /// A Node changed: pods waiting for a node may fit now.
+    nodes: bool,
     namespaces: BTreeSet<String>,
 }
 
@@ -171,6 +176,7 @@ impl Dirty {
                 self.pods.insert((ns.clone(), name));
             }
             STORAGE_CLASSES => self.unbound_claims = true,
+            NODES => self.nodes = true,
             NAMESPACES => {
                 self.namespaces.insert(name);
             }
@@ -187,6 +193,9 @@ struct Controllers {
     /// (object uid, reason) already reported, so repeated syncs do not spam events.
     emitted: HashSet<(String, String)>,
     index: PvIndex,
+    /// The pv/pvc-protection controllers run: they put their finalizer back on any live object
+    /// that lost it, as kube-controller-manager does (not only at creation).
+    protect: bool,
 }
 
 fn pv_rd() -> &'static resources::ResourceDef {
@@ -251,6 +260,16 @@ fn set_phase(
     }
     n["status"]["phase"] = json!(phase);
     write(st, rd, &cur, n, Sub::Status);
+}
+
+fn add_finalizer(st: &mut Store, rd: &'static resources::ResourceDef, obj: &Value, f: &str) {
+    let mut n = obj.clone();
+    let m = ops::meta_mut(&mut n);
+    let list = m.entry("finalizers").or_insert_with(|| json!([]));
+    if let Some(a) = list.as_array_mut() {
+        a.push(json!(f));
+    }
+    write(st, rd, obj, n, Sub::Main);
 }
 
 fn remove_finalizer(st: &mut Store, rd: &'static resources::ResourceDef, obj: &Value, f: &str) {
@@ -336,6 +355,19 @@ impl Controllers {
             let pointing: Vec<String> =
                 d.pvcs.iter().flat_map(|c| self.index.claiming(c)).collect();
             d.pvs.extend(pointing);
+            if d.nodes {
+                d.pods.extend(
+                    st.list(PODS, None)
+                        .iter()
+                        .filter(|p| s(p, "/spec/nodeName").is_empty())
+                        .map(|v| {
+                            (
+                                meta_str(v, "namespace").to_string(),
+                                meta_str(v, "name").to_string(),
+                            )
+                        }),
+                );
+            }
             for ns in &d.pod_namespaces {
                 d.pods.extend(
                     st.list(PODS, Some(ns))
@@ -412,6 +444,12 @@ impl Controllers {
             pvc_protection(st, &pvc);
             return;
         }
+        if self.protect && !finalizers(&pvc).iter().any(|f| f == ops::PVC_PROTECTION) {
+            add_finalizer(st, pvc_rd(), &pvc, ops::PVC_PROTECTION);
+        }
+        let Some(pvc) = st.get(PVC, ns, name) else {
+            return;
+        };
         let provisioner = annotation(&pvc, ANN_STORAGE_PROVISIONER)
             .or_else(|| annotation(&pvc, ANN_BETA_STORAGE_PROVISIONER));
         if let Some(n) = migration_annotation(&pvc, provisioner) {
@@ -544,6 +582,12 @@ impl Controllers {
         {
             remove_finalizer(st, pv_rd(), &pv, ops::PV_PROTECTION);
         }
+        if self.protect
+            && !is_deleting(&pv)
+            && !finalizers(&pv).iter().any(|f| f == ops::PV_PROTECTION)
+        {
+            add_finalizer(st, pv_rd(), &pv, ops::PV_PROTECTION);
+        }
         let pv = st.get(PV, "", name)?;
         let Some((cns, cname)) = claim_ref(&pv) else {
             if s(&pv, "/status/phase") != "Failed" {
@@ -623,8 +667,12 @@ impl Controllers {
         let Some(pod) = st.get(PODS, ns, name) else {
             return;
         };
+        if pod_terminated(&pod) || is_deleting(&pod) {
+            return;
+        }
         let node = s(&pod, "/spec/nodeName").to_string();
-        if node.is_empty() || pod_terminated(&pod) || is_deleting(&pod) {
+        if node.is_empty() {
+            schedule_pod(st, &pod);
             return;
         }
         for claim in pod_claims(&pod) {
@@ -648,6 +696,154 @@ impl Controllers {
             }
         }
     }
+}
+
+/// Whether `labels` satisfy one node selector term (`matchExpressions`; `In`, `NotIn`,
+/// `Exists`, `DoesNotExist`; the numeric operators never match here).
+fn term_matches(term: &Value, labels: &Value) -> bool {
+    let exprs = term.get("matchExpressions").and_then(Value::as_array);
+    exprs.into_iter().flatten().all(|e| {
+        let have = labels.get(s(e, "/key")).and_then(Value::as_str);
+        let values: Vec<&str> = e
+            .get("values")
+            .and_then(Value::as_array)
+            .map(|v| v.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        match s(e, "/operator") {
+            "In" => have.is_some_and(|h| values.contains(&h)),
+            "NotIn" => have.is_none_or(|h| !values.contains(&h)),
+            "Exists" => have.is_some(),
+            "DoesNotExist" => have.is_none(),
+            _ => false,
+        }
+    })
+}
+
+/// Whether a pod tolerates a node's NoSchedule/NoExecute taints.
+fn tolerates(pod: &Value, node: &Value) -> bool {
+    let tolerations = pod.pointer("/spec/tolerations").and_then(Value::as_array);
+    let taints = node.pointer("/spec/taints").and_then(Value::as_array);
+    taints
+        .into_iter()
+        .flatten()
+        .filter(|t| s(t, "/effect") != "PreferNoSchedule")
+        .all(|t| {
+            tolerations.into_iter().flatten().any(|tol| {
+                let key_ok = match s(tol, "/key") {
+                    "" => s(tol, "/operator") == "Exists",
+                    k => k == s(t, "/key"),
+                };
+                let value_ok =
+                    s(tol, "/operator") == "Exists" || s(tol, "/value") == s(t, "/value");
+                let effect_ok =
+                    s(tol, "/effect").is_empty() || s(tol, "/effect") == s(t, "/effect");
+                key_ok && value_ok && effect_ok
+            })
+        })
+}
+
+/// The scheduler's view of a pod without a node (kube-scheduler's filters that storage depends
+/// on, simplified): a node fits when it is schedulable, matches the pod's `nodeSelector`,
+/// carries no taint the pod does not tolerate, lies in the node affinity of every bound claim's
+/// PV, and in the `allowedTopologies` of every unbound WaitForFirstConsumer claim's class. An
+/// unbound Immediate claim, or a missing one, makes the pod unschedulable. Resources are not
+/// counted. As kube-scheduler's volume binding does, the chosen node is written to the unbound
+/// delayed claims as `volume.kubernetes.io/selected-node` first; the pod is bound to the node
+/// only once all its claims are Bound. The first fitting node by name is chosen (the real one
+/// scores nodes).
+fn schedule_pod(st: &mut Store, pod: &Value) {
+    let ns = meta_str(pod, "namespace");
+    let mut claims = Vec::new();
+    for name in pod_claims(pod) {
+        let Some(c) = st.get(PVC, ns, &name) else {
+            return;
+        };
+        claims.push(c);
+    }
+    let mut delayed = Vec::new();
+    let mut bound_pvs = Vec::new();
+    for c in &claims {
+        let vol = s(c, "/spec/volumeName");
+        if !vol.is_empty() {
+            match st.get(PV, "", vol) {
+                Some(pv) if s(c, "/status/phase") == "Bound" => bound_pvs.push(pv),
+                _ => return,
+            }
+            continue;
+        }
+        let class = s(c, "/spec/storageClassName");
+        let sc = (!class.is_empty())
+            .then(|| st.get(STORAGE_CLASSES, "", class))
+            .flatten();
+        match sc {
+            Some(sc) if s(&sc, "/volumeBindingMode") == "WaitForFirstConsumer" => {
+                delayed.push((c.clone(), sc))
+            }
+            _ => return,
+        }
+    }
+    let selector = pod.pointer("/spec/nodeSelector").and_then(Value::as_object);
+    let fits = |node: &Value| -> bool {
+        let labels = node
+            .pointer("/metadata/labels")
+            .cloned()
+            .unwrap_or(json!({}));
+        let selected = selector
+            .into_iter()
+            .flatten()
+            .all(|(k, v)| labels.get(k) == Some(v));
+        let pv_ok = bound_pvs.iter().all(|pv| {
+            let terms = pv
+                .pointer("/spec/nodeAffinity/required/nodeSelectorTerms")
+                .and_then(Value::as_array);
+            terms.is_none_or(|t| t.iter().any(|term| term_matches(term, &labels)))
+        });
+        let topology_ok = delayed.iter().all(|(_, sc)| {
+            let allowed = sc.get("allowedTopologies").and_then(Value::as_array);
+            allowed.is_none_or(|a| {
+                a.is_empty()
+                    || a.iter().any(|term| {
+                        let reqs = term.get("matchLabelExpressions").and_then(Value::as_array);
+                        reqs.into_iter().flatten().all(|r| {
+                            let have = labels.get(s(r, "/key")).and_then(Value::as_str);
+                            let values = r.get("values").and_then(Value::as_array);
+                            have.is_some_and(|h| values.into_iter().flatten().any(|v| v == h))
+                        })
+                    })
+            })
+        });
+        node.pointer("/spec/unschedulable") != Some(&json!(true))
+            && selected
+            && tolerates(pod, node)
+            && pv_ok
+            && topology_ok
+    };
+    // The node selected for one of the claims (by this loop, before the claim was bound) is
+    // kept while it fits: the real scheduler binds the pod where it provisioned.
+    let nodes = st.list(NODES, None);
+    let preselected = claims
+        .iter()
+        .find_map(|c| annotation(c, ANN_SELECTED_NODE))
+        .and_then(|n| nodes.iter().find(|node| meta_str(node, "name") == n));
+    let Some(node) = preselected
+        .filter(|n| fits(n))
+        .or_else(|| nodes.iter().find(|n| fits(n)))
+    else {
+        return;
+    };
+    let node = meta_str(node, "name").to_string();
+    if !delayed.is_empty() {
+        for (c, _) in &delayed {
+            if annotation(c, ANN_SELECTED_NODE) != Some(node.as_str()) {
+                let n = with_annotation(c, ANN_SELECTED_NODE, Some(&node));
+                write(st, pvc_rd(), c, n, Sub::Main);
+            }
+        }
+        return;
+    }
+    let mut n = pod.clone();
+    n["spec"]["nodeName"] = json!(node);
+    write(st, resources::core(PODS), pod, n, Sub::Main);
 }
 
 fn claim_ref_matches(pv: &Value, pvc: &Value) -> bool {

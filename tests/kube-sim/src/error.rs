@@ -106,6 +106,28 @@ fn go_value(v: &Value) -> String {
     }
 }
 
+/// The group of the type the server stores `rd` as.
+fn stored_group(rd: &ResourceDef) -> &'static str {
+    crate::resources::by_storage(rd.storage).map_or(rd.group, |s| s.group)
+}
+
+/// The causes as the message lists them: one alone, several in brackets.
+fn summary(causes: &[Cause]) -> String {
+    if causes.len() == 1 {
+        causes[0].full()
+    } else {
+        let all: Vec<String> = causes.iter().map(Cause::full).collect();
+        format!("[{}]", all.join(", "))
+    }
+}
+
+fn cause_values(causes: &[Cause]) -> Vec<Value> {
+    causes
+        .iter()
+        .map(|c| json!({"reason": c.reason(), "message": c.body(), "field": c.field}))
+        .collect()
+}
+
 impl ApiError {
     pub fn new(code: u16, reason: &'static str, message: impl Into<String>) -> Self {
         Self {
@@ -173,36 +195,81 @@ impl ApiError {
     }
 
     pub fn invalid(rd: &ResourceDef, name: &str, causes: &[Cause]) -> Self {
-        let summary = if causes.len() == 1 {
-            causes[0].full()
-        } else {
-            format!(
-                "[{}]",
-                causes
-                    .iter()
-                    .map(Cause::full)
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            )
+        // The kind is qualified by its group (`StorageClass.storage.k8s.io`), that of the stored
+        // type: events.k8s.io Events are core Events to the server.
+        let group = stored_group(rd);
+        let qualified = match group {
+            "" => rd.kind.to_string(),
+            g => format!("{}.{g}", rd.kind),
         };
         let mut e = Self::new(
             422,
             "Invalid",
-            format!("{} {name:?} is invalid: {summary}", rd.kind),
+            format!("{qualified} {name:?} is invalid: {}", summary(causes)),
         );
-        let causes: Vec<Value> = causes
-            .iter()
-            .map(|c| json!({"reason": c.reason(), "message": c.body(), "field": c.field}))
-            .collect();
+        let causes = cause_values(causes);
         let mut d = serde_json::Map::new();
         d.insert("name".into(), json!(name));
-        if !rd.group.is_empty() {
-            d.insert("group".into(), json!(rd.group));
+        if !group.is_empty() {
+            d.insert("group".into(), json!(group));
         }
         d.insert("kind".into(), json!(rd.kind));
         d.insert("causes".into(), Value::Array(causes));
         e.details = Value::Object(d);
         e
+    }
+
+    /// 422 for invalid request options (`ListOptions.meta.k8s.io "" is invalid: ...`): the
+    /// object has no name and the kind is the options type of group meta.k8s.io.
+    pub fn invalid_options(kind: &str, causes: &[Cause]) -> Self {
+        let mut e = Self::new(
+            422,
+            "Invalid",
+            format!("{kind}.meta.k8s.io \"\" is invalid: {}", summary(causes)),
+        );
+        e.details = json!({"group": "meta.k8s.io", "kind": kind, "causes": cause_values(causes)});
+        e
+    }
+
+    /// A delete precondition that does not hold, as kube-apiserver's `BeforeDelete` words it:
+    /// the object named by its kind (not its resource), `what` "UID" or "ResourceVersion".
+    pub fn delete_precondition(
+        rd: &ResourceDef,
+        name: &str,
+        what: &str,
+        want: &str,
+        have: &str,
+    ) -> Self {
+        let group = stored_group(rd);
+        let qualified = match group {
+            "" => rd.kind.to_string(),
+            g => format!("{}.{g}", rd.kind),
+        };
+        let consequence = match what {
+            "UID" => "deleted and then recreated",
+            _ => "modified",
+        };
+        let mut e = Self::new(
+            409,
+            "Conflict",
+            format!(
+                "Operation cannot be fulfilled on {qualified} {name:?}: the {what} in the precondition ({want}) does not match the {what} in record ({have}). The object might have been {consequence}"
+            ),
+        );
+        let mut d = serde_json::Map::new();
+        d.insert("name".into(), json!(name));
+        if !group.is_empty() {
+            d.insert("group".into(), json!(group));
+        }
+        d.insert("kind".into(), json!(rd.kind));
+        e.details = Value::Object(d);
+        e
+    }
+
+    /// A plain Go error the server did not classify: 500 with no reason, its text as message
+    /// (for example etcd's "resourceVersion should not be set on objects to be created").
+    pub fn unclassified(message: impl Into<String>) -> Self {
+        Self::new(500, "", message)
     }
 
     pub fn bad_request(message: impl Into<String>) -> Self {
@@ -254,9 +321,12 @@ impl ApiError {
             "metadata": {},
             "status": "Failure",
             "message": self.message,
-            "reason": self.reason,
             "code": self.code,
         });
+        // An unclassified error has no reason; the real server then omits the field.
+        if !self.reason.is_empty() {
+            s["reason"] = json!(self.reason);
+        }
         if self.details.as_object().is_some_and(|d| !d.is_empty()) {
             s["details"] = self.details.clone();
         }

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
-use crate::error::ApiError;
+use crate::error::{ApiError, Cause};
 use crate::ops::meta_str;
 use crate::resources::ResourceDef;
 use crate::selectors::{FieldSelector, LabelSelector};
@@ -37,7 +37,11 @@ fn encode_continue(rv: u64, ns: &str, name: &str) -> String {
 }
 
 fn decode_continue(tok: &str) -> Result<(u64, String, String), ApiError> {
-    let bad = |why: &str| ApiError::bad_request(format!("continue key is not valid: {why}"));
+    let bad = |why: &str| {
+        ApiError::bad_request(format!(
+            "invalid continue token: continue key is not valid: {why}"
+        ))
+    };
     let raw = b64_decode(tok).ok_or_else(|| bad("illegal base64 data"))?;
     let v: Value = serde_json::from_slice(&raw).map_err(|e| bad(&e.to_string()))?;
     if v.get("v").and_then(Value::as_str) != Some("meta.k8s.io/v1") {
@@ -60,6 +64,90 @@ fn decode_continue(tok: &str) -> Result<(u64, String, String), ApiError> {
     Ok((rv, ns.to_string(), name.to_string()))
 }
 
+/// The real server's `ValidateListOptions` (1.33): `resourceVersionMatch` needs a
+/// `resourceVersion` and no `continue` on a list, and on a watch it is allowed only with
+/// `sendInitialEvents` (a streaming list); an invalid combination is 422, not ignored.
+/// `send_initial` is whether the parameter was given at all (Go reads it as a pointer).
+pub fn validate_options(
+    o: &ListOpts,
+    watch: bool,
+    send_initial: bool,
+    watch_list_gate: bool,
+) -> Result<(), ApiError> {
+    let field = "resourceVersionMatch";
+    let matching = o.version_match.as_deref().unwrap_or("");
+    let rv = o.resource_version.as_deref().unwrap_or("");
+    let continues = o.continue_token.as_deref().is_some_and(|c| !c.is_empty());
+    let mut causes = Vec::new();
+    if watch {
+        if send_initial {
+            if matching != "NotOlderThan" {
+                causes.push(Cause::forbidden(
+                    field,
+                    "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
+                ));
+            }
+            if !watch_list_gate {
+                causes.push(Cause::forbidden(
+                    "sendInitialEvents",
+                    "sendInitialEvents is forbidden for watch unless the WatchList feature gate is enabled",
+                ));
+            }
+        }
+        if !matching.is_empty() {
+            if !send_initial {
+                causes.push(Cause::forbidden(
+                    field,
+                    "resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided",
+                ));
+            }
+            if matching != "NotOlderThan" {
+                causes.push(Cause::not_supported(
+                    field,
+                    &json!(matching),
+                    &["NotOlderThan"],
+                ));
+            }
+            if continues {
+                causes.push(Cause::forbidden(
+                    field,
+                    "resourceVersionMatch is forbidden when continue is provided",
+                ));
+            }
+        }
+    } else if !matching.is_empty() {
+        if rv.is_empty() {
+            causes.push(Cause::forbidden(
+                field,
+                "resourceVersionMatch is forbidden unless resourceVersion is provided",
+            ));
+        }
+        if continues {
+            causes.push(Cause::forbidden(
+                field,
+                "resourceVersionMatch is forbidden when continue is provided",
+            ));
+        }
+        if matching != "Exact" && matching != "NotOlderThan" {
+            causes.push(Cause::not_supported(
+                field,
+                &json!(matching),
+                &["Exact", "NotOlderThan", ""],
+            ));
+        }
+        if matching == "Exact" && rv == "0" {
+            causes.push(Cause::forbidden(
+                field,
+                "resourceVersionMatch \"exact\" is forbidden for resourceVersion \"0\"",
+            ));
+        }
+    }
+    match causes.is_empty() {
+        true => Ok(()),
+        false => Err(ApiError::invalid_options("ListOptions", &causes)),
+    }
+}
+
 fn parse_rv(s: &str) -> Result<u64, ApiError> {
     s.parse::<u64>()
         .map_err(|_| ApiError::bad_request(format!("invalid resource version: {s}")))
@@ -76,31 +164,43 @@ pub fn list(
 ) -> Result<ListResult, ApiError> {
     use std::ops::Bound;
     let current = st.resource_version();
-    let (list_rv, candidates): (u64, Vec<Arc<Value>>) =
-        if let Some(tok) = o.continue_token.as_deref().filter(|t| !t.is_empty()) {
-            let (rv, cns, cname) = decode_continue(tok)?;
-            let snap = st
-                .snapshot(rd.storage, rv)
-                .ok_or_else(|| ApiError::expired(CONTINUE_TOO_OLD))?;
-            let after = snap
-                .range((Bound::Excluded((cns, cname)), Bound::Unbounded))
-                .map(|(_, v)| v.clone())
-                .collect();
-            (rv, after)
-        } else if let (Some("Exact"), Some(rv)) =
-            (o.version_match.as_deref(), o.resource_version.as_deref())
+    let (list_rv, candidates): (u64, Vec<Arc<Value>>) = if let Some(tok) =
+        o.continue_token.as_deref().filter(|t| !t.is_empty())
+    {
+        let (rv, cns, cname) = decode_continue(tok)?;
+        let snap = st
+            .snapshot(rd.storage, rv)
+            .ok_or_else(|| ApiError::expired(CONTINUE_TOO_OLD))?;
+        let after = snap
+            .range((Bound::Excluded((cns, cname)), Bound::Unbounded))
+            .map(|(_, v)| v.clone())
+            .collect();
+        (rv, after)
+    } else if let (Some("Exact"), Some(rv)) =
+        (o.version_match.as_deref(), o.resource_version.as_deref())
+    {
+        let rv = parse_rv(rv)?;
+        let snap = st.snapshot(rd.storage, rv).ok_or_else(|| {
+            ApiError::expired(format!("too old resource version: {rv} ({current})"))
+        })?;
+        (rv, snap.into_values().collect())
+    } else {
+        if let Some(rv) = o.resource_version.as_deref().filter(|r| !r.is_empty())
+            && parse_rv(rv)? > current
         {
-            let rv = parse_rv(rv)?;
-            let snap = st.snapshot(rd.storage, rv).ok_or_else(|| {
-                ApiError::expired(format!("too old resource version: {rv} ({current})"))
-            })?;
-            (rv, snap.into_values().collect())
-        } else {
-            if let Some(rv) = o.resource_version.as_deref().filter(|r| !r.is_empty()) {
-                parse_rv(rv)?;
-            }
-            (current, st.list(rd.storage, None))
-        };
+            // kube-apiserver's watch cache waits 3 s for a resourceVersion it has not
+            // reached, then answers this (kube-sim answers at once).
+            let mut e = ApiError::new(
+                504,
+                "Timeout",
+                format!("Timeout: Too large resource version: {rv}, current: {current}"),
+            );
+            e.details = json!({"causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}], "retryAfterSeconds": 1});
+            e.retry_after = Some(1);
+            return Err(e);
+        }
+        (current, st.list(rd.storage, None))
+    };
     let mut items = Vec::new();
     let mut continue_token = None;
     let mut remaining = None;

@@ -356,7 +356,7 @@ pub fn create_keeping_uid(
             .and_then(Value::as_str)
             .is_some_and(|s| !s.is_empty())
         {
-            return Err(ApiError::internal(
+            return Err(ApiError::unclassified(
                 "resourceVersion should not be set on objects to be created",
             ));
         }
@@ -402,7 +402,12 @@ pub fn create_keeping_uid(
     apply_defaults(rd, &mut v);
     normalize(rd, &mut v);
     admit_create(st, pol, rd, &mut v);
-    let mut causes = validate::name_causes(rd, &name);
+    // core/v1 Events keep their legacy validation, which never checks the name (an Event of an
+    // object with a long name is longer than 253 characters); events.k8s.io/v1 checks it.
+    let mut causes = match (rd.group, rd.plural) {
+        ("", resources::EVENTS) => Vec::new(),
+        _ => validate::name_causes(rd, &name),
+    };
     causes.extend(if rd.is_events_v1() {
         ext_causes
     } else {
@@ -507,8 +512,15 @@ pub fn apply_update(
         return Err(ApiError::conflict(
             rd,
             &name,
+            // etcd's storage error, as kube-apiserver passes it on (its key under /registry).
             &format!(
-                "Precondition failed: UID in precondition: {new_uid}, UID in object meta: {old_uid}"
+                "StorageError: invalid object, Code: 4, Key: /registry/{}/{}{name}, ResourceVersion: 0, AdditionalErrorMsg: Precondition failed: UID in precondition: {new_uid}, UID in object meta: {old_uid}",
+                rd.plural,
+                if ns.is_empty() {
+                    String::new()
+                } else {
+                    format!("{ns}/")
+                },
             ),
         ));
     }
@@ -657,6 +669,13 @@ pub fn patch(
         }
     }
     check_name(&doc, name, ns, rd)?;
+    // A patch carries no UID precondition: a UID it changes is an immutable field (an update's
+    // UID is a precondition instead, a 409).
+    let (new_uid, old_uid) = (meta_str(&doc, "uid"), meta_str(&old, "uid"));
+    if !new_uid.is_empty() && new_uid != old_uid {
+        let cause = Cause::invalid("metadata.uid", &json!(new_uid), "field is immutable");
+        return Err(ApiError::invalid(rd, name, &[cause]));
+    }
     if rd.is_events_v1() {
         let causes = validate::object_causes(rd, &to_internal(rd, doc.clone()));
         if !causes.is_empty() {
@@ -712,25 +731,19 @@ pub fn delete(
     if let Some(uid) = &opts.uid
         && uid != meta_str(&old, "uid")
     {
-        return Err(ApiError::conflict(
-            rd,
-            name,
-            &format!(
-                "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
-                meta_str(&old, "uid")
-            ),
-        ));
+        let have = meta_str(&old, "uid");
+        return Err(ApiError::delete_precondition(rd, name, "UID", uid, have));
     }
     if let Some(rv) = &opts.resource_version
         && rv != meta_str(&old, "resourceVersion")
     {
-        return Err(ApiError::conflict(
+        let have = meta_str(&old, "resourceVersion");
+        return Err(ApiError::delete_precondition(
             rd,
             name,
-            &format!(
-                "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {}",
-                meta_str(&old, "resourceVersion")
-            ),
+            "ResourceVersion",
+            rv,
+            have,
         ));
     }
     let is_namespace = rd.plural == resources::NAMESPACES && rd.group.is_empty();

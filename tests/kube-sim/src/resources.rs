@@ -70,6 +70,7 @@ const fn crd(d: ResourceDef) -> ResourceDef {
 pub const PV: &str = "persistentvolumes";
 pub const PVC: &str = "persistentvolumeclaims";
 pub const PODS: &str = "pods";
+pub const NODES: &str = "nodes";
 pub const NAMESPACES: &str = "namespaces";
 pub const EVENTS: &str = "events";
 pub const STORAGE_CLASSES: &str = "storageclasses";

@@ -136,9 +136,8 @@ fn supported_fields(rd: &ResourceDef) -> &'static [&'static str] {
             "source",
             "type",
         ],
-        ("", "persistentvolumeclaims") | ("", "namespaces") | ("", "persistentvolumes") => {
-            &["status.phase"]
-        }
+        // PVs and claims have no field labels beyond metadata (kube-apiserver 1.20 answers so).
+        ("", "namespaces") => &["status.phase"],
         ("", "secrets") => &["type"],
         ("", "nodes") => &["spec.unschedulable"],
         _ => &[],
@@ -173,9 +172,16 @@ impl FieldSelector {
                 && k != "metadata.namespace"
                 && !supported_fields(rd).contains(&k.as_str())
             {
-                return Err(ApiError::bad_request(format!(
-                    "field label not supported: {k}"
-                )));
+                // A type with its own field-label conversion names the label; the others get
+                // the default conversion's text.
+                return Err(ApiError::bad_request(
+                    match supported_fields(rd).is_empty() {
+                        false => format!("field label not supported: {k}"),
+                        true => format!(
+                            "{k:?} is not a known field selector: only \"metadata.name\", \"metadata.namespace\""
+                        ),
+                    },
+                ));
             }
             out.push((k, eq, v.trim().to_string()));
         }
@@ -237,8 +243,17 @@ mod tests {
 
     #[test]
     fn unsupported_field_is_rejected() {
+        // Texts as kube-apiserver 1.20 answers them (tests/kube_sim_vs_real.rs).
         let rd = crate::resources::core("persistentvolumeclaims");
         let e = FieldSelector::parse("spec.volumeName=x", rd).unwrap_err();
-        assert_eq!(e.message, "field label not supported: spec.volumeName");
+        assert_eq!(
+            e.message,
+            "\"spec.volumeName\" is not a known field selector: only \"metadata.name\", \"metadata.namespace\""
+        );
+        let e = FieldSelector::parse("status.phase=Bound", rd).unwrap_err();
+        assert_eq!(e.code, 400);
+        let secrets = crate::resources::core("secrets");
+        let e = FieldSelector::parse("spec.x=x", secrets).unwrap_err();
+        assert_eq!(e.message, "field label not supported: spec.x");
     }
 }

@@ -170,7 +170,11 @@ struct Route {
 enum Parsed {
     Resource(Route),
     Doc(Value),
+    /// A path of a served group and version naming nothing there: a `Status` 404.
     NotFound,
+    /// A path outside every served group and version (say a CRD's group that is not installed):
+    /// kube-apiserver's mux answers Go's plain-text 404, not a `Status`.
+    NoRoute,
 }
 
 fn parse_path(path: &str, server: &str) -> Parsed {
@@ -183,15 +187,21 @@ fn parse_path(path: &str, server: &str) -> Parsed {
         ["version"] => return Parsed::Doc(crate::discovery::version()),
         ["api"] => return Parsed::Doc(crate::discovery::api_versions(server)),
         ["apis"] => return Parsed::Doc(crate::discovery::api_group_list()),
-        ["apis", g] => return crate::discovery::api_group(g).map_or(Parsed::NotFound, Parsed::Doc),
+        ["apis", g] => return crate::discovery::api_group(g).map_or(Parsed::NoRoute, Parsed::Doc),
         ["api", v] | ["apis", _, v] if segs.len() <= 3 => {
             let g = if segs[0] == "api" { "" } else { segs[1] };
-            return crate::discovery::resource_list(g, v).map_or(Parsed::NotFound, Parsed::Doc);
+            return crate::discovery::resource_list(g, v).map_or(Parsed::NoRoute, Parsed::Doc);
         }
         ["api", v, rest @ ..] => ("", *v, rest),
         ["apis", g, v, rest @ ..] => (*g, *v, rest),
-        _ => return Parsed::NotFound,
+        _ => return Parsed::NoRoute,
     };
+    if !resources::RESOURCES
+        .iter()
+        .any(|r| r.group == group && r.version == version)
+    {
+        return Parsed::NoRoute;
+    }
     let (legacy_watch, rest) = match rest {
         ["watch", r @ ..] => (true, r),
         r => (false, r),
@@ -285,11 +295,22 @@ async fn api(State(inner): State<Arc<Inner>>, req: Request<Body>) -> Response {
     }
     let route = match parse_path(&path, &inner.addr.to_string()) {
         Parsed::Doc(d) => return json_response(200, &d),
-        Parsed::NotFound => {
+        Parsed::NotFound => return error_response(&ApiError::unknown_path()),
+        Parsed::NoRoute => {
             if matches!(path.as_str(), "/healthz" | "/readyz" | "/livez") {
                 return "ok".into_response();
             }
-            return error_response(&ApiError::unknown_path());
+            let mut r = Response::new(Body::from("404 page not found\n"));
+            *r.status_mut() = StatusCode::NOT_FOUND;
+            r.headers_mut().insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("text/plain; charset=utf-8"),
+            );
+            r.headers_mut().insert(
+                "x-content-type-options",
+                HeaderValue::from_static("nosniff"),
+            );
+            return r;
         }
         Parsed::Resource(r) => r,
     };
@@ -497,6 +518,7 @@ fn serve(
         }
         "list" => {
             let o = list_opts(rd, q)?;
+            list::validate_options(&o, false, false, inner.cfg.watch_list)?;
             let st = inner.lock();
             let res = list::list(&st, rd, r.ns.as_deref(), &o)?;
             drop(st);
@@ -540,10 +562,8 @@ fn serve(
         }
         "patch" => {
             let Some(pt) = PatchType::from_content_type(content_type) else {
-                return Err(ApiError::unsupported_media(format!(
-                    "the body of the request was in an unknown format - accepted media types include: {}",
-                    ops::PATCH_TYPES
-                )));
+                // kube-apiserver's words for a patch of another content type (1.20).
+                return Err(ApiError::unsupported_media("415: Unsupported Media Type"));
             };
             let obj = ops::patch(&mut inner.lock(), rd, &ns, &name, pt, body, sub, dry)?;
             Ok(json_response(200, &render(rd, &obj, shape)))
@@ -553,6 +573,9 @@ fn serve(
             opts.dry |= dry;
             match ops::delete(&mut inner.lock(), rd, &ns, &name, &opts)? {
                 Deleted::Pending(obj) => Ok(json_response(200, &render(rd, &obj, shape))),
+                Deleted::Gone(obj) if returns_deleted_object(rd) => {
+                    Ok(json_response(200, &render(rd, &obj, shape)))
+                }
                 Deleted::Gone(obj) => {
                     let mut details =
                         json!({"name": name, "kind": rd.plural, "uid": ops::meta_str(&obj, "uid")});
@@ -606,6 +629,20 @@ fn serve(
         }
         _ => Err(ApiError::method_not_allowed()),
     }
+}
+
+/// Whether kube-apiserver's registry of `rd` answers a delete with the deleted object
+/// (`ReturnDeletedObject`) rather than a `Status`. Seen on 1.20: PVs, claims, Pods,
+/// StorageClasses and CSINodes answer the object; Secrets, Leases, Nodes and Events a Status.
+/// Namespaces and the other storage.k8s.io types are taken to be like their kin.
+fn returns_deleted_object(rd: &ResourceDef) -> bool {
+    matches!(
+        (rd.group, rd.plural),
+        (
+            "",
+            "persistentvolumes" | "persistentvolumeclaims" | "pods" | "namespaces"
+        ) | ("storage.k8s.io", _)
+    )
 }
 
 // ---- watch ----------------------------------------------------------------------------------
@@ -692,13 +729,12 @@ fn watch(inner: &Arc<Inner>, r: &Route, q: &Query, shape: Shape) -> Result<Respo
     let o = list_opts(rd, q)?;
     let bookmarks = flag(q, "allowWatchBookmarks");
     let send_initial = flag(q, "sendInitialEvents");
-    if send_initial && !inner.cfg.watch_list {
-        return Err(ApiError::new(
-            422,
-            "Invalid",
-            "ListOptions.meta.k8s.io \"\" is invalid: sendInitialEvents: Forbidden: sendInitialEvents is forbidden for watch unless the WatchList feature gate is enabled",
-        ));
-    }
+    list::validate_options(
+        &o,
+        true,
+        q.contains_key("sendInitialEvents"),
+        inner.cfg.watch_list,
+    )?;
     let timeout = q
         .get("timeoutSeconds")
         .and_then(|t| t.parse::<u64>().ok())

@@ -96,10 +96,26 @@ fn access_modes(obj: &Value, out: &mut Vec<Cause>, required_detail: &str) {
 }
 
 fn pv(obj: &Value, out: &mut Vec<Cause>) {
+    // In kube-apiserver's order: access modes, then capacity, which when missing is both
+    // Required and NotSupported (Go prints the missing map as `core.ResourceList(nil)`).
+    access_modes(obj, out, "");
     let cap = obj.pointer("/spec/capacity").and_then(Value::as_object);
+    let unsupported = |shown: String| {
+        Cause::new(
+            crate::error::CauseKind::NotSupported,
+            "spec.capacity",
+            &format!("{shown}: supported values: \"storage\""),
+        )
+    };
     match cap {
-        None => out.push(Cause::required("spec.capacity", "")),
-        Some(c) if c.is_empty() => out.push(Cause::required("spec.capacity", "")),
+        None => {
+            out.push(Cause::required("spec.capacity", ""));
+            out.push(unsupported("core.ResourceList(nil)".into()));
+        }
+        Some(c) if c.is_empty() => {
+            out.push(Cause::required("spec.capacity", ""));
+            out.push(unsupported("core.ResourceList{}".into()));
+        }
         Some(c) => {
             if !c.contains_key("storage") || c.len() > 1 {
                 out.push(Cause::not_supported(
@@ -110,7 +126,6 @@ fn pv(obj: &Value, out: &mut Vec<Cause>) {
             }
         }
     }
-    access_modes(obj, out, "");
     let spec = obj.get("spec").and_then(Value::as_object);
     let sources: Vec<&&str> = PV_SOURCES
         .iter()
@@ -415,8 +430,9 @@ mod tests {
         assert_eq!(
             fields,
             [
-                "spec.capacity: Required value",
                 "spec.accessModes: Required value",
+                "spec.capacity: Required value",
+                "spec.capacity: Unsupported value: core.ResourceList(nil): supported values: \"storage\"",
                 "spec: Required value: must specify a volume type"
             ]
         );

@@ -449,3 +449,86 @@ async fn deleting_a_namespace_deletes_its_contents_then_itself() {
     .await;
     assert!(sim.objects("persistentvolumeclaims").is_empty() && sim.objects("secrets").is_empty());
 }
+
+/// kube-scheduler places a pod that names no node: for its unbound WaitForFirstConsumer claim it
+/// writes `selected-node` (a node the pod's nodeSelector and tolerations allow, inside the
+/// class's allowedTopologies), and binds the pod only once the claim is Bound. kube-sim used to
+/// leave such a pod unscheduled, and selected a node only for pods created with `nodeName`.
+#[tokio::test]
+async fn a_pod_without_a_node_is_scheduled_as_kube_scheduler_does() {
+    let sim = Sim::start(SimConfig::default()).await.unwrap();
+    let a = apis(&sim);
+    let pp = PostParams::default();
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(sim.client());
+    let node = |name: &str, zone: &str, taint: bool| {
+        let mut n = json!({"metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, "zone": zone}}});
+        if taint {
+            n["spec"] = json!({"taints": [{"key": "node.kubernetes.io/unreachable", "effect": "NoSchedule"}]});
+        }
+        obj::<k8s_openapi::api::core::v1::Node>(n)
+    };
+    // n1: outside the class's zone; n2: tainted; n3: the only fit for an intolerant pod.
+    for (name, zone, taint) in [("n1", "b", false), ("n2", "a", true), ("n3", "a", false)] {
+        nodes.create(&pp, &node(name, zone, taint)).await.unwrap();
+    }
+    let mut class = sc("zonal", "d.example.com", "WaitForFirstConsumer");
+    class.allowed_topologies = Some(obj(
+        json!([{"matchLabelExpressions": [{"key": "zone", "values": ["a"]}]}]),
+    ));
+    a.scs.create(&pp, &class).await.unwrap();
+    let claim = a.pvcs.create(&pp, &pvc("data", "zonal")).await.unwrap();
+    let pod: Pod = obj(json!({"metadata": {"name": "app"}, "spec": {
+        "containers": [{"name": "c", "image": "i"}],
+        "volumes": [{"name": "v", "persistentVolumeClaim": {"claimName": "data"}}]}}));
+    a.pods.create(&pp, &pod).await.unwrap();
+    wait_for("the selected node", || async {
+        let c = a.pvcs.get("data").await.unwrap();
+        (ann(&c.metadata, "volume.kubernetes.io/selected-node").as_deref() == Some("n3"))
+            .then_some(())
+    })
+    .await;
+    let unbound = a.pods.get("app").await.unwrap();
+    assert_eq!(
+        unbound.spec.unwrap().node_name,
+        None,
+        "bound only once its claim is"
+    );
+    // The provisioner's PV: the claim binds, the pod is bound to the node and runs.
+    let uid = claim.metadata.uid.as_deref().unwrap();
+    a.pvs
+        .create(&pp, &pv("pv-data", "zonal", Some(("data", uid))))
+        .await
+        .unwrap();
+    let placed = wait_for("the pod bound to n3 and running", || async {
+        let p = a.pods.get("app").await.unwrap();
+        let running = p.status.as_ref()?.phase.as_deref() == Some("Running");
+        running.then(|| p.spec?.node_name)?
+    })
+    .await;
+    assert_eq!(placed, "n3");
+}
+
+/// kube-controller-manager's pv- and pvc-protection controllers put their finalizer back on a
+/// live PV or claim that lost it (seen on 1.20); kube-sim added them only at creation.
+#[tokio::test]
+async fn protection_finalizers_come_back_on_live_objects() {
+    let sim = Sim::start(SimConfig::default()).await.unwrap();
+    let a = apis(&sim);
+    let pp = PostParams::default();
+    a.pvcs.create(&pp, &pvc("held", "none")).await.unwrap();
+    a.pvs
+        .create(&pp, &pv("held-pv", "none", None))
+        .await
+        .unwrap();
+    let strip = PatchParams::default();
+    let none = Patch::Merge(json!({"metadata": {"finalizers": null}}));
+    a.pvcs.patch("held", &strip, &none).await.unwrap();
+    a.pvs.patch("held-pv", &strip, &none).await.unwrap();
+    wait_for("both protection finalizers back", || async {
+        let claim = a.pvcs.get("held").await.unwrap().metadata.finalizers?;
+        let pv = a.pvs.get("held-pv").await.unwrap().metadata.finalizers?;
+        (claim == ["kubernetes.io/pvc-protection"] && pv == ["kubernetes.io/pv-protection"])
+            .then_some(())
+    })
+    .await;
+}

@@ -132,9 +132,16 @@ async fn validation_rejects_with_field_causes() {
         .into_iter()
         .map(|c| c.field)
         .collect();
+    // kube-apiserver's order; a missing capacity is both Required and NotSupported.
     assert_eq!(
         fields,
-        ["metadata.name", "spec.capacity", "spec.accessModes", "spec"]
+        [
+            "metadata.name",
+            "spec.accessModes",
+            "spec.capacity",
+            "spec.capacity",
+            "spec"
+        ]
     );
 
     let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(sim.client(), "default");
@@ -159,4 +166,50 @@ async fn validation_rejects_with_field_causes() {
     );
     let nss: Api<Namespace> = Api::all(sim.client());
     assert!(nss.get("default").await.is_ok());
+}
+
+/// A path of no served group (a CRD not installed, as snapshots on a bare 1.20 cluster) gets
+/// kube-apiserver's plain-text "404 page not found"; an unknown resource of a served group gets a
+/// `Status` 404.
+#[tokio::test]
+async fn unknown_groups_get_a_plain_404_and_unknown_resources_a_status() {
+    let sim = Sim::start(SimConfig::bare()).await.unwrap();
+    let send = |path: &'static str| {
+        let client = sim.client();
+        async move {
+            let req = http::Request::get(path)
+                .body(kube::client::Body::empty())
+                .unwrap();
+            let resp = client.send(req).await.unwrap();
+            let status = resp.status().as_u16();
+            let ct = resp.headers()[http::header::CONTENT_TYPE]
+                .to_str()
+                .unwrap()
+                .to_owned();
+            let body = resp.into_body().collect_bytes().await.unwrap();
+            (status, ct, String::from_utf8(body.to_vec()).unwrap())
+        }
+    };
+    for path in [
+        "/apis/example.com/v1/namespaces/default/things",
+        "/apis/example.com/v1",
+        "/apis/example.com",
+        "/nothing",
+    ] {
+        assert_eq!(
+            send(path).await,
+            (
+                404,
+                "text/plain; charset=utf-8".to_owned(),
+                "404 page not found\n".to_owned()
+            ),
+            "{path}"
+        );
+    }
+    let (status, ct, body) = send("/api/v1/things").await;
+    assert_eq!((status, ct.as_str()), (404, "application/json"));
+    assert!(
+        body.contains("the server could not find the requested resource"),
+        "{body}"
+    );
 }

@@ -51,7 +51,8 @@ async fn finalizers_hold_deletion_and_refuse_new_ones() {
     assert_eq!(
         e.message,
         format!(
-            "Operation cannot be fulfilled on secrets \"s\": Precondition failed: UID in precondition: other, UID in object meta: {}",
+            // kube-apiserver's BeforeDelete words it (the kind, not the resource).
+            "Operation cannot be fulfilled on Secret \"s\": the UID in the precondition (other) does not match the UID in record ({}). The object might have been deleted and then recreated",
             created.metadata.uid.as_deref().unwrap()
         )
     );
@@ -314,7 +315,10 @@ async fn pagination_and_selectors() {
     );
     assert_eq!(
         (e.code, e.message.as_str()),
-        (400, "field label not supported: spec.csi.driver")
+        (
+            400,
+            "\"spec.csi.driver\" is not a known field selector: only \"metadata.name\", \"metadata.namespace\""
+        )
     );
 
     let pods: Api<Pod> = Api::namespaced(sim.client(), "default");
@@ -639,4 +643,28 @@ async fn emptied_metadata_lists_and_maps_read_back_absent() {
     assert!(!meta.contains_key("finalizers"), "{raw}");
     assert!(!meta.contains_key("labels"), "{raw}");
     assert!(!meta.contains_key("annotations"), "{raw}");
+}
+
+/// What a delete answers, as kube-apiserver 1.20 does: the deleted object for PVs (and claims,
+/// Pods, StorageClasses, CSINodes), a `Status` for Secrets (and Leases, Nodes, Events).
+#[tokio::test]
+async fn a_delete_answers_the_object_or_a_status_as_the_real_registry_does() {
+    let sim = Sim::start(SimConfig::bare()).await.unwrap();
+    let pvs: Api<PersistentVolume> = Api::all(sim.client());
+    pvs.create(&PostParams::default(), &pv("gone"))
+        .await
+        .unwrap();
+    let answer = pvs.delete("gone", &DeleteParams::default()).await.unwrap();
+    let deleted = answer.left().expect("the deleted PV");
+    assert_eq!(deleted.metadata.name.as_deref(), Some("gone"));
+    let secrets: Api<Secret> = Api::namespaced(sim.client(), "default");
+    secrets
+        .create(
+            &PostParams::default(),
+            &obj(json!({"metadata": {"name": "s"}})),
+        )
+        .await
+        .unwrap();
+    let answer = secrets.delete("s", &DeleteParams::default()).await.unwrap();
+    assert!(answer.is_right(), "a Status for a Secret: {answer:?}");
 }

@@ -328,3 +328,58 @@ async fn streaming_list_watcher_uses_send_initial_events() {
     );
     task.abort();
 }
+
+/// The status of a request the server refuses (code and message).
+async fn refused(sim: &Sim, path: &str) -> (u16, String) {
+    let req = http::Request::get(path).body(Vec::new()).unwrap();
+    match sim.client().request_text(req).await {
+        Err(kube::Error::Api(s)) => (s.code, s.message),
+        other => panic!("{path}: expected a refusal, got {other:?}"),
+    }
+}
+
+/// kube-apiserver validates ListOptions (a misplaced resourceVersionMatch is 422, not ignored);
+/// kube-sim used to ignore them. Texts as kube-apiserver 1.33 words them (1.20's differ only for
+/// watch: "resourceVersionMatch is forbidden for watch"; tests/kube_sim_vs_real.rs).
+#[tokio::test]
+async fn misplaced_resource_version_match_is_refused_as_kube_apiserver_does() {
+    let sim = Sim::start(SimConfig::bare()).await.unwrap();
+    let cases = [
+        (
+            "/api/v1/persistentvolumes?resourceVersionMatch=NotOlderThan",
+            "ListOptions.meta.k8s.io \"\" is invalid: resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden unless resourceVersion is provided",
+        ),
+        (
+            "/api/v1/persistentvolumes?resourceVersionMatch=Exact&resourceVersion=0",
+            "ListOptions.meta.k8s.io \"\" is invalid: resourceVersionMatch: Forbidden: resourceVersionMatch \"exact\" is forbidden for resourceVersion \"0\"",
+        ),
+        (
+            "/api/v1/persistentvolumes?resourceVersionMatch=Newest&resourceVersion=1",
+            "ListOptions.meta.k8s.io \"\" is invalid: resourceVersionMatch: Unsupported value: \"Newest\": supported values: \"Exact\", \"NotOlderThan\", \"\"",
+        ),
+        (
+            "/api/v1/persistentvolumes?watch=true&resourceVersionMatch=NotOlderThan&resourceVersion=0",
+            "ListOptions.meta.k8s.io \"\" is invalid: resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided",
+        ),
+        (
+            "/api/v1/persistentvolumes?watch=true&sendInitialEvents=true",
+            "ListOptions.meta.k8s.io \"\" is invalid: resourceVersionMatch: Forbidden: sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
+        ),
+    ];
+    for (path, message) in cases {
+        assert_eq!(
+            refused(&sim, path).await,
+            (422, message.to_owned()),
+            "{path}"
+        );
+    }
+    // What clients send stays served: a list from any version, and a streaming list.
+    let pvs: Api<PersistentVolume> = Api::all(sim.client());
+    pvs.list(&ListParams::default().match_any()).await.unwrap();
+    let req = http::Request::get(
+        "/api/v1/persistentvolumes?watch=true&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true&timeoutSeconds=1",
+    )
+    .body(Vec::new())
+    .unwrap();
+    sim.client().request_text(req).await.unwrap();
+}
