@@ -143,23 +143,6 @@ fn name_of(pv: &PersistentVolume) -> String {
     pv.metadata.name.clone().expect("PV name")
 }
 
-/// The node values of the PV's required node affinity.
-fn affinity_values(pv: &PersistentVolume) -> Vec<String> {
-    pv.spec
-        .as_ref()
-        .and_then(|s| s.node_affinity.as_ref())
-        .and_then(|a| a.required.as_ref())
-        .map(|r| {
-            r.node_selector_terms
-                .iter()
-                .flat_map(|t| t.match_expressions.iter().flatten())
-                .filter(|e| e.key == TOPOLOGY_KEY)
-                .flat_map(|e| e.values.iter().flatten().cloned())
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
 /// The members after node-a (`members[0]`, the one that goes away).
 fn survivors(members: &[Member]) -> Vec<&Member> {
     members[1..].iter().collect()
@@ -205,7 +188,7 @@ async fn delayed_binding_each_claim_is_provisioned_by_its_selected_nodes_instanc
         assert_eq!(annotation(pv, ANN_NODE_UID), node.metadata.uid.as_deref());
         assert_eq!(label(pv, LABEL_PV_NODE), Some(m.node.as_str()));
         assert_eq!(label(pv, LABEL_PV_DRIVER), Some(DRIVER));
-        assert_eq!(affinity_values(pv), vec![m.node.clone()]);
+        assert_eq!(affinity_nodes(pv), vec![m.node.clone()]);
 
         // The volume lives on that node's driver, and no other driver was asked to create it.
         let state = m.driver.wait_volumes(1).await;
@@ -307,7 +290,7 @@ async fn nine_claims_each_provisioned_once_by_one_instance(cluster: &Cluster, me
             .cloned()
             .expect("the winning instance wrote its node into selected-node");
         assert_eq!(annotation(&pv, ANN_NODE_NAME), Some(selected.as_str()));
-        assert_eq!(affinity_values(&pv), vec![selected.clone()]);
+        assert_eq!(affinity_nodes(&pv), vec![selected.clone()]);
         by_node.entry(selected).or_default().insert(name_of(&pv));
     }
     // Every volume exists once, on the driver of its claim's selected node, and nowhere else.
@@ -559,7 +542,7 @@ async fn a_pending_claim_whose_node_vanished_mid_provisioning_is_rescheduled_aft
     // The pod comes back on node-b: the volume is created there under the recorded name.
     cluster.schedule(NS, "pod-data-2", "data", "node-b").await;
     let pv = cluster.wait_bound(NS, "data").await;
-    assert_eq!(affinity_values(&pv), vec!["node-b".to_string()]);
+    assert_eq!(affinity_nodes(&pv), vec!["node-b".to_string()]);
     let on_b = members[1].driver.wait_volumes(1).await;
     assert_eq!(on_b.volumes[0].name, name_of(&pv));
 }
@@ -903,7 +886,7 @@ async fn controller_mode_answers_volumes_of_a_deleted_node_with_a_per_node_topol
     let pv = claim_on(&cluster, "data", "local", "node-b").await;
     let pv_name = name_of(&pv);
     assert_eq!(annotation(&pv, ANN_NODE_NAME), Some("node-b"));
-    assert_eq!(affinity_values(&pv), vec!["node-b".to_string()]);
+    assert_eq!(affinity_nodes(&pv), vec!["node-b".to_string()]);
 
     // node-b is gone, and with it the controller's way to its disk: DeleteVolume keeps failing.
     driver
@@ -963,7 +946,7 @@ async fn a_volume_placed_off_its_selected_node_is_deleted_through_the_driver_whe
     cluster.add_class(&delayed_class("local")).await;
     let pv = claim_on(&cluster, "data", "local", "node-b").await;
     let pv_name = name_of(&pv);
-    assert_eq!(affinity_values(&pv), vec!["node-a".to_string()]);
+    assert_eq!(affinity_nodes(&pv), vec!["node-a".to_string()]);
     assert_eq!(
         annotation(&pv, ANN_NODE_NAME),
         None,
@@ -1025,7 +1008,7 @@ async fn a_selected_node_without_our_driver_is_cleared_so_the_scheduler_picks_ag
     // The scheduler picks a node with our driver; the claim is provisioned there.
     cluster.schedule(NS, "pod-data", "data", "node-a").await;
     let pv = cluster.wait_bound(NS, "data").await;
-    assert_eq!(affinity_values(&pv), vec!["node-a".to_string()]);
+    assert_eq!(affinity_nodes(&pv), vec!["node-a".to_string()]);
 }
 
 #[tokio::test]
@@ -1049,7 +1032,7 @@ async fn node_mode_one_instance_clears_a_selected_node_without_our_driver() {
     assert_eq!(cleared, 1, "one instance cleared the claim");
     cluster.schedule(NS, "pod-data", "data", "node-b").await;
     let pv = cluster.wait_bound(NS, "data").await;
-    assert_eq!(affinity_values(&pv), vec!["node-b".to_string()]);
+    assert_eq!(affinity_nodes(&pv), vec!["node-b".to_string()]);
 }
 
 #[tokio::test]
@@ -1184,7 +1167,7 @@ async fn a_node_back_after_its_claim_moved_deletes_its_own_copy_of_the_volume() 
         .unwrap();
     cluster.schedule(NS, "pod-data-2", "data", "node-b").await;
     let pv = cluster.wait_bound(NS, "data").await;
-    assert_eq!(affinity_values(&pv), vec!["node-b".to_string()]);
+    assert_eq!(affinity_nodes(&pv), vec!["node-b".to_string()]);
 
     members[0].sidecar.restart().await;
     members[0].driver.wait_volumes(0).await;

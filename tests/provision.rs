@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex};
 
 use common::*;
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use kube::runtime::{WatchStreamExt, watcher};
 
 const NS: &str = "default";
@@ -48,23 +48,6 @@ fn has_intent(pvc: &PersistentVolumeClaim) -> bool {
 
 fn uid(pvc: &PersistentVolumeClaim) -> String {
     pvc.metadata.uid.clone().expect("claim uid")
-}
-
-/// The nodes of the PV's required node affinity (values of the mock's topology key).
-fn affinity_nodes(pv: &PersistentVolume) -> Vec<String> {
-    let terms = pv
-        .spec
-        .as_ref()
-        .and_then(|s| s.node_affinity.as_ref())
-        .and_then(|a| a.required.as_ref())
-        .map(|r| r.node_selector_terms.clone())
-        .unwrap_or_default();
-    terms
-        .iter()
-        .flat_map(|t| t.match_expressions.clone().unwrap_or_default())
-        .filter(|e| e.key == TOPOLOGY_KEY && e.operator == "In")
-        .flat_map(|e| e.values.unwrap_or_default())
-        .collect()
 }
 
 /// Every version of one claim the API server reported, in order (a watch sees a state that a

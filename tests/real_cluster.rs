@@ -47,23 +47,6 @@ fn retained(
     class
 }
 
-/// The values of the PV's required node affinity for the mock's topology key.
-fn affinity_nodes(pv: &PersistentVolume) -> Vec<String> {
-    pv.spec
-        .as_ref()
-        .and_then(|s| s.node_affinity.as_ref())
-        .and_then(|a| a.required.as_ref())
-        .map(|r| {
-            r.node_selector_terms
-                .iter()
-                .flat_map(|t| t.match_expressions.iter().flatten())
-                .filter(|e| e.key == TOPOLOGY_KEY)
-                .flat_map(|e| e.values.iter().flatten().cloned())
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
 async fn wait_driver_empty(driver: &Driver) {
     wait_for("the driver to hold no volume", DEADLINE, || async {
         driver.state().await.volumes.is_empty().then_some(())

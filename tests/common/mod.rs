@@ -555,6 +555,24 @@ pub fn annotation<'a, K: Resource>(obj: &'a K, key: &str) -> Option<&'a str> {
         .map(String::as_str)
 }
 
+/// The values of the mock's topology key in the PV's required node affinity: the nodes its
+/// volume is on.
+pub fn affinity_nodes(pv: &PersistentVolume) -> Vec<String> {
+    pv.spec
+        .as_ref()
+        .and_then(|s| s.node_affinity.as_ref())
+        .and_then(|a| a.required.as_ref())
+        .map(|r| {
+            r.node_selector_terms
+                .iter()
+                .flat_map(|t| t.match_expressions.iter().flatten())
+                .filter(|e| e.key == TOPOLOGY_KEY && e.operator == "In")
+                .flat_map(|e| e.values.iter().flatten().cloned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// An object's label as stored.
 pub fn label<'a, K: Resource>(obj: &'a K, key: &str) -> Option<&'a str> {
     obj.meta().labels.as_ref()?.get(key).map(String::as_str)
