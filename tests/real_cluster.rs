@@ -61,7 +61,13 @@ async fn immediate_and_wait_for_first_consumer_claims_are_provisioned_and_bound_
     for node in ["node-1", "node-2"] {
         cluster.add_fake_node_with_driver(node, DRIVER).await;
     }
-    let driver = Driver::start(cluster.dir.path(), "node-1", &["--topology"]).await;
+    // One driver standing for both nodes: the scheduler may pick either.
+    let driver = Driver::start(
+        cluster.dir.path(),
+        "node-1",
+        &["--topology", "--topology-node=node-2"],
+    )
+    .await;
     let _sidecar = Sidecar::start(&cluster, &driver, &["--feature-gates=Topology=true"]).await;
 
     // Immediate: the real binder completes the binding our PV starts.

@@ -225,8 +225,9 @@ impl Drop for ControlPlane {
 
 /// A running control plane: the admin [`World`] plus the processes behind it.
 pub struct RealCluster {
-    world: World,
+    /// Dropped first (fields drop in order): the processes stop before their directory goes.
     plane: ControlPlane,
+    world: World,
 }
 
 impl std::ops::Deref for RealCluster {
@@ -362,12 +363,12 @@ impl RealCluster {
             kubeconfig,
         };
         let mut cluster = Self {
-            world,
             plane: ControlPlane {
                 server,
                 ca,
                 processes,
             },
+            world,
         };
         cluster.wait_api_ready().await;
 
