@@ -208,6 +208,16 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         warn!("features off on this API server: {}", off.join("; "));
     }
     let volume_attributes_class = gates.volume_attributes_class && served.volume_attributes_class;
+    // From here on capacity tracking is off where it cannot work: the RBAC self-check does not
+    // ask for its permissions and the controller is not started.
+    let config = match config.capacity.enabled && !served.storage_capacity {
+        true => {
+            let mut adjusted = (*config).clone();
+            adjusted.capacity.enabled = false;
+            Arc::new(adjusted)
+        }
+        false => config,
+    };
     let node_name = config
         .node_deployment
         .as_ref()
@@ -230,19 +240,16 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         events.clone(),
         metrics.operator.rbac_missing.clone(),
     );
-    let prepared = match served.storage_capacity {
-        true => crate::capacity::controller::prepare(&config, &driver, capacity_metrics).await,
-        false => Ok(Default::default()),
-    };
-    let (capacity_nudge, capacity) = match prepared {
-        Ok(prepared) => prepared,
-        Err(e) => {
-            if let Some(election) = election {
-                election.release().await;
+    let (capacity_nudge, capacity) =
+        match crate::capacity::controller::prepare(&config, &driver, capacity_metrics).await {
+            Ok(prepared) => prepared,
+            Err(e) => {
+                if let Some(election) = election {
+                    election.release().await;
+                }
+                return Err(e);
             }
-            return Err(e);
-        }
-    };
+        };
 
     let mut watches = match &config.node_deployment {
         Some(node) => node_mode_watches(&client, &config, &driver, &node.node_name).await,

@@ -38,7 +38,7 @@ impl CapacityMetrics {
             metrics.poll_interval.set(poll_interval.as_secs_f64());
             registry.register(
                 "csi_provisioner_capacity_queue_oldest_seconds",
-                "How long the oldest queued CSIStorageCapacity sync or deletion has waited: how far the published capacity may lag behind the driver's.",
+                "How long the oldest queued CSIStorageCapacity sync or deletion has waited (a retry waiting out its backoff included): how far the published capacity may lag behind the driver's.",
                 metrics.oldest.clone(),
             );
             registry.register(

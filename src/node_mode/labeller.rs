@@ -70,17 +70,19 @@ impl Labeller {
                     continue;
                 }
             };
-            let csinodes = self.csinodes.state();
-            let live = live_instances(csinodes.iter().map(AsRef::as_ref), &self.driver);
+            let live = || {
+                let csinodes = self.csinodes.state();
+                live_instances(csinodes.iter().map(AsRef::as_ref), &self.driver)
+            };
             let Some(labels) = scope::labels_written_here(
                 &pv,
                 &self.driver,
                 &self.keys,
                 &self.own,
                 &self.me,
-                live.iter().map(String::as_str),
+                live,
             ) else {
-                trace!(pv = %pv.name_any(), live = live.len(), "not ours to label");
+                trace!(pv = %pv.name_any(), "not ours to label");
                 continue;
             };
             self.label(&api, &pv.name_any(), &labels).await;

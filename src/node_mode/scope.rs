@@ -193,19 +193,21 @@ pub(crate) fn existing_pv_labels(
 /// the first of the `live` instances in rendezvous order of its name, as a claim's selected node is
 /// checked by one instance ([`crate::node_mode::ownership::checks_selected_node`]). A PV of a node
 /// without an instance is left to the sweep.
-pub(crate) fn labels_written_here<'a>(
+pub(crate) fn labels_written_here(
     pv: &PersistentVolume,
     driver: &str,
     keys: &PerNodeKeys,
     own: &[String],
     me: &str,
-    live: impl IntoIterator<Item = &'a str>,
+    live: impl FnOnce() -> Vec<String>,
 ) -> Option<BTreeMap<String, String>> {
     let labels = existing_pv_labels(pv, driver, keys)?;
     let node = labels.get(names::LABEL_PV_NODE)?;
     let here = if node == names::LABEL_VALUE_ANY_NODE {
         let name = pv.metadata.name.as_deref()?;
-        crate::rendezvous::rank_of(name, me, live) == Some(0)
+        // Read only here: most events are of other drivers' PVs or pinned ones.
+        let live = live();
+        crate::rendezvous::rank_of(name, me, live.iter().map(String::as_str)) == Some(0)
     } else {
         own.contains(node)
     };

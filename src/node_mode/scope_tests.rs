@@ -163,7 +163,10 @@ fn an_unlabelled_pv_is_labelled_by_its_nodes_instance_or_by_one_ranked_instance_
             .iter()
             .filter(|me| {
                 let own = own(me, &format!("host-{me}"));
-                labels_written_here(pv, DRIVER, &keys, &own, me, live.iter().copied()).is_some()
+                labels_written_here(pv, DRIVER, &keys, &own, me, || {
+                    live.iter().map(|s| (*s).to_owned()).collect()
+                })
+                .is_some()
             })
             .map(|me| (*me).to_owned())
             .collect()
@@ -195,8 +198,10 @@ fn an_unlabelled_pv_is_labelled_by_its_nodes_instance_or_by_one_ranked_instance_
         .label(names::LABEL_PV_NODE, names::LABEL_VALUE_ANY_NODE)
         .build();
     assert!(writers(&done, &fleet).is_empty());
-    let labels =
-        labels_written_here(&by_host, DRIVER, &keys, &own("n2", "host-n2"), "n2", fleet).unwrap();
+    let labels = labels_written_here(&by_host, DRIVER, &keys, &own("n2", "host-n2"), "n2", || {
+        fleet.iter().map(|s| (*s).to_owned()).collect()
+    })
+    .unwrap();
     assert_eq!(labels[names::LABEL_PV_NODE], "host-n2");
     assert_eq!(labels[names::LABEL_PV_DRIVER], DRIVER);
 }

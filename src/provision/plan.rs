@@ -419,8 +419,8 @@ fn waits_for_consumer(pvc: &PersistentVolumeClaim, class: &StorageClass) -> bool
 }
 
 /// The class a claim's data source is checked against, when the shell is to read that source
-/// for [`ClaimContext::source`]: the claim is ours and still wants a volume (`pv_exists`: its PV
-/// is in the cache), its class is one we serve ([`serves`]) and translates, and it neither
+/// for [`ClaimContext::source`]: the claim is one to provision ([`not_to_provision`]) and still
+/// wants a volume (`pv_exists`: its PV is in the cache), its class is one we serve ([`serves`]) and translates, and it neither
 /// waits for its consumer nor (node mode) is selected to another node. Upstream checks a clone's
 /// PV and a snapshot's content against the translated class's provisioner, so that is the class
 /// returned. `None`: the decision stops before the data source, which is not read.
@@ -431,19 +431,13 @@ pub(crate) fn source_class<'c>(
     pv_exists: bool,
 ) -> Option<Cow<'c, StorageClass>> {
     let class = class?;
-    let bound = pvc
-        .spec
-        .as_ref()
-        .and_then(|s| s.volume_name.as_deref())
-        .is_some_and(|v| !v.is_empty());
     let elsewhere = match (&settings.node, selected_node(pvc)) {
         (Some(mode), Some(node)) => node != mode.me.name,
         _ => false,
     };
     if pv_exists
-        || bound
+        || not_to_provision(pvc, settings).is_some()
         || elsewhere
-        || !is_ours(pvc, &settings.driver)
         || !serves(class, &settings.driver)
         || waits_for_consumer(pvc, class)
     {
