@@ -245,7 +245,19 @@ impl RealCluster {
             eprintln!("SKIPPED: the real control plane is not built here ({why})");
             return None;
         }
-        Some(Self::start_built().await)
+        // Ports are picked free, then bound by another process a moment later: another test may
+        // take one in between, so a control plane whose component exits at start-up is made again.
+        let mut last = String::new();
+        for attempt in 1..=3 {
+            match Self::start_built().await {
+                Ok(cluster) => return Some(cluster),
+                Err(why) => {
+                    eprintln!("real control plane, attempt {attempt} failed: {why}");
+                    last = why;
+                }
+            }
+        }
+        panic!("the real control plane did not start: {last}");
     }
 
     /// The admin world and the processes, for a [`super::Cluster`] that owns them.
@@ -253,7 +265,7 @@ impl RealCluster {
         (self.world, self.plane)
     }
 
-    async fn start_built() -> Self {
+    async fn start_built() -> Result<Self, String> {
         let bins = bin_dir();
         // etcd's fsyncs dominate start-up on a shared disk; memory is enough for a test's data.
         let dir = match Path::new("/dev/shm").is_dir() {
@@ -370,7 +382,7 @@ impl RealCluster {
             },
             world,
         };
-        cluster.wait_api_ready().await;
+        cluster.wait_api_ready().await?;
 
         let d = cluster.world.dir.path().to_path_buf();
         let p = |name: &str| d.join(name).display().to_string();
@@ -418,39 +430,65 @@ impl RealCluster {
             ],
             &d,
         ));
-        // The token controller has made the `default` ServiceAccount's token: the controller
-        // manager works, and pods (which need that account) can be created.
-        cluster.wait_service_account("default", "default").await;
-        cluster
+        cluster.wait_default_token().await?;
+        Ok(cluster)
     }
 
     /// Panics with the components' logs if one of them has exited.
-    fn assert_running(&mut self) {
-        for p in &mut self.plane.processes {
-            if let Ok(Some(status)) = p.child.try_wait() {
-                panic!("{} exited ({status}):\n{}", p.name, p.tail());
-            }
-        }
+    /// Why the control plane is down, if one of its processes has exited.
+    fn exited(&mut self) -> Option<String> {
+        self.plane
+            .processes
+            .iter_mut()
+            .find_map(|p| match p.child.try_wait() {
+                Ok(Some(status)) => Some(format!("{} exited ({status}):\n{}", p.name, p.tail())),
+                _ => None,
+            })
     }
 
-    async fn wait_api_ready(&mut self) {
+    async fn wait_api_ready(&mut self) -> Result<(), String> {
         let start = tokio::time::Instant::now();
         loop {
-            self.assert_running();
+            if let Some(why) = self.exited() {
+                return Err(why);
+            }
             let req = http::Request::get("/readyz")
                 .body(Vec::new())
                 .expect("request");
             if let Ok(text) = self.world.client.request_text(req).await
                 && text.trim() == "ok"
             {
-                return;
+                return Ok(());
             }
             if start.elapsed() > DEADLINE {
                 let logs: Vec<String> = self.plane.processes.iter().map(Process::tail).collect();
-                panic!(
+                return Err(format!(
                     "kube-apiserver not ready within {DEADLINE:?}:\n{}",
                     logs.join("\n")
-                );
+                ));
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        }
+    }
+
+    /// The token controller has made the `default` ServiceAccount's token: the controller
+    /// manager works (and pods, which need that account, can be created).
+    async fn wait_default_token(&mut self) -> Result<(), String> {
+        let api: Api<ServiceAccount> = Api::namespaced(self.world.client.clone(), "default");
+        let start = tokio::time::Instant::now();
+        loop {
+            if let Some(why) = self.exited() {
+                return Err(why);
+            }
+            if let Ok(Some(sa)) = api.get_opt("default").await
+                && !sa.secrets.unwrap_or_default().is_empty()
+            {
+                return Ok(());
+            }
+            if start.elapsed() > DEADLINE {
+                return Err(format!(
+                    "no token for ServiceAccount default/default within {DEADLINE:?}"
+                ));
             }
             tokio::time::sleep(std::time::Duration::from_millis(200)).await;
         }
