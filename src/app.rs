@@ -284,7 +284,6 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let ctx = Arc::new(Context {
         config: config.clone(),
         client,
-        bucket: clients.bucket.clone(),
         csi,
         driver: Arc::new(driver),
         identity,

@@ -205,9 +205,6 @@ pub(crate) struct TokenBucket<C: Clock = TokioClock> {
     clock: C,
     /// Worker requests waiting for a token right now.
     waiting: AtomicUsize,
-    /// Told when `waiting` drops to zero, so those holding back for the workers wake once
-    /// instead of polling.
-    uncongested: tokio::sync::Notify,
     /// When a worker last asked for a token.
     last_demand: Mutex<Option<C::Instant>>,
     quiet: Duration,
@@ -226,7 +223,6 @@ impl<C: Clock + Clone> TokenBucket<C> {
             limiter: RateLimiter::direct_with_clock(quota, clock.clone()),
             clock,
             waiting: AtomicUsize::new(0),
-            uncongested: tokio::sync::Notify::new(),
             last_demand: Mutex::new(None),
             // Two refill periods: a worker between two requests of one reconcile (a PATCH, then a
             // PV create after the CSI call) keeps its claim on the next token.
@@ -257,20 +253,6 @@ impl<C: Clock + Clone> TokenBucket<C> {
         self.waiting.load(Ordering::Acquire) > 0
     }
 
-    /// Returns once no worker request waits for a token ([`TokenBucket::congested`] is false).
-    pub(crate) async fn uncongested(&self) {
-        loop {
-            let notified = self.uncongested.notified();
-            tokio::pin!(notified);
-            // Registered before the check, so a drop to zero in between is not missed.
-            notified.as_mut().enable();
-            if !self.congested() {
-                return;
-            }
-            notified.await;
-        }
-    }
-
     /// Whether background work may send now, without taking a token (it then takes its token as
     /// workers do, through [`TokenBucketLayer`]): no worker waits and none asked within
     /// [`TokenBucket::quiet`]; otherwise when to look again.
@@ -294,8 +276,8 @@ impl<C: Clock + Clone> TokenBucket<C> {
     fn set_waiting(&self, waiting: bool) {
         if waiting {
             self.waiting.fetch_add(1, Ordering::AcqRel);
-        } else if self.waiting.fetch_sub(1, Ordering::AcqRel) == 1 {
-            self.uncongested.notify_waiters();
+        } else {
+            self.waiting.fetch_sub(1, Ordering::AcqRel);
         }
     }
 }

@@ -369,32 +369,3 @@ async fn requests_say_they_come_from_csi_provisioner_in_client_gos_shape() {
         "{agent}"
     );
 }
-
-#[tokio::test]
-async fn those_holding_back_wake_when_the_last_waiting_worker_is_served() {
-    let bucket = Arc::new(TokenBucket::with_clock(
-        limit(1.0, 1),
-        TokioClock::default(),
-    ));
-    // Uncongested: returns at once.
-    tokio::time::timeout(MS(100), bucket.uncongested())
-        .await
-        .expect("an uncongested bucket does not hold anyone");
-
-    bucket.set_waiting(true);
-    bucket.set_waiting(true);
-    let holder = tokio::spawn({
-        let bucket = bucket.clone();
-        async move { bucket.uncongested().await }
-    });
-    tokio::task::yield_now().await;
-    assert!(!holder.is_finished(), "two workers wait for a token");
-    bucket.set_waiting(false);
-    tokio::task::yield_now().await;
-    assert!(!holder.is_finished(), "one worker still waits for a token");
-    bucket.set_waiting(false);
-    tokio::time::timeout(Duration::from_secs(5), holder)
-        .await
-        .expect("the last waiting worker served wakes the holder")
-        .unwrap();
-}

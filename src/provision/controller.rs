@@ -373,11 +373,10 @@ async fn reconcile_claim(
     state: Arc<Provisioner>,
 ) -> Result<Action, ProvisionError> {
     observe_bound(&state, &pvc);
-    // Awaits off the provisioning path are boxed: a run parked on the intent store stays small.
-    if let Some(wait) = Box::pin(data_source::release_clone_source(&state, &pvc)).await? {
+    if let Some(wait) = data_source::release_clone_source(&state, &pvc).await? {
         return Ok(wait);
     }
-    let facts = Box::pin(facts::gather(&state, &pvc)).await?;
+    let facts = facts::gather(&state, &pvc).await?;
     let decision = facts.decide(&state, &pvc);
     drop(facts);
     let key = claim_key(&pvc);
@@ -412,7 +411,7 @@ async fn execute_decision(
         }
         ClaimDecision::Fail(err) => {
             if let PlanError::ClassNotFound(class) = &err
-                && !Box::pin(class_confirmed_missing(state, class)).await?
+                && !class_confirmed_missing(state, class).await?
             {
                 // The claim's watch event came before its class's (kubectl apply of one file
                 // holding both): the cache is behind, nothing is wrong. Look again once it has
@@ -426,19 +425,13 @@ async fn execute_decision(
             Err(fail(state, pvc, err.to_string()))
         }
         ClaimDecision::Provision(plan) => provision(state, pvc, plan).await,
-        ClaimDecision::Compete(capacity) => Box::pin(compete(state, pvc, capacity)).await,
+        ClaimDecision::Compete(capacity) => compete(state, pvc, capacity).await,
         ClaimDecision::ClearSelectedNode(ClearReason::NodeGone { node, volume_name }) => {
-            Box::pin(node_gone::clear_after_grace(
-                state,
-                pvc,
-                &node,
-                &volume_name,
-            ))
-            .await
+            node_gone::clear_after_grace(state, pvc, &node, &volume_name).await
         }
         ClaimDecision::ClearSelectedNode(reason) => {
             if matches!(reason, ClearReason::NoDriverInstance(_))
-                && !Box::pin(selected_node_confirmed_without_driver(state, pvc)).await?
+                && !selected_node_confirmed_without_driver(state, pvc).await?
             {
                 // A node that just joined: its CSINode has not reached the cache yet.
                 debug!(claim = %claim_name(pvc), "the selected node's CSINode lists the driver but is not in the cache yet; retrying shortly");
@@ -446,7 +439,7 @@ async fn execute_decision(
             }
             selected_node_cleared(state, pvc, &reason);
             state.memory().unpin(&key);
-            Box::pin(clear_selected_node(state, pvc)).await?;
+            clear_selected_node(state, pvc).await?;
             Ok(Action::await_change())
         }
     }

@@ -10,8 +10,8 @@
 //!   burst (group commit); the default, in upstream's RBAC;
 //! - node mode with `--node-deployment-intent-journal`: the same ledger in node-local files;
 //! - the claim record ([`claim_record`]): a finalizer and annotations on the claim, for RBAC
-//!   without Leases. A Lease write refused at run time moves the store to it: that switch is this
-//!   module's business, invisible to callers.
+//!   without Leases (the ledger cannot be listed at start-up). A Lease write refused later fails
+//!   that attempt with an event naming the missing permission, as any API error does.
 //!
 //! The resolver (`provision::controller::resolve`) is the only clean-up path for all of them: it
 //! walks [`IntentStore::pending`] and decides each entry with `resolution::resolve`.
@@ -39,9 +39,7 @@ pub(crate) use open::{open, recorded_on_node};
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum IntentError {
     /// The ledger write failed.
-    #[error(
-        "no volume is created until the provisioning intent is recorded, and that failed: {0}; retrying"
-    )]
+    #[error("no volume is created until the provisioning intent is recorded, and that failed: {0}")]
     Ledger(LedgerError),
     /// The claim write failed.
     #[error(
@@ -121,7 +119,7 @@ impl IntentStore {
     ) -> Result<Recorded, IntentError> {
         match self.ledger.record(entry.clone()).await {
             Ok(()) => Ok(Recorded::Durable),
-            // No ledger (RBAC), or refused for good meanwhile: on the claim.
+            // No ledger (RBAC at start-up): on the claim.
             Err(LedgerError::Disabled) => match self.claims.record(pvc, &entry).await {
                 Ok(Written::Recorded) => Ok(Recorded::Durable),
                 Ok(Written::ClaimDeleting) => Ok(Recorded::ClaimDeleting),
@@ -217,6 +215,11 @@ impl IntentStore {
     /// only when it may carry one.
     pub(crate) fn observe_cached(&self, claim: &Lean<PersistentVolumeClaim>) {
         self.claims.observe_cached(claim);
+    }
+
+    /// Asks for the ledger's pending removals to be written (the resolver's pass).
+    pub(crate) fn flush_removals(&self) {
+        self.ledger.flush_removals();
     }
 
     /// Writes the ledger until `stop` completes (nothing to run for claim records).

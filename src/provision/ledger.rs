@@ -183,7 +183,7 @@ pub(crate) struct Book {
     counts: Vec<usize>,
     /// Per shard: the encoded size of its entries ([`SHARD_BYTES`] at most).
     bytes: Vec<usize>,
-    /// A removal that must not wait for [`store::LAZY_FLUSH`] (see [`Book::forget_promptly`]).
+    /// A removal that must not wait for the resolver's flush (see [`Book::forget_promptly`]).
     prompt: bool,
 }
 
@@ -370,9 +370,14 @@ impl Book {
         self.entries.len()
     }
 
-    /// Whether a write is due now: an entry waits for a commit (an addition or change), or a
-    /// removal asked for a prompt write. Other removals wait for the next commit of their shard
-    /// or a lazy flush ([`store::LAZY_FLUSH`]).
+    /// Whether a removal asked for a prompt write. Other removals wait for the next commit of
+    /// their shard or the resolver's flush.
+    pub(crate) fn has_prompt(&self) -> bool {
+        self.prompt
+    }
+
+    /// Whether anything waits for a write: an unwritten entry or a prompt removal.
+    #[cfg(test)]
     pub(crate) fn has_uncommitted(&self) -> bool {
         self.prompt || self.entries.values().any(|s| !s.committed)
     }
@@ -431,10 +436,8 @@ impl Book {
     /// A shard's write failed: it is written again with the next commit.
     pub(crate) fn failed(&mut self, shard: usize) {
         self.grow(shard);
+        // Written again with the next commit or the resolver's flush, whichever comes first.
         self.dirty[shard] = true;
-        // Retried after the failure pause, not [`store::LAZY_FLUSH`]: the write may carry a
-        // prompt removal.
-        self.prompt = true;
     }
 
     /// A shard as the API server has it after a conflict: entries of it this process does not

@@ -14,8 +14,8 @@ use kube::{Api, ResourceExt};
 use tracing::{debug, info, info_span, warn};
 
 use super::plan::{
-    self, AttachmentState, ClaimState, DeletionSecrets, Locality, ReclaimAction, ReclaimContext,
-    SkipReason, StorageClassLookup,
+    self, AttachmentState, ClaimLookup, ClaimState, DeletionSecrets, Locality, ReclaimAction,
+    ReclaimContext, SkipReason, StorageClassLookup,
 };
 use crate::csi::v1;
 use crate::k8s::events::{EventSpec, reference_to};
@@ -23,7 +23,7 @@ use crate::k8s::lean::Lean;
 use crate::k8s::patch::{self, DeleteOutcome, PatchOutcome};
 use crate::names;
 use crate::node_mode::ownership::may_delete_here;
-use crate::retry::Backoff;
+use crate::retry::delay_after;
 use crate::runtime::queue::Key;
 use crate::runtime::skeleton::{self, LOCK_RETRY};
 use crate::runtime::{Action, Context, Shutdown};
@@ -62,22 +62,31 @@ pub(crate) enum ReclaimFailure {
 
 struct Reclaimer {
     ctx: Arc<Context>,
-    backoff: Mutex<Backoff<String>>,
-    /// PV UIDs whose DeleteVolume returned OK in this process: the PV update our own DELETE
-    /// causes must not send DeleteVolume again (upstream issue 1235).
-    deleted: Mutex<HashSet<String>>,
-    /// PV UIDs this process finished (PV deleted and our finalizer removed): the watch events
-    /// that follow (deletion timestamp, finalizer removal) are old news and cost no request.
-    /// Without this, a mass deletion re-read claims, re-sent DELETEs and re-patched gone PVs
-    /// for one PV in two.
-    finished: Mutex<HashSet<String>>,
     /// Node mode: our NodeGetInfo segments.
     segments: Option<HashMap<String, String>>,
-    /// PV UIDs waiting for a detach: the wait is logged at info once, then at debug per retry.
-    waiting_for_detach: Mutex<HashSet<String>>,
-    /// PV UIDs whose claim the cache showed gone while the phase still said Bound: given one
-    /// [`UNKNOWN_RETRY`] for the PV controller's `Released` before a live GET confirms.
-    awaiting_release: Mutex<HashSet<String>>,
+    /// What this process remembers per PV UID; nothing of it is needed after a restart (the PV
+    /// says what is left to do).
+    memory: Mutex<HashMap<String, PvMemory>>,
+}
+
+/// What the reclaimer remembers of one PV: only what saves requests or log lines, decided by
+/// nothing but `plan`.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+struct PvMemory {
+    /// Consecutive failed reconciles (the retry backoff).
+    failures: u32,
+    /// DeleteVolume returned OK in this process: the PV update our own DELETE causes must not
+    /// send DeleteVolume again (upstream issue 1235).
+    volume_deleted: bool,
+    /// PV deleted and our finalizer removed by this process: the watch events that follow are old
+    /// news and cost no request (a mass deletion otherwise re-read claims, re-sent DELETEs and
+    /// re-patched gone PVs for one PV in two).
+    finished: bool,
+    /// A wait for a detach was logged at info (then at debug per retry).
+    detach_logged: bool,
+    /// The claim was seen gone from the cache while the phase still said Bound (see
+    /// [`plan::claim_lookup`]).
+    absence_seen: bool,
 }
 
 /// Runs the reclaim controller until shutdown.
@@ -94,14 +103,9 @@ pub(crate) async fn run(
             .map(|n| n.accessible_topology.clone().into_iter().collect())
             .unwrap_or_default()
     });
-    let p = &ctx.config.provisioning;
     let state = Arc::new(Reclaimer {
-        backoff: Mutex::new(Backoff::new(p.retry_interval_start, p.retry_interval_max)),
-        deleted: Mutex::new(HashSet::new()),
-        finished: Mutex::new(HashSet::new()),
         segments,
-        waiting_for_detach: Mutex::new(HashSet::new()),
-        awaiting_release: Mutex::new(HashSet::new()),
+        memory: Mutex::new(HashMap::new()),
         ctx: ctx.clone(),
     });
     let mut triggers = vec![
@@ -143,7 +147,12 @@ fn error_policy(
     state: Arc<Reclaimer>,
 ) -> Action {
     state.ctx.metrics.operator.retried("deletion");
-    let mut delay = crate::sync::lock(&state.backoff).failed(&pv.name().to_owned());
+    let p = &state.ctx.config.provisioning;
+    let failures = state.remember(pv.uid(), |m| {
+        m.failures = m.failures.saturating_add(1);
+        m.failures
+    });
+    let mut delay = delay_after(p.retry_interval_start, p.retry_interval_max, failures - 1);
     if matches!(error, ReclaimFailure::Attached(_)) {
         // The check is an in-memory index lookup, and no event announces the detach: look again
         // soon rather than after the full backoff.
@@ -160,11 +169,9 @@ fn class_label(pv: &PersistentVolume) -> String {
         .unwrap_or_default()
 }
 
-/// Whether the PV's claim exists: the cache first, a live GET to confirm an absence (a lagging
-/// cache must never get a volume in use deleted). The PV controller marks the PV `Released`
-/// moments after its claim goes, and that update answers for free, so the first absence of a PV
-/// not being deleted waits for it ([`ClaimState::Unknown`]: retried after [`UNKNOWN_RETRY`]); only
-/// a phase still lagging then is confirmed by the GET.
+/// Whether the PV's claim exists, learned as [`plan::claim_lookup`] says: from the cache, by
+/// waiting once for the PV controller's `Released`, or by a live GET that confirms an absence (a
+/// lagging cache must never get a volume in use deleted).
 async fn claim_state(
     state: &Reclaimer,
     pv: &PersistentVolume,
@@ -178,14 +185,15 @@ async fn claim_state(
         .pvcs
         .get(&crate::k8s::lean::key(Some(namespace), name))
         .map(|c| c.full());
-    if plan::claim_state(pv, cached.as_ref()) == ClaimState::Exists {
-        return Ok(ClaimState::Exists);
-    }
-    let uid = pv.metadata.uid.clone().unwrap_or_default();
-    if pv.metadata.deletion_timestamp.is_none()
-        && crate::sync::lock(&state.awaiting_release).insert(uid)
-    {
-        return Ok(ClaimState::Unknown);
+    let uid = pv.metadata.uid.as_deref().unwrap_or_default();
+    let seen = state.recall(uid).absence_seen;
+    match plan::claim_lookup(pv, cached.as_ref(), seen) {
+        ClaimLookup::Known(known) => return Ok(known),
+        ClaimLookup::WaitForRelease => {
+            state.remember(uid, |m| m.absence_seen = true);
+            return Ok(ClaimState::Unknown);
+        }
+        ClaimLookup::ReadLive => {}
     }
     let api: Api<PersistentVolumeClaim> = Api::namespaced(state.ctx.client.clone(), namespace);
     match api.get_opt(name).await {
@@ -201,14 +209,14 @@ async fn reconcile(
     pv: Arc<Lean<PersistentVolume>>,
     state: Arc<Reclaimer>,
 ) -> Result<Action, ReclaimFailure> {
-    if !pv.uid().is_empty() && crate::sync::lock(&state.finished).contains(pv.uid()) {
+    if !pv.uid().is_empty() && state.recall(pv.uid()).finished {
         return Ok(Action::await_change());
     }
     let mut current = pv.full();
     for _ in 0..MAX_STEPS {
         match step(&state, &current).await? {
             Next::Done(action) => {
-                crate::sync::lock(&state.backoff).reset(&current.name_any());
+                state.remember(pv.uid(), |m| m.failures = 0);
                 return Ok(action);
             }
             Next::Continue(updated) => current = *updated,
@@ -264,7 +272,7 @@ async fn step(state: &Reclaimer, pv: &PersistentVolume) -> Result<Next, ReclaimF
             Err(error) => Locality::InvalidNodeAffinity(error),
         },
     };
-    let volume_deleted = crate::sync::lock(&state.deleted).contains(&uid);
+    let volume_deleted = state.recall(&uid).volume_deleted;
     let decision = plan::decide(
         view,
         &ReclaimContext {
@@ -354,7 +362,7 @@ async fn step(state: &Reclaimer, pv: &PersistentVolume) -> Result<Next, ReclaimF
             }
             info!(pv = %name, %volume_id, "volume deleted");
             ctx.capacity.volume_changed(pv);
-            crate::sync::lock(&state.deleted).insert(uid.clone());
+            state.remember(&uid, |m| m.volume_deleted = true);
             ctx.metrics
                 .delete
                 .succeeded(&class_label(pv), started.elapsed());
@@ -406,41 +414,56 @@ async fn finish(
     let name = pv.name_any();
     let uid = pv.metadata.uid.clone().unwrap_or_default();
     if issue_delete && patch::delete_with_uid(api, &name, &uid).await? == DeleteOutcome::Gone {
-        crate::sync::lock(&state.finished).insert(uid);
+        state.remember(&uid, |m| m.finished = true);
         return Ok(Next::Done(Action::await_change()));
     }
     patch::remove_finalizer_by_value(api, pv, names::FINALIZER_PV_DELETION_PROTECTION).await?;
-    crate::sync::lock(&state.finished).insert(uid);
+    state.remember(&uid, |m| m.finished = true);
     debug!(pv = %name, "PV deleted and deletion-protection finalizer removed");
-    // The UID stays in `deleted` on purpose: a reconcile started from a cache that has not seen
-    // the finalizer removal yet must not send DeleteVolume again. Entries of PVs that are gone are
-    // pruned once the set grows.
-    state.prune_deleted();
+    // The memory stays on purpose: a reconcile started from a cache that has not seen the
+    // finalizer removal yet must not send DeleteVolume again. Memories of PVs that are gone are
+    // pruned once they grow.
+    state.prune_if_large();
     Ok(Next::Done(Action::await_change()))
 }
 
 impl Reclaimer {
-    /// Marks PV `uid` as waiting for a detach (or not); true when that starts a new wait.
-    fn wait_for_detach(&self, uid: &str, waiting: bool) -> bool {
-        let mut set = crate::sync::lock(&self.waiting_for_detach);
-        if waiting {
-            set.insert(uid.to_owned())
-        } else {
-            set.remove(uid);
-            false
-        }
+    /// What this process remembers of PV `uid`.
+    fn recall(&self, uid: &str) -> PvMemory {
+        crate::sync::lock(&self.memory)
+            .get(uid)
+            .copied()
+            .unwrap_or_default()
     }
 
-    fn prune_deleted(&self) {
-        let len = crate::sync::lock(&self.deleted)
-            .len()
-            .max(crate::sync::lock(&self.finished).len());
-        if len >= PRUNE_AT {
+    /// Changes what this process remembers of PV `uid`; a PV with nothing to remember takes no
+    /// room (10,000 PVs at rest keep none).
+    fn remember<T>(&self, uid: &str, change: impl FnOnce(&mut PvMemory) -> T) -> T {
+        let mut memory = crate::sync::lock(&self.memory);
+        let mut one = memory.get(uid).copied().unwrap_or_default();
+        let answer = change(&mut one);
+        if one == PvMemory::default() {
+            memory.remove(uid);
+        } else {
+            memory.insert(uid.to_owned(), one);
+        }
+        answer
+    }
+
+    /// Marks PV `uid` as waiting for a detach (or not); true when that starts a new wait.
+    fn wait_for_detach(&self, uid: &str, waiting: bool) -> bool {
+        self.remember(uid, |m| {
+            !std::mem::replace(&mut m.detach_logged, waiting) && waiting
+        })
+    }
+
+    fn prune_if_large(&self) {
+        if crate::sync::lock(&self.memory).len() >= PRUNE_AT {
             self.forget_vanished_pvs();
         }
     }
 
-    /// Drops the per-PV state of PVs no longer in the cache: a PV removed by someone else (or
+    /// Drops the memory of PVs no longer in the cache: a PV removed by someone else (or
     /// force-deleted) while it failed is never reconciled again.
     fn forget_vanished_pvs(&self) {
         let live: HashSet<String> = self
@@ -449,24 +472,9 @@ impl Reclaimer {
             .pvs
             .state()
             .iter()
-            .filter(|pv| !pv.uid().is_empty())
             .map(|pv| pv.uid().to_owned())
             .collect();
-        crate::sync::lock(&self.deleted).retain(|uid| live.contains(uid));
-        crate::sync::lock(&self.finished).retain(|uid| live.contains(uid));
-        // The backoff is keyed by name (a PV re-created under its name starts over anyway).
-        let names: HashSet<String> = self
-            .ctx
-            .stores
-            .pvs
-            .state()
-            .iter()
-            .map(|pv| pv.name().to_owned())
-            .collect();
-        crate::sync::lock(&self.backoff).retain(|name| names.contains(name));
-        // PVs force-deleted (finalizer removed by hand) while they waited for a detach.
-        crate::sync::lock(&self.waiting_for_detach).retain(|uid| live.contains(uid));
-        crate::sync::lock(&self.awaiting_release).retain(|uid| live.contains(uid));
+        crate::sync::lock(&self.memory).retain(|uid, _| live.contains(uid));
     }
 }
 

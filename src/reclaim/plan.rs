@@ -312,6 +312,36 @@ pub(crate) fn claim_to_check(pv: &PersistentVolume) -> Option<(&str, &str, &str)
     ))
 }
 
+/// How the reclaimer learns whether a PV's claim exists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ClaimLookup {
+    /// The cache answers.
+    Known(ClaimState),
+    /// Absent from the cache while the PV is not being deleted, for the first time: the PV
+    /// controller marks the PV `Released` moments after its claim goes, and that update answers
+    /// for free, so the claim reads as [`ClaimState::Unknown`] until then.
+    WaitForRelease,
+    /// Absent again (or the PV is being deleted): a live read confirms, since a lagging cache
+    /// must never get a volume in use deleted.
+    ReadLive,
+}
+
+/// [`ClaimLookup`] for `pv` whose claim the cache has as `cached`; `absence_seen`: an earlier
+/// look found it absent already.
+pub(crate) fn claim_lookup(
+    pv: &PersistentVolume,
+    cached: Option<&PersistentVolumeClaim>,
+    absence_seen: bool,
+) -> ClaimLookup {
+    match claim_state(pv, cached) {
+        ClaimState::Exists => ClaimLookup::Known(ClaimState::Exists),
+        _ if pv.metadata.deletion_timestamp.is_none() && !absence_seen => {
+            ClaimLookup::WaitForRelease
+        }
+        _ => ClaimLookup::ReadLive,
+    }
+}
+
 /// [`ClaimState`] from a lookup of [`claim_to_check`]'s claim: `found` is the PVC with that
 /// namespace/name, if any. A PVC re-created under the same name (another UID) is not our claim.
 pub(crate) fn claim_state(

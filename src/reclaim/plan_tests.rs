@@ -469,6 +469,29 @@ fn a_claim_recreated_under_the_same_name_is_not_the_pvs_claim() {
 }
 
 #[test]
+fn a_first_absence_waits_for_released_and_a_second_is_read_live() {
+    let volume = bound().build();
+    let same = pvc("ns", "c").uid("uid-c").build();
+    assert_eq!(
+        claim_lookup(&volume, Some(&same), true),
+        ClaimLookup::Known(ClaimState::Exists),
+        "the cache answers for a claim it has"
+    );
+    assert_eq!(
+        claim_lookup(&volume, None, false),
+        ClaimLookup::WaitForRelease
+    );
+    assert_eq!(claim_lookup(&volume, None, true), ClaimLookup::ReadLive);
+    let mut deleting = bound().build();
+    deleting.metadata.deletion_timestamp = Some(crate::testing::deletion_time());
+    assert_eq!(
+        claim_lookup(&deleting, None, false),
+        ClaimLookup::ReadLive,
+        "a PV being deleted gets no Released to wait for"
+    );
+}
+
+#[test]
 fn no_claim_lookup_is_needed_once_the_phase_says_released() {
     assert_eq!(claim_to_check(&released().build()), None);
     let pre_bound_by_name = {

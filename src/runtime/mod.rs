@@ -1,6 +1,6 @@
 //! What the controllers run on: the shared [`Context`] (clients, driver, caches, settings), the
-//! [`Shutdown`] signal, [`VolumeLocks`], the controller [`skeleton`], work [`queue`] and worker
-//! [`slots`] both controllers run on, and the [`heap`] trimming. The composition root ([`crate::app`]) builds
+//! [`Shutdown`] signal, [`VolumeLocks`], the controller [`skeleton`] and work [`queue`] both
+//! controllers run on, and the [`heap`] trimming. The composition root ([`crate::app`]) builds
 //! them; the controllers only use them, so nothing depends on the composition root.
 
 use std::collections::HashSet;
@@ -23,7 +23,6 @@ use crate::metrics::node_gone::NodeGoneMetrics;
 pub(crate) mod heap;
 pub(crate) mod queue;
 pub(crate) mod skeleton;
-pub(crate) mod slots;
 
 pub(crate) use queue::Action;
 
@@ -33,9 +32,6 @@ pub(crate) struct Context {
     pub(crate) config: Arc<Config>,
     /// Rate-limited Kubernetes client.
     pub(crate) client: Client,
-    /// The rate budget `client` spends (`None` without a limit), for work that waits while
-    /// tokens are scarce.
-    pub(crate) bucket: Option<Arc<crate::k8s::client::TokenBucket>>,
     /// The driver's controller service, with `--timeout` on every call.
     pub(crate) csi: Arc<dyn CsiController>,
     /// What the handshake learned about the driver.

@@ -1,5 +1,4 @@
-//! The skeleton both controllers share: the [`WorkQueue`] worked by `--worker-threads` workers
-//! (a run parked on the intent ledger frees its worker, [`super::slots`]),
+//! The skeleton both controllers share: the [`WorkQueue`] worked by `--worker-threads` workers,
 //! the resync period, the retry delay of a busy volume name, pruning per-object memory at each
 //! resync, graceful shutdown, and logging a failed reconcile (its retry is the controller's own
 //! error policy).
@@ -13,7 +12,6 @@ use tokio::time::Instant;
 use tracing::{Instrument, debug};
 
 use super::queue::{Action, Key, WorkQueue};
-use super::slots::{RUNS_PER_SLOT, Slots};
 use super::{Context, Shutdown};
 use crate::k8s::cache::Cache;
 use crate::k8s::lean::Lean;
@@ -48,7 +46,6 @@ pub(crate) async fn drive<K, S, Fut>(
 {
     let pruner = crate::k8s::watch::spawn_every(RESYNC, prune);
     let workers = ctx.config.provisioning.worker_threads.max(1);
-    let slots = Slots::new(workers);
     let mut queue = WorkQueue::new(ctx.metrics.work_queues.queue(queue_name));
     let mut running = FuturesUnordered::new();
     let triggers = triggers.fuse();
@@ -58,22 +55,19 @@ pub(crate) async fn drive<K, S, Fut>(
     let mut stopping = false;
     async {
         loop {
-            // `workers` runs work at once; runs parked on the intent ledger hold no slot
-            // (`slots`), up to RUNS_PER_SLOT runs per worker in all.
-            while !stopping && running.len() < workers * RUNS_PER_SLOT {
-                let Some(slot) = slots.try_take() else { break };
+            while !stopping && running.len() < workers {
                 let Some(key) = queue.next() else { break };
                 // An object that left the cache meanwhile has nothing to reconcile.
                 let run = cache.get(&key).map(|obj| {
                     let result = TryFutureExt::into_future(reconcile(obj.clone(), state.clone()));
                     (obj, result)
                 });
-                running.push(slots.run(slot, async move {
+                running.push(async move {
                     match run {
                         Some((obj, result)) => (key, Some((obj, result.await))),
                         None => (key, None),
                     }
-                }));
+                });
             }
             if stopping && running.is_empty() {
                 break;
@@ -81,10 +75,7 @@ pub(crate) async fn drive<K, S, Fut>(
             let due = queue.next_due();
             tokio::select! {
                 biased;
-                () = &mut stop, if !stopping => {
-                    stopping = true;
-                    slots.stop();
-                }
+                () = &mut stop, if !stopping => stopping = true,
                 Some((key, outcome)) = running.next(), if !running.is_empty() => {
                     let action = match outcome {
                         None => Action::await_change(),
@@ -97,7 +88,6 @@ pub(crate) async fn drive<K, S, Fut>(
                     queue.done(key, action, Instant::now());
                 }
                 Some(key) = triggers.next(), if !stopping => queue.add(key),
-                () = slots.freed(), if !stopping => {}
                 Some(()) = resync.next(), if !stopping => {
                     for obj in cache.state() {
                         queue.add(Arc::from(obj.key()));

@@ -429,9 +429,12 @@ async fn five_hundred_claims_at_once_get_exactly_five_hundred_volumes() {
     );
 }
 
+/// The store is chosen once at start-up: a Lease write refused later fails that attempt like any
+/// API error, with an event naming the permission, and nothing reaches the driver until the
+/// intent is recorded (before: the store switched to claim records at run time).
 #[tokio::test]
-async fn refused_lease_writes_turn_the_ledger_off_and_intents_go_on_the_claims() {
-    let (cluster, driver, sidecar) = start_single_node(&[], &[]).await;
+async fn a_refused_lease_write_fails_the_attempt_with_the_permission_to_grant() {
+    let (cluster, driver, _sidecar) = start_single_node(&[], &[]).await;
     // The sidecar may list Leases (it loaded an empty ledger) but not create them.
     let faults = cluster.sim().faults();
     let refused = faults.add(
@@ -440,35 +443,32 @@ async fn refused_lease_writes_turn_the_ledger_off_and_intents_go_on_the_claims()
             .resource("leases"),
     );
     let before = cluster.sim().counters();
-    let pvc = cluster.claim_with_fast_class(NS, "data").await;
-    cluster.wait_bound(NS, "data").await;
-    cluster.claim_of_class(NS, "second", "fast", "1Gi").await;
-    cluster.wait_bound(NS, "second").await;
-    cluster.wait_intent(NS, "data", false).await;
-    cluster.wait_intent(NS, "second", false).await;
-
-    // One refusal taught the sidecar; both claims carried the intent on themselves instead.
-    assert_eq!(faults.hits(refused), 1);
-    assert_eq!(
-        sidecar.log_lines_with(&["the intent ledger is off from now on"]),
-        1
+    cluster.claim_with_fast_class(NS, "data").await;
+    let message = cluster
+        .wait_claim_event(NS, "data", "ProvisioningFailed", "intent ledger Lease")
+        .await;
+    assert!(
+        message.contains("grant create and update on leases (coordination.k8s.io)"),
+        "{message}"
     );
+    assert!(faults.hits(refused) >= 1);
+    assert_eq!(
+        driver.state().await.calls("CreateVolume"),
+        0,
+        "nothing is sent before the intent is durable"
+    );
+
+    // Granted again: the retried attempt records and provisions, with no claim write.
+    faults.remove(refused);
+    cluster.wait_bound(NS, "data").await;
     let spent = cluster.sim().counters().since(&before);
     assert_eq!(
-        spent.count(Some("patch"), Some("persistentvolumeclaims"), Some(200)),
-        4,
-        "intent on and off for each claim: {:#}",
+        spent.count(Some("patch"), Some("persistentvolumeclaims"), None),
+        0,
+        "{:#}",
         spent.to_json()
     );
-    assert!(cluster.ledger_entries().await.is_empty());
-    let state = driver.wait_volumes(2).await;
-    assert_eq!(state.calls("CreateVolume"), 2);
-    assert!(
-        state
-            .volumes
-            .iter()
-            .any(|v| v.name == format!("pvc-{}", uid(&pvc)))
-    );
+    assert_eq!(driver.wait_volumes(1).await.calls("CreateVolume"), 1);
 }
 
 #[tokio::test]

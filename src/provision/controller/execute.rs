@@ -130,25 +130,18 @@ pub(super) async fn provision(
     // that would need the secret to be removed) when nothing was sent to the driver.
     let mut request = plan.request.clone();
     if let Some(secret) = &plan.provisioner_secret {
-        match Box::pin(secret_data(state, secret)).await {
+        match secret_data(state, secret).await {
             Ok(data) => request.secrets = data,
             Err(e) => return Err(fail(state, pvc, e.to_string())),
         }
     }
 
     // Upstream's source protection, before anything is recorded or sent.
-    if let Err(message) = Box::pin(super::data_source::protect(state, pvc)).await {
+    if let Err(message) = super::data_source::protect(state, pvc).await {
         return Err(fail(state, pvc, message));
     }
 
-    // Waiting for the record frees the worker: a ledger commit then carries every claim queued
-    // meanwhile (one Lease write per burst under a tight rate limit).
-    // Boxed: a parked run holds only a pointer to it.
-    let recorded = Box::pin(state.intents.record(pvc, intent_of(pvc, &plan)));
-    match crate::runtime::slots::parked(recorded).await {
-        // Shutting down while parked: nothing is sent; the entry stays (an earlier attempt may
-        // have sent CreateVolume) for the next process to resolve.
-        Ok(_) if crate::runtime::slots::stopping() => return Ok(Action::await_change()),
+    match state.intents.record(pvc, intent_of(pvc, &plan)).await {
         Ok(Recorded::Durable) => {}
         // Deleted meanwhile: nothing was started, so nothing can leak.
         Ok(Recorded::ClaimDeleting) => return Ok(Action::await_change()),
@@ -156,10 +149,7 @@ pub(super) async fn provision(
         // is told why nothing happens, and the claim is retried with its backoff.
         Err(e) => return Err(fail(state, pvc, e.to_string())),
     }
-
-    // The rest in a future of its own: a run parked above (worker `slots`) holds only the plan,
-    // the request and the claim, not the state of every step that follows.
-    Box::pin(create_volume_and_pv(state, pvc, plan, request)).await
+    create_volume_and_pv(state, pvc, plan, request).await
 }
 
 /// The intent recorded before `plan`'s CreateVolume.

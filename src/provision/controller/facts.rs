@@ -38,10 +38,10 @@ pub(super) async fn gather(
     let ctx = &state.ctx;
     let stores = &ctx.stores;
     let settings = &state.settings;
-    // Awaits are boxed: a run parked on the intent store stays small.
     let vac = match plan::vac_to_look_up(pvc, settings) {
         Some(name) => Some(
-            Box::pin(Api::<VolumeAttributesClass>::all(ctx.client.clone()).get_opt(name))
+            Api::<VolumeAttributesClass>::all(ctx.client.clone())
+                .get_opt(name)
                 .await
                 .map_err(|e| describe(&e)),
         ),
@@ -53,13 +53,7 @@ pub(super) async fn gather(
     let pv_exists =
         plan::claim_volume_name(pvc, settings).is_ok_and(|name| stores.pvs.get(&name).is_some());
     // Read with the same `pv_exists` the decision sees, so both agree on whether it is needed.
-    let source = Box::pin(super::data_source::read(
-        state,
-        pvc,
-        class.as_deref(),
-        pv_exists,
-    ))
-    .await;
+    let source = super::data_source::read(state, pvc, class.as_deref(), pv_exists).await;
     let selected_node_driver = match &stores.csinodes {
         Some(csinodes) => plan::selected_node_to_check(pvc, pinned.is_some(), || {
             ownership::checks_selected_node(
@@ -99,14 +93,13 @@ pub(super) async fn gather(
             // Before a node without our driver is cleared: did it get a CreateVolume for this
             // claim? (Rare: one LIST of that node's ledger.)
             let recorded_on_selected = match &ownership {
-                Ownership::ClearSelectedNode(clear) => Box::pin(
-                    crate::provision::intents::recorded_on_node(ctx, pvc, &clear.node),
-                )
-                .await
-                .map_err(kube_err(format!(
-                    "reading the intent ledger of node {}",
-                    clear.node
-                )))?,
+                Ownership::ClearSelectedNode(clear) => {
+                    { crate::provision::intents::recorded_on_node(ctx, pvc, &clear.node).await }
+                        .map_err(kube_err(format!(
+                            "reading the intent ledger of node {}",
+                            clear.node
+                        )))?
+                }
                 _ => None,
             };
             Some(NodeFacts {

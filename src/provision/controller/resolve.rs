@@ -71,6 +71,8 @@ pub(super) async fn run_resolver(state: Arc<Provisioner>, shutdown: Shutdown) {
                 }
             }
         }
+        // Removals no intent write carried meanwhile are written now, one pass late at most.
+        state.intents.flush_removals();
         tokio::select! {
             () = &mut stop => return,
             () = tokio::time::sleep(RESOLVE_EVERY) => {}
@@ -370,7 +372,7 @@ async fn cleanup_entry(
     let replay = match (entry.approximate, claim) {
         // A record from before requests were recorded: the request as the class makes it now
         // finds the volume more often than the minimal one (still not proof when refused).
-        (true, Some(claim)) => match Box::pin(facts::gather(state, claim)).await {
+        (true, Some(claim)) => match facts::gather(state, claim).await {
             Ok(facts) => facts.request_now(state, claim, &entry.volume),
             Err(e) => {
                 debug!(claim = %entry.claim_name(), error = %e, "rebuilding the request to replay");

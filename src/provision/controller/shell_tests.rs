@@ -71,10 +71,6 @@ fn fake_csi(created_id: &str) -> Arc<FakeCsi> {
 
 const DRIVER: &str = crate::testing::DRIVER;
 
-fn shell(sim: &Sim, csi: Arc<FakeCsi>) -> Provisioner {
-    shell_with(sim, csi, Vec::new())
-}
-
 /// The shell with `claims` in its claim cache, and their class `standard` (reclaim Delete).
 fn shell_with(sim: &Sim, csi: Arc<FakeCsi>, claims: Vec<PersistentVolumeClaim>) -> Provisioner {
     shell_with_classes(
@@ -131,7 +127,6 @@ fn shell_with_classes(
             attachments: None,
         },
         volume_locks: VolumeLocks::default(),
-        bucket: None,
         leadership: crate::leader::Leadership::always(),
         capacity: Default::default(),
     });
@@ -293,18 +288,4 @@ async fn a_volume_whose_pv_exists_is_kept_and_only_the_intent_dropped() {
         "no call reaches the driver"
     );
     assert!(claim_gone(&sim).await);
-}
-
-/// Up to ten runs per worker wait parked on the ledger's commit (`runtime::slots`): each holds
-/// the whole reconcile future, so the steps around the wait are boxed and the plan stays on the
-/// heap (1.7 KiB now; 17 KiB before).
-#[tokio::test]
-async fn a_claim_reconcile_future_is_small_enough_to_park_by_the_thousand() {
-    let sim = Sim::start(SimConfig::bare()).await.unwrap();
-    let csi = fake_csi("id");
-    let state = Arc::new(shell(&sim, csi));
-    let pvc = Arc::new(crate::testing::pvc("default", "data").build());
-    let run = super::reconcile_claim(pvc, state);
-    let size = std::mem::size_of_val(&run);
-    assert!(size <= 4 * 1024, "{size} bytes");
 }

@@ -62,7 +62,6 @@ async fn open_ledger(ctx: &Context) -> Ledger {
         &namespace,
         &base,
         node,
-        ctx.bucket.clone(),
         ctx.metrics.backlog.ledger_intents.clone(),
     )
     .await

@@ -1,11 +1,8 @@
 //! The ledger's shell: loads the ledger Leases, and one committer task writes what changed, one
-//! write per shard for every intent recorded by then (group commit; a worker waiting for it frees
-//! its slot, `runtime::slots`). While requests already wait for rate-limit tokens the commit
-//! waits too (up to [`CONGESTED_HOLD`]): released now, its workers would only queue behind them,
-//! and a later commit carries more intents for the same one write. Removals wait for a commit of
-//! their shard, or are flushed after [`LAZY_FLUSH`] with spare rate budget (after
-//! [`LAZY_FLUSH_CEILING`] whatever the load): a stale entry is harmless (its PV exists, so it is
-//! dropped when resolved), a missing one is not.
+//! write per shard for every intent recorded by then (group commit: what is recorded while a
+//! write is in flight rides the next write). Removals ride along with the next write of their
+//! shard, or are flushed at the resolver's next pass ([`Ledger::flush_removals`]): a stale entry
+//! is harmless (its PV exists, so it is dropped when resolved), a missing one is not.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
@@ -22,41 +19,15 @@ mod on_disk;
 
 use super::lease::{lease_entries, set_lease, with_entries};
 use super::{Book, Entry, Recorded, decode, shard_index};
-use crate::k8s::client::TokenBucket;
 use crate::k8s::errors::{ApiErrorClass, classify, describe};
 use crate::leader::Leadership;
 use crate::sync::lock;
 
-/// How long removals wait for a commit that writes their shard anyway; then they are flushed
-/// with the first token the workers leave spare.
-pub(crate) const LAZY_FLUSH: Duration = Duration::from_secs(5);
-/// Removals are flushed after this long even when the workers never leave a token spare: a
-/// stale entry whose PV was reclaimed meanwhile would cost a replayed CreateVolume and a
-/// DeleteVolume after a crash, so staleness stays bounded.
-const LAZY_FLUSH_CEILING: Duration = Duration::from_secs(300);
-/// A node's ledger written less than this long ago is busy: claims reach the node one by one
-/// (as the scheduler places their pods), too far apart for a write in flight to group them.
-const BUSY_GAP: Duration = Duration::from_secs(1);
-/// The commit window of a busy node ledger: one write per quarter second at most, whatever the
-/// rate at which claims reach the node, for at most a quarter second more per volume.
-const BUSY_WINDOW: Duration = Duration::from_millis(250);
-
-/// How long the commit waits for more intents after the first: nothing, unless a node's ledger
-/// was written within [`BUSY_GAP`] ([`BUSY_WINDOW`]). An idle sidecar writes an intent at once;
-/// a burst is grouped by the writes themselves (intents recorded while one is in flight ride the
-/// next) and by the wait while requests queue for rate-limit tokens.
-fn commit_window(per_node: bool, since_last_write: Option<Duration>) -> Duration {
-    match since_last_write {
-        Some(gap) if per_node && gap < BUSY_GAP => BUSY_WINDOW,
-        _ => Duration::ZERO,
-    }
-}
-/// Pause after a failed write before the next attempt (a conflict is merged and written again
-/// with the next commit, without this pause).
-const FAILED_WRITE_PAUSE: Duration = Duration::from_secs(1);
-/// The longest a commit waits for the rate limiter's queue to drain: under load from other work
-/// (a deletion storm) new intents are still written this often.
-const CONGESTED_HOLD: Duration = Duration::from_secs(5);
+/// Node mode: how long an intent commit of a node ledger written moments ago (within four of
+/// these) waits for company. Claims reach a node one by one as the scheduler places their pods,
+/// too far apart for a write in flight to group them; this bounds a busy node to about four
+/// writes a second, for at most this much more per volume.
+const NODE_COMMIT_WINDOW: Duration = Duration::from_millis(250);
 
 /// What a commit is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -70,17 +41,19 @@ enum Due {
 /// Why an intent was not recorded.
 #[derive(Debug, Clone, thiserror::Error)]
 pub(crate) enum LedgerError {
-    /// The ledger is off (node mode, or the sidecar may not write Leases): record the intent on
-    /// the claim instead.
+    /// The ledger is off (the sidecar could not list Leases at start-up): record the intent on the
+    /// claim instead.
     #[error("the intent ledger is not in use")]
     Disabled,
     /// The write failed; nothing may be sent to the driver yet.
-    #[error("writing the intent ledger Lease {lease} failed: {message}")]
+    #[error("writing the intent ledger Lease {lease} failed: {message}{hint}")]
     Write {
         /// `namespace/name` of the Lease.
         lease: String,
         /// The API server's answer.
         message: String,
+        /// What to do about it, when the answer says (a missing permission).
+        hint: String,
     },
     /// Node mode with `--node-deployment-intent-journal`: the file write failed.
     #[error("{0}")]
@@ -94,14 +67,16 @@ pub(crate) struct Ledger(Arc<Inner>);
 struct Inner {
     state: Mutex<State>,
     wake: Notify,
-    enabled: AtomicBool,
+    /// Chosen once at start-up: whether the Leases could be listed.
+    enabled: bool,
+    /// The resolver asked for a flush of pending removals ([`Ledger::flush_removals`]).
+    flush: AtomicBool,
+    /// An intent was recorded since the resolver's last pass: removals ride its commit instead.
+    recording: AtomicBool,
     target: Option<Target>,
     /// Node mode, opt-in: the directory whose files hold the ledger instead of Leases
     /// ([`super::journal`]), and its lock, held as long as this ledger lives.
     journal: Option<(PathBuf, std::fs::File)>,
-    /// The rate budget the writes spend: commits wait while it is congested, lazy flushes take
-    /// only what the workers leave.
-    bucket: Option<Arc<TokenBucket>>,
     /// Published entry count (`csi_provisioner_claims_with_intent` adds it).
     count: Arc<AtomicI64>,
 }
@@ -132,10 +107,11 @@ impl Ledger {
         Self(Arc::new(Inner {
             state: Mutex::new(State::default()),
             wake: Notify::new(),
-            enabled: AtomicBool::new(false),
+            enabled: false,
+            flush: AtomicBool::new(false),
+            recording: AtomicBool::new(false),
             target: None,
             journal: None,
-            bucket: None,
             count: Arc::new(AtomicI64::new(0)),
         }))
     }
@@ -148,7 +124,6 @@ impl Ledger {
         namespace: &str,
         base: &str,
         node: Option<&str>,
-        bucket: Option<Arc<TokenBucket>>,
         count: Arc<AtomicI64>,
     ) -> Self {
         let api: Api<Lease> = Api::namespaced(client, namespace);
@@ -193,7 +168,9 @@ impl Ledger {
         Self(Arc::new(Inner {
             state: Mutex::new(state),
             wake: Notify::new(),
-            enabled: AtomicBool::new(enabled),
+            enabled,
+            flush: AtomicBool::new(false),
+            recording: AtomicBool::new(false),
             target: Some(Target {
                 api,
                 namespace: namespace.to_owned(),
@@ -201,14 +178,13 @@ impl Ledger {
                 node: node.map(str::to_owned),
             }),
             journal: None,
-            bucket,
             count,
         }))
     }
 
     /// Whether intents go to the ledger.
     pub(crate) fn is_enabled(&self) -> bool {
-        self.0.enabled.load(Ordering::Relaxed)
+        self.0.enabled
     }
 
     /// Records `entry` and waits until a commit has written it. Only then may CreateVolume be
@@ -217,12 +193,9 @@ impl Ledger {
         if !self.is_enabled() {
             return Err(LedgerError::Disabled);
         }
+        self.0.recording.store(true, Ordering::Relaxed);
         let rx = {
             let mut state = lock(&self.0.state);
-            // Turned off meanwhile: the committer answered every waiter it will ever answer.
-            if !self.is_enabled() {
-                return Err(LedgerError::Disabled);
-            }
             state.recorded_here.insert(entry.volume.clone());
             if state.book.record(entry) == Recorded::AlreadyCommitted {
                 return Ok(());
@@ -233,7 +206,32 @@ impl Ledger {
             rx
         };
         self.0.wake.notify_one();
-        rx.await.unwrap_or(Err(LedgerError::Disabled))
+        // The committer dropped the waiter: it stopped (shutdown), nothing was written.
+        rx.await.unwrap_or_else(|_| {
+            Err(LedgerError::Write {
+                lease: self.name(),
+                message: "the sidecar is shutting down".to_owned(),
+                hint: String::new(),
+            })
+        })
+    }
+
+    /// `namespace/name` of the ledger, for messages.
+    fn name(&self) -> String {
+        match &self.0.target {
+            Some(t) => format!("{}/{}", t.namespace, t.base),
+            None => "(journal)".to_owned(),
+        }
+    }
+
+    /// Asks for pending removals to be written now (the resolver's pass, every few seconds),
+    /// unless intents were recorded since the last pass: while work goes on, removals ride the
+    /// intent commits (each writes its shards whole), and a quiet pass writes what is left.
+    pub(crate) fn flush_removals(&self) {
+        if self.is_enabled() && !self.0.recording.swap(false, Ordering::Relaxed) {
+            self.0.flush.store(true, Ordering::Relaxed);
+            self.0.wake.notify_one();
+        }
     }
 
     /// Drops `volume`'s entry: its PV exists, or the volume was deleted. Written lazily.
@@ -307,96 +305,51 @@ impl Ledger {
         tokio::pin!(stop);
         let per_node = self.0.target.as_ref().is_some_and(|t| t.node.is_some());
         let mut last_write: Option<tokio::time::Instant> = None;
-        // Since when removals wait to be written (kept across commits for new intents, which
-        // leave shards changed only by removals alone).
-        let mut dirty_since: Option<tokio::time::Instant> = None;
         loop {
             let due = tokio::select! {
                 () = &mut stop => break,
-                due = self.wait_for_work(&mut dirty_since) => due,
+                due = self.wait_for_work() => due,
             };
             // A journal write costs no API request: nothing to wait for.
-            if due == Due::Intents && self.0.journal.is_none() {
-                let window = commit_window(per_node, last_write.map(|at| at.elapsed()));
+            if due == Due::Intents
+                && per_node
+                && self.0.journal.is_none()
+                && last_write.is_some_and(|at| at.elapsed() < 4 * NODE_COMMIT_WINDOW)
+            {
                 tokio::select! {
                     () = &mut stop => break,
-                    () = async {
-                        if !window.is_zero() {
-                            tokio::time::sleep(window).await;
-                        }
-                        self.hold_while_congested().await;
-                    } => {}
+                    () = tokio::time::sleep(NODE_COMMIT_WINDOW) => {}
                 }
             }
             // Only a leader writes: a deposed one must not overwrite its successor's ledger.
             leadership.acting().await;
             last_write = Some(tokio::time::Instant::now());
-            if !self.commit_once(due == Due::Removals).await {
-                if !self.is_enabled() {
-                    // Refused for good (RBAC): intents go on the claims from now on, including
-                    // those of workers that recorded while the refused write was in flight.
-                    let waiters = std::mem::take(&mut lock(&self.0.state).waiters);
-                    for waiter in waiters {
-                        let _ = waiter.send(Err(LedgerError::Disabled));
-                    }
-                    return;
-                }
-                tokio::select! {
-                    () = &mut stop => break,
-                    () = tokio::time::sleep(FAILED_WRITE_PAUSE) => {}
-                }
-            }
+            // A failed write is retried when a worker records again (its claim's backoff) or at
+            // the resolver's next flush: no pause of its own.
+            self.commit_once(due == Due::Removals).await;
         }
         if lock(&self.0.state).book.is_dirty() && leadership.is_acting() {
             self.commit_once(true).await;
         }
     }
 
-    /// Returns when a commit is due: an entry waits to be written ([`Due::Intents`]), or only
-    /// removals are pending (since `dirty_since`), [`LAZY_FLUSH`] passed without anything else to
-    /// write and the workers leave a token spare, or [`LAZY_FLUSH_CEILING`] passed
+    /// Returns when a commit is due: a worker waits for its intent or a prompt removal is
+    /// pending ([`Due::Intents`]), or the resolver asked for a flush of removals
     /// ([`Due::Removals`]).
-    async fn wait_for_work(&self, dirty_since: &mut Option<tokio::time::Instant>) -> Due {
+    async fn wait_for_work(&self) -> Due {
         loop {
-            let (urgent, dirty) = {
+            let notified = self.0.wake.notified();
+            {
                 let state = lock(&self.0.state);
-                (
-                    !state.waiters.is_empty() || state.book.has_uncommitted(),
-                    state.book.is_dirty(),
-                )
-            };
-            if urgent {
-                return Due::Intents;
+                if !state.waiters.is_empty() || state.book.has_prompt() {
+                    return Due::Intents;
+                }
+                if self.0.flush.swap(false, Ordering::Relaxed) && state.book.is_dirty() {
+                    return Due::Removals;
+                }
             }
-            if !dirty {
-                *dirty_since = None;
-                self.0.wake.notified().await;
-                continue;
-            }
-            let waited = dirty_since
-                .get_or_insert_with(tokio::time::Instant::now)
-                .elapsed();
-            let wait = match LAZY_FLUSH.checked_sub(waited) {
-                Some(left) if !left.is_zero() => left,
-                _ if waited >= LAZY_FLUSH_CEILING => return Due::Removals,
-                _ => match self.0.bucket.as_deref().map_or(Ok(()), TokenBucket::spare) {
-                    Ok(()) => return Due::Removals,
-                    Err(again) => again.min(LAZY_FLUSH_CEILING - waited),
-                },
-            };
-            tokio::select! {
-                () = self.0.wake.notified() => {}
-                () = tokio::time::sleep(wait) => {}
-            }
+            notified.await;
         }
-    }
-
-    /// Waits while requests queue for rate-limit tokens, at most [`CONGESTED_HOLD`]: the
-    /// workers a commit releases would only queue behind them, and intents recorded meanwhile
-    /// ride along with the same write.
-    async fn hold_while_congested(&self) {
-        let Some(bucket) = &self.0.bucket else { return };
-        let _ = tokio::time::timeout(CONGESTED_HOLD, bucket.uncongested()).await;
     }
 
     /// One commit: writes the shards holding new intents, with `removals` every dirty shard
@@ -459,16 +412,19 @@ impl Ledger {
                             conflict = true;
                             self.merge_remote(target, write.shard, &name).await;
                         }
-                        ApiErrorClass::Forbidden => {
-                            warn!(lease = %format!("{}/{name}", target.namespace), "the intent ledger is off from now on, provisioning intents go on each claim: {}; grant create and update on leases (coordination.k8s.io) to the sidecar's ServiceAccount", describe(&e));
-                            self.0.enabled.store(false, Ordering::Relaxed);
-                            failure = Some(LedgerError::Disabled);
-                        }
                         _ => {
                             debug!(lease = %name, "intent ledger write failed: {}", describe(&e));
+                            let hint = match class {
+                                ApiErrorClass::Forbidden => format!(
+                                    "; grant create and update on leases (coordination.k8s.io) in namespace {} to the sidecar's ServiceAccount, as upstream's Role does",
+                                    target.namespace
+                                ),
+                                _ => "; retrying".to_owned(),
+                            };
                             failure = Some(LedgerError::Write {
                                 lease: format!("{}/{name}", target.namespace),
                                 message: describe(&e),
+                                hint,
                             });
                         }
                     }
@@ -523,27 +479,5 @@ impl Ledger {
                 debug!(lease = %name, "reading the intent ledger after a conflict failed: {}", describe(&e))
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn only_a_node_ledger_written_a_moment_ago_waits_longer_for_company() {
-        let recent = Some(Duration::from_millis(300));
-        assert_eq!(commit_window(true, recent), BUSY_WINDOW);
-        assert_eq!(commit_window(true, None), Duration::ZERO, "first write");
-        assert_eq!(
-            commit_window(true, Some(BUSY_GAP)),
-            Duration::ZERO,
-            "an idle node answers at once"
-        );
-        assert_eq!(
-            commit_window(false, recent),
-            Duration::ZERO,
-            "the driver-wide ledger groups its workers without waiting"
-        );
     }
 }

@@ -41,10 +41,11 @@ impl Ledger {
                 ..State::default()
             }),
             wake: Notify::new(),
-            enabled: AtomicBool::new(true),
+            enabled: true,
+            flush: AtomicBool::new(false),
+            recording: AtomicBool::new(false),
             target: None,
             journal: Some((dir.to_owned(), held)),
-            bucket: None,
             count,
         })))
     }
