@@ -216,19 +216,16 @@ pub(crate) fn selected_node_check(
     })
 }
 
-/// Whether this instance looks at (and may clear) the selected node of the claim `claim_uid`:
-/// always in controller mode (`me` is `None`); in node mode only the first instance in rendezvous
+/// Node mode: whether this instance looks at (and may clear) the selected node of the claim
+/// `claim_uid` (in controller mode the one instance always does): only the first instance in rendezvous
 /// order of the claim UID among the live instances (nodes whose CSINode lists `driver`), so one
 /// instance clears the claim and records one event instead of every node of the cluster.
 pub(crate) fn checks_selected_node(
-    me: Option<&str>,
+    me: &str,
     claim_uid: &str,
     csinodes: &[std::sync::Arc<CSINode>],
     driver: &str,
 ) -> bool {
-    let Some(me) = me else {
-        return true;
-    };
     let live = live_instances(csinodes.iter().map(AsRef::as_ref), driver);
     crate::rendezvous::rank_of(claim_uid, me, live.iter().map(String::as_str)) == Some(0)
 }

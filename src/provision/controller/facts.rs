@@ -55,13 +55,16 @@ pub(super) async fn gather(
     // Read with the same `pv_exists` the decision sees, so both agree on whether it is needed.
     let source = super::data_source::read(state, pvc, class.as_deref(), pv_exists).await;
     let selected_node_driver = match &stores.csinodes {
+        // Controller mode always checks; in node mode one instance of the live ones does.
         Some(csinodes) => plan::selected_node_to_check(pvc, pinned.is_some(), || {
-            ownership::checks_selected_node(
-                settings.node.as_ref().map(|n| n.me.name.as_str()),
-                &claim_key(pvc),
-                &csinodes.state(),
-                &settings.driver,
-            )
+            settings.node.as_ref().is_none_or(|mode| {
+                ownership::checks_selected_node(
+                    &mode.me.name,
+                    &claim_key(pvc),
+                    &csinodes.state(),
+                    &settings.driver,
+                )
+            })
         })
         .map_or(CsiNodeLookup::Unknown, |node| {
             CsiNodeLookup::of(
@@ -94,7 +97,8 @@ pub(super) async fn gather(
             // claim? (Rare: one LIST of that node's ledger.)
             let recorded_on_selected = match &ownership {
                 Ownership::ClearSelectedNode(clear) => {
-                    { crate::provision::intents::recorded_on_node(ctx, pvc, &clear.node).await }
+                    crate::provision::intents::recorded_on_node(ctx, pvc, &clear.node)
+                        .await
                         .map_err(kube_err(format!(
                             "reading the intent ledger of node {}",
                             clear.node

@@ -265,9 +265,10 @@ async fn await_node_gone(
     };
     // The claim memory's key of the claim (its UID).
     let key = entry.uid.clone();
-    let me = own_node(state);
-    let checker =
-        ownership::checks_selected_node(me, &key, &csinodes.state(), &state.settings.driver);
+    // Controller mode always checks; in node mode one instance of the live ones does.
+    let checker = own_node(state).is_none_or(|me| {
+        ownership::checks_selected_node(me, &key, &csinodes.state(), &state.settings.driver)
+    });
     let lookup = CsiNodeLookup::of(
         csinodes.get(&ObjectRef::new(node)).as_deref(),
         &state.settings.driver,
