@@ -150,9 +150,8 @@ pub struct Args {
     #[arg(long, default_value = "1m0s", value_name = "DURATION", value_parser = parse_go_duration, help_heading = "Node deployment")]
     pub node_deployment_max_delay: Duration,
 
-    /// (ours) In node mode, keep the intent ledger in files of this directory instead of Leases:
-    /// no API request per volume for the no-leak record. Must be a hostPath (the CSI socket's
-    /// directory works), so it outlives the pod. Empty: Leases.
+    /// (ours, retired) Intents now always go to the node's Lease ledger: a journal an earlier
+    /// version kept in this directory is taken into it at start-up. Remove the flag once logged.
     #[arg(
         long,
         default_value = "",

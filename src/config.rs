@@ -90,8 +90,8 @@ pub struct NodeDeployment {
     pub base_delay: Duration,
     /// `--node-deployment-max-delay`, >= `base_delay`.
     pub max_delay: Duration,
-    /// `--node-deployment-intent-journal` (ours): the directory holding this node's intent
-    /// ledger instead of Leases.
+    /// `--node-deployment-intent-journal` (ours, retired): a directory where an earlier version
+    /// kept this node's intents, taken into the node's Lease ledger at start-up.
     pub intent_journal: Option<PathBuf>,
 }
 

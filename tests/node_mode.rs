@@ -1177,52 +1177,13 @@ async fn a_node_back_after_its_claim_moved_deletes_its_own_copy_of_the_volume() 
     assert!(pv_exists(&cluster, &name_of(&pv)).await.is_some());
 }
 
-/// `--node-deployment-intent-journal`: node-a keeps its intents in files, not in a Lease. A claim
-/// provisioned there costs no Lease write; a volume in flight when the sidecar dies and whose
-/// claim is deleted meanwhile is deleted when the sidecar is back (its journal survived).
+/// `--node-deployment-intent-journal` is retired (issue 40): what an earlier version left in the
+/// journal, here a volume in flight whose claim was deleted while the sidecar was down, is taken
+/// into the node's Lease ledger at start-up and resolved like any entry (the volume is deleted),
+/// and the file is renamed once its entries are written to the Lease. (Before, two tests here
+/// covered the journal itself and a move from the Lease ledger into it.)
 #[tokio::test]
-async fn with_an_intent_journal_no_lease_is_written_and_a_crash_still_leaks_nothing() {
-    let cluster = Cluster::start().await;
-    let journal = cluster.dir.path().join("journal-node-a");
-    let flag = format!("--node-deployment-intent-journal={}", journal.display());
-    let mut a = join(&cluster, "node-a", &[&flag]).await;
-    cluster.add_class(&delayed_class("local")).await;
-
-    let before = cluster.sim().counters();
-    claim_on(&cluster, "first", "local", "node-a").await;
-    let spent = cluster.sim().counters().since(&before);
-    assert_eq!(
-        spent.writes_to(Some("leases")),
-        0,
-        "the intent went to the journal"
-    );
-
-    let control = in_flight(&cluster, &a, "data", 2).await;
-    let shard = journal.join("intents-0.json");
-    wait_for("the intent in the journal", DEADLINE, || async {
-        let text = std::fs::read_to_string(&shard).ok()?;
-        text.contains("\"claim\":\"data\"").then_some(())
-    })
-    .await;
-    assert!(cluster.ledger_entries().await.is_empty(), "no ledger Lease");
-    a.sidecar.kill().await;
-    control.clear_faults().await.unwrap();
-
-    delete_pod(&cluster, "data").await;
-    cluster.delete_pvc_and_wait(NS, "data").await;
-    a.sidecar.restart().await;
-    let state = a.driver.wait_volumes(1).await;
-    assert_eq!(state.calls("DeleteVolume"), 1);
-    wait_for("the journal emptied", DEADLINE, || async {
-        (!shard.exists()).then_some(())
-    })
-    .await;
-}
-
-/// A node moving from its Lease ledger to a journal: the in-flight entry moves into the journal
-/// and the Lease is deleted; the claim is then provisioned under the recorded name.
-#[tokio::test]
-async fn a_node_moving_to_a_journal_takes_its_lease_entries_along() {
+async fn a_retired_intent_journal_is_taken_into_the_lease_ledger_and_leaks_nothing() {
     let cluster = Cluster::start().await;
     let mut a = join(&cluster, "node-a", &[]).await;
     cluster.add_class(&delayed_class("local")).await;
@@ -1230,39 +1191,56 @@ async fn a_node_moving_to_a_journal_takes_its_lease_entries_along() {
     cluster.wait_intent(NS, "data", true).await;
     a.sidecar.kill().await;
 
+    // An earlier version's journal: the node's ledger as a file, and no Lease.
+    let api: kube::Api<k8s_openapi::api::coordination::v1::Lease> =
+        kube::Api::namespaced(cluster.client.clone(), "default");
+    let leases = api
+        .list(&kube::api::ListParams::default().labels("csi-provisioner.rs/intent-ledger"))
+        .await
+        .unwrap();
+    assert_eq!(leases.items.len(), 1, "one shard of node-a's ledger");
+    let lease = &leases.items[0];
+    let entries =
+        lease.metadata.annotations.as_ref().unwrap()["csi-provisioner.rs/intents"].clone();
     let journal = cluster.dir.path().join("journal-node-a");
+    std::fs::create_dir_all(&journal).unwrap();
+    std::fs::write(journal.join("intents-0.json"), &entries).unwrap();
+    api.delete(
+        lease.metadata.name.as_deref().unwrap(),
+        &kube::api::DeleteParams::default(),
+    )
+    .await
+    .unwrap();
+    assert!(cluster.ledger_entries().await.is_empty());
+
+    control.clear_faults().await.unwrap();
+    delete_pod(&cluster, "data").await;
+    cluster.delete_pvc_and_wait(NS, "data").await;
     let flag = format!("--node-deployment-intent-journal={}", journal.display());
-    let mut flags = vec![
+    let flags = [
         "--node-deployment",
         "--feature-gates=Topology=true",
         "--http-endpoint=127.0.0.1:0",
+        flag.as_str(),
     ];
-    flags.push(&flag);
-    let moved = Sidecar::start_env(&cluster, &a.driver, &flags, &[("NODE_NAME", "node-a")]).await;
-    moved.wait_started().await;
-    wait_for("the ledger Lease deleted", DEADLINE, || async {
-        let api: kube::Api<k8s_openapi::api::coordination::v1::Lease> =
-            kube::Api::all(cluster.client.clone());
-        let leases = api
-            .list(&kube::api::ListParams::default().labels("csi-provisioner.rs/intent-ledger"))
-            .await
-            .ok()?;
-        leases.items.is_empty().then_some(())
-    })
-    .await;
-    let text = std::fs::read_to_string(journal.join("intents-0.json")).unwrap_or_default();
-    assert!(text.contains("\"claim\":\"data\""), "entry moved: {text}");
-
-    control.clear_faults().await.unwrap();
-    let pv = cluster.wait_bound(NS, "data").await;
-    let state = a.driver.wait_volumes(1).await;
+    let back = Sidecar::start_env(&cluster, &a.driver, &flags, &[("NODE_NAME", "node-a")]).await;
+    back.wait_started().await;
+    let state = a.driver.wait_volumes(0).await;
     assert_eq!(
-        state.volumes[0].name,
-        name_of(&pv),
-        "the recorded volume, not a second one"
+        state.calls("DeleteVolume"),
+        1,
+        "the journal's volume is deleted"
     );
-    wait_for("the journal emptied", DEADLINE, || async {
-        (!journal.join("intents-0.json").exists()).then_some(())
+    wait_for("the journal file renamed", DEADLINE, || async {
+        journal
+            .join("intents-0.json.imported")
+            .exists()
+            .then_some(())
     })
     .await;
+    assert!(!journal.join("intents-0.json").exists());
+    assert_eq!(
+        back.log_lines_with(&["--node-deployment-intent-journal is retired"]),
+        1
+    );
 }

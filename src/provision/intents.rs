@@ -2,13 +2,14 @@
 //! outlives its claim unnoticed (upstream leaks one when a claim is deleted while CreateVolume
 //! hangs or the sidecar is down: its issues 486, 1469).
 //!
-//! One interface — [`IntentStore::record`] (returns once the record is durable; only then may
-//! CreateVolume be sent), [`IntentStore::set_id`], [`IntentStore::forget`],
-//! [`IntentStore::pending`] — over three implementations, chosen once at start-up ([`open`]):
+//! One type over two stores, chosen once at start-up ([`open`]): a claim's path calls
+//! [`IntentStore::record`] (returns once the record is durable; only then may CreateVolume be
+//! sent), [`IntentStore::set_id`] and [`IntentStore::forget`]; the resolver walks
+//! [`IntentStore::pending`].
 //!
-//! - the Lease ledger (`provision::ledger`): a few Leases in the sidecar's namespace, one write per
-//!   burst (group commit); the default, in upstream's RBAC;
-//! - node mode with `--node-deployment-intent-journal`: the same ledger in node-local files;
+//! - the Lease ledger (`provision::ledger`): a few Leases in the sidecar's namespace (one per node
+//!   in node mode), what is recorded while a write is in flight riding the next write; the
+//!   default, in upstream's RBAC;
 //! - the claim record ([`claim_record`]): a finalizer and annotations on the claim, for RBAC
 //!   without Leases (the ledger cannot be listed at start-up). A Lease write refused later fails
 //!   that attempt with an event naming the missing permission, as any API error does.
@@ -81,7 +82,7 @@ pub(crate) struct Pending {
 /// Which store holds an entry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Held {
-    /// The Lease ledger or the journal.
+    /// The Lease ledger.
     Ledger,
     /// The claim record.
     Claim,

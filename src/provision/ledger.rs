@@ -26,7 +26,6 @@ use serde::{Deserialize, Serialize};
 use crate::csi::v1::CreateVolumeRequest;
 use crate::model::secrets::SecretRef;
 
-pub(crate) mod journal;
 pub(crate) mod lease;
 pub(crate) mod store;
 
@@ -197,13 +196,13 @@ struct Slot {
     committed: bool,
 }
 
-/// What [`Book::record`] found.
+/// Where [`Book::record`] left an entry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Recorded {
+pub(crate) enum InBook {
     /// The same entry is committed already: no write needed.
-    AlreadyCommitted,
+    Committed,
     /// Added or changed: wait for the next commit.
-    Pending,
+    Unwritten,
 }
 
 impl Book {
@@ -246,20 +245,20 @@ impl Book {
     }
 
     /// Adds or updates `entry`; a new one goes to the first shard with room.
-    pub(crate) fn record(&mut self, entry: Entry) -> Recorded {
+    pub(crate) fn record(&mut self, entry: Entry) -> InBook {
         if let Some(slot) = self.entries.get(&entry.volume) {
             if slot.entry == entry && slot.committed {
-                return Recorded::AlreadyCommitted;
+                return InBook::Committed;
             }
             if slot.entry == entry {
                 self.dirty[slot.shard] = true;
-                return Recorded::Pending;
+                return InBook::Unwritten;
             }
             self.replace(entry);
-            return Recorded::Pending;
+            return InBook::Unwritten;
         }
         self.insert(entry);
-        Recorded::Pending
+        InBook::Unwritten
     }
 
     /// Puts a changed `entry` in place of the one of its volume, unwritten. One that outgrew its

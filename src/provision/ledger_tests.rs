@@ -78,8 +78,8 @@ fn shard_names_round_trip() {
 #[test]
 fn one_commit_carries_every_pending_entry_and_a_committed_one_needs_no_write() {
     let mut book = Book::default();
-    assert_eq!(book.record(entry("pvc-1")), Recorded::Pending);
-    assert_eq!(book.record(entry("pvc-2")), Recorded::Pending);
+    assert_eq!(book.record(entry("pvc-1")), InBook::Unwritten);
+    assert_eq!(book.record(entry("pvc-2")), InBook::Unwritten);
     let commit = book.take_commit(true);
     assert_eq!(commit.shards.len(), 1, "both in one write");
     let written = decode(&commit.shards[0].content).expect("valid");
@@ -87,7 +87,7 @@ fn one_commit_carries_every_pending_entry_and_a_committed_one_needs_no_write() {
     book.committed(&commit.shards[0], &written);
     assert!(!book.has_uncommitted());
     assert!(!book.is_dirty());
-    assert_eq!(book.record(entry("pvc-1")), Recorded::AlreadyCommitted);
+    assert_eq!(book.record(entry("pvc-1")), InBook::Committed);
     // A removal needs a write, but is not an uncommitted addition (it may wait).
     assert!(book.forget("pvc-1"));
     assert!(!book.forget("pvc-1"));

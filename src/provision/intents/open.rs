@@ -1,17 +1,15 @@
-//! Which intent store this instance uses (the driver's Lease ledger; in node mode its node's, or
-//! its journal; claim records when Leases are refused), and reading what another node recorded
-//! for a claim before its selected node is cleared.
+//! Which intent store this instance uses (the driver's Lease ledger; in node mode its node's;
+//! claim records when Leases cannot be listed at start-up), and reading what another node
+//! recorded for a claim before its selected node is cleared.
 
-use std::time::Duration;
+use std::path::Path;
 
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
-use kube::Api;
 use tracing::{info, warn};
 
 use super::IntentStore;
-use crate::k8s::errors::{ApiErrorClass, classify, describe};
+use crate::provision::ledger::decode;
 use crate::provision::ledger::store::Ledger;
-use crate::retry::{Attempt, retry_transient};
 use crate::runtime::Context;
 
 /// The intent store of this instance, chosen once at start-up.
@@ -40,105 +38,82 @@ async fn open_ledger(ctx: &Context) -> Ledger {
         .as_ref()
         .map(|n| n.node_name.as_str());
     let base = ledger_base(ctx, node);
-    let journal = ctx
-        .config
-        .node_deployment
-        .as_ref()
-        .and_then(|n| n.intent_journal.as_deref());
-    if let Some(dir) = journal {
-        let count = ctx.metrics.backlog.ledger_intents.clone();
-        match Ledger::open_journal(dir, count).await {
-            Ok(ledger) => {
-                Box::pin(move_leases_into(ctx, &ledger, &namespace, &base)).await;
-                return ledger;
-            }
-            // The Lease ledger still records every intent (and resolves what an earlier run
-            // left in it), at its cost in writes.
-            Err(e) => warn!("{e}; until then this node's intents go to its Lease ledger"),
-        }
-    }
-    Ledger::open(
+    let ledger = Ledger::open(
         ctx.client.clone(),
         &namespace,
         &base,
         node,
         ctx.metrics.backlog.ledger_intents.clone(),
     )
-    .await
+    .await;
+    let journal = ctx
+        .config
+        .node_deployment
+        .as_ref()
+        .and_then(|n| n.intent_journal.as_deref());
+    if let Some(dir) = journal {
+        take_in_retired_journal(&ledger, dir).await;
+    }
+    ledger
 }
 
-/// A node moving to the journal: the entries of its Lease ledger (an earlier run's) go into the
-/// journal, then the Leases are deleted (each with its resourceVersion as precondition). One LIST
-/// at start-up, retried while the API server fails; a Lease that cannot be read or deleted stays
-/// (and is taken in again at the next start: its entries are resolved like the journal's).
-async fn move_leases_into(ctx: &Context, ledger: &Ledger, namespace: &str, base: &str) {
-    use k8s_openapi::api::coordination::v1::Lease;
-    use kube::api::{DeleteParams, Preconditions};
-    let api: Api<Lease> = Api::namespaced(ctx.client.clone(), namespace);
-    let leases = match crate::provision::ledger::lease::list_shards(&api, base).await {
-        Ok(leases) => leases,
+/// `--node-deployment-intent-journal` is retired: the node's intents go to its Lease ledger. What
+/// an earlier version left in the journal's files is taken into that ledger, and each file is
+/// renamed `*.imported` once written there (never lost: a file that cannot be read stays, and
+/// one not yet written is taken in again at the next start).
+async fn take_in_retired_journal(ledger: &Ledger, dir: &Path) {
+    warn!(journal = %dir.display(), "--node-deployment-intent-journal is retired: this node's intents go to its Lease ledger; an intent journal left there is taken in, then remove the flag");
+    let files = match std::fs::read_dir(dir) {
+        Ok(items) => items
+            .filter_map(Result::ok)
+            .map(|item| item.path())
+            .filter(|path| {
+                path.file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n.starts_with("intents-") && n.ends_with(".json"))
+            })
+            .collect::<Vec<_>>(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return,
         Err(e) => {
-            warn!(namespace, ledger = %base, "cannot look for this node's intent ledger Leases to move into the journal: {}; if the node used one, grant list and delete on leases (coordination.k8s.io) until it is moved", describe(&e));
+            warn!(journal = %dir.display(), "cannot read the retired intent journal: {e}; its intents are not taken in until it can be read");
             return;
         }
     };
-    let mut moved = Vec::new();
-    for lease in leases {
-        match crate::provision::ledger::lease::lease_entries(&lease) {
+    let mut taken = Vec::new();
+    for file in files {
+        let read = std::fs::read_to_string(&file).map_err(|e| e.to_string());
+        match read.and_then(|text| decode(&text)) {
             Ok(entries) => {
                 ledger.take_in(entries);
-                moved.push(lease.metadata);
+                taken.push(file);
             }
             Err(e) => {
-                warn!(lease = %lease.metadata.name.unwrap_or_default(), "{e}; left in place, repair or delete it")
+                warn!(file = %file.display(), "{e}; left in place (it lists volumes whose CreateVolume may have been sent): repair it, or remove it once none is left")
             }
         }
     }
-    if moved.is_empty() || !ledger.flush().await {
+    if taken.is_empty() {
         return;
     }
-    for meta in moved {
-        let name = meta.name.unwrap_or_default();
-        let params = DeleteParams {
-            preconditions: Some(Preconditions {
-                resource_version: meta.resource_version,
-                uid: None,
-            }),
-            ..DeleteParams::default()
-        };
-        let deleted = retry_transient(
-            5,
-            Duration::from_millis(200),
-            Duration::from_secs(5),
-            |_| {
-                let (api, name, params) = (&api, &name, &params);
-                async move {
-                    match api.delete(name, params).await {
-                        Ok(_) => Attempt::Done(Ok(())),
-                        Err(e) if classify(&e) == ApiErrorClass::NotFound => Attempt::Done(Ok(())),
-                        Err(e) if classify(&e).is_retryable() => Attempt::Transient {
-                            error: describe(&e),
-                            retry_after: classify(&e).retry_after(),
-                        },
-                        Err(e) => Attempt::Done(Err(describe(&e))),
-                    }
-                }
-            },
-        )
-        .await;
-        match deleted {
+    if !ledger.is_enabled() || !ledger.flush().await {
+        warn!(journal = %dir.display(), "the retired intent journal's entries could not be written to the Lease ledger; they are taken in again at the next start");
+        return;
+    }
+    for file in taken {
+        let imported = file.with_extension("json.imported");
+        match std::fs::rename(&file, &imported) {
             Ok(()) => {
-                info!(lease = %name, "intent ledger Lease moved into the journal and deleted")
+                info!(file = %imported.display(), "retired intent journal taken into the Lease ledger")
             }
-            Err(error) => {
-                warn!(lease = %name, "intent ledger Lease moved into the journal but not deleted (taken in again at the next start): {error}")
+            Err(e) => {
+                warn!(file = %file.display(), "taken into the Lease ledger but not renamed: {e}")
             }
         }
     }
 }
 
 /// The volume name node `node` recorded for `pvc` (same UID), if any: the claim's own record, else
-/// the node's Lease ledger (one LIST; a node keeping a journal cannot be read from here).
+/// the node's Lease ledger (one LIST).
 pub(crate) async fn recorded_on_node(
     ctx: &Context,
     pvc: &PersistentVolumeClaim,

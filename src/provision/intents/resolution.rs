@@ -89,7 +89,7 @@ pub(crate) fn pv_holds_entry(
     }
 }
 
-/// Who acts on an entry. Ledger and journal entries are always this instance's (in node mode
+/// Who acts on an entry. Ledger entries are always this instance's (in node mode
 /// each node has its own); a claim record in node mode belongs to the claim's selected node.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Owner {

@@ -4,7 +4,6 @@
 //! shard, or are flushed at the resolver's next pass ([`Ledger::flush_removals`]): a stale entry
 //! is harmless (its PV exists, so it is dropped when resolved), a missing one is not.
 
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -15,10 +14,8 @@ use kube::{Api, Client};
 use tokio::sync::{Notify, oneshot};
 use tracing::{debug, info, warn};
 
-mod on_disk;
-
 use super::lease::{lease_entries, set_lease, with_entries};
-use super::{Book, Entry, Recorded, decode, shard_index};
+use super::{Book, Entry, InBook, decode, shard_index};
 use crate::k8s::errors::{ApiErrorClass, classify, describe};
 use crate::leader::Leadership;
 use crate::sync::lock;
@@ -55,9 +52,6 @@ pub(crate) enum LedgerError {
         /// What to do about it, when the answer says (a missing permission).
         hint: String,
     },
-    /// Node mode with `--node-deployment-intent-journal`: the file write failed.
-    #[error("{0}")]
-    Journal(String),
 }
 
 /// A handle on the ledger; cheap to clone.
@@ -74,9 +68,6 @@ struct Inner {
     /// An intent was recorded since the resolver's last pass: removals ride its commit instead.
     recording: AtomicBool,
     target: Option<Target>,
-    /// Node mode, opt-in: the directory whose files hold the ledger instead of Leases
-    /// ([`super::journal`]), and its lock, held as long as this ledger lives.
-    journal: Option<(PathBuf, std::fs::File)>,
     /// Published entry count (`csi_provisioner_claims_with_intent` adds it).
     count: Arc<AtomicI64>,
 }
@@ -111,7 +102,6 @@ impl Ledger {
             flush: AtomicBool::new(false),
             recording: AtomicBool::new(false),
             target: None,
-            journal: None,
             count: Arc::new(AtomicI64::new(0)),
         }))
     }
@@ -177,7 +167,6 @@ impl Ledger {
                 base: base.to_owned(),
                 node: node.map(str::to_owned),
             }),
-            journal: None,
             count,
         }))
     }
@@ -197,7 +186,7 @@ impl Ledger {
         let rx = {
             let mut state = lock(&self.0.state);
             state.recorded_here.insert(entry.volume.clone());
-            if state.book.record(entry) == Recorded::AlreadyCommitted {
+            if state.book.record(entry) == InBook::Committed {
                 return Ok(());
             }
             self.publish(&state.book);
@@ -220,7 +209,7 @@ impl Ledger {
     fn name(&self) -> String {
         match &self.0.target {
             Some(t) => format!("{}/{}", t.namespace, t.base),
-            None => "(journal)".to_owned(),
+            None => String::new(),
         }
     }
 
@@ -292,6 +281,20 @@ impl Ledger {
         self.0.count.store(book.len() as i64, Ordering::Relaxed);
     }
 
+    /// Takes in entries read elsewhere (a retired node journal), unwritten.
+    pub(crate) fn take_in(&self, entries: Vec<Entry>) {
+        let mut state = lock(&self.0.state);
+        for entry in entries {
+            state.book.record(entry);
+        }
+        self.publish(&state.book);
+    }
+
+    /// Writes what is pending now (outside the committer); whether it succeeded.
+    pub(crate) async fn flush(&self) -> bool {
+        self.commit_once(true).await
+    }
+
     /// Writes until `stop` completes; then one last flush of what is pending (removals), so a
     /// clean shutdown leaves no stale entries.
     pub(crate) async fn run_committer(
@@ -310,10 +313,8 @@ impl Ledger {
                 () = &mut stop => break,
                 due = self.wait_for_work() => due,
             };
-            // A journal write costs no API request: nothing to wait for.
             if due == Due::Intents
                 && per_node
-                && self.0.journal.is_none()
                 && last_write.is_some_and(|at| at.elapsed() < 4 * NODE_COMMIT_WINDOW)
             {
                 tokio::select! {
@@ -356,9 +357,6 @@ impl Ledger {
     /// ([`Book::take_commit`]). Returns `false` after a failure other than a conflict (which is
     /// merged and written again at once).
     async fn commit_once(&self, removals: bool) -> bool {
-        if let Some((dir, _)) = &self.0.journal {
-            return self.commit_journal(dir, removals).await;
-        }
         let Some(target) = &self.0.target else {
             return true;
         };
