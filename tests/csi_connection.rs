@@ -512,10 +512,13 @@ async fn a_slow_call_ends_with_deadline_exceeded() {
     let metrics = OperationMetrics::register(&mut registry);
     let csi = GrpcCsi::new(s.connect().await, Duration::from_millis(200), metrics);
 
-    let status = tokio::time::timeout(PATIENCE, csi.create_volume(create_request("slow", "x")))
-        .await
-        .expect("the call must end at its deadline")
-        .unwrap_err();
+    let status = tokio::time::timeout(
+        PATIENCE,
+        csi.create_volume(create_request("slow", "x"), false),
+    )
+    .await
+    .expect("the call must end at its deadline")
+    .unwrap_err();
 
     assert_eq!(status.code(), Code::DeadlineExceeded, "{status:?}");
     assert!(
@@ -538,13 +541,13 @@ async fn calls_reach_the_driver_again_after_it_restarts() {
         Duration::from_secs(5),
         OperationMetrics::new(),
     );
-    csi.create_volume(create_request("before", "x"))
+    csi.create_volume(create_request("before", "x"), false)
         .await
         .unwrap();
 
     driver.stop(&s.socket).await;
     let status = csi
-        .create_volume(create_request("while-down", "x"))
+        .create_volume(create_request("while-down", "x"), false)
         .await
         .unwrap_err();
     assert_eq!(status.code(), Code::Unavailable, "{status:?}");
@@ -556,7 +559,7 @@ async fn calls_reach_the_driver_again_after_it_restarts() {
     let _restarted = serve(&s.socket, &s.knobs);
     let deadline = tokio::time::Instant::now() + PATIENCE;
     let volume = loop {
-        match csi.create_volume(create_request("after", "x")).await {
+        match csi.create_volume(create_request("after", "x"), false).await {
             Ok(response) => break response.volume.unwrap(),
             Err(status) if tokio::time::Instant::now() < deadline => {
                 assert_eq!(status.code(), Code::Unavailable, "{status:?}");
@@ -581,17 +584,20 @@ async fn secrets_never_reach_the_logs() {
         OperationMetrics::new(),
     );
 
-    csi.create_volume(create_request("pvc-secret", SECRET))
+    csi.create_volume(create_request("pvc-secret", SECRET), false)
         .await
         .unwrap();
-    csi.delete_volume(v1::DeleteVolumeRequest {
-        volume_id: "vol-pvc-secret".into(),
-        secrets: HashMap::from([("backend-password".into(), SECRET.into())]),
-    })
+    csi.delete_volume(
+        v1::DeleteVolumeRequest {
+            volume_id: "vol-pvc-secret".into(),
+            secrets: HashMap::from([("backend-password".into(), SECRET.into())]),
+        },
+        false,
+    )
     .await
     .unwrap();
     *s.knobs.create_error.lock().unwrap() = Some((Code::InvalidArgument, "bad parameter".into()));
-    csi.create_volume(create_request("pvc-rejected", SECRET))
+    csi.create_volume(create_request("pvc-rejected", SECRET), false)
         .await
         .unwrap_err();
 
@@ -637,9 +643,11 @@ async fn every_call_is_observed_with_upstream_labels() {
         .unwrap();
     let csi: Arc<dyn CsiController> =
         Arc::new(GrpcCsi::new(channel, Duration::from_secs(5), metrics));
-    csi.create_volume(create_request("ok", "x")).await.unwrap();
+    csi.create_volume(create_request("ok", "x"), false)
+        .await
+        .unwrap();
     *s.knobs.create_error.lock().unwrap() = Some((Code::InvalidArgument, "bad parameter".into()));
-    csi.create_volume(create_request("bad", "x"))
+    csi.create_volume(create_request("bad", "x"), false)
         .await
         .unwrap_err();
     csi.get_capacity(v1::GetCapacityRequest::default())

@@ -178,7 +178,7 @@ pub(crate) async fn delete_orphans(
                 volume_id: id.clone(),
                 ..Default::default()
             };
-            match csi.delete_volume(request).await {
+            match csi.delete_volume(request, false).await {
                 Ok(_) => "deleted".to_owned(),
                 Err(status) => format!(
                     "DeleteVolume failed: {} ({:?})",

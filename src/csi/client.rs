@@ -51,15 +51,18 @@ pub mod method {
 /// tests run it against the mock driver on a real socket). Object safe: hold it as
 /// `Arc<dyn CsiController>`, so a test double can stand in for the driver.
 pub trait CsiController: Send + Sync {
-    /// `CreateVolume`.
+    /// `CreateVolume`; `migrated`: for an in-tree volume our driver took over (the `migrated`
+    /// label of its observation, as upstream marks the call).
     fn create_volume(
         &self,
         request: v1::CreateVolumeRequest,
+        migrated: bool,
     ) -> CsiFuture<'_, v1::CreateVolumeResponse>;
-    /// `DeleteVolume`.
+    /// `DeleteVolume`; `migrated` as for `create_volume`.
     fn delete_volume(
         &self,
         request: v1::DeleteVolumeRequest,
+        migrated: bool,
     ) -> CsiFuture<'_, v1::DeleteVolumeResponse>;
     /// `GetCapacity`.
     fn get_capacity(
@@ -165,6 +168,23 @@ impl GrpcCsi {
         Call: FnOnce(Channel, tonic::Request<Req>) -> Fut + Send,
         Fut: Future<Output = Result<tonic::Response<Resp>, Status>> + Send,
     {
+        self.unary_marked(method, request, call, false).await
+    }
+
+    /// [`GrpcCsi::unary`] for a call that may be for a migrated in-tree volume.
+    async fn unary_marked<Req, Resp, Call, Fut>(
+        &self,
+        method: &'static str,
+        request: Req,
+        call: Call,
+        migrated: bool,
+    ) -> CsiResult<Resp>
+    where
+        Req: Redact + Send,
+        Resp: Redact + Send,
+        Call: FnOnce(Channel, tonic::Request<Req>) -> Fut + Send,
+        Fut: Future<Output = Result<tonic::Response<Resp>, Status>> + Send,
+    {
         debug!(method, "GRPC call: {method}");
         debug!(method, "GRPC request: {}", redacted(&request));
 
@@ -186,7 +206,7 @@ impl GrpcCsi {
             Ok(_) => Outcome::Code(Code::Ok),
             Err(status) => Outcome::Code(status.code()),
         };
-        self.metrics.observe(method, outcome, elapsed);
+        self.metrics.observe(method, outcome, elapsed, migrated);
 
         match &result {
             Ok(response) => debug!(method, ?elapsed, "GRPC response: {}", redacted(response)),
@@ -209,8 +229,9 @@ impl CsiController for GrpcCsi {
     fn create_volume(
         &self,
         request: v1::CreateVolumeRequest,
+        migrated: bool,
     ) -> CsiFuture<'_, v1::CreateVolumeResponse> {
-        Box::pin(self.unary(
+        Box::pin(self.unary_marked(
             method::CREATE_VOLUME,
             request,
             |channel, request| async move {
@@ -221,19 +242,22 @@ impl CsiController for GrpcCsi {
                     .create_volume(request)
                     .await
             },
+            migrated,
         ))
     }
 
     fn delete_volume(
         &self,
         request: v1::DeleteVolumeRequest,
+        migrated: bool,
     ) -> CsiFuture<'_, v1::DeleteVolumeResponse> {
-        Box::pin(self.unary(
+        Box::pin(self.unary_marked(
             method::DELETE_VOLUME,
             request,
             |channel, request| async move {
                 ControllerClient::new(channel).delete_volume(request).await
             },
+            migrated,
         ))
     }
 

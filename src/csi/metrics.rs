@@ -30,18 +30,6 @@ type OperationLabels = Vec<(&'static str, String)>;
 
 type Histograms = Family<OperationLabels, Histogram, fn() -> Histogram>;
 
-tokio::task_local! {
-    /// Whether the CSI call being made is for a migrated in-tree volume (upstream marks the
-    /// call's context).
-    static MIGRATED: bool;
-}
-
-/// Runs `call` (a CreateVolume or DeleteVolume) marked as being for a migrated in-tree volume or
-/// not: the `migrated` label of its observation.
-pub(crate) async fn migrated<F: std::future::Future>(migrated: bool, call: F) -> F::Output {
-    MIGRATED.scope(migrated, call).await
-}
-
 fn new_histogram() -> Histogram {
     Histogram::new(BUCKETS)
 }
@@ -118,16 +106,16 @@ impl OperationMetrics {
         crate::sync::read(&self.driver_name).clone()
     }
 
-    /// Records one finished call. `method` is the full gRPC path (`/csi.v1.Controller/CreateVolume`).
-    pub fn observe(&self, method: &str, outcome: Outcome, elapsed: Duration) {
+    /// Records one finished call. `method` is the full gRPC path (`/csi.v1.Controller/CreateVolume`);
+    /// `migrated`: the call was for a migrated in-tree volume (labelled for a migratable driver).
+    pub fn observe(&self, method: &str, outcome: Outcome, elapsed: Duration, migrated: bool) {
         let mut labels: OperationLabels = vec![
             ("driver_name", self.driver_name()),
             ("grpc_status_code", outcome.label().to_owned()),
             ("method_name", method.to_owned()),
         ];
         if self.migratable.load(std::sync::atomic::Ordering::Relaxed) {
-            let marked = MIGRATED.try_with(|m| *m).unwrap_or(false);
-            labels.push(("migrated", marked.to_string()));
+            labels.push(("migrated", migrated.to_string()));
         }
         self.histograms
             .get_or_create(&labels)
@@ -208,12 +196,14 @@ mod tests {
             "/csi.v1.Identity/Probe",
             Outcome::Code(tonic::Code::Ok),
             Duration::ZERO,
+            false,
         );
         metrics.set_driver_name("hostpath.csi.k8s.io");
         metrics.observe(
             "/csi.v1.Controller/CreateVolume",
             Outcome::Code(tonic::Code::DeadlineExceeded),
             Duration::from_millis(300),
+            false,
         );
         let text = exposition(&registry);
 

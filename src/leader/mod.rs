@@ -91,20 +91,22 @@ impl CsiController for GuardedCsi {
     fn create_volume(
         &self,
         request: v1::CreateVolumeRequest,
+        migrated: bool,
     ) -> CsiFuture<'_, v1::CreateVolumeResponse> {
         Box::pin(async move {
             self.leadership.acting().await;
-            self.inner.create_volume(request).await
+            self.inner.create_volume(request, migrated).await
         })
     }
 
     fn delete_volume(
         &self,
         request: v1::DeleteVolumeRequest,
+        migrated: bool,
     ) -> CsiFuture<'_, v1::DeleteVolumeResponse> {
         Box::pin(async move {
             self.leadership.acting().await;
-            self.inner.delete_volume(request).await
+            self.inner.delete_volume(request, migrated).await
         })
     }
 

@@ -342,14 +342,16 @@ async fn step(state: &Reclaimer, pv: &PersistentVolume) -> Result<Next, ReclaimF
             };
             let started = Instant::now();
             let secret_data = fetch_secrets(state, &name, &secrets).await;
-            let result = crate::csi::metrics::migrated(
-                translated.is_some(),
-                ctx.csi.delete_volume(v1::DeleteVolumeRequest {
-                    volume_id: volume_id.clone(),
-                    secrets: secret_data,
-                }),
-            )
-            .await;
+            let result = ctx
+                .csi
+                .delete_volume(
+                    v1::DeleteVolumeRequest {
+                        volume_id: volume_id.clone(),
+                        secrets: secret_data,
+                    },
+                    translated.is_some(),
+                )
+                .await;
             if let Err(status) = result {
                 let message = crate::csi::rpc_error(&status);
                 warn!(pv = %name, %volume_id, "DeleteVolume failed: {message}");

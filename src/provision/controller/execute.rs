@@ -173,9 +173,7 @@ async fn create_volume_and_pv(
     let key = claim_key(pvc);
     let started = Instant::now();
     // CSI migration: `csi_sidecar_operations_seconds` marks the call as for a migrated volume.
-    let answer =
-        crate::csi::metrics::migrated(plan.pv.in_tree.is_some(), create_volume(state, request))
-            .await;
+    let answer = create_volume(state, request, plan.pv.in_tree.is_some()).await;
     // From now on retries must send this requirement, whatever happens to the nodes meanwhile.
     state
         .memory()
@@ -425,8 +423,9 @@ pub(super) async fn create_pv(
 pub(super) async fn create_volume(
     state: &Provisioner,
     request: v1::CreateVolumeRequest,
+    migrated: bool,
 ) -> Result<v1::CreateVolumeResponse, tonic::Status> {
-    state.ctx.csi.create_volume(request).await
+    state.ctx.csi.create_volume(request, migrated).await
 }
 
 /// Every DeleteVolume of this controller goes through here (a volume the API server will not
@@ -444,10 +443,13 @@ pub(super) async fn delete_volume(
     state
         .ctx
         .csi
-        .delete_volume(v1::DeleteVolumeRequest {
-            volume_id: volume_id.to_owned(),
-            secrets,
-        })
+        .delete_volume(
+            v1::DeleteVolumeRequest {
+                volume_id: volume_id.to_owned(),
+                secrets,
+            },
+            false,
+        )
         .await
         .map(|_| ())
         .map_err(DeleteVolumeError::Rpc)

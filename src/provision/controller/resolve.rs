@@ -320,7 +320,7 @@ async fn replay_for_id(
     if let Some(secret) = &cleanup.secret {
         request.secrets = secret_data(state, secret).await?;
     }
-    Ok(match create_volume(state, request).await {
+    Ok(match create_volume(state, request, false).await {
         Ok(response) => after_replay(
             cleanup,
             Ok(response

@@ -29,6 +29,7 @@ impl CsiController for FakeCsi {
     fn create_volume(
         &self,
         request: v1::CreateVolumeRequest,
+        _migrated: bool,
     ) -> CsiFuture<'_, v1::CreateVolumeResponse> {
         crate::sync::lock(&self.calls).push(format!("CreateVolume {}", request.name));
         crate::sync::lock(&self.created_with).push(request);
@@ -45,6 +46,7 @@ impl CsiController for FakeCsi {
     fn delete_volume(
         &self,
         request: v1::DeleteVolumeRequest,
+        _migrated: bool,
     ) -> CsiFuture<'_, v1::DeleteVolumeResponse> {
         crate::sync::lock(&self.calls).push(format!("DeleteVolume {}", request.volume_id));
         Box::pin(async { Ok(v1::DeleteVolumeResponse {}) })
