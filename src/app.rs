@@ -31,7 +31,6 @@ use crate::metrics::node_gone::NodeGoneMetrics;
 use crate::runtime::{Context, Shutdown, Stores, VolumeLocks};
 use gauges::{count_backlog, count_operator};
 
-#[path = "app_gauges.rs"]
 mod gauges;
 
 /// Installs SIGTERM/SIGINT handlers; the first signal requests a graceful shutdown.
