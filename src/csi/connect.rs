@@ -164,12 +164,12 @@ mod tests {
     fn describes_non_io_chains_once_per_piece() {
         #[derive(Debug, thiserror::Error)]
         #[error("h2 protocol error: connection reset")]
-        struct Inner;
+        struct Reset;
         #[derive(Debug, thiserror::Error)]
         #[error("transport error")]
-        struct Outer(#[source] Inner);
+        struct Outer(#[source] Reset);
         assert_eq!(
-            describe_error(&Outer(Inner)),
+            describe_error(&Outer(Reset)),
             "transport error: h2 protocol error: connection reset"
         );
     }

@@ -18,11 +18,11 @@ use crate::k8s::errors::describe_watch;
 /// instead of scanning every attachment (upstream lists all of them on every delete).
 #[derive(Clone, Default)]
 pub(crate) struct AttachmentIndex {
-    inner: Arc<RwLock<AttachmentState>>,
+    inner: Arc<RwLock<IndexState>>,
 }
 
 #[derive(Default)]
-struct AttachmentState {
+struct IndexState {
     /// PV name -> (VolumeAttachment name -> node name).
     by_pv: HashMap<String, BTreeMap<String, String>>,
     /// VolumeAttachment name -> PV name, to undo an entry when the attachment changes or goes.
@@ -135,7 +135,7 @@ impl AttachmentIndex {
     }
 }
 
-impl AttachmentState {
+impl IndexState {
     fn insert(&mut self, va: String, pv: String, node: String) {
         self.by_pv
             .entry(pv.clone())

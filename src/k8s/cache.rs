@@ -18,7 +18,7 @@ use crate::k8s::lean::Lean;
 
 /// Read side of a lean cache; cheap to clone.
 pub(crate) struct Cache<K> {
-    entries: Arc<RwLock<HashSet<Entry<K>>>>,
+    entries: Arc<RwLock<HashSet<Keyed<K>>>>,
     ready: watch::Receiver<bool>,
 }
 
@@ -96,10 +96,10 @@ pub(crate) fn cache<K>() -> (Cache<K>, CacheWriter<K>) {
 
 /// Write side of a lean cache, owned by the task driving its watch.
 pub(crate) struct CacheWriter<K> {
-    entries: Arc<RwLock<HashSet<Entry<K>>>>,
+    entries: Arc<RwLock<HashSet<Keyed<K>>>>,
     /// The objects of a (re-)list in progress; they replace the cache's content once complete, so
     /// objects deleted while the watch was down leave it.
-    relist: Option<HashSet<Entry<K>>>,
+    relist: Option<HashSet<Keyed<K>>>,
     ready: watch::Sender<bool>,
 }
 
@@ -110,7 +110,7 @@ impl<K> CacheWriter<K> {
         match event {
             watcher::Event::Apply(obj) => {
                 let obj = Arc::new(obj);
-                crate::sync::write(&self.entries).replace(Entry(obj.clone()));
+                crate::sync::write(&self.entries).replace(Keyed(obj.clone()));
                 vec![obj]
             }
             watcher::Event::Delete(obj) => {
@@ -124,7 +124,7 @@ impl<K> CacheWriter<K> {
             watcher::Event::InitApply(obj) => {
                 self.relist
                     .get_or_insert_with(HashSet::new)
-                    .replace(Entry(Arc::new(obj)));
+                    .replace(Keyed(Arc::new(obj)));
                 Vec::new()
             }
             watcher::Event::InitDone => {
@@ -139,23 +139,23 @@ impl<K> CacheWriter<K> {
 }
 
 /// One cached object, hashed and compared by its key so the set can be searched by key.
-struct Entry<K>(Arc<Lean<K>>);
+struct Keyed<K>(Arc<Lean<K>>);
 
-impl<K> Hash for Entry<K> {
+impl<K> Hash for Keyed<K> {
     fn hash<H: Hasher>(&self, state: &mut H) {
         self.0.key().hash(state);
     }
 }
 
-impl<K> PartialEq for Entry<K> {
+impl<K> PartialEq for Keyed<K> {
     fn eq(&self, other: &Self) -> bool {
         self.0.key() == other.0.key()
     }
 }
 
-impl<K> Eq for Entry<K> {}
+impl<K> Eq for Keyed<K> {}
 
-impl<K> Borrow<str> for Entry<K> {
+impl<K> Borrow<str> for Keyed<K> {
     fn borrow(&self) -> &str {
         self.0.key()
     }

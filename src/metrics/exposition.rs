@@ -98,11 +98,11 @@ struct Family<'a> {
     kind: &'a str,
     /// The family's lines as written, descriptor included (the OpenMetrics body).
     lines: Vec<&'a str>,
-    samples: Vec<Sample<'a>>,
+    samples: Vec<TextSample<'a>>,
 }
 
 #[derive(Debug)]
-struct Sample<'a> {
+struct TextSample<'a> {
     name: &'a str,
     /// (name, value as escaped in the exposition).
     labels: Vec<(&'a str, &'a str)>,
@@ -140,7 +140,7 @@ fn parse(openmetrics: &str) -> Vec<Family<'_>> {
 }
 
 /// `name{a="x",b="y"} value [# exemplar]`.
-fn parse_sample(line: &str) -> Option<Sample<'_>> {
+fn parse_sample(line: &str) -> Option<TextSample<'_>> {
     let name_end = line.find(['{', ' '])?;
     let name = &line[..name_end];
     let mut labels = Vec::new();
@@ -159,7 +159,7 @@ fn parse_sample(line: &str) -> Option<Sample<'_>> {
         }
     }
     let value = rest.trim_start().split(' ').next()?;
-    Some(Sample {
+    Some(TextSample {
         name,
         labels,
         value,
@@ -211,7 +211,7 @@ impl Family<'_> {
         };
         let _ = writeln!(out, "# HELP {name} {}", escape_help(self.help));
         let _ = writeln!(out, "# TYPE {name} {kind}");
-        let mut samples: Vec<&Sample<'_>> = self
+        let mut samples: Vec<&TextSample<'_>> = self
             .samples
             .iter()
             // Text 0.0.4 has no created timestamps.
@@ -259,7 +259,7 @@ impl Family<'_> {
 
 /// The labels naming a sample's series, sorted by name (`le` and `quantile` excluded: client_golang
 /// writes them last).
-fn series_labels<'a>(sample: &Sample<'a>) -> Vec<(&'a str, &'a str)> {
+fn series_labels<'a>(sample: &TextSample<'a>) -> Vec<(&'a str, &'a str)> {
     let mut labels: Vec<(&str, &str)> = sample
         .labels
         .iter()
@@ -282,7 +282,7 @@ fn suffix_rank(name: &str) -> u8 {
     }
 }
 
-fn bound(sample: &Sample<'_>) -> f64 {
+fn bound(sample: &TextSample<'_>) -> f64 {
     sample
         .labels
         .iter()

@@ -58,7 +58,7 @@ pub(crate) struct WorkQueueMetrics {
     work_duration: HistogramFamily,
     retries: Family<NameLabel, Counter>,
     /// The runs in progress of each queue name, read by the scrape-time collector.
-    running: Arc<Mutex<BTreeMap<String, Arc<Running>>>>,
+    running: Arc<Mutex<BTreeMap<String, Arc<RunStarts>>>>,
 }
 
 impl WorkQueueMetrics {
@@ -134,7 +134,7 @@ impl WorkQueueMetrics {
 
 /// Start times of the runs in progress, by run id.
 #[derive(Debug, Default)]
-struct Running {
+struct RunStarts {
     next_id: AtomicU64,
     started: Mutex<HashMap<u64, Instant>>,
 }
@@ -147,7 +147,7 @@ pub(crate) struct QueueMetrics {
     queue_duration: Histogram,
     work_duration: Histogram,
     retries: Counter,
-    running: Arc<Running>,
+    running: Arc<RunStarts>,
 }
 
 impl Default for QueueMetrics {
@@ -211,7 +211,7 @@ impl QueueMetrics {
 /// registry would append, see `exposition`).
 #[derive(Debug)]
 struct InProgress {
-    running: Arc<Mutex<BTreeMap<String, Arc<Running>>>>,
+    running: Arc<Mutex<BTreeMap<String, Arc<RunStarts>>>>,
 }
 
 impl Collector for InProgress {
