@@ -25,7 +25,7 @@ use tokio::time::{Instant, sleep_until, timeout};
 use tracing::{debug, error, info, warn};
 
 use super::Leadership;
-use super::decide::{self, LeaseDecision, Elector, Timings};
+use super::decide::{self, Elector, LeaseDecision, Timings};
 use crate::config::{KubeOptions, LeaderElectionOptions};
 use crate::http::Health;
 use crate::k8s::errors::describe;
@@ -502,23 +502,5 @@ pub(crate) fn ledger_namespace(config: &crate::config::Config) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn an_attempt_never_uses_a_whole_renew_deadline() {
-        let t = |renew| Timings {
-            lease_duration: Duration::from_secs(15),
-            renew_deadline: renew,
-            retry_period: Duration::from_secs(2),
-        };
-        assert_eq!(
-            attempt_budget(t(Duration::from_secs(10))),
-            Duration::from_secs(5)
-        );
-        assert_eq!(
-            attempt_budget(t(Duration::from_millis(1500))),
-            Duration::from_secs(1)
-        );
-    }
-}
+#[path = "elector_tests.rs"]
+mod tests;
