@@ -31,7 +31,6 @@ use crate::metrics::node_gone::NodeGoneMetrics;
 use crate::runtime::{Context, Shutdown, Stores, VolumeLocks};
 use gauges::{count_backlog, count_operator};
 
-#[path = "app_gauges.rs"]
 mod gauges;
 
 /// Installs SIGTERM/SIGINT handlers; the first signal requests a graceful shutdown.
@@ -559,17 +558,5 @@ where
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn provisioner_identity_has_upstreams_shape() {
-        let id = provisioner_identity("drv.example.com", None);
-        let parts: Vec<&str> = id.splitn(3, '-').collect();
-        assert_eq!(parts.len(), 3);
-        assert!(parts[0].parse::<u128>().is_ok());
-        assert!(parts[1].parse::<u32>().unwrap() < 10_000);
-        assert_eq!(parts[2], "drv.example.com");
-        assert!(provisioner_identity("d", Some("n1")).ends_with("-d-n1"));
-    }
-}
+#[path = "app_tests.rs"]
+mod tests;

@@ -424,3 +424,7 @@ pub(crate) fn orphaned<'a>(
     out.values_mut().for_each(|names| names.sort());
     out
 }
+
+#[cfg(test)]
+#[path = "plan_tests.rs"]
+mod tests;

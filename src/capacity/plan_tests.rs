@@ -15,7 +15,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
     LabelSelector, LabelSelectorRequirement, ObjectMeta, OwnerReference, Time,
 };
 
-use super::plan::*;
+use super::*;
 use crate::names::{LABEL_DRIVER_NAME, LABEL_MANAGED_BY};
 
 const DRIVER: &str = "drv.example.com";

@@ -51,7 +51,7 @@ pub(crate) struct ClaimToDelete {
 
 /// What answering a candidate means.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) enum Target {
+pub(crate) enum Answer {
     /// A released volume (or one deleted first, whose claim is gone).
     Volume {
         /// The PV object still has to be deleted (no deletionTimestamp yet).
@@ -69,7 +69,7 @@ pub(crate) struct Candidate {
     /// The lookup that decides absence.
     pub(crate) query: NodeQuery,
     /// The action once absence is confirmed.
-    pub(crate) target: Target,
+    pub(crate) target: Answer,
 }
 
 /// Whether `pv` is a dead-node candidate under `config` (independent of any node's existence).
@@ -93,7 +93,7 @@ pub(crate) fn classify(pv: &PersistentVolume, config: &GoneConfig) -> Result<Can
     }
     let phase = pv.status.as_ref().and_then(|s| s.phase.as_deref());
     let target = match phase {
-        Some("Released") => Target::Volume {
+        Some("Released") => Answer::Volume {
             delete_object: !deleting,
             remove_finalizer: has_finalizer,
         },
@@ -109,7 +109,7 @@ pub(crate) fn classify(pv: &PersistentVolume, config: &GoneConfig) -> Result<Can
                 (true, Some(namespace), Some(name), Some(uid))
                     if !uid.is_empty() && !namespace.is_empty() && !name.is_empty() =>
                 {
-                    Target::Claim(ClaimToDelete {
+                    Answer::Claim(ClaimToDelete {
                         namespace: namespace.to_owned(),
                         name: name.to_owned(),
                         uid: uid.to_owned(),
@@ -126,7 +126,7 @@ pub(crate) fn classify(pv: &PersistentVolume, config: &GoneConfig) -> Result<Can
 
 /// Whether `pvc` is the very claim `pv` is bound to: same UID as the PV's `claimRef` and
 /// `spec.volumeName` naming the PV (local-static-provisioner's bond check). The shell checks this
-/// on a fresh read before deleting a claim for [`Target::Claim`].
+/// on a fresh read before deleting a claim for [`Answer::Claim`].
 pub(crate) fn claim_bond_matches(pv: &PersistentVolume, pvc: &PersistentVolumeClaim) -> bool {
     let claim_uid = pv
         .spec

@@ -12,7 +12,7 @@ use crate::testing::pv;
 const DRIVER: &str = "com.example.csi/test-driver";
 
 #[derive(Debug, Clone)]
-struct Shape {
+struct PvShape {
     driver: Option<&'static str>,
     reclaim: Option<&'static str>,
     phase: Option<&'static str>,
@@ -24,7 +24,7 @@ struct Shape {
     pvc_cleanup: bool,
 }
 
-fn arb_shape() -> impl Strategy<Value = Shape> {
+fn arb_shape() -> impl Strategy<Value = PvShape> {
     let segment = (
         prop::sample::select(vec![
             HOSTNAME_LABEL,
@@ -68,7 +68,7 @@ fn arb_shape() -> impl Strategy<Value = Shape> {
                 affinity,
                 node_mode,
                 pvc_cleanup,
-            )| Shape {
+            )| PvShape {
                 driver,
                 reclaim,
                 phase,
@@ -82,7 +82,7 @@ fn arb_shape() -> impl Strategy<Value = Shape> {
         )
 }
 
-fn build(shape: &Shape) -> PersistentVolume {
+fn build(shape: &PvShape) -> PersistentVolume {
     let mut b = pv("pv-1").handle("vol-1");
     b = match shape.driver {
         Some(d) => b.driver(d),
@@ -140,12 +140,12 @@ proptest! {
             }
         }
         match candidate.target {
-            Target::Volume { delete_object, remove_finalizer } => {
+            Answer::Volume { delete_object, remove_finalizer } => {
                 prop_assert_eq!(shape.phase, Some("Released"), "only a released volume is deleted");
                 prop_assert_eq!(delete_object, !shape.deleting);
                 prop_assert_eq!(remove_finalizer, shape.finalizer);
             }
-            Target::Claim(claim) => {
+            Answer::Claim(claim) => {
                 prop_assert_eq!(shape.phase, Some("Bound"));
                 prop_assert!(shape.pvc_cleanup, "a bound claim deleted without the opt-in");
                 let (ns, name, uid) = shape.claim.expect("a claim reference");

@@ -34,7 +34,7 @@ use super::candidates::{claim_bond_matches, classify};
 use super::discover::{Lists, NodeView, StillMissing, fingerprint, list_page};
 use super::ledgers::GoneLedgers;
 use super::policy::{self, GoneConfig, Now, check_interval};
-use super::tracker::{CancelReason, GoneAction, GonePlan, Lookup, NodeGoneTracker};
+use super::tracker::{CancelReason, GoneAction, GonePlan, NodeCheck, NodeGoneTracker};
 use crate::k8s::cache::Cache;
 use crate::k8s::errors::describe;
 use crate::k8s::events::{EventSpec, reference_to};
@@ -402,7 +402,7 @@ impl Janitor {
         let was_tracked = self.tracker.first_absent(&name).is_some();
         match self
             .tracker
-            .observe(pv, &Lookup::cached(lookup), Some(rank), Now::system())
+            .observe(pv, &NodeCheck::cached(lookup), Some(rank), Now::system())
         {
             GoneAction::Nothing => {}
             GoneAction::StartTimer { deadline } => {
@@ -458,7 +458,7 @@ impl Janitor {
         };
         match self
             .tracker
-            .observe(&fresh, &Lookup::live(lookup), Some(rank), Now::system())
+            .observe(&fresh, &NodeCheck::live(lookup), Some(rank), Now::system())
         {
             GoneAction::ActOnPv(plan) => self.act(plan, &fresh).await,
             GoneAction::StartTimer { deadline } => *next = (*next).min(deadline),

@@ -41,7 +41,7 @@ use k8s_openapi::api::core::v1::PersistentVolume;
 use crate::model::locate::{NodeLookup, NodeQuery, PerNodeKeys};
 use crate::names;
 
-use super::candidates::{Candidate, ClaimToDelete, Skip, Target, classify};
+use super::candidates::{Answer, Candidate, ClaimToDelete, Skip, classify};
 use super::policy::{GoneConfig, MAX_ACTOR_RANKS, Now, grace_deadline};
 
 // === The tracker ===
@@ -57,14 +57,14 @@ pub(crate) enum LookupSource {
 
 /// One lookup fed to [`NodeGoneTracker::observe`].
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct Lookup {
+pub(crate) struct NodeCheck {
     /// Where it came from.
     pub(crate) source: LookupSource,
     /// What it said.
     pub(crate) result: NodeLookup,
 }
 
-impl Lookup {
+impl NodeCheck {
     /// From a synced cache.
     pub(crate) fn cached(result: NodeLookup) -> Self {
         Self {
@@ -93,7 +93,7 @@ pub(crate) enum GoneAction {
         deadline: Instant,
     },
     /// The grace period is over: look `query` up live (GET by name, or label-selected LIST), re-read
-    /// the PV live (404: forget it), and observe again with [`Lookup::live`].
+    /// the PV live (404: forget it), and observe again with [`NodeCheck::live`].
     ConfirmLive {
         /// The lookup to make.
         query: NodeQuery,
@@ -156,7 +156,7 @@ pub(crate) struct GoneEvent {
 }
 
 #[derive(Clone, Debug)]
-struct Entry {
+struct TrackedVolume {
     pv_uid: String,
     query: NodeQuery,
     first_absent: Now,
@@ -168,7 +168,7 @@ struct Entry {
 #[derive(Clone, Debug)]
 pub(crate) struct NodeGoneTracker {
     config: GoneConfig,
-    entries: HashMap<String, Entry>,
+    entries: HashMap<String, TrackedVolume>,
 }
 
 enum Verdict {
@@ -202,7 +202,7 @@ impl NodeGoneTracker {
     pub(crate) fn observe(
         &mut self,
         pv: &PersistentVolume,
-        lookup: &Lookup,
+        lookup: &NodeCheck,
         rank: Option<usize>,
         now: Now,
     ) -> GoneAction {
@@ -230,15 +230,18 @@ impl NodeGoneTracker {
             Verdict::Absent(absence) => absence,
         };
         let pv_uid = pv.metadata.uid.clone().unwrap_or_default();
-        let entry = self.entries.entry(name.clone()).or_insert_with(|| Entry {
-            pv_uid: pv_uid.clone(),
-            query: candidate.query.clone(),
-            first_absent: now,
-            rank,
-        });
+        let entry = self
+            .entries
+            .entry(name.clone())
+            .or_insert_with(|| TrackedVolume {
+                pv_uid: pv_uid.clone(),
+                query: candidate.query.clone(),
+                first_absent: now,
+                rank,
+            });
         if entry.pv_uid != pv_uid || entry.query != candidate.query {
             // Another PV of the same name, or another node recorded: start over.
-            *entry = Entry {
+            *entry = TrackedVolume {
                 pv_uid,
                 query: candidate.query.clone(),
                 first_absent: now,
@@ -299,7 +302,7 @@ impl NodeGoneTracker {
         self.entries.get(pv).map(|e| e.first_absent)
     }
 
-    fn deadline(&self, entry: &Entry) -> Instant {
+    fn deadline(&self, entry: &TrackedVolume) -> Instant {
         grace_deadline(
             entry.first_absent.instant,
             self.config.grace_period,
@@ -315,7 +318,13 @@ impl NodeGoneTracker {
         }
     }
 
-    fn plan(&self, pv: &str, entry: &Entry, candidate: &Candidate, absence: &Absence) -> GonePlan {
+    fn plan(
+        &self,
+        pv: &str,
+        entry: &TrackedVolume,
+        candidate: &Candidate,
+        absence: &Absence,
+    ) -> GonePlan {
         let what = match absence {
             Absence::Missing => format!("{} no longer exists", candidate.query),
             Absence::Replaced { current_uid } => format!(
@@ -329,7 +338,7 @@ impl NodeGoneTracker {
             crate::gofmt::format_go_duration(self.config.grace_period)
         );
         match &candidate.target {
-            Target::Volume {
+            Answer::Volume {
                 delete_object,
                 remove_finalizer,
             } => GonePlan::RemovePv {
@@ -345,7 +354,7 @@ impl NodeGoneTracker {
                     ),
                 },
             },
-            Target::Claim(claim) => GonePlan::DeleteClaim {
+            Answer::Claim(claim) => GonePlan::DeleteClaim {
                 pv: pv.to_owned(),
                 claim: claim.clone(),
                 event: GoneEvent {

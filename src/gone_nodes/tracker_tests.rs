@@ -52,7 +52,7 @@ fn waited_out(volume: &PersistentVolume) -> (NodeGoneTracker, Now) {
     let start = t0();
     let first = t.observe(
         volume,
-        &Lookup::cached(NodeLookup::NotFound),
+        &NodeCheck::cached(NodeLookup::NotFound),
         Some(0),
         start,
     );
@@ -75,14 +75,19 @@ fn a_missing_node_starts_the_grace_period_then_is_confirmed_live_then_acted_on()
     assert!(matches!(
         t.observe(
             &volume,
-            &Lookup::cached(NodeLookup::NotFound),
+            &NodeCheck::cached(NodeLookup::NotFound),
             Some(0),
             halfway
         ),
         GoneAction::StartTimer { .. }
     ));
 
-    let confirm = t.observe(&volume, &Lookup::cached(NodeLookup::NotFound), Some(0), end);
+    let confirm = t.observe(
+        &volume,
+        &NodeCheck::cached(NodeLookup::NotFound),
+        Some(0),
+        end,
+    );
     assert_eq!(
         confirm,
         GoneAction::ConfirmLive {
@@ -93,7 +98,7 @@ fn a_missing_node_starts_the_grace_period_then_is_confirmed_live_then_acted_on()
         },
         "the cache alone never decides"
     );
-    let live = Lookup::live(get(Err(api_error(404))));
+    let live = NodeCheck::live(get(Err(api_error(404))));
     let GoneAction::ActOnPv(GonePlan::RemovePv {
         pv,
         pv_uid,
@@ -132,7 +137,7 @@ fn a_missing_node_starts_the_grace_period_then_is_confirmed_live_then_acted_on()
 fn a_live_404_before_the_grace_period_ends_only_waits() {
     let volume = released_on("n1", "u1").build();
     let mut t = NodeGoneTracker::new(config());
-    let live = Lookup::live(NodeLookup::NotFound);
+    let live = NodeCheck::live(NodeLookup::NotFound);
     let start = t0();
     assert!(matches!(
         t.observe(&volume, &live, Some(0), start),
@@ -154,7 +159,7 @@ fn a_node_recreated_with_the_recorded_uid_within_the_grace_period_cancels() {
     let start = t0();
     t.observe(
         &volume,
-        &Lookup::cached(NodeLookup::NotFound),
+        &NodeCheck::cached(NodeLookup::NotFound),
         Some(0),
         start,
     );
@@ -164,7 +169,7 @@ fn a_node_recreated_with_the_recorded_uid_within_the_grace_period_cancels() {
     assert_eq!(
         t.observe(
             &volume,
-            &Lookup::cached(back.clone()),
+            &NodeCheck::cached(back.clone()),
             Some(0),
             start.after(GRACE / 2)
         ),
@@ -176,7 +181,7 @@ fn a_node_recreated_with_the_recorded_uid_within_the_grace_period_cancels() {
     assert_eq!(
         t.observe(
             &volume,
-            &Lookup::cached(NodeLookup::NotFound),
+            &NodeCheck::cached(NodeLookup::NotFound),
             Some(0),
             later
         ),
@@ -192,7 +197,12 @@ fn a_node_that_reappears_at_the_live_check_cancels() {
     let (mut t, end) = waited_out(&volume);
     let found = node("n1").uid("u1").build();
     assert_eq!(
-        t.observe(&volume, &Lookup::live(get(Ok(Some(found)))), Some(0), end),
+        t.observe(
+            &volume,
+            &NodeCheck::live(get(Ok(Some(found)))),
+            Some(0),
+            end
+        ),
         GoneAction::Cancel(CancelReason::NodePresent)
     );
 }
@@ -215,10 +225,15 @@ fn a_node_of_the_same_name_with_another_uid_counts_as_gone() {
         }
     );
     assert!(matches!(
-        t.observe(&volume, &Lookup::cached(cached), Some(0), end),
+        t.observe(&volume, &NodeCheck::cached(cached), Some(0), end),
         GoneAction::ConfirmLive { .. }
     ));
-    let action = t.observe(&volume, &Lookup::live(get(Ok(Some(new_n1)))), Some(0), end);
+    let action = t.observe(
+        &volume,
+        &NodeCheck::live(get(Ok(Some(new_n1)))),
+        Some(0),
+        end,
+    );
     let GoneAction::ActOnPv(GonePlan::RemovePv { event, .. }) = action else {
         panic!("expected the PV to be answered as deleted, got {action:?}");
     };
@@ -253,7 +268,7 @@ fn server_errors_and_timeouts_never_count_as_absence() {
         let start = t0();
         for minute in 0..30 {
             let now = start.after(Duration::from_secs(60 * minute));
-            let action = t.observe(&volume, &Lookup::live(lookup.clone()), Some(0), now);
+            let action = t.observe(&volume, &NodeCheck::live(lookup.clone()), Some(0), now);
             assert!(
                 matches!(action, GoneAction::StartTimer { .. }),
                 "minute {minute}: {action:?}"
@@ -263,7 +278,7 @@ fn server_errors_and_timeouts_never_count_as_absence() {
 
         // ...and never confirms one that the cache started.
         let (mut t, end) = waited_out(&volume);
-        let action = t.observe(&volume, &Lookup::live(lookup), Some(0), end);
+        let action = t.observe(&volume, &NodeCheck::live(lookup), Some(0), end);
         assert_eq!(
             action,
             GoneAction::StartTimer {
@@ -297,7 +312,7 @@ fn a_not_ready_node_is_not_absent() {
     );
     let volume = released_on("n1", "u1").build();
     let mut t = NodeGoneTracker::new(config());
-    let lookup = Lookup::live(get(Ok(Some(not_ready))));
+    let lookup = NodeCheck::live(get(Ok(Some(not_ready))));
     assert_eq!(
         t.observe(&volume, &lookup, Some(0), t0()),
         GoneAction::Nothing
@@ -366,7 +381,7 @@ fn a_volume_that_stops_being_a_candidate_is_cancelled() {
     let mut t = NodeGoneTracker::new(config());
     t.observe(
         &volume,
-        &Lookup::cached(NodeLookup::NotFound),
+        &NodeCheck::cached(NodeLookup::NotFound),
         Some(0),
         t0(),
     );
@@ -374,7 +389,7 @@ fn a_volume_that_stops_being_a_candidate_is_cancelled() {
     assert_eq!(
         t.observe(
             &retained,
-            &Lookup::cached(NodeLookup::NotFound),
+            &NodeCheck::cached(NodeLookup::NotFound),
             Some(0),
             t0()
         ),
@@ -386,7 +401,12 @@ fn a_volume_that_stops_being_a_candidate_is_cancelled() {
 fn a_volume_deleted_first_only_loses_our_finalizer() {
     let volume = released_on("n1", "u1").deleting().build();
     let (mut t, end) = waited_out(&volume);
-    let action = t.observe(&volume, &Lookup::live(NodeLookup::NotFound), Some(0), end);
+    let action = t.observe(
+        &volume,
+        &NodeCheck::live(NodeLookup::NotFound),
+        Some(0),
+        end,
+    );
     assert!(matches!(
         action,
         GoneAction::ActOnPv(GonePlan::RemovePv {
@@ -454,11 +474,16 @@ fn controller_mode_acts_on_node_local_volumes_as_the_single_instance() {
     let rank = actor_rank(Mode::Controller, &janitor_key(DRIVER), "controller-pod", []);
     assert_eq!(rank, Some(0));
     let start = t0();
-    t.observe(&volume, &Lookup::cached(NodeLookup::NotFound), rank, start);
+    t.observe(
+        &volume,
+        &NodeCheck::cached(NodeLookup::NotFound),
+        rank,
+        start,
+    );
     assert!(matches!(
         t.observe(
             &volume,
-            &Lookup::live(NodeLookup::NotFound),
+            &NodeCheck::live(NodeLookup::NotFound),
             rank,
             start.after(GRACE)
         ),
@@ -477,7 +502,7 @@ fn fallback_instances_wait_one_delay_per_rank_and_the_rest_do_not_track() {
         assert_eq!(
             t.observe(
                 &volume,
-                &Lookup::live(NodeLookup::NotFound),
+                &NodeCheck::live(NodeLookup::NotFound),
                 Some(rank),
                 start
             ),
@@ -488,7 +513,7 @@ fn fallback_instances_wait_one_delay_per_rank_and_the_rest_do_not_track() {
         assert!(matches!(
             t.observe(
                 &volume,
-                &Lookup::live(NodeLookup::NotFound),
+                &NodeCheck::live(NodeLookup::NotFound),
                 Some(rank),
                 just_before
             ),
@@ -504,14 +529,14 @@ fn fallback_instances_wait_one_delay_per_rank_and_the_rest_do_not_track() {
     assert_eq!(
         t.observe(
             &volume,
-            &Lookup::live(NodeLookup::NotFound),
+            &NodeCheck::live(NodeLookup::NotFound),
             Some(MAX_ACTOR_RANKS),
             start
         ),
         GoneAction::Nothing
     );
     assert_eq!(
-        t.observe(&volume, &Lookup::live(NodeLookup::NotFound), None, start),
+        t.observe(&volume, &NodeCheck::live(NodeLookup::NotFound), None, start),
         GoneAction::Nothing
     );
 }
@@ -543,7 +568,7 @@ fn claims_are_deleted_only_when_opted_in_and_the_bond_matches_by_uid() {
     assert_eq!(classify(&bound, &config()), Err(Skip::BoundClaimKept));
     let (mut t, end) = waited_out(&released_on("n1", "u1").build());
     assert!(matches!(
-        t.observe(&bound, &Lookup::live(NodeLookup::NotFound), Some(0), end),
+        t.observe(&bound, &NodeCheck::live(NodeLookup::NotFound), Some(0), end),
         GoneAction::Cancel(CancelReason::NotCandidate(Skip::BoundClaimKept))
     ));
 
@@ -563,7 +588,7 @@ fn claims_are_deleted_only_when_opted_in_and_the_bond_matches_by_uid() {
     let start = t0();
     t.observe(
         &bound,
-        &Lookup::cached(NodeLookup::NotFound),
+        &NodeCheck::cached(NodeLookup::NotFound),
         Some(0),
         start,
     );
@@ -573,7 +598,7 @@ fn claims_are_deleted_only_when_opted_in_and_the_bond_matches_by_uid() {
         ..
     }) = t.observe(
         &bound,
-        &Lookup::live(NodeLookup::NotFound),
+        &NodeCheck::live(NodeLookup::NotFound),
         Some(0),
         start.after(GRACE),
     )
@@ -614,7 +639,7 @@ fn claims_are_deleted_only_when_opted_in_and_the_bond_matches_by_uid() {
     assert!(matches!(
         t.observe(
             &released,
-            &Lookup::cached(NodeLookup::NotFound),
+            &NodeCheck::cached(NodeLookup::NotFound),
             Some(0),
             later
         ),
@@ -630,7 +655,7 @@ fn a_new_pv_under_the_same_name_starts_over() {
     assert_eq!(
         t.observe(
             &successor,
-            &Lookup::live(NodeLookup::NotFound),
+            &NodeCheck::live(NodeLookup::NotFound),
             Some(0),
             end
         ),
@@ -682,12 +707,12 @@ fn an_unknown_answer_is_asked_again_after_the_configured_recheck() {
     let start = t0();
     t.observe(
         &volume,
-        &Lookup::cached(NodeLookup::NotFound),
+        &NodeCheck::cached(NodeLookup::NotFound),
         Some(0),
         start,
     );
     let end = start.after(GRACE);
-    let failed = Lookup::live(NodeLookup::Failed {
+    let failed = NodeCheck::live(NodeLookup::Failed {
         reason: "503".into(),
     });
     assert_eq!(

@@ -18,7 +18,7 @@ use crate::k8s::lean::Lean;
 
 /// Read side of a lean cache; cheap to clone.
 pub(crate) struct Cache<K> {
-    entries: Arc<RwLock<HashSet<Entry<K>>>>,
+    entries: Arc<RwLock<HashSet<Keyed<K>>>>,
     ready: watch::Receiver<bool>,
 }
 
@@ -96,10 +96,10 @@ pub(crate) fn cache<K>() -> (Cache<K>, CacheWriter<K>) {
 
 /// Write side of a lean cache, owned by the task driving its watch.
 pub(crate) struct CacheWriter<K> {
-    entries: Arc<RwLock<HashSet<Entry<K>>>>,
+    entries: Arc<RwLock<HashSet<Keyed<K>>>>,
     /// The objects of a (re-)list in progress; they replace the cache's content once complete, so
     /// objects deleted while the watch was down leave it.
-    relist: Option<HashSet<Entry<K>>>,
+    relist: Option<HashSet<Keyed<K>>>,
     ready: watch::Sender<bool>,
 }
 
@@ -110,7 +110,7 @@ impl<K> CacheWriter<K> {
         match event {
             watcher::Event::Apply(obj) => {
                 let obj = Arc::new(obj);
-                crate::sync::write(&self.entries).replace(Entry(obj.clone()));
+                crate::sync::write(&self.entries).replace(Keyed(obj.clone()));
                 vec![obj]
             }
             watcher::Event::Delete(obj) => {
@@ -124,7 +124,7 @@ impl<K> CacheWriter<K> {
             watcher::Event::InitApply(obj) => {
                 self.relist
                     .get_or_insert_with(HashSet::new)
-                    .replace(Entry(Arc::new(obj)));
+                    .replace(Keyed(Arc::new(obj)));
                 Vec::new()
             }
             watcher::Event::InitDone => {
@@ -139,78 +139,28 @@ impl<K> CacheWriter<K> {
 }
 
 /// One cached object, hashed and compared by its key so the set can be searched by key.
-struct Entry<K>(Arc<Lean<K>>);
+struct Keyed<K>(Arc<Lean<K>>);
 
-impl<K> Hash for Entry<K> {
+impl<K> Hash for Keyed<K> {
     fn hash<H: Hasher>(&self, state: &mut H) {
         self.0.key().hash(state);
     }
 }
 
-impl<K> PartialEq for Entry<K> {
+impl<K> PartialEq for Keyed<K> {
     fn eq(&self, other: &Self) -> bool {
         self.0.key() == other.0.key()
     }
 }
 
-impl<K> Eq for Entry<K> {}
+impl<K> Eq for Keyed<K> {}
 
-impl<K> Borrow<str> for Entry<K> {
+impl<K> Borrow<str> for Keyed<K> {
     fn borrow(&self) -> &str {
         self.0.key()
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use k8s_openapi::api::core::v1::PersistentVolumeClaim;
-
-    fn claim(name: &str, rv: &str) -> Lean<PersistentVolumeClaim> {
-        let mut c = PersistentVolumeClaim::default();
-        c.metadata.name = Some(name.to_owned());
-        c.metadata.namespace = Some("ns".to_owned());
-        c.metadata.resource_version = Some(rv.to_owned());
-        Lean::new(c)
-    }
-
-    #[tokio::test]
-    async fn a_relist_replaces_the_content_and_updates_replace_entries() {
-        let (cache, mut writer) = cache();
-        writer.apply(watcher::Event::Init);
-        writer.apply(watcher::Event::InitApply(claim("a", "1")));
-        writer.apply(watcher::Event::InitApply(claim("b", "1")));
-        assert_eq!(cache.len(), 0, "a list shows only once complete");
-        let announced = writer.apply(watcher::Event::InitDone);
-        assert_eq!(announced.len(), 2);
-        cache.wait_until_ready().await.unwrap();
-
-        let changed = writer.apply(watcher::Event::Apply(claim("a", "2")));
-        assert_eq!(changed.len(), 1);
-        assert_eq!(cache.get("ns/a").unwrap().resource_version(), "2");
-        assert!(cache.get("a").is_none(), "the key carries the namespace");
-
-        // The watch was down while b was deleted and c created: the re-list drops b.
-        writer.apply(watcher::Event::Init);
-        writer.apply(watcher::Event::InitApply(claim("a", "3")));
-        writer.apply(watcher::Event::InitApply(claim("c", "1")));
-        assert!(
-            cache.get("ns/b").is_some(),
-            "the old content serves until the list completes"
-        );
-        writer.apply(watcher::Event::InitDone);
-        assert!(cache.get("ns/b").is_none());
-        assert_eq!(cache.len(), 2);
-
-        writer.apply(watcher::Event::Delete(claim("c", "1")));
-        assert!(cache.get("ns/c").is_none());
-        assert_eq!(cache.state().len(), 1);
-    }
-
-    #[tokio::test]
-    async fn waiting_for_a_cache_whose_watch_stopped_fails_instead_of_hanging() {
-        let (cache, writer) = cache::<PersistentVolumeClaim>();
-        drop(writer);
-        assert!(cache.wait_until_ready().await.is_err());
-    }
-}
+#[path = "cache_tests.rs"]
+mod tests;

@@ -81,7 +81,7 @@ impl Timings {
 
 /// What to do after reading the Lease.
 #[derive(Clone, Debug, PartialEq)]
-pub(crate) enum Decision {
+pub(crate) enum LeaseDecision {
     /// No Lease exists: create it with this spec.
     Create(LeaseSpec),
     /// Write this spec over the Lease that was read (take over, or renew our own).
@@ -173,21 +173,21 @@ impl Elector {
         current: Option<&LeaseSpec>,
         now: Instant,
         wall: Timestamp,
-    ) -> Decision {
+    ) -> LeaseDecision {
         let Some(current) = current else {
-            return Decision::Create(self.fresh(0, wall));
+            return LeaseDecision::Create(self.fresh(0, wall));
         };
         let holder = current.holder_identity.as_deref().unwrap_or("");
         if holder == self.me {
-            return Decision::Update(self.renewed(current, wall));
+            return LeaseDecision::Update(self.renewed(current, wall));
         }
         if !holder.is_empty() && self.lease_valid(now) {
-            return Decision::Held {
+            return LeaseDecision::Held {
                 holder: holder.to_owned(),
             };
         }
         let transitions = current.lease_transitions.unwrap_or(0).saturating_add(1);
-        Decision::Update(self.fresh(transitions, wall))
+        LeaseDecision::Update(self.fresh(transitions, wall))
     }
 
     /// The record that gives the lease up (client-go's `release`): no holder, a 1 s duration,

@@ -82,7 +82,7 @@ fn the_acting_window_is_the_renew_deadline_but_never_past_the_written_lease() {
 #[test]
 fn a_missing_lease_is_created_with_us_as_holder() {
     let e = Elector::new("me", timings());
-    let Decision::Create(spec) = e.decide(None, Instant::now(), wall(3)) else {
+    let LeaseDecision::Create(spec) = e.decide(None, Instant::now(), wall(3)) else {
         panic!("expected a create");
     };
     assert_eq!(spec.holder_identity.as_deref(), Some("me"));
@@ -100,7 +100,7 @@ fn a_held_lease_expires_a_lease_duration_after_its_last_change_was_seen() {
     e.observe(&theirs, t0);
     assert_eq!(
         e.decide(Some(&theirs), t0 + S(14), wall(100)),
-        Decision::Held {
+        LeaseDecision::Held {
             holder: "other".into()
         }
     );
@@ -108,7 +108,7 @@ fn a_held_lease_expires_a_lease_duration_after_its_last_change_was_seen() {
     e.observe(&theirs, t0 + S(10));
     assert!(e.lease_valid(t0 + S(14)));
     assert!(!e.lease_valid(t0 + S(15)));
-    let Decision::Update(spec) = e.decide(Some(&theirs), t0 + S(15), wall(100)) else {
+    let LeaseDecision::Update(spec) = e.decide(Some(&theirs), t0 + S(15), wall(100)) else {
         panic!("expected a take-over");
     };
     assert_eq!(spec.holder_identity.as_deref(), Some("me"));
@@ -129,18 +129,18 @@ fn expiry_ignores_the_renew_time_so_clock_skew_does_not_matter() {
     e.observe(&theirs, t0);
     assert!(matches!(
         e.decide(Some(&theirs), t0 + S(1), wall(0)),
-        Decision::Held { .. }
+        LeaseDecision::Held { .. }
     ));
     // A renewal (any change) restarts the count.
     let renewed = held_by("other", -3595, 0);
     e.observe(&renewed, t0 + S(14));
     assert!(matches!(
         e.decide(Some(&renewed), t0 + S(28), wall(0)),
-        Decision::Held { .. }
+        LeaseDecision::Held { .. }
     ));
     assert!(matches!(
         e.decide(Some(&renewed), t0 + S(29), wall(0)),
-        Decision::Update(_)
+        LeaseDecision::Update(_)
     ));
 }
 
@@ -155,7 +155,7 @@ fn a_released_lease_is_taken_at_once() {
         ..held_by("", 0, 2)
     };
     e.observe(&released, t0);
-    let Decision::Update(spec) = e.decide(Some(&released), t0, wall(1)) else {
+    let LeaseDecision::Update(spec) = e.decide(Some(&released), t0, wall(1)) else {
         panic!("expected a take-over");
     };
     assert_eq!(spec.holder_identity.as_deref(), Some("me"));
@@ -167,7 +167,7 @@ fn a_released_lease_is_taken_at_once() {
     };
     assert!(matches!(
         e.decide(Some(&absent), t0, wall(1)),
-        Decision::Update(_)
+        LeaseDecision::Update(_)
     ));
 }
 
@@ -178,7 +178,7 @@ fn renewing_our_own_lease_keeps_its_acquire_time_and_transitions() {
     let ours = held_by("me", 5, 7);
     e.observe(&ours, t0);
     assert!(e.is_leader());
-    let Decision::Update(spec) = e.decide(Some(&ours), t0 + S(1), wall(10)) else {
+    let LeaseDecision::Update(spec) = e.decide(Some(&ours), t0 + S(1), wall(10)) else {
         panic!("expected a renewal");
     };
     assert_eq!(spec.acquire_time, Some(MicroTime(wall(0))));
@@ -205,7 +205,7 @@ fn no_fast_path_for_a_standby() {
 fn timestamps_are_written_to_the_microsecond_so_our_read_back_compares_equal() {
     let e = Elector::new("me", timings());
     let wall = Timestamp::from_nanosecond(1_800_000_000_123_456_789).unwrap();
-    let Decision::Create(spec) = e.decide(None, Instant::now(), wall) else {
+    let LeaseDecision::Create(spec) = e.decide(None, Instant::now(), wall) else {
         panic!()
     };
     assert_eq!(

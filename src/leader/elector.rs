@@ -25,7 +25,7 @@ use tokio::time::{Instant, sleep_until, timeout};
 use tracing::{debug, error, info, warn};
 
 use super::Leadership;
-use super::decide::{self, Decision, Elector, Timings};
+use super::decide::{self, Elector, LeaseDecision, Timings};
 use crate::config::{KubeOptions, LeaderElectionOptions};
 use crate::http::Health;
 use crate::k8s::errors::describe;
@@ -189,7 +189,7 @@ impl LeaderElection {
 }
 
 /// The outcome of one attempt.
-enum Attempt {
+enum LeaseAttempt {
     /// We hold the lease; the write was sent at this instant.
     Wrote(Instant),
     /// Someone else holds a valid lease.
@@ -224,7 +224,7 @@ impl Shell {
         info!(lock = %self.describe, "Attempting to acquire leader lease...");
         let mut last = loop {
             let started = Instant::now();
-            if let Ok(Attempt::Wrote(sent)) =
+            if let Ok(LeaseAttempt::Wrote(sent)) =
                 timeout(attempt_budget(timings), self.try_acquire_or_renew()).await
             {
                 break sent;
@@ -259,14 +259,14 @@ impl Shell {
                 .saturating_duration_since(started)
                 .min(attempt_budget(timings));
             match timeout(budget, self.try_acquire_or_renew()).await {
-                Ok(Attempt::Wrote(sent)) => {
+                Ok(LeaseAttempt::Wrote(sent)) => {
                     self.open_window(sent);
                     last = sent;
                 }
-                Ok(Attempt::Held(holder)) => {
+                Ok(LeaseAttempt::Held(holder)) => {
                     self.lost(&format!("the lease is held by {holder}")).await;
                 }
-                Ok(Attempt::Failed) | Err(_) => {
+                Ok(LeaseAttempt::Failed) | Err(_) => {
                     info!(lock = %self.describe, "Failed to renew lease; retrying until the renew deadline");
                     last = started;
                 }
@@ -282,7 +282,7 @@ impl Shell {
 
     /// client-go's `tryAcquireOrRenew`: a conditional update of the Lease we last wrote while it
     /// is valid, else read, decide, write.
-    async fn try_acquire_or_renew(&mut self) -> Attempt {
+    async fn try_acquire_or_renew(&mut self) -> LeaseAttempt {
         let sent = Instant::now();
         let wall = Timestamp::now();
         let fast = self.elector().fast_renewal(sent, wall);
@@ -291,7 +291,7 @@ impl Shell {
                 Ok(written) => {
                     self.cached = Some(written);
                     self.elector().written(spec, sent);
-                    return Attempt::Wrote(sent);
+                    return LeaseAttempt::Wrote(sent);
                 }
                 Err(e) => {
                     debug!(lock = %self.describe, error = %describe(&e), "Failed to update lease optimistically, falling back to slow path");
@@ -302,7 +302,7 @@ impl Shell {
             Ok(current) => current,
             Err(e) => {
                 warn!(lock = %self.describe, error = %describe(&e), "Error retrieving lease lock");
-                return Attempt::Failed;
+                return LeaseAttempt::Failed;
             }
         };
         let now = Instant::now();
@@ -322,11 +322,11 @@ impl Shell {
         };
         self.report_leader();
         let written = match (decision, current) {
-            (Decision::Held { holder }, _) => {
+            (LeaseDecision::Held { holder }, _) => {
                 debug!(lock = %self.describe, %holder, "Lease is held and has not yet expired");
-                return Attempt::Held(holder);
+                return LeaseAttempt::Held(holder);
             }
-            (Decision::Create(spec), _) => {
+            (LeaseDecision::Create(spec), _) => {
                 let lease = Lease {
                     metadata: ObjectMeta {
                         name: Some(self.name.clone()),
@@ -340,21 +340,21 @@ impl Shell {
                     .await
                     .map(|l| (l, spec))
             }
-            (Decision::Update(spec), Some(lease)) => {
+            (LeaseDecision::Update(spec), Some(lease)) => {
                 self.write(lease, spec.clone()).await.map(|l| (l, spec))
             }
-            (Decision::Update(_), None) => return Attempt::Failed,
+            (LeaseDecision::Update(_), None) => return LeaseAttempt::Failed,
         };
         match written {
             Ok((lease, spec)) => {
                 self.cached = Some(lease);
                 self.elector().written(spec, sent);
                 self.report_leader();
-                Attempt::Wrote(sent)
+                LeaseAttempt::Wrote(sent)
             }
             Err(e) => {
                 warn!(lock = %self.describe, error = %describe(&e), "Failed to update lease");
-                Attempt::Failed
+                LeaseAttempt::Failed
             }
         }
     }
@@ -502,23 +502,5 @@ pub(crate) fn ledger_namespace(config: &crate::config::Config) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn an_attempt_never_uses_a_whole_renew_deadline() {
-        let t = |renew| Timings {
-            lease_duration: Duration::from_secs(15),
-            renew_deadline: renew,
-            retry_period: Duration::from_secs(2),
-        };
-        assert_eq!(
-            attempt_budget(t(Duration::from_secs(10))),
-            Duration::from_secs(5)
-        );
-        assert_eq!(
-            attempt_budget(t(Duration::from_millis(1500))),
-            Duration::from_secs(1)
-        );
-    }
-}
+#[path = "elector_tests.rs"]
+mod tests;

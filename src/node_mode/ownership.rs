@@ -6,16 +6,16 @@
 //!
 //! | `volume.kubernetes.io/selected-node` | decision |
 //! |---|---|
-//! | our node | [`Ownership::Owned`] |
-//! | another node | [`Ownership::NotOwned`], silently: no event, no error (upstream issue 669) — unless that node has no instance of our driver, see below |
-//! | empty | immediate-binding path: class binding mode `Immediate`, `--node-deployment-immediate-binding`, and `allowedTopologies` compatible with our segments → [`Ownership::Compete`]; otherwise not owned |
+//! | our node | [`ClaimOwnership::Owned`] |
+//! | another node | [`ClaimOwnership::NotOwned`], silently: no event, no error (upstream issue 669) — unless that node has no instance of our driver, see below |
+//! | empty | immediate-binding path: class binding mode `Immediate`, `--node-deployment-immediate-binding`, and `allowedTopologies` compatible with our segments → [`ClaimOwnership::Compete`]; otherwise not owned |
 //!
 //! Competing ([`Competition`], [`compete_delay`], [`recheck_before_claiming`], [`become_owner_patch`]):
 //! wait a jittered exponential delay per claim UID, re-read the claim, then write our node into
 //! `selected-node` with the claim's resourceVersion as a precondition. Exactly one instance's write
 //! succeeds; the others get 409 Conflict, call [`Competition::next_delay`] again and re-check (by
 //! then the claim names the winner and they stop). The winner's own later PVC update makes the
-//! claim [`Ownership::Owned`].
+//! claim [`ClaimOwnership::Owned`].
 //!
 //! A claim whose selected node has no CSINode entry for our driver would stay Pending forever (no
 //! instance will ever provision it there): [`selected_node_check`] returns [`ClearSelectedNode`],
@@ -36,12 +36,12 @@ use crate::names;
 
 /// What a node-mode instance does with a claim.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) enum Ownership {
+pub(crate) enum ClaimOwnership {
     /// The claim's selected node is ours: provision it.
     Owned,
     /// Unselected claim of an Immediate class we could serve: start competing for it
     /// ([`Competition::next_delay`], then [`recheck_before_claiming`]). Not owned *yet*: the claim
-    /// becomes [`Ownership::Owned`] when the PVC update carrying our node arrives.
+    /// becomes [`ClaimOwnership::Owned`] when the PVC update carrying our node arrives.
     Compete,
     /// Not ours. Silent: log at debug level at most, no event (upstream issue 669).
     NotOwned(NotOwned),
@@ -104,38 +104,44 @@ pub(crate) struct OwnershipInputs<'a> {
 }
 
 /// Upstream `checkNode` (reference §6.2) plus the clear-selected-node rule.
-pub(crate) fn check_node(pvc: &PersistentVolumeClaim, inputs: &OwnershipInputs<'_>) -> Ownership {
+pub(crate) fn check_node(
+    pvc: &PersistentVolumeClaim,
+    inputs: &OwnershipInputs<'_>,
+) -> ClaimOwnership {
     match selected_node(pvc) {
-        Some(node) if node == inputs.me.name => Ownership::Owned,
+        Some(node) if node == inputs.me.name => ClaimOwnership::Owned,
         Some(node) => match selected_node_check(pvc, inputs.driver, inputs.selected_node_driver) {
-            Some(clear) => Ownership::ClearSelectedNode(clear),
-            None => Ownership::NotOwned(NotOwned::SelectedOtherNode(node.to_owned())),
+            Some(clear) => ClaimOwnership::ClearSelectedNode(clear),
+            None => ClaimOwnership::NotOwned(NotOwned::SelectedOtherNode(node.to_owned())),
         },
         None => immediate_binding_path(pvc, inputs),
     }
 }
 
-fn immediate_binding_path(pvc: &PersistentVolumeClaim, inputs: &OwnershipInputs<'_>) -> Ownership {
+fn immediate_binding_path(
+    pvc: &PersistentVolumeClaim,
+    inputs: &OwnershipInputs<'_>,
+) -> ClaimOwnership {
     let Some(class_name) = claim_class_name(pvc) else {
         // Upstream dereferences a nil class name here and crashes; not owned is the safe answer.
-        return Ownership::NotOwned(NotOwned::NoStorageClassName);
+        return ClaimOwnership::NotOwned(NotOwned::NoStorageClassName);
     };
     let Some(class) = inputs.storage_class else {
-        return Ownership::NotOwned(NotOwned::StorageClassNotFound(class_name.to_owned()));
+        return ClaimOwnership::NotOwned(NotOwned::StorageClassNotFound(class_name.to_owned()));
     };
     if class.volume_binding_mode.as_deref() != Some("Immediate") {
-        return Ownership::NotOwned(NotOwned::NotImmediateBinding);
+        return ClaimOwnership::NotOwned(NotOwned::NotImmediateBinding);
     }
     if !inputs.immediate_binding {
-        return Ownership::NotOwned(NotOwned::ImmediateBindingDisabled);
+        return ClaimOwnership::NotOwned(NotOwned::ImmediateBindingDisabled);
     }
     if inputs.topology_supported
         && let Some(allowed) = class.allowed_topologies.as_deref()
         && !allowed_topologies_admit(allowed, &inputs.me.segments)
     {
-        return Ownership::NotOwned(NotOwned::AllowedTopologiesIncompatible);
+        return ClaimOwnership::NotOwned(NotOwned::AllowedTopologiesIncompatible);
     }
-    Ownership::Compete
+    ClaimOwnership::Compete
 }
 
 // === Clearing a selected node without our driver ===

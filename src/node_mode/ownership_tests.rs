@@ -41,7 +41,7 @@ fn decide(
     claim: &PersistentVolumeClaim,
     class: Option<&StorageClass>,
     immediate: bool,
-) -> Ownership {
+) -> ClaimOwnership {
     let me = me();
     check_node(
         claim,
@@ -59,7 +59,7 @@ fn decide(
 #[test]
 fn a_claim_selected_to_our_node_is_owned() {
     let claim = pvc("ns", "c").class("fast").selected_node("n1").build();
-    assert_eq!(decide(&claim, None, true), Ownership::Owned);
+    assert_eq!(decide(&claim, None, true), ClaimOwnership::Owned);
 }
 
 #[test]
@@ -68,7 +68,7 @@ fn a_claim_selected_to_another_node_is_silently_not_owned() {
     let class = sc("fast").binding_immediate().build();
     assert_eq!(
         decide(&claim, Some(&class), true),
-        Ownership::NotOwned(NotOwned::SelectedOtherNode("n2".to_owned()))
+        ClaimOwnership::NotOwned(NotOwned::SelectedOtherNode("n2".to_owned()))
     );
 }
 
@@ -76,7 +76,7 @@ fn a_claim_selected_to_another_node_is_silently_not_owned() {
 fn an_unselected_claim_of_an_immediate_class_is_competed_for() {
     let claim = pvc("ns", "c").class("fast").build();
     let class = sc("fast").binding_immediate().build();
-    assert_eq!(decide(&claim, Some(&class), true), Ownership::Compete);
+    assert_eq!(decide(&claim, Some(&class), true), ClaimOwnership::Compete);
 }
 
 #[test]
@@ -85,7 +85,7 @@ fn an_unselected_claim_is_not_competed_for_when_immediate_binding_is_off() {
     let class = sc("fast").binding_immediate().build();
     assert_eq!(
         decide(&claim, Some(&class), false),
-        Ownership::NotOwned(NotOwned::ImmediateBindingDisabled)
+        ClaimOwnership::NotOwned(NotOwned::ImmediateBindingDisabled)
     );
 }
 
@@ -95,12 +95,12 @@ fn an_unselected_claim_of_a_wait_for_first_consumer_class_waits_for_the_schedule
     let wffc = sc("fast").binding_wffc().build();
     assert_eq!(
         decide(&claim, Some(&wffc), true),
-        Ownership::NotOwned(NotOwned::NotImmediateBinding)
+        ClaimOwnership::NotOwned(NotOwned::NotImmediateBinding)
     );
     let unset = sc("fast").build();
     assert_eq!(
         decide(&claim, Some(&unset), true),
-        Ownership::NotOwned(NotOwned::NotImmediateBinding),
+        ClaimOwnership::NotOwned(NotOwned::NotImmediateBinding),
         "an unset binding mode is not Immediate upstream"
     );
 }
@@ -111,14 +111,14 @@ fn a_missing_class_is_retried_and_a_missing_class_name_is_not_owned() {
     let decision = decide(&claim, None, true);
     assert_eq!(
         decision,
-        Ownership::NotOwned(NotOwned::StorageClassNotFound("fast".to_owned()))
+        ClaimOwnership::NotOwned(NotOwned::StorageClassNotFound("fast".to_owned()))
     );
-    assert!(matches!(decision, Ownership::NotOwned(r) if r.should_retry()));
+    assert!(matches!(decision, ClaimOwnership::NotOwned(r) if r.should_retry()));
 
     let classless = pvc("ns", "c").build();
     assert_eq!(
         decide(&classless, None, true),
-        Ownership::NotOwned(NotOwned::NoStorageClassName)
+        ClaimOwnership::NotOwned(NotOwned::NoStorageClassName)
     );
 }
 
@@ -128,7 +128,7 @@ fn the_beta_class_annotation_names_the_class_of_an_unselected_claim() {
     assert_eq!(claim_class_name(&claim), Some("old"));
     assert_eq!(
         decide(&claim, None, true),
-        Ownership::NotOwned(NotOwned::StorageClassNotFound("old".to_owned()))
+        ClaimOwnership::NotOwned(NotOwned::StorageClassNotFound("old".to_owned()))
     );
 }
 
@@ -141,7 +141,7 @@ fn allowed_topologies_that_exclude_our_node_mean_not_owned() {
         .build();
     assert_eq!(
         decide(&claim, Some(&elsewhere), true),
-        Ownership::NotOwned(NotOwned::AllowedTopologiesIncompatible)
+        ClaimOwnership::NotOwned(NotOwned::AllowedTopologiesIncompatible)
     );
     let here = sc("fast")
         .binding_immediate()
@@ -151,7 +151,7 @@ fn allowed_topologies_that_exclude_our_node_mean_not_owned() {
             ("topology.example.com/node", vec!["n0", "n1"]),
         ])
         .build();
-    assert_eq!(decide(&claim, Some(&here), true), Ownership::Compete);
+    assert_eq!(decide(&claim, Some(&here), true), ClaimOwnership::Compete);
 }
 
 #[test]
@@ -173,7 +173,7 @@ fn allowed_topologies_are_ignored_without_topology_support() {
             selected_node_driver: CsiNodeLookup::Unknown,
         },
     );
-    assert_eq!(decision, Ownership::Compete);
+    assert_eq!(decision, ClaimOwnership::Compete);
 }
 
 #[test]
@@ -217,7 +217,8 @@ fn a_selected_node_without_our_driver_is_cleared_with_an_event_naming_it() {
     let no_driver = csinode("gpu-7").driver("other.csi", "x", ["k"]).build();
     let lookup = CsiNodeLookup::of(Some(&no_driver), "d.example.com");
     assert_eq!(lookup, CsiNodeLookup::LacksDriver);
-    let Ownership::ClearSelectedNode(clear) = check_node(&claim, &clear_inputs(&me, lookup)) else {
+    let ClaimOwnership::ClearSelectedNode(clear) = check_node(&claim, &clear_inputs(&me, lookup))
+    else {
         panic!("expected the selected node to be cleared");
     };
     assert_eq!(clear.node, "gpu-7");
@@ -228,7 +229,7 @@ fn a_selected_node_without_our_driver_is_cleared_with_an_event_naming_it() {
     let missing = CsiNodeLookup::of(None, "d.example.com");
     let decision = check_node(&claim, &clear_inputs(&me, missing));
     // No CSINode: upstream's reschedule, in its words.
-    let Ownership::ClearSelectedNode(missing) = decision else {
+    let ClaimOwnership::ClearSelectedNode(missing) = decision else {
         panic!("expected the selected node to be cleared, got {decision:?}");
     };
     assert_eq!(missing.reason, "ProvisioningFailed");
@@ -249,7 +250,7 @@ fn a_selected_node_running_our_driver_or_an_unknown_one_is_left_alone() {
     ] {
         assert_eq!(
             check_node(&claim, &clear_inputs(&me, lookup)),
-            Ownership::NotOwned(NotOwned::SelectedOtherNode("n2".to_owned()))
+            ClaimOwnership::NotOwned(NotOwned::SelectedOtherNode("n2".to_owned()))
         );
     }
 }
@@ -260,7 +261,7 @@ fn our_own_node_is_never_cleared_even_before_our_driver_registers() {
     let me = me();
     assert_eq!(
         check_node(&claim, &clear_inputs(&me, CsiNodeLookup::NotFound)),
-        Ownership::Owned
+        ClaimOwnership::Owned
     );
 }
 

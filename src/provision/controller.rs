@@ -477,5 +477,5 @@ async fn class_confirmed_missing(state: &Provisioner, name: &str) -> Result<bool
 }
 
 #[cfg(test)]
-#[path = "controller/shell_tests.rs"]
-mod shell_tests;
+#[path = "controller_tests.rs"]
+mod tests;

@@ -31,7 +31,7 @@ use crate::migration::Plugin;
 use crate::model::secrets::SecretRef;
 use crate::names;
 use crate::node_mode::ownership::{
-    self, ClearSelectedNode, CsiNodeLookup, NodeIdentity, NotOwned, Ownership,
+    self, ClaimOwnership, ClearSelectedNode, CsiNodeLookup, NodeIdentity, NotOwned,
 };
 
 use build::{Stop, plan};
@@ -162,7 +162,7 @@ pub(crate) struct ClaimContext<'a> {
 #[derive(Debug, Clone)]
 pub(crate) struct NodeFacts {
     /// Who serves the claim.
-    pub(crate) ownership: Ownership,
+    pub(crate) ownership: ClaimOwnership,
     /// When `ownership` says to clear the selected node: the volume name that node recorded for
     /// the claim (a CreateVolume was sent there, so a volume may exist on it).
     pub(crate) recorded_on_selected: Option<String>,
@@ -454,17 +454,17 @@ pub(crate) fn decide_claim(pvc: &PersistentVolumeClaim, ctx: &ClaimContext<'_>) 
     }
     if let (Some(mode), Some(facts)) = (&settings.node, ctx.node) {
         match &facts.ownership {
-            Ownership::Owned => {}
-            Ownership::Compete => {
+            ClaimOwnership::Owned => {}
+            ClaimOwnership::Compete => {
                 let check = ctx
                     .class
                     .and_then(|class| capacity_check(pvc, ctx, class, &mode.me.name));
                 return ClaimDecision::Compete(check);
             }
-            Ownership::NotOwned(why) => {
+            ClaimOwnership::NotOwned(why) => {
                 return ClaimDecision::Ignore(IgnoreReason::NotThisNode(why.clone()));
             }
-            Ownership::ClearSelectedNode(c) => {
+            ClaimOwnership::ClearSelectedNode(c) => {
                 return clear_or_wait(
                     c,
                     facts.recorded_on_selected.as_ref(),

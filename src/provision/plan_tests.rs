@@ -87,9 +87,11 @@ impl World {
             },
         );
         let recorded_on_selected = match &ownership {
-            Ownership::ClearSelectedNode(_) => self.recorded_on_selected.clone().or_else(|| {
-                crate::provision::intents::claim_record::entry_of(claim).map(|e| e.volume)
-            }),
+            ClaimOwnership::ClearSelectedNode(_) => {
+                self.recorded_on_selected.clone().or_else(|| {
+                    crate::provision::intents::claim_record::entry_of(claim).map(|e| e.volume)
+                })
+            }
             _ => None,
         };
         Some(NodeFacts {

@@ -1,7 +1,8 @@
-//! Topology: the CreateVolume accessibility requirements (reference §7.2, upstream's table), the
-//! StatefulSet spreading of preferred terms (§7.3), the PV node affinity built from the driver's
-//! accessible topology (§7.5) and the node-selector matching node mode uses to know which PVs it
-//! owns.
+//! Topology of a claim to provision: the CreateVolume accessibility requirements (reference §7.2,
+//! upstream's table), the StatefulSet spreading of preferred terms (§7.3) and the per-claim pinned
+//! requirement (§7.4). The facts it builds on (terms, `allowedTopologies`, the PV node affinity
+//! built from the driver's accessible topology (§7.5) and its matching in node mode) are
+//! `model::topology`'s; the zone labels of the in-tree plugins are `migration::topology`'s.
 //!
 //! | node selected | strict | allowedTopologies | immediate | requisite | preferred |
 //! |---|---|---|---|---|---|

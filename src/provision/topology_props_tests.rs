@@ -21,7 +21,7 @@ const KEYS: [&str; 3] = [
 type NodeShape = (Vec<(usize, &'static str)>, Option<Option<Vec<usize>>>);
 
 #[derive(Debug, Clone)]
-struct World {
+struct TopologyCase {
     nodes: Vec<NodeShape>,
     allowed: Vec<Vec<(usize, Vec<&'static str>)>>,
     selected: Option<usize>,
@@ -30,7 +30,7 @@ struct World {
     claim: String,
 }
 
-fn arb_world() -> impl Strategy<Value = World> {
+fn arb_world() -> impl Strategy<Value = TopologyCase> {
     let value = prop::sample::select(vec!["a", "b", "c", ""]);
     let labels = prop::collection::vec((0..KEYS.len(), value.clone()), 0..3);
     let keys = prop::option::weighted(
@@ -49,7 +49,7 @@ fn arb_world() -> impl Strategy<Value = World> {
         "[a-z0-9-]{0,20}",
     )
         .prop_map(
-            |(nodes, allowed, selected, strict, immediate, claim)| World {
+            |(nodes, allowed, selected, strict, immediate, claim)| TopologyCase {
                 nodes,
                 allowed,
                 selected,
@@ -60,7 +60,7 @@ fn arb_world() -> impl Strategy<Value = World> {
         )
 }
 
-fn view(world: &World) -> StaticTopology {
+fn view(world: &TopologyCase) -> StaticTopology {
     let mut topology = StaticTopology::default();
     for (i, (labels, keys)) in world.nodes.iter().enumerate() {
         let name = format!("node-{i}");

@@ -13,7 +13,7 @@ use super::report::kube_err;
 use super::{ProvisionError, Provisioner, claim_key};
 use crate::csi::v1::{CreateVolumeRequest, TopologyRequirement};
 use crate::k8s::errors::describe;
-use crate::node_mode::ownership::{self, CsiNodeLookup, Ownership, OwnershipInputs};
+use crate::node_mode::ownership::{self, ClaimOwnership, CsiNodeLookup, OwnershipInputs};
 use crate::provision::plan::{self, ClaimContext, ClaimDecision, Lookup, NodeFacts, SourceLookup};
 use crate::provision::topology::TopologyView;
 
@@ -96,7 +96,7 @@ pub(super) async fn gather(
             // Before a node without our driver is cleared: did it get a CreateVolume for this
             // claim? (Rare: one LIST of that node's ledger.)
             let recorded_on_selected = match &ownership {
-                Ownership::ClearSelectedNode(clear) => {
+                ClaimOwnership::ClearSelectedNode(clear) => {
                     crate::provision::intents::recorded_on_node(ctx, pvc, &clear.node)
                         .await
                         .map_err(kube_err(format!(

@@ -180,9 +180,9 @@ pub(crate) fn class_as_csi(
 }
 
 #[cfg(test)]
-#[path = "mod_tests.rs"]
+#[path = "migration_tests.rs"]
 mod tests;
 
 #[cfg(test)]
-#[path = "mod_props_tests.rs"]
+#[path = "migration_props_tests.rs"]
 mod props_tests;

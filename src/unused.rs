@@ -251,4 +251,5 @@ pub(crate) fn transition(
 }
 
 #[cfg(test)]
+#[path = "unused_tests.rs"]
 mod tests;

@@ -15,8 +15,6 @@ pub(crate) mod metrics;
 pub(crate) mod orphans;
 pub(crate) mod owner;
 pub(crate) mod plan;
-#[cfg(test)]
-mod plan_tests;
 pub(crate) mod polls;
 pub(crate) mod queue;
 pub(crate) mod sync;

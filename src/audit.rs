@@ -28,8 +28,6 @@ pub(crate) mod collect;
 pub(crate) mod periodic;
 mod render;
 pub mod run;
-#[cfg(test)]
-mod tests;
 
 pub use run::main;
 
@@ -473,3 +471,7 @@ pub(crate) fn confirm(driver: &str, first: &Observation, second: &Observation) -
         deleted: Vec::new(),
     }
 }
+
+#[cfg(test)]
+#[path = "audit_tests.rs"]
+mod tests;

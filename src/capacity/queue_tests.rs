@@ -1,0 +1,54 @@
+use super::*;
+
+fn drain(q: &mut Queue<u32>) -> Vec<u32> {
+    std::iter::from_fn(|| q.pop(|_| true).map(|(i, _)| i)).collect()
+}
+
+#[test]
+fn a_missing_object_goes_ahead_of_every_queued_refresh() {
+    let now = Instant::now();
+    let mut q = Queue::default();
+    for key in 0..1000 {
+        q.push(key, Lane::Refresh, now);
+    }
+    q.push(5000, Lane::Urgent, now);
+    assert_eq!(q.pop(|_| true).map(|(i, _)| i), Some(5000));
+    assert_eq!(
+        q.pop(|_| true).map(|(i, _)| i),
+        Some(0),
+        "then the refreshes in order"
+    );
+}
+
+#[test]
+fn an_item_queued_again_stays_one_item_and_moves_ahead_when_it_becomes_urgent() {
+    let start = Instant::now();
+    let later = start + Duration::from_secs(10);
+    let mut q = Queue::default();
+    assert!(q.push(1, Lane::Refresh, start));
+    assert!(q.push(2, Lane::Refresh, start));
+    assert!(
+        !q.push(1, Lane::Refresh, later),
+        "a second poll is not a second item"
+    );
+    assert_eq!(q.len(), 2);
+    assert!(
+        !q.push(2, Lane::Urgent, later),
+        "its object was deleted meanwhile"
+    );
+    assert_eq!(q.len(), 2);
+    assert_eq!(q.oldest(later), Duration::from_secs(10), "it kept its time");
+    assert_eq!(drain(&mut q), vec![2, 1]);
+}
+
+#[test]
+fn items_that_are_not_ready_are_passed_over_not_lost() {
+    let now = Instant::now();
+    let mut q = Queue::default();
+    q.push(1, Lane::Urgent, now);
+    q.push(2, Lane::Refresh, now);
+    assert_eq!(q.pop(|i| *i != 1).map(|(i, _)| i), Some(2));
+    assert_eq!(q.pop(|i| *i != 1), None);
+    assert_eq!(drain(&mut q), vec![1]);
+    assert_eq!(q.oldest(now), Duration::ZERO);
+}
