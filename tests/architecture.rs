@@ -103,6 +103,32 @@ fn no_source_file_outside_tests_is_over_600_lines() {
     assert!(long.is_empty(), "split these files: {long:?}");
 }
 
+/// One layout (ARCHITECTURE.md "Layout"): a folder's module is `foo.rs` beside `foo/`, and
+/// `#[path]` only includes a file's tests (`x_tests.rs`, `x_props_tests.rs`) beside it.
+#[test]
+fn one_module_convention_and_path_only_for_test_files() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut wrong = Vec::new();
+    for file in rust_files(&root) {
+        let relative = file.strip_prefix(&root).unwrap().display().to_string();
+        if file.file_name().is_some_and(|n| n == "mod.rs") {
+            wrong.push(format!(
+                "{relative}: a mod.rs (use the folder's name .rs beside it)"
+            ));
+        }
+        let text = std::fs::read_to_string(&file).unwrap();
+        for line in text
+            .lines()
+            .filter(|l| l.trim_start().starts_with("#[path"))
+        {
+            if !line.contains("_tests.rs\"]") {
+                wrong.push(format!("{relative}: {}", line.trim()));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "layout:\n{}", wrong.join("\n"));
+}
+
 #[test]
 fn the_architecture_module_table_names_every_top_level_module_and_no_other() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
