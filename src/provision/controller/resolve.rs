@@ -71,8 +71,6 @@ pub(super) async fn run_resolver(state: Arc<Provisioner>, shutdown: Shutdown) {
                 }
             }
         }
-        // Removals no intent write carried meanwhile are written now, one pass late at most.
-        state.intents.flush_removals();
         tokio::select! {
             () = &mut stop => return,
             () = tokio::time::sleep(RESOLVE_EVERY) => {}
@@ -235,7 +233,7 @@ async fn check_record(state: &Provisioner, pending: &Pending) -> Result<(), Retr
 async fn resolved(state: &Provisioner, pending: &Pending, stale: bool) -> Result<(), Retry> {
     state
         .intents
-        .resolved(pending, stale)
+        .forget(&pending.entry, stale)
         .await
         .map_err(|e| e.to_string().into())
 }
@@ -353,8 +351,7 @@ async fn cleanup_entry(
         .and_then(claim_class_name)
         .and_then(|class| state.ctx.stores.classes.get(&ObjectRef::new(class)))
         .map(|class| class.reclaim_policy.as_deref() == Some("Retain"));
-    if claim_deleted && entry.may_be_kept(state.intents.recorded_here(&entry.volume), class_retains)
-    {
+    if claim_deleted && entry.may_be_kept(pending.recorded_here, class_retains) {
         // Cannot tell a volume whose PV was never made from one a user kept (its Retain PV
         // deleted by an admin): kept, and reported (the audit lists it as a volume without a PV).
         warn!(
@@ -408,7 +405,7 @@ async fn cleanup_entry(
         step = match verdict {
             AfterReplay::Delete(volume_id) => {
                 // Remembered: if the delete fails, the next attempt needs no replay.
-                state.intents.learned_id(pending, &volume_id).await;
+                state.intents.set_id(&pending.entry, &volume_id).await;
                 CleanupStep::DeleteVolume { volume_id }
             }
             AfterReplay::NoVolumeId(message) => {
