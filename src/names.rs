@@ -98,6 +98,9 @@ pub const ANN_MAX_PROVISIONING_FAILURES: &str = "csi-provisioner.rs/max-provisio
 /// PVC annotation written when [`ANN_MAX_PROVISIONING_FAILURES`] stopped provisioning the claim:
 /// the last error. Removing it retries.
 pub const ANN_PROVISIONING_STOPPED: &str = "csi-provisioner.rs/provisioning-stopped";
+/// PV annotation (CSI migration of Azure File): the driver's volume id of the share, which the
+/// in-tree source cannot hold; the key the claims' intent record uses for the same fact.
+pub const ANN_PV_VOLUME_ID: &str = "csi-provisioner.rs/volume-id";
 /// PV annotation: name of the Node the volume was provisioned on (node-deployment mode).
 pub const ANN_NODE_NAME: &str = "csi-provisioner.rs/node-name";
 /// PV annotation: UID of that Node, so a re-created Node of the same name is told apart.

@@ -3,8 +3,9 @@
 //! driver, as kube-controller-manager does under migration) are provisioned to a PV in in-tree
 //! form and deleted again through the driver; and an in-tree PV made before migration, released
 //! with reclaim Delete, gets the deletion-protection finalizer and is deleted through the driver.
-//! Issue 41: clones and restores into a migrated class, and an in-tree PV whose handle does not
-//! translate.
+//! Issue 41: clones and restores into a migrated class, an in-tree PV whose handle does not
+//! translate, Azure File shares whose in-tree PV does not tell the storage account (item 4) and
+//! the capacity of a migrated volume's zone (item 5).
 
 mod common;
 
@@ -676,4 +677,158 @@ async fn the_capacity_of_a_migrated_volumes_zone_is_refreshed_at_once() {
     })
     .await;
     assert_ne!(after, before);
+}
+
+/// Azure File with the driver's own id shape (`<rg>#<account>#<share>#<disk>#<uuid>#<namespace>`,
+/// no disk and no uuid for a share named after the volume) and a context naming the share.
+fn azure_file_with_the_drivers_ids() -> Plugin {
+    Plugin {
+        id_flags: &[
+            "--volume-id-template=rg1#acct1#{name}###default",
+            "--volume-context=sharename={name}",
+        ],
+        ..PLUGINS[3]
+    }
+}
+
+/// Issue 41, item 4: a claim of an Azure File class with a node-stage secret. The in-tree source
+/// keeps that secret's name, which does not tell the storage account, and (the driver's context
+/// naming the share) no resource group: upstream deletes `#azure-secret#<share>#...`, which the
+/// driver answers as a share that does not exist, and the share leaks. Ours keeps the driver's id
+/// on the PV and deletes exactly that.
+#[tokio::test]
+async fn an_azure_file_share_with_a_node_stage_secret_is_deleted_under_the_drivers_id() {
+    let p = azure_file_with_the_drivers_ids();
+    let (cluster, driver, _sidecar) = start(&p).await;
+    let class: StorageClass = obj(json!({
+        "metadata": {"name": "intree"}, "provisioner": p.in_tree,
+        "reclaimPolicy": "Delete", "volumeBindingMode": "Immediate",
+        "parameters": {"skuName": "Standard_LRS",
+            "csi.storage.k8s.io/node-stage-secret-name": "azure-secret",
+            "csi.storage.k8s.io/node-stage-secret-namespace": "default"}
+    }));
+    cluster.add_class(&class).await;
+    cluster.claim_of_class(NS, "data", "intree", "1Gi").await;
+    let pv = cluster.wait_bound(NS, "data").await;
+    let volume = driver.wait_volumes(1).await.volumes[0].clone();
+    assert_eq!(volume.id, format!("rg1#acct1#{}###default", volume.name));
+    let json = pv_json(&pv);
+    assert_eq!(
+        json["spec"]["azureFile"]["secretName"], "azure-secret",
+        "{json}"
+    );
+    assert_eq!(json["spec"]["azureFile"]["shareName"], volume.name.as_str());
+    assert_eq!(
+        annotation(&pv, "kubernetes.io/azure-file-resource-group"),
+        None,
+        "as upstream: the share was named, so the id was not read for it"
+    );
+    assert_eq!(
+        annotation(&pv, "csi-provisioner.rs/volume-id"),
+        Some(volume.id.as_str())
+    );
+
+    cluster.delete_pvc_and_wait(NS, "data").await;
+    cluster
+        .wait_pv_gone(pv.metadata.name.as_deref().unwrap())
+        .await;
+    let state = driver.wait_volumes(0).await;
+    let deleted: Vec<&str> = state
+        .delete_calls
+        .iter()
+        .map(|(id, _)| id.as_str())
+        .collect();
+    assert_eq!(
+        deleted,
+        [volume.id.as_str()],
+        "deleted under the driver's own id"
+    );
+}
+
+/// Issue 41, item 4: an in-tree Azure File PV whose secret does not tell its storage account
+/// (made by upstream for such a class) is never deleted under a made-up id: its deletion fails
+/// with a Warning that says why and what to do, counted as a failed deletion, the PV and share
+/// stay; once an operator annotates the PV with the share's id, it is deleted under that id.
+#[tokio::test]
+async fn an_in_tree_azure_file_pv_whose_account_cannot_be_told_is_kept_until_annotated() {
+    let p = azure_file_with_the_drivers_ids();
+    let (cluster, driver, sidecar) = start(&p).await;
+    let name = "share-1";
+    let id = driver.create_volume_on(name, None, Some(1 << 30)).await;
+    assert_eq!(id, "rg1#acct1#share-1###default");
+    let pv: PersistentVolume = obj(json!({
+        "metadata": {"name": name,
+            "annotations": {"pv.kubernetes.io/provisioned-by": p.in_tree}},
+        "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteMany"],
+                 "persistentVolumeReclaimPolicy": "Delete", "storageClassName": "old",
+                 "azureFile": {"shareName": name, "secretName": "azure-secret",
+                               "secretNamespace": NS},
+                 "claimRef": {"namespace": NS, "name": "old-data"}}
+    }));
+    cluster
+        .pvs()
+        .create(&PostParams::default(), &pv)
+        .await
+        .expect("create the in-tree PV");
+    let mut claim: PersistentVolumeClaim = claim(NS, "old-data", "old", "1Gi");
+    claim.spec.as_mut().unwrap().volume_name = Some(name.to_owned());
+    claim.spec.as_mut().unwrap().access_modes = Some(vec!["ReadWriteMany".into()]);
+    cluster.create(&cluster.pvcs(NS), &claim).await;
+    cluster.wait_bound(NS, "old-data").await;
+    let has_finalizer = |pv: &PersistentVolume| {
+        pv.metadata
+            .finalizers
+            .iter()
+            .flatten()
+            .any(|f| f == FINALIZER)
+    };
+    wait_for(
+        "the finalizer on the bound in-tree PV",
+        DEADLINE,
+        || async { has_finalizer(&cluster.pvs().get(name).await.ok()?).then_some(()) },
+    )
+    .await;
+
+    let _ = cluster
+        .pvcs(NS)
+        .delete("old-data", &DeleteParams::default())
+        .await;
+    let message = cluster
+        .wait_pv_event(name, "VolumeFailedDelete", "storage account")
+        .await;
+    assert_eq!(
+        message,
+        "cannot tell the storage account of Azure File share \"share-1\": secretName \
+         \"azure-secret\" is not azure-storage-account-<storage account>-secret; the share is \
+         kept: to delete it, annotate the PV with csi-provisioner.rs/volume-id=<resource \
+         group>#<storage account>#<share> (an empty resource group is the cluster's)"
+    );
+    let failed = r#"controller_persistentvolume_delete_failed_total{class="old"}"#;
+    wait_for("the failed deletion counted", DEADLINE, || async {
+        (sidecar.metric(failed).await? >= 1.0).then_some(())
+    })
+    .await;
+    let kept = cluster.pvs().get(name).await.expect("the PV is kept");
+    assert!(
+        has_finalizer(&kept),
+        "the finalizer stays while it is retried"
+    );
+    assert_eq!(driver.state().await.calls("DeleteVolume"), 0);
+    assert_eq!(driver.state().await.volumes.len(), 1, "the share is kept");
+
+    // What the event tells the operator to do.
+    let patch = json!({"metadata": {"annotations": {"csi-provisioner.rs/volume-id": id}}});
+    cluster
+        .pvs()
+        .patch(
+            name,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&patch),
+        )
+        .await
+        .expect("annotate the PV");
+    cluster.wait_pv_gone(name).await;
+    let state = driver.wait_volumes(0).await;
+    let deleted: Vec<&str> = state.delete_calls.iter().map(|(d, _)| d.as_str()).collect();
+    assert_eq!(deleted, [id.as_str()]);
 }

@@ -1,7 +1,8 @@
-//! Upstream's csi-translation-lib vectors for Azure File (restated).
+//! Upstream's csi-translation-lib vectors for Azure File (restated), and where we differ.
 
 use super::*;
 use crate::migration::params::test_support::map;
+use crate::names;
 
 #[test]
 fn storage_account_names_from_secret_names() {
@@ -16,37 +17,40 @@ fn storage_account_names_from_secret_names() {
     assert_eq!(storage_account_name("invalid"), None);
 }
 
-fn file_pv(namespace: Option<&str>) -> PersistentVolume {
+fn file_pv(namespace: Option<&str>, secret: &str) -> PersistentVolume {
     let mut pv = PersistentVolume::default();
     pv.metadata.name = Some("uuid".into());
     pv.spec.get_or_insert_default().azure_file = Some(AzureFilePersistentVolumeSource {
         share_name: "sharename".into(),
-        secret_name: "secretname".into(),
+        secret_name: secret.into(),
         secret_namespace: namespace.map(str::to_owned),
         read_only: Some(true),
     });
     pv
 }
 
+fn csi_of(pv: &PersistentVolume) -> CSIPersistentVolumeSource {
+    Plugin::AzureFile
+        .in_tree_to_csi(pv)
+        .unwrap()
+        .spec
+        .unwrap()
+        .csi
+        .unwrap()
+}
+
+/// Upstream's vectors, with a secret named after its account (see below for one that is not).
 #[test]
 fn the_handle_joins_resource_group_account_share_pv_and_namespace() {
-    let mut rg_only = file_pv(None);
+    const SECRET: &str = "azure-storage-account-st-secret";
+    let mut rg_only = file_pv(None, SECRET);
     rg_only.metadata.annotations = Some(map(&[(RESOURCE_GROUP_ANNOTATION, "rg")]));
     assert_eq!(
         Plugin::AzureFile.in_tree_to_csi(&rg_only).unwrap_err(),
         "could not find a secret namespace in PersistentVolumeSource or ClaimRef"
     );
-    let csi = Plugin::AzureFile
-        .in_tree_to_csi(&file_pv(Some("secretnamespace")))
-        .unwrap()
-        .spec
-        .unwrap()
-        .csi
-        .unwrap();
-    assert_eq!(
-        csi.volume_handle,
-        "#secretname#sharename#uuid#secretnamespace"
-    );
+    let csi = csi_of(&file_pv(Some("secretnamespace"), SECRET));
+    assert_eq!(csi.volume_handle, "#st#sharename#uuid#secretnamespace");
     assert_eq!(
         csi.volume_attributes.unwrap(),
         map(&[("sharename", "sharename")])
@@ -54,39 +58,86 @@ fn the_handle_joins_resource_group_account_share_pv_and_namespace() {
     let r = csi.node_stage_secret_ref.unwrap();
     assert_eq!(
         (r.name.as_deref(), r.namespace.as_deref()),
-        (Some("secretname"), Some("secretnamespace"))
+        (Some(SECRET), Some("secretnamespace"))
     );
-    let mut with_rg = file_pv(Some("secretnamespace"));
+    let mut with_rg = file_pv(Some("secretnamespace"), SECRET);
     with_rg.metadata.annotations = Some(map(&[(RESOURCE_GROUP_ANNOTATION, "rg")]));
-    let csi = Plugin::AzureFile
-        .in_tree_to_csi(&with_rg)
-        .unwrap()
-        .spec
-        .unwrap()
-        .csi
-        .unwrap();
     assert_eq!(
-        csi.volume_handle,
-        "rg#secretname#sharename#uuid#secretnamespace"
+        csi_of(&with_rg).volume_handle,
+        "rg#st#sharename#uuid#secretnamespace"
     );
-    let mut from_claim = file_pv(None);
+    let mut from_claim = file_pv(None, SECRET);
     from_claim.metadata.annotations = Some(map(&[(RESOURCE_GROUP_ANNOTATION, "rg")]));
     from_claim.spec.as_mut().unwrap().claim_ref =
         Some(k8s_openapi::api::core::v1::ObjectReference {
             namespace: Some("secretnamespace".into()),
             ..Default::default()
         });
-    let csi = Plugin::AzureFile
-        .in_tree_to_csi(&from_claim)
-        .unwrap()
-        .spec
-        .unwrap()
-        .csi
-        .unwrap();
     assert_eq!(
-        csi.volume_handle,
-        "rg#secretname#sharename#uuid#secretnamespace"
+        csi_of(&from_claim).volume_handle,
+        "rg#st#sharename#uuid#secretnamespace"
     );
+}
+
+/// Issue 41: upstream takes a secret name that does not tell the account for the account
+/// (`#secretname#sharename#uuid#secretnamespace`); the driver answers that no such share exists
+/// and the share leaks. Here the translation fails, so the deletion is reported, not done.
+#[test]
+fn an_account_the_secret_name_does_not_tell_fails_the_translation() {
+    assert_eq!(
+        Plugin::AzureFile
+            .in_tree_to_csi(&file_pv(Some("secretnamespace"), "secretname"))
+            .unwrap_err(),
+        "cannot tell the storage account of Azure File share \"sharename\": secretName \"secretname\" \
+         is not azure-storage-account-<storage account>-secret; the share is kept: to delete it, \
+         annotate the PV with csi-provisioner.rs/volume-id=<resource group>#<storage account>#<share> \
+         (an empty resource group is the cluster's)"
+    );
+}
+
+#[test]
+fn the_drivers_id_kept_on_the_pv_is_sent_as_it_is_for_its_share_only() {
+    let id = "rg#acct#sharename###secretnamespace#sub";
+    let mut kept = file_pv(Some("secretnamespace"), "secretname");
+    kept.metadata.annotations = Some(map(&[
+        (names::ANN_PV_VOLUME_ID, id),
+        (RESOURCE_GROUP_ANNOTATION, "other"),
+    ]));
+    assert_eq!(csi_of(&kept).volume_handle, id);
+    let mut other_share = file_pv(Some("secretnamespace"), "azure-storage-account-st-secret");
+    other_share.metadata.annotations = Some(map(&[(names::ANN_PV_VOLUME_ID, "rg#acct#other")]));
+    assert_eq!(
+        Plugin::AzureFile.in_tree_to_csi(&other_share).unwrap_err(),
+        "annotation csi-provisioner.rs/volume-id \"rg#acct#other\" does not name the PV's Azure \
+         File share \"sharename\"; the share is kept: to delete it, set the annotation to \
+         <resource group>#<storage account>#<share>"
+    );
+    // An empty annotation is none.
+    let mut empty = file_pv(Some("ns"), "azure-storage-account-st-secret");
+    empty.metadata.annotations = Some(map(&[(names::ANN_PV_VOLUME_ID, "")]));
+    assert_eq!(csi_of(&empty).volume_handle, "#st#sharename#uuid#ns");
+}
+
+/// Issue 41, the leak itself: a class with a node-stage secret. The driver's context names the
+/// share, so upstream writes back neither the account nor the resource group.
+#[test]
+fn a_share_with_a_node_stage_secret_comes_back_with_the_drivers_id() {
+    let id = "rg1#acct1#pvc-1###default";
+    let mut pv = csi_pv(
+        id,
+        &[("sharename", "pvc-1")],
+        Some(("azure-secret", "default")),
+    );
+    pv.metadata.name = Some("pvc-1".into());
+    let in_tree = Plugin::AzureFile.csi_to_in_tree(&pv).unwrap();
+    let file = in_tree.spec.as_ref().unwrap().azure_file.clone().unwrap();
+    assert_eq!(file.secret_name, "azure-secret");
+    assert_eq!(
+        in_tree.metadata.annotations.clone().unwrap(),
+        map(&[(names::ANN_PV_VOLUME_ID, id)]),
+        "no resource group annotation, as upstream; the driver's id"
+    );
+    assert_eq!(csi_of(&in_tree).volume_handle, id);
 }
 
 fn csi_pv(handle: &str, attrs: &[(&str, &str)], secret: Option<(&str, &str)>) -> PersistentVolume {
@@ -162,7 +213,10 @@ fn a_csi_share_is_written_back_from_attributes_secret_or_handle() {
     assert_eq!(
         written_back(&csi_pv(handle, &[], None)),
         (
-            map(&[(RESOURCE_GROUP_ANNOTATION, "rg")]),
+            map(&[
+                (RESOURCE_GROUP_ANNOTATION, "rg"),
+                (names::ANN_PV_VOLUME_ID, handle)
+            ]),
             file(
                 "azure-storage-account-st-secret",
                 "default",

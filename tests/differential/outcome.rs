@@ -48,6 +48,28 @@ pub async fn observe(world: &mut World) -> Outcome {
             doc.insert(key, meta_view(&o));
         }
     }
+    // Capacity objects by namespace, class and segment: their names are generated.
+    for c in world.objects("csistoragecapacities").await {
+        let segment: Vec<String> = c["nodeTopology"]["matchLabels"]
+            .as_object()
+            .into_iter()
+            .flatten()
+            .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default()))
+            .collect();
+        let key = format!(
+            "capacity/{}/{}[{}]",
+            c["metadata"]["namespace"].as_str().unwrap_or(""),
+            c["storageClassName"].as_str().unwrap_or("?"),
+            segment.join(",")
+        );
+        let mut view = meta_view(&c);
+        for field in ["capacity", "maximumVolumeSize"] {
+            if let Some(v) = c.get(field).filter(|v| !v.is_null()) {
+                view[field] = v.clone();
+            }
+        }
+        doc.insert(key, view);
+    }
     // Events as a set: repeats and their counts depend on timing, their texts do not.
     let mut events: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for e in world.objects("events").await {

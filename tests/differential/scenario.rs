@@ -205,6 +205,8 @@ pub enum Condition {
     Calls { method: String, at_least: u64 },
     /// The outcome stayed unchanged for this many seconds.
     Quiet(f64),
+    /// A CSIStorageCapacity of this StorageClass reports this capacity, as written (`1023Gi`).
+    Capacity { class: String, is: String },
 }
 
 /// A mock driver switch.
@@ -289,6 +291,7 @@ steps:
   - wait: {event: {kind: PersistentVolumeClaim, name: c1, reason: ProvisioningFailed}}
   - wait: {volumes: 0}
   - wait: {quiet: 1.5}
+  - wait: {capacity: {class: sc, is: 1Ti}}
   - delete: {kind: PersistentVolumeClaim, name: c1}
   - patch: {kind: PersistentVolume, name: pv1, merge: {spec: {}}}
   - status: {kind: VolumeSnapshot, name: s1, merge: {status: {readyToUse: true}}}
@@ -301,7 +304,7 @@ steps:
 "#;
         let s: Scenario = serde_saphyr::from_str(text).unwrap();
         assert_eq!(s.mode, Mode::Node);
-        assert_eq!(s.steps.len(), 14);
+        assert_eq!(s.steps.len(), 15);
         assert!(!s.nodes[1].has_driver());
         assert_eq!(s.quiet, 2.0);
     }

@@ -1191,6 +1191,11 @@ impl World {
                 states.iter().map(|s| s.calls(method)).sum::<u64>() >= *at_least
             }
             Condition::Quiet(_) => true,
+            Condition::Capacity { class, is } => {
+                self.objects("csistoragecapacities").await.iter().any(|c| {
+                    c["storageClassName"] == class.as_str() && c["capacity"] == is.as_str()
+                })
+            }
         }
     }
 }
@@ -1203,6 +1208,7 @@ fn api_resource_of_plural(plural: &str) -> Option<ApiResource> {
         "events" => ("", "v1", "Event"),
         "pods" => ("", "v1", "Pod"),
         "leases" => ("coordination.k8s.io", "v1", "Lease"),
+        "csistoragecapacities" => ("storage.k8s.io", "v1", "CSIStorageCapacity"),
         "volumesnapshots" => ("snapshot.storage.k8s.io", "v1", "VolumeSnapshot"),
         "volumesnapshotcontents" => ("snapshot.storage.k8s.io", "v1", "VolumeSnapshotContent"),
         _ => return None,
