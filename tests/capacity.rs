@@ -822,3 +822,55 @@ async fn a_new_nodes_object_is_created_ahead_of_a_backlog_of_refresh_writes() {
     })
     .await;
 }
+
+/// Issue 42: a node added while the objects of a large cluster are still being created for the
+/// first time (at the default budget 4,000 objects take over an hour) gets its objects first,
+/// ahead of the initial creations as well as the refreshes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_nodes_object_is_created_ahead_of_the_initial_creations() {
+    let cluster = Cluster::start().await;
+    cluster.ensure_namespace(NS).await;
+    let nodes: Vec<String> = (1..=40).map(|i| format!("node-{i:02}")).collect();
+    for node in &nodes {
+        cluster.add_node(node).await;
+    }
+    let mut driver_flags = vec!["--topology".to_string(), "--capacity-total=10Gi".into()];
+    driver_flags.extend(nodes[1..].iter().map(|n| format!("--topology-node={n}")));
+    let driver_flags: Vec<&str> = driver_flags.iter().map(String::as_str).collect();
+    let driver = Driver::start(cluster.dir.path(), &nodes[0], &driver_flags).await;
+    cluster.add_class(&delayed_class("local")).await;
+    // Two writes a second: 40 objects take about 20 s to create.
+    let flags: Vec<String> = [
+        "--enable-capacity",
+        "--capacity-poll-interval=1m",
+        "--kube-api-capacity-qps=2",
+        "--kube-api-capacity-burst=1",
+        "--capacity-ownerref-level=-1",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let _sidecar = start_sidecar(&cluster, &driver, &flags, &[]).await;
+    wait_for("the first objects created", DEADLINE, || async {
+        (published(&cluster).await.len() >= 3).then_some(())
+    })
+    .await;
+
+    cluster.add_node("node-new").await;
+    let created = wait_for("the new node's object", DEADLINE, || async {
+        let objects = published(&cluster).await;
+        objects
+            .contains_key(&("local".to_string(), "node-new".to_string()))
+            .then_some(objects.len())
+    })
+    .await;
+    assert!(
+        created <= nodes.len() - 10,
+        "the new node's object waited behind the initial creations: {created} of {} existed",
+        nodes.len() + 1
+    );
+    wait_for("every node's object", DEADLINE, || async {
+        (published(&cluster).await.len() == nodes.len() + 1).then_some(())
+    })
+    .await;
+}

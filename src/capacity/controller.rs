@@ -303,7 +303,7 @@ impl Capacity {
                         let keys: Vec<Key> =
                             state.known.iter().filter(|k| affected.covers(k)).cloned().collect();
                         debug!(?affected, keys = keys.len(), "volume created or deleted: refreshing capacity");
-                        keys.into_iter().for_each(|k| state.enqueue(Item::Sync(k)));
+                        keys.into_iter().for_each(|k| state.enqueue(Item::Sync(k), None));
                     }
                 }
                 Some((item, result)) = workers.next(), if !workers.is_empty() => {
@@ -398,32 +398,37 @@ impl Loop<'_> {
             });
             !caught_up && desired.contains(key) && now.duration_since(*at) < CREATED_GRACE
         });
-        self.backoff.retain(|item| match item {
+        let wanted = |item: &Item| match item {
             Item::Sync(key) => desired.contains(key),
             Item::Delete(name) => diff.obsolete.contains(name),
-        });
-        self.not_before.retain(|item, _| match item {
-            Item::Sync(key) => desired.contains(key),
-            Item::Delete(name) => diff.obsolete.contains(name),
-        });
+        };
+        self.backoff.retain(wanted);
+        self.not_before.retain(|item, _| wanted(item));
+        // A segment or class that appeared while leading (a new node): its objects go first.
+        // A segment or class that appeared while leading (a new node): its objects go first.
+        let appeared: Vec<Key> = desired.difference(&self.known).cloned().collect();
         self.known = desired.clone();
         self.existing = diff.existing;
         self.metrics.observe_lag(self.queue.oldest(now));
         if is_leader {
+            if self.was_leader {
+                let new = appeared.into_iter().map(Item::Sync);
+                new.for_each(|item| self.enqueue(item, Some(Lane::New)));
+            }
             if !self.was_leader {
                 // Newly leader (or just started): refresh every object, adopting what exists.
                 desired
                     .iter()
                     .cloned()
-                    .for_each(|k| self.enqueue(Item::Sync(k)));
+                    .for_each(|k| self.enqueue(Item::Sync(k), None));
             }
             for key in &diff.missing {
                 if !self.written.contains_key(key) {
-                    self.enqueue(Item::Sync(key.clone()));
+                    self.enqueue(Item::Sync(key.clone()), None);
                 }
             }
             for name in &diff.obsolete {
-                self.enqueue(Item::Delete(name.clone()));
+                self.enqueue(Item::Delete(name.clone()), None);
             }
         }
         self.was_leader = is_leader;
@@ -435,26 +440,23 @@ impl Loop<'_> {
         if !due.is_empty() {
             debug!(keys = due.len(), "capacity poll");
         }
-        due.into_iter().for_each(|k| self.enqueue(Item::Sync(k)));
+        due.into_iter()
+            .for_each(|k| self.enqueue(Item::Sync(k), None));
     }
 
     /// The lane an item belongs in now: a key without an object, or an obsolete object, is
     /// what the scheduler is missing or misled by.
     fn lane(&self, item: &Item) -> Lane {
+        let exists = |key| self.existing.contains_key(key) || self.written.contains_key(key);
         match item {
-            Item::Delete(_) => Lane::Urgent,
-            Item::Sync(key)
-                if self.existing.contains_key(key) || self.written.contains_key(key) =>
-            {
-                Lane::Refresh
-            }
-            Item::Sync(_) => Lane::Urgent,
+            Item::Sync(key) if exists(key) => Lane::Refresh,
+            Item::Sync(_) | Item::Delete(_) => Lane::Urgent,
         }
     }
 
-    /// Queues `item` once (see [`Queue::push`]).
-    fn enqueue(&mut self, item: Item) {
-        let lane = self.lane(&item);
+    /// Queues `item` once (see [`Queue::push`]), in its lane or an earlier one.
+    fn enqueue(&mut self, item: Item, earlier: Option<Lane>) {
+        let lane = earlier.unwrap_or_else(|| self.lane(&item));
         if self.queue.push(item, lane, Instant::now()) {
             self.queue_metrics.added();
         }
@@ -573,7 +575,7 @@ impl Loop<'_> {
                 warn!(retry_in = ?delay, "{message}");
                 self.not_before.insert(item.clone(), Instant::now() + delay);
                 self.queue_metrics.retried();
-                self.enqueue(item);
+                self.enqueue(item, None);
             }
         }
     }

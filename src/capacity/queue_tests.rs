@@ -52,3 +52,23 @@ fn items_that_are_not_ready_are_passed_over_not_lost() {
     assert_eq!(drain(&mut q), vec![1]);
     assert_eq!(q.oldest(now), Duration::ZERO);
 }
+
+#[test]
+fn a_new_nodes_objects_go_ahead_of_the_initial_creations_and_the_refreshes() {
+    let now = Instant::now();
+    let mut q = Queue::default();
+    for key in 0..4000 {
+        q.push(key, Lane::Urgent, now);
+    }
+    q.push(9000, Lane::Refresh, now);
+    q.push(9001, Lane::Refresh, now);
+    q.push(5000, Lane::New, now);
+    q.push(5001, Lane::New, now);
+    assert!(!q.push(9001, Lane::New, now), "still one item");
+    let first: Vec<u32> = (0..4)
+        .filter_map(|_| q.pop(|_| true).map(|(i, _)| i))
+        .collect();
+    assert_eq!(first, vec![5000, 5001, 9001, 0]);
+    assert!(!q.push(5, Lane::Refresh, now), "never moved back");
+    assert_eq!(q.len(), 3999 + 1);
+}
