@@ -1,5 +1,5 @@
 //! Benchmark: starts kube-sim, the mock CSI driver and provisioner binaries as separate processes,
-//! runs the burst, restart and node scenarios against each binary, and writes
+//! runs the burst, restart, node, capacity and other scenarios against each binary, and writes
 //! `report.md` and `report.json`. Exits 1 when a volume leaked, was created twice, or a claim
 //! never bound (correctness, never timings); 2 when it could not run at all.
 
@@ -16,7 +16,7 @@ use anyhow::{Context, Result, bail};
 use clap::{Parser, ValueEnum};
 
 use report::{Binary, Report, Scenario};
-use scenarios::{Bin, Env, Qps};
+use scenarios::{Bin, CapacityParams, Env, Qps};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum ScenarioName {
@@ -31,6 +31,9 @@ enum ScenarioName {
     /// Ours only: the cost of --track-unused-claims with `--pods` Pods (the first binary, with
     /// and without the flag).
     Unused,
+    /// Storage capacity (`--enable-capacity`, default flags): `--nodes` nodes, `--classes`
+    /// classes, `--churn-per-min` changes, a node added at `--add-node-at`, for `--duration`.
+    Capacity,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -71,9 +74,40 @@ struct Args {
     /// Restart: bound claims with PVs when the provisioner restarts.
     #[arg(long, default_value_t = 10_000)]
     restart_claims: usize,
-    /// Node mode: nodes, each with a driver and a --node-deployment provisioner.
+    /// Node mode: nodes, each with a driver and a --node-deployment provisioner. Capacity:
+    /// nodes, one mock driver standing for all of them.
     #[arg(long, default_value_t = 50)]
     nodes: usize,
+    /// Capacity: WaitForFirstConsumer StorageClasses of the driver.
+    #[arg(long, default_value_t = 2)]
+    classes: usize,
+    /// Capacity: capacity changes a minute, each on a random node (a volume created on it or
+    /// deleted from it directly on the driver).
+    #[arg(long, default_value_t = 0)]
+    churn_per_min: u32,
+    /// Capacity: length of the run from the sidecar's start, e.g. 30m.
+    #[arg(long, default_value = "5m", value_parser = scenarios::parse_duration)]
+    duration: Duration,
+    /// Capacity: when a node is added, from the sidecar's start (default: half the duration;
+    /// at or past the duration: none).
+    #[arg(long, value_parser = scenarios::parse_duration)]
+    add_node_at: Option<Duration>,
+    /// Capacity: --capacity-poll-interval of the sidecar (Go syntax).
+    #[arg(long, default_value = "1m")]
+    poll_interval: String,
+    /// Capacity: create every object before the sidecar starts, as a previous instance of the
+    /// same Deployment left them (current values, same owner): the run starts in steady state.
+    #[arg(long)]
+    seed_objects: bool,
+    /// Capacity: seconds between two samples (queue depth, objects, RSS, writes).
+    #[arg(long, default_value_t = 2.0)]
+    sample_every: f64,
+    /// Capacity: run the binaries at the same time, each with its own kube-sim, driver and work
+    /// directory, instead of one after the other (ours waits on the write budget, not on CPU;
+    /// upstream takes a core at 2,000 nodes, so only on an otherwise idle machine there). Other
+    /// scenarios always run one after the other.
+    #[arg(long)]
+    sides_at_once: bool,
     /// Node mode: WaitForFirstConsumer claims spread over the nodes.
     #[arg(long, default_value_t = 1000)]
     node_claims: usize,
@@ -216,6 +250,26 @@ async fn run(args: Args) -> Result<Report> {
             QpsName::Raised => Qps::RAISED,
         })
         .collect();
+    let poll = scenarios::parse_duration(&args.poll_interval)
+        .map_err(|e| anyhow::anyhow!("--poll-interval: {e}"))?;
+    let capacity = CapacityParams {
+        nodes: args.nodes,
+        classes: args.classes,
+        churn_per_min: args.churn_per_min,
+        duration: args.duration,
+        add_node_at: args.add_node_at.unwrap_or(args.duration / 2),
+        poll_interval: args.poll_interval.clone(),
+        poll,
+        seed_objects: args.seed_objects,
+        sample_every: Duration::from_secs_f64(args.sample_every.max(0.1)),
+    };
+    if args.sides_at_once && args.scenarios.contains(&ScenarioName::Capacity) {
+        report.notes.push(
+            "capacity: the binaries ran at the same time, each with its own kube-sim, mock driver and \
+             work directory (--sides-at-once)"
+                .into(),
+        );
+    }
     let mut plan: Vec<(ScenarioName, usize)> = Vec::new();
     for s in &args.scenarios {
         match s {
@@ -226,7 +280,13 @@ async fn run(args: Args) -> Result<Report> {
         }
     }
     for (scenario, size) in plan {
-        for q in &qps {
+        // Capacity runs at the default flags only: its figures are those of the write budget.
+        let qps_of: &[Qps] = if scenario == ScenarioName::Capacity {
+            &[Qps::DEFAULT]
+        } else {
+            &qps
+        };
+        for q in qps_of {
             let (key, title) = match scenario {
                 ScenarioName::Burst => (
                     "burst",
@@ -256,6 +316,28 @@ async fn run(args: Args) -> Result<Report> {
                         args.pods, args.pod_claims
                     ),
                 ),
+                ScenarioName::Capacity => (
+                    "capacity",
+                    format!(
+                        "capacity: {} nodes, {} classes, {} changes a minute, poll {}, {} s, a node added at {} s{}{}",
+                        capacity.nodes,
+                        capacity.classes,
+                        capacity.churn_per_min,
+                        capacity.poll_interval,
+                        report::num(capacity.duration.as_secs_f64()),
+                        report::num(capacity.add_node_at.as_secs_f64()),
+                        if capacity.seed_objects {
+                            ", every object seeded"
+                        } else {
+                            ""
+                        },
+                        if args.sides_at_once {
+                            ", sides at the same time"
+                        } else {
+                            ""
+                        },
+                    ),
+                ),
                 ScenarioName::Node => (
                     "node",
                     format!(
@@ -267,9 +349,39 @@ async fn run(args: Args) -> Result<Report> {
             let mut sc = Scenario {
                 scenario: key.into(),
                 title,
-                qps: q.title(),
+                qps: if scenario == ScenarioName::Capacity {
+                    format!("{}, capacity QPS 1 / burst 5: the defaults", q.title())
+                } else {
+                    q.title()
+                },
                 runs: Vec::new(),
             };
+            if scenario == ScenarioName::Capacity && args.sides_at_once {
+                eprintln!(
+                    "bench: {} with {} at once ...",
+                    sc.title,
+                    binaries
+                        .iter()
+                        .map(|b| b.label.as_str())
+                        .collect::<Vec<_>>()
+                        .join(" and ")
+                );
+                let runs = binaries.iter().map(|b| {
+                    let (env, capacity) = (&env, &capacity);
+                    async move {
+                        let bin = Bin {
+                            label: &b.label,
+                            path: Path::new(&b.path),
+                        };
+                        scenarios::capacity(env, &bin, capacity).await
+                    }
+                });
+                sc.runs = futures::future::join_all(runs).await;
+                report.scenarios.push(sc);
+                report.load_average_end = load_average();
+                write_report(&out, &report)?;
+                continue;
+            }
             if scenario == ScenarioName::Unused {
                 let b = &binaries[0];
                 let bin = Bin {
@@ -303,6 +415,7 @@ async fn run(args: Args) -> Result<Report> {
                         scenarios::restart(&env, &bin, *q, args.restart_claims).await
                     }
                     ScenarioName::Unused => unreachable!("run above"),
+                    ScenarioName::Capacity => scenarios::capacity(&env, &bin, &capacity).await,
                     ScenarioName::Node => {
                         scenarios::node(
                             &env,

@@ -203,6 +203,22 @@ impl Driver {
         node: &str,
         topology: bool,
     ) -> Result<Self> {
+        let topology = if topology {
+            vec!["--topology".to_string()]
+        } else {
+            Vec::new()
+        };
+        Self::start_with(bin, dir, driver_name, node, &topology).await
+    }
+
+    /// [`Driver::start`] with `extra` flags (e.g. `--topology-node` for each further node).
+    pub async fn start_with(
+        bin: &Path,
+        dir: &Path,
+        driver_name: &str,
+        node: &str,
+        extra: &[String],
+    ) -> Result<Self> {
         let base = dir.join(format!("driver-{node}"));
         std::fs::create_dir_all(&base)?;
         // Unix socket paths must be short (108 bytes), so they live apart from the work directory.
@@ -217,9 +233,7 @@ impl Driver {
             // The default 1Ti pool holds only 1024 of the bench's 1Gi volumes.
             "--capacity-total=1Pi".to_string(),
         ];
-        if topology {
-            args.push("--topology".into());
-        }
+        args.extend(extra.iter().cloned());
         let env = [("RUST_LOG".to_string(), "warn".to_string())];
         let proc = Proc::spawn(
             &format!("mock-csi-driver {node}"),
@@ -246,6 +260,12 @@ impl Driver {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         Ok(d)
+    }
+
+    /// Calls, pools and volumes now.
+    pub async fn state(&self) -> Result<mock_csi_driver::StateDump> {
+        let c = ControlClient::connect(&self.control).await?;
+        Ok(c.state().await?)
     }
 
     /// Volumes the driver holds now.

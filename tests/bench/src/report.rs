@@ -13,6 +13,9 @@ pub struct Metric {
     pub key: String,
     pub label: String,
     pub value: Option<f64>,
+    /// Shown instead of a value that was not reached (e.g. "not within the run: 800 of 4000").
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub text: Option<String>,
 }
 
 /// Requests the provisioner made in one phase, and what to divide them by in the table.
@@ -65,6 +68,9 @@ pub struct Run {
     pub phases: Vec<Phase>,
     /// Correctness failures (leaked or doubled volumes, claims never bound, crashes).
     pub failures: Vec<String>,
+    /// Figures sampled over the run (the capacity scenario), one JSON object per sample.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub samples: Vec<serde_json::Value>,
 }
 
 impl Run {
@@ -73,6 +79,16 @@ impl Run {
             key: key.into(),
             label: label.into(),
             value: value.is_finite().then_some(value),
+            text: None,
+        });
+    }
+    /// A figure given as text, for what a number cannot say.
+    pub fn metric_text(&mut self, key: &str, label: &str, text: impl Into<String>) {
+        self.metrics.push(Metric {
+            key: key.into(),
+            label: label.into(),
+            value: None,
+            text: Some(text.into()),
         });
     }
     pub fn fail(&mut self, what: impl Into<String>) {
@@ -171,19 +187,21 @@ impl Report {
                     .collect()
             };
             for (key, label) in keys {
-                let vals: Vec<Option<f64>> = s
+                let found: Vec<Option<&Metric>> = s
                     .runs
                     .iter()
-                    .map(|r| {
-                        r.metrics
-                            .iter()
-                            .find(|m| m.key == key)
-                            .and_then(|m| m.value)
-                    })
+                    .map(|r| r.metrics.iter().find(|m| m.key == key))
                     .collect();
+                let vals: Vec<Option<f64>> =
+                    found.iter().map(|m| m.and_then(|m| m.value)).collect();
                 let mut line = format!("| {label} |");
-                for v in &vals {
-                    let _ = write!(line, " {} |", v.map_or("-".into(), num));
+                for m in &found {
+                    let cell = match m {
+                        Some(Metric { value: Some(v), .. }) => num(*v),
+                        Some(Metric { text: Some(t), .. }) => t.clone(),
+                        _ => "-".into(),
+                    };
+                    let _ = write!(line, " {cell} |");
                 }
                 if ratio {
                     let _ = write!(line, " {} |", ratio_of(vals[0], vals[1]));
@@ -319,6 +337,7 @@ mod tests {
             ..Default::default()
         };
         a.metric("t", "time until all Bound (s)", 10.0);
+        a.metric_text("all", "every object (s)", "not within the run: 3 of 8");
         let mut r = Requests::default();
         r.0.insert(("create".into(), "persistentvolumes".into()), 20);
         r.0.insert(("create".into(), "events".into()), 40);
@@ -364,6 +383,10 @@ mod tests {
         assert!(md.contains("| metric | A | B | A / B |"), "{md}");
         assert!(
             md.contains("| time until all Bound (s) | 10 | 40 | 0.25 |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| every object (s) | not within the run: 3 of 8 | - | - |"),
             "{md}"
         );
         assert!(

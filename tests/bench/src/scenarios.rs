@@ -1,4 +1,4 @@
-//! The three scenarios. Each run starts its own kube-sim, mock driver(s) and provisioner(s) in a
+//! The scenarios. Each run starts its own kube-sim, mock driver(s) and provisioner(s) in a
 //! fresh directory, so runs of two binaries see the same conditions.
 
 use std::collections::HashSet;
@@ -14,8 +14,10 @@ use crate::procs::{Driver, KubeSim, Proc};
 use crate::report::{Phase, Run, percentile};
 use crate::wait::wait_until;
 
+mod capacity;
 mod restore;
 mod unused;
+pub use capacity::{CapacityParams, capacity, parse_duration};
 pub use restore::restore;
 pub use unused::unused;
 
@@ -81,7 +83,7 @@ impl Env {
         node: Option<&str>,
         tag: &str,
     ) -> Result<Proc> {
-        self.spawn_provisioner(bin, sim, driver, qps, node, &[], tag)
+        self.spawn_provisioner(bin, sim, driver, qps, node, &[], &[], tag)
     }
 
     /// [`Env::start_provisioner`] in controller mode with `extra` flags.
@@ -94,7 +96,7 @@ impl Env {
         extra: &[&str],
         tag: &str,
     ) -> Result<Proc> {
-        self.spawn_provisioner(bin, sim, driver, qps, None, extra, tag)
+        self.spawn_provisioner(bin, sim, driver, qps, None, extra, &[], tag)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -106,6 +108,7 @@ impl Env {
         qps: Qps,
         node: Option<&str>,
         extra: &[&str],
+        extra_env: &[(&str, &str)],
         tag: &str,
     ) -> Result<Proc> {
         let mut args = vec![
@@ -119,6 +122,11 @@ impl Env {
             args.push("--node-deployment".into());
             env.push(("NODE_NAME".to_string(), n.to_string()));
         }
+        env.extend(
+            extra_env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string())),
+        );
         args.extend(self.extra_args.iter().cloned());
         args.extend(extra.iter().map(|a| a.to_string()));
         let dir = sim.kubeconfig.parent().unwrap_or(Path::new("."));

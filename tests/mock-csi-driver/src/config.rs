@@ -563,13 +563,18 @@ impl Config {
 
     /// Every node this instance places volumes on: `node_id` first, then `extra_nodes`.
     pub fn nodes(&self) -> Vec<String> {
-        let mut nodes = vec![self.node_id.clone()];
-        for n in &self.extra_nodes {
-            if !nodes.contains(n) {
-                nodes.push(n.clone());
-            }
-        }
-        nodes
+        // A set, not `Vec::contains`: thousands of `--topology-node`s made this quadratic.
+        let mut seen = std::collections::HashSet::new();
+        std::iter::once(&self.node_id)
+            .chain(&self.extra_nodes)
+            .filter(|n| seen.insert(n.as_str()))
+            .cloned()
+            .collect()
+    }
+
+    /// Whether `node` is one of [`Config::nodes`].
+    pub fn has_node(&self, node: &str) -> bool {
+        self.node_id == node || self.extra_nodes.iter().any(|n| n == node)
     }
 
     /// The topology segment of `node` (empty without topology).
