@@ -420,8 +420,9 @@ fn waits_for_consumer(pvc: &PersistentVolumeClaim, class: &StorageClass) -> bool
 
 /// The class a claim's data source is checked against, when the shell is to read that source
 /// for [`ClaimContext::source`]: the claim is one to provision ([`not_to_provision`]) and still
-/// wants a volume (`pv_exists`: its PV is in the cache), its class is one we serve ([`serves`]) and translates, and it neither
-/// waits for its consumer nor (node mode) is selected to another node. Upstream checks a clone's
+/// wants a volume (`pv_exists`: its PV is in the cache), its class is one we serve ([`serves`]) and translates, its source
+/// is one the plan accepts (not another namespace's with the gate off), and it neither waits for
+/// its consumer nor (node mode) is selected to another node. Upstream checks a clone's
 /// PV and a snapshot's content against the translated class's provisioner, so that is the class
 /// returned. `None`: the decision stops before the data source, which is not read.
 pub(crate) fn source_class<'c>(
@@ -437,6 +438,7 @@ pub(crate) fn source_class<'c>(
     };
     if pv_exists
         || not_to_provision(pvc, settings).is_some()
+        || build::data_source(pvc, settings).is_err()
         || elsewhere
         || !serves(class, &settings.driver)
         || waits_for_consumer(pvc, class)

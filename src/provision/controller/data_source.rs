@@ -37,11 +37,6 @@ pub(super) async fn read(
         return SourceLookup::NotResolved;
     };
     let own_namespace = pvc.namespace().unwrap_or_default();
-    let (SourceRef::Claim { namespace, .. } | SourceRef::Snapshot { namespace, .. }) = &found;
-    if *namespace != own_namespace && !state.settings.cross_namespace_data_source {
-        // The plan refuses it (the gate is off) without anything read.
-        return SourceLookup::NotResolved;
-    }
     let result = match &found {
         SourceRef::Claim { namespace, name } | SourceRef::Snapshot { namespace, name }
             if *namespace != own_namespace && !granted(state, &own_namespace, &found).await =>

@@ -57,7 +57,7 @@ impl From<SecretError> for Stop {
 }
 
 /// The claim's data source (dataSource, else dataSourceRef) as `(kind, api_group, name)`.
-fn data_source(
+pub(super) fn data_source(
     pvc: &PersistentVolumeClaim,
     settings: &ProvisionSettings,
 ) -> Result<Option<(String, String, String)>, PlanError> {
