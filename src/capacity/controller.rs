@@ -265,6 +265,7 @@ impl Capacity {
             topology,
             objects: objects.store,
             known: BTreeSet::new(),
+            fresh: BTreeSet::new(),
             existing: BTreeMap::new(),
             queue: Queue::default(),
             polls: Polls::new(poll, Instant::now()),
@@ -303,7 +304,7 @@ impl Capacity {
                         let keys: Vec<Key> =
                             state.known.iter().filter(|k| affected.covers(k)).cloned().collect();
                         debug!(?affected, keys = keys.len(), "volume created or deleted: refreshing capacity");
-                        keys.into_iter().for_each(|k| state.enqueue(Item::Sync(k), None));
+                        keys.into_iter().for_each(|k| state.enqueue(Item::Sync(k)));
                     }
                 }
                 Some((item, result)) = workers.next(), if !workers.is_empty() => {
@@ -335,6 +336,8 @@ struct Loop<'a> {
     objects: Store<CSIStorageCapacity>,
     /// The desired keys at the last check.
     known: BTreeSet<Key>,
+    /// Keys that appeared while leading (a new node or class), until their object exists.
+    fresh: BTreeSet<Key>,
     /// The object (by name) kept for each key at the last check.
     existing: BTreeMap<Key, String>,
     queue: Queue<Item>,
@@ -405,30 +408,27 @@ impl Loop<'_> {
         self.backoff.retain(wanted);
         self.not_before.retain(|item, _| wanted(item));
         // A segment or class that appeared while leading (a new node): its objects go first.
-        // A segment or class that appeared while leading (a new node): its objects go first.
-        let appeared: Vec<Key> = desired.difference(&self.known).cloned().collect();
+        let (leading, fresh) = (is_leader && self.was_leader, &mut self.fresh);
+        fresh.extend(desired.difference(&self.known).filter(|_| leading).cloned());
+        fresh.retain(|k| desired.contains(k) && !diff.existing.contains_key(k));
         self.known = desired.clone();
         self.existing = diff.existing;
         self.metrics.observe_lag(self.queue.oldest(now));
         if is_leader {
-            if self.was_leader {
-                let new = appeared.into_iter().map(Item::Sync);
-                new.for_each(|item| self.enqueue(item, Some(Lane::New)));
-            }
             if !self.was_leader {
                 // Newly leader (or just started): refresh every object, adopting what exists.
                 desired
                     .iter()
                     .cloned()
-                    .for_each(|k| self.enqueue(Item::Sync(k), None));
+                    .for_each(|k| self.enqueue(Item::Sync(k)));
             }
             for key in &diff.missing {
                 if !self.written.contains_key(key) {
-                    self.enqueue(Item::Sync(key.clone()), None);
+                    self.enqueue(Item::Sync(key.clone()));
                 }
             }
             for name in &diff.obsolete {
-                self.enqueue(Item::Delete(name.clone()), None);
+                self.enqueue(Item::Delete(name.clone()));
             }
         }
         self.was_leader = is_leader;
@@ -440,8 +440,7 @@ impl Loop<'_> {
         if !due.is_empty() {
             debug!(keys = due.len(), "capacity poll");
         }
-        due.into_iter()
-            .for_each(|k| self.enqueue(Item::Sync(k), None));
+        due.into_iter().for_each(|k| self.enqueue(Item::Sync(k)));
     }
 
     /// The lane an item belongs in now: a key without an object, or an obsolete object, is
@@ -450,13 +449,14 @@ impl Loop<'_> {
         let exists = |key| self.existing.contains_key(key) || self.written.contains_key(key);
         match item {
             Item::Sync(key) if exists(key) => Lane::Refresh,
+            Item::Sync(key) if self.fresh.contains(key) => Lane::New,
             Item::Sync(_) | Item::Delete(_) => Lane::Urgent,
         }
     }
 
-    /// Queues `item` once (see [`Queue::push`]), in its lane or an earlier one.
-    fn enqueue(&mut self, item: Item, earlier: Option<Lane>) {
-        let lane = earlier.unwrap_or_else(|| self.lane(&item));
+    /// Queues `item` once (see [`Queue::push`]) in its lane.
+    fn enqueue(&mut self, item: Item) {
+        let lane = self.lane(&item);
         if self.queue.push(item, lane, Instant::now()) {
             self.queue_metrics.added();
         }
@@ -575,7 +575,7 @@ impl Loop<'_> {
                 warn!(retry_in = ?delay, "{message}");
                 self.not_before.insert(item.clone(), Instant::now() + delay);
                 self.queue_metrics.retried();
-                self.enqueue(item, None);
+                self.enqueue(item);
             }
         }
     }

@@ -69,6 +69,11 @@ fn a_new_nodes_objects_go_ahead_of_the_initial_creations_and_the_refreshes() {
         .filter_map(|_| q.pop(|_| true).map(|(i, _)| i))
         .collect();
     assert_eq!(first, vec![5000, 5001, 9001, 0]);
-    assert!(!q.push(5, Lane::Refresh, now), "never moved back");
-    assert_eq!(q.len(), 3999 + 1);
+    assert!(!q.push(5, Lane::Refresh, now));
+    let rest = drain(&mut q);
+    assert_eq!(rest.len(), 3999 + 1, "one item each");
+    assert!(
+        rest.iter().position(|i| *i == 5) < rest.iter().position(|i| *i == 9000),
+        "an urgent item queued again as a refresh is never moved back"
+    );
 }

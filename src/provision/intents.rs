@@ -77,8 +77,6 @@ pub(crate) struct Pending {
     pub(crate) owner: Owner,
     /// Which store holds it.
     pub(crate) held: Held,
-    /// This process recorded it itself (then it alone made, or did not make, the volume's PV).
-    pub(crate) recorded_here: bool,
 }
 
 /// Which store holds an entry.
@@ -132,8 +130,7 @@ impl IntentStore {
         }
     }
 
-    /// Remembers the volume id learned for `entry`, in whichever store holds it (a retried
-    /// clean-up then needs no replay).
+    /// Remembers the volume id learned for `entry` (a retried clean-up then needs no replay).
     pub(crate) async fn set_id(&self, entry: &Entry, id: &str) {
         self.ledger.set_id(&entry.volume, id);
         if self.claims.holds(entry) {
@@ -141,14 +138,10 @@ impl IntentStore {
         }
     }
 
-    /// Drops `entry` from whichever store holds it: its PV exists, or its volume was deleted (or
-    /// never made). `stale`: the resolver found its PV existing, so the ledger writes nothing
-    /// just for it. A Retain volume's entry is written away at once (see
-    /// `ledger::Book::forget_promptly`), others lazily.
-    pub(crate) async fn forget(&self, entry: &Entry, stale: bool) -> Result<(), IntentError> {
-        if stale {
-            self.ledger.drop_stale(&entry.volume);
-        } else if entry.retain {
+    /// Drops `entry`: its PV exists, or its volume was deleted (or never made). A Retain volume's
+    /// entry is written away at once (see `ledger::Book::forget_promptly`), others lazily.
+    pub(crate) async fn forget(&self, entry: &Entry) -> Result<(), IntentError> {
+        if entry.retain {
             self.ledger.forget_promptly(&entry.volume);
         } else {
             self.ledger.forget(&entry.volume);
@@ -162,19 +155,41 @@ impl IntentStore {
         Ok(())
     }
 
+    /// The resolver's [`IntentStore::forget`]: only in the store holding `pending`. `stale`: its
+    /// PV exists (the ledger writes nothing just for it).
+    pub(crate) async fn resolved(&self, pending: &Pending, stale: bool) -> Result<(), IntentError> {
+        let entry = &pending.entry;
+        match pending.held {
+            Held::Ledger if stale => self.ledger.drop_stale(&entry.volume),
+            Held::Ledger if entry.retain => self.ledger.forget_promptly(&entry.volume),
+            Held::Ledger => self.ledger.forget(&entry.volume),
+            Held::Claim => self
+                .claims
+                .forget(entry)
+                .await
+                .map_err(IntentError::Claim)?,
+        }
+        Ok(())
+    }
+
+    /// The resolver's [`IntentStore::set_id`]: only in the store holding `pending`.
+    pub(crate) async fn learned_id(&self, pending: &Pending, id: &str) {
+        match pending.held {
+            Held::Ledger => self.ledger.set_id(&pending.entry.volume, id),
+            Held::Claim => self.claims.set_id(&pending.entry, id).await,
+        }
+    }
+
     /// A claim record whose claim is gone (or no longer carries it): the mirror lagged behind.
     /// Nothing else to do: the finalizer held the claim as long as the record was on it.
     pub(crate) fn unmirror(&self, entry: &Entry) {
         self.claims.unmirror(entry);
     }
 
-    /// Every entry now, with who acts on it: the resolver's pass, which also writes the ledger's
-    /// pending removals when no intent was recorded since the last pass.
+    /// Every entry now, with who acts on it.
     pub(crate) fn pending(&self) -> Vec<Pending> {
-        self.ledger.flush_removals();
         let me = self.node.as_deref();
         let ledger = self.ledger.entries().into_iter().map(|entry| Pending {
-            recorded_here: self.ledger.recorded_here(&entry.volume),
             entry,
             owner: Owner::Me,
             held: Held::Ledger,
@@ -184,7 +199,6 @@ impl IntentStore {
             .pending()
             .into_iter()
             .map(|(entry, selected)| Pending {
-                recorded_here: self.claims.recorded_here(&entry.volume),
                 entry,
                 owner: Owner::of_record(me, selected.as_deref()),
                 held: Held::Claim,
@@ -192,10 +206,21 @@ impl IntentStore {
         ledger.chain(claims).collect()
     }
 
+    /// Whether this process recorded `volume` itself (then it alone made, or did not make, the
+    /// volume's PV).
+    pub(crate) fn recorded_here(&self, volume: &str) -> bool {
+        self.ledger.recorded_here(volume) || self.claims.recorded_here(volume)
+    }
+
     /// Takes in a claim as the watch delivered it (the claim record it carries, if any), parsed
     /// only when it may carry one.
     pub(crate) fn observe_cached(&self, claim: &Lean<PersistentVolumeClaim>) {
         self.claims.observe_cached(claim);
+    }
+
+    /// Asks for the ledger's pending removals to be written (the resolver's pass).
+    pub(crate) fn flush_removals(&self) {
+        self.ledger.flush_removals();
     }
 
     /// Writes the ledger until `stop` completes (nothing to run for claim records).

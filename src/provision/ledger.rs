@@ -3,9 +3,9 @@
 //!
 //! Why: the per-claim record cost two claim writes per volume (intent on, intent off), under the
 //! same rate limit as the PV create, which made provisioning several times slower than upstream.
-//! Here one Lease write commits the intents of every worker waiting at that moment (group commit),
-//! and removals ride along with the next commit or are flushed lazily, so a burst of volumes costs
-//! a small fraction of a write each. Leases are in upstream's RBAC (the leader-election Role).
+//! Here one Lease write commits the intents recorded while the previous write was in flight (group
+//! commit), and removals ride along with the next commit or the resolver's flush, so a burst of
+//! volumes costs a small fraction of a write each. Leases are in upstream's RBAC (the leader-election Role).
 //!
 //! What an entry holds is enough to finish the volume without its claim: the volume name, the
 //! claim (namespace, name, UID), the provisioner secret reference, the volume id once learned, and
@@ -330,7 +330,7 @@ impl Book {
         }
     }
 
-    /// Drops `volume`'s entry, written with the next commit of its shard or by a lazy flush.
+    /// Drops `volume`'s entry, written with the next commit of its shard or the resolver's flush.
     /// Whether it was there.
     pub(crate) fn forget(&mut self, volume: &str) -> bool {
         let Some(slot) = self.entries.remove(volume) else {
@@ -389,7 +389,7 @@ impl Book {
     /// What the next commit writes: per dirty shard, its full content, and clears their dirty
     /// flags; [`Book::committed`] or [`Book::failed`] must follow. With `removals` false (a commit
     /// for new intents) only shards holding an unwritten entry are written: a shard changed by
-    /// removals alone waits for a lazy flush, which takes only spare rate budget. A prompt
+    /// removals alone waits for the resolver's flush. A prompt
     /// removal is written with any commit. Shards gaining entries come first: an entry that
     /// moved is in its new shard before it leaves the old one.
     pub(crate) fn take_commit(&mut self, removals: bool) -> Commit {

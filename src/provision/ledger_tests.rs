@@ -188,7 +188,10 @@ fn a_commit_for_new_intents_leaves_shards_changed_only_by_removals_for_later() {
     let written = decode(&commit.shards[0].content).unwrap();
     book.committed(&commit.shards[0], &written);
     assert!(!book.has_uncommitted(), "no write is due now");
-    assert!(book.is_dirty(), "shard 1's removal waits for a lazy flush");
+    assert!(
+        book.is_dirty(),
+        "shard 1's removal waits for the resolver's flush"
+    );
     let commit = book.take_commit(true);
     assert_eq!(
         commit.shards.iter().map(|s| s.shard).collect::<Vec<_>>(),

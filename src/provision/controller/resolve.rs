@@ -71,6 +71,8 @@ pub(super) async fn run_resolver(state: Arc<Provisioner>, shutdown: Shutdown) {
                 }
             }
         }
+        // Removals no intent write carried meanwhile are written now, one pass late at most.
+        state.intents.flush_removals();
         tokio::select! {
             () = &mut stop => return,
             () = tokio::time::sleep(RESOLVE_EVERY) => {}
@@ -233,7 +235,7 @@ async fn check_record(state: &Provisioner, pending: &Pending) -> Result<(), Retr
 async fn resolved(state: &Provisioner, pending: &Pending, stale: bool) -> Result<(), Retry> {
     state
         .intents
-        .forget(&pending.entry, stale)
+        .resolved(pending, stale)
         .await
         .map_err(|e| e.to_string().into())
 }
@@ -351,7 +353,8 @@ async fn cleanup_entry(
         .and_then(claim_class_name)
         .and_then(|class| state.ctx.stores.classes.get(&ObjectRef::new(class)))
         .map(|class| class.reclaim_policy.as_deref() == Some("Retain"));
-    if claim_deleted && entry.may_be_kept(pending.recorded_here, class_retains) {
+    if claim_deleted && entry.may_be_kept(state.intents.recorded_here(&entry.volume), class_retains)
+    {
         // Cannot tell a volume whose PV was never made from one a user kept (its Retain PV
         // deleted by an admin): kept, and reported (the audit lists it as a volume without a PV).
         warn!(
@@ -405,7 +408,7 @@ async fn cleanup_entry(
         step = match verdict {
             AfterReplay::Delete(volume_id) => {
                 // Remembered: if the delete fails, the next attempt needs no replay.
-                state.intents.set_id(&pending.entry, &volume_id).await;
+                state.intents.learned_id(pending, &volume_id).await;
                 CleanupStep::DeleteVolume { volume_id }
             }
             AfterReplay::NoVolumeId(message) => {

@@ -62,7 +62,7 @@ async fn open_ledger(ctx: &Context) -> Ledger {
 /// renamed `*.imported` once written there (never lost: a file that cannot be read stays, and
 /// one not yet written is taken in again at the next start).
 async fn take_in_retired_journal(ledger: &Ledger, dir: &Path) {
-    warn!(journal = %dir.display(), "--node-deployment-intent-journal is retired: this node's intents go to its Lease ledger; an intent journal left there is taken in, then remove the flag");
+    warn!(journal = %dir.display(), "--node-deployment-intent-journal is retired: this node's intents go to its Lease ledger; an intent journal left there is taken in (remove the flag once that is logged, or once no intents-*.json is left there)");
     let files = match std::fs::read_dir(dir) {
         Ok(items) => items
             .filter_map(Result::ok)

@@ -1,8 +1,9 @@
 //! The ledger's shell: loads the ledger Leases, and one committer task writes what changed, one
 //! write per shard for every intent recorded by then (group commit: what is recorded while a
 //! write is in flight rides the next write). Removals ride along with the next write of their
-//! shard, or are flushed at the resolver's next pass ([`Ledger::flush_removals`]): a stale entry
-//! is harmless (its PV exists, so it is dropped when resolved), a missing one is not.
+//! shard, or are flushed at a quiet resolver pass, after a failed write, and at least every
+//! minute ([`Ledger::flush_removals`]): a stale entry only costs a later look at its PV, a
+//! missing one may cost a volume.
 
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -26,6 +27,10 @@ use crate::sync::lock;
 /// to group them; this bounds a busy node to about two writes a second, for at most this much
 /// more per volume.
 const NODE_COMMIT_WINDOW: Duration = Duration::from_millis(500);
+
+/// Every this many resolver passes (a minute at 2 s) pending removals are written even while
+/// intents keep being recorded (see [`Ledger::flush_removals`]).
+const FLUSH_EVERY: u32 = 30;
 
 /// What a commit is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -68,6 +73,10 @@ struct Inner {
     flush: AtomicBool,
     /// An intent was recorded since the resolver's last pass: removals ride its commit instead.
     recording: AtomicBool,
+    /// Resolver passes whose flush was left to the intent commits, in a row ([`FLUSH_EVERY`]).
+    skipped: std::sync::atomic::AtomicU32,
+    /// A write failed since the resolver's last pass: the next pass writes again.
+    failed: AtomicBool,
     target: Option<Target>,
     /// Published entry count (`csi_provisioner_claims_with_intent` adds it).
     count: Arc<AtomicI64>,
@@ -102,6 +111,8 @@ impl Ledger {
             enabled: false,
             flush: AtomicBool::new(false),
             recording: AtomicBool::new(false),
+            skipped: Default::default(),
+            failed: AtomicBool::new(false),
             target: None,
             count: Arc::new(AtomicI64::new(0)),
         }))
@@ -162,6 +173,8 @@ impl Ledger {
             enabled,
             flush: AtomicBool::new(false),
             recording: AtomicBool::new(false),
+            skipped: Default::default(),
+            failed: AtomicBool::new(false),
             target: Some(Target {
                 api,
                 namespace: namespace.to_owned(),
@@ -183,42 +196,50 @@ impl Ledger {
         if !self.is_enabled() {
             return Err(LedgerError::Disabled);
         }
-        self.0.recording.store(true, Ordering::Relaxed);
         let rx = {
             let mut state = lock(&self.0.state);
             state.recorded_here.insert(entry.volume.clone());
             if state.book.record(entry) == InBook::Committed {
                 return Ok(());
             }
+            self.0.recording.store(true, Ordering::Relaxed);
             self.publish(&state.book);
             let (tx, rx) = oneshot::channel();
             state.waiters.push(tx);
             rx
         };
         self.0.wake.notify_one();
-        // The committer dropped the waiter: it stopped (shutdown), nothing was written.
+        // The sender lives in the ledger's state, answered by every commit: never dropped
+        // unanswered while the ledger exists.
         rx.await.unwrap_or_else(|_| {
             Err(LedgerError::Write {
                 lease: self.name(),
-                message: "the sidecar is shutting down".to_owned(),
+                message: "the intent ledger's committer stopped".to_owned(),
                 hint: String::new(),
             })
         })
     }
 
-    /// `namespace/name` of the ledger, for messages.
+    /// `namespace/name-intents` of the ledger's shards, for messages.
     fn name(&self) -> String {
         match &self.0.target {
-            Some(t) => format!("{}/{}", t.namespace, t.base),
+            Some(t) => format!("{}/{}-intents", t.namespace, t.base),
             None => String::new(),
         }
     }
 
-    /// Asks for pending removals to be written now (the resolver's pass, every few seconds),
-    /// unless intents were recorded since the last pass: while work goes on, removals ride the
-    /// intent commits (each writes its shards whole), and a quiet pass writes what is left.
+    /// The resolver's pass (every few seconds) asks for pending removals to be written. While
+    /// intents are recorded they ride the intent commits (each writes its shards whole), so the
+    /// pass writes them only when no intent was recorded since the last one, after a failed
+    /// write, or at every [`FLUSH_EVERY`]th pass whatever the load: a removal is never left
+    /// unwritten for long (a stale entry of a volume reclaimed meanwhile would cost a replayed
+    /// CreateVolume after a crash).
     pub(crate) fn flush_removals(&self) {
-        if self.is_enabled() && !self.0.recording.swap(false, Ordering::Relaxed) {
+        let quiet = !self.0.recording.swap(false, Ordering::Relaxed);
+        let failed = self.0.failed.swap(false, Ordering::Relaxed);
+        let skipped = self.0.skipped.fetch_add(1, Ordering::Relaxed) + 1;
+        if self.is_enabled() && (quiet || failed || skipped >= FLUSH_EVERY) {
+            self.0.skipped.store(0, Ordering::Relaxed);
             self.0.flush.store(true, Ordering::Relaxed);
             self.0.wake.notify_one();
         }
@@ -292,8 +313,18 @@ impl Ledger {
     }
 
     /// Writes what is pending now (outside the committer); whether it succeeded.
+    /// A write that met a conflict merged the API server's entries and must be written again: a
+    /// few rounds, then give up (the caller retries later).
     pub(crate) async fn flush(&self) -> bool {
-        self.commit_once(true).await
+        for _ in 0..5 {
+            if !self.commit_once(true).await {
+                return false;
+            }
+            if !lock(&self.0.state).book.is_dirty() {
+                return true;
+            }
+        }
+        false
     }
 
     /// Writes until `stop` completes; then one last flush of what is pending (removals), so a
@@ -402,6 +433,7 @@ impl Ledger {
                 Err(e) => {
                     let class = classify(&e);
                     lock(&self.0.state).book.failed(write.shard);
+                    self.0.failed.store(true, Ordering::Relaxed);
                     match class {
                         // NotFound: the Lease was deleted under us; it is created again with
                         // this process's entries.
@@ -480,3 +512,7 @@ impl Ledger {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "store_tests.rs"]
+mod tests;
