@@ -176,7 +176,10 @@ async fn claim_state(
     state: &Reclaimer,
     pv: &PersistentVolume,
 ) -> Result<ClaimState, ReclaimFailure> {
+    let uid = pv.metadata.uid.as_deref().unwrap_or_default();
     let Some((namespace, name, _uid)) = plan::claim_to_check(pv) else {
+        // Released (or never bound): the wait for `Released` is over, nothing to remember.
+        state.remember(uid, |m| m.absence_seen = false);
         return Ok(ClaimState::Unknown);
     };
     let cached = state
@@ -185,7 +188,6 @@ async fn claim_state(
         .pvcs
         .get(&crate::k8s::lean::key(Some(namespace), name))
         .map(|c| c.full());
-    let uid = pv.metadata.uid.as_deref().unwrap_or_default();
     let seen = state.recall(uid).absence_seen;
     match plan::claim_lookup(pv, cached.as_ref(), seen) {
         ClaimLookup::Known(known) => return Ok(known),
@@ -439,7 +441,7 @@ impl Reclaimer {
     }
 
     /// Changes what this process remembers of PV `uid`; a PV with nothing to remember takes no
-    /// room (10,000 PVs at rest keep none).
+    /// room (a Bound or Released PV at rest keeps none).
     fn remember<T>(&self, uid: &str, change: impl FnOnce(&mut PvMemory) -> T) -> T {
         let mut memory = crate::sync::lock(&self.memory);
         let mut one = memory.get(uid).copied().unwrap_or_default();
