@@ -752,30 +752,8 @@ async fn only_the_leader_publishes_and_a_new_leader_adopts_without_writing() {
 /// of refresh writes (before, a missing key was queued behind every refresh).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_nodes_object_is_created_ahead_of_a_backlog_of_refresh_writes() {
-    let cluster = Cluster::start().await;
-    cluster.ensure_namespace(NS).await;
-    let nodes: Vec<String> = (1..=30).map(|i| format!("node-{i:02}")).collect();
-    for node in &nodes {
-        cluster.add_node(node).await;
-    }
-    let mut driver_flags = vec!["--topology".to_string(), "--capacity-total=10Gi".into()];
-    driver_flags.extend(nodes[1..].iter().map(|n| format!("--topology-node={n}")));
-    let driver_flags: Vec<&str> = driver_flags.iter().map(String::as_str).collect();
-    let driver = Driver::start(cluster.dir.path(), &nodes[0], &driver_flags).await;
-    cluster.add_class(&delayed_class("local")).await;
     // Two writes a second: 30 changed objects are a backlog of about 15 s.
-    let flags: Vec<String> = [
-        "--enable-capacity",
-        "--capacity-poll-interval=2s",
-        "--kube-api-capacity-qps=2",
-        "--kube-api-capacity-burst=1",
-        "--capacity-ownerref-level=-1",
-        "--http-endpoint=127.0.0.1:0",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    let sidecar = start_sidecar(&cluster, &driver, &flags, &[]).await;
+    let (cluster, nodes, driver, sidecar) = many_nodes(30, "2s").await;
     wait_for("every node's object", DEADLINE, || async {
         (published(&cluster).await.len() == nodes.len()).then_some(())
     })
@@ -828,29 +806,8 @@ async fn a_new_nodes_object_is_created_ahead_of_a_backlog_of_refresh_writes() {
 /// ahead of the initial creations as well as the refreshes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_nodes_object_is_created_ahead_of_the_initial_creations() {
-    let cluster = Cluster::start().await;
-    cluster.ensure_namespace(NS).await;
-    let nodes: Vec<String> = (1..=40).map(|i| format!("node-{i:02}")).collect();
-    for node in &nodes {
-        cluster.add_node(node).await;
-    }
-    let mut driver_flags = vec!["--topology".to_string(), "--capacity-total=10Gi".into()];
-    driver_flags.extend(nodes[1..].iter().map(|n| format!("--topology-node={n}")));
-    let driver_flags: Vec<&str> = driver_flags.iter().map(String::as_str).collect();
-    let driver = Driver::start(cluster.dir.path(), &nodes[0], &driver_flags).await;
-    cluster.add_class(&delayed_class("local")).await;
     // Two writes a second: 40 objects take about 20 s to create.
-    let flags: Vec<String> = [
-        "--enable-capacity",
-        "--capacity-poll-interval=1m",
-        "--kube-api-capacity-qps=2",
-        "--kube-api-capacity-burst=1",
-        "--capacity-ownerref-level=-1",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    let _sidecar = start_sidecar(&cluster, &driver, &flags, &[]).await;
+    let (cluster, nodes, _driver, _sidecar) = many_nodes(40, "1m").await;
     wait_for("the first objects created", DEADLINE, || async {
         (published(&cluster).await.len() >= 3).then_some(())
     })
@@ -873,4 +830,33 @@ async fn a_new_nodes_object_is_created_ahead_of_the_initial_creations() {
         (published(&cluster).await.len() == nodes.len() + 1).then_some(())
     })
     .await;
+}
+
+/// `count` nodes behind one mock driver (10Gi each), the WaitForFirstConsumer class `local`, and a
+/// sidecar writing capacity at two writes a second with `poll` as its interval.
+async fn many_nodes(count: usize, poll: &str) -> (Cluster, Vec<String>, Driver, Sidecar) {
+    let cluster = Cluster::start().await;
+    cluster.ensure_namespace(NS).await;
+    let nodes: Vec<String> = (1..=count).map(|i| format!("node-{i:02}")).collect();
+    for node in &nodes {
+        cluster.add_node(node).await;
+    }
+    let mut driver_flags = vec!["--topology".to_string(), "--capacity-total=10Gi".into()];
+    driver_flags.extend(nodes[1..].iter().map(|n| format!("--topology-node={n}")));
+    let driver_flags: Vec<&str> = driver_flags.iter().map(String::as_str).collect();
+    let driver = Driver::start(cluster.dir.path(), &nodes[0], &driver_flags).await;
+    cluster.add_class(&delayed_class("local")).await;
+    let flags: Vec<String> = [
+        "--enable-capacity",
+        &format!("--capacity-poll-interval={poll}"),
+        "--kube-api-capacity-qps=2",
+        "--kube-api-capacity-burst=1",
+        "--capacity-ownerref-level=-1",
+        "--http-endpoint=127.0.0.1:0",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let sidecar = start_sidecar(&cluster, &driver, &flags, &[]).await;
+    (cluster, nodes, driver, sidecar)
 }
