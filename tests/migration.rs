@@ -569,28 +569,7 @@ async fn an_in_tree_pv_whose_handle_does_not_translate_is_kept_and_its_deletion_
         .create(&PostParams::default(), &pv)
         .await
         .expect("create the in-tree PV");
-    let mut claim: PersistentVolumeClaim = claim(NS, "old-data", "old", "1Gi");
-    claim.spec.as_mut().unwrap().volume_name = Some(name.to_owned());
-    cluster.create(&cluster.pvcs(NS), &claim).await;
-    cluster.wait_bound(NS, "old-data").await;
-    let has_finalizer = |pv: &PersistentVolume| {
-        pv.metadata
-            .finalizers
-            .iter()
-            .flatten()
-            .any(|f| f == FINALIZER)
-    };
-    wait_for(
-        "the finalizer on the bound in-tree PV",
-        DEADLINE,
-        || async { has_finalizer(&cluster.pvs().get(name).await.ok()?).then_some(()) },
-    )
-    .await;
-
-    let _ = cluster
-        .pvcs(NS)
-        .delete("old-data", &DeleteParams::default())
-        .await;
+    bind_protect_and_release(&cluster, name, None).await;
     let message = cluster
         .wait_pv_event(name, "VolumeFailedDelete", "translate")
         .await;
@@ -770,29 +749,7 @@ async fn an_in_tree_azure_file_pv_whose_account_cannot_be_told_is_kept_until_ann
         .create(&PostParams::default(), &pv)
         .await
         .expect("create the in-tree PV");
-    let mut claim: PersistentVolumeClaim = claim(NS, "old-data", "old", "1Gi");
-    claim.spec.as_mut().unwrap().volume_name = Some(name.to_owned());
-    claim.spec.as_mut().unwrap().access_modes = Some(vec!["ReadWriteMany".into()]);
-    cluster.create(&cluster.pvcs(NS), &claim).await;
-    cluster.wait_bound(NS, "old-data").await;
-    let has_finalizer = |pv: &PersistentVolume| {
-        pv.metadata
-            .finalizers
-            .iter()
-            .flatten()
-            .any(|f| f == FINALIZER)
-    };
-    wait_for(
-        "the finalizer on the bound in-tree PV",
-        DEADLINE,
-        || async { has_finalizer(&cluster.pvs().get(name).await.ok()?).then_some(()) },
-    )
-    .await;
-
-    let _ = cluster
-        .pvcs(NS)
-        .delete("old-data", &DeleteParams::default())
-        .await;
+    bind_protect_and_release(&cluster, name, Some("ReadWriteMany")).await;
     let message = cluster
         .wait_pv_event(name, "VolumeFailedDelete", "storage account")
         .await;
@@ -831,4 +788,36 @@ async fn an_in_tree_azure_file_pv_whose_account_cannot_be_told_is_kept_until_ann
     let state = driver.wait_volumes(0).await;
     let deleted: Vec<&str> = state.delete_calls.iter().map(|(d, _)| d.as_str()).collect();
     assert_eq!(deleted, [id.as_str()]);
+}
+
+/// Binds the claim `old-data` (class `old`, `access_mode` if given) to the in-tree PV `name`,
+/// waits for our finalizer on the PV, then deletes the claim: the PV is released.
+async fn bind_protect_and_release(cluster: &Cluster, name: &str, access_mode: Option<&str>) {
+    let mut claim: PersistentVolumeClaim = claim(NS, "old-data", "old", "1Gi");
+    let spec = claim.spec.as_mut().unwrap();
+    spec.volume_name = Some(name.to_owned());
+    if let Some(mode) = access_mode {
+        spec.access_modes = Some(vec![mode.to_owned()]);
+    }
+    cluster.create(&cluster.pvcs(NS), &claim).await;
+    cluster.wait_bound(NS, "old-data").await;
+    wait_for(
+        "the finalizer on the bound in-tree PV",
+        DEADLINE,
+        || async { has_finalizer(&cluster.pvs().get(name).await.ok()?).then_some(()) },
+    )
+    .await;
+    let _ = cluster
+        .pvcs(NS)
+        .delete("old-data", &DeleteParams::default())
+        .await;
+}
+
+/// Whether `pv` carries our deletion-protection finalizer.
+fn has_finalizer(pv: &PersistentVolume) -> bool {
+    pv.metadata
+        .finalizers
+        .iter()
+        .flatten()
+        .any(|f| f == FINALIZER)
 }
