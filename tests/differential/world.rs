@@ -691,17 +691,7 @@ impl World {
     fn api(&self, kind: &str, ns: Option<&str>) -> Result<(Api<DynamicObject>, bool), String> {
         let (group, version, plural, namespaced) =
             resource_of(kind).ok_or_else(|| format!("unknown kind {kind}"))?;
-        let ar = ApiResource {
-            group: group.into(),
-            version: version.into(),
-            api_version: if group.is_empty() {
-                version.into()
-            } else {
-                format!("{group}/{version}")
-            },
-            kind: kind.into(),
-            plural: plural.into(),
-        };
+        let ar = api_resource(group, version, kind, plural);
         let client = self.cluster.client.clone();
         let api = if namespaced {
             Api::namespaced_with(client, ns.unwrap_or("default"), &ar)
@@ -1213,7 +1203,12 @@ fn api_resource_of_plural(plural: &str) -> Option<ApiResource> {
         "volumesnapshotcontents" => ("snapshot.storage.k8s.io", "v1", "VolumeSnapshotContent"),
         _ => return None,
     };
-    Some(ApiResource {
+    Some(api_resource(group, version, kind, plural))
+}
+
+/// The API resource of `kind` (`plural`) in `group`/`version` (the core group is "").
+fn api_resource(group: &str, version: &str, kind: &str, plural: &str) -> ApiResource {
+    ApiResource {
         group: group.into(),
         version: version.into(),
         api_version: if group.is_empty() {
@@ -1223,7 +1218,7 @@ fn api_resource_of_plural(plural: &str) -> Option<ApiResource> {
         },
         kind: kind.into(),
         plural: plural.into(),
-    })
+    }
 }
 
 /// A scenario's Pod "on" a node, for the real scheduler: kube-sim selects the node of a Pod

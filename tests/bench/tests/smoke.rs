@@ -35,16 +35,8 @@ fn metric(scenario: &serde_json::Value, key: &str) -> serde_json::Value {
 
 #[test]
 fn small_run_passes_its_correctness_checks_and_writes_the_report() {
-    let bench = Path::new(env!("CARGO_BIN_EXE_bench"));
-    let bin_dir = bin_dir();
     let out = tempfile::tempdir().expect("tempdir");
-    let output = Command::new(bench)
-        .arg(format!("--out={}", out.path().display()))
-        .arg(format!("--bin-dir={}", bin_dir.display()))
-        .arg(format!(
-            "--provisioner-bin=ours={}",
-            bin_dir.join("csi-provisioner").display()
-        ))
+    let output = bench_against_ours(out.path())
         .args(["--scenario=burst,restart,node", "--qps=raised"])
         .args(["--claims=20", "--restart-claims=200"])
         .args(["--nodes=3", "--node-claims=12", "--node-seeded=20"])
@@ -103,16 +95,8 @@ fn small_run_passes_its_correctness_checks_and_writes_the_report() {
 /// short): every object is reported, and the node added mid-run gets its objects.
 #[test]
 fn capacity_run_reports_objects_and_the_added_node() {
-    let bench = Path::new(env!("CARGO_BIN_EXE_bench"));
-    let bin_dir = bin_dir();
     let out = tempfile::tempdir().expect("tempdir");
-    let output = Command::new(bench)
-        .arg(format!("--out={}", out.path().display()))
-        .arg(format!("--bin-dir={}", bin_dir.display()))
-        .arg(format!(
-            "--provisioner-bin=ours={}",
-            bin_dir.join("csi-provisioner").display()
-        ))
+    let output = bench_against_ours(out.path())
         .args(["--scenario=capacity", "--nodes=5", "--classes=2"])
         .args(["--churn-per-min=60", "--duration=25s", "--add-node-at=10s"])
         .args(["--poll-interval=1s", "--sample-every=1", "--timeout=120"])
@@ -147,4 +131,19 @@ fn capacity_run_reports_objects_and_the_added_node() {
     );
     let md = std::fs::read_to_string(out.path().join("report.md")).expect("report.md");
     assert!(md.contains("time until its 2 objects exist"), "{md}");
+}
+
+/// The bench binary writing to `out`, with the debug binaries of this workspace and our
+/// provisioner as the one under test.
+fn bench_against_ours(out: &Path) -> Command {
+    let bin_dir = bin_dir();
+    let mut command = Command::new(Path::new(env!("CARGO_BIN_EXE_bench")));
+    command
+        .arg(format!("--out={}", out.display()))
+        .arg(format!("--bin-dir={}", bin_dir.display()))
+        .arg(format!(
+            "--provisioner-bin=ours={}",
+            bin_dir.join("csi-provisioner").display()
+        ));
+    command
 }
