@@ -70,10 +70,23 @@ async fn assert_content_source(
 
 #[tokio::test]
 async fn a_clone_gets_the_source_volume_as_its_content_source() {
-    let (cluster, driver, _sidecar) = start_single_node(&[], &[]).await;
+    let (cluster, driver, sidecar) = start_single_node(&[], &[]).await;
     let source_pv = cluster.claim_with_fast_class(NS, "src").await;
     let source_pv = cluster
         .wait_bound(NS, &source_pv.metadata.name.expect("name"))
+        .await;
+    // The claim's and the PV's watches are separate streams: the bound claim can arrive first,
+    // and then a live GET of the source PV is right. Measure once the PV cache holds it bound.
+    let source_name = source_pv.metadata.name.clone().expect("name");
+    sidecar
+        .wait_log(
+            &[
+                "nothing to do for PV",
+                &format!("pv={source_name}"),
+                "phase=Bound",
+            ],
+            1,
+        )
         .await;
 
     let before = cluster.sim().counters();
