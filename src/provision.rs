@@ -4,8 +4,6 @@
 pub(crate) mod classify;
 pub(crate) mod controller;
 pub(crate) mod give_up;
-pub(crate) mod intents;
-pub(crate) mod ledger;
 pub(crate) mod memory;
 pub(crate) mod params;
 pub(crate) mod plan;

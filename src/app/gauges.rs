@@ -24,7 +24,7 @@ pub(super) fn count_backlog(
     let claims = claims
         .iter()
         .map(|c| c.full())
-        .filter(crate::provision::intents::claim_record::has_record)
+        .filter(crate::provision::controller::intents::claim_record::has_record)
         .filter(|c| crate::model::claim::is_ours(c, driver))
         .filter(|c| node.is_none() || crate::model::claim::selected_node(c) == node)
         .count();

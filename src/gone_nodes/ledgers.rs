@@ -1,5 +1,5 @@
 //! Node mode: the intent ledgers of nodes that no longer exist. Every instance records its
-//! in-flight volumes in its own node's ledger (`provision::ledger`); when a node goes for good, its
+//! in-flight volumes in its own node's ledger (`provision::controller::intents::ledger`); when a node goes for good, its
 //! instance never comes back to resolve them. The clean-up instance (rank 0) finds such ledgers,
 //! waits out the grace period and one fallback delay (the claims of their entries are answered
 //! first, by the provisioning controller, at the end of the grace period), confirms the Node's absence with a live GET, logs every entry and
@@ -25,7 +25,7 @@ use crate::model::locate::NodeLookup;
 use crate::names::{LEDGER_ENTRIES_ANNOTATION, LEDGER_NODE_ANNOTATION, LEDGER_NODE_LABEL};
 use crate::node_mode::scope::SWEEP_INTERVAL;
 
-/// What the log names of a gone node's ledger entry (the full entry is `provision::ledger`'s,
+/// What the log names of a gone node's ledger entry (the full entry is `provision::controller::intents::ledger`'s,
 /// which this concern does not depend on: the provisioning controller uses its grace rule).
 #[derive(Debug, serde::Deserialize)]
 struct Logged {

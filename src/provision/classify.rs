@@ -4,7 +4,7 @@
 use tonic::Code;
 
 /// Upstream's provisioning states. Only [`ProvisioningState::InBackground`] says the volume may
-/// exist or still appear; with the durable intent (`provision::intents`), the shell keeps the
+/// exist or still appear; with the durable intent (`provision::controller::intents`), the shell keeps the
 /// intent for every state except a success.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) enum ProvisioningState {

@@ -5,7 +5,7 @@
 //! cache that may lag behind (a class or CSINode it lacks) is confirmed by one live read before it
 //! is acted on, and the next watch event brings the fresh claim for the next round. Clean-up after
 //! claims that no longer want their volume is not here: the intent store's resolver
-//! ([`resolve`]) is its only path.
+//! ([`intents::resolve`]) is its only path.
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
@@ -20,7 +20,6 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::{Api, ResourceExt};
 use tracing::{debug, info_span};
 
-use super::intents::IntentStore;
 use super::memory::ClaimMemory;
 use super::plan::{ClaimDecision, ClearReason, IgnoreReason, NodeMode, ProvisionSettings};
 use super::plan_error::PlanError;
@@ -33,15 +32,16 @@ use crate::retry::{Backoff, InfeasibleHold};
 use crate::runtime::queue::Key;
 use crate::runtime::skeleton;
 use crate::runtime::{Action, Context, Shutdown};
+use intents::IntentStore;
 
 mod claim_writes;
 mod compete;
 mod data_source;
 mod execute;
 mod facts;
+pub(crate) mod intents;
 mod node_gone;
 mod report;
-mod resolve;
 
 use claim_writes::clear_selected_node;
 use compete::compete;
@@ -65,7 +65,7 @@ pub(crate) enum ProvisionError {
     Patch(#[from] patch::PatchError),
     /// The intent store could not drop an entry (a claim record's write failed).
     #[error(transparent)]
-    Intent(#[from] super::intents::IntentError),
+    Intent(#[from] intents::IntentError),
     /// A Kubernetes call failed.
     #[error("{what}: {}", crate::k8s::errors::describe(source))]
     Kube {
@@ -166,7 +166,7 @@ pub(crate) async fn run(
         || Competition::new(Duration::from_secs(20), Duration::from_secs(60)),
         |n| Competition::new(n.base_delay, n.max_delay),
     );
-    let intents = super::intents::open(&ctx).await;
+    let intents = intents::open(&ctx).await;
     let p = &ctx.config.provisioning;
     let state = Arc::new(Provisioner {
         intents: intents.clone(),
@@ -254,7 +254,7 @@ pub(crate) async fn run(
     let committer = intents.run(ctx.leadership.clone(), async {
         let _ = stop.await;
     });
-    let resolver = resolve::run_resolver(state.clone(), shutdown.clone());
+    let resolver = intents::resolve::run_resolver(state.clone(), shutdown.clone());
     let workers = async {
         skeleton::drive(
             &ctx,

@@ -13,9 +13,9 @@ use crate::k8s::events::{EventSource, Recorder};
 use crate::metrics::Metrics;
 use crate::metrics::node_gone::NodeGoneMetrics;
 use crate::names;
-use crate::provision::intents::resolution::Owner;
-use crate::provision::intents::{IntentStore, Pending};
-use crate::provision::ledger::store::Ledger;
+use crate::provision::controller::intents::ledger::store::Ledger;
+use crate::provision::controller::intents::resolution::Owner;
+use crate::provision::controller::intents::{IntentStore, Pending};
 use crate::runtime::{Stores, VolumeLocks};
 
 /// Records every call; CreateVolume answers with `created_id`.
@@ -190,7 +190,11 @@ async fn a_recorded_volume_id_is_deleted_without_a_replay_and_the_claim_is_relea
     let claim = deleted_claim_with_intent(&sim, Some("vol-1")).await;
     let state = shell_with(&sim, csi.clone(), vec![claim.clone()]);
     let pending = observed(&state, &claim);
-    assert!(resolve::resolve_one(&state, &pending).await.is_ok());
+    assert!(
+        intents::resolve::resolve_one(&state, &pending)
+            .await
+            .is_ok()
+    );
     assert_eq!(*crate::sync::lock(&csi.calls), ["DeleteVolume vol-1"]);
     assert!(claim_gone(&sim).await, "the intent finalizer is removed");
 }
@@ -202,7 +206,11 @@ async fn without_an_id_the_create_is_replayed_then_the_answered_volume_deleted()
     let claim = deleted_claim_with_intent(&sim, None).await;
     let state = shell_with(&sim, csi.clone(), vec![claim.clone()]);
     let pending = observed(&state, &claim);
-    assert!(resolve::resolve_one(&state, &pending).await.is_ok());
+    assert!(
+        intents::resolve::resolve_one(&state, &pending)
+            .await
+            .is_ok()
+    );
     assert_eq!(
         *crate::sync::lock(&csi.calls),
         ["CreateVolume pvc-1", "DeleteVolume vol-9"]
@@ -234,7 +242,11 @@ async fn a_record_without_its_request_is_replayed_with_the_class_parameters() {
     let state = shell_with_classes(&sim, csi.clone(), vec![claim.clone()], vec![class]);
     let pending = observed(&state, &claim);
     assert!(pending.entry.approximate, "no request on the claim");
-    assert!(resolve::resolve_one(&state, &pending).await.is_ok());
+    assert!(
+        intents::resolve::resolve_one(&state, &pending)
+            .await
+            .is_ok()
+    );
     let sent = crate::sync::lock(&csi.created_with).clone();
     assert_eq!(sent.len(), 1, "one replay");
     assert_eq!(sent[0].name, "pvc-1");
@@ -261,7 +273,11 @@ async fn a_record_without_its_policy_keeps_the_volume_when_the_class_retains_or_
         let claim = deleted_claim_with_intent(&sim, Some("vol-1")).await;
         let state = shell_with_classes(&sim, csi.clone(), vec![claim.clone()], classes);
         let pending = observed(&state, &claim);
-        assert!(resolve::resolve_one(&state, &pending).await.is_ok());
+        assert!(
+            intents::resolve::resolve_one(&state, &pending)
+                .await
+                .is_ok()
+        );
         assert!(
             crate::sync::lock(&csi.calls).is_empty(),
             "no call reaches the driver"
@@ -284,7 +300,11 @@ async fn a_volume_whose_pv_exists_is_kept_and_only_the_intent_dropped() {
     pv.status = None;
     pvs.create(&PostParams::default(), &pv).await.unwrap();
     let pending = observed(&state, &claim);
-    assert!(resolve::resolve_one(&state, &pending).await.is_ok());
+    assert!(
+        intents::resolve::resolve_one(&state, &pending)
+            .await
+            .is_ok()
+    );
     assert!(
         crate::sync::lock(&csi.calls).is_empty(),
         "no call reaches the driver"

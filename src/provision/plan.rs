@@ -10,7 +10,7 @@
 //! The shell gathers everything once into a [`ClaimContext`] (caches, plus the few live reads it
 //! needs: a VolumeAttributesClass, a data source, in node mode what the selected node recorded).
 //! Node-mode ownership is one of those facts ([`NodeFacts`]), computed once by
-//! `node_mode::ownership`. The durable intent is not: the intent store (`provision::intents`)
+//! `node_mode::ownership`. The durable intent is not: the intent store (`provision::controller::intents`)
 //! records it before CreateVolume, and its resolver alone cleans up after claims that no longer
 //! want their volume, whichever store holds the record.
 //!

@@ -89,7 +89,8 @@ impl World {
         let recorded_on_selected = match &ownership {
             ClaimOwnership::ClearSelectedNode(_) => {
                 self.recorded_on_selected.clone().or_else(|| {
-                    crate::provision::intents::claim_record::entry_of(claim).map(|e| e.volume)
+                    crate::provision::controller::intents::claim_record::entry_of(claim)
+                        .map(|e| e.volume)
                 })
             }
             _ => None,

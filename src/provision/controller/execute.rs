@@ -26,8 +26,8 @@ use crate::names;
 use crate::provision::classify::{
     ProvisioningState, infeasible_event_message, is_infeasible, provisioning_state,
 };
-use crate::provision::intents::Recorded;
-use crate::provision::ledger::Entry;
+use crate::provision::controller::intents::Recorded;
+use crate::provision::controller::intents::ledger::Entry;
 use crate::provision::plan::ProvisionPlan;
 use crate::provision::pv::{accept_answer, build_pv, pv_holds_volume};
 use crate::retry::{Attempt, retry_transient};

@@ -97,7 +97,7 @@ pub(super) async fn gather(
             // claim? (Rare: one LIST of that node's ledger.)
             let recorded_on_selected = match &ownership {
                 ClaimOwnership::ClearSelectedNode(clear) => {
-                    crate::provision::intents::recorded_on_node(ctx, pvc, &clear.node)
+                    crate::provision::controller::intents::recorded_on_node(ctx, pvc, &clear.node)
                         .await
                         .map_err(kube_err(format!(
                             "reading the intent ledger of node {}",

@@ -1,6 +1,6 @@
 //! The clean-up of an intent whose claim no longer wants its volume (pure): learn the volume id
 //! (replaying CreateVolume with the same name when it was never recorded), delete the volume,
-//! drop the intent. The resolver (`provision::controller::resolve`) performs the steps.
+//! drop the intent. The resolver (`provision::controller::intents::resolve`) performs the steps.
 
 use crate::csi::v1::CreateVolumeRequest;
 use crate::model::secrets::SecretRef;

@@ -12,8 +12,8 @@
 //! the exact CreateVolume request (secrets removed) to replay when the id is unknown.
 //!
 //! This module is pure: entries, their layout over shards (one Lease holds at most
-//! [`SHARD_BYTES`] of entries, below the API server's 256 KiB annotation limit), the encoding,
-//! and the decision for an entry ([`resolve`]). The committer is in [`store`], the Lease
+//! [`SHARD_BYTES`] of entries, below the API server's 256 KiB annotation limit), the encoding
+//! (an entry's fate is decided by `intents::resolution`). The committer is in [`store`], the Lease
 //! encoding in [`lease`].
 
 use std::collections::BTreeMap;

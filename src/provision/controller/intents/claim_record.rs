@@ -29,7 +29,7 @@ use crate::k8s::patch::{
 };
 use crate::model::meta::{has_finalizer, non_empty_annotation};
 use crate::names;
-use crate::provision::ledger::Entry;
+use crate::provision::controller::intents::ledger::Entry;
 use crate::provision::request::{
     self, RequestParts, create_volume_request, is_block, requested_bytes,
 };

@@ -8,8 +8,8 @@ use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use tracing::{info, warn};
 
 use super::IntentStore;
-use crate::provision::ledger::decode;
-use crate::provision::ledger::store::Ledger;
+use crate::provision::controller::intents::ledger::decode;
+use crate::provision::controller::intents::ledger::store::Ledger;
 use crate::runtime::Context;
 
 /// The intent store of this instance, chosen once at start-up.
@@ -124,8 +124,12 @@ pub(crate) async fn recorded_on_node(
     }
     let namespace = crate::leader::ledger_namespace(&ctx.config);
     let base = ledger_base(ctx, Some(node));
-    let entries =
-        crate::provision::ledger::lease::read_ledger(&ctx.client, &namespace, &base).await?;
+    let entries = crate::provision::controller::intents::ledger::lease::read_ledger(
+        &ctx.client,
+        &namespace,
+        &base,
+    )
+    .await?;
     let uid = pvc.metadata.uid.as_deref().unwrap_or_default();
     Ok(entries.into_iter().find(|e| e.uid == uid).map(|e| e.volume))
 }
@@ -134,7 +138,7 @@ pub(crate) async fn recorded_on_node(
 fn ledger_base(ctx: &Context, node: Option<&str>) -> String {
     let lease = crate::leader::decide::lease_name(&ctx.driver.name);
     match node {
-        Some(node) => crate::provision::ledger::node_ledger_base(&lease, node),
+        Some(node) => crate::provision::controller::intents::ledger::node_ledger_base(&lease, node),
         None => lease,
     }
 }

@@ -1,11 +1,11 @@
 //! What an intent needs, whichever store holds it (pure): drop it (its PV exists), keep it (its
 //! claim still wants the volume), look at the PV live, clean up (delete the volume), forget it
-//! (no volume was made), or wait for a gone node. The resolver (`provision::controller::resolve`)
+//! (no volume was made), or wait for a gone node. The resolver (`provision::controller::intents::resolve`)
 //! performs the outcome.
 
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 
-use crate::provision::ledger::Entry;
+use crate::provision::controller::intents::ledger::Entry;
 
 /// What to do with an entry, from the caches.
 #[derive(Debug, Clone, PartialEq, Eq)]

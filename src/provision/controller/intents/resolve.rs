@@ -4,7 +4,7 @@
 //! first when the id is unknown) and is dropped; an entry whose PV exists is dropped, and one whose
 //! PV holds another volume (in node mode: another node's copy) has its own volume deleted. Runs at
 //! start-up, which also finishes what an earlier leader or a crashed process left, and then every
-//! [`RESOLVE_EVERY`] over [`IntentStore::pending`](crate::provision::intents::IntentStore::pending)
+//! [`RESOLVE_EVERY`] over [`IntentStore::pending`](crate::provision::controller::intents::IntentStore::pending)
 //! (in memory): API requests only for entries that need a clean-up or a look at a PV the cache
 //! cannot show (an entry whose claim is bound to a PV that does not exist stays, looked at with the
 //! retry backoff, at most every `--retry-interval-max`).
@@ -18,10 +18,6 @@ use kube::Api;
 use kube::runtime::reflector::ObjectRef;
 use tracing::{debug, info, warn};
 
-use super::Provisioner;
-use super::execute::{create_volume, delete_volume, secret_data};
-use super::facts;
-use super::node_gone::{Gone, confirm_gone, gone_message};
 use crate::csi::v1;
 use crate::k8s::errors::describe;
 use crate::k8s::events::{EventSpec, reference_to};
@@ -29,15 +25,19 @@ use crate::k8s::secrets::SecretFetchError;
 use crate::model::claim::{claim_class_name, selected_node};
 use crate::names;
 use crate::node_mode::ownership::{self, CsiNodeLookup};
-use crate::provision::intents::claim_record::has_record;
-use crate::provision::intents::cleanup::{
+use crate::provision::controller::Provisioner;
+use crate::provision::controller::execute::{create_volume, delete_volume, secret_data};
+use crate::provision::controller::facts;
+use crate::provision::controller::intents::claim_record::has_record;
+use crate::provision::controller::intents::cleanup::{
     AfterReplay, CleanupStep, IntentCleanup, after_replay, cleanup_step,
 };
-use crate::provision::intents::resolution::Owner;
-use crate::provision::intents::resolution::{
+use crate::provision::controller::intents::resolution::Owner;
+use crate::provision::controller::intents::resolution::{
     self, CleanupCause, Holds, Resolution, pv_holds_entry,
 };
-use crate::provision::intents::{Held, Pending};
+use crate::provision::controller::intents::{Held, Pending};
+use crate::provision::controller::node_gone::{Gone, confirm_gone, gone_message};
 use crate::retry::Backoff;
 use crate::runtime::Shutdown;
 
@@ -45,7 +45,10 @@ use crate::runtime::Shutdown;
 const RESOLVE_EVERY: Duration = Duration::from_secs(2);
 
 /// Resolves entries until shutdown.
-pub(super) async fn run_resolver(state: Arc<Provisioner>, shutdown: Shutdown) {
+pub(in crate::provision::controller) async fn run_resolver(
+    state: Arc<Provisioner>,
+    shutdown: Shutdown,
+) {
     let p = &state.ctx.config.provisioning;
     let mut backoff = Backoff::new(p.retry_interval_start, p.retry_interval_max);
     let mut not_before: HashMap<String, Instant> = HashMap::new();
@@ -81,7 +84,7 @@ pub(super) async fn run_resolver(state: Arc<Provisioner>, shutdown: Shutdown) {
 }
 
 /// An entry to look at again: after `after`, or with the retry backoff.
-pub(super) struct Retry {
+pub(in crate::provision::controller) struct Retry {
     message: String,
     after: Option<Duration>,
 }
@@ -96,7 +99,10 @@ impl From<String> for Retry {
 }
 
 /// Resolves one entry.
-pub(super) async fn resolve_one(state: &Provisioner, pending: &Pending) -> Result<(), Retry> {
+pub(in crate::provision::controller) async fn resolve_one(
+    state: &Provisioner,
+    pending: &Pending,
+) -> Result<(), Retry> {
     let entry = &pending.entry;
     let stores = &state.ctx.stores;
     // Compared with the entry only when something can tell them apart (a known id, node mode):
