@@ -18,7 +18,7 @@
 //! claim [`ClaimOwnership::Owned`].
 //!
 //! A claim whose selected node has no CSINode entry for our driver would stay Pending forever (no
-//! instance will ever provision it there): [`selected_node_check`] returns [`ClearSelectedNode`],
+//! instance will ever provision it there): `model::csinode::selected_node_check` returns `ClearSelectedNode`,
 //! whose patch removes the annotation (again with a resourceVersion precondition) so the scheduler
 //! picks another node, plus the event saying which node and why.
 
@@ -30,7 +30,9 @@ use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 use serde_json::{Value, json};
 
 use crate::model::claim::{claim_class_name, selected_node};
-use crate::model::csinode::{csinode_lists_driver, live_instances};
+use crate::model::csinode::{
+    ClearSelectedNode, CsiNodeLookup, live_instances, selected_node_check,
+};
 use crate::model::topology::{self, AffinityError, allowed_topologies_admit};
 use crate::names;
 
@@ -45,7 +47,7 @@ pub(crate) enum ClaimOwnership {
     Compete,
     /// Not ours. Silent: log at debug level at most, no event (upstream issue 669).
     NotOwned(NotOwned),
-    /// The selected node has no instance of our driver: clear the annotation (see [`selected_node_check`]).
+    /// The selected node has no instance of our driver: clear the annotation (see `model::csinode::selected_node_check`).
     ClearSelectedNode(ClearSelectedNode),
 }
 
@@ -145,82 +147,6 @@ fn immediate_binding_path(
 }
 
 // === Clearing a selected node without our driver ===
-
-/// Whether a node runs an instance of our driver, as its CSINode says.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) enum CsiNodeLookup {
-    /// Not looked up, cache not synced, or the lookup failed: never clear on this.
-    #[default]
-    Unknown,
-    /// The CSINode lists our driver.
-    HasDriver,
-    /// The CSINode exists but does not list our driver.
-    LacksDriver,
-    /// No CSINode object for that node.
-    NotFound,
-}
-
-impl CsiNodeLookup {
-    /// Classifies a CSINode from a synced cache or a live GET (`None` = absent / 404).
-    pub(crate) fn of(csinode: Option<&CSINode>, driver: &str) -> Self {
-        match csinode {
-            None => Self::NotFound,
-            Some(c) if csinode_lists_driver(c, driver) => Self::HasDriver,
-            Some(_) => Self::LacksDriver,
-        }
-    }
-}
-
-/// The decision to clear a claim's selected node, with its event and patch.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct ClearSelectedNode {
-    /// The selected node being cleared.
-    pub(crate) node: String,
-    /// Warning event reason on the PVC: upstream's `ProvisioningFailed` where upstream
-    /// reschedules too, else [`names::EVENT_SELECTED_NODE_CLEARED`].
-    pub(crate) reason: &'static str,
-    /// Event message: which node and why.
-    pub(crate) message: String,
-}
-
-/// In either mode: a claim whose selected node has no instance of `driver` gets its selected node
-/// cleared so the scheduler picks again (upstream issue 544). `None` when a node is not selected,
-/// the node runs our driver, or nothing is known ([`CsiNodeLookup::Unknown`]).
-///
-/// The shell removes the annotation only while it still names that node
-/// ([`crate::k8s::patch::remove_annotation_if_step`]) and records the Warning event on the PVC.
-pub(crate) fn selected_node_check(
-    pvc: &PersistentVolumeClaim,
-    driver: &str,
-    lookup: CsiNodeLookup,
-) -> Option<ClearSelectedNode> {
-    let node = selected_node(pvc)?;
-    let why = match lookup {
-        CsiNodeLookup::Unknown | CsiNodeLookup::HasDriver => return None,
-        // Upstream reschedules this one too, with its own words: the same event here.
-        CsiNodeLookup::NotFound => {
-            return Some(ClearSelectedNode {
-                node: node.to_owned(),
-                reason: names::EVENT_PROVISIONING_FAILED,
-                message: format!(
-                    "failed to get selected CSINode {node}: csinode.storage.k8s.io {} not found",
-                    crate::gofmt::quote(node)
-                ),
-            });
-        }
-        // Upstream never reschedules this one (the claim waits for ever, its issue 544).
-        CsiNodeLookup::LacksDriver => "the node's CSINode does not list the driver",
-    };
-    Some(ClearSelectedNode {
-        node: node.to_owned(),
-        reason: names::EVENT_SELECTED_NODE_CLEARED,
-        message: format!(
-            "selected node {node:?} has no instance of driver {driver:?} ({why}); removed the {} \
-             annotation so that the scheduler picks another node",
-            names::ANN_SELECTED_NODE
-        ),
-    })
-}
 
 /// Node mode: whether this instance looks at (and may clear) the selected node of the claim
 /// `claim_uid` (in controller mode the one instance always does): only the first instance in rendezvous

@@ -361,7 +361,7 @@ pub(crate) enum ClaimInterest {
     /// Ours, pending and unselected: maybe compete (immediate binding).
     Compete,
     /// Ours, pending, selected to another node: the rendezvous-chosen instance checks that node
-    /// runs our driver ([`crate::node_mode::ownership::selected_node_check`]).
+    /// runs our driver ([`crate::model::csinode::selected_node_check`]).
     SelectedElsewhere(String),
     /// Carries our provisioning intent but no node is selected any more (cleared for a reschedule
     /// after a final CreateVolume error): no instance owns it, so every instance keeps it, and the

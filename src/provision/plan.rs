@@ -28,11 +28,10 @@ use super::topology::{TopologyError, TopologyView};
 use crate::csi::probe::{ControllerCapabilities, PluginCapabilities};
 use crate::csi::v1::{CreateVolumeRequest, TopologyRequirement};
 use crate::migration::Plugin;
+use crate::model::csinode::{self, ClearSelectedNode, CsiNodeLookup};
 use crate::model::secrets::SecretRef;
 use crate::names;
-use crate::node_mode::ownership::{
-    self, ClaimOwnership, ClearSelectedNode, CsiNodeLookup, NodeIdentity, NotOwned,
-};
+use crate::node_mode::ownership::{ClaimOwnership, NodeIdentity, NotOwned};
 
 use build::{Stop, plan};
 use capacity_check::capacity_check;
@@ -506,7 +505,7 @@ pub(crate) fn decide_claim(pvc: &PersistentVolumeClaim, ctx: &ClaimContext<'_>) 
     // each node has its own backend, keeps the node: see [`clear_or_wait`]).
     if settings.node.is_none()
         && let Some(clear) =
-            ownership::selected_node_check(pvc, &settings.driver, ctx.selected_node_driver)
+            csinode::selected_node_check(pvc, &settings.driver, ctx.selected_node_driver)
     {
         return ClaimDecision::ClearSelectedNode(ClearReason::NoDriverInstance(clear));
     }

@@ -13,7 +13,8 @@ use super::report::kube_err;
 use super::{ProvisionError, Provisioner, claim_key};
 use crate::csi::v1::{CreateVolumeRequest, TopologyRequirement};
 use crate::k8s::errors::describe;
-use crate::node_mode::ownership::{self, ClaimOwnership, CsiNodeLookup, OwnershipInputs};
+use crate::model::csinode::CsiNodeLookup;
+use crate::node_mode::ownership::{self, ClaimOwnership, OwnershipInputs};
 use crate::provision::plan::{self, ClaimContext, ClaimDecision, Lookup, NodeFacts, SourceLookup};
 use crate::provision::topology::TopologyView;
 
