@@ -16,7 +16,6 @@ use std::time::Duration;
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::{Api, ResourceExt};
 use tracing::{debug, info_span};
 
@@ -106,7 +105,7 @@ impl Provisioner {
             .pvcs
             .state()
             .iter()
-            .map(|c| lean_key_of(c))
+            .map(|c| c.key().to_owned())
             .collect();
         let keep = |key: &str| live.contains(key);
         self.memory().retain(keep);
@@ -295,28 +294,10 @@ fn pending_claims_selected_to(claims: &Cache<PersistentVolumeClaim>, nodes: &[St
         .collect()
 }
 
+/// A claim's one key: `namespace/name`, as the work queue, the cache, the memory and the logs name
+/// it.
 fn claim_key(pvc: &PersistentVolumeClaim) -> String {
-    key_of(&pvc.metadata)
-}
-
-/// [`key_of`] of a cache entry.
-fn lean_key_of(claim: &Lean<PersistentVolumeClaim>) -> String {
-    if claim.uid().is_empty() {
-        format!("{}/{}", claim.namespace().unwrap_or_default(), claim.name())
-    } else {
-        claim.uid().to_owned()
-    }
-}
-
-/// The claim's UID (else namespace/name).
-fn key_of(meta: &ObjectMeta) -> String {
-    meta.uid.clone().unwrap_or_else(|| {
-        format!(
-            "{}/{}",
-            meta.namespace.as_deref().unwrap_or_default(),
-            meta.name.as_deref().unwrap_or_default()
-        )
-    })
+    lean::key(pvc.metadata.namespace.as_deref(), &pvc.name_any())
 }
 
 /// Records the claim-to-Bound latency of a claim this process provisioned, once, when it is
@@ -345,21 +326,9 @@ fn error_policy(
     state: Arc<Provisioner>,
 ) -> Action {
     state.ctx.metrics.operator.retried("provisioning");
-    let delay = state.memory().failed(&lean_key_of(&pvc));
+    let delay = state.memory().failed(pvc.key());
     debug!(claim = %pvc.key(), error = %error, ?delay, "will retry");
     Action::requeue(delay)
-}
-
-fn claim_name(pvc: &PersistentVolumeClaim) -> String {
-    name_of(&pvc.metadata)
-}
-
-fn name_of(meta: &ObjectMeta) -> String {
-    format!(
-        "{}/{}",
-        meta.namespace.as_deref().unwrap_or_default(),
-        meta.name.as_deref().unwrap_or_default()
-    )
 }
 
 async fn reconcile(
@@ -373,6 +342,10 @@ async fn reconcile_claim(
     pvc: Arc<PersistentVolumeClaim>,
     state: Arc<Provisioner>,
 ) -> Result<Action, ProvisionError> {
+    let key = claim_key(&pvc);
+    state
+        .memory()
+        .observe(&key, pvc.metadata.uid.as_deref().unwrap_or_default());
     observe_bound(&state, &pvc);
     if let Some(wait) = data_source::release_clone_source(&state, &pvc).await? {
         return Ok(wait);
@@ -380,7 +353,6 @@ async fn reconcile_claim(
     let facts = facts::gather(&state, &pvc).await?;
     let decision = facts.decide(&state, &pvc);
     drop(facts);
-    let key = claim_key(&pvc);
     let result = execute_decision(&state, &pvc, decision).await;
     if result.is_ok() {
         state.memory().succeeded(&key);
@@ -417,7 +389,7 @@ async fn execute_decision(
                 // The claim's watch event came before its class's (kubectl apply of one file
                 // holding both): the cache is behind, nothing is wrong. Look again once it has
                 // caught up.
-                debug!(claim = %claim_name(pvc), %class, "StorageClass not in the cache yet but served; retrying shortly");
+                debug!(claim = %claim_key(pvc), %class, "StorageClass not in the cache yet but served; retrying shortly");
                 return Ok(Action::requeue(CACHE_LAG_RETRY));
             }
             if err.follows_provisioning_event() {
@@ -435,7 +407,7 @@ async fn execute_decision(
                 && !selected_node_confirmed_without_driver(state, pvc).await?
             {
                 // A node that just joined: its CSINode has not reached the cache yet.
-                debug!(claim = %claim_name(pvc), "the selected node's CSINode lists the driver but is not in the cache yet; retrying shortly");
+                debug!(claim = %claim_key(pvc), "the selected node's CSINode lists the driver but is not in the cache yet; retrying shortly");
                 return Ok(Action::requeue(CACHE_LAG_RETRY));
             }
             selected_node_cleared(state, pvc, &reason);

@@ -10,7 +10,9 @@
 //! - the claims whose PV this process created and that were not seen Bound yet (for the
 //!   claim-to-Bound latency).
 //!
-//! Keys are claim UIDs.
+//! Keys are the claims' `namespace/name`, the work queue's keys ([`claim_key`]). A claim
+//! deleted and created again under its name is another claim: [`ClaimMemory::observe`], at the
+//! start of each reconcile, forgets what was remembered for the one before (told by its UID).
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -24,12 +26,16 @@ use crate::retry::{Backoff, HeldBack, InfeasibleHold};
 
 /// Per-claim memory of the provisioning controller.
 pub(crate) struct ClaimMemory {
+    /// The UID each key was last reconciled with.
+    uids: HashMap<String, String>,
     backoff: Backoff<String>,
     infeasible: InfeasibleHold<String>,
     pins: RequirementCache,
     competition: Competition,
     compete_at: HashMap<String, Instant>,
-    node_gone_since: HashMap<String, Instant>,
+    /// Since when the node an intent waits for (named too: a claim created again under the same
+    /// name may wait for another node) has been missing.
+    node_gone_since: HashMap<String, (String, Instant)>,
     awaiting_bound: std::collections::HashSet<String>,
     /// When this process created each claim's PV: a reconcile from a cache that has not seen the
     /// PV yet must not replay CreateVolume for it.
@@ -51,6 +57,7 @@ impl ClaimMemory {
         competition: Competition,
     ) -> Self {
         Self {
+            uids: HashMap::new(),
             backoff,
             infeasible,
             pins: RequirementCache::default(),
@@ -61,6 +68,26 @@ impl ClaimMemory {
             pv_created: HashMap::new(),
             final_failures: HashMap::new(),
         }
+    }
+
+    /// A reconcile of the claim `key` with UID `uid` starts: what was remembered under `key` for
+    /// a claim of another UID (deleted, then created again under its name) is forgotten.
+    pub(crate) fn observe(&mut self, key: &str, uid: &str) {
+        match self.uids.get(key) {
+            Some(known) if known == uid => {}
+            Some(_) => {
+                self.forget(key);
+                self.uids.insert(key.to_owned(), uid.to_owned());
+            }
+            None => {
+                self.uids.insert(key.to_owned(), uid.to_owned());
+            }
+        }
+    }
+
+    /// Everything remembered about `key`.
+    fn forget(&mut self, key: &str) {
+        self.retain_keys(|k| k != key, false);
     }
 
     // === Reconcile outcomes ===
@@ -98,6 +125,13 @@ impl ClaimMemory {
 
     /// Keeps only the claims `keep` accepts (the others left the cache for good).
     pub(crate) fn retain(&mut self, keep: impl Fn(&str) -> bool) {
+        self.uids.retain(|k, _| keep(k));
+        self.retain_keys(keep, true);
+    }
+
+    /// Keeps the entries of the keys `keep` accepts; `expire`: and drops PV creations older than
+    /// [`PV_CACHE_GRACE`].
+    fn retain_keys(&mut self, keep: impl Fn(&str) -> bool, expire: bool) {
         self.backoff.retain(|k| keep(k));
         self.infeasible.retain(|k| keep(k));
         self.competition.retain(&keep);
@@ -107,7 +141,7 @@ impl ClaimMemory {
         self.final_failures.retain(|k, _| keep(k));
         let now = Instant::now();
         self.pv_created
-            .retain(|k, at| keep(k) && now.duration_since(*at) < PV_CACHE_GRACE);
+            .retain(|k, at| keep(k) && (!expire || now.duration_since(*at) < PV_CACHE_GRACE));
         self.pins.retain(&keep);
     }
 
@@ -208,9 +242,17 @@ impl ClaimMemory {
         self.competition.forget(key);
     }
 
-    /// Since when the intent of `key` has been waiting for its missing node (starts now).
-    pub(crate) fn node_missing_since(&mut self, key: &str, now: Instant) -> Instant {
-        *self.node_gone_since.entry(key.to_owned()).or_insert(now)
+    /// Since when the intent of `key` has been waiting for its missing `node` (starts now, and
+    /// anew when the node is another).
+    pub(crate) fn node_missing_since(&mut self, key: &str, node: &str, now: Instant) -> Instant {
+        match self.node_gone_since.get(key) {
+            Some((known, since)) if known == node => *since,
+            _ => {
+                self.node_gone_since
+                    .insert(key.to_owned(), (node.to_owned(), now));
+                now
+            }
+        }
     }
 
     /// The node is back, or the claim moved on: a later absence starts a new grace period.

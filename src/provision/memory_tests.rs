@@ -25,7 +25,7 @@ fn a_claim_that_leaves_the_cache_leaves_nothing_behind() {
         m.sent(key, Some(&requirement()));
         m.create_failed(key, ProvisioningState::InBackground, Some(("class", now)));
         m.compete_due(key, now, 0.5);
-        m.node_missing_since(key, now);
+        m.node_missing_since(key, "n1", now);
     }
     m.retain(|k| k == "b");
     assert!(m.pinned("a").is_none());
@@ -39,12 +39,12 @@ fn a_claim_that_leaves_the_cache_leaves_nothing_behind() {
     assert!(m.check_feasible("b", "class", now).is_err());
     let later = now + Duration::from_secs(1);
     assert_eq!(
-        m.node_missing_since("b", later),
+        m.node_missing_since("b", "n1", later),
         now,
         "b's timer kept running"
     );
     assert_eq!(
-        m.node_missing_since("a", later),
+        m.node_missing_since("a", "n1", later),
         later,
         "a's timer starts over"
     );
@@ -99,4 +99,42 @@ fn ignoring_a_deleted_claim_forgets_its_pin_and_hold_back_but_not_its_backoff() 
     assert!(m.pinned("a").is_none());
     assert!(m.check_feasible("a", "class", now).is_ok());
     assert_eq!(m.failed("a"), Duration::from_secs(2));
+}
+
+#[test]
+fn a_claim_created_again_under_its_name_inherits_nothing_from_the_one_before() {
+    let mut m = memory();
+    let now = Instant::now();
+    m.observe("ns/a", "uid-1");
+    m.failed("ns/a");
+    m.sent("ns/a", Some(&requirement()));
+    m.create_failed(
+        "ns/a",
+        ProvisioningState::InBackground,
+        Some(("class", now)),
+    );
+    m.provisioned("ns/b");
+    m.observe("ns/a", "uid-1");
+    assert!(
+        m.pinned("ns/a").is_some(),
+        "the same claim keeps its memory"
+    );
+    m.observe("ns/a", "uid-2");
+    assert!(m.pinned("ns/a").is_none());
+    assert!(m.check_feasible("ns/a", "class", now).is_ok());
+    assert_eq!(m.failed("ns/a"), Duration::from_secs(1), "a fresh backoff");
+    assert!(
+        m.recently_provisioned("ns/b", Instant::now()),
+        "other claims are untouched"
+    );
+}
+
+#[test]
+fn the_grace_period_starts_anew_for_another_node() {
+    let mut m = memory();
+    let now = Instant::now();
+    let later = now + Duration::from_secs(5);
+    assert_eq!(m.node_missing_since("ns/a", "n1", now), now);
+    assert_eq!(m.node_missing_since("ns/a", "n1", later), now);
+    assert_eq!(m.node_missing_since("ns/a", "n2", later), later);
 }

@@ -10,7 +10,7 @@ use tracing::{debug, info};
 
 use super::claim_writes::claims_api;
 use super::report::kube_err;
-use super::{ProvisionError, Provisioner, claim_key, claim_name};
+use super::{ProvisionError, Provisioner, claim_key};
 use crate::k8s::errors::{ApiErrorClass, classify};
 use crate::k8s::patch;
 use crate::node_mode::ownership::{self, Recheck, recheck_before_claiming};
@@ -27,53 +27,57 @@ pub(super) async fn compete(
     let Some(mode) = &state.settings.node else {
         return Ok(Action::await_change());
     };
-    let uid = claim_key(pvc);
+    let key = claim_key(pvc);
     let now = Instant::now();
-    let due = state.memory().compete_due(&uid, now, rand::random::<f64>());
+    let due = state.memory().compete_due(&key, now, rand::random::<f64>());
     if now < due {
         return Ok(Action::requeue(due - now));
     }
-    state.memory().compete_now(&uid);
+    state.memory().compete_now(&key);
     if let Some(check) = capacity
         && !has_room(state, pvc, &check).await
     {
         // Not forgotten: the next look waits longer, backing off to once per
         // --node-deployment-max-delay per claim while the claim stays unselected.
         let now = Instant::now();
-        let due = state.memory().compete_due(&uid, now, rand::random::<f64>());
+        let due = state.memory().compete_due(&key, now, rand::random::<f64>());
         return Ok(Action::requeue(due.saturating_duration_since(now)));
     }
     let api = claims_api(state, pvc);
     let fresh = api
         .get_opt(&pvc.name_any())
         .await
-        .map_err(kube_err(format!("reading claim {}", claim_name(pvc))))?;
-    let resource_version = match recheck_before_claiming(fresh.as_ref(), &uid, &mode.me.name) {
+        .map_err(kube_err(format!("reading claim {}", claim_key(pvc))))?;
+    let resource_version = match recheck_before_claiming(
+        fresh.as_ref(),
+        pvc.metadata.uid.as_deref().unwrap_or_default(),
+        &mode.me.name,
+    ) {
         Recheck::Claim { resource_version } => resource_version,
         Recheck::AlreadyOurs => return Ok(Action::await_change()),
         Recheck::Abandon(why) => {
-            debug!(claim = %claim_name(pvc), ?why, "not competing for claim any more");
-            state.memory().stop_competing(&uid);
+            debug!(claim = %claim_key(pvc), ?why, "not competing for claim any more");
+            state.memory().stop_competing(&key);
             return Ok(Action::await_change());
         }
     };
     let patch = ownership::become_owner_patch(&mode.me.name, &resource_version);
     match patch::apply_change(&api, &pvc.name_any(), patch::Change::Merge(&patch)).await {
         Ok(_) => {
-            info!(claim = %claim_name(pvc), node = %mode.me.name, "claim selected for this node");
-            state.memory().stop_competing(&uid);
+            info!(claim = %claim_key(pvc), node = %mode.me.name, "claim selected for this node");
+            state.memory().stop_competing(&key);
             Ok(Action::await_change())
         }
         Err(e) if classify(&e) == ApiErrorClass::Conflict => {
             // Another instance (or another writer) got there first: look again after a longer wait.
-            debug!(claim = %claim_name(pvc), "lost the race for the claim");
+            debug!(claim = %claim_key(pvc), "lost the race for the claim");
             Ok(Action::requeue(Duration::from_millis(1)))
         }
         Err(e) => Err(ProvisionError::Kube {
             what: format!(
                 "selecting node {:?} for PVC {} failed",
                 mode.me.name,
-                claim_name(pvc)
+                claim_key(pvc)
             ),
             source: e,
         }),
@@ -98,11 +102,11 @@ async fn has_room(state: &Provisioner, pvc: &PersistentVolumeClaim, check: &Capa
     }
     match check.verdict(&answers) {
         Some(CapacityVerdict::NotEnough) => {
-            debug!(claim = %claim_name(pvc), required = check.required_bytes, "not enough capacity on this node; not competing for the claim now");
+            debug!(claim = %claim_key(pvc), required = check.required_bytes, "not enough capacity on this node; not competing for the claim now");
             false
         }
         Some(CapacityVerdict::CheckFailed(e)) => {
-            debug!(claim = %claim_name(pvc), "proceeding with becoming owner although the capacity check failed: {e}");
+            debug!(claim = %claim_key(pvc), "proceeding with becoming owner although the capacity check failed: {e}");
             true
         }
         Some(CapacityVerdict::Enough) | None => true,

@@ -15,7 +15,7 @@ use tracing::{debug, info, warn};
 
 use super::claim_writes::clear_selected_node;
 use super::report::{class_label, fail, provisioning_event, source_label};
-use super::{PV_CREATE_ATTEMPTS, ProvisionError, Provisioner, claim_key, claim_name};
+use super::{PV_CREATE_ATTEMPTS, ProvisionError, Provisioner, claim_key};
 use crate::csi::v1;
 use crate::k8s::errors::{ApiErrorClass, classify, describe};
 use crate::k8s::events::{EventSpec, reference_to};
@@ -104,7 +104,9 @@ pub(super) async fn provision(
         .memory()
         .check_feasible(&key, &plan.class_uid, Instant::now())
     {
-        debug!(claim = %claim_name(pvc), "skipping volume provisioning for pvc {key}, because provisioning previously failed with infeasible error");
+        // Upstream's words name the claim's UID.
+        let uid = pvc.metadata.uid.as_deref().unwrap_or_default();
+        debug!(claim = %key, "skipping volume provisioning for pvc {uid}, because provisioning previously failed with infeasible error");
         return Ok(Action::requeue(held.remaining));
     }
     for warning in &plan.warnings {
@@ -196,7 +198,7 @@ async fn create_volume_and_pv(
             return Err(fail(state, pvc, message));
         }
     };
-    info!(claim = %claim_name(pvc), volume = %plan.volume_name, volume_id = ?created.volume_id, "volume created");
+    info!(claim = %claim_key(pvc), volume = %plan.volume_name, volume_id = ?created.volume_id, "volume created");
     let intent = intent_of(pvc, &plan);
     if claim_abandoned(state, pvc) {
         // Deleted while the volume was being created: no PV for a claim that is gone (it would
@@ -207,12 +209,12 @@ async fn create_volume_and_pv(
             .await
         {
             Ok(()) => {
-                info!(claim = %claim_name(pvc), volume = %plan.volume_name, "claim deleted during CreateVolume; volume deleted again");
+                info!(claim = %claim_key(pvc), volume = %plan.volume_name, "claim deleted during CreateVolume; volume deleted again");
                 state.intents.forget(&intent).await?;
                 Ok(Action::await_change())
             }
             Err(e) => {
-                warn!(claim = %claim_name(pvc), volume = %plan.volume_name, "claim deleted during CreateVolume; deleting the volume failed, retrying: {e}");
+                warn!(claim = %claim_key(pvc), volume = %plan.volume_name, "claim deleted during CreateVolume; deleting the volume failed, retrying: {e}");
                 Ok(Action::await_change())
             }
         };
@@ -292,7 +294,7 @@ pub(super) async fn create_failed(
         ProvisioningState::Reschedule => {
             let error = fail(state, pvc, message);
             clear_selected_node(state, pvc).await?;
-            debug!(claim = %claim_name(pvc), "selected node cleared for rescheduling: {error}");
+            debug!(claim = %claim_key(pvc), "selected node cleared for rescheduling: {error}");
             Ok(Action::await_change())
         }
         // InBackground keeps the intent (the volume may still appear); Finished and NoChange are
@@ -335,7 +337,7 @@ async fn give_up(
         pvc,
         stopped_message(&plan.class_name, failures, message),
     );
-    debug!(claim = %claim_name(pvc), "{error}");
+    debug!(claim = %claim_key(pvc), "{error}");
     Ok(Action::await_change())
 }
 

@@ -61,7 +61,7 @@ pub(super) async fn gather(
             settings.node.as_ref().is_none_or(|mode| {
                 ownership::checks_selected_node(
                     &mode.me.name,
-                    &claim_key(pvc),
+                    pvc.metadata.uid.as_deref().unwrap_or_default(),
                     &csinodes.state(),
                     &settings.driver,
                 )

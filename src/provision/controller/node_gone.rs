@@ -13,7 +13,7 @@ use tracing::{debug, info};
 
 use super::claim_writes::clear_selected_node;
 use super::report::kube_err;
-use super::{ProvisionError, Provisioner, claim_key, claim_name};
+use super::{ProvisionError, Provisioner, claim_key};
 use crate::k8s::events::{EventSpec, reference_to};
 use crate::names;
 use crate::runtime::Action;
@@ -37,7 +37,7 @@ pub(super) async fn confirm_gone(
     node: &str,
 ) -> Result<Gone, kube::Error> {
     let grace = state.ctx.config.deleted_node.grace_period;
-    let since = state.memory().node_missing_since(key, Instant::now());
+    let since = state.memory().node_missing_since(key, node, Instant::now());
     let due = crate::gone_nodes::policy::grace_deadline(since, grace, Duration::ZERO, 0);
     let now = Instant::now();
     if now < due {
@@ -81,11 +81,11 @@ pub(super) async fn clear_after_grace(
         .map_err(kube_err(format!("reading node {node}")))?;
     match gone {
         Gone::Wait(left) => {
-            debug!(claim = %claim_name(pvc), %node, "the node of the claim's provisioning intent is missing; waiting for the grace period");
+            debug!(claim = %claim_key(pvc), %node, "the node of the claim's provisioning intent is missing; waiting for the grace period");
             Ok(Action::requeue(left))
         }
         Gone::Exists => {
-            debug!(claim = %claim_name(pvc), %node, "the node of the claim's provisioning intent exists; leaving it to that node");
+            debug!(claim = %claim_key(pvc), %node, "the node of the claim's provisioning intent exists; leaving it to that node");
             Ok(Action::await_change())
         }
         Gone::Confirmed => {
@@ -95,7 +95,7 @@ pub(super) async fn clear_after_grace(
                 volume_name,
                 "the selected node is removed so that the scheduler picks another node",
             );
-            info!(claim = %claim_name(pvc), %node, volume = %volume_name, "{message}");
+            info!(claim = %claim_key(pvc), %node, volume = %volume_name, "{message}");
             state.ctx.events.emit(
                 reference_to(pvc),
                 EventSpec::warning(names::EVENT_VOLUME_NODE_GONE, message),

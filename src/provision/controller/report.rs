@@ -3,13 +3,13 @@
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use tracing::{debug, warn};
 
-use super::{ProvisionError, Provisioner, claim_name};
+use super::{ProvisionError, Provisioner, claim_key};
 use crate::k8s::events::{EventSource, EventSpec, reference_to};
 use crate::names;
 use crate::provision::plan::{ClearReason, IgnoreReason};
 
 pub(super) fn ignore(state: &Provisioner, pvc: &PersistentVolumeClaim, reason: &IgnoreReason) {
-    debug!(claim = %claim_name(pvc), ?reason, "nothing to do for claim");
+    debug!(claim = %claim_key(pvc), ?reason, "nothing to do for claim");
     if let IgnoreReason::ExternalPopulator(_) = reason {
         // Upstream's library announces every attempt, then its CSI code, reporting as
         // `external-provisioner`, says the populator will do it: two events from two sources.
@@ -35,7 +35,7 @@ pub(super) fn provisioning_event(state: &Provisioner, pvc: &PersistentVolumeClai
             names::EVENT_PROVISIONING,
             format!(
                 "External provisioner is provisioning volume for claim \"{}\"",
-                claim_name(pvc)
+                claim_key(pvc)
             ),
         ),
     );
@@ -84,7 +84,7 @@ pub(super) fn fail(
     pvc: &PersistentVolumeClaim,
     message: String,
 ) -> ProvisionError {
-    warn!(claim = %claim_name(pvc), "provisioning failed: {message}");
+    warn!(claim = %claim_key(pvc), "provisioning failed: {message}");
     state.ctx.events.emit(
         reference_to(pvc),
         EventSpec::warning(names::EVENT_PROVISIONING_FAILED, message.clone()),

@@ -270,11 +270,11 @@ async fn await_node_gone(
     let Some(csinodes) = &state.ctx.stores.csinodes else {
         return Ok(());
     };
-    // The claim memory's key of the claim (its UID).
-    let key = entry.uid.clone();
+    // The claim memory's key of the claim.
+    let key = entry.claim_name();
     // Controller mode always checks; in node mode one instance of the live ones does.
     let checker = own_node(state).is_none_or(|me| {
-        ownership::checks_selected_node(me, &key, &csinodes.state(), &state.settings.driver)
+        ownership::checks_selected_node(me, &entry.uid, &csinodes.state(), &state.settings.driver)
     });
     let lookup = CsiNodeLookup::of(
         csinodes.get(&ObjectRef::new(node)).as_deref(),
