@@ -343,9 +343,14 @@ async fn reconcile_claim(
     state: Arc<Provisioner>,
 ) -> Result<Action, ProvisionError> {
     let key = claim_key(&pvc);
+    let bound = pvc
+        .spec
+        .as_ref()
+        .and_then(|s| s.volume_name.as_deref())
+        .is_some_and(|v| !v.is_empty());
     state
         .memory()
-        .observe(&key, pvc.metadata.uid.as_deref().unwrap_or_default());
+        .observe(&key, pvc.metadata.uid.as_deref().unwrap_or_default(), bound);
     observe_bound(&state, &pvc);
     if let Some(wait) = data_source::release_clone_source(&state, &pvc).await? {
         return Ok(wait);

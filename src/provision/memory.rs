@@ -10,9 +10,10 @@
 //! - the claims whose PV this process created and that were not seen Bound yet (for the
 //!   claim-to-Bound latency).
 //!
-//! Keys are the claims' `namespace/name`, the work queue's keys ([`claim_key`]). A claim
-//! deleted and created again under its name is another claim: [`ClaimMemory::observe`], at the
-//! start of each reconcile, forgets what was remembered for the one before (told by its UID).
+//! Keys are the claims' `namespace/name`, the work queue's keys. A claim deleted and created
+//! again under its name is another claim: [`ClaimMemory::observe`], at the start of each
+//! reconcile, forgets what was remembered for the one before (told by its UID; kept for pending
+//! claims only, so a restart over many bound claims keeps nothing per claim).
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -26,7 +27,7 @@ use crate::retry::{Backoff, HeldBack, InfeasibleHold};
 
 /// Per-claim memory of the provisioning controller.
 pub(crate) struct ClaimMemory {
-    /// The UID each key was last reconciled with.
+    /// The UID each pending claim was last reconciled with.
     uids: HashMap<String, String>,
     backoff: Backoff<String>,
     infeasible: InfeasibleHold<String>,
@@ -70,19 +71,20 @@ impl ClaimMemory {
         }
     }
 
-    /// A reconcile of the claim `key` with UID `uid` starts: what was remembered under `key` for
-    /// a claim of another UID (deleted, then created again under its name) is forgotten.
-    pub(crate) fn observe(&mut self, key: &str, uid: &str) {
-        match self.uids.get(key) {
-            Some(known) if known == uid => {}
-            Some(_) => {
-                self.forget(key);
-                self.uids.insert(key.to_owned(), uid.to_owned());
-            }
-            None => {
-                self.uids.insert(key.to_owned(), uid.to_owned());
-            }
+    /// A reconcile of the claim `key` with UID `uid` starts (`bound`: its volume is named, for
+    /// good). What was remembered under `key` for a claim of another UID (deleted, then created
+    /// again under its name) is forgotten. A claim first seen pending forgets what an earlier one
+    /// left too: a bound claim's UID is not kept.
+    pub(crate) fn observe(&mut self, key: &str, uid: &str, bound: bool) {
+        if bound {
+            self.uids.remove(key);
+            return;
         }
+        if self.uids.get(key).is_some_and(|known| known == uid) {
+            return;
+        }
+        self.forget(key);
+        self.uids.insert(key.to_owned(), uid.to_owned());
     }
 
     /// Everything remembered about `key`.

@@ -105,7 +105,7 @@ fn ignoring_a_deleted_claim_forgets_its_pin_and_hold_back_but_not_its_backoff() 
 fn a_claim_created_again_under_its_name_inherits_nothing_from_the_one_before() {
     let mut m = memory();
     let now = Instant::now();
-    m.observe("ns/a", "uid-1");
+    m.observe("ns/a", "uid-1", false);
     m.failed("ns/a");
     m.sent("ns/a", Some(&requirement()));
     m.create_failed(
@@ -114,12 +114,12 @@ fn a_claim_created_again_under_its_name_inherits_nothing_from_the_one_before() {
         Some(("class", now)),
     );
     m.provisioned("ns/b");
-    m.observe("ns/a", "uid-1");
+    m.observe("ns/a", "uid-1", false);
     assert!(
         m.pinned("ns/a").is_some(),
         "the same claim keeps its memory"
     );
-    m.observe("ns/a", "uid-2");
+    m.observe("ns/a", "uid-2", false);
     assert!(m.pinned("ns/a").is_none());
     assert!(m.check_feasible("ns/a", "class", now).is_ok());
     assert_eq!(m.failed("ns/a"), Duration::from_secs(1), "a fresh backoff");
@@ -137,4 +137,16 @@ fn the_grace_period_starts_anew_for_another_node() {
     assert_eq!(m.node_missing_since("ns/a", "n1", now), now);
     assert_eq!(m.node_missing_since("ns/a", "n1", later), now);
     assert_eq!(m.node_missing_since("ns/a", "n2", later), later);
+}
+
+#[test]
+fn a_claim_created_again_after_its_namesake_was_bound_inherits_nothing() {
+    let mut m = memory();
+    m.observe("ns/a", "uid-1", false);
+    m.provisioned("ns/a");
+    m.observe("ns/a", "uid-1", true);
+    assert!(m.uids.is_empty(), "nothing kept per bound claim");
+    assert!(m.recently_provisioned("ns/a", Instant::now()));
+    m.observe("ns/a", "uid-2", false);
+    assert!(!m.recently_provisioned("ns/a", Instant::now()));
 }
