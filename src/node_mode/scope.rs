@@ -134,6 +134,11 @@ pub(crate) fn new_pv_labels(
         Pin::Node(_) => label_value(node_name),
         Pin::NoAffinity | Pin::Spread => names::LABEL_VALUE_ANY_NODE.to_owned(),
     };
+    pv_labels(driver, node)
+}
+
+/// Our two labels of a PV: `driver` and the label value of its node.
+fn pv_labels(driver: &str, node: String) -> BTreeMap<String, String> {
     [
         (names::LABEL_PV_DRIVER.to_owned(), label_value(driver)),
         (names::LABEL_PV_NODE.to_owned(), node),
@@ -173,11 +178,7 @@ pub(crate) fn existing_pv_labels(
         |_| names::LABEL_VALUE_ANY_NODE.to_owned(),
         |q| label_value(q.node_name()),
     );
-    let wanted: BTreeMap<String, String> = [
-        (names::LABEL_PV_DRIVER.to_owned(), label_value(driver)),
-        (names::LABEL_PV_NODE.to_owned(), node),
-    ]
-    .into();
+    let wanted = pv_labels(driver, node);
     let current = pv.metadata.labels.as_ref();
     let done = wanted
         .iter()
@@ -249,12 +250,8 @@ pub(crate) fn sweep_suspect(
 /// The PVs an instance watches: its driver's PVs labelled with one of `values`
 /// ([`instance_label_values`]).
 pub(crate) fn own_pv_selector(driver: &str, values: &[String]) -> String {
-    format!(
-        "{}={},{}",
-        names::LABEL_PV_DRIVER,
-        label_value(driver),
-        in_set(names::LABEL_PV_NODE, values.iter().map(String::as_str))
-    )
+    // Label values are their own label value.
+    node_pv_selector(driver, values.iter().map(String::as_str))
 }
 
 /// The PVs of some (dead) nodes, by their node names (label-selected LIST or watch).
@@ -262,13 +259,11 @@ pub(crate) fn node_pv_selector<'a, I>(driver: &str, node_names: I) -> String
 where
     I: IntoIterator<Item = &'a str>,
 {
-    let values: Vec<String> = node_names.into_iter().map(label_value).collect();
-    format!(
-        "{}={},{}",
-        names::LABEL_PV_DRIVER,
-        label_value(driver),
-        in_set(names::LABEL_PV_NODE, values.iter().map(String::as_str))
-    )
+    let mut values: Vec<String> = node_names.into_iter().map(label_value).collect();
+    values.sort();
+    values.dedup();
+    let (driver, node) = (driver_pv_selector(driver), names::LABEL_PV_NODE);
+    format!("{driver},{node} in ({})", values.join(","))
 }
 
 /// All PVs of the driver (the clean-up sweep).
@@ -283,12 +278,6 @@ pub(crate) fn unlabelled_pv_selector() -> String {
     format!("!{}", names::LABEL_PV_DRIVER)
 }
 
-fn in_set<'a>(key: &str, values: impl Iterator<Item = &'a str>) -> String {
-    let unique: BTreeSet<&str> = values.collect();
-    let list: Vec<&str> = unique.into_iter().collect();
-    format!("{key} in ({})", list.join(","))
-}
-
 /// Watcher configuration of this instance's PV watch.
 pub(crate) fn own_pv_watch(
     driver: &str,
@@ -296,21 +285,17 @@ pub(crate) fn own_pv_watch(
     hostname: Option<&str>,
 ) -> watcher::Config {
     let values = instance_label_values(node_name, hostname);
-    watcher::Config::default()
-        .labels(&own_pv_selector(driver, &values))
-        .page_size(PAGE_SIZE)
+    paged_watch().labels(&own_pv_selector(driver, &values))
 }
 
 /// Watcher configuration of the watch of PVs without our labels (full objects: a static PV names
 /// its driver only in its spec, which no selector reaches).
 pub(crate) fn unlabelled_pv_watch() -> watcher::Config {
-    watcher::Config::default()
-        .labels(&unlabelled_pv_selector())
-        .page_size(PAGE_SIZE)
+    paged_watch().labels(&unlabelled_pv_selector())
 }
 
-/// Watcher configuration of the metadata-only claim, Node and CSINode watches (no selector: the
-/// API cannot filter them by annotation).
+/// Watcher configuration of the paginated watches: as is for the claim, Node and CSINode watches
+/// (no selector: the API cannot filter them by annotation), with a label selector for PVs.
 pub(crate) fn paged_watch() -> watcher::Config {
     watcher::Config::default().page_size(PAGE_SIZE)
 }
