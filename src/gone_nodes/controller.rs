@@ -31,7 +31,7 @@ use kube::{Api, ResourceExt};
 use tracing::{Instrument, debug, info, info_span, warn};
 
 use super::candidates::{claim_bond_matches, classify};
-use super::discover::{Lists, NodeView, StillMissing, fingerprint, list_page};
+use super::discover::{Lists, NodeView, Pages, StillMissing, fingerprint};
 use super::ledgers::GoneLedgers;
 use super::policy::{self, GoneConfig, Now, check_interval};
 use super::tracker::{CancelReason, GoneAction, GonePlan, NodeCheck, NodeGoneTracker};
@@ -300,19 +300,16 @@ impl Janitor {
         let mut still = StillMissing::default();
         let mut complete = true;
         if let Some(selector) = lists.selector(&self.ctx.driver.name) {
-            let mut token: Option<String> = None;
-            loop {
-                match list_page(&api, &selector, token.as_deref()).await {
-                    Ok((page, more)) => {
-                        for pv in &page {
+            let mut pages = Pages::new(&selector);
+            while let Some(params) = pages.params() {
+                match api.list(params).await {
+                    Ok(page) => {
+                        pages.advance(&page.metadata);
+                        for pv in &page.items {
                             still.note(pv, keys, view);
                         }
-                        self.observe_all(page.into_iter(), rank, view, next, seen)
+                        self.observe_all(page.items.into_iter(), rank, view, next, seen)
                             .await;
-                        match more {
-                            Some(more) => token = Some(more),
-                            None => break,
-                        }
                     }
                     Err(e) => {
                         warn!(error = %describe(&e), %selector, "listing the PVs of deleted nodes failed; retrying at the next pass");

@@ -171,14 +171,15 @@ pub(crate) struct NodeGoneTracker {
     entries: HashMap<String, TrackedVolume>,
 }
 
-enum Verdict {
+/// What a lookup says of the node a volume lives on.
+pub(crate) enum Verdict {
     Present,
     Absent(Absence),
     Unknown,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
-enum Absence {
+pub(crate) enum Absence {
     Missing,
     Replaced { current_uid: String },
 }
@@ -370,7 +371,8 @@ impl NodeGoneTracker {
     }
 }
 
-fn judge(query: &NodeQuery, result: &NodeLookup) -> Verdict {
+/// Absent: not found, or a Node of the recorded name with another UID. A failure is unknown.
+pub(crate) fn judge(query: &NodeQuery, result: &NodeLookup) -> Verdict {
     match (query, result) {
         (_, NodeLookup::Failed { .. }) => Verdict::Unknown,
         (_, NodeLookup::NotFound) => Verdict::Absent(Absence::Missing),
