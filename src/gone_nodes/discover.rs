@@ -8,6 +8,7 @@
 //! is listed at every pass until none of its PVs has a missing node.
 
 use std::collections::{BTreeSet, HashMap};
+use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -310,21 +311,14 @@ pub(crate) fn fingerprint(
     csinodes: &[Arc<k8s_openapi::api::storage::v1::CSINode>],
     driver: &str,
 ) -> u64 {
-    let mix = |tag: &str, name: &str, uid: &str| {
-        crate::rendezvous::weight(tag, &format!("{name}\u{1}{uid}"))
-    };
-    let nodes_part = nodes.iter().fold(nodes.len() as u64, |acc, n| {
-        acc ^ mix(
-            "node",
-            n.metadata.name.as_deref().unwrap_or_default(),
-            n.metadata.uid.as_deref().unwrap_or_default(),
-        )
-    });
+    let nodes: BTreeSet<_> = nodes
+        .iter()
+        .map(|n| (&n.metadata.name, &n.metadata.uid))
+        .collect();
     let live = crate::model::csinode::live_instances(csinodes.iter().map(AsRef::as_ref), driver);
-    live.iter()
-        .fold(nodes_part.rotate_left(17) ^ live.len() as u64, |acc, n| {
-            acc ^ mix("csinode", n, "")
-        })
+    let mut hasher = DefaultHasher::new();
+    (nodes, live).hash(&mut hasher);
+    hasher.finish()
 }
 
 #[cfg(test)]
