@@ -22,6 +22,7 @@ use tracing::{debug, info, warn};
 
 use crate::k8s::errors::describe;
 use crate::model::locate::NodeLookup;
+use crate::model::meta::annotation;
 use crate::names::{LEDGER_ENTRIES_ANNOTATION, LEDGER_NODE_ANNOTATION, LEDGER_NODE_LABEL};
 use crate::node_mode::scope::SWEEP_INTERVAL;
 
@@ -144,37 +145,30 @@ impl GoneLedgers {
     /// Takes in the listed ledgers: those of nodes absent from the cache wait (keeping the time
     /// they were first seen missing), the others are forgotten.
     fn remember(&mut self, leases: Vec<Lease>, nodes: &BTreeSet<String>, now: Instant) {
-        let mut by_node: BTreeMap<String, Vec<(String, String)>> = BTreeMap::new();
+        let mut waiting = BTreeMap::new();
         for lease in leases {
             let meta = lease.metadata;
-            let Some(node) = meta
-                .annotations
-                .as_ref()
-                .and_then(|a| a.get(LEDGER_NODE_ANNOTATION))
-            else {
+            let Some(node) = annotation(&meta, LEDGER_NODE_ANNOTATION).map(str::to_owned) else {
                 continue;
             };
-            if nodes.contains(node) {
+            if nodes.contains(&node) {
                 continue;
             }
-            by_node.entry(node.clone()).or_default().push((
-                meta.name.unwrap_or_default(),
-                meta.resource_version.unwrap_or_default(),
-            ));
-        }
-        let mut waiting = BTreeMap::new();
-        for (node, leases) in by_node {
-            let missing_since = self.waiting.get(&node).map_or(now, |s| s.missing_since);
-            if !self.waiting.contains_key(&node) {
-                info!(%node, "the intent ledger of a missing node waits for the grace period");
-            }
-            waiting.insert(
-                node,
+            let shards = waiting.entry(node).or_insert_with_key(|node| {
+                let known = self.waiting.get(node);
+                if known.is_none() {
+                    info!(%node, "the intent ledger of a missing node waits for the grace period");
+                }
+                let missing_since = known.map_or(now, |s| s.missing_since);
                 Shards {
-                    leases,
+                    leases: Vec::new(),
                     missing_since,
-                },
-            );
+                }
+            });
+            let (name, version) = (meta.name, meta.resource_version);
+            shards
+                .leases
+                .push((name.unwrap_or_default(), version.unwrap_or_default()));
         }
         self.waiting = waiting;
     }
