@@ -399,7 +399,7 @@ impl Janitor {
         let was_tracked = self.tracker.first_absent(&name).is_some();
         match self
             .tracker
-            .observe(pv, &NodeCheck::cached(lookup), Some(rank), Now::system())
+            .observe(pv, &NodeCheck::Cached(lookup), Some(rank), Now::system())
         {
             GoneAction::Nothing => {}
             GoneAction::StartTimer { deadline } => {
@@ -455,7 +455,7 @@ impl Janitor {
         };
         match self
             .tracker
-            .observe(&fresh, &NodeCheck::live(lookup), Some(rank), Now::system())
+            .observe(&fresh, &NodeCheck::Live(lookup), Some(rank), Now::system())
         {
             GoneAction::ActOnPv(plan) => self.act(plan, &fresh).await,
             GoneAction::StartTimer { deadline } => *next = (*next).min(deadline),

@@ -46,40 +46,13 @@ use super::policy::{GoneConfig, MAX_ACTOR_RANKS, Now, grace_deadline};
 
 // === The tracker ===
 
-/// Where a [`NodeLookup`] came from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum LookupSource {
-    /// A watch-fed cache: may start the timer, never decides.
-    Cache,
-    /// A live API call made just now (together with a live read of the PV).
-    Live,
-}
-
-/// One lookup fed to [`NodeGoneTracker::observe`].
+/// One lookup fed to [`NodeGoneTracker::observe`], by where it came from.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct NodeCheck {
-    /// Where it came from.
-    pub(crate) source: LookupSource,
-    /// What it said.
-    pub(crate) result: NodeLookup,
-}
-
-impl NodeCheck {
-    /// From a synced cache.
-    pub(crate) fn cached(result: NodeLookup) -> Self {
-        Self {
-            source: LookupSource::Cache,
-            result,
-        }
-    }
-
-    /// From a live API call.
-    pub(crate) fn live(result: NodeLookup) -> Self {
-        Self {
-            source: LookupSource::Live,
-            result,
-        }
-    }
+pub(crate) enum NodeCheck {
+    /// From a watch-fed cache: may start the timer, never decides.
+    Cached(NodeLookup),
+    /// From a live API call made just now (together with a live read of the PV).
+    Live(NodeLookup),
 }
 
 /// What the shell does next for one PV.
@@ -93,7 +66,7 @@ pub(crate) enum GoneAction {
         deadline: Instant,
     },
     /// The grace period is over: look `query` up live (GET by name, or label-selected LIST), re-read
-    /// the PV live (404: forget it), and observe again with [`NodeCheck::live`].
+    /// the PV live (404: forget it), and observe again with [`NodeCheck::Live`].
     ConfirmLive {
         /// The lookup to make.
         query: NodeQuery,
@@ -217,7 +190,8 @@ impl NodeGoneTracker {
         let Some(rank) = rank.filter(|r| *r < MAX_ACTOR_RANKS) else {
             return self.cancel(&name, CancelReason::NotActor);
         };
-        let absence = match judge(&candidate.query, &lookup.result) {
+        let (NodeCheck::Cached(result) | NodeCheck::Live(result)) = lookup;
+        let absence = match judge(&candidate.query, result) {
             Verdict::Present => return self.cancel(&name, CancelReason::NodePresent),
             Verdict::Unknown => {
                 // Keep the first-absent time (only a Found resets it) and ask again later.
@@ -230,24 +204,16 @@ impl NodeGoneTracker {
             }
             Verdict::Absent(absence) => absence,
         };
-        let pv_uid = pv.metadata.uid.clone().unwrap_or_default();
-        let entry = self
-            .entries
-            .entry(name.clone())
-            .or_insert_with(|| TrackedVolume {
-                pv_uid: pv_uid.clone(),
-                query: candidate.query.clone(),
-                first_absent: now,
-                rank,
-            });
-        if entry.pv_uid != pv_uid || entry.query != candidate.query {
+        let fresh = TrackedVolume {
+            pv_uid: pv.metadata.uid.clone().unwrap_or_default(),
+            query: candidate.query.clone(),
+            first_absent: now,
+            rank,
+        };
+        let entry = self.entries.entry(name.clone()).or_insert(fresh.clone());
+        if entry.pv_uid != fresh.pv_uid || entry.query != fresh.query {
             // Another PV of the same name, or another node recorded: start over.
-            *entry = TrackedVolume {
-                pv_uid,
-                query: candidate.query.clone(),
-                first_absent: now,
-                rank,
-            };
+            *entry = fresh;
         }
         entry.rank = rank;
         let entry = entry.clone();
@@ -255,11 +221,11 @@ impl NodeGoneTracker {
         if now.instant < deadline {
             return GoneAction::StartTimer { deadline };
         }
-        match lookup.source {
-            LookupSource::Cache => GoneAction::ConfirmLive {
+        match lookup {
+            NodeCheck::Cached(_) => GoneAction::ConfirmLive {
                 query: candidate.query,
             },
-            LookupSource::Live => {
+            NodeCheck::Live(_) => {
                 GoneAction::ActOnPv(self.plan(&name, &entry, &candidate, &absence))
             }
         }
