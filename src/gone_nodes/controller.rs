@@ -23,7 +23,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::api::core::v1::{Node, ObjectReference, PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::CSINode;
 use kube::api::ListParams;
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -34,8 +34,7 @@ use super::candidates::{claim_bond_matches, classify};
 use super::discover::{Lists, NodeView, Pages, StillMissing, fingerprint};
 use super::ledgers::GoneLedgers;
 use super::policy::{self, GoneConfig, Now, check_interval};
-use super::tracker::{CancelReason, GoneAction, GonePlan, NodeCheck, NodeGoneTracker};
-use crate::k8s::cache::Cache;
+use super::tracker::{CancelReason, GoneAction, GoneEvent, GonePlan, NodeCheck, NodeGoneTracker};
 use crate::k8s::errors::describe;
 use crate::k8s::events::{EventSpec, reference_to};
 use crate::k8s::patch::{self, DeleteOutcome};
@@ -94,12 +93,10 @@ struct Janitor {
     mode: Mode,
     /// `NODE_NAME` in node mode.
     me: String,
-    key: String,
     tracker: NodeGoneTracker,
     interval: Duration,
-    /// Controller mode: the shared PV store, which holds every PV.
-    store: Option<Cache<PersistentVolume>>,
-    /// Node mode: what the label-selected lists of missing nodes' PVs remember between passes.
+    /// Node mode: what the label-selected lists of missing nodes' PVs remember between passes
+    /// (controller mode reads the shared PV store, which holds every PV).
     lists: Option<Lists>,
     /// Node mode: the intent ledgers of missing nodes.
     ledgers: GoneLedgers,
@@ -124,11 +121,6 @@ impl Janitor {
         );
         let interval = check_interval(options.grace_period);
         config.unknown_recheck = interval;
-        let (store, lists) = match mode {
-            Mode::Controller => (Some(ctx.stores.pvs.clone()), None),
-            Mode::Node => (None, Some(Lists::default())),
-        };
-        let key = policy::janitor_key(&ctx.driver.name);
         let ledgers = GoneLedgers::new(crate::leader::ledger_namespace(&ctx.config));
         let mut janitor = Self {
             tracker: NodeGoneTracker::new(config),
@@ -137,10 +129,8 @@ impl Janitor {
             csinodes,
             mode,
             me,
-            key,
             interval,
-            store,
-            lists,
+            lists: (mode == Mode::Node).then(Lists::default),
             ledgers,
             fingerprint: 0,
             ranked: None,
@@ -240,14 +230,14 @@ impl Janitor {
         };
         let view = NodeView::new(&nodes);
         let mut seen = BTreeSet::new();
-        let complete = match self.store.clone() {
-            Some(store) => {
-                let pvs = store.state().into_iter().map(|pv| pv.full());
+        let complete = match self.mode {
+            Mode::Controller => {
+                let pvs = self.ctx.stores.pvs.state().into_iter().map(|pv| pv.full());
                 let pass = self.observe_all(pvs, rank, &view, &mut next, &mut seen);
                 pass.await;
                 true
             }
-            None => {
+            Mode::Node => {
                 self.observe_lists(rank, &view, &keys, started, &mut next, &mut seen)
                     .await
             }
@@ -342,9 +332,6 @@ impl Janitor {
 
     /// This instance's rank: always 0 in controller mode; in node mode among the live instances.
     fn rank(&self, nodes: &[Arc<Node>]) -> Option<usize> {
-        if self.mode == Mode::Controller {
-            return Some(0);
-        }
         let existing: BTreeSet<&str> = nodes
             .iter()
             .filter_map(|n| n.metadata.name.as_deref())
@@ -357,12 +344,8 @@ impl Janitor {
         .into_iter()
         .filter(|n| existing.contains(n.as_str()))
         .collect();
-        policy::actor_rank(
-            self.mode,
-            &self.key,
-            &self.me,
-            live.iter().map(String::as_str),
-        )
+        let key = policy::janitor_key(self.driver());
+        policy::actor_rank(self.mode, &key, &self.me, live.iter().map(String::as_str))
     }
 
     fn note_rank(&mut self, rank: Option<usize>) {
@@ -388,7 +371,6 @@ impl Janitor {
         view: &NodeView<'_>,
         next: &mut Instant,
     ) {
-        let name = pv.name_any();
         let lookup = match classify(pv, self.tracker.config()) {
             Ok(candidate) => view.lookup(&candidate.query),
             // Not a candidate: observe cancels whatever was tracked without reading the lookup.
@@ -396,11 +378,20 @@ impl Janitor {
                 reason: "not a candidate".to_owned(),
             },
         };
+        self.decide(pv, NodeCheck::Cached(lookup), rank, next).await;
+    }
+
+    /// Feeds `check` to the tracker and does what it answers.
+    async fn decide(
+        &mut self,
+        pv: &PersistentVolume,
+        check: NodeCheck,
+        rank: usize,
+        next: &mut Instant,
+    ) {
+        let name = pv.name_any();
         let was_tracked = self.tracker.first_absent(&name).is_some();
-        match self
-            .tracker
-            .observe(pv, &NodeCheck::Cached(lookup), Some(rank), Now::system())
-        {
+        match self.tracker.observe(pv, &check, Some(rank), Now::system()) {
             GoneAction::Nothing => {}
             GoneAction::StartTimer { deadline } => {
                 if !was_tracked && let Ok(candidate) = classify(pv, self.tracker.config()) {
@@ -410,7 +401,10 @@ impl Janitor {
                 }
                 *next = (*next).min(deadline);
             }
-            GoneAction::ConfirmLive { query } => self.confirm(pv, &query, rank, next).await,
+            GoneAction::ConfirmLive { query } => {
+                // Boxed: confirm feeds the live answer back here.
+                Box::pin(self.confirm(pv, &query, rank, next)).await;
+            }
             GoneAction::ActOnPv(plan) => self.act(plan, pv).await,
             GoneAction::Cancel(reason) => log_cancel(&name, &reason),
         }
@@ -453,15 +447,9 @@ impl Janitor {
                 return;
             }
         };
-        match self
-            .tracker
-            .observe(&fresh, &NodeCheck::Live(lookup), Some(rank), Now::system())
-        {
-            GoneAction::ActOnPv(plan) => self.act(plan, &fresh).await,
-            GoneAction::StartTimer { deadline } => *next = (*next).min(deadline),
-            GoneAction::Cancel(reason) => log_cancel(&name, &reason),
-            GoneAction::Nothing | GoneAction::ConfirmLive { .. } => {}
-        }
+        // Tracked, so no new-timer log; a live check never asks for another.
+        self.decide(&fresh, NodeCheck::Live(lookup), rank, next)
+            .await;
     }
 
     async fn act(&mut self, plan: GonePlan, fresh: &PersistentVolume) {
@@ -503,11 +491,7 @@ impl Janitor {
                     warn!(pv = %pv, error = %e, "removing our finalizer from the PV of a deleted node failed; next pass");
                     return;
                 }
-                info!(pv = %pv, "{}", event.message);
-                self.ctx.events.emit(
-                    reference_to(fresh),
-                    EventSpec::normal(event.reason, event.message),
-                );
+                self.record(&pv, &event, [reference_to(fresh)]);
                 self.ctx.node_metrics.volume_answered();
                 self.tracker.forget(&pv);
             }
@@ -534,15 +518,7 @@ impl Janitor {
                 }
                 match patch::delete_with_uid(&api, &claim.name, &claim.uid).await {
                     Ok(DeleteOutcome::Deleted) => {
-                        info!(pv = %pv, "{}", event.message);
-                        self.ctx.events.emit(
-                            reference_to(fresh),
-                            EventSpec::normal(event.reason, event.message.clone()),
-                        );
-                        self.ctx.events.emit(
-                            reference_to(&current),
-                            EventSpec::normal(event.reason, event.message),
-                        );
+                        self.record(&pv, &event, [reference_to(fresh), reference_to(&current)]);
                         self.ctx.node_metrics.claim_deleted();
                     }
                     Ok(DeleteOutcome::Gone) => {}
@@ -551,6 +527,15 @@ impl Janitor {
                     }
                 }
             }
+        }
+    }
+
+    /// Logs `event` and records it on each object of `on`.
+    fn record(&self, pv: &str, event: &GoneEvent, on: impl IntoIterator<Item = ObjectReference>) {
+        info!(pv = %pv, "{}", event.message);
+        for object in on {
+            let spec = EventSpec::normal(event.reason, event.message.clone());
+            self.ctx.events.emit(object, spec);
         }
     }
 }
