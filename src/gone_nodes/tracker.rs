@@ -279,10 +279,8 @@ impl NodeGoneTracker {
     }
 
     fn cancel(&mut self, pv: &str, reason: CancelReason) -> GoneAction {
-        match self.entries.remove(pv) {
-            Some(_) => GoneAction::Cancel(reason),
-            None => GoneAction::Nothing,
-        }
+        let tracked = self.entries.remove(pv);
+        tracked.map_or(GoneAction::Nothing, |_| GoneAction::Cancel(reason))
     }
 
     fn plan(
