@@ -153,13 +153,7 @@ impl Janitor {
                 let hostname = own
                     .as_ref()
                     .and_then(|n| n.metadata.labels.as_ref()?.get(HOSTNAME_LABEL).cloned());
-                let segments = self
-                    .ctx
-                    .driver
-                    .node
-                    .as_ref()
-                    .map(|n| n.accessible_topology.clone())
-                    .unwrap_or_default();
+                let segments = self.ctx.driver.node_segments();
                 PerNodeKeys::from_node(&self.me, hostname.as_deref(), &segments)
             }
             Mode::Controller => {
