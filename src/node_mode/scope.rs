@@ -58,12 +58,6 @@ pub(crate) const PAGE_SIZE: u32 = 500;
 /// How often the clean-up instance sweeps all of the driver's PVs for nodes that vanished unseen.
 pub(crate) const SWEEP_INTERVAL: Duration = Duration::from_secs(30 * 60);
 
-/// Finalizers of ours on a claim (the claim needs us while they are there).
-const OUR_CLAIM_FINALIZERS: [&str; 2] = [
-    names::FINALIZER_PROVISIONING_INTENT,
-    names::FINALIZER_CLONING_PROTECTION,
-];
-
 // === Label values ===
 
 /// Whether `s` is a valid label value: at most 63 characters of `[A-Za-z0-9._-]`, starting and
@@ -336,76 +330,34 @@ pub(crate) fn strip_csinode(csinode: &mut CSINode, driver: &str) {
 
 // === Claims an instance may act on ===
 
-/// Why a claim is in an instance's index.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) enum ClaimInterest {
-    /// Not this instance's business: not kept.
-    Ignore,
-    /// Selected to this node (or carrying one of our finalizers while selected here): provision.
-    Provision,
-    /// Ours, pending and unselected: maybe compete (immediate binding).
-    Compete,
-    /// Ours, pending, selected to another node: the rendezvous-chosen instance checks that node
-    /// runs our driver ([`crate::model::csinode::selected_node_check`]).
-    SelectedElsewhere(String),
-    /// Carries our provisioning intent but no node is selected any more (cleared for a reschedule
-    /// after a final CreateVolume error): no instance owns it, so every instance keeps it, and the
-    /// resolver of whichever sees it deleted drops the record (else it would stay Terminating
-    /// forever).
-    IntentWithoutNode,
-    /// Being deleted with our provisioning intent for another node: that node's instance cleans
-    /// up; if the node no longer exists, the resolver of the instance that checks other nodes'
-    /// claims drops the record after the deleted-node grace period. Rare (deleted
-    /// mid-provisioning), so every instance keeps them.
-    DeletingWithIntentElsewhere(String),
-}
-
-/// Classifies a claim from its metadata alone (`driver`: ours; `me`: `NODE_NAME`).
-pub(crate) fn claim_interest(meta: &ObjectMeta, driver: &str, me: &str) -> ClaimInterest {
-    let has_our_finalizer = meta
-        .finalizers
-        .iter()
-        .flatten()
-        .any(|f| OUR_CLAIM_FINALIZERS.contains(&f.as_str()));
-    let bound = annotation(meta, names::ANN_BIND_COMPLETED).is_some();
+/// Whether the node-mode claim cache keeps this claim, from its metadata alone (`driver`: ours;
+/// `me`: `NODE_NAME`). Memory follows this node's volumes and the pending claims, not all claims:
+/// - every claim selected to this node, even once bound (the claims of this node's own volumes:
+///   the deletion checks read them from the cache instead of the API server);
+/// - our driver's pending claims, unselected (maybe compete: immediate binding) or selected to
+///   another node (the rendezvous-chosen instance checks that node runs our driver,
+///   [`crate::model::csinode::selected_node_check`]);
+/// - claims carrying our provisioning intent but no selected node any more (cleared for a
+///   reschedule after a final CreateVolume error): no instance owns them, so every instance keeps
+///   them, and the resolver of whichever sees one deleted drops the record (else it would stay
+///   Terminating forever);
+/// - claims being deleted with our provisioning intent for another node: that node's instance
+///   cleans up; if the node no longer exists, the resolver of the instance that checks other
+///   nodes' claims drops the record after the deleted-node grace period. Rare (deleted
+///   mid-provisioning), so every instance keeps them.
+pub(crate) fn cached_claim(meta: &ObjectMeta, driver: &str, me: &str) -> bool {
     let selected = annotation(meta, names::ANN_SELECTED_NODE);
-    let has_intent = has_finalizer(meta, names::FINALIZER_PROVISIONING_INTENT);
     let provisioner = annotation(meta, names::ANN_STORAGE_PROVISIONER)
         .or_else(|| annotation(meta, names::ANN_BETA_STORAGE_PROVISIONER));
+    let deleting = meta.deletion_timestamp.is_some();
     // Every driver running this sidecar uses the same intent finalizer: only our driver's count.
-    let our_intent = has_intent
+    let our_intent = has_finalizer(meta, names::FINALIZER_PROVISIONING_INTENT)
         && (provisioner == Some(driver)
             || annotation(meta, names::ANN_MIGRATED_TO) == Some(driver));
-    match selected {
-        None if our_intent => return ClaimInterest::IntentWithoutNode,
-        Some(node) if our_intent && node != me && meta.deletion_timestamp.is_some() => {
-            return ClaimInterest::DeletingWithIntentElsewhere(node.to_owned());
-        }
-        _ => {}
-    }
-    if selected == Some(me) {
-        return if bound && !has_our_finalizer {
-            ClaimInterest::Ignore
-        } else {
-            ClaimInterest::Provision
-        };
-    }
-    if provisioner != Some(driver) || bound || meta.deletion_timestamp.is_some() {
-        return ClaimInterest::Ignore;
-    }
-    match selected {
-        None => ClaimInterest::Compete,
-        Some(node) => ClaimInterest::SelectedElsewhere(node.to_owned()),
-    }
-}
-
-/// Whether the node-mode claim cache keeps this claim: the claims [`claim_interest`] does not
-/// ignore, plus every claim selected to this node even once bound (the claims of this node's own
-/// volumes: the deletion checks read them from the cache instead of the API server). Memory follows
-/// this node's volumes and the pending claims, not all claims.
-pub(crate) fn cached_claim(meta: &ObjectMeta, driver: &str, me: &str) -> bool {
-    let selected_here = annotation(meta, names::ANN_SELECTED_NODE) == Some(me);
-    selected_here || claim_interest(meta, driver, me) != ClaimInterest::Ignore
+    let pending = annotation(meta, names::ANN_BIND_COMPLETED).is_none() && !deleting;
+    selected == Some(me)
+        || (our_intent && (selected.is_none() || deleting))
+        || (provisioner == Some(driver) && pending)
 }
 
 #[cfg(test)]
