@@ -39,6 +39,7 @@ use crate::k8s::errors::describe;
 use crate::k8s::events::{EventSpec, reference_to};
 use crate::k8s::patch::{self, DeleteOutcome};
 use crate::model::locate::{HOSTNAME_LABEL, Mode, NodeLookup, NodeQuery, PerNodeKeys};
+use crate::model::meta::label;
 use crate::names;
 use crate::runtime::{Context, Shutdown};
 
@@ -152,9 +153,9 @@ impl Janitor {
                 let own = self.nodes.get(&ObjectRef::new(&self.me));
                 let hostname = own
                     .as_ref()
-                    .and_then(|n| n.metadata.labels.as_ref()?.get(HOSTNAME_LABEL).cloned());
+                    .and_then(|n| label(&n.metadata, HOSTNAME_LABEL));
                 let segments = self.ctx.driver.node_segments();
-                PerNodeKeys::from_node(&self.me, hostname.as_deref(), &segments)
+                PerNodeKeys::from_node(&self.me, hostname, &segments)
             }
             Mode::Controller => {
                 let labels: HashMap<&str, &BTreeMap<String, String>> = nodes

@@ -102,14 +102,10 @@ impl<'a> NodeView<'a> {
             (Some(node), Some(uid)) => node.metadata.uid.as_deref() == Some(uid),
             (Some(_), None) => true,
             (None, Some(_)) => false,
-            (None, None) => self.nodes.iter().any(|n| {
-                n.metadata
-                    .labels
-                    .as_ref()
-                    .and_then(|l| l.get(HOSTNAME_LABEL))
-                    .map(String::as_str)
-                    == Some(name)
-            }),
+            (None, None) => self
+                .nodes
+                .iter()
+                .any(|n| label(&n.metadata, HOSTNAME_LABEL) == Some(name)),
         }
     }
 }

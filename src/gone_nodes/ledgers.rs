@@ -37,11 +37,7 @@ struct Logged {
 
 /// The entries of a ledger Lease, as far as the log needs them; unreadable ones are skipped.
 fn logged_entries(lease: &Lease) -> Vec<Logged> {
-    lease
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(LEDGER_ENTRIES_ANNOTATION))
+    annotation(&lease.metadata, LEDGER_ENTRIES_ANNOTATION)
         .and_then(|text| serde_json::from_str(text).ok())
         .unwrap_or_default()
 }

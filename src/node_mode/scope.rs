@@ -50,7 +50,7 @@ use serde_json::{Value, json};
 
 use crate::model::locate::node_query;
 use crate::model::locate::{Mode, PerNodeKeys, Pin, pin_of};
-use crate::model::meta::{has_finalizer, non_empty_annotation as annotation};
+use crate::model::meta::{has_finalizer, label, non_empty_annotation as annotation};
 use crate::names;
 
 /// Page size of every list (initial watch lists and sweeps): bounded memory while listing.
@@ -101,16 +101,13 @@ pub(crate) fn instance_label_values(node_name: &str, hostname: Option<&str>) -> 
 /// host name, and its values of the per-node keys (legacy PVs pinned by such a key are labelled
 /// with that value). When the Node disappears, the clean-up lists the PVs under these values.
 pub(crate) fn node_label_values(meta: &ObjectMeta, keys: &PerNodeKeys) -> BTreeSet<String> {
-    let mut values: BTreeSet<String> = meta.name.iter().map(|n| label_value(n)).collect();
-    if let Some(labels) = &meta.labels {
-        values.extend(
-            labels
-                .iter()
-                .filter(|(k, _)| keys.contains(k))
-                .map(|(_, v)| label_value(v)),
-        );
-    }
-    values
+    let labels = meta
+        .labels
+        .iter()
+        .flatten()
+        .filter(|(k, _)| keys.contains(k));
+    let names = meta.name.iter().chain(labels.map(|(_, v)| v));
+    names.map(|v| label_value(v)).collect()
 }
 
 // === PV labels ===
@@ -173,10 +170,9 @@ pub(crate) fn existing_pv_labels(
         |q| label_value(q.node_name()),
     );
     let wanted = pv_labels(driver, node);
-    let current = pv.metadata.labels.as_ref();
     let done = wanted
         .iter()
-        .all(|(k, v)| current.and_then(|l| l.get(k)) == Some(v));
+        .all(|(k, v)| label(&pv.metadata, k) == Some(v));
     (!done).then_some(wanted)
 }
 
@@ -227,11 +223,7 @@ pub(crate) fn sweep_suspect(
     if let Some(name) = annotation(meta, names::ANN_NODE_NAME) {
         return !node_present(name, annotation(meta, names::ANN_NODE_UID));
     }
-    match meta
-        .labels
-        .as_ref()
-        .and_then(|l| l.get(names::LABEL_PV_NODE))
-    {
+    match label(meta, names::LABEL_PV_NODE) {
         None => false,
         Some(v) if v == names::LABEL_VALUE_ANY_NODE => false,
         Some(v) if v.starts_with("hash_") => true,
