@@ -126,14 +126,8 @@ impl Lists {
         let current: KnownNodes = nodes
             .iter()
             .filter_map(|n| {
-                let name = n.metadata.name.clone()?;
-                Some((
-                    name,
-                    (
-                        n.metadata.uid.clone(),
-                        scope::node_label_values(&n.metadata, keys),
-                    ),
-                ))
+                let (meta, values) = (&n.metadata, scope::node_label_values(&n.metadata, keys));
+                Some((meta.name.clone()?, (meta.uid.clone(), values)))
             })
             .collect();
         if let Some(known) = &self.known {
