@@ -3,8 +3,9 @@
 //!
 //! It runs in node-deployment mode, and in controller mode when Nodes and CSINodes are watched
 //! (topology on and supported by the driver); the tracker itself only considers volumes pinned to
-//! one node, so a zonal driver never has a candidate. A pass, every [`check_interval`] of the grace
-//! period (30 s by default), sooner when a timer is due or the set of Nodes or CSINodes changes:
+//! one node, so a zonal driver never has a candidate. A pass, every [`policy::check_interval`] of
+//! the grace period (30 s by default), sooner when a timer is due or the set of Nodes or CSINodes
+//! changes:
 //!
 //! 1. Rank: controller mode is always the actor; in node mode this instance's rendezvous rank for
 //!    [`super::policy::janitor_key`] among the live instances (CSINode lists our driver and the
@@ -33,7 +34,7 @@ use tracing::{Instrument, debug, info, info_span, warn};
 use super::candidates::{claim_bond_matches, classify};
 use super::discover::{Lists, NodeView, Pages, StillMissing, fingerprint};
 use super::ledgers::GoneLedgers;
-use super::policy::{self, GoneConfig, Now, check_interval};
+use super::policy::{self, GoneConfig, Now};
 use super::tracker::{CancelReason, GoneAction, GoneEvent, GonePlan, NodeCheck, NodeGoneTracker};
 use crate::k8s::errors::describe;
 use crate::k8s::events::{EventSpec, reference_to};
@@ -114,14 +115,13 @@ impl Janitor {
             Some(n) => (Mode::Node, n.node_name.clone()),
             None => (Mode::Controller, String::new()),
         };
-        let mut config = GoneConfig::new(
+        let config = GoneConfig::new(
             &ctx.driver.name,
             mode,
             options.grace_period,
             options.pvc_cleanup,
         );
-        let interval = check_interval(options.grace_period);
-        config.unknown_recheck = interval;
+        let interval = config.unknown_recheck;
         let ledgers = GoneLedgers::new(crate::leader::ledger_namespace(&ctx.config));
         let mut janitor = Self {
             tracker: NodeGoneTracker::new(config),
