@@ -302,6 +302,10 @@ impl NodeGoneTracker {
             entry.first_absent.wall,
             crate::gofmt::format_go_duration(self.config.grace_period)
         );
+        let event = |message| GoneEvent {
+            reason: names::EVENT_VOLUME_NODE_GONE,
+            message,
+        };
         match &candidate.target {
             Answer::Volume {
                 delete_object,
@@ -311,25 +315,19 @@ impl NodeGoneTracker {
                 pv_uid: entry.pv_uid.clone(),
                 delete_object: *delete_object,
                 remove_finalizer: *remove_finalizer,
-                event: GoneEvent {
-                    reason: names::EVENT_VOLUME_NODE_GONE,
-                    message: format!(
-                        "Volume answered as deleted without calling DeleteVolume: its {what} \
-                         ({since}); its data is considered lost with the node"
-                    ),
-                },
+                event: event(format!(
+                    "Volume answered as deleted without calling DeleteVolume: its {what} \
+                     ({since}); its data is considered lost with the node"
+                )),
             },
             Answer::Claim(claim) => GonePlan::DeleteClaim {
                 pv: pv.to_owned(),
                 claim: claim.clone(),
-                event: GoneEvent {
-                    reason: names::EVENT_VOLUME_NODE_GONE,
-                    message: format!(
-                        "Deleted claim {}/{} (UID {}) bound to this volume because its {what} \
-                         ({since}); --deleted-node-pvc-cleanup is on",
-                        claim.namespace, claim.name, claim.uid
-                    ),
-                },
+                event: event(format!(
+                    "Deleted claim {}/{} (UID {}) bound to this volume because its {what} \
+                     ({since}); --deleted-node-pvc-cleanup is on",
+                    claim.namespace, claim.name, claim.uid
+                )),
             },
         }
     }
