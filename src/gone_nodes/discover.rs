@@ -126,7 +126,8 @@ impl Lists {
         let current: KnownNodes = nodes
             .iter()
             .filter_map(|n| {
-                let (meta, values) = (&n.metadata, scope::node_label_values(&n.metadata, keys));
+                let meta = &n.metadata;
+                let values = scope::node_label_values(meta, keys);
                 Some((meta.name.clone()?, (meta.uid.clone(), values)))
             })
             .collect();

@@ -82,17 +82,14 @@ impl GoneLedgers {
     /// Whether to list the ledgers now: first pass in the role, a node left the cache, a gone
     /// node's grace period may be over, or the periodic sweep.
     fn list_due(&self, nodes: &BTreeSet<String>, now: Instant, grace: Duration) -> bool {
-        match self.listed_at {
-            None => true,
-            Some(at) => {
-                !self.nodes_at_list.is_subset(nodes)
-                    || now.duration_since(at) >= SWEEP_INTERVAL
-                    || self
-                        .waiting
-                        .values()
-                        .any(|s| now >= s.missing_since + grace)
-            }
-        }
+        self.listed_at.is_none_or(|at| {
+            !self.nodes_at_list.is_subset(nodes)
+                || now.duration_since(at) >= SWEEP_INTERVAL
+                || self
+                    .waiting
+                    .values()
+                    .any(|s| now >= s.missing_since + grace)
+        })
     }
 
     /// One pass; returns when the next is due (`None`: only on a change).
@@ -161,10 +158,8 @@ impl GoneLedgers {
                     missing_since,
                 }
             });
-            let (name, version) = (meta.name, meta.resource_version);
-            shards
-                .leases
-                .push((name.unwrap_or_default(), version.unwrap_or_default()));
+            let version = meta.resource_version.unwrap_or_default();
+            shards.leases.push((meta.name.unwrap_or_default(), version));
         }
         self.waiting = waiting;
     }

@@ -248,8 +248,12 @@ where
     let mut values: Vec<String> = node_names.into_iter().map(label_value).collect();
     values.sort();
     values.dedup();
-    let (driver, node) = (driver_pv_selector(driver), names::LABEL_PV_NODE);
-    format!("{driver},{node} in ({})", values.join(","))
+    let driver = driver_pv_selector(driver);
+    format!(
+        "{driver},{} in ({})",
+        names::LABEL_PV_NODE,
+        values.join(",")
+    )
 }
 
 /// All PVs of the driver (the clean-up sweep).
