@@ -115,11 +115,7 @@ pub(crate) async fn prepare(
         .as_ref()
         .map(|n| n.node_name.as_str());
     let fixed_segment = node.map(|_| {
-        let segment: Segment = driver
-            .node
-            .as_ref()
-            .map(|n| n.accessible_topology.clone())
-            .unwrap_or_default();
+        let segment: Segment = driver.node_segments();
         info!(
             ?segment,
             "producing CSIStorageCapacity objects with fixed topology segment"

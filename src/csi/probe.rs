@@ -203,6 +203,14 @@ impl HandshakeError {
 }
 
 impl DriverInfo {
+    /// This node's topology segments (NodeGetInfo): empty in controller mode or when the driver
+    /// reports none.
+    pub fn node_segments(&self) -> BTreeMap<String, String> {
+        let node = self.node.as_ref();
+        node.map(|n| n.accessible_topology.clone())
+            .unwrap_or_default()
+    }
+
     /// Whether the driver's volumes have topology (VOLUME_ACCESSIBILITY_CONSTRAINTS). The caller
     /// combines this with the `Topology` feature gate.
     pub fn supports_topology(&self) -> bool {

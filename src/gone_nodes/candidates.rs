@@ -1,9 +1,10 @@
 //! Which volumes the dead-node clean-up considers ([`classify`]), and why the others are not
 //! ([`Skip`]).
 
-use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::api::core::v1::{ObjectReference, PersistentVolume, PersistentVolumeClaim};
 
 use super::policy::GoneConfig;
+use crate::model::claim::bound_volume;
 use crate::model::locate::{NodeQuery, Unlocated, node_query};
 use crate::names;
 
@@ -98,23 +99,19 @@ pub(crate) fn classify(pv: &PersistentVolume, config: &GoneConfig) -> Result<Can
             remove_finalizer: has_finalizer,
         },
         Some("Bound") => {
-            let claim = spec.claim_ref.as_ref();
-            match (
-                config.pvc_cleanup,
-                claim.and_then(|c| c.namespace.as_deref()),
-                claim.and_then(|c| c.name.as_deref()),
-                claim.and_then(|c| c.uid.as_deref()),
-            ) {
-                // Every part non-empty: an empty name would address the whole collection.
-                (true, Some(namespace), Some(name), Some(uid))
-                    if !uid.is_empty() && !namespace.is_empty() && !name.is_empty() =>
-                {
-                    Answer::Claim(ClaimToDelete {
-                        namespace: namespace.to_owned(),
-                        name: name.to_owned(),
-                        uid: uid.to_owned(),
-                    })
-                }
+            let claim = spec.claim_ref.as_ref().filter(|_| config.pvc_cleanup);
+            // Every part non-empty: an empty name would address the whole collection.
+            let part = |field: fn(&ObjectReference) -> &Option<String>| {
+                claim
+                    .and_then(|c| field(c).clone())
+                    .filter(|v| !v.is_empty())
+            };
+            match (part(|c| &c.namespace), part(|c| &c.name), part(|c| &c.uid)) {
+                (Some(namespace), Some(name), Some(uid)) => Answer::Claim(ClaimToDelete {
+                    namespace,
+                    name,
+                    uid,
+                }),
                 _ => return Err(Skip::BoundClaimKept),
             }
         }
@@ -133,11 +130,9 @@ pub(crate) fn claim_bond_matches(pv: &PersistentVolume, pvc: &PersistentVolumeCl
         .as_ref()
         .and_then(|s| s.claim_ref.as_ref())
         .and_then(|c| c.uid.as_deref());
-    let volume_name = pvc.spec.as_ref().and_then(|s| s.volume_name.as_deref());
     claim_uid.is_some()
         && claim_uid == pvc.metadata.uid.as_deref()
-        && volume_name.is_some()
-        && volume_name == pv.metadata.name.as_deref()
+        && bound_volume(pvc).is_some_and(|v| pv.metadata.name.as_deref() == Some(v))
 }
 
 #[cfg(test)]

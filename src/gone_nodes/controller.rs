@@ -3,8 +3,9 @@
 //!
 //! It runs in node-deployment mode, and in controller mode when Nodes and CSINodes are watched
 //! (topology on and supported by the driver); the tracker itself only considers volumes pinned to
-//! one node, so a zonal driver never has a candidate. A pass, every [`check_interval`] of the grace
-//! period (30 s by default), sooner when a timer is due or the set of Nodes or CSINodes changes:
+//! one node, so a zonal driver never has a candidate. A pass, every [`policy::check_interval`] of
+//! the grace period (30 s by default), sooner when a timer is due or the set of Nodes or CSINodes
+//! changes:
 //!
 //! 1. Rank: controller mode is always the actor; in node mode this instance's rendezvous rank for
 //!    [`super::policy::janitor_key`] among the live instances (CSINode lists our driver and the
@@ -23,7 +24,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::api::core::v1::{Node, ObjectReference, PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::CSINode;
 use kube::api::ListParams;
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -31,15 +32,15 @@ use kube::{Api, ResourceExt};
 use tracing::{Instrument, debug, info, info_span, warn};
 
 use super::candidates::{claim_bond_matches, classify};
-use super::discover::{Lists, NodeView, StillMissing, fingerprint, list_page};
+use super::discover::{Lists, NodeView, Pages, StillMissing, fingerprint};
 use super::ledgers::GoneLedgers;
-use super::policy::{self, GoneConfig, Now, check_interval};
-use super::tracker::{CancelReason, GoneAction, GonePlan, NodeCheck, NodeGoneTracker};
-use crate::k8s::cache::Cache;
+use super::policy::{self, GoneConfig, Now};
+use super::tracker::{CancelReason, GoneAction, GoneEvent, GonePlan, NodeCheck, NodeGoneTracker};
 use crate::k8s::errors::describe;
 use crate::k8s::events::{EventSpec, reference_to};
 use crate::k8s::patch::{self, DeleteOutcome};
 use crate::model::locate::{HOSTNAME_LABEL, Mode, NodeLookup, NodeQuery, PerNodeKeys};
+use crate::model::meta::label;
 use crate::names;
 use crate::runtime::{Context, Shutdown};
 
@@ -94,12 +95,10 @@ struct Janitor {
     mode: Mode,
     /// `NODE_NAME` in node mode.
     me: String,
-    key: String,
     tracker: NodeGoneTracker,
     interval: Duration,
-    /// Controller mode: the shared PV store, which holds every PV.
-    store: Option<Cache<PersistentVolume>>,
-    /// Node mode: what the label-selected lists of missing nodes' PVs remember between passes.
+    /// Node mode: what the label-selected lists of missing nodes' PVs remember between passes
+    /// (controller mode reads the shared PV store, which holds every PV).
     lists: Option<Lists>,
     /// Node mode: the intent ledgers of missing nodes.
     ledgers: GoneLedgers,
@@ -116,19 +115,13 @@ impl Janitor {
             Some(n) => (Mode::Node, n.node_name.clone()),
             None => (Mode::Controller, String::new()),
         };
-        let mut config = GoneConfig::new(
+        let config = GoneConfig::new(
             &ctx.driver.name,
             mode,
             options.grace_period,
             options.pvc_cleanup,
         );
-        let interval = check_interval(options.grace_period);
-        config.unknown_recheck = interval;
-        let (store, lists) = match mode {
-            Mode::Controller => (Some(ctx.stores.pvs.clone()), None),
-            Mode::Node => (None, Some(Lists::default())),
-        };
-        let key = policy::janitor_key(&ctx.driver.name);
+        let interval = config.unknown_recheck;
         let ledgers = GoneLedgers::new(crate::leader::ledger_namespace(&ctx.config));
         let mut janitor = Self {
             tracker: NodeGoneTracker::new(config),
@@ -137,10 +130,8 @@ impl Janitor {
             csinodes,
             mode,
             me,
-            key,
             interval,
-            store,
-            lists,
+            lists: (mode == Mode::Node).then(Lists::default),
             ledgers,
             fingerprint: 0,
             ranked: None,
@@ -162,15 +153,9 @@ impl Janitor {
                 let own = self.nodes.get(&ObjectRef::new(&self.me));
                 let hostname = own
                     .as_ref()
-                    .and_then(|n| n.metadata.labels.as_ref()?.get(HOSTNAME_LABEL).cloned());
-                let segments = self
-                    .ctx
-                    .driver
-                    .node
-                    .as_ref()
-                    .map(|n| n.accessible_topology.clone())
-                    .unwrap_or_default();
-                PerNodeKeys::from_node(&self.me, hostname.as_deref(), &segments)
+                    .and_then(|n| label(&n.metadata, HOSTNAME_LABEL));
+                let segments = self.ctx.driver.node_segments();
+                PerNodeKeys::from_node(&self.me, hostname, &segments)
             }
             Mode::Controller => {
                 let labels: HashMap<&str, &BTreeMap<String, String>> = nodes
@@ -240,14 +225,14 @@ impl Janitor {
         };
         let view = NodeView::new(&nodes);
         let mut seen = BTreeSet::new();
-        let complete = match self.store.clone() {
-            Some(store) => {
-                let pvs = store.state().into_iter().map(|pv| pv.full());
+        let complete = match self.mode {
+            Mode::Controller => {
+                let pvs = self.ctx.stores.pvs.state().into_iter().map(|pv| pv.full());
                 let pass = self.observe_all(pvs, rank, &view, &mut next, &mut seen);
                 pass.await;
                 true
             }
-            None => {
+            Mode::Node => {
                 self.observe_lists(rank, &view, &keys, started, &mut next, &mut seen)
                     .await
             }
@@ -300,19 +285,16 @@ impl Janitor {
         let mut still = StillMissing::default();
         let mut complete = true;
         if let Some(selector) = lists.selector(&self.ctx.driver.name) {
-            let mut token: Option<String> = None;
-            loop {
-                match list_page(&api, &selector, token.as_deref()).await {
-                    Ok((page, more)) => {
-                        for pv in &page {
+            let mut pages = Pages::new(&selector);
+            while let Some(params) = pages.params() {
+                match api.list(params).await {
+                    Ok(page) => {
+                        pages.advance(&page.metadata);
+                        for pv in &page.items {
                             still.note(pv, keys, view);
                         }
-                        self.observe_all(page.into_iter(), rank, view, next, seen)
+                        self.observe_all(page.items.into_iter(), rank, view, next, seen)
                             .await;
-                        match more {
-                            Some(more) => token = Some(more),
-                            None => break,
-                        }
                     }
                     Err(e) => {
                         warn!(error = %describe(&e), %selector, "listing the PVs of deleted nodes failed; retrying at the next pass");
@@ -345,9 +327,6 @@ impl Janitor {
 
     /// This instance's rank: always 0 in controller mode; in node mode among the live instances.
     fn rank(&self, nodes: &[Arc<Node>]) -> Option<usize> {
-        if self.mode == Mode::Controller {
-            return Some(0);
-        }
         let existing: BTreeSet<&str> = nodes
             .iter()
             .filter_map(|n| n.metadata.name.as_deref())
@@ -360,12 +339,8 @@ impl Janitor {
         .into_iter()
         .filter(|n| existing.contains(n.as_str()))
         .collect();
-        policy::actor_rank(
-            self.mode,
-            &self.key,
-            &self.me,
-            live.iter().map(String::as_str),
-        )
+        let key = policy::janitor_key(self.driver());
+        policy::actor_rank(self.mode, &key, &self.me, live.iter().map(String::as_str))
     }
 
     fn note_rank(&mut self, rank: Option<usize>) {
@@ -391,7 +366,6 @@ impl Janitor {
         view: &NodeView<'_>,
         next: &mut Instant,
     ) {
-        let name = pv.name_any();
         let lookup = match classify(pv, self.tracker.config()) {
             Ok(candidate) => view.lookup(&candidate.query),
             // Not a candidate: observe cancels whatever was tracked without reading the lookup.
@@ -399,11 +373,20 @@ impl Janitor {
                 reason: "not a candidate".to_owned(),
             },
         };
+        self.decide(pv, NodeCheck::Cached(lookup), rank, next).await;
+    }
+
+    /// Feeds `check` to the tracker and does what it answers.
+    async fn decide(
+        &mut self,
+        pv: &PersistentVolume,
+        check: NodeCheck,
+        rank: usize,
+        next: &mut Instant,
+    ) {
+        let name = pv.name_any();
         let was_tracked = self.tracker.first_absent(&name).is_some();
-        match self
-            .tracker
-            .observe(pv, &NodeCheck::cached(lookup), Some(rank), Now::system())
-        {
+        match self.tracker.observe(pv, &check, Some(rank), Now::system()) {
             GoneAction::Nothing => {}
             GoneAction::StartTimer { deadline } => {
                 if !was_tracked && let Ok(candidate) = classify(pv, self.tracker.config()) {
@@ -413,7 +396,10 @@ impl Janitor {
                 }
                 *next = (*next).min(deadline);
             }
-            GoneAction::ConfirmLive { query } => self.confirm(pv, &query, rank, next).await,
+            GoneAction::ConfirmLive { query } => {
+                // Boxed: confirm feeds the live answer back here.
+                Box::pin(self.confirm(pv, &query, rank, next)).await;
+            }
             GoneAction::ActOnPv(plan) => self.act(plan, pv).await,
             GoneAction::Cancel(reason) => log_cancel(&name, &reason),
         }
@@ -456,15 +442,9 @@ impl Janitor {
                 return;
             }
         };
-        match self
-            .tracker
-            .observe(&fresh, &NodeCheck::live(lookup), Some(rank), Now::system())
-        {
-            GoneAction::ActOnPv(plan) => self.act(plan, &fresh).await,
-            GoneAction::StartTimer { deadline } => *next = (*next).min(deadline),
-            GoneAction::Cancel(reason) => log_cancel(&name, &reason),
-            GoneAction::Nothing | GoneAction::ConfirmLive { .. } => {}
-        }
+        // Tracked, so no new-timer log; a live check never asks for another.
+        self.decide(&fresh, NodeCheck::Live(lookup), rank, next)
+            .await;
     }
 
     async fn act(&mut self, plan: GonePlan, fresh: &PersistentVolume) {
@@ -506,11 +486,7 @@ impl Janitor {
                     warn!(pv = %pv, error = %e, "removing our finalizer from the PV of a deleted node failed; next pass");
                     return;
                 }
-                info!(pv = %pv, "{}", event.message);
-                self.ctx.events.emit(
-                    reference_to(fresh),
-                    EventSpec::normal(event.reason, event.message),
-                );
+                self.record(&pv, &event, [reference_to(fresh)]);
                 self.ctx.node_metrics.volume_answered();
                 self.tracker.forget(&pv);
             }
@@ -537,15 +513,7 @@ impl Janitor {
                 }
                 match patch::delete_with_uid(&api, &claim.name, &claim.uid).await {
                     Ok(DeleteOutcome::Deleted) => {
-                        info!(pv = %pv, "{}", event.message);
-                        self.ctx.events.emit(
-                            reference_to(fresh),
-                            EventSpec::normal(event.reason, event.message.clone()),
-                        );
-                        self.ctx.events.emit(
-                            reference_to(&current),
-                            EventSpec::normal(event.reason, event.message),
-                        );
+                        self.record(&pv, &event, [reference_to(fresh), reference_to(&current)]);
                         self.ctx.node_metrics.claim_deleted();
                     }
                     Ok(DeleteOutcome::Gone) => {}
@@ -554,6 +522,15 @@ impl Janitor {
                     }
                 }
             }
+        }
+    }
+
+    /// Logs `event` and records it on each object of `on`.
+    fn record(&self, pv: &str, event: &GoneEvent, on: impl IntoIterator<Item = ObjectReference>) {
+        info!(pv = %pv, "{}", event.message);
+        for object in on {
+            let spec = EventSpec::normal(event.reason, event.message.clone());
+            self.ctx.events.emit(object, spec);
         }
     }
 }

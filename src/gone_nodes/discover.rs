@@ -8,16 +8,20 @@
 //! is listed at every pass until none of its PVs has a missing node.
 
 use std::collections::{BTreeSet, HashMap};
+use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Arc;
 use std::time::Instant;
 
 use k8s_openapi::api::core::v1::{Node, PersistentVolume};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ListMeta, ObjectMeta};
 use kube::api::{ListParams, Patch, PatchParams};
 use kube::{Api, ResourceExt};
 use tracing::{debug, info, warn};
 
+use super::tracker::{Verdict, judge};
 use crate::k8s::errors::describe;
 use crate::model::locate::{HOSTNAME_LABEL, Mode, NodeLookup, NodeQuery, PerNodeKeys};
+use crate::model::meta::label;
 use crate::names;
 use crate::node_mode::scope;
 use crate::runtime::Context;
@@ -49,21 +53,18 @@ pub(crate) struct StillMissing {
 impl StillMissing {
     /// Notes `pv` if its node is missing from the cache.
     pub(crate) fn note(&mut self, pv: &PersistentVolume, keys: &PerNodeKeys, view: &NodeView<'_>) {
-        if !node_missing(pv, keys, view) {
-            return;
+        if node_missing(pv, keys, view) {
+            self.add(&pv.metadata);
         }
-        match pv
-            .metadata
-            .labels
-            .as_ref()
-            .and_then(|l| l.get(names::LABEL_PV_NODE))
-        {
+    }
+
+    /// Adds a PV whose node is missing: by its node label value, by name when of no single node.
+    fn add(&mut self, meta: &ObjectMeta) {
+        match label(meta, names::LABEL_PV_NODE) {
             Some(v) if v != names::LABEL_VALUE_ANY_NODE => {
-                self.values.insert(v.clone());
+                self.values.insert(v.to_owned());
             }
-            _ => {
-                self.pvs.insert(pv.name_any());
-            }
+            _ => self.pvs.extend(meta.name.clone()),
         }
     }
 }
@@ -101,14 +102,10 @@ impl<'a> NodeView<'a> {
             (Some(node), Some(uid)) => node.metadata.uid.as_deref() == Some(uid),
             (Some(_), None) => true,
             (None, Some(_)) => false,
-            (None, None) => self.nodes.iter().any(|n| {
-                n.metadata
-                    .labels
-                    .as_ref()
-                    .and_then(|l| l.get(HOSTNAME_LABEL))
-                    .map(String::as_str)
-                    == Some(name)
-            }),
+            (None, None) => self
+                .nodes
+                .iter()
+                .any(|n| label(&n.metadata, HOSTNAME_LABEL) == Some(name)),
         }
     }
 }
@@ -119,17 +116,7 @@ fn node_missing(pv: &PersistentVolume, keys: &PerNodeKeys, view: &NodeView<'_>) 
     let Ok(query) = crate::model::locate::node_query(pv, Mode::Node, keys) else {
         return false;
     };
-    match (&query, view.lookup(&query)) {
-        (_, NodeLookup::NotFound) => true,
-        (
-            NodeQuery::ByName {
-                uid: Some(recorded),
-                ..
-            },
-            NodeLookup::Found { uid: Some(current) },
-        ) => *recorded != current,
-        _ => false,
-    }
+    matches!(judge(&query, &view.lookup(&query)), Verdict::Absent(_))
 }
 
 impl Lists {
@@ -139,14 +126,9 @@ impl Lists {
         let current: KnownNodes = nodes
             .iter()
             .filter_map(|n| {
-                let name = n.metadata.name.clone()?;
-                Some((
-                    name,
-                    (
-                        n.metadata.uid.clone(),
-                        scope::node_label_values(&n.metadata, keys),
-                    ),
-                ))
+                let meta = &n.metadata;
+                let values = scope::node_label_values(meta, keys);
+                Some((meta.name.clone()?, (meta.uid.clone(), values)))
             })
             .collect();
         if let Some(known) = &self.known {
@@ -216,21 +198,29 @@ fn vanished(before: &KnownNodes, after: &KnownNodes) -> BTreeSet<String> {
         .collect()
 }
 
-/// One page of the PVs matching `selector` (full objects) and the token of the next one.
-pub(crate) async fn list_page(
-    api: &Api<PersistentVolume>,
-    selector: &str,
-    token: Option<&str>,
-) -> Result<(Vec<PersistentVolume>, Option<String>), kube::Error> {
-    let mut params = ListParams::default()
-        .labels(selector)
-        .limit(scope::PAGE_SIZE);
-    if let Some(token) = token {
-        params = params.continue_token(token);
+/// A paginated LIST of the objects matching a label selector, [`scope::PAGE_SIZE`] at a time
+/// (memory stays at one page).
+pub(crate) struct Pages(Option<ListParams>);
+
+impl Pages {
+    pub(crate) fn new(selector: &str) -> Self {
+        Self(Some(
+            ListParams::default()
+                .labels(selector)
+                .limit(scope::PAGE_SIZE),
+        ))
     }
-    let page = api.list(&params).await?;
-    let next = page.metadata.continue_.filter(|c| !c.is_empty());
-    Ok((page.items, next))
+
+    /// The parameters of the next page; `None` once the last one was read.
+    pub(crate) fn params(&self) -> Option<&ListParams> {
+        self.0.as_ref()
+    }
+
+    /// Moves past the page that came with `meta`.
+    pub(crate) fn advance(&mut self, meta: &ListMeta) {
+        let token = meta.continue_.as_deref().filter(|c| !c.is_empty());
+        self.0 = self.0.take().zip(token).map(|(p, t)| p.continue_token(t));
+    }
 }
 
 /// The metadata sweep: the label values (and, for PVs of no single node, the names) of PVs whose
@@ -244,33 +234,16 @@ async fn sweep(
     label_unlabelled(ctx, keys).await?;
     let api: Api<PersistentVolume> = Api::all(ctx.client.clone());
     let mut suspects = StillMissing::default();
-    let mut params = ListParams::default()
-        .labels(&scope::driver_pv_selector(&ctx.driver.name))
-        .limit(scope::PAGE_SIZE);
+    let mut pages = Pages::new(&scope::driver_pv_selector(&ctx.driver.name));
     let mut listed = 0usize;
-    loop {
-        let page = api.list_metadata(&params).await?;
+    while let Some(params) = pages.params() {
+        let page = api.list_metadata(params).await?;
+        pages.advance(&page.metadata);
         listed += page.items.len();
         for meta in page.items.iter().map(|p| &p.metadata) {
-            if !scope::sweep_suspect(meta, |name, uid| view.present(name, uid)) {
-                continue;
+            if scope::sweep_suspect(meta, |name, uid| view.present(name, uid)) {
+                suspects.add(meta);
             }
-            match meta
-                .labels
-                .as_ref()
-                .and_then(|l| l.get(names::LABEL_PV_NODE))
-            {
-                Some(v) if v != names::LABEL_VALUE_ANY_NODE => {
-                    suspects.values.insert(v.clone());
-                }
-                _ => {
-                    suspects.pvs.extend(meta.name.clone());
-                }
-            }
-        }
-        match page.metadata.continue_.filter(|c| !c.is_empty()) {
-            Some(token) => params = params.continue_token(&token),
-            None => break,
         }
     }
     debug!(
@@ -288,12 +261,11 @@ async fn sweep(
 /// failed to patch.
 async fn label_unlabelled(ctx: &Context, keys: &PerNodeKeys) -> Result<usize, kube::Error> {
     let api: Api<PersistentVolume> = Api::all(ctx.client.clone());
-    let mut params = ListParams::default()
-        .labels(&scope::unlabelled_pv_selector())
-        .limit(scope::PAGE_SIZE);
+    let mut pages = Pages::new(&scope::unlabelled_pv_selector());
     let mut labelled = 0;
-    loop {
-        let page = api.list(&params).await?;
+    while let Some(params) = pages.params() {
+        let page = api.list(params).await?;
+        pages.advance(&page.metadata);
         for pv in &page.items {
             let Some(labels) = scope::existing_pv_labels(pv, &ctx.driver.name, keys) else {
                 continue;
@@ -313,10 +285,6 @@ async fn label_unlabelled(ctx: &Context, keys: &PerNodeKeys) -> Result<usize, ku
                 Err(e) => return Err(e),
             }
         }
-        match page.metadata.continue_.filter(|c| !c.is_empty()) {
-            Some(token) => params = params.continue_token(&token),
-            None => break,
-        }
     }
     if labelled > 0 {
         info!(
@@ -334,21 +302,14 @@ pub(crate) fn fingerprint(
     csinodes: &[Arc<k8s_openapi::api::storage::v1::CSINode>],
     driver: &str,
 ) -> u64 {
-    let mix = |tag: &str, name: &str, uid: &str| {
-        crate::rendezvous::weight(tag, &format!("{name}\u{1}{uid}"))
-    };
-    let nodes_part = nodes.iter().fold(nodes.len() as u64, |acc, n| {
-        acc ^ mix(
-            "node",
-            n.metadata.name.as_deref().unwrap_or_default(),
-            n.metadata.uid.as_deref().unwrap_or_default(),
-        )
-    });
+    let nodes: BTreeSet<_> = nodes
+        .iter()
+        .map(|n| (&n.metadata.name, &n.metadata.uid))
+        .collect();
     let live = crate::model::csinode::live_instances(csinodes.iter().map(AsRef::as_ref), driver);
-    live.iter()
-        .fold(nodes_part.rotate_left(17) ^ live.len() as u64, |acc, n| {
-            acc ^ mix("csinode", n, "")
-        })
+    let mut hasher = DefaultHasher::new();
+    (nodes, live).hash(&mut hasher);
+    hasher.finish()
 }
 
 #[cfg(test)]

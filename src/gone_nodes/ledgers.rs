@@ -22,6 +22,7 @@ use tracing::{debug, info, warn};
 
 use crate::k8s::errors::describe;
 use crate::model::locate::NodeLookup;
+use crate::model::meta::annotation;
 use crate::names::{LEDGER_ENTRIES_ANNOTATION, LEDGER_NODE_ANNOTATION, LEDGER_NODE_LABEL};
 use crate::node_mode::scope::SWEEP_INTERVAL;
 
@@ -36,11 +37,7 @@ struct Logged {
 
 /// The entries of a ledger Lease, as far as the log needs them; unreadable ones are skipped.
 fn logged_entries(lease: &Lease) -> Vec<Logged> {
-    lease
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(LEDGER_ENTRIES_ANNOTATION))
+    annotation(&lease.metadata, LEDGER_ENTRIES_ANNOTATION)
         .and_then(|text| serde_json::from_str(text).ok())
         .unwrap_or_default()
 }
@@ -85,17 +82,14 @@ impl GoneLedgers {
     /// Whether to list the ledgers now: first pass in the role, a node left the cache, a gone
     /// node's grace period may be over, or the periodic sweep.
     fn list_due(&self, nodes: &BTreeSet<String>, now: Instant, grace: Duration) -> bool {
-        match self.listed_at {
-            None => true,
-            Some(at) => {
-                !self.nodes_at_list.is_subset(nodes)
-                    || now.duration_since(at) >= SWEEP_INTERVAL
-                    || self
-                        .waiting
-                        .values()
-                        .any(|s| now >= s.missing_since + grace)
-            }
-        }
+        self.listed_at.is_none_or(|at| {
+            !self.nodes_at_list.is_subset(nodes)
+                || now.duration_since(at) >= SWEEP_INTERVAL
+                || self
+                    .waiting
+                    .values()
+                    .any(|s| now >= s.missing_since + grace)
+        })
     }
 
     /// One pass; returns when the next is due (`None`: only on a change).
@@ -144,37 +138,28 @@ impl GoneLedgers {
     /// Takes in the listed ledgers: those of nodes absent from the cache wait (keeping the time
     /// they were first seen missing), the others are forgotten.
     fn remember(&mut self, leases: Vec<Lease>, nodes: &BTreeSet<String>, now: Instant) {
-        let mut by_node: BTreeMap<String, Vec<(String, String)>> = BTreeMap::new();
+        let mut waiting = BTreeMap::new();
         for lease in leases {
             let meta = lease.metadata;
-            let Some(node) = meta
-                .annotations
-                .as_ref()
-                .and_then(|a| a.get(LEDGER_NODE_ANNOTATION))
-            else {
+            let Some(node) = annotation(&meta, LEDGER_NODE_ANNOTATION).map(str::to_owned) else {
                 continue;
             };
-            if nodes.contains(node) {
+            if nodes.contains(&node) {
                 continue;
             }
-            by_node.entry(node.clone()).or_default().push((
-                meta.name.unwrap_or_default(),
-                meta.resource_version.unwrap_or_default(),
-            ));
-        }
-        let mut waiting = BTreeMap::new();
-        for (node, leases) in by_node {
-            let missing_since = self.waiting.get(&node).map_or(now, |s| s.missing_since);
-            if !self.waiting.contains_key(&node) {
-                info!(%node, "the intent ledger of a missing node waits for the grace period");
-            }
-            waiting.insert(
-                node,
+            let shards = waiting.entry(node).or_insert_with_key(|node| {
+                let known = self.waiting.get(node);
+                if known.is_none() {
+                    info!(%node, "the intent ledger of a missing node waits for the grace period");
+                }
+                let missing_since = known.map_or(now, |s| s.missing_since);
                 Shards {
-                    leases,
+                    leases: Vec::new(),
                     missing_since,
-                },
-            );
+                }
+            });
+            let version = meta.resource_version.unwrap_or_default();
+            shards.leases.push((meta.name.unwrap_or_default(), version));
         }
         self.waiting = waiting;
     }

@@ -94,7 +94,7 @@ impl GoneConfig {
             fallback_delay: fallback_delay(grace_period),
             pvc_cleanup,
             per_node_keys: PerNodeKeys::default(),
-            unknown_recheck: UNKNOWN_RECHECK,
+            unknown_recheck: check_interval(grace_period),
         }
     }
 }

@@ -46,40 +46,13 @@ use super::policy::{GoneConfig, MAX_ACTOR_RANKS, Now, grace_deadline};
 
 // === The tracker ===
 
-/// Where a [`NodeLookup`] came from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum LookupSource {
-    /// A watch-fed cache: may start the timer, never decides.
-    Cache,
-    /// A live API call made just now (together with a live read of the PV).
-    Live,
-}
-
-/// One lookup fed to [`NodeGoneTracker::observe`].
+/// One lookup fed to [`NodeGoneTracker::observe`], by where it came from.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct NodeCheck {
-    /// Where it came from.
-    pub(crate) source: LookupSource,
-    /// What it said.
-    pub(crate) result: NodeLookup,
-}
-
-impl NodeCheck {
-    /// From a synced cache.
-    pub(crate) fn cached(result: NodeLookup) -> Self {
-        Self {
-            source: LookupSource::Cache,
-            result,
-        }
-    }
-
-    /// From a live API call.
-    pub(crate) fn live(result: NodeLookup) -> Self {
-        Self {
-            source: LookupSource::Live,
-            result,
-        }
-    }
+pub(crate) enum NodeCheck {
+    /// From a watch-fed cache: may start the timer, never decides.
+    Cached(NodeLookup),
+    /// From a live API call made just now (together with a live read of the PV).
+    Live(NodeLookup),
 }
 
 /// What the shell does next for one PV.
@@ -93,7 +66,7 @@ pub(crate) enum GoneAction {
         deadline: Instant,
     },
     /// The grace period is over: look `query` up live (GET by name, or label-selected LIST), re-read
-    /// the PV live (404: forget it), and observe again with [`NodeCheck::live`].
+    /// the PV live (404: forget it), and observe again with [`NodeCheck::Live`].
     ConfirmLive {
         /// The lookup to make.
         query: NodeQuery,
@@ -171,14 +144,15 @@ pub(crate) struct NodeGoneTracker {
     entries: HashMap<String, TrackedVolume>,
 }
 
-enum Verdict {
+/// What a lookup says of the node a volume lives on.
+pub(crate) enum Verdict {
     Present,
     Absent(Absence),
     Unknown,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
-enum Absence {
+pub(crate) enum Absence {
     Missing,
     Replaced { current_uid: String },
 }
@@ -216,7 +190,8 @@ impl NodeGoneTracker {
         let Some(rank) = rank.filter(|r| *r < MAX_ACTOR_RANKS) else {
             return self.cancel(&name, CancelReason::NotActor);
         };
-        let absence = match judge(&candidate.query, &lookup.result) {
+        let (NodeCheck::Cached(result) | NodeCheck::Live(result)) = lookup;
+        let absence = match judge(&candidate.query, result) {
             Verdict::Present => return self.cancel(&name, CancelReason::NodePresent),
             Verdict::Unknown => {
                 // Keep the first-absent time (only a Found resets it) and ask again later.
@@ -229,24 +204,16 @@ impl NodeGoneTracker {
             }
             Verdict::Absent(absence) => absence,
         };
-        let pv_uid = pv.metadata.uid.clone().unwrap_or_default();
-        let entry = self
-            .entries
-            .entry(name.clone())
-            .or_insert_with(|| TrackedVolume {
-                pv_uid: pv_uid.clone(),
-                query: candidate.query.clone(),
-                first_absent: now,
-                rank,
-            });
-        if entry.pv_uid != pv_uid || entry.query != candidate.query {
+        let fresh = TrackedVolume {
+            pv_uid: pv.metadata.uid.clone().unwrap_or_default(),
+            query: candidate.query.clone(),
+            first_absent: now,
+            rank,
+        };
+        let entry = self.entries.entry(name.clone()).or_insert(fresh.clone());
+        if entry.pv_uid != fresh.pv_uid || entry.query != fresh.query {
             // Another PV of the same name, or another node recorded: start over.
-            *entry = TrackedVolume {
-                pv_uid,
-                query: candidate.query.clone(),
-                first_absent: now,
-                rank,
-            };
+            *entry = fresh;
         }
         entry.rank = rank;
         let entry = entry.clone();
@@ -254,11 +221,11 @@ impl NodeGoneTracker {
         if now.instant < deadline {
             return GoneAction::StartTimer { deadline };
         }
-        match lookup.source {
-            LookupSource::Cache => GoneAction::ConfirmLive {
+        match lookup {
+            NodeCheck::Cached(_) => GoneAction::ConfirmLive {
                 query: candidate.query,
             },
-            LookupSource::Live => {
+            NodeCheck::Live(_) => {
                 GoneAction::ActOnPv(self.plan(&name, &entry, &candidate, &absence))
             }
         }
@@ -312,10 +279,8 @@ impl NodeGoneTracker {
     }
 
     fn cancel(&mut self, pv: &str, reason: CancelReason) -> GoneAction {
-        match self.entries.remove(pv) {
-            Some(_) => GoneAction::Cancel(reason),
-            None => GoneAction::Nothing,
-        }
+        let tracked = self.entries.remove(pv);
+        tracked.map_or(GoneAction::Nothing, |_| GoneAction::Cancel(reason))
     }
 
     fn plan(
@@ -337,6 +302,10 @@ impl NodeGoneTracker {
             entry.first_absent.wall,
             crate::gofmt::format_go_duration(self.config.grace_period)
         );
+        let event = |message| GoneEvent {
+            reason: names::EVENT_VOLUME_NODE_GONE,
+            message,
+        };
         match &candidate.target {
             Answer::Volume {
                 delete_object,
@@ -346,31 +315,26 @@ impl NodeGoneTracker {
                 pv_uid: entry.pv_uid.clone(),
                 delete_object: *delete_object,
                 remove_finalizer: *remove_finalizer,
-                event: GoneEvent {
-                    reason: names::EVENT_VOLUME_NODE_GONE,
-                    message: format!(
-                        "Volume answered as deleted without calling DeleteVolume: its {what} \
-                         ({since}); its data is considered lost with the node"
-                    ),
-                },
+                event: event(format!(
+                    "Volume answered as deleted without calling DeleteVolume: its {what} \
+                     ({since}); its data is considered lost with the node"
+                )),
             },
             Answer::Claim(claim) => GonePlan::DeleteClaim {
                 pv: pv.to_owned(),
                 claim: claim.clone(),
-                event: GoneEvent {
-                    reason: names::EVENT_VOLUME_NODE_GONE,
-                    message: format!(
-                        "Deleted claim {}/{} (UID {}) bound to this volume because its {what} \
-                         ({since}); --deleted-node-pvc-cleanup is on",
-                        claim.namespace, claim.name, claim.uid
-                    ),
-                },
+                event: event(format!(
+                    "Deleted claim {}/{} (UID {}) bound to this volume because its {what} \
+                     ({since}); --deleted-node-pvc-cleanup is on",
+                    claim.namespace, claim.name, claim.uid
+                )),
             },
         }
     }
 }
 
-fn judge(query: &NodeQuery, result: &NodeLookup) -> Verdict {
+/// Absent: not found, or a Node of the recorded name with another UID. A failure is unknown.
+pub(crate) fn judge(query: &NodeQuery, result: &NodeLookup) -> Verdict {
     match (query, result) {
         (_, NodeLookup::Failed { .. }) => Verdict::Unknown,
         (_, NodeLookup::NotFound) => Verdict::Absent(Absence::Missing),

@@ -52,7 +52,7 @@ fn waited_out(volume: &PersistentVolume) -> (NodeGoneTracker, Now) {
     let start = t0();
     let first = t.observe(
         volume,
-        &NodeCheck::cached(NodeLookup::NotFound),
+        &NodeCheck::Cached(NodeLookup::NotFound),
         Some(0),
         start,
     );
@@ -75,7 +75,7 @@ fn a_missing_node_starts_the_grace_period_then_is_confirmed_live_then_acted_on()
     assert!(matches!(
         t.observe(
             &volume,
-            &NodeCheck::cached(NodeLookup::NotFound),
+            &NodeCheck::Cached(NodeLookup::NotFound),
             Some(0),
             halfway
         ),
@@ -84,7 +84,7 @@ fn a_missing_node_starts_the_grace_period_then_is_confirmed_live_then_acted_on()
 
     let confirm = t.observe(
         &volume,
-        &NodeCheck::cached(NodeLookup::NotFound),
+        &NodeCheck::Cached(NodeLookup::NotFound),
         Some(0),
         end,
     );
@@ -98,7 +98,7 @@ fn a_missing_node_starts_the_grace_period_then_is_confirmed_live_then_acted_on()
         },
         "the cache alone never decides"
     );
-    let live = NodeCheck::live(get(Err(api_error(404))));
+    let live = NodeCheck::Live(get(Err(api_error(404))));
     let GoneAction::ActOnPv(GonePlan::RemovePv {
         pv,
         pv_uid,
@@ -137,7 +137,7 @@ fn a_missing_node_starts_the_grace_period_then_is_confirmed_live_then_acted_on()
 fn a_live_404_before_the_grace_period_ends_only_waits() {
     let volume = released_on("n1", "u1").build();
     let mut t = NodeGoneTracker::new(config());
-    let live = NodeCheck::live(NodeLookup::NotFound);
+    let live = NodeCheck::Live(NodeLookup::NotFound);
     let start = t0();
     assert!(matches!(
         t.observe(&volume, &live, Some(0), start),
@@ -159,7 +159,7 @@ fn a_node_recreated_with_the_recorded_uid_within_the_grace_period_cancels() {
     let start = t0();
     t.observe(
         &volume,
-        &NodeCheck::cached(NodeLookup::NotFound),
+        &NodeCheck::Cached(NodeLookup::NotFound),
         Some(0),
         start,
     );
@@ -169,7 +169,7 @@ fn a_node_recreated_with_the_recorded_uid_within_the_grace_period_cancels() {
     assert_eq!(
         t.observe(
             &volume,
-            &NodeCheck::cached(back.clone()),
+            &NodeCheck::Cached(back.clone()),
             Some(0),
             start.after(GRACE / 2)
         ),
@@ -181,7 +181,7 @@ fn a_node_recreated_with_the_recorded_uid_within_the_grace_period_cancels() {
     assert_eq!(
         t.observe(
             &volume,
-            &NodeCheck::cached(NodeLookup::NotFound),
+            &NodeCheck::Cached(NodeLookup::NotFound),
             Some(0),
             later
         ),
@@ -199,7 +199,7 @@ fn a_node_that_reappears_at_the_live_check_cancels() {
     assert_eq!(
         t.observe(
             &volume,
-            &NodeCheck::live(get(Ok(Some(found)))),
+            &NodeCheck::Live(get(Ok(Some(found)))),
             Some(0),
             end
         ),
@@ -225,12 +225,12 @@ fn a_node_of_the_same_name_with_another_uid_counts_as_gone() {
         }
     );
     assert!(matches!(
-        t.observe(&volume, &NodeCheck::cached(cached), Some(0), end),
+        t.observe(&volume, &NodeCheck::Cached(cached), Some(0), end),
         GoneAction::ConfirmLive { .. }
     ));
     let action = t.observe(
         &volume,
-        &NodeCheck::live(get(Ok(Some(new_n1)))),
+        &NodeCheck::Live(get(Ok(Some(new_n1)))),
         Some(0),
         end,
     );
@@ -268,7 +268,7 @@ fn server_errors_and_timeouts_never_count_as_absence() {
         let start = t0();
         for minute in 0..30 {
             let now = start.after(Duration::from_secs(60 * minute));
-            let action = t.observe(&volume, &NodeCheck::live(lookup.clone()), Some(0), now);
+            let action = t.observe(&volume, &NodeCheck::Live(lookup.clone()), Some(0), now);
             assert!(
                 matches!(action, GoneAction::StartTimer { .. }),
                 "minute {minute}: {action:?}"
@@ -278,7 +278,7 @@ fn server_errors_and_timeouts_never_count_as_absence() {
 
         // ...and never confirms one that the cache started.
         let (mut t, end) = waited_out(&volume);
-        let action = t.observe(&volume, &NodeCheck::live(lookup), Some(0), end);
+        let action = t.observe(&volume, &NodeCheck::Live(lookup), Some(0), end);
         assert_eq!(
             action,
             GoneAction::StartTimer {
@@ -312,7 +312,7 @@ fn a_not_ready_node_is_not_absent() {
     );
     let volume = released_on("n1", "u1").build();
     let mut t = NodeGoneTracker::new(config());
-    let lookup = NodeCheck::live(get(Ok(Some(not_ready))));
+    let lookup = NodeCheck::Live(get(Ok(Some(not_ready))));
     assert_eq!(
         t.observe(&volume, &lookup, Some(0), t0()),
         GoneAction::Nothing
@@ -381,7 +381,7 @@ fn a_volume_that_stops_being_a_candidate_is_cancelled() {
     let mut t = NodeGoneTracker::new(config());
     t.observe(
         &volume,
-        &NodeCheck::cached(NodeLookup::NotFound),
+        &NodeCheck::Cached(NodeLookup::NotFound),
         Some(0),
         t0(),
     );
@@ -389,7 +389,7 @@ fn a_volume_that_stops_being_a_candidate_is_cancelled() {
     assert_eq!(
         t.observe(
             &retained,
-            &NodeCheck::cached(NodeLookup::NotFound),
+            &NodeCheck::Cached(NodeLookup::NotFound),
             Some(0),
             t0()
         ),
@@ -403,7 +403,7 @@ fn a_volume_deleted_first_only_loses_our_finalizer() {
     let (mut t, end) = waited_out(&volume);
     let action = t.observe(
         &volume,
-        &NodeCheck::live(NodeLookup::NotFound),
+        &NodeCheck::Live(NodeLookup::NotFound),
         Some(0),
         end,
     );
@@ -476,14 +476,14 @@ fn controller_mode_acts_on_node_local_volumes_as_the_single_instance() {
     let start = t0();
     t.observe(
         &volume,
-        &NodeCheck::cached(NodeLookup::NotFound),
+        &NodeCheck::Cached(NodeLookup::NotFound),
         rank,
         start,
     );
     assert!(matches!(
         t.observe(
             &volume,
-            &NodeCheck::live(NodeLookup::NotFound),
+            &NodeCheck::Live(NodeLookup::NotFound),
             rank,
             start.after(GRACE)
         ),
@@ -502,7 +502,7 @@ fn fallback_instances_wait_one_delay_per_rank_and_the_rest_do_not_track() {
         assert_eq!(
             t.observe(
                 &volume,
-                &NodeCheck::live(NodeLookup::NotFound),
+                &NodeCheck::Live(NodeLookup::NotFound),
                 Some(rank),
                 start
             ),
@@ -513,7 +513,7 @@ fn fallback_instances_wait_one_delay_per_rank_and_the_rest_do_not_track() {
         assert!(matches!(
             t.observe(
                 &volume,
-                &NodeCheck::live(NodeLookup::NotFound),
+                &NodeCheck::Live(NodeLookup::NotFound),
                 Some(rank),
                 just_before
             ),
@@ -529,14 +529,14 @@ fn fallback_instances_wait_one_delay_per_rank_and_the_rest_do_not_track() {
     assert_eq!(
         t.observe(
             &volume,
-            &NodeCheck::live(NodeLookup::NotFound),
+            &NodeCheck::Live(NodeLookup::NotFound),
             Some(MAX_ACTOR_RANKS),
             start
         ),
         GoneAction::Nothing
     );
     assert_eq!(
-        t.observe(&volume, &NodeCheck::live(NodeLookup::NotFound), None, start),
+        t.observe(&volume, &NodeCheck::Live(NodeLookup::NotFound), None, start),
         GoneAction::Nothing
     );
 }
@@ -568,7 +568,7 @@ fn claims_are_deleted_only_when_opted_in_and_the_bond_matches_by_uid() {
     assert_eq!(classify(&bound, &config()), Err(Skip::BoundClaimKept));
     let (mut t, end) = waited_out(&released_on("n1", "u1").build());
     assert!(matches!(
-        t.observe(&bound, &NodeCheck::live(NodeLookup::NotFound), Some(0), end),
+        t.observe(&bound, &NodeCheck::Live(NodeLookup::NotFound), Some(0), end),
         GoneAction::Cancel(CancelReason::NotCandidate(Skip::BoundClaimKept))
     ));
 
@@ -588,7 +588,7 @@ fn claims_are_deleted_only_when_opted_in_and_the_bond_matches_by_uid() {
     let start = t0();
     t.observe(
         &bound,
-        &NodeCheck::cached(NodeLookup::NotFound),
+        &NodeCheck::Cached(NodeLookup::NotFound),
         Some(0),
         start,
     );
@@ -598,7 +598,7 @@ fn claims_are_deleted_only_when_opted_in_and_the_bond_matches_by_uid() {
         ..
     }) = t.observe(
         &bound,
-        &NodeCheck::live(NodeLookup::NotFound),
+        &NodeCheck::Live(NodeLookup::NotFound),
         Some(0),
         start.after(GRACE),
     )
@@ -639,7 +639,7 @@ fn claims_are_deleted_only_when_opted_in_and_the_bond_matches_by_uid() {
     assert!(matches!(
         t.observe(
             &released,
-            &NodeCheck::cached(NodeLookup::NotFound),
+            &NodeCheck::Cached(NodeLookup::NotFound),
             Some(0),
             later
         ),
@@ -655,7 +655,7 @@ fn a_new_pv_under_the_same_name_starts_over() {
     assert_eq!(
         t.observe(
             &successor,
-            &NodeCheck::live(NodeLookup::NotFound),
+            &NodeCheck::Live(NodeLookup::NotFound),
             Some(0),
             end
         ),
@@ -707,12 +707,12 @@ fn an_unknown_answer_is_asked_again_after_the_configured_recheck() {
     let start = t0();
     t.observe(
         &volume,
-        &NodeCheck::cached(NodeLookup::NotFound),
+        &NodeCheck::Cached(NodeLookup::NotFound),
         Some(0),
         start,
     );
     let end = start.after(GRACE);
-    let failed = NodeCheck::live(NodeLookup::Failed {
+    let failed = NodeCheck::Live(NodeLookup::Failed {
         reason: "503".into(),
     });
     assert_eq!(

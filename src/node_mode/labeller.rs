@@ -64,11 +64,8 @@ impl Labeller {
         );
         futures::pin_mut!(events);
         while let Some(event) = events.next().await {
-            let pv = match event {
-                watcher::Event::Apply(pv) | watcher::Event::InitApply(pv) => pv,
-                watcher::Event::Delete(_) | watcher::Event::Init | watcher::Event::InitDone => {
-                    continue;
-                }
+            let (watcher::Event::Apply(pv) | watcher::Event::InitApply(pv)) = event else {
+                continue;
             };
             let live = || {
                 let csinodes = self.csinodes.state();

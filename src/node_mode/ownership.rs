@@ -29,12 +29,13 @@ use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 use serde_json::{Value, json};
 
-use crate::model::claim::{claim_class_name, selected_node};
+use crate::model::claim::{bound_volume, claim_class_name, selected_node};
 use crate::model::csinode::{
     ClearSelectedNode, CsiNodeLookup, live_instances, selected_node_check,
 };
 use crate::model::topology::{self, AffinityError, allowed_topologies_admit};
 use crate::names;
+use crate::retry::delay_after;
 
 /// What a node-mode instance does with a claim.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -168,16 +169,12 @@ pub(crate) fn checks_selected_node(
 /// `max`, minus `jitter·base` where `jitter` is a uniform sample in `[0, 1)`, floored at zero. So
 /// the first attempt waits in `(0, base]` and instances rarely write at the same moment.
 pub(crate) fn compete_delay(attempt: u32, base: Duration, max: Duration, jitter: f64) -> Duration {
-    let exponential = base
-        .checked_mul(2u32.saturating_pow(attempt.min(31)))
-        .unwrap_or(max)
-        .min(max);
     let jitter = if jitter.is_finite() {
         jitter.clamp(0.0, 1.0)
     } else {
         0.0
     };
-    exponential.saturating_sub(base.mul_f64(jitter))
+    delay_after(base, max, attempt).saturating_sub(base.mul_f64(jitter))
 }
 
 /// Per-claim-UID attempt counts of the competition (upstream's per-UID exponential limiter).
@@ -276,12 +273,7 @@ pub(crate) fn recheck_before_claiming(
         Some(node) => return Recheck::Abandon(Abandon::TakenBy(node.to_owned())),
         None => {}
     }
-    let bound = pvc
-        .spec
-        .as_ref()
-        .and_then(|s| s.volume_name.as_deref())
-        .is_some_and(|v| !v.is_empty());
-    if bound || pvc.metadata.deletion_timestamp.is_some() {
+    if bound_volume(pvc).is_some() || pvc.metadata.deletion_timestamp.is_some() {
         return Recheck::Abandon(Abandon::NoLongerPending);
     }
     match pvc.metadata.resource_version.as_deref() {

@@ -50,19 +50,13 @@ use serde_json::{Value, json};
 
 use crate::model::locate::node_query;
 use crate::model::locate::{Mode, PerNodeKeys, Pin, pin_of};
-use crate::model::meta::{has_finalizer, non_empty_annotation as annotation};
+use crate::model::meta::{has_finalizer, label, non_empty_annotation as annotation};
 use crate::names;
 
 /// Page size of every list (initial watch lists and sweeps): bounded memory while listing.
 pub(crate) const PAGE_SIZE: u32 = 500;
 /// How often the clean-up instance sweeps all of the driver's PVs for nodes that vanished unseen.
 pub(crate) const SWEEP_INTERVAL: Duration = Duration::from_secs(30 * 60);
-
-/// Finalizers of ours on a claim (the claim needs us while they are there).
-const OUR_CLAIM_FINALIZERS: [&str; 2] = [
-    names::FINALIZER_PROVISIONING_INTENT,
-    names::FINALIZER_CLONING_PROTECTION,
-];
 
 // === Label values ===
 
@@ -107,16 +101,13 @@ pub(crate) fn instance_label_values(node_name: &str, hostname: Option<&str>) -> 
 /// host name, and its values of the per-node keys (legacy PVs pinned by such a key are labelled
 /// with that value). When the Node disappears, the clean-up lists the PVs under these values.
 pub(crate) fn node_label_values(meta: &ObjectMeta, keys: &PerNodeKeys) -> BTreeSet<String> {
-    let mut values: BTreeSet<String> = meta.name.iter().map(|n| label_value(n)).collect();
-    if let Some(labels) = &meta.labels {
-        values.extend(
-            labels
-                .iter()
-                .filter(|(k, _)| keys.contains(k))
-                .map(|(_, v)| label_value(v)),
-        );
-    }
-    values
+    let labels = meta
+        .labels
+        .iter()
+        .flatten()
+        .filter(|(k, _)| keys.contains(k));
+    let names = meta.name.iter().chain(labels.map(|(_, v)| v));
+    names.map(|v| label_value(v)).collect()
 }
 
 // === PV labels ===
@@ -134,6 +125,11 @@ pub(crate) fn new_pv_labels(
         Pin::Node(_) => label_value(node_name),
         Pin::NoAffinity | Pin::Spread => names::LABEL_VALUE_ANY_NODE.to_owned(),
     };
+    pv_labels(driver, node)
+}
+
+/// Our two labels of a PV: `driver` and the label value of its node.
+fn pv_labels(driver: &str, node: String) -> BTreeMap<String, String> {
     [
         (names::LABEL_PV_DRIVER.to_owned(), label_value(driver)),
         (names::LABEL_PV_NODE.to_owned(), node),
@@ -173,15 +169,10 @@ pub(crate) fn existing_pv_labels(
         |_| names::LABEL_VALUE_ANY_NODE.to_owned(),
         |q| label_value(q.node_name()),
     );
-    let wanted: BTreeMap<String, String> = [
-        (names::LABEL_PV_DRIVER.to_owned(), label_value(driver)),
-        (names::LABEL_PV_NODE.to_owned(), node),
-    ]
-    .into();
-    let current = pv.metadata.labels.as_ref();
+    let wanted = pv_labels(driver, node);
     let done = wanted
         .iter()
-        .all(|(k, v)| current.and_then(|l| l.get(k)) == Some(v));
+        .all(|(k, v)| label(&pv.metadata, k) == Some(v));
     (!done).then_some(wanted)
 }
 
@@ -232,11 +223,7 @@ pub(crate) fn sweep_suspect(
     if let Some(name) = annotation(meta, names::ANN_NODE_NAME) {
         return !node_present(name, annotation(meta, names::ANN_NODE_UID));
     }
-    match meta
-        .labels
-        .as_ref()
-        .and_then(|l| l.get(names::LABEL_PV_NODE))
-    {
+    match label(meta, names::LABEL_PV_NODE) {
         None => false,
         Some(v) if v == names::LABEL_VALUE_ANY_NODE => false,
         Some(v) if v.starts_with("hash_") => true,
@@ -249,12 +236,8 @@ pub(crate) fn sweep_suspect(
 /// The PVs an instance watches: its driver's PVs labelled with one of `values`
 /// ([`instance_label_values`]).
 pub(crate) fn own_pv_selector(driver: &str, values: &[String]) -> String {
-    format!(
-        "{}={},{}",
-        names::LABEL_PV_DRIVER,
-        label_value(driver),
-        in_set(names::LABEL_PV_NODE, values.iter().map(String::as_str))
-    )
+    // Label values are their own label value.
+    node_pv_selector(driver, values.iter().map(String::as_str))
 }
 
 /// The PVs of some (dead) nodes, by their node names (label-selected LIST or watch).
@@ -262,12 +245,14 @@ pub(crate) fn node_pv_selector<'a, I>(driver: &str, node_names: I) -> String
 where
     I: IntoIterator<Item = &'a str>,
 {
-    let values: Vec<String> = node_names.into_iter().map(label_value).collect();
+    let mut values: Vec<String> = node_names.into_iter().map(label_value).collect();
+    values.sort();
+    values.dedup();
+    let driver = driver_pv_selector(driver);
     format!(
-        "{}={},{}",
-        names::LABEL_PV_DRIVER,
-        label_value(driver),
-        in_set(names::LABEL_PV_NODE, values.iter().map(String::as_str))
+        "{driver},{} in ({})",
+        names::LABEL_PV_NODE,
+        values.join(",")
     )
 }
 
@@ -283,12 +268,6 @@ pub(crate) fn unlabelled_pv_selector() -> String {
     format!("!{}", names::LABEL_PV_DRIVER)
 }
 
-fn in_set<'a>(key: &str, values: impl Iterator<Item = &'a str>) -> String {
-    let unique: BTreeSet<&str> = values.collect();
-    let list: Vec<&str> = unique.into_iter().collect();
-    format!("{key} in ({})", list.join(","))
-}
-
 /// Watcher configuration of this instance's PV watch.
 pub(crate) fn own_pv_watch(
     driver: &str,
@@ -296,21 +275,17 @@ pub(crate) fn own_pv_watch(
     hostname: Option<&str>,
 ) -> watcher::Config {
     let values = instance_label_values(node_name, hostname);
-    watcher::Config::default()
-        .labels(&own_pv_selector(driver, &values))
-        .page_size(PAGE_SIZE)
+    paged_watch().labels(&own_pv_selector(driver, &values))
 }
 
 /// Watcher configuration of the watch of PVs without our labels (full objects: a static PV names
 /// its driver only in its spec, which no selector reaches).
 pub(crate) fn unlabelled_pv_watch() -> watcher::Config {
-    watcher::Config::default()
-        .labels(&unlabelled_pv_selector())
-        .page_size(PAGE_SIZE)
+    paged_watch().labels(&unlabelled_pv_selector())
 }
 
-/// Watcher configuration of the metadata-only claim, Node and CSINode watches (no selector: the
-/// API cannot filter them by annotation).
+/// Watcher configuration of the paginated watches: as is for the claim, Node and CSINode watches
+/// (no selector: the API cannot filter them by annotation), with a label selector for PVs.
 pub(crate) fn paged_watch() -> watcher::Config {
     watcher::Config::default().page_size(PAGE_SIZE)
 }
@@ -351,76 +326,34 @@ pub(crate) fn strip_csinode(csinode: &mut CSINode, driver: &str) {
 
 // === Claims an instance may act on ===
 
-/// Why a claim is in an instance's index.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) enum ClaimInterest {
-    /// Not this instance's business: not kept.
-    Ignore,
-    /// Selected to this node (or carrying one of our finalizers while selected here): provision.
-    Provision,
-    /// Ours, pending and unselected: maybe compete (immediate binding).
-    Compete,
-    /// Ours, pending, selected to another node: the rendezvous-chosen instance checks that node
-    /// runs our driver ([`crate::model::csinode::selected_node_check`]).
-    SelectedElsewhere(String),
-    /// Carries our provisioning intent but no node is selected any more (cleared for a reschedule
-    /// after a final CreateVolume error): no instance owns it, so every instance keeps it, and the
-    /// resolver of whichever sees it deleted drops the record (else it would stay Terminating
-    /// forever).
-    IntentWithoutNode,
-    /// Being deleted with our provisioning intent for another node: that node's instance cleans
-    /// up; if the node no longer exists, the resolver of the instance that checks other nodes'
-    /// claims drops the record after the deleted-node grace period. Rare (deleted
-    /// mid-provisioning), so every instance keeps them.
-    DeletingWithIntentElsewhere(String),
-}
-
-/// Classifies a claim from its metadata alone (`driver`: ours; `me`: `NODE_NAME`).
-pub(crate) fn claim_interest(meta: &ObjectMeta, driver: &str, me: &str) -> ClaimInterest {
-    let has_our_finalizer = meta
-        .finalizers
-        .iter()
-        .flatten()
-        .any(|f| OUR_CLAIM_FINALIZERS.contains(&f.as_str()));
-    let bound = annotation(meta, names::ANN_BIND_COMPLETED).is_some();
+/// Whether the node-mode claim cache keeps this claim, from its metadata alone (`driver`: ours;
+/// `me`: `NODE_NAME`). Memory follows this node's volumes and the pending claims, not all claims:
+/// - every claim selected to this node, even once bound (the claims of this node's own volumes:
+///   the deletion checks read them from the cache instead of the API server);
+/// - our driver's pending claims, unselected (maybe compete: immediate binding) or selected to
+///   another node (the rendezvous-chosen instance checks that node runs our driver,
+///   [`crate::model::csinode::selected_node_check`]);
+/// - claims carrying our provisioning intent but no selected node any more (cleared for a
+///   reschedule after a final CreateVolume error): no instance owns them, so every instance keeps
+///   them, and the resolver of whichever sees one deleted drops the record (else it would stay
+///   Terminating forever);
+/// - claims being deleted with our provisioning intent for another node: that node's instance
+///   cleans up; if the node no longer exists, the resolver of the instance that checks other
+///   nodes' claims drops the record after the deleted-node grace period. Rare (deleted
+///   mid-provisioning), so every instance keeps them.
+pub(crate) fn cached_claim(meta: &ObjectMeta, driver: &str, me: &str) -> bool {
     let selected = annotation(meta, names::ANN_SELECTED_NODE);
-    let has_intent = has_finalizer(meta, names::FINALIZER_PROVISIONING_INTENT);
     let provisioner = annotation(meta, names::ANN_STORAGE_PROVISIONER)
         .or_else(|| annotation(meta, names::ANN_BETA_STORAGE_PROVISIONER));
+    let deleting = meta.deletion_timestamp.is_some();
     // Every driver running this sidecar uses the same intent finalizer: only our driver's count.
-    let our_intent = has_intent
+    let our_intent = has_finalizer(meta, names::FINALIZER_PROVISIONING_INTENT)
         && (provisioner == Some(driver)
             || annotation(meta, names::ANN_MIGRATED_TO) == Some(driver));
-    match selected {
-        None if our_intent => return ClaimInterest::IntentWithoutNode,
-        Some(node) if our_intent && node != me && meta.deletion_timestamp.is_some() => {
-            return ClaimInterest::DeletingWithIntentElsewhere(node.to_owned());
-        }
-        _ => {}
-    }
-    if selected == Some(me) {
-        return if bound && !has_our_finalizer {
-            ClaimInterest::Ignore
-        } else {
-            ClaimInterest::Provision
-        };
-    }
-    if provisioner != Some(driver) || bound || meta.deletion_timestamp.is_some() {
-        return ClaimInterest::Ignore;
-    }
-    match selected {
-        None => ClaimInterest::Compete,
-        Some(node) => ClaimInterest::SelectedElsewhere(node.to_owned()),
-    }
-}
-
-/// Whether the node-mode claim cache keeps this claim: the claims [`claim_interest`] does not
-/// ignore, plus every claim selected to this node even once bound (the claims of this node's own
-/// volumes: the deletion checks read them from the cache instead of the API server). Memory follows
-/// this node's volumes and the pending claims, not all claims.
-pub(crate) fn cached_claim(meta: &ObjectMeta, driver: &str, me: &str) -> bool {
-    let selected_here = annotation(meta, names::ANN_SELECTED_NODE) == Some(me);
-    selected_here || claim_interest(meta, driver, me) != ClaimInterest::Ignore
+    let pending = annotation(meta, names::ANN_BIND_COMPLETED).is_none() && !deleting;
+    selected == Some(me)
+        || (our_intent && (selected.is_none() || deleting))
+        || (provisioner == Some(driver) && pending)
 }
 
 #[cfg(test)]

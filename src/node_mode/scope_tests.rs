@@ -248,10 +248,6 @@ fn a_claim_with_our_intent_and_no_selected_node_is_kept_by_every_instance_even_w
         .deleting()
         .build();
     for me in ["n1", "n2"] {
-        assert_eq!(
-            claim_interest(&rescheduled.metadata, DRIVER, me),
-            ClaimInterest::IntentWithoutNode
-        );
         assert!(cached_claim(&rescheduled.metadata, DRIVER, me));
     }
     // Selected to another node: kept too, in case that node is gone for good.
@@ -261,14 +257,8 @@ fn a_claim_with_our_intent_and_no_selected_node_is_kept_by_every_instance_even_w
         .finalizer(names::FINALIZER_PROVISIONING_INTENT)
         .deleting()
         .build();
-    assert_eq!(
-        claim_interest(&elsewhere.metadata, DRIVER, "n1"),
-        ClaimInterest::DeletingWithIntentElsewhere("n2".into())
-    );
-    assert_eq!(
-        claim_interest(&elsewhere.metadata, DRIVER, "n2"),
-        ClaimInterest::Provision
-    );
+    assert!(cached_claim(&elsewhere.metadata, DRIVER, "n1"));
+    assert!(cached_claim(&elsewhere.metadata, DRIVER, "n2"));
     // Another driver's intent (the finalizer name is shared by every driver running this
     // sidecar) is none of our business.
     let foreign = pvc("ns", "t")
@@ -280,62 +270,38 @@ fn a_claim_with_our_intent_and_no_selected_node_is_kept_by_every_instance_even_w
 }
 
 #[test]
-fn claim_interest_follows_the_selected_node_and_the_provisioner() {
+fn the_claim_cache_follows_the_selected_node_and_the_provisioner() {
     let me = "n1";
     let mine = pvc("ns", "a")
         .selected_node("n1")
         .provisioner(DRIVER)
         .build();
-    assert_eq!(
-        claim_interest(&mine.metadata, DRIVER, me),
-        ClaimInterest::Provision
-    );
+    assert!(cached_claim(&mine.metadata, DRIVER, me));
     let unselected = pvc("ns", "b").provisioner(DRIVER).build();
-    assert_eq!(
-        claim_interest(&unselected.metadata, DRIVER, me),
-        ClaimInterest::Compete
-    );
+    assert!(cached_claim(&unselected.metadata, DRIVER, me));
     let beta = pvc("ns", "b").beta_provisioner(DRIVER).build();
-    assert_eq!(
-        claim_interest(&beta.metadata, DRIVER, me),
-        ClaimInterest::Compete
-    );
+    assert!(cached_claim(&beta.metadata, DRIVER, me));
     let elsewhere = pvc("ns", "c")
         .selected_node("n2")
         .provisioner(DRIVER)
         .build();
-    assert_eq!(
-        claim_interest(&elsewhere.metadata, DRIVER, me),
-        ClaimInterest::SelectedElsewhere("n2".into())
-    );
+    assert!(cached_claim(&elsewhere.metadata, DRIVER, me));
     let foreign = pvc("ns", "d").provisioner("other.csi").build();
-    assert_eq!(
-        claim_interest(&foreign.metadata, DRIVER, me),
-        ClaimInterest::Ignore
-    );
+    assert!(!cached_claim(&foreign.metadata, DRIVER, me));
     let waiting_for_consumer = pvc("ns", "e").build();
-    assert_eq!(
-        claim_interest(&waiting_for_consumer.metadata, DRIVER, me),
-        ClaimInterest::Ignore
-    );
+    assert!(!cached_claim(&waiting_for_consumer.metadata, DRIVER, me));
     let bound = pvc("ns", "f")
         .provisioner(DRIVER)
         .selected_node("n1")
         .annotation(names::ANN_BIND_COMPLETED, "yes")
         .build();
-    assert_eq!(
-        claim_interest(&bound.metadata, DRIVER, me),
-        ClaimInterest::Ignore
-    );
+    assert!(!cached_claim(&bound.metadata, DRIVER, "n2"));
     let bound_with_intent = pvc("ns", "f")
         .selected_node("n1")
         .annotation(names::ANN_BIND_COMPLETED, "yes")
         .finalizer(names::FINALIZER_PROVISIONING_INTENT)
         .build();
-    assert_eq!(
-        claim_interest(&bound_with_intent.metadata, DRIVER, me),
-        ClaimInterest::Provision
-    );
+    assert!(cached_claim(&bound_with_intent.metadata, DRIVER, me));
 }
 
 #[test]

@@ -52,11 +52,7 @@ pub(crate) async fn start(
     extra_claim_subscribers: usize,
 ) -> NodeWatches {
     let hostname = own_hostname(client, node_name).await;
-    let segments = driver
-        .node
-        .as_ref()
-        .map(|n| n.accessible_topology.clone())
-        .unwrap_or_default();
+    let segments = driver.node_segments();
     let keys = PerNodeKeys::from_node(node_name, hostname.as_deref(), &segments);
     let labeller_keys = keys.clone();
     let own: Vec<String> = scope::instance_label_values(node_name, hostname.as_deref())

@@ -133,11 +133,7 @@ fn settings_of(ctx: &Context) -> ProvisionSettings {
         node: ctx.config.node_deployment.as_ref().map(|n| NodeMode {
             me: NodeIdentity {
                 name: n.node_name.clone(),
-                segments: driver
-                    .node
-                    .as_ref()
-                    .map(|i| i.accessible_topology.clone().into_iter().collect())
-                    .unwrap_or_default(),
+                segments: driver.node_segments().into_iter().collect(),
             },
             immediate_binding: n.immediate_binding,
         }),

@@ -96,13 +96,11 @@ pub(crate) async fn run(
     pvcs: impl Stream<Item = Arc<Lean<PersistentVolumeClaim>>> + Send + 'static,
     shutdown: Shutdown,
 ) {
-    let segments = ctx.config.node_deployment.as_ref().map(|_| {
-        ctx.driver
-            .node
-            .as_ref()
-            .map(|n| n.accessible_topology.clone().into_iter().collect())
-            .unwrap_or_default()
-    });
+    let segments = ctx
+        .config
+        .node_deployment
+        .as_ref()
+        .map(|_| ctx.driver.node_segments().into_iter().collect());
     let state = Arc::new(Reclaimer {
         segments,
         memory: Mutex::new(HashMap::new()),
