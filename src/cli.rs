@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::time::Duration;
 
-use clap::{ArgAction, CommandFactory, Parser};
+use clap::{Arg, ArgAction, CommandFactory, Parser};
 
 use crate::gofmt::{parse_go_bool, parse_go_duration};
 use crate::telemetry::LogFormat;
@@ -25,7 +25,8 @@ pub const PROGRAM: &str = "csi-provisioner";
 
 /// Every command-line flag. Names, types and defaults follow the upstream Go sidecar
 /// (`shared/reference/upstream-external-provisioner.md` §1); only the last two flags of the
-/// "Deleted nodes" group are ours.
+/// "Deleted nodes" group are ours. Every `bool` flag takes Go's forms ([`go_bool_flag`]). Values
+/// reach clap attached (`--name=-1`, see [`normalize_args`]), so negative numbers need no setting.
 #[derive(Debug, Clone, PartialEq, Parser)]
 #[command(
     name = PROGRAM,
@@ -33,13 +34,12 @@ pub const PROGRAM: &str = "csi-provisioner";
     disable_version_flag = true,
     // Go flag semantics: repeating a flag replaces its earlier value.
     args_override_self = true,
-    max_term_width = 110
+    max_term_width = 110,
+    mut_args = go_bool_flag
 )]
 pub struct Args {
     /// Print "csi-provisioner <version>" and exit.
-    #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true,
-          default_value = "false", default_missing_value = "true", value_parser = parse_go_bool,
-          action = ArgAction::Set)]
+    #[arg(long)]
     pub version: bool,
 
     // === CSI driver ===
@@ -57,7 +57,7 @@ pub struct Args {
     pub volume_name_prefix: String,
 
     /// -1 keeps the full PVC UID in PV names; 1..32 strips dashes and keeps that many characters.
-    #[arg(long, default_value_t = -1, allow_negative_numbers = true, help_heading = "Provisioning")]
+    #[arg(long, default_value_t = -1, help_heading = "Provisioning")]
     pub volume_name_uuid_length: i64,
 
     /// First retry delay after a failed provision or delete; doubles on each failure.
@@ -73,21 +73,15 @@ pub struct Args {
     pub worker_threads: u64,
 
     /// With delayed binding, request only the selected node's topology.
-    #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true,
-          default_value = "false", default_missing_value = "true", value_parser = parse_go_bool,
-          action = ArgAction::Set, help_heading = "Provisioning")]
+    #[arg(long, help_heading = "Provisioning")]
     pub strict_topology: bool,
 
     /// With immediate binding, request the aggregated cluster topology (false: no requirements).
-    #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true,
-          default_value = "true", default_missing_value = "true", value_parser = parse_go_bool,
-          action = ArgAction::Set, help_heading = "Provisioning")]
+    #[arg(long, default_value = "true", help_heading = "Provisioning")]
     pub immediate_topology: bool,
 
     /// Pass PVC and PV names and namespace to CreateVolume as parameters.
-    #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true,
-          default_value = "false", default_missing_value = "true", value_parser = parse_go_bool,
-          action = ArgAction::Set, help_heading = "Provisioning")]
+    #[arg(long, help_heading = "Provisioning")]
     pub extra_create_metadata: bool,
 
     /// fsType used when the StorageClass names none (empty: none).
@@ -100,15 +94,11 @@ pub struct Args {
     pub default_fstype: String,
 
     /// Set the PV's spec.csi.readOnly when the PVC's only access mode is ReadOnlyMany.
-    #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true,
-          default_value = "false", default_missing_value = "true", value_parser = parse_go_bool,
-          action = ArgAction::Set, help_heading = "Provisioning")]
+    #[arg(long, help_heading = "Provisioning")]
     pub controller_publish_readonly: bool,
 
     /// Refuse snapshot restores that change the volume mode unless the snapshot content allows it.
-    #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true,
-          default_value = "true", default_missing_value = "true", value_parser = parse_go_bool,
-          action = ArgAction::Set, help_heading = "Provisioning")]
+    #[arg(long, default_value = "true", help_heading = "Provisioning")]
     pub prevent_volume_mode_conversion: bool,
 
     /// Workers removing the clone-source protection finalizer. Accepted for compatibility: the
@@ -131,15 +121,11 @@ pub struct Args {
 
     // === Node deployment ===
     /// Run one instance per node (local volumes). Requires the NODE_NAME environment variable.
-    #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true,
-          default_value = "false", default_missing_value = "true", value_parser = parse_go_bool,
-          action = ArgAction::Set, help_heading = "Node deployment")]
+    #[arg(long, help_heading = "Node deployment")]
     pub node_deployment: bool,
 
     /// In node mode, compete for PVCs whose StorageClass uses Immediate binding.
-    #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true,
-          default_value = "true", default_missing_value = "true", value_parser = parse_go_bool,
-          action = ArgAction::Set, help_heading = "Node deployment")]
+    #[arg(long, default_value = "true", help_heading = "Node deployment")]
     pub node_deployment_immediate_binding: bool,
 
     /// Initial wait (and jitter range) before claiming an immediate-binding PVC in node mode.
@@ -167,9 +153,7 @@ pub struct Args {
     pub deleted_node_grace_period: Duration,
 
     /// Also delete PVCs still bound to PVs whose node is gone.
-    #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true,
-          default_value = "false", default_missing_value = "true", value_parser = parse_go_bool,
-          action = ArgAction::Set, help_heading = "Deleted nodes")]
+    #[arg(long, help_heading = "Deleted nodes")]
     pub deleted_node_pvc_cleanup: bool,
 
     // === Operator aids (ours) ===
@@ -180,9 +164,7 @@ pub struct Args {
 
     /// Keep on each claim of this driver the time the last Pod using it went away
     /// (csi-provisioner.rs/unused-since); needs get, list and watch on pods.
-    #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true,
-          default_value = "false", default_missing_value = "true", value_parser = parse_go_bool,
-          action = ArgAction::Set, help_heading = "Operator aids")]
+    #[arg(long, help_heading = "Operator aids")]
     pub track_unused_claims: bool,
 
     // === Kubernetes API ===
@@ -205,21 +187,11 @@ pub struct Args {
     pub master: String,
 
     /// Client-side rate limit (queries per second) of API requests.
-    #[arg(
-        long,
-        default_value_t = 5.0,
-        allow_negative_numbers = true,
-        help_heading = "Kubernetes API"
-    )]
+    #[arg(long, default_value_t = 5.0, help_heading = "Kubernetes API")]
     pub kube_api_qps: f64,
 
     /// Burst of that rate limit.
-    #[arg(
-        long,
-        default_value_t = 10,
-        allow_negative_numbers = true,
-        help_heading = "Kubernetes API"
-    )]
+    #[arg(long, default_value_t = 10, help_heading = "Kubernetes API")]
     pub kube_api_burst: i64,
 
     // === HTTP ===
@@ -246,16 +218,12 @@ pub struct Args {
     pub metrics_path: String,
 
     /// Serve /debug/pprof/ (CPU profile, cmdline) on the HTTP endpoint.
-    #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true,
-          default_value = "false", default_missing_value = "true", value_parser = parse_go_bool,
-          action = ArgAction::Set, help_heading = "HTTP")]
+    #[arg(long, help_heading = "HTTP")]
     pub enable_pprof: bool,
 
     // === Leader election ===
     /// Elect a leader through a Lease so that only one replica works.
-    #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true,
-          default_value = "false", default_missing_value = "true", value_parser = parse_go_bool,
-          action = ArgAction::Set, help_heading = "Leader election")]
+    #[arg(long, help_heading = "Leader election")]
     pub leader_election: bool,
 
     /// Namespace of the Lease (default: POD_NAMESPACE, then the pod's own namespace).
@@ -286,9 +254,7 @@ pub struct Args {
 
     // === Storage capacity ===
     /// Publish CSIStorageCapacity objects.
-    #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true,
-          default_value = "false", default_missing_value = "true", value_parser = parse_go_bool,
-          action = ArgAction::Set, help_heading = "Storage capacity")]
+    #[arg(long, help_heading = "Storage capacity")]
     pub enable_capacity: bool,
 
     /// Workers of the capacity controller.
@@ -296,9 +262,7 @@ pub struct Args {
     pub capacity_threads: u64,
 
     /// Also publish capacity for StorageClasses with Immediate binding.
-    #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true,
-          default_value = "false", default_missing_value = "true", value_parser = parse_go_bool,
-          action = ArgAction::Set, help_heading = "Storage capacity")]
+    #[arg(long, help_heading = "Storage capacity")]
     pub capacity_for_immediate_binding: bool,
 
     /// How often capacity is polled from the driver.
@@ -306,30 +270,15 @@ pub struct Args {
     pub capacity_poll_interval: Duration,
 
     /// Owner of capacity objects: -1 none, 0 the pod, 1 its controller, 2 that one's controller, ...
-    #[arg(
-        long,
-        default_value_t = 1,
-        allow_negative_numbers = true,
-        help_heading = "Storage capacity"
-    )]
+    #[arg(long, default_value_t = 1, help_heading = "Storage capacity")]
     pub capacity_ownerref_level: i64,
 
     /// QPS of the capacity controller's own API client.
-    #[arg(
-        long,
-        default_value_t = 1.0,
-        allow_negative_numbers = true,
-        help_heading = "Storage capacity"
-    )]
+    #[arg(long, default_value_t = 1.0, help_heading = "Storage capacity")]
     pub kube_api_capacity_qps: f32,
 
     /// Burst of the capacity controller's own API client.
-    #[arg(
-        long,
-        default_value_t = 5,
-        allow_negative_numbers = true,
-        help_heading = "Storage capacity"
-    )]
+    #[arg(long, default_value_t = 5, help_heading = "Storage capacity")]
     pub kube_api_capacity_burst: i64,
 
     // === Logging and runtime ===
@@ -362,9 +311,7 @@ pub struct Args {
 
     /// Text format: info messages to stdout, warnings and errors to stderr (upstream refuses
     /// this alpha flag; here it works).
-    #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true,
-          default_value = "false", default_missing_value = "true", value_parser = parse_go_bool,
-          action = ArgAction::Set, help_heading = "Logging")]
+    #[arg(long, help_heading = "Logging")]
     pub log_text_split_stream: bool,
 
     /// Text format: buffer size of info messages with --log-text-split-stream. Accepted, no
@@ -379,9 +326,7 @@ pub struct Args {
 
     /// JSON format: info messages to stdout, errors to stderr (upstream refuses this alpha flag;
     /// here it works).
-    #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true,
-          default_value = "false", default_missing_value = "true", value_parser = parse_go_bool,
-          action = ArgAction::Set, help_heading = "Logging")]
+    #[arg(long, help_heading = "Logging")]
     pub log_json_split_stream: bool,
 
     /// JSON format: buffer size of info messages with --log-json-split-stream. Accepted, no
@@ -395,9 +340,7 @@ pub struct Args {
     pub log_json_info_buffer_size: String,
 
     /// Size GOMAXPROCS from the cgroup CPU quota. Accepted; the Rust runtime always does this.
-    #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true,
-          default_value = "false", default_missing_value = "true", value_parser = parse_go_bool,
-          action = ArgAction::Set, help_heading = "Logging")]
+    #[arg(long, help_heading = "Logging")]
     pub automaxprocs: bool,
 }
 
@@ -447,6 +390,27 @@ impl Args {
             .iter()
             .flat_map(|list| list.0.iter().cloned())
             .collect()
+    }
+}
+
+/// Makes a `bool` field's flag (clap's `SetTrue`) a Go boolean flag: `--flag` alone means true,
+/// `--flag=<BOOL>` takes any value Go's strconv.ParseBool does, and the default is `false` unless
+/// the field names one.
+fn go_bool_flag(arg: Arg) -> Arg {
+    if !matches!(arg.get_action(), ArgAction::SetTrue) {
+        return arg;
+    }
+    let arg = arg
+        .value_name("BOOL")
+        .num_args(0..=1)
+        .require_equals(true)
+        .default_missing_value("true")
+        .value_parser(parse_go_bool)
+        .action(ArgAction::Set);
+    if arg.get_default_values().is_empty() {
+        arg.default_value("false")
+    } else {
+        arg
     }
 }
 
