@@ -89,8 +89,6 @@ pub(crate) enum PatchOutcome<K> {
     Gone,
 }
 
-impl<K> PatchOutcome<K> {}
-
 /// A patch or delete that failed for a reason other than a lost race or a missing object.
 #[derive(Debug, thiserror::Error)]
 #[error(
@@ -175,12 +173,7 @@ pub(crate) fn version_test(meta: &ObjectMeta) -> Option<PatchOperation> {
 /// member created concurrently, so pin the resourceVersion we read.
 fn guard_absent(meta: &ObjectMeta) -> Vec<PatchOperation> {
     let mut ops = guard(meta);
-    if let Some(rv) = &meta.resource_version {
-        ops.push(test_op(
-            meta_path("resourceVersion"),
-            Value::String(rv.clone()),
-        ));
-    }
+    ops.extend(version_test(meta));
     ops
 }
 
@@ -228,7 +221,7 @@ pub(crate) fn remove_finalizer_step(meta: &ObjectMeta, finalizer: &str) -> Step 
     ]);
     let mut ops = guard(meta);
     ops.push(test_op(path.clone(), Value::String(finalizer.to_owned())));
-    ops.push(PatchOperation::Remove(RemoveOperation { path }));
+    ops.push(remove_op(path));
     Step::Write(json_patch::Patch(ops))
 }
 
@@ -267,9 +260,7 @@ pub(crate) fn remove_annotation_step(meta: &ObjectMeta, key: &str) -> Step {
         return Step::AlreadyDone;
     }
     let mut ops = guard(meta);
-    ops.push(PatchOperation::Remove(RemoveOperation {
-        path: annotation_path(key),
-    }));
+    ops.push(remove_op(annotation_path(key)));
     Step::Write(json_patch::Patch(ops))
 }
 
@@ -283,7 +274,7 @@ pub(crate) fn remove_annotation_if_step(meta: &ObjectMeta, key: &str, value: &st
     let path = annotation_path(key);
     let mut ops = guard(meta);
     ops.push(test_op(path.clone(), Value::String(value.to_owned())));
-    ops.push(PatchOperation::Remove(RemoveOperation { path }));
+    ops.push(remove_op(path));
     Step::Write(json_patch::Patch(ops))
 }
 

@@ -27,14 +27,7 @@ where
 {
     let plural = K::plural(&()).into_owned();
     let refused = crate::sync::lock(&PATCH_REFUSED).contains(&plural);
-    let has = obj
-        .meta()
-        .finalizers
-        .as_deref()
-        .unwrap_or_default()
-        .iter()
-        .any(|f| f == finalizer);
-    if refused || !has {
+    if refused || !obj.finalizers().iter().any(|f| f == finalizer) {
         return remove_finalizer(api, obj, finalizer).await;
     }
     let mut meta = serde_json::Map::new();
