@@ -100,18 +100,7 @@ impl EventSource {
 
 /// A random RFC 4122 version-4 UUID, for [`EventSource::provisioner_lib`]'s per-process id.
 pub(crate) fn random_uuid() -> String {
-    let mut b: [u8; 16] = rand::random();
-    b[6] = (b[6] & 0x0f) | 0x40;
-    b[8] = (b[8] & 0x3f) | 0x80;
-    let h = |r: std::ops::Range<usize>| b[r].iter().map(|x| format!("{x:02x}")).collect::<String>();
-    format!(
-        "{}-{}-{}-{}-{}",
-        h(0..4),
-        h(4..6),
-        h(6..8),
-        h(8..10),
-        h(10..16)
-    )
+    uuid::Uuid::new_v4().to_string()
 }
 
 /// One event to record about an object.
@@ -303,14 +292,11 @@ impl Recorder {
         metrics: EventQueueMetrics,
     ) -> Self {
         let queue = Arc::new(EventQueue::new(metrics));
-        let sender = Self::new(client.clone(), source.clone());
-        let correlator = sender.correlator.clone();
-        tokio::spawn(send_queued(sender, queue.clone(), bucket));
+        let sender = Self::new(client, source);
+        tokio::spawn(send_queued(sender.clone(), queue.clone(), bucket));
         Self {
-            client,
-            source: Arc::new(source),
-            correlator,
             queue: Some(queue),
+            ..sender
         }
     }
 
