@@ -231,29 +231,28 @@ impl PluginCapabilities {
         use v1::plugin_capability::{Type as Capability, service, volume_expansion};
         let mut caps = Self::default();
         for capability in &response.capabilities {
-            match &capability.r#type {
+            let flag = match &capability.r#type {
                 Some(Capability::Service(s)) => match service::Type::try_from(s.r#type) {
-                    Ok(service::Type::ControllerService) => caps.controller_service = true,
+                    Ok(service::Type::ControllerService) => &mut caps.controller_service,
                     Ok(service::Type::VolumeAccessibilityConstraints) => {
-                        caps.volume_accessibility_constraints = true;
+                        &mut caps.volume_accessibility_constraints
                     }
-                    Ok(service::Type::GroupControllerService) => {
-                        caps.group_controller_service = true
-                    }
+                    Ok(service::Type::GroupControllerService) => &mut caps.group_controller_service,
                     Ok(service::Type::SnapshotMetadataService) => {
-                        caps.snapshot_metadata_service = true
+                        &mut caps.snapshot_metadata_service
                     }
-                    Ok(service::Type::Unknown) | Err(_) => {}
+                    Ok(service::Type::Unknown) | Err(_) => continue,
                 },
                 Some(Capability::VolumeExpansion(e)) => {
                     match volume_expansion::Type::try_from(e.r#type) {
-                        Ok(volume_expansion::Type::Online) => caps.online_expansion = true,
-                        Ok(volume_expansion::Type::Offline) => caps.offline_expansion = true,
-                        Ok(volume_expansion::Type::Unknown) | Err(_) => {}
+                        Ok(volume_expansion::Type::Online) => &mut caps.online_expansion,
+                        Ok(volume_expansion::Type::Offline) => &mut caps.offline_expansion,
+                        Ok(volume_expansion::Type::Unknown) | Err(_) => continue,
                     }
                 }
-                None => {}
-            }
+                None => continue,
+            };
+            *flag = true;
         }
         caps
     }
