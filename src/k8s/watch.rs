@@ -269,40 +269,12 @@ where
             (tx, ReceiverStream::new(rx))
         })
         .unzip();
-    let open = move |streaming: bool| {
-        let config = if streaming {
-            config.clone().streaming_lists()
-        } else {
-            config.clone()
-        };
-        watcher(api.clone(), config)
-            .default_backoff()
-            .modify(strip::<K>)
-            .boxed()
-    };
     let task = tokio::spawn(
         async move {
-            let mut streaming = !WATCH_LIST_REFUSED.load(Ordering::Relaxed);
-            let mut listed = false;
-            let mut stream = open(streaming);
-            while let Some(event) = stream.next().await {
-                let event = match event {
-                    Ok(event) => event,
-                    Err(e) if streaming && !listed && refuses_watch_list(&e) => {
-                        info!(error = %describe_watch(&e), "the API server does not stream lists (WatchList); listing {what} in pages");
-                        WATCH_LIST_REFUSED.store(true, Ordering::Relaxed);
-                        streaming = false;
-                        stream = open(false);
-                        continue;
-                    }
-                    Err(e) => {
-                        // The watcher re-lists by itself (410 Gone included); worth a line only.
-                        warn!(error = %describe_watch(&e), "watch of {what} failed; retrying with backoff");
-                        continue;
-                    }
-                };
-                listed |= matches!(event, watcher::Event::InitDone);
-                let Some(event) = scope_event(event, &shape) else {
+            let events = watch_events(api, config, what);
+            futures::pin_mut!(events);
+            while let Some(event) = events.next().await {
+                let Some(event) = scope_event(event.modify(strip::<K>), &shape) else {
                     continue;
                 };
                 // The cache first, so a controller woken by the change finds it there.
@@ -357,6 +329,7 @@ where
                         stream = open(false);
                     }
                     Err(e) => {
+                        // The watcher re-lists by itself (410 Gone included); worth a line only.
                         warn!(error = %describe_watch(&e), "watch of {what} failed; retrying with backoff")
                     }
                 }
