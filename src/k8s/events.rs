@@ -340,6 +340,15 @@ impl Recorder {
             spare_token(gate).await;
         }
         let api: Api<Event> = Api::namespaced(self.client.clone(), &event_namespace(object));
+        let create = async |name: &str, count, first, last| {
+            let event = build_event(source, object, &spec, name, count, first, last);
+            match api.create(&PostParams::default(), &event).await {
+                Ok(_) => Ok(()),
+                // A concurrent publish of the same event created it first: nothing lost.
+                Err(err) if classify(&err) == ApiErrorClass::AlreadyExists => Ok(()),
+                Err(err) => Err(err),
+            }
+        };
         let result = match decision {
             Decision::Suppress => return,
             Decision::Create {
@@ -347,10 +356,7 @@ impl Recorder {
                 count,
                 first,
                 last,
-            } => {
-                self.create(source, &api, object, &spec, &name, count, first, last)
-                    .await
-            }
+            } => create(&name, count, first, last).await,
             Decision::Update {
                 name,
                 count,
@@ -370,8 +376,7 @@ impl Recorder {
                     // Expired or deleted meanwhile: write it again under the same name.
                     Err(err) if classify(&err) == ApiErrorClass::NotFound => {
                         spare_token(gate).await;
-                        self.create(source, &api, object, &spec, &name, count, first, last)
-                            .await
+                        create(&name, count, first, last).await
                     }
                     Err(err) => Err(err),
                 }
@@ -419,27 +424,6 @@ impl Recorder {
             return;
         }
         crate::sync::lock(&self.correlator).end_episode(key);
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    async fn create(
-        &self,
-        source: &EventSource,
-        api: &Api<Event>,
-        object: &ObjectReference,
-        spec: &EventSpec,
-        name: &str,
-        count: i32,
-        first: Timestamp,
-        last: Timestamp,
-    ) -> Result<(), kube::Error> {
-        let event = build_event(source, object, spec, name, count, first, last);
-        match api.create(&PostParams::default(), &event).await {
-            Ok(_) => Ok(()),
-            // A concurrent publish of the same event created it first: nothing lost.
-            Err(err) if classify(&err) == ApiErrorClass::AlreadyExists => Ok(()),
-            Err(err) => Err(err),
-        }
     }
 }
 
