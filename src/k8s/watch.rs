@@ -204,12 +204,7 @@ where
     F: Fn(&mut K) -> bool + Send + Sync + 'static,
 {
     let (store, writer) = crate::k8s::cache::cache();
-    let (streams, task) = spawn_watch(api, config, what, subscribers, shape, writer);
-    Watched {
-        store,
-        streams,
-        task,
-    }
+    spawn_watch(api, config, what, subscribers, shape, writer, store)
 }
 
 /// Like [`watch_shared`], but `shape` runs on every object after [`strip`]: it may strip more, and
@@ -230,32 +225,22 @@ where
     F: Fn(&mut K) -> bool + Send + Sync + 'static,
 {
     let (store, writer) = reflector::store();
-    let (streams, task) = spawn_watch(
-        api,
-        config,
-        what,
-        subscribers,
-        shape,
-        (writer, store.clone()),
-    );
-    Watched {
-        store,
-        streams,
-        task,
-    }
+    let sink = (writer, store.clone());
+    spawn_watch(api, config, what, subscribers, shape, sink, store)
 }
 
 /// The task behind [`watch_shared_scoped`] and [`watch_lean_scoped`]: watches `api` (streamed
 /// list first, paged list where refused), strips and shapes each object, applies it to `sink`
-/// and announces what changed to `subscribers` streams.
-fn spawn_watch<K, S, F, W>(
+/// and announces what changed to `subscribers` streams; `store` reads what `sink` writes.
+fn spawn_watch<K, S, F, W, R>(
     api: Api<K>,
     config: watcher::Config,
     what: &'static str,
     subscribers: usize,
     shape: F,
     mut sink: W,
-) -> (Vec<ReceiverStream<Arc<S>>>, JoinHandle<()>)
+    store: R,
+) -> Watched<S, R>
 where
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
     K::DynamicType: Default,
@@ -288,7 +273,11 @@ where
         }
         .instrument(info_span!("watch", resource = what)),
     );
-    (streams, task)
+    Watched {
+        store,
+        streams,
+        task,
+    }
 }
 
 /// A watch of `api` that keeps no store: the watcher's events, the initial list streamed with the
