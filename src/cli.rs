@@ -9,6 +9,7 @@
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
+use std::str::FromStr;
 use std::time::Duration;
 
 use clap::{Arg, ArgAction, CommandFactory, Parser};
@@ -293,7 +294,7 @@ pub struct Args {
     pub v: u32,
 
     /// Log format: text or json.
-    #[arg(long, value_name = "FORMAT", default_value = "text", value_parser = parse_log_format,
+    #[arg(long, value_name = "FORMAT", default_value = "text", value_parser = LogFormat::from_str,
           help_heading = "Logging")]
     pub logging_format: LogFormat,
 
@@ -505,10 +506,6 @@ pub fn parse_labels(text: &str) -> Result<LabelList, String> {
         })
         .collect::<Result<_, _>>()
         .map(LabelList)
-}
-
-fn parse_log_format(text: &str) -> Result<LogFormat, String> {
-    text.parse()
 }
 
 mod gates;
