@@ -151,19 +151,8 @@ pub(crate) struct BacklogMetrics {
     pub(crate) ledger_intents: std::sync::Arc<std::sync::atomic::AtomicI64>,
 }
 
-/// Labels of `csi_provisioner_retries_total`.
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub(crate) struct ControllerLabels {
-    /// `provisioning` or `deletion`.
-    pub controller: String,
-}
-
-/// Labels of `csi_provisioner_volumes_stuck`.
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub(crate) struct StuckLabels {
-    /// `Released` or `Terminating`.
-    pub state: String,
-}
+/// The label set of a family with one label: its name and value.
+pub(crate) type OneLabel = [(&'static str, String); 1];
 
 /// How long a PV may stay Released or Terminating before it counts as stuck.
 pub(crate) const STUCK_AFTER: std::time::Duration = std::time::Duration::from_secs(10 * 60);
@@ -182,11 +171,12 @@ pub(crate) struct OperatorMetrics {
     pub claim_to_bound: Histogram,
     /// `csi_provisioner_claims_pending`: claims of the driver not bound yet (counted at scrape).
     pub claims_pending: Gauge,
-    /// `csi_provisioner_retries_total`: reconciles that failed and were queued again.
-    pub retries: Family<ControllerLabels, Counter>,
+    /// `csi_provisioner_retries_total`: reconciles that failed and were queued again, by
+    /// `controller` (`provisioning` or `deletion`).
+    pub retries: Family<OneLabel, Counter>,
     /// `csi_provisioner_volumes_stuck`: PVs of the driver Released or Terminating for longer than
-    /// [`STUCK_AFTER`] (counted at scrape).
-    pub volumes_stuck: Family<StuckLabels, Gauge>,
+    /// [`STUCK_AFTER`] (counted at scrape), by `state` (`Released` or `Terminating`).
+    pub volumes_stuck: Family<OneLabel, Gauge>,
     /// `csi_provisioner_intent_volumes_kept_total`: volumes of abandoned provisionings kept
     /// because whether the user chose to keep them could not be told.
     pub intent_volumes_kept: Counter,
@@ -211,33 +201,22 @@ impl Default for OperatorMetrics {
 impl OperatorMetrics {
     /// One failed reconcile of `controller`, queued again.
     pub(crate) fn retried(&self, controller: &str) {
-        self.retries
-            .get_or_create(&ControllerLabels {
-                controller: controller.to_owned(),
-            })
-            .inc();
+        let labels = [("controller", controller.to_owned())];
+        self.retries.get_or_create(&labels).inc();
     }
 
     /// Sets the stuck-volume gauge of `state`.
     pub(crate) fn set_stuck(&self, state: &str, count: i64) {
-        self.volumes_stuck
-            .get_or_create(&StuckLabels {
-                state: state.to_owned(),
-            })
-            .set(count);
+        let labels = [("state", state.to_owned())];
+        self.volumes_stuck.get_or_create(&labels).set(count);
     }
-}
-
-/// Labels of `promhttp_metric_handler_requests_total`.
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct CodeLabels {
-    code: String,
 }
 
 /// client_golang's `promhttp.InstrumentMetricHandler` families, which upstream serves.
 #[derive(Debug, Clone, Default)]
 struct HandlerMetrics {
-    requests: Family<CodeLabels, Counter>,
+    /// By `code`, the HTTP status.
+    requests: Family<OneLabel, Counter>,
     in_flight: Gauge,
 }
 
@@ -297,9 +276,7 @@ impl Metrics {
         );
         // client_golang creates these three codes up front.
         for code in ["200", "500", "503"] {
-            let _ = handler.requests.get_or_create(&CodeLabels {
-                code: code.to_owned(),
-            });
+            let _ = handler.requests.get_or_create(&[("code", code.to_owned())]);
         }
         let provision = ProvisionMetrics::default();
         let delete = DeleteMetrics::default();
@@ -424,12 +401,8 @@ impl Metrics {
         let body = self.encode(format);
         self.handler.in_flight.dec();
         let code = if body.is_ok() { "200" } else { "500" };
-        self.handler
-            .requests
-            .get_or_create(&CodeLabels {
-                code: code.to_owned(),
-            })
-            .inc();
+        let labels = [("code", code.to_owned())];
+        self.handler.requests.get_or_create(&labels).inc();
         body
     }
 }
