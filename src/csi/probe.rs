@@ -2,7 +2,6 @@
 //! node-deployment mode NodeGetInfo, condensed into [`DriverInfo`].
 
 use std::collections::BTreeMap;
-use std::fmt;
 use std::time::Duration;
 
 use tokio::sync::watch;
@@ -129,31 +128,6 @@ pub struct NodeInfo {
     pub accessible_topology: BTreeMap<String, String>,
 }
 
-/// A capability the provisioner cannot work without.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum MissingCapability {
-    /// Plugin capability CONTROLLER_SERVICE.
-    ControllerService,
-    /// Controller capability CREATE_DELETE_VOLUME.
-    CreateDeleteVolume,
-}
-
-impl fmt::Display for MissingCapability {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        // The first clause is upstream's text; the rest says what to do about it.
-        f.write_str(match self {
-            MissingCapability::ControllerService => {
-                "plugin CONTROLLER_SERVICE capability is not reported; point --csi-address at the \
-                 driver's controller plugin (not its node-only plugin)"
-            }
-            MissingCapability::CreateDeleteVolume => {
-                "controller CREATE_DELETE_VOLUME capability is not reported; this driver cannot create \
-                 volumes, so remove the csi-provisioner sidecar or enable provisioning in the driver"
-            }
-        })
-    }
-}
-
 /// Why the handshake failed. Every variant is fatal for start-up.
 #[derive(Debug, thiserror::Error)]
 pub enum HandshakeError {
@@ -187,9 +161,21 @@ pub enum HandshakeError {
          (for example \"hostpath.csi.k8s.io\")"
     )]
     EmptyDriverName,
-    /// The driver cannot provision volumes.
-    #[error("CSI driver does not support dynamic provisioning: {0}")]
-    NotAProvisioner(MissingCapability),
+    // The driver cannot provision volumes. Up to the `;`, upstream's text; then what to do.
+    /// No plugin capability CONTROLLER_SERVICE.
+    #[error(
+        "CSI driver does not support dynamic provisioning: plugin CONTROLLER_SERVICE capability is \
+         not reported; point --csi-address at the driver's controller plugin (not its node-only \
+         plugin)"
+    )]
+    NoControllerService,
+    /// No controller capability CREATE_DELETE_VOLUME.
+    #[error(
+        "CSI driver does not support dynamic provisioning: controller CREATE_DELETE_VOLUME \
+         capability is not reported; this driver cannot create volumes, so remove the \
+         csi-provisioner sidecar or enable provisioning in the driver"
+    )]
+    NoCreateDeleteVolume,
 }
 
 impl HandshakeError {
@@ -212,14 +198,10 @@ impl DriverInfo {
     /// Refuses drivers that cannot provision: no CONTROLLER_SERVICE or no CREATE_DELETE_VOLUME.
     pub fn require_provisioning(&self) -> Result<(), HandshakeError> {
         if !self.plugin.controller_service {
-            return Err(HandshakeError::NotAProvisioner(
-                MissingCapability::ControllerService,
-            ));
+            return Err(HandshakeError::NoControllerService);
         }
         if !self.controller.create_delete_volume {
-            return Err(HandshakeError::NotAProvisioner(
-                MissingCapability::CreateDeleteVolume,
-            ));
+            return Err(HandshakeError::NoCreateDeleteVolume);
         }
         Ok(())
     }
