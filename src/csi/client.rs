@@ -96,16 +96,6 @@ impl GrpcCsi {
         }
     }
 
-    /// The per-call deadline.
-    pub fn timeout(&self) -> Duration {
-        self.timeout
-    }
-
-    /// The metrics handle calls are recorded in.
-    pub fn metrics(&self) -> &OperationMetrics {
-        &self.metrics
-    }
-
     /// `Identity.Probe`.
     pub async fn probe(&self) -> CsiResult<v1::ProbeResponse> {
         self.unary(
