@@ -459,15 +459,11 @@ pub(crate) async fn apply_change<K: Object>(
     let plural = K::plural(&()).into_owned();
     let refused = crate::sync::lock(&PATCH_REFUSED).contains(&plural);
     if !refused {
-        let params = PatchParams::default();
-        let sent = match change {
-            Change::Json(patch) => {
-                api.patch(name, &params, &Patch::Json::<()>(patch.clone()))
-                    .await
-            }
-            Change::Merge(patch) => api.patch(name, &params, &Patch::Merge(patch)).await,
+        let patch = match change {
+            Change::Json(patch) => Patch::Json(patch.clone()),
+            Change::Merge(patch) => Patch::Merge(patch),
         };
-        match sent {
+        match api.patch(name, &PatchParams::default(), &patch).await {
             Err(kube::Error::Api(status)) if status.code == 403 => {
                 let first = crate::sync::lock(&PATCH_REFUSED).insert(plural.clone());
                 if first {

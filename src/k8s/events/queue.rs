@@ -264,9 +264,8 @@ pub(super) async fn spare_token(gate: Option<(&TokenBucket, &(dyn Fn() -> bool +
     let Some((bucket, urgent)) = gate else { return };
     let deadline = tokio::time::Instant::now() + MAX_SPARE_WAIT;
     loop {
-        let wait = match bucket.try_acquire_spare() {
-            Ok(()) => return,
-            Err(wait) => wait,
+        let Err(wait) = bucket.try_acquire_spare() else {
+            return;
         };
         if tokio::time::Instant::now() >= deadline && urgent() {
             break;
