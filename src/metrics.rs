@@ -200,17 +200,7 @@ struct HandlerMetrics {
     in_flight: Gauge,
 }
 
-/// Runs before each scrape (refreshes gauges counted from the caches).
-struct ScrapeHook(Box<dyn Fn() + Send + Sync>);
-
-impl std::fmt::Debug for ScrapeHook {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("ScrapeHook")
-    }
-}
-
 /// The process's metrics: the registry and the handles of the families registered here.
-#[derive(Debug)]
 pub(crate) struct Metrics {
     registry: Registry,
     /// PVC provisioning outcomes.
@@ -226,7 +216,8 @@ pub(crate) struct Metrics {
     /// client-go's work-queue families.
     pub(crate) work_queues: WorkQueueMetrics,
     handler: HandlerMetrics,
-    before_scrape: OnceLock<ScrapeHook>,
+    /// Runs before each scrape (refreshes gauges counted from the caches).
+    before_scrape: OnceLock<Box<dyn Fn() + Send + Sync>>,
 }
 
 impl Default for Metrics {
@@ -338,7 +329,7 @@ impl Metrics {
     /// Sets what runs before every scrape, once the caches it counts from exist (later calls are
     /// ignored: there is one set of caches per process).
     pub(crate) fn on_scrape(&self, refresh: impl Fn() + Send + Sync + 'static) {
-        let _ = self.before_scrape.set(ScrapeHook(Box::new(refresh)));
+        let _ = self.before_scrape.set(Box::new(refresh));
     }
 
     /// The registry, for other modules to register their families at start-up.
@@ -354,7 +345,7 @@ impl Metrics {
 
     /// Every family in `format`, sorted by name.
     pub(crate) fn encode(&self, format: Format) -> Result<String, std::fmt::Error> {
-        if let Some(ScrapeHook(refresh)) = self.before_scrape.get() {
+        if let Some(refresh) = self.before_scrape.get() {
             refresh();
         }
         let mut out = String::new();
