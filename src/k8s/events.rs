@@ -259,14 +259,6 @@ pub(crate) struct Recorder {
     queue: Option<Arc<EventQueue>>,
 }
 
-impl std::fmt::Debug for Recorder {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Recorder")
-            .field("source", &self.source)
-            .finish_non_exhaustive()
-    }
-}
-
 impl Recorder {
     /// A recorder reporting as `source`.
     pub(crate) fn new(client: Client, source: EventSource) -> Self {
