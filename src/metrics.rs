@@ -220,12 +220,6 @@ pub(crate) struct Metrics {
     before_scrape: OnceLock<Box<dyn Fn() + Send + Sync>>,
 }
 
-impl Default for Metrics {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
 impl Metrics {
     /// A registry with the provisioning and deletion families registered, and those every
     /// upstream scrape shows: meta, work-queue, process and metrics-handler families.
