@@ -329,11 +329,10 @@ pub async fn handshake(
         ControllerCapabilities::default()
     };
     let node = if options.node_deployment {
-        let response = csi
-            .node_get_info()
+        csi.node_get_info()
             .await
-            .map_err(|s| HandshakeError::call(method::NODE_GET_INFO, &s))?;
-        Some(NodeInfo::from_response(response))
+            .map(|r| Some(NodeInfo::from_response(r)))
+            .map_err(|s| HandshakeError::call(method::NODE_GET_INFO, &s))?
     } else {
         None
     };
