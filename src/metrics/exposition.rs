@@ -195,8 +195,7 @@ impl Family<'_> {
             if line.starts_with("# HELP ") {
                 let _ = writeln!(out, "# HELP {} {}", self.name, self.help);
             } else {
-                out.push_str(line);
-                out.push('\n');
+                let _ = writeln!(out, "{line}");
             }
         }
     }
