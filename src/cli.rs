@@ -9,9 +9,10 @@
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
+use std::str::FromStr;
 use std::time::Duration;
 
-use clap::{ArgAction, CommandFactory, Parser};
+use clap::{Arg, ArgAction, CommandFactory, Parser};
 
 use crate::gofmt::{parse_go_bool, parse_go_duration};
 use crate::telemetry::LogFormat;
@@ -25,7 +26,9 @@ pub const PROGRAM: &str = "csi-provisioner";
 
 /// Every command-line flag. Names, types and defaults follow the upstream Go sidecar
 /// (`shared/reference/upstream-external-provisioner.md` §1); only the last two flags of the
-/// "Deleted nodes" group are ours.
+/// "Deleted nodes" group are ours. Every `bool` flag takes Go's forms ([`go_bool_flag`]) and every
+/// flag is listed in `--help` under its section ([`SECTIONS`]). Values reach clap attached
+/// (`--name=-1`, see [`normalize_args`]), so negative numbers need no setting.
 #[derive(Debug, Clone, PartialEq, Parser)]
 #[command(
     name = PROGRAM,
@@ -33,371 +36,258 @@ pub const PROGRAM: &str = "csi-provisioner";
     disable_version_flag = true,
     // Go flag semantics: repeating a flag replaces its earlier value.
     args_override_self = true,
-    max_term_width = 110
+    max_term_width = 110,
+    mut_args = go_flags()
 )]
 pub struct Args {
     /// Print "csi-provisioner <version>" and exit.
-    #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true,
-          default_value = "false", default_missing_value = "true", value_parser = parse_go_bool,
-          action = ArgAction::Set)]
+    #[arg(long)]
     pub version: bool,
 
     // === CSI driver ===
     /// CSI endpoint: a socket path or unix:///path.
-    #[arg(long, default_value = "/run/csi/socket", help_heading = "CSI driver")]
+    #[arg(long, default_value = "/run/csi/socket")]
     pub csi_address: String,
 
     /// Deadline of every CSI call (CreateVolume, DeleteVolume, Probe, ...).
-    #[arg(long, default_value = "10s", value_name = "DURATION", value_parser = parse_go_duration, help_heading = "CSI driver")]
+    #[arg(long, default_value = "10s", value_name = "DURATION", value_parser = parse_go_duration)]
     pub timeout: Duration,
 
     // === Provisioning ===
     /// Prefix of PV names: <prefix>-<PVC UID>.
-    #[arg(long, default_value = "pvc", help_heading = "Provisioning")]
+    #[arg(long, default_value = "pvc")]
     pub volume_name_prefix: String,
 
     /// -1 keeps the full PVC UID in PV names; 1..32 strips dashes and keeps that many characters.
-    #[arg(long, default_value_t = -1, allow_negative_numbers = true, help_heading = "Provisioning")]
+    #[arg(long, default_value_t = -1)]
     pub volume_name_uuid_length: i64,
 
     /// First retry delay after a failed provision or delete; doubles on each failure.
-    #[arg(long, default_value = "1s", value_name = "DURATION", value_parser = parse_go_duration, help_heading = "Provisioning")]
+    #[arg(long, default_value = "1s", value_name = "DURATION", value_parser = parse_go_duration)]
     pub retry_interval_start: Duration,
 
     /// Cap on the retry delay.
-    #[arg(long, default_value = "5m0s", value_name = "DURATION", value_parser = parse_go_duration, help_heading = "Provisioning")]
+    #[arg(long, default_value = "5m0s", value_name = "DURATION", value_parser = parse_go_duration)]
     pub retry_interval_max: Duration,
 
     /// Concurrent provision workers, and as many delete workers.
-    #[arg(long, default_value_t = 100, help_heading = "Provisioning")]
+    #[arg(long, default_value_t = 100)]
     pub worker_threads: u64,
 
     /// With delayed binding, request only the selected node's topology.
-    #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true,
-          default_value = "false", default_missing_value = "true", value_parser = parse_go_bool,
-          action = ArgAction::Set, help_heading = "Provisioning")]
+    #[arg(long)]
     pub strict_topology: bool,
 
     /// With immediate binding, request the aggregated cluster topology (false: no requirements).
-    #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true,
-          default_value = "true", default_missing_value = "true", value_parser = parse_go_bool,
-          action = ArgAction::Set, help_heading = "Provisioning")]
+    #[arg(long, default_value = "true")]
     pub immediate_topology: bool,
 
     /// Pass PVC and PV names and namespace to CreateVolume as parameters.
-    #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true,
-          default_value = "false", default_missing_value = "true", value_parser = parse_go_bool,
-          action = ArgAction::Set, help_heading = "Provisioning")]
+    #[arg(long)]
     pub extra_create_metadata: bool,
 
     /// fsType used when the StorageClass names none (empty: none).
-    #[arg(
-        long,
-        default_value = "",
-        hide_default_value = true,
-        help_heading = "Provisioning"
-    )]
+    #[arg(long, default_value = "", hide_default_value = true)]
     pub default_fstype: String,
 
     /// Set the PV's spec.csi.readOnly when the PVC's only access mode is ReadOnlyMany.
-    #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true,
-          default_value = "false", default_missing_value = "true", value_parser = parse_go_bool,
-          action = ArgAction::Set, help_heading = "Provisioning")]
+    #[arg(long)]
     pub controller_publish_readonly: bool,
 
     /// Refuse snapshot restores that change the volume mode unless the snapshot content allows it.
-    #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true,
-          default_value = "true", default_missing_value = "true", value_parser = parse_go_bool,
-          action = ArgAction::Set, help_heading = "Provisioning")]
+    #[arg(long, default_value = "true")]
     pub prevent_volume_mode_conversion: bool,
 
     /// Workers removing the clone-source protection finalizer. Accepted for compatibility: the
     /// claim workers (--worker-threads) release it here, so no separate pool is needed (and 0
     /// does not stop the release, as it does upstream).
-    #[arg(long, default_value_t = 1, help_heading = "Provisioning")]
+    #[arg(long, default_value_t = 1)]
     pub cloning_protection_threads: u64,
 
     /// Period of the sweep for orphaned snapshot protection finalizers; 0 disables it.
-    #[arg(long, default_value = "5m0s", value_name = "DURATION", value_parser = parse_go_duration, help_heading = "Provisioning")]
+    #[arg(long, default_value = "5m0s", value_name = "DURATION", value_parser = parse_go_duration)]
     pub snapshot_orphan_sweep_interval: Duration,
 
     /// Feature gates, Key=bool,... (Topology, VolumeAttributesClass, CrossNamespaceVolumeDataSource,
     /// ReleaseLeaderElectionOnExit, MutableCSINodeAllocatableCount, HonorPVReclaimPolicy=true,
     /// AllAlpha, AllBeta; the API server gates upstream's binary also accepts are accepted and
     /// have no effect).
-    #[arg(long, value_name = "GATES", value_parser = parse_feature_gates, action = ArgAction::Append,
-          help_heading = "Provisioning")]
+    #[arg(long, value_name = "GATES", value_parser = parse_feature_gates, action = ArgAction::Append)]
     pub feature_gates: Vec<FeatureGateList>,
 
     // === Node deployment ===
     /// Run one instance per node (local volumes). Requires the NODE_NAME environment variable.
-    #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true,
-          default_value = "false", default_missing_value = "true", value_parser = parse_go_bool,
-          action = ArgAction::Set, help_heading = "Node deployment")]
+    #[arg(long)]
     pub node_deployment: bool,
 
     /// In node mode, compete for PVCs whose StorageClass uses Immediate binding.
-    #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true,
-          default_value = "true", default_missing_value = "true", value_parser = parse_go_bool,
-          action = ArgAction::Set, help_heading = "Node deployment")]
+    #[arg(long, default_value = "true")]
     pub node_deployment_immediate_binding: bool,
 
     /// Initial wait (and jitter range) before claiming an immediate-binding PVC in node mode.
-    #[arg(long, default_value = "20s", value_name = "DURATION", value_parser = parse_go_duration, help_heading = "Node deployment")]
+    #[arg(long, default_value = "20s", value_name = "DURATION", value_parser = parse_go_duration)]
     pub node_deployment_base_delay: Duration,
 
     /// Cap on that wait.
-    #[arg(long, default_value = "1m0s", value_name = "DURATION", value_parser = parse_go_duration, help_heading = "Node deployment")]
+    #[arg(long, default_value = "1m0s", value_name = "DURATION", value_parser = parse_go_duration)]
     pub node_deployment_max_delay: Duration,
 
     /// (ours, retired) Intents now always go to the node's Lease ledger: a journal an earlier
     /// version kept in this directory is taken into it at start-up. Remove the flag once logged.
-    #[arg(
-        long,
-        default_value = "",
-        value_name = "DIR",
-        help_heading = "Node deployment"
-    )]
+    #[arg(long, default_value = "", value_name = "DIR")]
     pub node_deployment_intent_journal: String,
 
     // === Deleted nodes (ours) ===
     /// How long a node must have been gone before DeleteVolume for its volumes is answered as
     /// already deleted.
-    #[arg(long, default_value = "5m0s", value_name = "DURATION", value_parser = parse_go_duration, help_heading = "Deleted nodes")]
+    #[arg(long, default_value = "5m0s", value_name = "DURATION", value_parser = parse_go_duration)]
     pub deleted_node_grace_period: Duration,
 
     /// Also delete PVCs still bound to PVs whose node is gone.
-    #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true,
-          default_value = "false", default_missing_value = "true", value_parser = parse_go_bool,
-          action = ArgAction::Set, help_heading = "Deleted nodes")]
+    #[arg(long)]
     pub deleted_node_pvc_cleanup: bool,
 
     // === Operator aids (ours) ===
     /// Run the audit (as `csi-provisioner audit`) this often and export its counts as metrics;
     /// 0 turns it off.
-    #[arg(long, default_value = "0s", value_name = "DURATION", value_parser = parse_go_duration, help_heading = "Operator aids")]
+    #[arg(long, default_value = "0s", value_name = "DURATION", value_parser = parse_go_duration)]
     pub audit_interval: Duration,
 
     /// Keep on each claim of this driver the time the last Pod using it went away
     /// (csi-provisioner.rs/unused-since); needs get, list and watch on pods.
-    #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true,
-          default_value = "false", default_missing_value = "true", value_parser = parse_go_bool,
-          action = ArgAction::Set, help_heading = "Operator aids")]
+    #[arg(long)]
     pub track_unused_claims: bool,
 
     // === Kubernetes API ===
     /// Path to a kubeconfig (out of cluster). The KUBECONFIG environment variable overrides it.
-    #[arg(
-        long,
-        default_value = "",
-        hide_default_value = true,
-        help_heading = "Kubernetes API"
-    )]
+    #[arg(long, default_value = "", hide_default_value = true)]
     pub kubeconfig: String,
 
     /// API server URL (out of cluster), alone or with --kubeconfig.
-    #[arg(
-        long,
-        default_value = "",
-        hide_default_value = true,
-        help_heading = "Kubernetes API"
-    )]
+    #[arg(long, default_value = "", hide_default_value = true)]
     pub master: String,
 
     /// Client-side rate limit (queries per second) of API requests.
-    #[arg(
-        long,
-        default_value_t = 5.0,
-        allow_negative_numbers = true,
-        help_heading = "Kubernetes API"
-    )]
+    #[arg(long, default_value_t = 5.0)]
     pub kube_api_qps: f64,
 
     /// Burst of that rate limit.
-    #[arg(
-        long,
-        default_value_t = 10,
-        allow_negative_numbers = true,
-        help_heading = "Kubernetes API"
-    )]
+    #[arg(long, default_value_t = 10)]
     pub kube_api_burst: i64,
 
     // === HTTP ===
     /// Address of the HTTP server for metrics and health checks (e.g. :8080); empty disables it.
-    #[arg(
-        long,
-        default_value = "",
-        hide_default_value = true,
-        help_heading = "HTTP"
-    )]
+    #[arg(long, default_value = "", hide_default_value = true)]
     pub http_endpoint: String,
 
     /// Deprecated metrics-only address; cannot be combined with --http-endpoint.
-    #[arg(
-        long,
-        default_value = "",
-        hide_default_value = true,
-        help_heading = "HTTP"
-    )]
+    #[arg(long, default_value = "", hide_default_value = true)]
     pub metrics_address: String,
 
     /// HTTP path of the Prometheus metrics.
-    #[arg(long, default_value = "/metrics", help_heading = "HTTP")]
+    #[arg(long, default_value = "/metrics")]
     pub metrics_path: String,
 
     /// Serve /debug/pprof/ (CPU profile, cmdline) on the HTTP endpoint.
-    #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true,
-          default_value = "false", default_missing_value = "true", value_parser = parse_go_bool,
-          action = ArgAction::Set, help_heading = "HTTP")]
+    #[arg(long)]
     pub enable_pprof: bool,
 
     // === Leader election ===
     /// Elect a leader through a Lease so that only one replica works.
-    #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true,
-          default_value = "false", default_missing_value = "true", value_parser = parse_go_bool,
-          action = ArgAction::Set, help_heading = "Leader election")]
+    #[arg(long)]
     pub leader_election: bool,
 
     /// Namespace of the Lease (default: POD_NAMESPACE, then the pod's own namespace).
-    #[arg(
-        long,
-        default_value = "",
-        hide_default_value = true,
-        help_heading = "Leader election"
-    )]
+    #[arg(long, default_value = "", hide_default_value = true)]
     pub leader_election_namespace: String,
 
     /// How long non-leaders wait before taking over an unrenewed Lease.
-    #[arg(long, default_value = "15s", value_name = "DURATION", value_parser = parse_go_duration, help_heading = "Leader election")]
+    #[arg(long, default_value = "15s", value_name = "DURATION", value_parser = parse_go_duration)]
     pub leader_election_lease_duration: Duration,
 
     /// How long the leader retries renewing before it gives up.
-    #[arg(long, default_value = "10s", value_name = "DURATION", value_parser = parse_go_duration, help_heading = "Leader election")]
+    #[arg(long, default_value = "10s", value_name = "DURATION", value_parser = parse_go_duration)]
     pub leader_election_renew_deadline: Duration,
 
     /// Interval between leader-election attempts.
-    #[arg(long, default_value = "5s", value_name = "DURATION", value_parser = parse_go_duration, help_heading = "Leader election")]
+    #[arg(long, default_value = "5s", value_name = "DURATION", value_parser = parse_go_duration)]
     pub leader_election_retry_period: Duration,
 
     /// Labels put on the Lease, key:value,key2:value2.
-    #[arg(long, value_name = "LABELS", value_parser = parse_labels, action = ArgAction::Append,
-          help_heading = "Leader election")]
+    #[arg(long, value_name = "LABELS", value_parser = parse_labels, action = ArgAction::Append)]
     pub leader_election_labels: Vec<LabelList>,
 
     // === Storage capacity ===
     /// Publish CSIStorageCapacity objects.
-    #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true,
-          default_value = "false", default_missing_value = "true", value_parser = parse_go_bool,
-          action = ArgAction::Set, help_heading = "Storage capacity")]
+    #[arg(long)]
     pub enable_capacity: bool,
 
     /// Workers of the capacity controller.
-    #[arg(long, default_value_t = 1, help_heading = "Storage capacity")]
+    #[arg(long, default_value_t = 1)]
     pub capacity_threads: u64,
 
     /// Also publish capacity for StorageClasses with Immediate binding.
-    #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true,
-          default_value = "false", default_missing_value = "true", value_parser = parse_go_bool,
-          action = ArgAction::Set, help_heading = "Storage capacity")]
+    #[arg(long)]
     pub capacity_for_immediate_binding: bool,
 
     /// How often capacity is polled from the driver.
-    #[arg(long, default_value = "1m0s", value_name = "DURATION", value_parser = parse_go_duration, help_heading = "Storage capacity")]
+    #[arg(long, default_value = "1m0s", value_name = "DURATION", value_parser = parse_go_duration)]
     pub capacity_poll_interval: Duration,
 
     /// Owner of capacity objects: -1 none, 0 the pod, 1 its controller, 2 that one's controller, ...
-    #[arg(
-        long,
-        default_value_t = 1,
-        allow_negative_numbers = true,
-        help_heading = "Storage capacity"
-    )]
+    #[arg(long, default_value_t = 1)]
     pub capacity_ownerref_level: i64,
 
     /// QPS of the capacity controller's own API client.
-    #[arg(
-        long,
-        default_value_t = 1.0,
-        allow_negative_numbers = true,
-        help_heading = "Storage capacity"
-    )]
+    #[arg(long, default_value_t = 1.0)]
     pub kube_api_capacity_qps: f32,
 
     /// Burst of the capacity controller's own API client.
-    #[arg(
-        long,
-        default_value_t = 5,
-        allow_negative_numbers = true,
-        help_heading = "Storage capacity"
-    )]
+    #[arg(long, default_value_t = 5)]
     pub kube_api_capacity_burst: i64,
 
     // === Logging and runtime ===
     /// Log verbosity: 0-3 info, 4-5 debug (CSI requests and responses), 6+ trace. RUST_LOG overrides.
-    #[arg(
-        short = 'v',
-        long = "v",
-        value_name = "LEVEL",
-        default_value_t = 0,
-        help_heading = "Logging"
-    )]
+    #[arg(short = 'v', long = "v", value_name = "LEVEL", default_value_t = 0)]
     pub v: u32,
 
     /// Log format: text or json.
-    #[arg(long, value_name = "FORMAT", default_value = "text", value_parser = parse_log_format,
-          help_heading = "Logging")]
+    #[arg(long, value_name = "FORMAT", default_value = "text", value_parser = LogFormat::from_str)]
     pub logging_format: LogFormat,
 
     /// Per-file verbosity: pattern=N,... where pattern is a source file name without .rs (or a
     /// module name), literal or glob (* ? [...]); the first match wins. Text format only.
     /// Repeating the flag appends.
-    #[arg(long, value_name = "PATTERN=N,...", value_parser = parse_vmodule,
-          action = ArgAction::Append, help_heading = "Logging")]
+    #[arg(long, value_name = "PATTERN=N,...", value_parser = parse_vmodule, action = ArgAction::Append)]
     pub vmodule: Vec<VModuleList>,
 
     /// Maximum time between log flushes. Accepted, must be positive; no effect: logs are written
     /// unbuffered, so nothing waits for a flush.
-    #[arg(long, default_value = "5s", value_name = "DURATION", value_parser = parse_go_duration, help_heading = "Logging")]
+    #[arg(long, default_value = "5s", value_name = "DURATION", value_parser = parse_go_duration)]
     pub log_flush_frequency: Duration,
 
     /// Text format: info messages to stdout, warnings and errors to stderr (upstream refuses
     /// this alpha flag; here it works).
-    #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true,
-          default_value = "false", default_missing_value = "true", value_parser = parse_go_bool,
-          action = ArgAction::Set, help_heading = "Logging")]
+    #[arg(long)]
     pub log_text_split_stream: bool,
 
     /// Text format: buffer size of info messages with --log-text-split-stream. Accepted, no
     /// effect: lines are written unbuffered, each as soon as it is logged.
-    #[arg(
-        long,
-        value_name = "QUANTITY",
-        default_value = "0",
-        help_heading = "Logging"
-    )]
+    #[arg(long, value_name = "QUANTITY", default_value = "0")]
     pub log_text_info_buffer_size: String,
 
     /// JSON format: info messages to stdout, errors to stderr (upstream refuses this alpha flag;
     /// here it works).
-    #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true,
-          default_value = "false", default_missing_value = "true", value_parser = parse_go_bool,
-          action = ArgAction::Set, help_heading = "Logging")]
+    #[arg(long)]
     pub log_json_split_stream: bool,
 
     /// JSON format: buffer size of info messages with --log-json-split-stream. Accepted, no
     /// effect: lines are written unbuffered, each as soon as it is logged.
-    #[arg(
-        long,
-        value_name = "QUANTITY",
-        default_value = "0",
-        help_heading = "Logging"
-    )]
+    #[arg(long, value_name = "QUANTITY", default_value = "0")]
     pub log_json_info_buffer_size: String,
 
     /// Size GOMAXPROCS from the cgroup CPU quota. Accepted; the Rust runtime always does this.
-    #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true,
-          default_value = "false", default_missing_value = "true", value_parser = parse_go_bool,
-          action = ArgAction::Set, help_heading = "Logging")]
+    #[arg(long)]
     pub automaxprocs: bool,
 }
 
@@ -447,6 +337,57 @@ impl Args {
             .iter()
             .flat_map(|list| list.0.iter().cloned())
             .collect()
+    }
+}
+
+/// The `--help` sections (the `// ===` comments in [`Args`]), each named by the id of its first
+/// flag: a flag belongs to the section of the nearest one at or above it.
+const SECTIONS: [(&str, &str); 10] = [
+    ("csi_address", "CSI driver"),
+    ("volume_name_prefix", "Provisioning"),
+    ("node_deployment", "Node deployment"),
+    ("deleted_node_grace_period", "Deleted nodes"),
+    ("audit_interval", "Operator aids"),
+    ("kubeconfig", "Kubernetes API"),
+    ("http_endpoint", "HTTP"),
+    ("leader_election", "Leader election"),
+    ("enable_capacity", "Storage capacity"),
+    ("v", "Logging"),
+];
+
+/// What every flag of [`Args`] gets, in declaration order: its section heading and, for a `bool`,
+/// [`go_bool_flag`].
+fn go_flags() -> impl FnMut(Arg) -> Arg {
+    let mut heading = None;
+    move |arg| {
+        if let Some((_, section)) = SECTIONS.iter().find(|(first, _)| arg.get_id() == *first) {
+            heading = Some(*section);
+        }
+        match heading {
+            Some(heading) => go_bool_flag(arg.help_heading(heading)),
+            None => go_bool_flag(arg),
+        }
+    }
+}
+
+/// Makes a `bool` field's flag (clap's `SetTrue`) a Go boolean flag: `--flag` alone means true,
+/// `--flag=<BOOL>` takes any value Go's strconv.ParseBool does, and the default is `false` unless
+/// the field names one.
+fn go_bool_flag(arg: Arg) -> Arg {
+    if !matches!(arg.get_action(), ArgAction::SetTrue) {
+        return arg;
+    }
+    let arg = arg
+        .value_name("BOOL")
+        .num_args(0..=1)
+        .require_equals(true)
+        .default_missing_value("true")
+        .value_parser(parse_go_bool)
+        .action(ArgAction::Set);
+    if arg.get_default_values().is_empty() {
+        arg.default_value("false")
+    } else {
+        arg
     }
 }
 
@@ -541,10 +482,6 @@ pub fn parse_labels(text: &str) -> Result<LabelList, String> {
         })
         .collect::<Result<_, _>>()
         .map(LabelList)
-}
-
-fn parse_log_format(text: &str) -> Result<LogFormat, String> {
-    text.parse()
 }
 
 mod gates;

@@ -342,3 +342,31 @@ fn logging_format_accepts_text_and_json_only() {
     assert_eq!(err.exit_code(), 2);
     assert!(err.to_string().contains("xml"), "{err}");
 }
+
+#[test]
+fn every_flag_is_listed_under_the_section_it_is_declared_in() {
+    let command = Args::command();
+    let heading = |id: &str| {
+        let arg = command.get_arguments().find(|arg| arg.get_id() == id);
+        arg.unwrap_or_else(|| panic!("no flag {id}"))
+            .get_help_heading()
+    };
+    assert_eq!(heading("version"), None);
+    for (id, section) in [
+        ("csi_address", "CSI driver"),
+        ("timeout", "CSI driver"),
+        ("volume_name_prefix", "Provisioning"),
+        ("feature_gates", "Provisioning"),
+        ("node_deployment_intent_journal", "Node deployment"),
+        ("deleted_node_pvc_cleanup", "Deleted nodes"),
+        ("track_unused_claims", "Operator aids"),
+        ("kube_api_burst", "Kubernetes API"),
+        ("enable_pprof", "HTTP"),
+        ("leader_election_labels", "Leader election"),
+        ("kube_api_capacity_burst", "Storage capacity"),
+        ("v", "Logging"),
+        ("automaxprocs", "Logging"),
+    ] {
+        assert_eq!(heading(id), Some(section), "--{id}");
+    }
+}

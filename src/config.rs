@@ -555,17 +555,14 @@ impl FeatureGates {
     /// Applies settings in order (a later one wins). An explicit gate beats `AllAlpha`/`AllBeta`
     /// whatever the order, as in component-base.
     pub fn resolve(settings: impl IntoIterator<Item = (FeatureGate, bool)>) -> Self {
-        let mut explicit: BTreeMap<&'static str, bool> = BTreeMap::new();
-        for (gate, enabled) in settings {
-            explicit.insert(gate.name(), enabled);
-        }
-        let all_alpha = explicit
-            .get(FeatureGate::AllAlpha.name())
-            .copied()
-            .unwrap_or(false);
+        let explicit: BTreeMap<&'static str, bool> = settings
+            .into_iter()
+            .map(|(gate, enabled)| (gate.name(), enabled))
+            .collect();
         let gate = |gate: FeatureGate, default: bool| {
             explicit.get(gate.name()).copied().unwrap_or(default)
         };
+        let all_alpha = gate(FeatureGate::AllAlpha, false);
         Self {
             topology: gate(FeatureGate::Topology, true),
             cross_namespace_volume_data_source: gate(

@@ -12,7 +12,6 @@
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -35,21 +34,11 @@ pub(crate) const DEFAULT_BUCKETS: [f64; 11] = [
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
 ];
 
-/// Labels of the PVC provisioning families.
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub(crate) struct ClaimLabels {
-    /// The PVC's `spec.storageClassName`.
-    pub(crate) class: String,
-    /// The PVC's `spec.dataSource.kind`, or empty.
-    pub(crate) source: String,
-}
+/// A label set of `N` labels, names and values, in label order.
+pub(crate) type Labels<const N: usize> = [(&'static str, String); N];
 
-/// Labels of the PV deletion families.
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub(crate) struct VolumeLabels {
-    /// The PV's `spec.storageClassName`.
-    pub(crate) class: String,
-}
+/// The label set of a family with one label.
+pub(crate) type OneLabel = Labels<1>;
 
 type DurationFamily<L> = Family<L, Histogram, fn() -> Histogram>;
 
@@ -57,15 +46,16 @@ fn default_histogram() -> Histogram {
     Histogram::new(DEFAULT_BUCKETS)
 }
 
-/// `controller_persistentvolumeclaim_provision_*`.
+/// The outcome families of one of upstream's controllers: `<name>_total` (successes),
+/// `<name>_failed_total` (failed attempts) and `<name>_duration_seconds` (latency of successes).
 #[derive(Debug, Clone)]
-pub(crate) struct ProvisionMetrics {
-    total: Family<ClaimLabels, Counter>,
-    failed: Family<ClaimLabels, Counter>,
-    duration: DurationFamily<ClaimLabels>,
+pub(crate) struct OutcomeMetrics<const N: usize> {
+    total: Family<Labels<N>, Counter>,
+    failed: Family<Labels<N>, Counter>,
+    duration: DurationFamily<Labels<N>>,
 }
 
-impl Default for ProvisionMetrics {
+impl<const N: usize> Default for OutcomeMetrics<N> {
     fn default() -> Self {
         Self {
             total: Family::default(),
@@ -73,67 +63,60 @@ impl Default for ProvisionMetrics {
             duration: Family::new_with_constructor(default_histogram),
         }
     }
+}
+
+impl<const N: usize> OutcomeMetrics<N> {
+    /// Registers the three families under `name`, with upstream's help strings.
+    fn register(&self, registry: &mut Registry, name: &str, [total, failed, duration]: [&str; 3]) {
+        registry.register(name, total, self.total.clone());
+        registry.register(format!("{name}_failed"), failed, self.failed.clone());
+        let duration_name = format!("{name}_duration_seconds");
+        registry.register(duration_name, duration, self.duration.clone());
+    }
+
+    fn succeeded_with(&self, labels: &Labels<N>, duration: Duration) {
+        self.total.get_or_create(labels).inc();
+        self.duration
+            .get_or_create(labels)
+            .observe(duration.as_secs_f64());
+    }
+}
+
+/// `controller_persistentvolumeclaim_provision_*`, by `class` (the PVC's
+/// `spec.storageClassName`) and `source` (its `spec.dataSource.kind`, or empty).
+pub(crate) type ProvisionMetrics = OutcomeMetrics<2>;
+
+fn claim_labels(class: &str, source: &str) -> Labels<2> {
+    [("class", class.to_owned()), ("source", source.to_owned())]
 }
 
 impl ProvisionMetrics {
     /// A volume was provisioned for a claim in `duration` (from the first attempt).
     pub(crate) fn succeeded(&self, class: &str, source: &str, duration: Duration) {
-        let labels = ClaimLabels {
-            class: class.to_owned(),
-            source: source.to_owned(),
-        };
-        self.total.get_or_create(&labels).inc();
-        self.duration
-            .get_or_create(&labels)
-            .observe(duration.as_secs_f64());
+        self.succeeded_with(&claim_labels(class, source), duration);
     }
 
     /// A provisioning attempt failed (it will be retried).
     pub(crate) fn failed(&self, class: &str, source: &str) {
-        let labels = ClaimLabels {
-            class: class.to_owned(),
-            source: source.to_owned(),
-        };
-        self.failed.get_or_create(&labels).inc();
+        self.failed
+            .get_or_create(&claim_labels(class, source))
+            .inc();
     }
 }
 
-/// `controller_persistentvolume_delete_*`.
-#[derive(Debug, Clone)]
-pub(crate) struct DeleteMetrics {
-    total: Family<VolumeLabels, Counter>,
-    failed: Family<VolumeLabels, Counter>,
-    duration: DurationFamily<VolumeLabels>,
-}
-
-impl Default for DeleteMetrics {
-    fn default() -> Self {
-        Self {
-            total: Family::default(),
-            failed: Family::default(),
-            duration: Family::new_with_constructor(default_histogram),
-        }
-    }
-}
+/// `controller_persistentvolume_delete_*`, by `class` (the PV's `spec.storageClassName`).
+pub(crate) type DeleteMetrics = OutcomeMetrics<1>;
 
 impl DeleteMetrics {
     /// A volume was deleted in `duration`.
     pub(crate) fn succeeded(&self, class: &str, duration: Duration) {
-        let labels = VolumeLabels {
-            class: class.to_owned(),
-        };
-        self.total.get_or_create(&labels).inc();
-        self.duration
-            .get_or_create(&labels)
-            .observe(duration.as_secs_f64());
+        self.succeeded_with(&[("class", class.to_owned())], duration);
     }
 
     /// A deletion attempt failed (it will be retried).
     pub(crate) fn failed(&self, class: &str) {
         self.failed
-            .get_or_create(&VolumeLabels {
-                class: class.to_owned(),
-            })
+            .get_or_create(&[("class", class.to_owned())])
             .inc();
     }
 }
@@ -149,20 +132,6 @@ pub(crate) struct BacklogMetrics {
     /// Entries of the intent ledger, kept current by the ledger; added to
     /// `csi_provisioner_claims_with_intent` when scraped.
     pub(crate) ledger_intents: std::sync::Arc<std::sync::atomic::AtomicI64>,
-}
-
-/// Labels of `csi_provisioner_retries_total`.
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub(crate) struct ControllerLabels {
-    /// `provisioning` or `deletion`.
-    pub controller: String,
-}
-
-/// Labels of `csi_provisioner_volumes_stuck`.
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub(crate) struct StuckLabels {
-    /// `Released` or `Terminating`.
-    pub state: String,
 }
 
 /// How long a PV may stay Released or Terminating before it counts as stuck.
@@ -182,11 +151,12 @@ pub(crate) struct OperatorMetrics {
     pub claim_to_bound: Histogram,
     /// `csi_provisioner_claims_pending`: claims of the driver not bound yet (counted at scrape).
     pub claims_pending: Gauge,
-    /// `csi_provisioner_retries_total`: reconciles that failed and were queued again.
-    pub retries: Family<ControllerLabels, Counter>,
+    /// `csi_provisioner_retries_total`: reconciles that failed and were queued again, by
+    /// `controller` (`provisioning` or `deletion`).
+    pub retries: Family<OneLabel, Counter>,
     /// `csi_provisioner_volumes_stuck`: PVs of the driver Released or Terminating for longer than
-    /// [`STUCK_AFTER`] (counted at scrape).
-    pub volumes_stuck: Family<StuckLabels, Gauge>,
+    /// [`STUCK_AFTER`] (counted at scrape), by `state` (`Released` or `Terminating`).
+    pub volumes_stuck: Family<OneLabel, Gauge>,
     /// `csi_provisioner_intent_volumes_kept_total`: volumes of abandoned provisionings kept
     /// because whether the user chose to keep them could not be told.
     pub intent_volumes_kept: Counter,
@@ -211,47 +181,26 @@ impl Default for OperatorMetrics {
 impl OperatorMetrics {
     /// One failed reconcile of `controller`, queued again.
     pub(crate) fn retried(&self, controller: &str) {
-        self.retries
-            .get_or_create(&ControllerLabels {
-                controller: controller.to_owned(),
-            })
-            .inc();
+        let labels = [("controller", controller.to_owned())];
+        self.retries.get_or_create(&labels).inc();
     }
 
     /// Sets the stuck-volume gauge of `state`.
     pub(crate) fn set_stuck(&self, state: &str, count: i64) {
-        self.volumes_stuck
-            .get_or_create(&StuckLabels {
-                state: state.to_owned(),
-            })
-            .set(count);
+        let labels = [("state", state.to_owned())];
+        self.volumes_stuck.get_or_create(&labels).set(count);
     }
-}
-
-/// Labels of `promhttp_metric_handler_requests_total`.
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct CodeLabels {
-    code: String,
 }
 
 /// client_golang's `promhttp.InstrumentMetricHandler` families, which upstream serves.
 #[derive(Debug, Clone, Default)]
 struct HandlerMetrics {
-    requests: Family<CodeLabels, Counter>,
+    /// By `code`, the HTTP status.
+    requests: Family<OneLabel, Counter>,
     in_flight: Gauge,
 }
 
-/// Runs before each scrape (refreshes gauges counted from the caches).
-struct ScrapeHook(Box<dyn Fn() + Send + Sync>);
-
-impl std::fmt::Debug for ScrapeHook {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("ScrapeHook")
-    }
-}
-
 /// The process's metrics: the registry and the handles of the families registered here.
-#[derive(Debug)]
 pub(crate) struct Metrics {
     registry: Registry,
     /// PVC provisioning outcomes.
@@ -267,13 +216,8 @@ pub(crate) struct Metrics {
     /// client-go's work-queue families.
     pub(crate) work_queues: WorkQueueMetrics,
     handler: HandlerMetrics,
-    before_scrape: OnceLock<ScrapeHook>,
-}
-
-impl Default for Metrics {
-    fn default() -> Self {
-        Self::new()
-    }
+    /// Runs before each scrape (refreshes gauges counted from the caches).
+    before_scrape: OnceLock<Box<dyn Fn() + Send + Sync>>,
 }
 
 impl Metrics {
@@ -297,43 +241,29 @@ impl Metrics {
         );
         // client_golang creates these three codes up front.
         for code in ["200", "500", "503"] {
-            let _ = handler.requests.get_or_create(&CodeLabels {
-                code: code.to_owned(),
-            });
+            let _ = handler.requests.get_or_create(&[("code", code.to_owned())]);
         }
         let provision = ProvisionMetrics::default();
         let delete = DeleteMetrics::default();
         // Help strings are upstream's, byte for byte ("succesfully" included): dashboards and
         // alerts may show them.
-        registry.register(
+        provision.register(
+            &mut registry,
             "controller_persistentvolumeclaim_provision",
-            "Total number of persistent volumes provisioned succesfully. Broken down by storage class name and source of the claim.",
-            provision.total.clone(),
+            [
+                "Total number of persistent volumes provisioned succesfully. Broken down by storage class name and source of the claim.",
+                "Total number of persistent volume provision failed attempts. Broken down by storage class name and source of the claim.",
+                "Latency in seconds to provision persistent volumes. Failed provisioning attempts are ignored. Broken down by storage class name and source of the claim.",
+            ],
         );
-        registry.register(
-            "controller_persistentvolumeclaim_provision_failed",
-            "Total number of persistent volume provision failed attempts. Broken down by storage class name and source of the claim.",
-            provision.failed.clone(),
-        );
-        registry.register(
-            "controller_persistentvolumeclaim_provision_duration_seconds",
-            "Latency in seconds to provision persistent volumes. Failed provisioning attempts are ignored. Broken down by storage class name and source of the claim.",
-            provision.duration.clone(),
-        );
-        registry.register(
+        delete.register(
+            &mut registry,
             "controller_persistentvolume_delete",
-            "Total number of persistent volumes deleted succesfully. Broken down by storage class name.",
-            delete.total.clone(),
-        );
-        registry.register(
-            "controller_persistentvolume_delete_failed",
-            "Total number of persistent volume delete failed attempts. Broken down by storage class name.",
-            delete.failed.clone(),
-        );
-        registry.register(
-            "controller_persistentvolume_delete_duration_seconds",
-            "Latency in seconds to delete persistent volumes. Failed deletion attempts are ignored. Broken down by storage class name.",
-            delete.duration.clone(),
+            [
+                "Total number of persistent volumes deleted succesfully. Broken down by storage class name.",
+                "Total number of persistent volume delete failed attempts. Broken down by storage class name.",
+                "Latency in seconds to delete persistent volumes. Failed deletion attempts are ignored. Broken down by storage class name.",
+            ],
         );
         let backlog = BacklogMetrics::default();
         registry.register(
@@ -393,7 +323,7 @@ impl Metrics {
     /// Sets what runs before every scrape, once the caches it counts from exist (later calls are
     /// ignored: there is one set of caches per process).
     pub(crate) fn on_scrape(&self, refresh: impl Fn() + Send + Sync + 'static) {
-        let _ = self.before_scrape.set(ScrapeHook(Box::new(refresh)));
+        let _ = self.before_scrape.set(Box::new(refresh));
     }
 
     /// The registry, for other modules to register their families at start-up.
@@ -409,7 +339,7 @@ impl Metrics {
 
     /// Every family in `format`, sorted by name.
     pub(crate) fn encode(&self, format: Format) -> Result<String, std::fmt::Error> {
-        if let Some(ScrapeHook(refresh)) = self.before_scrape.get() {
+        if let Some(refresh) = self.before_scrape.get() {
             refresh();
         }
         let mut out = String::new();
@@ -424,12 +354,8 @@ impl Metrics {
         let body = self.encode(format);
         self.handler.in_flight.dec();
         let code = if body.is_ok() { "200" } else { "500" };
-        self.handler
-            .requests
-            .get_or_create(&CodeLabels {
-                code: code.to_owned(),
-            })
-            .inc();
+        let labels = [("code", code.to_owned())];
+        self.handler.requests.get_or_create(&labels).inc();
         body
     }
 }

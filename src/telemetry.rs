@@ -22,6 +22,7 @@ use std::str::FromStr;
 use tracing::{Level, Metadata, Subscriber};
 use tracing_subscriber::EnvFilter;
 use tracing_subscriber::Layer;
+use tracing_subscriber::Registry;
 use tracing_subscriber::filter::{LevelFilter, filter_fn};
 use tracing_subscriber::fmt::MakeWriter;
 use tracing_subscriber::fmt::writer::{BoxMakeWriter, MakeWriterExt};
@@ -166,36 +167,18 @@ where
             BoxMakeWriter::new(stderr.with_max_level(Level::ERROR).or_else(stdout))
         }
     };
-    match rust_log.filter(|value| !value.trim().is_empty()) {
-        Some(value) => {
-            let filter = EnvFilter::builder().parse(value).map_err(|source| {
+    let filter: Box<dyn Filter<Registry> + Send + Sync> =
+        match rust_log.filter(|value| !value.trim().is_empty()) {
+            Some(value) => Box::new(EnvFilter::builder().parse(value).map_err(|source| {
                 TelemetryError::InvalidRustLog {
                     value: value.to_owned(),
                     source,
                 }
-            })?;
-            Ok(finish(filter, options.format, ansi, writer))
-        }
-        None => Ok(finish(
-            verbosity_filter(options.verbosity, options.vmodule.clone()),
-            options.format,
-            ansi,
-            writer,
-        )),
-    }
-}
-
-fn finish<F>(
-    filter: F,
-    format: LogFormat,
-    ansi: bool,
-    writer: BoxMakeWriter,
-) -> Box<dyn Subscriber + Send + Sync>
-where
-    F: Filter<tracing_subscriber::Registry> + Send + Sync + 'static,
-{
+            })?),
+            None => Box::new(verbosity_filter(options.verbosity, options.vmodule.clone())),
+        };
     let registry = tracing_subscriber::registry();
-    match format {
+    Ok(match options.format {
         LogFormat::Text => Box::new(
             registry.with(
                 tracing_subscriber::fmt::layer()
@@ -213,7 +196,7 @@ where
                     .with_filter(filter),
             ),
         ),
-    }
+    })
 }
 
 #[cfg(test)]

@@ -96,83 +96,59 @@ impl GrpcCsi {
         }
     }
 
-    /// The per-call deadline.
-    pub fn timeout(&self) -> Duration {
-        self.timeout
-    }
-
-    /// The metrics handle calls are recorded in.
-    pub fn metrics(&self) -> &OperationMetrics {
-        &self.metrics
-    }
-
     /// `Identity.Probe`.
     pub async fn probe(&self) -> CsiResult<v1::ProbeResponse> {
         self.unary(
             method::PROBE,
             v1::ProbeRequest {},
             |channel, request| async move { IdentityClient::new(channel).probe(request).await },
+            false,
         )
         .await
     }
 
     /// `Identity.GetPluginInfo`.
     pub async fn get_plugin_info(&self) -> CsiResult<v1::GetPluginInfoResponse> {
-        let request = v1::GetPluginInfoRequest {};
         self.unary(
             method::GET_PLUGIN_INFO,
-            request,
+            v1::GetPluginInfoRequest {},
             |channel, request| async move {
                 IdentityClient::new(channel).get_plugin_info(request).await
             },
+            false,
         )
         .await
     }
 
     /// `Identity.GetPluginCapabilities`.
     pub async fn get_plugin_capabilities(&self) -> CsiResult<v1::GetPluginCapabilitiesResponse> {
-        let request = v1::GetPluginCapabilitiesRequest {};
         self.unary(
             method::GET_PLUGIN_CAPABILITIES,
-            request,
+            v1::GetPluginCapabilitiesRequest {},
             |channel, request| async move {
                 IdentityClient::new(channel)
                     .get_plugin_capabilities(request)
                     .await
             },
+            false,
         )
         .await
     }
 
     /// `Node.NodeGetInfo`.
     pub async fn node_get_info(&self) -> CsiResult<v1::NodeGetInfoResponse> {
-        let request = v1::NodeGetInfoRequest {};
         self.unary(
             method::NODE_GET_INFO,
-            request,
+            v1::NodeGetInfoRequest {},
             |channel, request| async move { NodeClient::new(channel).node_get_info(request).await },
+            false,
         )
         .await
     }
 
-    /// One unary call with everything every call needs: deadline, logs, metric.
+    /// One unary call with everything every call needs: deadline, logs, metric. `migrated`: the
+    /// call is for a migrated in-tree volume (only CreateVolume and DeleteVolume can be).
     async fn unary<Req, Resp, Call, Fut>(
-        &self,
-        method: &'static str,
-        request: Req,
-        call: Call,
-    ) -> CsiResult<Resp>
-    where
-        Req: Redact + Send,
-        Resp: Redact + Send,
-        Call: FnOnce(Channel, tonic::Request<Req>) -> Fut + Send,
-        Fut: Future<Output = Result<tonic::Response<Resp>, Status>> + Send,
-    {
-        self.unary_marked(method, request, call, false).await
-    }
-
-    /// [`GrpcCsi::unary`] for a call that may be for a migrated in-tree volume.
-    async fn unary_marked<Req, Resp, Call, Fut>(
         &self,
         method: &'static str,
         request: Req,
@@ -202,11 +178,9 @@ impl GrpcCsi {
         let elapsed = started.elapsed();
         let result = result.map_err(|status| normalize(method, status, elapsed, self.timeout));
 
-        let outcome = match &result {
-            Ok(_) => Outcome::Code(Code::Ok),
-            Err(status) => Outcome::Code(status.code()),
-        };
-        self.metrics.observe(method, outcome, elapsed, migrated);
+        let code = result.as_ref().map_or_else(Status::code, |_| Code::Ok);
+        self.metrics
+            .observe(method, Outcome::Code(code), elapsed, migrated);
 
         match &result {
             Ok(response) => debug!(method, ?elapsed, "GRPC response: {}", redacted(response)),
@@ -231,7 +205,7 @@ impl CsiController for GrpcCsi {
         request: v1::CreateVolumeRequest,
         migrated: bool,
     ) -> CsiFuture<'_, v1::CreateVolumeResponse> {
-        Box::pin(self.unary_marked(
+        Box::pin(self.unary(
             method::CREATE_VOLUME,
             request,
             |channel, request| async move {
@@ -251,7 +225,7 @@ impl CsiController for GrpcCsi {
         request: v1::DeleteVolumeRequest,
         migrated: bool,
     ) -> CsiFuture<'_, v1::DeleteVolumeResponse> {
-        Box::pin(self.unary_marked(
+        Box::pin(self.unary(
             method::DELETE_VOLUME,
             request,
             |channel, request| async move {
@@ -272,6 +246,7 @@ impl CsiController for GrpcCsi {
                 |channel, request| async move {
                     ControllerClient::new(channel).get_capacity(request).await
                 },
+                false,
             ),
         )
     }
@@ -289,19 +264,20 @@ impl CsiController for GrpcCsi {
                     .list_volumes(request)
                     .await
             },
+            false,
         ))
     }
 
     fn controller_get_capabilities(&self) -> CsiFuture<'_, v1::ControllerGetCapabilitiesResponse> {
-        let request = v1::ControllerGetCapabilitiesRequest {};
         Box::pin(self.unary(
             method::CONTROLLER_GET_CAPABILITIES,
-            request,
+            v1::ControllerGetCapabilitiesRequest {},
             |channel, request| async move {
                 ControllerClient::new(channel)
                     .controller_get_capabilities(request)
                     .await
             },
+            false,
         ))
     }
 }

@@ -106,10 +106,9 @@ async fn connect_once(path: &Path) -> Result<Channel, Box<dyn Error + Send + Syn
         async move { UnixStream::connect(path).await.map(TokioIo::new) }
     });
     // The URI is required by the API but unused: the connector decides where to dial.
-    let channel = tonic::transport::Endpoint::from_static("http://csi.sock")
+    Ok(tonic::transport::Endpoint::from_static("http://csi.sock")
         .connect_with_connector(connector)
-        .await?;
-    Ok(channel)
+        .await?)
 }
 
 /// Resolves when shutdown is requested; never, if the sender is gone (nobody can request it).

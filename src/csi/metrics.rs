@@ -3,11 +3,12 @@
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
+
+use crate::metrics::OneLabel;
 
 /// Metric name exactly as upstream exposes it (subsystem `csi_sidecar`, name `operations_seconds`).
 pub const OPERATIONS_SECONDS: &str = "csi_sidecar_operations_seconds";
@@ -34,11 +35,6 @@ fn new_histogram() -> Histogram {
     Histogram::new(BUCKETS)
 }
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct MethodLabels {
-    method_name: String,
-}
-
 /// `csi_provisioner_csi_calls_in_flight` (ours): CSI calls sent and not answered yet, per method.
 pub const IN_FLIGHT: &str = "csi_provisioner_csi_calls_in_flight";
 
@@ -46,7 +42,8 @@ pub const IN_FLIGHT: &str = "csi_provisioner_csi_calls_in_flight";
 #[derive(Clone, Debug)]
 pub struct OperationMetrics {
     histograms: Histograms,
-    in_flight: Family<MethodLabels, Gauge>,
+    /// By `method_name`.
+    in_flight: Family<OneLabel, Gauge>,
     // Unknown until GetPluginInfo answers; calls before that (Probe) are labelled "", as upstream.
     driver_name: Arc<RwLock<String>>,
     /// The driver took over an in-tree plugin: series carry `migrated`.
@@ -84,9 +81,9 @@ impl OperationMetrics {
 
     /// Counts a call of `method` as in flight until the returned guard drops.
     pub fn start(&self, method: &str) -> InFlight {
-        let gauge = self.in_flight.get_or_create(&MethodLabels {
-            method_name: method.to_owned(),
-        });
+        let gauge = self
+            .in_flight
+            .get_or_create(&[("method_name", method.to_owned())]);
         gauge.inc();
         InFlight(gauge.clone())
     }

@@ -2,7 +2,6 @@
 //! node-deployment mode NodeGetInfo, condensed into [`DriverInfo`].
 
 use std::collections::BTreeMap;
-use std::fmt;
 use std::time::Duration;
 
 use tokio::sync::watch;
@@ -129,31 +128,6 @@ pub struct NodeInfo {
     pub accessible_topology: BTreeMap<String, String>,
 }
 
-/// A capability the provisioner cannot work without.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum MissingCapability {
-    /// Plugin capability CONTROLLER_SERVICE.
-    ControllerService,
-    /// Controller capability CREATE_DELETE_VOLUME.
-    CreateDeleteVolume,
-}
-
-impl fmt::Display for MissingCapability {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        // The first clause is upstream's text; the rest says what to do about it.
-        f.write_str(match self {
-            MissingCapability::ControllerService => {
-                "plugin CONTROLLER_SERVICE capability is not reported; point --csi-address at the \
-                 driver's controller plugin (not its node-only plugin)"
-            }
-            MissingCapability::CreateDeleteVolume => {
-                "controller CREATE_DELETE_VOLUME capability is not reported; this driver cannot create \
-                 volumes, so remove the csi-provisioner sidecar or enable provisioning in the driver"
-            }
-        })
-    }
-}
-
 /// Why the handshake failed. Every variant is fatal for start-up.
 #[derive(Debug, thiserror::Error)]
 pub enum HandshakeError {
@@ -187,9 +161,21 @@ pub enum HandshakeError {
          (for example \"hostpath.csi.k8s.io\")"
     )]
     EmptyDriverName,
-    /// The driver cannot provision volumes.
-    #[error("CSI driver does not support dynamic provisioning: {0}")]
-    NotAProvisioner(MissingCapability),
+    // The driver cannot provision volumes. Up to the `;`, upstream's text; then what to do.
+    /// No plugin capability CONTROLLER_SERVICE.
+    #[error(
+        "CSI driver does not support dynamic provisioning: plugin CONTROLLER_SERVICE capability is \
+         not reported; point --csi-address at the driver's controller plugin (not its node-only \
+         plugin)"
+    )]
+    NoControllerService,
+    /// No controller capability CREATE_DELETE_VOLUME.
+    #[error(
+        "CSI driver does not support dynamic provisioning: controller CREATE_DELETE_VOLUME \
+         capability is not reported; this driver cannot create volumes, so remove the \
+         csi-provisioner sidecar or enable provisioning in the driver"
+    )]
+    NoCreateDeleteVolume,
 }
 
 impl HandshakeError {
@@ -220,14 +206,10 @@ impl DriverInfo {
     /// Refuses drivers that cannot provision: no CONTROLLER_SERVICE or no CREATE_DELETE_VOLUME.
     pub fn require_provisioning(&self) -> Result<(), HandshakeError> {
         if !self.plugin.controller_service {
-            return Err(HandshakeError::NotAProvisioner(
-                MissingCapability::ControllerService,
-            ));
+            return Err(HandshakeError::NoControllerService);
         }
         if !self.controller.create_delete_volume {
-            return Err(HandshakeError::NotAProvisioner(
-                MissingCapability::CreateDeleteVolume,
-            ));
+            return Err(HandshakeError::NoCreateDeleteVolume);
         }
         Ok(())
     }
@@ -239,29 +221,28 @@ impl PluginCapabilities {
         use v1::plugin_capability::{Type as Capability, service, volume_expansion};
         let mut caps = Self::default();
         for capability in &response.capabilities {
-            match &capability.r#type {
+            let flag = match &capability.r#type {
                 Some(Capability::Service(s)) => match service::Type::try_from(s.r#type) {
-                    Ok(service::Type::ControllerService) => caps.controller_service = true,
+                    Ok(service::Type::ControllerService) => &mut caps.controller_service,
                     Ok(service::Type::VolumeAccessibilityConstraints) => {
-                        caps.volume_accessibility_constraints = true;
+                        &mut caps.volume_accessibility_constraints
                     }
-                    Ok(service::Type::GroupControllerService) => {
-                        caps.group_controller_service = true
-                    }
+                    Ok(service::Type::GroupControllerService) => &mut caps.group_controller_service,
                     Ok(service::Type::SnapshotMetadataService) => {
-                        caps.snapshot_metadata_service = true
+                        &mut caps.snapshot_metadata_service
                     }
-                    Ok(service::Type::Unknown) | Err(_) => {}
+                    Ok(service::Type::Unknown) | Err(_) => continue,
                 },
                 Some(Capability::VolumeExpansion(e)) => {
                     match volume_expansion::Type::try_from(e.r#type) {
-                        Ok(volume_expansion::Type::Online) => caps.online_expansion = true,
-                        Ok(volume_expansion::Type::Offline) => caps.offline_expansion = true,
-                        Ok(volume_expansion::Type::Unknown) | Err(_) => {}
+                        Ok(volume_expansion::Type::Online) => &mut caps.online_expansion,
+                        Ok(volume_expansion::Type::Offline) => &mut caps.offline_expansion,
+                        Ok(volume_expansion::Type::Unknown) | Err(_) => continue,
                     }
                 }
-                None => {}
-            }
+                None => continue,
+            };
+            *flag = true;
         }
         caps
     }
@@ -356,11 +337,10 @@ pub async fn handshake(
         ControllerCapabilities::default()
     };
     let node = if options.node_deployment {
-        let response = csi
-            .node_get_info()
+        csi.node_get_info()
             .await
-            .map_err(|s| HandshakeError::call(method::NODE_GET_INFO, &s))?;
-        Some(NodeInfo::from_response(response))
+            .map(|r| Some(NodeInfo::from_response(r)))
+            .map_err(|s| HandshakeError::call(method::NODE_GET_INFO, &s))?
     } else {
         None
     };

@@ -205,10 +205,9 @@ impl Missing {
             Some(ns) => format!(" in namespace {ns}"),
             None => String::new(),
         };
-        let reason = if self.reason.is_empty() {
-            String::new()
-        } else {
-            format!(" ({})", self.reason)
+        let reason = match self.reason.as_str() {
+            "" => String::new(),
+            reason => format!(" ({reason})"),
         };
         format!(
             "cannot {} {resource}{scope}, needed to {}{reason}",
@@ -360,14 +359,12 @@ pub(crate) async fn check(
             }))
         }
     });
-    let answers = futures::future::join_all(reviews).await;
-    let mut missing = Vec::new();
-    for answer in answers {
-        if let Some(m) = answer? {
-            missing.push(m);
-        }
-    }
-    Ok(missing)
+    // The first failed review fails the check.
+    futures::future::join_all(reviews)
+        .await
+        .into_iter()
+        .filter_map(Result::transpose)
+        .collect()
 }
 
 /// The start-up self-check: asks about every need and logs the outcome. Returns the missing

@@ -100,34 +100,21 @@ pub(crate) async fn kube_config(options: &KubeOptions) -> Result<kube::Config, C
     // Audit logs, API priority and fairness, and kube-sim's counters tell the sidecar's requests
     // apart by this header; kube-rs sends none of its own. The shape is client-go's default
     // (`<binary>/<version> (<os>/<arch>) ...`), which upstream's sidecar sends.
-    config.headers.push((
-        http::header::USER_AGENT,
-        http::HeaderValue::from_static(USER_AGENT),
-    ));
+    let platform = match std::env::consts::ARCH {
+        "x86_64" => "linux/amd64",
+        "aarch64" => "linux/arm64",
+        _ => "linux",
+    };
+    let agent = format!(
+        "csi-provisioner/{} ({platform}) csi-provisioner-rs",
+        env!("CARGO_PKG_VERSION")
+    );
+    // Only ASCII: the version is semver and the rest is literal.
+    if let Ok(agent) = http::HeaderValue::try_from(agent) {
+        config.headers.push((http::header::USER_AGENT, agent));
+    }
     Ok(config)
 }
-
-/// What this sidecar sends as `User-Agent` (the architecture as Go names it).
-#[cfg(target_arch = "x86_64")]
-pub(crate) const USER_AGENT: &str = concat!(
-    "csi-provisioner/",
-    env!("CARGO_PKG_VERSION"),
-    " (linux/amd64) csi-provisioner-rs"
-);
-/// What this sidecar sends as `User-Agent` (the architecture as Go names it).
-#[cfg(target_arch = "aarch64")]
-pub const USER_AGENT: &str = concat!(
-    "csi-provisioner/",
-    env!("CARGO_PKG_VERSION"),
-    " (linux/arm64) csi-provisioner-rs"
-);
-/// What this sidecar sends as `User-Agent`.
-#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
-pub const USER_AGENT: &str = concat!(
-    "csi-provisioner/",
-    env!("CARGO_PKG_VERSION"),
-    " (linux) csi-provisioner-rs"
-);
 
 /// The configuration `options` select, before our own headers.
 async fn source_config(options: &KubeOptions) -> Result<kube::Config, ClientError> {
@@ -308,13 +295,7 @@ impl<S> Layer<S> for TokenBucketLayer {
     type Service = TokenBucketService<S>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        TokenBucketService {
-            inner,
-            bucket: self.bucket.clone(),
-            wait: None,
-            has_token: false,
-            counted_waiting: false,
-        }
+        TokenBucketService::fresh(inner, self.bucket.clone())
     }
 }
 
@@ -330,6 +311,19 @@ pub(crate) struct TokenBucketService<S> {
     counted_waiting: bool,
 }
 
+impl<S> TokenBucketService<S> {
+    /// A service without a token, not counted as waiting.
+    fn fresh(inner: S, bucket: Arc<TokenBucket>) -> Self {
+        Self {
+            inner,
+            bucket,
+            wait: None,
+            has_token: false,
+            counted_waiting: false,
+        }
+    }
+}
+
 impl<S> Drop for TokenBucketService<S> {
     fn drop(&mut self) {
         if self.counted_waiting {
@@ -341,13 +335,7 @@ impl<S> Drop for TokenBucketService<S> {
 impl<S: Clone> Clone for TokenBucketService<S> {
     fn clone(&self) -> Self {
         // A clone starts without a token: tokens are never duplicated.
-        Self {
-            inner: self.inner.clone(),
-            bucket: self.bucket.clone(),
-            wait: None,
-            has_token: false,
-            counted_waiting: false,
-        }
+        Self::fresh(self.inner.clone(), self.bucket.clone())
     }
 }
 

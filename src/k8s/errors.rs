@@ -99,11 +99,9 @@ pub(crate) fn describe(err: &kube::Error) -> String {
         kube::Error::Api(status) => format!(
             "the server responded with the status code {} but did not return more information ({})",
             status.code,
-            if status.reason.is_empty() {
-                "unknown"
-            } else {
-                status.reason.as_str()
-            }
+            Some(status.reason.as_str())
+                .filter(|reason| !reason.is_empty())
+                .unwrap_or("unknown")
         ),
         other => other.to_string(),
     }

@@ -100,18 +100,7 @@ impl EventSource {
 
 /// A random RFC 4122 version-4 UUID, for [`EventSource::provisioner_lib`]'s per-process id.
 pub(crate) fn random_uuid() -> String {
-    let mut b: [u8; 16] = rand::random();
-    b[6] = (b[6] & 0x0f) | 0x40;
-    b[8] = (b[8] & 0x3f) | 0x80;
-    let h = |r: std::ops::Range<usize>| b[r].iter().map(|x| format!("{x:02x}")).collect::<String>();
-    format!(
-        "{}-{}-{}-{}-{}",
-        h(0..4),
-        h(4..6),
-        h(6..8),
-        h(8..10),
-        h(10..16)
-    )
+    uuid::Uuid::new_v4().to_string()
 }
 
 /// One event to record about an object.
@@ -270,14 +259,6 @@ pub(crate) struct Recorder {
     queue: Option<Arc<EventQueue>>,
 }
 
-impl std::fmt::Debug for Recorder {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Recorder")
-            .field("source", &self.source)
-            .finish_non_exhaustive()
-    }
-}
-
 impl Recorder {
     /// A recorder reporting as `source`.
     pub(crate) fn new(client: Client, source: EventSource) -> Self {
@@ -303,14 +284,11 @@ impl Recorder {
         metrics: EventQueueMetrics,
     ) -> Self {
         let queue = Arc::new(EventQueue::new(metrics));
-        let sender = Self::new(client.clone(), source.clone());
-        let correlator = sender.correlator.clone();
-        tokio::spawn(send_queued(sender, queue.clone(), bucket));
+        let sender = Self::new(client, source);
+        tokio::spawn(send_queued(sender.clone(), queue.clone(), bucket));
         Self {
-            client,
-            source: Arc::new(source),
-            correlator,
             queue: Some(queue),
+            ..sender
         }
     }
 
@@ -354,6 +332,15 @@ impl Recorder {
             spare_token(gate).await;
         }
         let api: Api<Event> = Api::namespaced(self.client.clone(), &event_namespace(object));
+        let create = async |name: &str, count, first, last| {
+            let event = build_event(source, object, &spec, name, count, first, last);
+            match api.create(&PostParams::default(), &event).await {
+                Ok(_) => Ok(()),
+                // A concurrent publish of the same event created it first: nothing lost.
+                Err(err) if classify(&err) == ApiErrorClass::AlreadyExists => Ok(()),
+                Err(err) => Err(err),
+            }
+        };
         let result = match decision {
             Decision::Suppress => return,
             Decision::Create {
@@ -361,10 +348,7 @@ impl Recorder {
                 count,
                 first,
                 last,
-            } => {
-                self.create(source, &api, object, &spec, &name, count, first, last)
-                    .await
-            }
+            } => create(&name, count, first, last).await,
             Decision::Update {
                 name,
                 count,
@@ -384,8 +368,7 @@ impl Recorder {
                     // Expired or deleted meanwhile: write it again under the same name.
                     Err(err) if classify(&err) == ApiErrorClass::NotFound => {
                         spare_token(gate).await;
-                        self.create(source, &api, object, &spec, &name, count, first, last)
-                            .await
+                        create(&name, count, first, last).await
                     }
                     Err(err) => Err(err),
                 }
@@ -433,27 +416,6 @@ impl Recorder {
             return;
         }
         crate::sync::lock(&self.correlator).end_episode(key);
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    async fn create(
-        &self,
-        source: &EventSource,
-        api: &Api<Event>,
-        object: &ObjectReference,
-        spec: &EventSpec,
-        name: &str,
-        count: i32,
-        first: Timestamp,
-        last: Timestamp,
-    ) -> Result<(), kube::Error> {
-        let event = build_event(source, object, spec, name, count, first, last);
-        match api.create(&PostParams::default(), &event).await {
-            Ok(_) => Ok(()),
-            // A concurrent publish of the same event created it first: nothing lost.
-            Err(err) if classify(&err) == ApiErrorClass::AlreadyExists => Ok(()),
-            Err(err) => Err(err),
-        }
     }
 }
 

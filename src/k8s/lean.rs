@@ -122,11 +122,8 @@ impl<K> Lean<K> {
 
     /// The object's name.
     pub(crate) fn name(&self) -> &str {
-        let start = if self.namespace_len > 0 {
-            self.namespace_len as usize + 1
-        } else {
-            0
-        };
+        // After `namespace/` when there is a namespace.
+        let start = self.namespace().map_or(0, |ns| ns.len() + 1);
         &self.ids[start..self.key_len as usize]
     }
 

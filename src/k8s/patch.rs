@@ -63,6 +63,14 @@ const RETRY_MAX_DELAY: Duration = Duration::from_millis(2);
 /// After this many lost races in a row, each further retry is logged at warn level.
 const WARN_AFTER_ATTEMPTS: u32 = 10;
 
+/// What the writes here need of an object's type; every built-in kind has it.
+pub(crate) trait Object:
+    Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug
+{
+}
+
+impl<K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug> Object for K {}
+
 /// What one attempt should do, computed from one copy of the object by a pure function.
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) enum Step {
@@ -88,8 +96,6 @@ pub(crate) enum PatchOutcome<K> {
     /// The object no longer exists, or a different object (another UID) now has its name.
     Gone,
 }
-
-impl<K> PatchOutcome<K> {}
 
 /// A patch or delete that failed for a reason other than a lost race or a missing object.
 #[derive(Debug, thiserror::Error)]
@@ -175,12 +181,7 @@ pub(crate) fn version_test(meta: &ObjectMeta) -> Option<PatchOperation> {
 /// member created concurrently, so pin the resourceVersion we read.
 fn guard_absent(meta: &ObjectMeta) -> Vec<PatchOperation> {
     let mut ops = guard(meta);
-    if let Some(rv) = &meta.resource_version {
-        ops.push(test_op(
-            meta_path("resourceVersion"),
-            Value::String(rv.clone()),
-        ));
-    }
+    ops.extend(version_test(meta));
     ops
 }
 
@@ -228,7 +229,7 @@ pub(crate) fn remove_finalizer_step(meta: &ObjectMeta, finalizer: &str) -> Step 
     ]);
     let mut ops = guard(meta);
     ops.push(test_op(path.clone(), Value::String(finalizer.to_owned())));
-    ops.push(PatchOperation::Remove(RemoveOperation { path }));
+    ops.push(remove_op(path));
     Step::Write(json_patch::Patch(ops))
 }
 
@@ -267,9 +268,7 @@ pub(crate) fn remove_annotation_step(meta: &ObjectMeta, key: &str) -> Step {
         return Step::AlreadyDone;
     }
     let mut ops = guard(meta);
-    ops.push(PatchOperation::Remove(RemoveOperation {
-        path: annotation_path(key),
-    }));
+    ops.push(remove_op(annotation_path(key)));
     Step::Write(json_patch::Patch(ops))
 }
 
@@ -283,7 +282,7 @@ pub(crate) fn remove_annotation_if_step(meta: &ObjectMeta, key: &str, value: &st
     let path = annotation_path(key);
     let mut ops = guard(meta);
     ops.push(test_op(path.clone(), Value::String(value.to_owned())));
-    ops.push(PatchOperation::Remove(RemoveOperation { path }));
+    ops.push(remove_op(path));
     Step::Write(json_patch::Patch(ops))
 }
 
@@ -292,56 +291,44 @@ pub(crate) fn remove_annotation_if_step(meta: &ObjectMeta, key: &str, value: &st
 /// Adds `finalizer` to `obj` (PV, PVC, ...). `obj` may be a cached copy: its name and UID identify
 /// the target, its finalizer list seeds the first attempt. Returns [`PatchOutcome::Deleting`] when
 /// the object is being deleted (the server refuses new finalizers then).
-pub(crate) async fn add_finalizer<K>(
+pub(crate) async fn add_finalizer<K: Object>(
     api: &Api<K>,
     obj: &K,
     finalizer: &str,
-) -> Result<PatchOutcome<K>, PatchError>
-where
-    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
-{
+) -> Result<PatchOutcome<K>, PatchError> {
     let action = format!("add finalizer {finalizer}");
     patch_fresh(api, obj, &action, |m| add_finalizer_step(m, finalizer)).await
 }
 
 /// Removes `finalizer` from `obj`; never removes anyone else's finalizer, whatever happens to the
 /// list concurrently. [`PatchOutcome::Unchanged`] means a fresh read no longer has it.
-pub(crate) async fn remove_finalizer<K>(
+pub(crate) async fn remove_finalizer<K: Object>(
     api: &Api<K>,
     obj: &K,
     finalizer: &str,
-) -> Result<PatchOutcome<K>, PatchError>
-where
-    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
-{
+) -> Result<PatchOutcome<K>, PatchError> {
     let action = format!("remove finalizer {finalizer}");
     patch_fresh(api, obj, &action, |m| remove_finalizer_step(m, finalizer)).await
 }
 
 /// Sets annotation `key` to `value` on `obj`.
-pub(crate) async fn set_annotation<K>(
+pub(crate) async fn set_annotation<K: Object>(
     api: &Api<K>,
     obj: &K,
     key: &str,
     value: &str,
-) -> Result<PatchOutcome<K>, PatchError>
-where
-    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
-{
+) -> Result<PatchOutcome<K>, PatchError> {
     let action = format!("set annotation {key}");
     patch_fresh(api, obj, &action, |m| set_annotation_step(m, key, value)).await
 }
 
 /// Removes annotation `key` from `obj`.
 #[cfg(test)]
-pub(crate) async fn remove_annotation<K>(
+pub(crate) async fn remove_annotation<K: Object>(
     api: &Api<K>,
     obj: &K,
     key: &str,
-) -> Result<PatchOutcome<K>, PatchError>
-where
-    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
-{
+) -> Result<PatchOutcome<K>, PatchError> {
     let action = format!("remove annotation {key}");
     patch_fresh(api, obj, &action, |m| remove_annotation_step(m, key)).await
 }
@@ -355,14 +342,13 @@ where
 /// - 409 and 422 (a failed `test`) re-read and retry without a cap. A 422 against a fresh read whose
 ///   resourceVersion has not moved is not a lost race but a rejected write: returned as an error.
 /// - 404, or another UID under the name: [`PatchOutcome::Gone`]. Any other error is returned.
-pub(crate) async fn patch_fresh<K, F>(
+pub(crate) async fn patch_fresh<K: Object, F>(
     api: &Api<K>,
     seed: &K,
     action: &str,
     mut build: F,
 ) -> Result<PatchOutcome<K>, PatchError>
 where
-    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
     F: FnMut(&ObjectMeta) -> Step,
 {
     let name = seed.name_any();
@@ -465,26 +451,19 @@ static PATCH_REFUSED: LazyLock<Mutex<HashSet<String>>> = LazyLock::new(Default::
 ///
 /// The write therefore means exactly what the PATCH meant; it costs one more request. A 403 on the
 /// PUT too is returned as it is (RBAC lacks both verbs, or an admission webhook refused).
-pub(crate) async fn apply_change<K>(
+pub(crate) async fn apply_change<K: Object>(
     api: &Api<K>,
     name: &str,
     change: Change<'_>,
-) -> Result<K, kube::Error>
-where
-    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
-{
+) -> Result<K, kube::Error> {
     let plural = K::plural(&()).into_owned();
     let refused = crate::sync::lock(&PATCH_REFUSED).contains(&plural);
     if !refused {
-        let params = PatchParams::default();
-        let sent = match change {
-            Change::Json(patch) => {
-                api.patch(name, &params, &Patch::Json::<()>(patch.clone()))
-                    .await
-            }
-            Change::Merge(patch) => api.patch(name, &params, &Patch::Merge(patch)).await,
+        let patch = match change {
+            Change::Json(patch) => Patch::Json(patch.clone()),
+            Change::Merge(patch) => Patch::Merge(patch),
         };
-        match sent {
+        match api.patch(name, &PatchParams::default(), &patch).await {
             Err(kube::Error::Api(status)) if status.code == 403 => {
                 let first = crate::sync::lock(&PATCH_REFUSED).insert(plural.clone());
                 if first {
@@ -501,10 +480,11 @@ where
 }
 
 /// [`apply_change`] without PATCH: raw GET, change applied locally, PUT with the read version.
-async fn update_instead<K>(api: &Api<K>, name: &str, change: Change<'_>) -> Result<K, kube::Error>
-where
-    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
-{
+async fn update_instead<K: Object>(
+    api: &Api<K>,
+    name: &str,
+    change: Change<'_>,
+) -> Result<K, kube::Error> {
     let resource = ApiResource::erase::<K>(&());
     let client: kube::Client = api.clone().into_client();
     let raw: Api<DynamicObject> = match api.namespace() {
@@ -535,14 +515,11 @@ where
 
 /// Deletes `name` only if it still has `uid` (a DELETE precondition), so a re-created object of the
 /// same name is never deleted by mistake. A UID mismatch (409) or 404 is [`DeleteOutcome::Gone`].
-pub(crate) async fn delete_with_uid<K>(
+pub(crate) async fn delete_with_uid<K: Object>(
     api: &Api<K>,
     name: &str,
     uid: &str,
-) -> Result<DeleteOutcome, PatchError>
-where
-    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
-{
+) -> Result<DeleteOutcome, PatchError> {
     let params = DeleteParams {
         preconditions: Some(Preconditions {
             uid: Some(uid.to_owned()),

@@ -204,12 +204,7 @@ where
     F: Fn(&mut K) -> bool + Send + Sync + 'static,
 {
     let (store, writer) = crate::k8s::cache::cache();
-    let (streams, task) = spawn_watch(api, config, what, subscribers, shape, writer);
-    Watched {
-        store,
-        streams,
-        task,
-    }
+    spawn_watch(api, config, what, subscribers, shape, writer, store)
 }
 
 /// Like [`watch_shared`], but `shape` runs on every object after [`strip`]: it may strip more, and
@@ -230,32 +225,22 @@ where
     F: Fn(&mut K) -> bool + Send + Sync + 'static,
 {
     let (store, writer) = reflector::store();
-    let (streams, task) = spawn_watch(
-        api,
-        config,
-        what,
-        subscribers,
-        shape,
-        (writer, store.clone()),
-    );
-    Watched {
-        store,
-        streams,
-        task,
-    }
+    let sink = (writer, store.clone());
+    spawn_watch(api, config, what, subscribers, shape, sink, store)
 }
 
 /// The task behind [`watch_shared_scoped`] and [`watch_lean_scoped`]: watches `api` (streamed
 /// list first, paged list where refused), strips and shapes each object, applies it to `sink`
-/// and announces what changed to `subscribers` streams.
-fn spawn_watch<K, S, F, W>(
+/// and announces what changed to `subscribers` streams; `store` reads what `sink` writes.
+fn spawn_watch<K, S, F, W, R>(
     api: Api<K>,
     config: watcher::Config,
     what: &'static str,
     subscribers: usize,
     shape: F,
     mut sink: W,
-) -> (Vec<ReceiverStream<Arc<S>>>, JoinHandle<()>)
+    store: R,
+) -> Watched<S, R>
 where
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
     K::DynamicType: Default,
@@ -269,40 +254,12 @@ where
             (tx, ReceiverStream::new(rx))
         })
         .unzip();
-    let open = move |streaming: bool| {
-        let config = if streaming {
-            config.clone().streaming_lists()
-        } else {
-            config.clone()
-        };
-        watcher(api.clone(), config)
-            .default_backoff()
-            .modify(strip::<K>)
-            .boxed()
-    };
     let task = tokio::spawn(
         async move {
-            let mut streaming = !WATCH_LIST_REFUSED.load(Ordering::Relaxed);
-            let mut listed = false;
-            let mut stream = open(streaming);
-            while let Some(event) = stream.next().await {
-                let event = match event {
-                    Ok(event) => event,
-                    Err(e) if streaming && !listed && refuses_watch_list(&e) => {
-                        info!(error = %describe_watch(&e), "the API server does not stream lists (WatchList); listing {what} in pages");
-                        WATCH_LIST_REFUSED.store(true, Ordering::Relaxed);
-                        streaming = false;
-                        stream = open(false);
-                        continue;
-                    }
-                    Err(e) => {
-                        // The watcher re-lists by itself (410 Gone included); worth a line only.
-                        warn!(error = %describe_watch(&e), "watch of {what} failed; retrying with backoff");
-                        continue;
-                    }
-                };
-                listed |= matches!(event, watcher::Event::InitDone);
-                let Some(event) = scope_event(event, &shape) else {
+            let events = watch_events(api, config, what);
+            futures::pin_mut!(events);
+            while let Some(event) = events.next().await {
+                let Some(event) = scope_event(event.modify(strip::<K>), &shape) else {
                     continue;
                 };
                 // The cache first, so a controller woken by the change finds it there.
@@ -316,7 +273,11 @@ where
         }
         .instrument(info_span!("watch", resource = what)),
     );
-    (streams, task)
+    Watched {
+        store,
+        streams,
+        task,
+    }
 }
 
 /// A watch of `api` that keeps no store: the watcher's events, the initial list streamed with the
@@ -357,6 +318,7 @@ where
                         stream = open(false);
                     }
                     Err(e) => {
+                        // The watcher re-lists by itself (410 Gone included); worth a line only.
                         warn!(error = %describe_watch(&e), "watch of {what} failed; retrying with backoff")
                     }
                 }

@@ -195,8 +195,7 @@ impl Family<'_> {
             if line.starts_with("# HELP ") {
                 let _ = writeln!(out, "# HELP {} {}", self.name, self.help);
             } else {
-                out.push_str(line);
-                out.push('\n');
+                let _ = writeln!(out, "{line}");
             }
         }
     }
@@ -238,21 +237,15 @@ impl Family<'_> {
                 }
             }
             if !labels.is_empty() {
-                out.push('{');
-                for (i, (key, value)) in labels.iter().enumerate() {
-                    if i > 0 {
-                        out.push(',');
-                    }
-                    let _ = write!(out, "{key}=\"{value}\"");
-                }
-                out.push('}');
+                let pairs: Vec<String> =
+                    labels.iter().map(|(k, v)| format!("{k}=\"{v}\"")).collect();
+                let _ = write!(out, "{{{}}}", pairs.join(","));
             }
-            out.push(' ');
-            match sample.value.parse::<f64>() {
-                Ok(v) => out.push_str(&go_float(v)),
-                Err(_) => out.push_str(sample.value),
-            }
-            out.push('\n');
+            let value = sample
+                .value
+                .parse()
+                .map_or_else(|_| sample.value.to_owned(), go_float);
+            let _ = writeln!(out, " {value}");
         }
     }
 }
@@ -271,14 +264,10 @@ fn series_labels<'a>(sample: &TextSample<'a>) -> Vec<(&'a str, &'a str)> {
 }
 
 fn suffix_rank(name: &str) -> u8 {
-    if name.ends_with("_bucket") {
-        0
-    } else if name.ends_with("_sum") {
-        1
-    } else if name.ends_with("_count") {
-        2
-    } else {
-        0
+    match name.rsplit_once('_') {
+        Some((_, "sum")) => 1,
+        Some((_, "count")) => 2,
+        _ => 0,
     }
 }
 

@@ -8,10 +8,11 @@
 //! not counted, as upstream does not count plain client_golang ones.
 
 use prometheus_client::collector::Collector;
-use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::{Metric, Registry};
+
+use super::Labels;
 
 /// component-base's stability level of a family; its help starts with `[LEVEL] `.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -29,16 +30,11 @@ impl Stability {
     }
 }
 
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct RegisteredLabels {
-    stability_level: String,
-    deprecated_version: String,
-}
-
 /// The meta families; [`MetaMetrics::default`] is attached to no registry.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct MetaMetrics {
-    registered: Family<RegisteredLabels, Counter>,
+    /// By `stability_level` and `deprecated_version` (always empty).
+    registered: Family<Labels<2>, Counter>,
 }
 
 impl MetaMetrics {
@@ -78,12 +74,11 @@ impl MetaMetrics {
 
     /// Counts `count` registrations at `stability`.
     pub(crate) fn count(&self, stability: Stability, count: u64) {
-        self.registered
-            .get_or_create(&RegisteredLabels {
-                stability_level: stability.as_str().to_owned(),
-                deprecated_version: String::new(),
-            })
-            .inc_by(count);
+        let labels = [
+            ("stability_level", stability.as_str().to_owned()),
+            ("deprecated_version", String::new()),
+        ];
+        self.registered.get_or_create(&labels).inc_by(count);
     }
 }
 

@@ -87,17 +87,6 @@ impl Collector for ProcessCollector {
                 f.network_transmit_bytes,
             ),
         ];
-        for (name, help, value) in counters {
-            if let Some(value) = value {
-                let metric = encoder.encode_descriptor(
-                    name,
-                    &format!("{help}."),
-                    None,
-                    MetricType::Counter,
-                )?;
-                ConstCounter::new(value).encode(metric)?;
-            }
-        }
         let gauges = [
             (
                 "process_open_fds",
@@ -130,15 +119,17 @@ impl Collector for ProcessCollector {
                 f.start_time_seconds,
             ),
         ];
-        for (name, help, value) in gauges {
-            if let Some(value) = value {
-                let metric = encoder.encode_descriptor(
-                    name,
-                    &format!("{help}."),
-                    None,
-                    MetricType::Gauge,
-                )?;
-                ConstGauge::new(value).encode(metric)?;
+        for (kind, families) in [
+            (MetricType::Counter, &counters[..]),
+            (MetricType::Gauge, &gauges[..]),
+        ] {
+            for &(name, help, value) in families {
+                let Some(value) = value else { continue };
+                let metric = encoder.encode_descriptor(name, &format!("{help}."), None, kind)?;
+                match kind {
+                    MetricType::Counter => ConstCounter::new(value).encode(metric)?,
+                    _ => ConstGauge::new(value).encode(metric)?,
+                }
             }
         }
         Ok(())

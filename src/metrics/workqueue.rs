@@ -228,23 +228,16 @@ impl Collector for InProgress {
                 (name_label(name), sum, longest)
             })
             .collect();
-        let mut unfinished = encoder.encode_descriptor(
-            UNFINISHED,
-            &format!("{UNFINISHED_HELP}."),
-            None,
-            MetricType::Gauge,
-        )?;
-        for (label, sum, _) in &values {
-            ConstGauge::new(*sum).encode(unfinished.encode_family(label)?)?;
-        }
-        let mut longest = encoder.encode_descriptor(
-            LONGEST,
-            &format!("{LONGEST_HELP}."),
-            None,
-            MetricType::Gauge,
-        )?;
-        for (label, _, max) in &values {
-            ConstGauge::new(*max).encode(longest.encode_family(label)?)?;
+        for (name, help, longest) in [
+            (UNFINISHED, UNFINISHED_HELP, false),
+            (LONGEST, LONGEST_HELP, true),
+        ] {
+            let help = format!("{help}.");
+            let mut family = encoder.encode_descriptor(name, &help, None, MetricType::Gauge)?;
+            for (label, sum, max) in &values {
+                let value = if longest { *max } else { *sum };
+                ConstGauge::new(value).encode(family.encode_family(label)?)?;
+            }
         }
         Ok(())
     }

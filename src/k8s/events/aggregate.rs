@@ -99,10 +99,9 @@ impl Correlator {
         dedupe_key: Option<&str>,
         first: Timestamp,
         now: Timestamp,
-        repeats: i32,
+        mut repeats: i32,
         fresh_name: impl FnOnce() -> String,
     ) -> Decision {
-        let mut repeats = repeats;
         if let Some(episode) = dedupe_key {
             // Repeats of an episode's event that waited in the send queue together are one
             // occurrence: the episode is what is counted, not the retries inside it.

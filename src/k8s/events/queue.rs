@@ -66,7 +66,7 @@ pub(super) enum Queued {
     EndEpisode(String),
 }
 
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub(super) struct EventQueue {
     pub(super) items: Mutex<VecDeque<Queued>>,
     /// The episode of the event the sender has taken and the correlator not yet seen (locked
@@ -83,11 +83,8 @@ impl EventQueue {
     /// An empty queue.
     pub(super) fn new(metrics: EventQueueMetrics) -> Self {
         Self {
-            items: Mutex::new(VecDeque::new()),
-            sending: Mutex::new(None),
-            wake: Notify::new(),
             metrics,
-            warnings: AtomicUsize::new(0),
+            ..Self::default()
         }
     }
 
@@ -264,9 +261,8 @@ pub(super) async fn spare_token(gate: Option<(&TokenBucket, &(dyn Fn() -> bool +
     let Some((bucket, urgent)) = gate else { return };
     let deadline = tokio::time::Instant::now() + MAX_SPARE_WAIT;
     loop {
-        let wait = match bucket.try_acquire_spare() {
-            Ok(()) => return,
-            Err(wait) => wait,
+        let Err(wait) = bucket.try_acquire_spare() else {
+            return;
         };
         if tokio::time::Instant::now() >= deadline && urgent() {
             break;

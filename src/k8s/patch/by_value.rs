@@ -1,14 +1,11 @@
 //! Finalizer removal by value (strategic merge), for objects whose other finalizers change at the
 //! same moment as ours.
 
-use std::fmt::Debug;
-
 use kube::api::{Patch, PatchParams};
-use kube::{Api, Resource, ResourceExt};
-use serde::de::DeserializeOwned;
+use kube::{Api, ResourceExt};
 use serde_json::Value;
 
-use super::{PATCH_REFUSED, PatchError, PatchOutcome, remove_finalizer};
+use super::{Object, PATCH_REFUSED, PatchError, PatchOutcome, remove_finalizer};
 use crate::k8s::errors::{ApiErrorClass, classify};
 
 /// Removes `finalizer` from `obj` by value, in one request whatever else changed meanwhile: a
@@ -17,24 +14,14 @@ use crate::k8s::errors::{ApiErrorClass, classify};
 /// JSON patch of [`remove_finalizer`] fail and re-read for one PV in four. Falls back to
 /// [`remove_finalizer`] where the server refuses the patch (RBAC without `patch`, a UID that
 /// changed, a type without strategic merge).
-pub(crate) async fn remove_finalizer_by_value<K>(
+pub(crate) async fn remove_finalizer_by_value<K: Object>(
     api: &Api<K>,
     obj: &K,
     finalizer: &str,
-) -> Result<PatchOutcome<K>, PatchError>
-where
-    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
-{
+) -> Result<PatchOutcome<K>, PatchError> {
     let plural = K::plural(&()).into_owned();
     let refused = crate::sync::lock(&PATCH_REFUSED).contains(&plural);
-    let has = obj
-        .meta()
-        .finalizers
-        .as_deref()
-        .unwrap_or_default()
-        .iter()
-        .any(|f| f == finalizer);
-    if refused || !has {
+    if refused || !obj.finalizers().iter().any(|f| f == finalizer) {
         return remove_finalizer(api, obj, finalizer).await;
     }
     let mut meta = serde_json::Map::new();
