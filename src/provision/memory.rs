@@ -22,7 +22,7 @@ use super::classify::ProvisioningState;
 use super::plan::IgnoreReason;
 use crate::csi::v1::TopologyRequirement;
 use crate::node_mode::ownership::Competition;
-use crate::retry::{Backoff, HeldBack, InfeasibleHold};
+use crate::retry::{Backoff, InfeasibleHold};
 
 /// Per-claim memory of the provisioning controller.
 pub(crate) struct ClaimMemory {
@@ -148,13 +148,13 @@ impl ClaimMemory {
 
     // === CreateVolume attempts ===
 
-    /// `Err` while the claim is held back after an infeasible answer for this class.
+    /// `Err(remaining)` while the claim is held back after an infeasible answer for this class.
     pub(crate) fn check_feasible(
         &mut self,
         key: &str,
         class_uid: &str,
         now: Instant,
-    ) -> Result<(), HeldBack> {
+    ) -> Result<(), Duration> {
         self.infeasible.check(&key.to_owned(), class_uid, now)
     }
 
