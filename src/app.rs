@@ -250,10 +250,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
             }
         };
 
-    let mut watches = match &config.node_deployment {
-        Some(node) => node_mode_watches(&client, &config, &driver, &node.node_name).await,
-        None => start_watches(&client, &config, &driver),
-    };
+    let mut watches = start_watches(&client, &config, &driver).await;
     let stores = watches.stores.clone();
     let ready = wait_ready(&stores, &shutdown).await;
     if !matches!(ready, Ok(true)) {
@@ -453,36 +450,57 @@ struct Watches {
     labeller: Option<crate::node_mode::labeller::Labeller>,
 }
 
-fn start_watches(client: &Client, config: &Config, driver: &DriverInfo) -> Watches {
+/// Starts the watches. Node-deployment mode: each instance caches only what it may act on
+/// (`node_mode::watches`), so its memory follows its own node, not the cluster.
+async fn start_watches(client: &Client, config: &Config, driver: &DriverInfo) -> Watches {
     let wc = watcher::Config::default();
     // Subscribers: PVCs feed the provisioning and reclaim controllers (and unused-claim
     // tracking), PVs both controllers as well, classes the provisioning controller.
-    let pvcs = watch_lean(
-        Api::<PersistentVolumeClaim>::all(client.clone()),
-        wc.clone(),
-        "persistentvolumeclaims",
-        2 + usize::from(config.operator.track_unused_claims),
-    );
-    let pvs = watch_lean(
-        Api::<PersistentVolume>::all(client.clone()),
-        wc.clone(),
-        "persistentvolumes",
-        2,
-    );
-    let classes: Watched<StorageClass> =
-        watch_shared(Api::all(client.clone()), wc.clone(), "storageclasses", 1);
-    // Nodes and CSINodes feed topology (central mode with a topology-aware driver) and the dead-node
-    // checks; node mode learns its own topology from NodeGetInfo instead (as upstream).
-    let topology = config.feature_gates.topology && driver.supports_topology();
-    let want_nodes = topology || config.node_deployment.is_some();
-    let (nodes, csinodes) = if want_nodes {
-        let nodes: Watched<Node> = watch_shared(Api::all(client.clone()), wc.clone(), "nodes", 0);
-        let csinodes: Watched<CSINode> =
-            watch_shared(Api::all(client.clone()), wc.clone(), "csinodes", 0);
-        (Some(nodes.store.clone()), Some(csinodes.store.clone()))
-    } else {
-        (None, None)
+    let extra = usize::from(config.operator.track_unused_claims);
+    let (pvcs, pvs, nodes, csinodes, labeller) = match &config.node_deployment {
+        Some(node) => {
+            let scoped =
+                crate::node_mode::watches::start(client, driver, &node.node_name, 2, extra).await;
+            let (nodes, csinodes) = (scoped.nodes.store, scoped.csinodes.store);
+            let labeller = Some(scoped.labeller);
+            (
+                scoped.pvcs,
+                scoped.pvs,
+                Some(nodes),
+                Some(csinodes),
+                labeller,
+            )
+        }
+        None => {
+            let pvcs = watch_lean(
+                Api::<PersistentVolumeClaim>::all(client.clone()),
+                wc.clone(),
+                "persistentvolumeclaims",
+                2 + extra,
+            );
+            let pvs = watch_lean(
+                Api::<PersistentVolume>::all(client.clone()),
+                wc.clone(),
+                "persistentvolumes",
+                2,
+            );
+            // Nodes and CSINodes feed topology (central mode with a topology-aware driver) and
+            // the dead-node checks; node mode learns its own topology from NodeGetInfo instead
+            // (as upstream).
+            let (nodes, csinodes) = if config.feature_gates.topology && driver.supports_topology() {
+                let nodes: Watched<Node> =
+                    watch_shared(Api::all(client.clone()), wc.clone(), "nodes", 0);
+                let csinodes: Watched<CSINode> =
+                    watch_shared(Api::all(client.clone()), wc.clone(), "csinodes", 0);
+                (Some(nodes.store), Some(csinodes.store))
+            } else {
+                (None, None)
+            };
+            (pvcs, pvs, nodes, csinodes, None)
+        }
     };
+    let classes: Watched<StorageClass> =
+        watch_shared(Api::all(client.clone()), wc, "storageclasses", 1);
     let attachments = driver.controller.publish_unpublish_volume.then(|| {
         let index = AttachmentIndex::default();
         index.spawn(Api::<VolumeAttachment>::all(client.clone()));
@@ -501,46 +519,7 @@ fn start_watches(client: &Client, config: &Config, driver: &DriverInfo) -> Watch
         pvs,
         classes,
         stores,
-        labeller: None,
-    }
-}
-
-/// Node-deployment mode: each instance caches only what it may act on (`node_mode::watches`), so its
-/// memory follows its own node, not the cluster.
-async fn node_mode_watches(
-    client: &Client,
-    config: &Config,
-    driver: &DriverInfo,
-    node_name: &str,
-) -> Watches {
-    // Subscribers as in controller mode: PVCs and PVs feed provisioning and reclaim.
-    let extra = usize::from(config.operator.track_unused_claims);
-    let scoped = crate::node_mode::watches::start(client, driver, node_name, 2, extra).await;
-    let classes: Watched<StorageClass> = watch_shared(
-        Api::all(client.clone()),
-        watcher::Config::default(),
-        "storageclasses",
-        1,
-    );
-    let attachments = driver.controller.publish_unpublish_volume.then(|| {
-        let index = AttachmentIndex::default();
-        index.spawn(Api::<VolumeAttachment>::all(client.clone()));
-        index
-    });
-    let stores = Stores {
-        pvcs: scoped.pvcs.store.clone(),
-        pvs: scoped.pvs.store.clone(),
-        classes: classes.store.clone(),
-        nodes: Some(scoped.nodes.store.clone()),
-        csinodes: Some(scoped.csinodes.store.clone()),
-        attachments,
-    };
-    Watches {
-        pvcs: scoped.pvcs,
-        pvs: scoped.pvs,
-        classes,
-        stores,
-        labeller: Some(scoped.labeller),
+        labeller,
     }
 }
 

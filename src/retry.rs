@@ -10,7 +10,6 @@
 //! `--retry-interval-max` says; ours is [`INFEASIBLE_HOLD_BACK`] likewise.
 
 use std::collections::HashMap;
-use std::fmt;
 use std::hash::Hash;
 use std::time::{Duration, Instant};
 
@@ -88,28 +87,6 @@ pub(crate) fn delay_after(start: Duration, max: Duration, previous_failures: u32
         .map_or(max, |delay| delay.min(max))
 }
 
-/// Why a claim is not provisioned right now: it failed as infeasible recently and its
-/// StorageClass has not changed since. Display is upstream's text.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct HeldBack {
-    /// The claim key (the PVC UID) as upstream prints it.
-    pub(crate) key: String,
-    /// How long the hold-back still lasts.
-    pub(crate) remaining: Duration,
-}
-
-impl fmt::Display for HeldBack {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "skipping volume provisioning for pvc {}, because provisioning previously failed with infeasible error",
-            self.key
-        )
-    }
-}
-
-impl std::error::Error for HeldBack {}
-
 /// The infeasible hold-back ("slow set"): claims whose CreateVolume answered `InvalidArgument`
 /// are not retried for [`INFEASIBLE_HOLD_BACK`], unless the StorageClass UID changes (a class
 /// deleted and re-created with fixed parameters should be tried at once).
@@ -119,7 +96,7 @@ pub(crate) struct InfeasibleHold<K> {
     entries: HashMap<K, (Instant, String)>,
 }
 
-impl<K: Eq + Hash + Clone + fmt::Display> InfeasibleHold<K> {
+impl<K: Eq + Hash + Clone> InfeasibleHold<K> {
     /// A hold-back of `retention` (use [`INFEASIBLE_HOLD_BACK`] in production).
     pub(crate) fn new(retention: Duration) -> Self {
         Self {
@@ -133,9 +110,10 @@ impl<K: Eq + Hash + Clone + fmt::Display> InfeasibleHold<K> {
         self.entries.insert(key, (now, class_uid.to_owned()));
     }
 
-    /// `Err(HeldBack)` while `key` must still wait. Drops the entry once it has expired or the
-    /// class UID differs from the recorded one, so the claim is provisioned normally again.
-    pub(crate) fn check(&mut self, key: &K, class_uid: &str, now: Instant) -> Result<(), HeldBack> {
+    /// `Err(remaining)` while `key` must still wait: it failed as infeasible recently and its
+    /// StorageClass has not changed since. Drops the entry once it has expired or the class UID
+    /// differs from the recorded one, so the claim is provisioned normally again.
+    pub(crate) fn check(&mut self, key: &K, class_uid: &str, now: Instant) -> Result<(), Duration> {
         let Some((since, recorded_uid)) = self.entries.get(key) else {
             return Ok(());
         };
@@ -144,10 +122,7 @@ impl<K: Eq + Hash + Clone + fmt::Display> InfeasibleHold<K> {
             self.entries.remove(key);
             return Ok(());
         }
-        Err(HeldBack {
-            key: key.to_string(),
-            remaining: self.retention - elapsed,
-        })
+        Err(self.retention - elapsed)
     }
 
     /// Forgets `key` (the claim was provisioned, or deleted).

@@ -47,17 +47,12 @@ pub(crate) fn is_managed_disk(uri: &str) -> bool {
 
 /// The disk name in a disk URI.
 pub(crate) fn disk_name(uri: &str) -> Result<String, String> {
-    let pattern = if is_managed_disk(uri) {
-        MANAGED_DISK_PATTERN
-    } else {
-        UNMANAGED_DISK_PATTERN
-    };
     static MANAGED: std::sync::OnceLock<regex::Regex> = std::sync::OnceLock::new();
     static UNMANAGED: std::sync::OnceLock<regex::Regex> = std::sync::OnceLock::new();
-    let cell = if pattern == MANAGED_DISK_PATTERN {
-        &MANAGED
+    let (pattern, cell) = if is_managed_disk(uri) {
+        (MANAGED_DISK_PATTERN, &MANAGED)
     } else {
-        &UNMANAGED
+        (UNMANAGED_DISK_PATTERN, &UNMANAGED)
     };
     let re = cell.get_or_init(|| regex::Regex::new(pattern).expect("a valid pattern"));
     re.captures(uri)

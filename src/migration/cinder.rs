@@ -8,8 +8,8 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::api::storage::v1::StorageClass;
 
-use super::params::{CSI_FSTYPE, Param, map_params, with_params};
-use super::topology::{csi_to_in_tree, in_tree_to_csi, translate_allowed_topologies};
+use super::params::{CSI_FSTYPE, Param, map_params, set_topologies, with_params};
+use super::topology::{csi_to_in_tree, in_tree_to_csi};
 use super::{Plugin, go_bool, go_string, topology_error};
 
 /// The driver's zone key.
@@ -23,9 +23,7 @@ pub(crate) fn translate_class(sc: &StorageClass) -> Result<StorageClass, String>
         _ => Param::Keep(key.to_owned(), value.to_owned()),
     });
     let mut out = with_params(sc, params);
-    if let Some(terms) = out.allowed_topologies.as_deref().filter(|t| !t.is_empty()) {
-        out.allowed_topologies = Some(translate_allowed_topologies(terms, ZONE_KEY));
-    }
+    set_topologies(&mut out, None, ZONE_KEY)?;
     Ok(out)
 }
 

@@ -251,7 +251,18 @@ fn go_set(set: &BTreeSet<String>) -> String {
     format!("map[{}]", items.join(" "))
 }
 
-fn single_region(regions: BTreeSet<String>) -> Result<String, String> {
+/// The one region of `zones`, `region` telling each zone's.
+fn single_region(
+    zones: &[String],
+    region: impl Fn(&str) -> Result<String, String>,
+) -> Result<String, String> {
+    if zones.is_empty() {
+        return Err("no zones specified".to_owned());
+    }
+    let regions = zones
+        .iter()
+        .map(|z| region(z))
+        .collect::<Result<BTreeSet<String>, String>>()?;
     if regions.len() == 1 {
         Ok(regions.into_iter().next().unwrap_or_default())
     } else {
@@ -264,46 +275,35 @@ fn single_region(regions: BTreeSet<String>) -> Result<String, String> {
 
 /// GCE: `{locale}-{region}-{zone}` zones, one region.
 pub(crate) fn gce_region(zones: &[String]) -> Result<String, String> {
-    if zones.is_empty() {
-        return Err("no zones specified".to_owned());
-    }
-    let mut regions = BTreeSet::new();
-    for zone in zones {
-        let parts: Vec<&str> = zone.split('-').collect();
-        if parts.len() != 3 {
-            return Err(format!(
+    single_region(
+        zones,
+        |zone| match zone.split('-').collect::<Vec<_>>()[..] {
+            [locale, region, _] => Ok(format!("{locale}-{region}")),
+            _ => Err(format!(
                 "zone in unexpected format, expected: {{locale}}-{{region}}-{{zone}}, got: {zone}"
-            ));
-        }
-        regions.insert(format!("{}-{}", parts[0], parts[1]));
-    }
-    single_region(regions)
+            )),
+        },
+    )
 }
 
 /// AWS: `us-west-2a` (also GovCloud), local zones `us-west-2-lax-1a` and wavelength zones
 /// `us-east-1-wl1-bos-wlz-1`, one region.
 pub(crate) fn aws_region(zones: &[String]) -> Result<String, String> {
-    if zones.is_empty() {
-        return Err("no zones specified".to_owned());
-    }
-    let mut regions = BTreeSet::new();
-    for zone in zones {
+    single_region(zones, |zone| {
         let parts: Vec<&str> = zone.split('-').collect();
         let last = parts.last().copied().unwrap_or_default();
-        let region = if (parts.len() == 3 || parts.len() == 4) && last.len() == 2 {
+        if (parts.len() == 3 || parts.len() == 4) && last.len() == 2 {
             // Go's `zone[:len(zone)-1]` drops one byte; a wider last character would split
             // (and panic here), so its leftover byte reads as U+FFFD.
-            String::from_utf8_lossy(&zone.as_bytes()[..zone.len() - 1]).into_owned()
+            Ok(String::from_utf8_lossy(&zone.as_bytes()[..zone.len() - 1]).into_owned())
         } else if parts.len() == 5 || parts.len() == 7 {
-            parts[..3].join("-")
+            Ok(parts[..3].join("-"))
         } else {
-            return Err(format!(
+            Err(format!(
                 "Unexpected zone format: {zone} is not a valid AWS zone"
-            ));
-        };
-        regions.insert(region);
-    }
-    single_region(regions)
+            ))
+        }
+    })
 }
 
 #[cfg(test)]

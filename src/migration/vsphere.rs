@@ -9,10 +9,8 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::api::storage::v1::StorageClass;
 
-use super::params::{CSI_FSTYPE, Param, map_params, with_params};
-use super::topology::{
-    add_topology, replace_topology, topology_labels, topology_values, translate_allowed_topologies,
-};
+use super::params::{CSI_FSTYPE, Param, map_params, set_topologies, with_params};
+use super::topology::{add_topology, replace_topology, topology_labels, topology_values};
 use super::{Plugin, go_string};
 
 /// The driver's zone key.
@@ -46,9 +44,7 @@ pub(crate) fn translate_class(sc: &StorageClass) -> Result<StorageClass, String>
     });
     params.insert("csimigration".to_owned(), "true".to_owned());
     let mut out = with_params(sc, params);
-    if let Some(terms) = out.allowed_topologies.as_deref().filter(|t| !t.is_empty()) {
-        out.allowed_topologies = Some(translate_allowed_topologies(terms, ZONE_KEY));
-    }
+    set_topologies(&mut out, None, ZONE_KEY)?;
     Ok(out)
 }
 

@@ -505,27 +505,23 @@ fn shell_name(s: &str) -> (Option<&str>, usize) {
 
 /// RFC 1123 label: at most 63 of `[a-z0-9-]`, starting and ending alphanumeric.
 pub(crate) fn is_dns1123_label(s: &str) -> bool {
-    let b = s.as_bytes();
-    !b.is_empty()
-        && b.len() <= 63
-        && b.iter()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
-        && b[0] != b'-'
-        && b[b.len() - 1] != b'-'
+    s.len() <= 63 && is_label(s)
 }
 
 /// RFC 1123 subdomain: at most 253 characters of dot-separated labels (each label as above,
 /// without the 63-character limit, as Kubernetes checks it).
 pub(crate) fn is_dns1123_subdomain(s: &str) -> bool {
-    s.len() <= 253
-        && s.split('.').all(|label| {
-            let b = label.as_bytes();
-            !b.is_empty()
-                && b.iter()
-                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
-                && b[0] != b'-'
-                && b[b.len() - 1] != b'-'
-        })
+    s.len() <= 253 && s.split('.').all(is_label)
+}
+
+/// `[a-z0-9-]`, not empty, starting and ending alphanumeric.
+fn is_label(s: &str) -> bool {
+    let b = s.as_bytes();
+    !b.is_empty()
+        && b.iter()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+        && b[0] != b'-'
+        && b[b.len() - 1] != b'-'
 }
 
 impl fmt::Display for SecretRef {

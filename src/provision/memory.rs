@@ -3,8 +3,8 @@
 //!
 //! - the retry backoff of failed reconciles;
 //! - the infeasible hold-back (CreateVolume answered `InvalidArgument`; [`InfeasibleHold`]);
-//! - the pinned accessibility requirement while a CreateVolume may be in progress
-//!   ([`RequirementCache`]);
+//! - the pinned accessibility requirement while a CreateVolume may be in progress (upstream's
+//!   per-PVC topology cache): retries send it again even if nodes change or vanish meanwhile;
 //! - node mode: the competition for unselected claims and when each may be claimed;
 //! - node mode: since when an intent has been waiting for a node that is missing;
 //! - the claims whose PV this process created and that were not seen Bound yet (for the
@@ -20,10 +20,9 @@ use std::time::{Duration, Instant};
 
 use super::classify::ProvisioningState;
 use super::plan::IgnoreReason;
-use super::topology::RequirementCache;
 use crate::csi::v1::TopologyRequirement;
 use crate::node_mode::ownership::Competition;
-use crate::retry::{Backoff, HeldBack, InfeasibleHold};
+use crate::retry::{Backoff, InfeasibleHold};
 
 /// Per-claim memory of the provisioning controller.
 pub(crate) struct ClaimMemory {
@@ -31,7 +30,7 @@ pub(crate) struct ClaimMemory {
     uids: HashMap<String, String>,
     backoff: Backoff<String>,
     infeasible: InfeasibleHold<String>,
-    pins: RequirementCache,
+    pins: HashMap<String, TopologyRequirement>,
     competition: Competition,
     compete_at: HashMap<String, Instant>,
     /// Since when the node an intent waits for (named too: a claim created again under the same
@@ -61,7 +60,7 @@ impl ClaimMemory {
             uids: HashMap::new(),
             backoff,
             infeasible,
-            pins: RequirementCache::default(),
+            pins: HashMap::new(),
             competition,
             compete_at: HashMap::new(),
             node_gone_since: HashMap::new(),
@@ -110,7 +109,7 @@ impl ClaimMemory {
             reason,
             IgnoreReason::ClaimDeleting | IgnoreReason::AlreadyBound(_) | IgnoreReason::PvExists(_)
         ) {
-            self.pins.forget(key);
+            self.pins.remove(key);
         }
         // The competition is over for a claim that is bound, deleted or not ours.
         if !matches!(reason, IgnoreReason::NotThisNode(_)) {
@@ -144,18 +143,18 @@ impl ClaimMemory {
         let now = Instant::now();
         self.pv_created
             .retain(|k, at| keep(k) && (!expire || now.duration_since(*at) < PV_CACHE_GRACE));
-        self.pins.retain(&keep);
+        self.pins.retain(|k, _| keep(k));
     }
 
     // === CreateVolume attempts ===
 
-    /// `Err` while the claim is held back after an infeasible answer for this class.
+    /// `Err(remaining)` while the claim is held back after an infeasible answer for this class.
     pub(crate) fn check_feasible(
         &mut self,
         key: &str,
         class_uid: &str,
         now: Instant,
-    ) -> Result<(), HeldBack> {
+    ) -> Result<(), Duration> {
         self.infeasible.check(&key.to_owned(), class_uid, now)
     }
 
@@ -164,9 +163,12 @@ impl ClaimMemory {
         self.pins.get(key).cloned()
     }
 
-    /// CreateVolume was sent with `requirement`: retries send it again.
+    /// CreateVolume was sent with `requirement`: retries send it again (nothing to pin when it had
+    /// none: a request without requirements is recomputed identically without looking at nodes).
     pub(crate) fn sent(&mut self, key: &str, requirement: Option<&TopologyRequirement>) {
-        self.pins.pin(key, requirement);
+        if let Some(requirement) = requirement {
+            self.pins.insert(key.to_owned(), requirement.clone());
+        }
     }
 
     /// CreateVolume failed in state `outcome`; `infeasible`: hold the claim back for `class_uid`.
@@ -176,7 +178,14 @@ impl ClaimMemory {
         outcome: ProvisioningState,
         infeasible: Option<(&str, Instant)>,
     ) {
-        self.pins.settle(key, Some(outcome));
+        // Upstream forgets the pin on a final error and on reschedule, and keeps it while the
+        // volume may still be in progress or nothing reached the driver.
+        if matches!(
+            outcome,
+            ProvisioningState::Finished | ProvisioningState::Reschedule
+        ) {
+            self.pins.remove(key);
+        }
         if let Some((class_uid, now)) = infeasible {
             self.infeasible.record(key.to_owned(), class_uid, now);
         }
@@ -198,7 +207,7 @@ impl ClaimMemory {
     pub(crate) fn provisioned(&mut self, key: &str) {
         self.final_failures.remove(key);
         self.infeasible.remove(&key.to_owned());
-        self.pins.settle(key, None);
+        self.pins.remove(key);
         self.awaiting_bound.insert(key.to_owned());
         self.pv_created.insert(key.to_owned(), Instant::now());
     }
@@ -218,7 +227,7 @@ impl ClaimMemory {
 
     /// The requirement is no longer needed (node cleared, intent finished or cleaned up).
     pub(crate) fn unpin(&mut self, key: &str) {
-        self.pins.forget(key);
+        self.pins.remove(key);
     }
 
     // === Node mode ===

@@ -150,3 +150,26 @@ fn a_claim_created_again_after_its_namesake_was_bound_inherits_nothing() {
     m.observe("ns/a", "uid-2", false);
     assert!(!m.recently_provisioned("ns/a", Instant::now()));
 }
+
+#[test]
+fn pinned_requirements_survive_retries_until_a_final_outcome() {
+    let mut m = memory();
+    m.sent("u1", None);
+    assert!(
+        m.pinned("u1").is_none(),
+        "nothing to pin without a requirement"
+    );
+    m.sent("u1", Some(&requirement()));
+    for kept in [ProvisioningState::InBackground, ProvisioningState::NoChange] {
+        m.create_failed("u1", kept, None);
+        assert_eq!(m.pinned("u1"), Some(requirement()));
+    }
+    m.create_failed("u1", ProvisioningState::Reschedule, None);
+    assert!(m.pinned("u1").is_none());
+    m.sent("u1", Some(&requirement()));
+    m.create_failed("u1", ProvisioningState::Finished, None);
+    assert!(m.pinned("u1").is_none());
+    m.sent("u1", Some(&requirement()));
+    m.provisioned("u1");
+    assert!(m.pinned("u1").is_none());
+}

@@ -144,7 +144,7 @@ pub(crate) struct ClaimContext<'a> {
     /// UID of the selected Node, when cached (recorded on the PV).
     pub(crate) selected_node_uid: Option<&'a str>,
     /// The accessibility requirement pinned for this claim by an earlier attempt whose
-    /// CreateVolume may still be in progress ([`super::topology::RequirementCache`]): sent again
+    /// CreateVolume may still be in progress ([`super::memory::ClaimMemory::pinned`]): sent again
     /// as is, without looking at nodes, so a retry is identical even if the node is gone
     /// (upstream's per-PVC topology cache). While one is pinned, pass
     /// `selected_node_driver: Unknown` too: the node is settled until the attempt ends.

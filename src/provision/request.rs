@@ -146,10 +146,6 @@ pub(crate) fn volume_capabilities(
 /// Where a new volume's content comes from, once the shell has resolved the claim's data source
 /// (snapshot and clone sources are validated elsewhere; this is only the wire form).
 #[derive(Debug, Clone, PartialEq, Eq)]
-#[allow(
-    dead_code,
-    reason = "built once snapshots and clones are resolved (data sources, being built)"
-)]
 pub(crate) enum ContentSource {
     /// Restore from `VolumeSnapshotContent.status.snapshotHandle`.
     Snapshot {

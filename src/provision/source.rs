@@ -2,9 +2,7 @@
 //! `dataSource` names, and the checks, in upstream's order and words, that turn the source objects
 //! the shell fetched into the CreateVolume content source. Pure: the shell reads the objects.
 
-use k8s_openapi::api::core::v1::{
-    ObjectReference, PersistentVolume, PersistentVolumeClaim, TypedLocalObjectReference,
-};
+use k8s_openapi::api::core::v1::{ObjectReference, PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::Deserialize;
@@ -23,16 +21,10 @@ pub(crate) const SNAPSHOT_SOURCE_FINALIZER: &str =
 
 /// The API resources a data source involves, for dynamic clients (they are not k8s-openapi types).
 pub(crate) mod apis {
-    use kube::api::ApiResource;
+    use kube::api::{ApiResource, GroupVersionKind};
 
     fn resource(group: &str, version: &str, kind: &str, plural: &str) -> ApiResource {
-        ApiResource {
-            group: group.to_owned(),
-            version: version.to_owned(),
-            api_version: format!("{group}/{version}"),
-            kind: kind.to_owned(),
-            plural: plural.to_owned(),
-        }
+        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural)
     }
     /// `snapshot.storage.k8s.io/v1` VolumeSnapshot.
     pub(crate) fn volume_snapshots() -> ApiResource {
@@ -79,14 +71,7 @@ pub(crate) fn source_ref(pvc: &PersistentVolumeClaim) -> Option<SourceRef> {
     let spec = pvc.spec.as_ref()?;
     let own = pvc.metadata.namespace.clone().unwrap_or_default();
     let (kind, group, name, namespace) = match (&spec.data_source, &spec.data_source_ref) {
-        (
-            Some(TypedLocalObjectReference {
-                kind,
-                api_group,
-                name,
-            }),
-            _,
-        ) => (kind, api_group, name, own),
+        (Some(r), _) => (&r.kind, &r.api_group, &r.name, own),
         (None, Some(r)) => (
             &r.kind,
             &r.api_group,

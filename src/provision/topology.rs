@@ -1,6 +1,6 @@
 //! Topology of a claim to provision: the CreateVolume accessibility requirements (reference §7.2,
-//! upstream's table), the StatefulSet spreading of preferred terms (§7.3) and the per-claim pinned
-//! requirement (§7.4). The facts it builds on (terms, `allowedTopologies`, the PV node affinity
+//! upstream's table) and the StatefulSet spreading of preferred terms (§7.3); the per-claim pinned
+//! requirement (§7.4) is `provision::memory`'s. The facts it builds on (terms, `allowedTopologies`, the PV node affinity
 //! built from the driver's accessible topology (§7.5) and its matching in node mode) are
 //! `model::topology`'s; the zone labels of the in-tree plugins are `migration::topology`'s.
 //!
@@ -81,12 +81,7 @@ impl StaticTopology {
         };
         let node = Node {
             metadata: ObjectMeta {
-                labels: Some(
-                    segments
-                        .iter()
-                        .map(|(k, v)| (k.clone(), v.clone()))
-                        .collect(),
-                ),
+                labels: Some(segments.clone().into_iter().collect()),
                 ..meta
             },
             ..Node::default()
@@ -377,64 +372,6 @@ fn aggregate(view: &dyn TopologyView, keys: &[String]) -> Result<Vec<Term>, Topo
         });
     }
     Ok(terms)
-}
-
-/// Per-claim pinned accessibility requirements (upstream's per-PVC topology cache, §7.4): once a
-/// CreateVolume was sent, retries must send the identical requirement even if Nodes or CSINodes
-/// change or vanish meanwhile. Keyed by claim UID; in memory only, like upstream's.
-///
-/// Use: pass [`RequirementCache::get`] as `ClaimContext::pinned_topology`; after sending
-/// CreateVolume, [`RequirementCache::pin`] the request's requirement; then
-/// [`RequirementCache::settle`] with the outcome.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct RequirementCache {
-    by_uid: HashMap<String, TopologyRequirement>,
-}
-
-impl RequirementCache {
-    /// The requirement pinned for claim `uid`.
-    pub(crate) fn get(&self, uid: &str) -> Option<&TopologyRequirement> {
-        self.by_uid.get(uid)
-    }
-
-    /// Pins the requirement a CreateVolume was sent with (nothing to pin when it had none: a
-    /// request without requirements is recomputed identically without looking at nodes).
-    pub(crate) fn pin(&mut self, uid: &str, sent: Option<&TopologyRequirement>) {
-        if let Some(req) = sent {
-            self.by_uid.insert(uid.to_owned(), req.clone());
-        }
-    }
-
-    /// After a CreateVolume outcome (`None` = success): upstream forgets the pin on success, on a
-    /// final error and on reschedule, and keeps it while the volume may still be in progress or
-    /// nothing reached the driver.
-    pub(crate) fn settle(
-        &mut self,
-        uid: &str,
-        failure: Option<super::classify::ProvisioningState>,
-    ) {
-        use super::classify::ProvisioningState::*;
-        match failure {
-            None | Some(Finished) | Some(Reschedule) => self.forget(uid),
-            Some(InBackground) | Some(NoChange) => {}
-        }
-    }
-
-    /// Forgets claim `uid` (also when the claim is deleted or its selected node is cleared).
-    pub(crate) fn forget(&mut self, uid: &str) {
-        self.by_uid.remove(uid);
-    }
-
-    /// Keeps only the claims `keep` accepts (drops the pins of claims that are gone).
-    pub(crate) fn retain(&mut self, mut keep: impl FnMut(&str) -> bool) {
-        self.by_uid.retain(|uid, _| keep(uid));
-    }
-
-    /// Whether nothing is pinned.
-    #[cfg(test)]
-    pub(crate) fn is_empty(&self) -> bool {
-        self.by_uid.is_empty()
-    }
 }
 
 /// 32-bit FNV-1 (multiply, then xor; not FNV-1a), as Go's `fnv.New32`.

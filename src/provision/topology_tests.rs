@@ -542,25 +542,3 @@ fn node_mode_static_view_mirrors_node_get_info() {
         Some((vec![t(&[(ZONE, "zone7")])], vec![t(&[(ZONE, "zone7")])]))
     );
 }
-
-#[test]
-fn pinned_requirements_survive_retries_until_a_final_outcome() {
-    use crate::provision::classify::ProvisioningState;
-    let req = TopologyRequirement {
-        requisite: vec![t(&[(ZONE, "zone1")]).to_csi()],
-        preferred: vec![t(&[(ZONE, "zone1")]).to_csi()],
-    };
-    let mut cache = RequirementCache::default();
-    cache.pin("u1", None);
-    assert!(cache.is_empty(), "nothing to pin without a requirement");
-    cache.pin("u1", Some(&req));
-    for kept in [ProvisioningState::InBackground, ProvisioningState::NoChange] {
-        cache.settle("u1", Some(kept));
-        assert_eq!(cache.get("u1"), Some(&req));
-    }
-    cache.settle("u1", Some(ProvisioningState::Reschedule));
-    assert_eq!(cache.get("u1"), None);
-    cache.pin("u1", Some(&req));
-    cache.settle("u1", None);
-    assert!(cache.is_empty());
-}

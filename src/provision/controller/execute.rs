@@ -100,14 +100,14 @@ pub(super) async fn provision(
 ) -> Result<Action, ProvisionError> {
     let ctx = &state.ctx;
     let key = claim_key(pvc);
-    if let Err(held) = state
+    if let Err(remaining) = state
         .memory()
         .check_feasible(&key, &plan.class_uid, Instant::now())
     {
         // Upstream's words name the claim's UID.
         let uid = pvc.metadata.uid.as_deref().unwrap_or_default();
         debug!(claim = %key, "skipping volume provisioning for pvc {uid}, because provisioning previously failed with infeasible error");
-        return Ok(Action::requeue(held.remaining));
+        return Ok(Action::requeue(remaining));
     }
     for warning in &plan.warnings {
         debug!("{warning}");

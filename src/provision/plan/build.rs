@@ -13,13 +13,12 @@ use super::{
 use crate::csi::v1::TopologyRequirement;
 use crate::csi::v1::volume_capability::access_mode::Mode;
 use crate::model::claim::{claim_class_name, selected_node};
-use crate::model::secrets::{ClaimIdentity, SecretError, TemplateContext, resolve_all};
+use crate::model::secrets::{ClaimIdentity, TemplateContext, resolve_all};
 use crate::provision::classify::may_reschedule;
-use crate::provision::params::{self, ParamError};
+use crate::provision::params;
 use crate::provision::pv::{PvTemplate, claim_ref};
 use crate::provision::request::{
-    self, ContentSource, RequestError, RequestParts, create_volume_request, is_block,
-    requested_bytes,
+    self, ContentSource, RequestParts, create_volume_request, is_block, requested_bytes,
 };
 use crate::provision::topology::{
     TopologyError, TopologyParams, generate_accessibility_requirements,
@@ -32,26 +31,8 @@ pub(super) enum Stop {
     Reschedule(TopologyError),
 }
 
-impl From<PlanError> for Stop {
-    fn from(e: PlanError) -> Self {
-        Stop::Fail(e)
-    }
-}
-
-impl From<RequestError> for Stop {
-    fn from(e: RequestError) -> Self {
-        Stop::Fail(e.into())
-    }
-}
-
-impl From<ParamError> for Stop {
-    fn from(e: ParamError) -> Self {
-        Stop::Fail(e.into())
-    }
-}
-
-impl From<SecretError> for Stop {
-    fn from(e: SecretError) -> Self {
+impl<E: Into<PlanError>> From<E> for Stop {
+    fn from(e: E) -> Self {
         Stop::Fail(e.into())
     }
 }
@@ -64,26 +45,23 @@ pub(super) fn data_source(
     let Some(spec) = pvc.spec.as_ref() else {
         return Ok(None);
     };
-    if let Some(ds) = &spec.data_source {
-        return Ok(Some((
-            ds.kind.clone(),
-            ds.api_group.clone().unwrap_or_default(),
-            ds.name.clone(),
-        )));
-    }
-    if let Some(r) = &spec.data_source_ref {
-        if r.namespace.as_deref().is_some_and(|ns| !ns.is_empty())
-            && !settings.cross_namespace_data_source
-        {
-            return Err(PlanError::CrossNamespaceDisabled);
+    let (kind, group, name) = match (&spec.data_source, &spec.data_source_ref) {
+        (Some(ds), _) => (&ds.kind, &ds.api_group, &ds.name),
+        (None, Some(r)) => {
+            if r.namespace.as_deref().is_some_and(|ns| !ns.is_empty())
+                && !settings.cross_namespace_data_source
+            {
+                return Err(PlanError::CrossNamespaceDisabled);
+            }
+            (&r.kind, &r.api_group, &r.name)
         }
-        return Ok(Some((
-            r.kind.clone(),
-            r.api_group.clone().unwrap_or_default(),
-            r.name.clone(),
-        )));
-    }
-    Ok(None)
+        (None, None) => return Ok(None),
+    };
+    Ok(Some((
+        kind.clone(),
+        group.clone().unwrap_or_default(),
+        name.clone(),
+    )))
 }
 
 /// The CSI part of provisioning (upstream `prepareProvision`), in upstream's order.
