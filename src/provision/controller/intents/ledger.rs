@@ -268,18 +268,12 @@ impl Book {
 
     /// Adds or updates `entry`; a new one goes to the first shard with room.
     pub(crate) fn record(&mut self, entry: Entry) -> InBook {
-        if let Some(slot) = self.entries.get(&entry.volume) {
-            if slot.entry == entry && slot.committed {
-                return InBook::Committed;
-            }
-            if slot.entry == entry {
-                self.dirty[slot.shard] = true;
-                return InBook::Unwritten;
-            }
-            self.replace(entry);
-            return InBook::Unwritten;
+        match self.entries.get(&entry.volume) {
+            Some(slot) if slot.entry == entry && slot.committed => return InBook::Committed,
+            Some(slot) if slot.entry == entry => self.dirty[slot.shard] = true,
+            Some(_) => self.replace(entry),
+            None => self.insert(entry),
         }
-        self.insert(entry);
         InBook::Unwritten
     }
 
