@@ -225,22 +225,17 @@ pub(crate) fn entry_of(pvc: &PersistentVolumeClaim) -> Option<Entry> {
 /// A CreateVolume with only what the claim itself says (no class, no topology), for replaying
 /// when the original request was not recorded.
 fn minimal_request(pvc: &PersistentVolumeClaim, volume_name: &str) -> CreateVolumeRequest {
+    let rwo = || vec!["ReadWriteOnce".to_owned()];
     let modes = pvc
         .spec
         .as_ref()
         .and_then(|s| s.access_modes.clone())
         .filter(|m| !m.is_empty())
-        .unwrap_or_else(|| vec!["ReadWriteOnce".to_owned()]);
-    let capabilities = request::volume_capabilities(&modes, is_block(pvc), "", &[], false)
-        .or_else(|_| {
-            request::volume_capabilities(
-                &["ReadWriteOnce".to_owned()],
-                is_block(pvc),
-                "",
-                &[],
-                false,
-            )
-        })
+        .unwrap_or_else(rwo);
+    let capabilities =
+        |modes: &[String]| request::volume_capabilities(modes, is_block(pvc), "", &[], false);
+    let capabilities = capabilities(&modes)
+        .or_else(|_| capabilities(&rwo()))
         .unwrap_or_default();
     create_volume_request(RequestParts {
         name: volume_name.to_owned(),
@@ -302,23 +297,17 @@ impl ClaimRecords {
     /// Takes in the claim as the watch delivered it: its record (our driver's only), or none.
     pub(crate) fn observe(&self, pvc: &PersistentVolumeClaim) {
         let uid = pvc.uid().unwrap_or_default();
-        let record = entry_of(pvc).filter(|_| crate::model::claim::is_ours(pvc, &self.driver));
+        let record = entry_of(pvc)
+            .filter(|_| crate::model::claim::is_ours(pvc, &self.driver))
+            .map(|entry| Mirrored {
+                entry,
+                selected_node: crate::model::claim::selected_node(pvc).map(str::to_owned),
+            });
         let mut mirror = lock(&self.mirror);
         match record {
-            Some(entry) => {
-                let selected_node = crate::model::claim::selected_node(pvc).map(str::to_owned);
-                mirror.insert(
-                    uid,
-                    Mirrored {
-                        entry,
-                        selected_node,
-                    },
-                );
-            }
-            None => {
-                mirror.remove(&uid);
-            }
-        }
+            Some(record) => mirror.insert(uid, record),
+            None => mirror.remove(&uid),
+        };
     }
 
     /// Every record with the claim's selected node as last seen.
