@@ -385,8 +385,7 @@ impl Ledger {
                 target.node.as_deref(),
                 &write.content,
             );
-            let created = lease.metadata.resource_version.is_none();
-            let answer = if created {
+            let answer = if lease.metadata.resource_version.is_none() {
                 target.api.create(&PostParams::default(), &lease).await
             } else {
                 target
@@ -433,26 +432,16 @@ impl Ledger {
                 }
             }
         }
-        match failure {
-            Some(error) => {
-                for waiter in waiters {
-                    let _ = waiter.send(Err(error.clone()));
-                }
-                false
-            }
-            None if conflict => {
-                // Written again at once with what the API server has merged in; the waiters
-                // wait for that write.
-                lock(&self.0.state).waiters.extend(waiters);
-                true
-            }
-            None => {
-                for waiter in waiters {
-                    let _ = waiter.send(Ok(()));
-                }
-                true
-            }
+        if conflict && failure.is_none() {
+            // Written again at once with what the API server has merged in; the waiters wait for
+            // that write.
+            lock(&self.0.state).waiters.extend(waiters);
+            return true;
         }
+        for waiter in waiters {
+            let _ = waiter.send(failure.clone().map_or(Ok(()), Err));
+        }
+        failure.is_none()
     }
 
     /// After a conflict: reads the shard and takes in entries this process does not know.
