@@ -205,19 +205,14 @@ impl Ledger {
         // unanswered while the ledger exists.
         rx.await.unwrap_or_else(|_| {
             Err(LedgerError::Write {
-                lease: self.name(),
+                // `namespace/name-intents` of the ledger's shards.
+                lease: self.0.target.as_ref().map_or_else(String::new, |t| {
+                    format!("{}/{}-intents", t.namespace, t.base)
+                }),
                 message: "the intent ledger's committer stopped".to_owned(),
                 hint: String::new(),
             })
         })
-    }
-
-    /// `namespace/name-intents` of the ledger's shards, for messages.
-    fn name(&self) -> String {
-        match &self.0.target {
-            Some(t) => format!("{}/{}-intents", t.namespace, t.base),
-            None => String::new(),
-        }
     }
 
     /// The resolver's pass (every few seconds) asks for pending removals to be written. While
@@ -460,8 +455,7 @@ impl Ledger {
                 }
             },
             Ok(None) => {
-                let mut state = lock(&self.0.state);
-                if let Some(slot) = state.leases.get_mut(shard) {
+                if let Some(slot) = lock(&self.0.state).leases.get_mut(shard) {
                     *slot = None;
                 }
             }
