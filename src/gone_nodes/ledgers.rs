@@ -100,10 +100,8 @@ impl GoneLedgers {
         grace: Duration,
     ) -> Option<Instant> {
         let now = Instant::now();
-        let namespace = self.namespace.clone();
-        let namespace = namespace.as_str();
         if self.list_due(&nodes, now, grace) {
-            let api: Api<Lease> = Api::namespaced(client.clone(), namespace);
+            let api: Api<Lease> = Api::namespaced(client.clone(), &self.namespace);
             match api
                 .list(&ListParams::default().labels(LEDGER_NODE_LABEL))
                 .await
@@ -115,7 +113,7 @@ impl GoneLedgers {
                 }
                 Err(e) => {
                     warn!(
-                        namespace,
+                        namespace = self.namespace.as_str(),
                         "listing the intent ledgers of nodes failed, retrying: {}",
                         describe(&e)
                     );
@@ -130,7 +128,7 @@ impl GoneLedgers {
             .map(|(node, _)| node.clone())
             .collect();
         for node in due {
-            self.finish(client, namespace, &node).await;
+            self.finish(client, &node).await;
         }
         self.waiting.values().map(|s| s.missing_since + grace).min()
     }
@@ -166,7 +164,7 @@ impl GoneLedgers {
 
     /// The grace period is over: a live GET must answer 404, then every entry is logged and the
     /// ledger deleted.
-    async fn finish(&mut self, client: &Client, namespace: &str, node: &str) {
+    async fn finish(&mut self, client: &Client, node: &str) {
         let nodes: Api<Node> = Api::all(client.clone());
         match NodeLookup::from_get(&nodes.get_metadata_opt(node).await) {
             NodeLookup::NotFound => {}
@@ -183,7 +181,7 @@ impl GoneLedgers {
         let Some(shards) = self.waiting.remove(node) else {
             return;
         };
-        let api: Api<Lease> = Api::namespaced(client.clone(), namespace);
+        let api: Api<Lease> = Api::namespaced(client.clone(), &self.namespace);
         for (name, version) in shards.leases {
             if let Ok(Some(lease)) = api.get_opt(&name).await {
                 for entry in logged_entries(&lease) {
@@ -192,13 +190,10 @@ impl GoneLedgers {
                         "node {node:?} no longer exists: the CreateVolume sent there for this claim is considered gone with the node, without DeleteVolume; check the node's storage if it comes back");
                 }
             }
-            let params = DeleteParams {
-                preconditions: Some(Preconditions {
-                    resource_version: Some(version),
-                    uid: None,
-                }),
-                ..DeleteParams::default()
-            };
+            let params = DeleteParams::default().preconditions(Preconditions {
+                resource_version: Some(version),
+                uid: None,
+            });
             match api.delete(&name, &params).await {
                 Ok(_) => info!(%node, lease = %name, "intent ledger of a deleted node removed"),
                 Err(kube::Error::Api(s)) if s.code == 404 => {}

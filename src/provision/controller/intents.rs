@@ -24,8 +24,8 @@ use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use crate::k8s::lean::Lean;
 use crate::k8s::patch::PatchError;
 use crate::leader::Leadership;
-use crate::provision::controller::intents::ledger::Entry;
 use crate::provision::controller::intents::ledger::store::{Ledger, LedgerError};
+use crate::provision::controller::intents::ledger::{Entry, Removal};
 use resolution::Owner;
 
 pub(crate) mod claim_record;
@@ -90,6 +90,18 @@ pub(crate) enum Held {
     Claim,
 }
 
+/// How the ledger writes `entry`'s removal: a Retain volume's at once ([`Removal::Prompt`]), one
+/// found `stale` (its PV exists) with no write of its own, others lazily.
+fn removal(entry: &Entry, stale: bool) -> Removal {
+    if stale {
+        Removal::Stale
+    } else if entry.retain {
+        Removal::Prompt
+    } else {
+        Removal::Lazy
+    }
+}
+
 /// A handle on the intent store; cheap to clone.
 #[derive(Clone)]
 pub(crate) struct IntentStore {
@@ -140,14 +152,9 @@ impl IntentStore {
         }
     }
 
-    /// Drops `entry`: its PV exists, or its volume was deleted (or never made). A Retain volume's
-    /// entry is written away at once (see `ledger::Book::forget_promptly`), others lazily.
+    /// Drops `entry`: its PV exists, or its volume was deleted (or never made).
     pub(crate) async fn forget(&self, entry: &Entry) -> Result<(), IntentError> {
-        if entry.retain {
-            self.ledger.forget_promptly(&entry.volume);
-        } else {
-            self.ledger.forget(&entry.volume);
-        }
+        self.ledger.forget(&entry.volume, removal(entry, false));
         if self.claims.holds(entry) {
             self.claims
                 .forget(entry)
@@ -162,9 +169,7 @@ impl IntentStore {
     pub(crate) async fn resolved(&self, pending: &Pending, stale: bool) -> Result<(), IntentError> {
         let entry = &pending.entry;
         match pending.held {
-            Held::Ledger if stale => self.ledger.drop_stale(&entry.volume),
-            Held::Ledger if entry.retain => self.ledger.forget_promptly(&entry.volume),
-            Held::Ledger => self.ledger.forget(&entry.volume),
+            Held::Ledger => self.ledger.forget(&entry.volume, removal(entry, stale)),
             Held::Claim => self
                 .claims
                 .forget(entry)

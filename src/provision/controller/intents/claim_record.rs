@@ -13,7 +13,6 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Mutex;
 
 use json_patch::PatchOperation;
-use json_patch::jsonptr::Token;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -24,8 +23,8 @@ use serde_json::Value;
 use crate::csi::v1::CreateVolumeRequest;
 use crate::k8s::lean::Lean;
 use crate::k8s::patch::{
-    self, PatchError, PatchOutcome, Step, add_op, annotation_path, guard, meta_path, pointer,
-    remove_op, test_op, version_test,
+    self, PatchError, PatchOutcome, Step, add_op, annotation_path, guard, meta_path, remove_op,
+    version_test,
 };
 use crate::model::meta::{has_finalizer, non_empty_annotation};
 use crate::names;
@@ -84,33 +83,11 @@ pub(crate) fn intent_write_step(
     meta: &ObjectMeta,
     wanted: &BTreeMap<&'static str, Option<String>>,
 ) -> Step {
-    let mut ops = Vec::new();
-    // `add` of a missing list would replace one created meanwhile: such writes pin the version.
-    let mut version_tested = false;
-    let finalizers = meta.finalizers.as_deref().unwrap_or_default();
-    if !finalizers
-        .iter()
-        .any(|f| f == names::FINALIZER_PROVISIONING_INTENT)
-    {
-        if meta.deletion_timestamp.is_some() {
-            return Step::ObjectDeleting;
-        }
-        let ours = Value::String(names::FINALIZER_PROVISIONING_INTENT.to_owned());
-        if finalizers.is_empty() {
-            ops.extend(version_test(meta));
-            version_tested = true;
-            ops.push(add_op(meta_path("finalizers"), Value::Array(vec![ours])));
-        } else {
-            let list = finalizers.iter().cloned().map(Value::String).collect();
-            ops.push(test_op(meta_path("finalizers"), Value::Array(list)));
-            let end = pointer([
-                Token::new("metadata"),
-                Token::new("finalizers"),
-                Token::new("-"),
-            ]);
-            ops.push(add_op(end, ours));
-        }
-    }
+    let finalizer = patch::add_finalizer_step(meta, names::FINALIZER_PROVISIONING_INTENT);
+    // `add` of a missing list would replace one created meanwhile: such writes pin the version
+    // (the finalizer's write does when it creates the list).
+    let version_tested = matches!(finalizer, Step::Write(_))
+        && meta.finalizers.as_deref().unwrap_or_default().is_empty();
     let current = meta.annotations.clone().unwrap_or_default();
     let sets: BTreeMap<&str, &String> = wanted
         .iter()
@@ -121,6 +98,7 @@ pub(crate) fn intent_write_step(
         .iter()
         .filter(|(k, v)| v.is_none() && current.contains_key(**k))
         .map(|(k, _)| *k);
+    let mut ops = Vec::new();
     if current.is_empty() && !sets.is_empty() {
         if !version_tested {
             ops.extend(version_test(meta));
@@ -138,45 +116,38 @@ pub(crate) fn intent_write_step(
     for k in removes {
         ops.push(remove_op(annotation_path(k)));
     }
-    guarded(meta, ops)
+    with_finalizer_step(finalizer, meta, ops)
 }
 
 /// The write that removes the intent finalizer and every intent annotation from the claim
 /// described by `meta`: `test` + `remove` of our finalizer at its index, `remove` of each of our
 /// annotations present. Nothing else of the claim is relied on.
 pub(crate) fn intent_removal_step(meta: &ObjectMeta) -> Step {
-    let mut ops = Vec::new();
-    let finalizers = meta.finalizers.as_deref().unwrap_or_default();
-    if let Some(i) = finalizers
-        .iter()
-        .position(|f| f == names::FINALIZER_PROVISIONING_INTENT)
-    {
-        let path = pointer([
-            Token::new("metadata"),
-            Token::new("finalizers"),
-            Token::from(i),
-        ]);
-        let ours = Value::String(names::FINALIZER_PROVISIONING_INTENT.to_owned());
-        ops.push(test_op(path.clone(), ours));
-        ops.push(remove_op(path));
-    }
     let current = meta.annotations.as_ref();
-    for k in INTENT_ANNOTATIONS {
-        if current.is_some_and(|a| a.contains_key(k)) {
-            ops.push(remove_op(annotation_path(k)));
-        }
-    }
-    guarded(meta, ops)
+    let ops = INTENT_ANNOTATIONS
+        .iter()
+        .filter(|k| current.is_some_and(|a| a.contains_key(**k)))
+        .map(|k| remove_op(annotation_path(k)))
+        .collect();
+    let finalizer = patch::remove_finalizer_step(meta, names::FINALIZER_PROVISIONING_INTENT);
+    with_finalizer_step(finalizer, meta, ops)
 }
 
-/// `ops` behind the guard of the claim described by `meta`; nothing to write when there are none.
-fn guarded(meta: &ObjectMeta, ops: Vec<PatchOperation>) -> Step {
-    if ops.is_empty() {
-        return Step::AlreadyDone;
+/// `ops` after the write of our finalizer (`finalizer`, guarded), else behind the guard of the
+/// claim described by `meta`; nothing to write when there are none.
+fn with_finalizer_step(finalizer: Step, meta: &ObjectMeta, ops: Vec<PatchOperation>) -> Step {
+    match finalizer {
+        Step::Write(mut patch) => {
+            patch.0.extend(ops);
+            Step::Write(patch)
+        }
+        Step::AlreadyDone if ops.is_empty() => Step::AlreadyDone,
+        Step::AlreadyDone => Step::Write(json_patch::Patch(
+            guard(meta).into_iter().chain(ops).collect(),
+        )),
+        // Adding the finalizer to a claim being deleted is refused by the API server.
+        Step::ObjectDeleting => Step::ObjectDeleting,
     }
-    Step::Write(json_patch::Patch(
-        guard(meta).into_iter().chain(ops).collect(),
-    ))
 }
 
 /// Whether the claim carries the intent finalizer.
@@ -225,22 +196,17 @@ pub(crate) fn entry_of(pvc: &PersistentVolumeClaim) -> Option<Entry> {
 /// A CreateVolume with only what the claim itself says (no class, no topology), for replaying
 /// when the original request was not recorded.
 fn minimal_request(pvc: &PersistentVolumeClaim, volume_name: &str) -> CreateVolumeRequest {
+    let rwo = || vec!["ReadWriteOnce".to_owned()];
     let modes = pvc
         .spec
         .as_ref()
         .and_then(|s| s.access_modes.clone())
         .filter(|m| !m.is_empty())
-        .unwrap_or_else(|| vec!["ReadWriteOnce".to_owned()]);
-    let capabilities = request::volume_capabilities(&modes, is_block(pvc), "", &[], false)
-        .or_else(|_| {
-            request::volume_capabilities(
-                &["ReadWriteOnce".to_owned()],
-                is_block(pvc),
-                "",
-                &[],
-                false,
-            )
-        })
+        .unwrap_or_else(rwo);
+    let capabilities =
+        |modes: &[String]| request::volume_capabilities(modes, is_block(pvc), "", &[], false);
+    let capabilities = capabilities(&modes)
+        .or_else(|_| capabilities(&rwo()))
         .unwrap_or_default();
     create_volume_request(RequestParts {
         name: volume_name.to_owned(),
@@ -302,23 +268,17 @@ impl ClaimRecords {
     /// Takes in the claim as the watch delivered it: its record (our driver's only), or none.
     pub(crate) fn observe(&self, pvc: &PersistentVolumeClaim) {
         let uid = pvc.uid().unwrap_or_default();
-        let record = entry_of(pvc).filter(|_| crate::model::claim::is_ours(pvc, &self.driver));
+        let record = entry_of(pvc)
+            .filter(|_| crate::model::claim::is_ours(pvc, &self.driver))
+            .map(|entry| Mirrored {
+                entry,
+                selected_node: crate::model::claim::selected_node(pvc).map(str::to_owned),
+            });
         let mut mirror = lock(&self.mirror);
         match record {
-            Some(entry) => {
-                let selected_node = crate::model::claim::selected_node(pvc).map(str::to_owned);
-                mirror.insert(
-                    uid,
-                    Mirrored {
-                        entry,
-                        selected_node,
-                    },
-                );
-            }
-            None => {
-                mirror.remove(&uid);
-            }
-        }
+            Some(record) => mirror.insert(uid, record),
+            None => mirror.remove(&uid),
+        };
     }
 
     /// Every record with the claim's selected node as last seen.

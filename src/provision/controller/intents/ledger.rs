@@ -182,7 +182,7 @@ pub(crate) struct Book {
     counts: Vec<usize>,
     /// Per shard: the encoded size of its entries ([`SHARD_BYTES`] at most).
     bytes: Vec<usize>,
-    /// A removal that must not wait for the resolver's flush (see [`Book::forget_promptly`]).
+    /// A removal that must not wait for the resolver's flush ([`Removal::Prompt`]).
     prompt: bool,
 }
 
@@ -194,6 +194,23 @@ struct Slot {
     bytes: usize,
     /// Written by a commit that succeeded (or loaded from the API server).
     committed: bool,
+}
+
+/// How an entry's removal is written ([`Book::forget`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Removal {
+    /// Found stale (its PV exists): no write of its own, the next commit of its shard leaves it
+    /// out. Keeping it written costs nothing but a later resolution, so a restart after a crash
+    /// writes nothing for such entries.
+    Stale,
+    /// With the next commit of its shard or the resolver's flush.
+    Lazy,
+    /// Now rather than lazily. For a PV with reclaim `Retain`: a crash before the removal is
+    /// written leaves an entry a restarted resolver sees with no PV (an admin may delete a kept PV
+    /// while the sidecar is down) and no claim, and it cannot tell that from a volume whose PV
+    /// was never made, so it deletes the volume. With `Delete`, that DeleteVolume only repeats
+    /// the reclaim's, so the lazy write is fine there.
+    Prompt,
 }
 
 /// Where [`Book::record`] left an entry.
@@ -212,24 +229,10 @@ impl Book {
         for (shard, entries) in shards {
             book.grow(shard);
             for entry in entries {
-                let bytes = entry_bytes(&entry);
-                book.counts[shard] += 1;
-                book.bytes[shard] += bytes;
-                let volume = entry.volume.clone();
-                if let Some(old) = book.entries.insert(
-                    volume,
-                    Slot {
-                        entry,
-                        shard,
-                        bytes,
-                        committed: true,
-                    },
-                ) {
+                if let Some(old) = book.place(entry, shard, true) {
                     // The same volume in two shards (a crash between moving writes): keep one,
                     // and rewrite the shard that loses it.
-                    book.counts[old.shard] -= 1;
-                    book.bytes[old.shard] -= old.bytes;
-                    book.dirty[old.shard] = true;
+                    book.dirty[old] = true;
                 }
             }
         }
@@ -244,20 +247,33 @@ impl Book {
         }
     }
 
+    /// Puts `entry` in `shard`, counted there; the shard of the slot it displaced, if any, no
+    /// longer counts that one.
+    fn place(&mut self, entry: Entry, shard: usize, committed: bool) -> Option<usize> {
+        self.grow(shard);
+        let bytes = entry_bytes(&entry);
+        self.counts[shard] += 1;
+        self.bytes[shard] += bytes;
+        let slot = Slot {
+            entry,
+            shard,
+            bytes,
+            committed,
+        };
+        let old = self.entries.insert(slot.entry.volume.clone(), slot)?;
+        self.counts[old.shard] -= 1;
+        self.bytes[old.shard] -= old.bytes;
+        Some(old.shard)
+    }
+
     /// Adds or updates `entry`; a new one goes to the first shard with room.
     pub(crate) fn record(&mut self, entry: Entry) -> InBook {
-        if let Some(slot) = self.entries.get(&entry.volume) {
-            if slot.entry == entry && slot.committed {
-                return InBook::Committed;
-            }
-            if slot.entry == entry {
-                self.dirty[slot.shard] = true;
-                return InBook::Unwritten;
-            }
-            self.replace(entry);
-            return InBook::Unwritten;
+        match self.entries.get(&entry.volume) {
+            Some(slot) if slot.entry == entry && slot.committed => return InBook::Committed,
+            Some(slot) if slot.entry == entry => self.dirty[slot.shard] = true,
+            Some(_) => self.replace(entry),
+            None => self.insert(entry),
         }
-        self.insert(entry);
         InBook::Unwritten
     }
 
@@ -272,7 +288,7 @@ impl Book {
         let bytes = entry_bytes(&entry);
         let shard = slot.shard;
         if self.counts[shard] > 1 && self.bytes[shard] - slot.bytes + bytes > SHARD_BYTES {
-            self.forget(&entry.volume);
+            self.forget(&entry.volume, Removal::Lazy);
             self.insert(entry);
             return;
         }
@@ -292,31 +308,8 @@ impl Book {
                 self.counts.get(*i).is_none_or(|c| *c == 0) || self.bytes[*i] + bytes <= SHARD_BYTES
             })
             .unwrap_or_default();
-        self.grow(shard);
-        self.counts[shard] += 1;
-        self.bytes[shard] += bytes;
+        self.place(entry, shard, false);
         self.dirty[shard] = true;
-        self.entries.insert(
-            entry.volume.clone(),
-            Slot {
-                entry,
-                shard,
-                bytes,
-                committed: false,
-            },
-        );
-    }
-
-    /// Drops `volume`'s entry without asking for a write of its own: the next commit of its
-    /// shard leaves it out. For entries found stale (their PV exists): keeping them written costs
-    /// nothing but a later resolution, so a restart after a crash writes nothing for them.
-    pub(crate) fn drop_stale(&mut self, volume: &str) -> bool {
-        let Some(slot) = self.entries.remove(volume) else {
-            return false;
-        };
-        self.counts[slot.shard] -= 1;
-        self.bytes[slot.shard] -= slot.bytes;
-        true
     }
 
     /// Remembers the volume id of `volume`: the entry is unwritten until the next commit.
@@ -330,27 +323,16 @@ impl Book {
         }
     }
 
-    /// Drops `volume`'s entry, written with the next commit of its shard or the resolver's flush.
-    /// Whether it was there.
-    pub(crate) fn forget(&mut self, volume: &str) -> bool {
+    /// Drops `volume`'s entry, written as `removal` says. Whether it was there.
+    pub(crate) fn forget(&mut self, volume: &str, removal: Removal) -> bool {
         let Some(slot) = self.entries.remove(volume) else {
             return false;
         };
         self.counts[slot.shard] -= 1;
         self.bytes[slot.shard] -= slot.bytes;
-        self.dirty[slot.shard] = true;
+        self.dirty[slot.shard] |= removal != Removal::Stale;
+        self.prompt |= removal == Removal::Prompt;
         true
-    }
-
-    /// Drops `volume`'s entry and asks for a write now rather than lazily. For a PV with reclaim
-    /// `Retain`: a crash before the removal is written leaves an entry a restarted resolver sees
-    /// with no PV (an admin may delete a kept PV while the sidecar is down) and no claim, and it
-    /// cannot tell that from a volume whose PV was never made, so it deletes the volume. With
-    /// `Delete`, that DeleteVolume only repeats the reclaim's, so the lazy write is fine there.
-    pub(crate) fn forget_promptly(&mut self, volume: &str) -> bool {
-        let removed = self.forget(volume);
-        self.prompt |= removed;
-        removed
     }
 
     /// The entry of `volume`.
@@ -446,21 +428,9 @@ impl Book {
     pub(crate) fn merge_foreign(&mut self, shard: usize, remote: Vec<Entry>) {
         self.grow(shard);
         for entry in remote {
-            if self.entries.contains_key(&entry.volume) {
-                continue;
+            if !self.entries.contains_key(&entry.volume) {
+                self.place(entry, shard, true);
             }
-            let bytes = entry_bytes(&entry);
-            self.counts[shard] += 1;
-            self.bytes[shard] += bytes;
-            self.entries.insert(
-                entry.volume.clone(),
-                Slot {
-                    entry,
-                    shard,
-                    bytes,
-                    committed: true,
-                },
-            );
         }
         self.dirty[shard] = true;
     }

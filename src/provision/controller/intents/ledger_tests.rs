@@ -89,8 +89,8 @@ fn one_commit_carries_every_pending_entry_and_a_committed_one_needs_no_write() {
     assert!(!book.is_dirty());
     assert_eq!(book.record(entry("pvc-1")), InBook::Committed);
     // A removal needs a write, but is not an uncommitted addition (it may wait).
-    assert!(book.forget("pvc-1"));
-    assert!(!book.forget("pvc-1"));
+    assert!(book.forget("pvc-1", Removal::Lazy));
+    assert!(!book.forget("pvc-1", Removal::Lazy));
     assert!(book.is_dirty() && !book.has_uncommitted());
     assert_eq!(book.len(), 1);
 }
@@ -103,9 +103,9 @@ fn a_retained_volumes_removal_is_written_at_once_and_others_wait() {
     let commit = book.take_commit(true);
     let written = decode(&commit.shards[0].content).expect("valid");
     book.committed(&commit.shards[0], &written);
-    assert!(book.forget("pvc-1"));
+    assert!(book.forget("pvc-1", Removal::Lazy));
     assert!(!book.has_uncommitted(), "a Delete PV's removal may wait");
-    assert!(book.forget_promptly("pvc-2"));
+    assert!(book.forget("pvc-2", Removal::Prompt));
     assert!(book.has_uncommitted(), "a Retain PV's removal is due now");
     let commit = book.take_commit(true);
     assert_eq!(decode(&commit.shards[0].content).expect("valid"), vec![]);
@@ -155,7 +155,7 @@ fn shards_fill_up_to_their_size_limit_and_reuse_freed_room() {
     assert!(commit.shards[0].content.len() <= SHARD_BYTES);
     assert_eq!(decode(&commit.shards[0].content).unwrap().len(), per_shard);
     assert_eq!(decode(&commit.shards[1].content).unwrap().len(), 1);
-    book.forget("pvc-00000");
+    book.forget("pvc-00000", Removal::Lazy);
     book.take_commit(true);
     book.record(entry("pvc-new00"));
     let commit = book.take_commit(true);
@@ -175,8 +175,8 @@ fn a_commit_for_new_intents_leaves_shards_changed_only_by_removals_for_later() {
     }
     book.take_commit(true);
     // Removals in both shards, and a new intent that takes the room freed in shard 0.
-    book.forget("pvc-00000");
-    book.forget(&format!("pvc-{per_shard:05}"));
+    book.forget("pvc-00000", Removal::Lazy);
+    book.forget(&format!("pvc-{per_shard:05}"), Removal::Lazy);
     book.record(entry("pvc-again"));
     assert!(book.has_uncommitted());
     let commit = book.take_commit(false);
@@ -202,7 +202,7 @@ fn a_commit_for_new_intents_leaves_shards_changed_only_by_removals_for_later() {
     // A prompt removal is written with the next commit, whatever it is for.
     book.record(entry("pvc-more0"));
     book.take_commit(false);
-    book.forget_promptly(&format!("pvc-{:05}", 1));
+    book.forget(&format!("pvc-{:05}", 1), Removal::Prompt);
     assert!(book.has_uncommitted(), "due now");
     assert_eq!(book.take_commit(false).shards.len(), 1);
 }
@@ -232,7 +232,7 @@ fn loaded_and_foreign_entries_are_committed_and_a_duplicate_is_kept_once() {
 #[test]
 fn a_stale_entry_is_dropped_without_a_write_of_its_own_and_left_out_of_the_next_one() {
     let mut book = Book::load(vec![(0, vec![entry("pvc-1"), entry("pvc-2")])]);
-    assert!(book.drop_stale("pvc-1"));
+    assert!(book.forget("pvc-1", Removal::Stale));
     assert!(!book.is_dirty(), "no write just for a stale entry");
     book.record(entry("pvc-3"));
     let commit = book.take_commit(true);

@@ -8,53 +8,31 @@ use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use tracing::{info, warn};
 
 use super::IntentStore;
-use crate::provision::controller::intents::ledger::decode;
+use crate::provision::controller::intents::ledger::lease::read_ledger;
 use crate::provision::controller::intents::ledger::store::Ledger;
+use crate::provision::controller::intents::ledger::{decode, node_ledger_base};
 use crate::runtime::Context;
 
-/// The intent store of this instance, chosen once at start-up.
+/// The intent store of this instance, chosen once at start-up: the intent ledger of this driver,
+/// in the leader-election namespace (where upstream's Role grants Leases). Node mode: one ledger
+/// per node, written only by that node's instance, and finished by the dead-node clean-up when
+/// the node is gone (`gone_nodes::ledgers`).
 pub(crate) async fn open(ctx: &Context) -> IntentStore {
-    let node = ctx
-        .config
-        .node_deployment
-        .as_ref()
-        .map(|n| n.node_name.clone());
-    IntentStore::new(
-        open_ledger(ctx).await,
-        ctx.client.clone(),
-        &ctx.driver.name,
-        node,
-    )
-}
-
-/// The intent ledger of this driver, in the leader-election namespace (where upstream's Role
-/// grants Leases). Node mode: one ledger per node, written only by that node's instance, and
-/// finished by the dead-node clean-up when the node is gone (`gone_nodes::ledgers`).
-async fn open_ledger(ctx: &Context) -> Ledger {
-    let namespace = crate::leader::ledger_namespace(&ctx.config);
-    let node = ctx
-        .config
-        .node_deployment
-        .as_ref()
-        .map(|n| n.node_name.as_str());
-    let base = ledger_base(ctx, node);
+    let deployment = ctx.config.node_deployment.as_ref();
+    let node = deployment.map(|n| n.node_name.as_str());
     let ledger = Ledger::open(
         ctx.client.clone(),
-        &namespace,
-        &base,
+        &crate::leader::ledger_namespace(&ctx.config),
+        &ledger_base(ctx, node),
         node,
         ctx.metrics.backlog.ledger_intents.clone(),
     )
     .await;
-    let journal = ctx
-        .config
-        .node_deployment
-        .as_ref()
-        .and_then(|n| n.intent_journal.as_deref());
-    if let Some(dir) = journal {
+    if let Some(dir) = deployment.and_then(|n| n.intent_journal.as_deref()) {
         take_in_retired_journal(&ledger, dir).await;
     }
-    ledger
+    let node = node.map(str::to_owned);
+    IntentStore::new(ledger, ctx.client.clone(), &ctx.driver.name, node)
 }
 
 /// `--node-deployment-intent-journal` is retired: the node's intents go to its Lease ledger. What
@@ -124,12 +102,7 @@ pub(crate) async fn recorded_on_node(
     }
     let namespace = crate::leader::ledger_namespace(&ctx.config);
     let base = ledger_base(ctx, Some(node));
-    let entries = crate::provision::controller::intents::ledger::lease::read_ledger(
-        &ctx.client,
-        &namespace,
-        &base,
-    )
-    .await?;
+    let entries = read_ledger(&ctx.client, &namespace, &base).await?;
     let uid = pvc.metadata.uid.as_deref().unwrap_or_default();
     Ok(entries.into_iter().find(|e| e.uid == uid).map(|e| e.volume))
 }
@@ -138,7 +111,7 @@ pub(crate) async fn recorded_on_node(
 fn ledger_base(ctx: &Context, node: Option<&str>) -> String {
     let lease = crate::leader::decide::lease_name(&ctx.driver.name);
     match node {
-        Some(node) => crate::provision::controller::intents::ledger::node_ledger_base(&lease, node),
+        Some(node) => node_ledger_base(&lease, node),
         None => lease,
     }
 }

@@ -33,9 +33,9 @@ use crate::provision::controller::intents::claim_record::has_record;
 use crate::provision::controller::intents::cleanup::{
     AfterReplay, CleanupStep, IntentCleanup, after_replay, cleanup_step,
 };
-use crate::provision::controller::intents::resolution::Owner;
+use crate::provision::controller::intents::ledger::Entry;
 use crate::provision::controller::intents::resolution::{
-    self, CleanupCause, Holds, Resolution, pv_holds_entry,
+    self, CleanupCause, Holds, Owner, Resolution, pv_holds_entry,
 };
 use crate::provision::controller::intents::{Held, Pending};
 use crate::provision::controller::node_gone::{Gone, confirm_gone, gone_message};
@@ -127,36 +127,28 @@ pub(in crate::provision::controller) async fn resolve_one(
             None => return check_record(state, pending).await,
         }
     }
-    let cached_cause = match resolution::resolve(entry, &owner, pv_cached, claim.as_ref()) {
+    let resolution = resolution::resolve(entry, &owner, pv_cached, claim.as_ref());
+    if resolution == Resolution::Keep {
+        return Ok(());
+    }
+    // A worker on this volume finishes or decides it itself (and a clean-up must not race a
+    // CreateVolume).
+    let Some(_lock) = state.ctx.volume_locks.try_lock(&entry.volume) else {
+        return Ok(());
+    };
+    let cached_cause = match resolution {
         Resolution::Keep => return Ok(()),
-        Resolution::Drop => {
-            // A worker on this volume finishes it itself.
-            let Some(_lock) = state.ctx.volume_locks.try_lock(&entry.volume) else {
-                return Ok(());
-            };
-            // Left by a crash (a clean run drops its own entries): no ledger write just for
-            // these.
-            return resolved(state, pending, true).await;
-        }
+        // Left by a crash (a clean run drops its own entries): no ledger write just for these.
+        Resolution::Drop => return resolved(state, pending, true).await,
         Resolution::Forget => {
-            let Some(_lock) = state.ctx.volume_locks.try_lock(&entry.volume) else {
-                return Ok(());
-            };
             debug!(claim = %entry.claim_name(), volume = %entry.volume, "nothing to delete: no volume was made, or the claim is bound to it");
             return resolved(state, pending, false).await;
         }
         Resolution::AwaitNodeGone(node) => {
-            let Some(_lock) = state.ctx.volume_locks.try_lock(&entry.volume) else {
-                return Ok(());
-            };
             return await_node_gone(state, pending, claim.as_ref(), &node).await;
         }
         Resolution::CheckPv => None,
         Resolution::Cleanup(cause) => Some(cause),
-    };
-    // A worker on this volume decides itself (and a clean-up must not race a CreateVolume).
-    let Some(_lock) = state.ctx.volume_locks.try_lock(&entry.volume) else {
-        return Ok(());
     };
     // The caches may lag behind a PV created or a claim re-read moments ago, and in node mode
     // never hold another node's PV: this path deletes a volume, so both are live reads (rare: only
@@ -172,7 +164,6 @@ pub(in crate::provision::controller) async fn resolve_one(
         // The PV of this name may be another node's copy (or another volume): then this entry's
         // volume is referenced by nothing. Its handle is never deleted, whatever a replay says.
         let in_use = pv.spec.and_then(|s| s.csi).map(|c| c.volume_handle);
-        let claim = claim.filter(|c| c.metadata.uid.as_deref() == Some(entry.uid.as_str()));
         return cleanup_entry(
             state,
             pending,
@@ -192,15 +183,8 @@ pub(in crate::provision::controller) async fn resolve_one(
         )
         .into());
     };
-    let live = Api::<PersistentVolumeClaim>::namespaced(state.ctx.client.clone(), &entry.namespace)
-        .get_opt(&entry.claim)
-        .await
-        .map_err(|e| format!("reading claim {}: {}", entry.claim_name(), describe(&e)))?;
-    let carries_record = live
-        .as_ref()
-        .filter(|c| c.metadata.uid.as_deref() == Some(entry.uid.as_str()))
-        .is_some_and(has_record);
-    if pending.held == Held::Claim && !carries_record {
+    let live = live_claim(state, entry).await?;
+    if pending.held == Held::Claim && !live.as_ref().is_some_and(has_record) {
         // The record is gone from the claim (or the claim with it): the mirror lagged.
         state.intents.unmirror(entry);
         return Ok(());
@@ -213,8 +197,20 @@ pub(in crate::provision::controller) async fn resolve_one(
             return Ok(());
         }
     };
-    let claim = live.filter(|c| c.metadata.uid.as_deref() == Some(entry.uid.as_str()));
-    cleanup_entry(state, pending, &cause, claim.as_ref(), None).await
+    cleanup_entry(state, pending, &cause, live.as_ref(), None).await
+}
+
+/// The claim of `entry` as the API server has it now (`None`: gone, or another claim of its
+/// name).
+async fn live_claim(
+    state: &Provisioner,
+    entry: &Entry,
+) -> Result<Option<PersistentVolumeClaim>, Retry> {
+    let live = Api::<PersistentVolumeClaim>::namespaced(state.ctx.client.clone(), &entry.namespace)
+        .get_opt(&entry.claim)
+        .await
+        .map_err(|e| format!("reading claim {}: {}", entry.claim_name(), describe(&e)))?;
+    Ok(live.filter(|c| c.metadata.uid.as_deref() == Some(entry.uid.as_str())))
 }
 
 /// A claim record whose claim the cache lacks: the claim is read live. Gone, or no longer
@@ -222,21 +218,19 @@ pub(in crate::provision::controller) async fn resolve_one(
 /// again once the cache has it.
 async fn check_record(state: &Provisioner, pending: &Pending) -> Result<(), Retry> {
     let entry = &pending.entry;
-    let live = Api::<PersistentVolumeClaim>::namespaced(state.ctx.client.clone(), &entry.namespace)
-        .get_opt(&entry.claim)
-        .await
-        .map_err(|e| format!("reading claim {}: {}", entry.claim_name(), describe(&e)))?;
-    match live.filter(|c| c.metadata.uid.as_deref() == Some(entry.uid.as_str())) {
-        Some(claim) if has_record(&claim) => Err(format!(
+    if live_claim(state, entry)
+        .await?
+        .as_ref()
+        .is_some_and(has_record)
+    {
+        return Err(format!(
             "claim {} carries a provisioning intent but is not in the cache yet",
             entry.claim_name()
         )
-        .into()),
-        _ => {
-            state.intents.unmirror(entry);
-            Ok(())
-        }
+        .into());
     }
+    state.intents.unmirror(entry);
+    Ok(())
 }
 
 async fn resolved(state: &Provisioner, pending: &Pending, stale: bool) -> Result<(), Retry> {

@@ -16,7 +16,7 @@ use tokio::sync::{Notify, oneshot};
 use tracing::{debug, info, warn};
 
 use super::lease::{lease_entries, set_lease, with_entries};
-use super::{Book, Entry, InBook, decode, shard_index};
+use super::{Book, Entry, InBook, Removal, decode, shard_index};
 use crate::k8s::errors::{ApiErrorClass, classify, describe};
 use crate::leader::Leadership;
 use crate::sync::lock;
@@ -105,16 +105,20 @@ struct State {
 impl Ledger {
     /// A ledger that is not used: every intent goes on its claim.
     pub(crate) fn disabled() -> Self {
+        Self::with(State::default(), false, None, Arc::default())
+    }
+
+    fn with(state: State, enabled: bool, target: Option<Target>, count: Arc<AtomicI64>) -> Self {
         Self(Arc::new(Inner {
-            state: Mutex::new(State::default()),
+            state: Mutex::new(state),
             wake: Notify::new(),
-            enabled: false,
+            enabled,
             flush: AtomicBool::new(false),
             recording: AtomicBool::new(false),
             skipped: Default::default(),
             failed: AtomicBool::new(false),
-            target: None,
-            count: Arc::new(AtomicI64::new(0)),
+            target,
+            count,
         }))
     }
 
@@ -156,10 +160,7 @@ impl Ledger {
                     return Self::disabled();
                 }
             };
-            if state.leases.len() <= index {
-                state.leases.resize(index + 1, None);
-            }
-            state.leases[index] = Some(lease);
+            set_lease(&mut state.leases, index, lease);
             shards.push((index, entries));
         }
         state.book = Book::load(shards);
@@ -167,22 +168,13 @@ impl Ledger {
             info!(namespace, ledger = %base, intents = state.book.len(), "intent ledger loaded");
         }
         count.store(state.book.len() as i64, Ordering::Relaxed);
-        Self(Arc::new(Inner {
-            state: Mutex::new(state),
-            wake: Notify::new(),
-            enabled,
-            flush: AtomicBool::new(false),
-            recording: AtomicBool::new(false),
-            skipped: Default::default(),
-            failed: AtomicBool::new(false),
-            target: Some(Target {
-                api,
-                namespace: namespace.to_owned(),
-                base: base.to_owned(),
-                node: node.map(str::to_owned),
-            }),
-            count,
-        }))
+        let target = Target {
+            api,
+            namespace: namespace.to_owned(),
+            base: base.to_owned(),
+            node: node.map(str::to_owned),
+        };
+        Self::with(state, enabled, Some(target), count)
     }
 
     /// Whether intents go to the ledger.
@@ -213,19 +205,14 @@ impl Ledger {
         // unanswered while the ledger exists.
         rx.await.unwrap_or_else(|_| {
             Err(LedgerError::Write {
-                lease: self.name(),
+                // `namespace/name-intents` of the ledger's shards.
+                lease: self.0.target.as_ref().map_or_else(String::new, |t| {
+                    format!("{}/{}-intents", t.namespace, t.base)
+                }),
                 message: "the intent ledger's committer stopped".to_owned(),
                 hint: String::new(),
             })
         })
-    }
-
-    /// `namespace/name-intents` of the ledger's shards, for messages.
-    fn name(&self) -> String {
-        match &self.0.target {
-            Some(t) => format!("{}/{}-intents", t.namespace, t.base),
-            None => String::new(),
-        }
     }
 
     /// The resolver's pass (every few seconds) asks for pending removals to be written. While
@@ -245,39 +232,18 @@ impl Ledger {
         }
     }
 
-    /// Drops `volume`'s entry: its PV exists, or the volume was deleted. Written lazily.
-    pub(crate) fn forget(&self, volume: &str) {
-        self.forget_with(volume, false);
-    }
-
-    /// Drops `volume`'s entry after its PV was created with reclaim `Retain`: written at once
-    /// (see [`super::Book::forget_promptly`]).
-    pub(crate) fn forget_promptly(&self, volume: &str) {
-        self.forget_with(volume, true);
-    }
-
-    fn forget_with(&self, volume: &str, prompt: bool) {
+    /// Drops `volume`'s entry: its PV exists, or the volume was deleted; written as `removal`
+    /// says.
+    pub(crate) fn forget(&self, volume: &str, removal: Removal) {
         let mut state = lock(&self.0.state);
         state.recorded_here.remove(volume);
-        let removed = if prompt {
-            state.book.forget_promptly(volume)
-        } else {
-            state.book.forget(volume)
-        };
-        if removed {
+        if state.book.forget(volume, removal) {
             self.publish(&state.book);
             drop(state);
-            self.0.wake.notify_one();
-        }
-    }
-
-    /// Drops an entry found stale (its PV exists) without a write of its own (see
-    /// [`Book::drop_stale`]).
-    pub(crate) fn drop_stale(&self, volume: &str) {
-        let mut state = lock(&self.0.state);
-        state.recorded_here.remove(volume);
-        if state.book.drop_stale(volume) {
-            self.publish(&state.book);
+            // A stale entry's removal waits for a write of its shard made for something else.
+            if removal != Removal::Stale {
+                self.0.wake.notify_one();
+            }
         }
     }
 
@@ -414,8 +380,7 @@ impl Ledger {
                 target.node.as_deref(),
                 &write.content,
             );
-            let created = lease.metadata.resource_version.is_none();
-            let answer = if created {
+            let answer = if lease.metadata.resource_version.is_none() {
                 target.api.create(&PostParams::default(), &lease).await
             } else {
                 target
@@ -462,26 +427,16 @@ impl Ledger {
                 }
             }
         }
-        match failure {
-            Some(error) => {
-                for waiter in waiters {
-                    let _ = waiter.send(Err(error.clone()));
-                }
-                false
-            }
-            None if conflict => {
-                // Written again at once with what the API server has merged in; the waiters
-                // wait for that write.
-                lock(&self.0.state).waiters.extend(waiters);
-                true
-            }
-            None => {
-                for waiter in waiters {
-                    let _ = waiter.send(Ok(()));
-                }
-                true
-            }
+        if conflict && failure.is_none() {
+            // Written again at once with what the API server has merged in; the waiters wait for
+            // that write.
+            lock(&self.0.state).waiters.extend(waiters);
+            return true;
         }
+        for waiter in waiters {
+            let _ = waiter.send(failure.clone().map_or(Ok(()), Err));
+        }
+        failure.is_none()
     }
 
     /// After a conflict: reads the shard and takes in entries this process does not know.
@@ -492,8 +447,7 @@ impl Ledger {
                     let mut state = lock(&self.0.state);
                     state.book.merge_foreign(shard, remote);
                     set_lease(&mut state.leases, shard, lease);
-                    let count = state.book.len();
-                    self.0.count.store(count as i64, Ordering::Relaxed);
+                    self.publish(&state.book);
                 }
                 Err(e) => {
                     warn!(lease = %name, "{e}; it will be overwritten with this process's entries");
@@ -501,8 +455,7 @@ impl Ledger {
                 }
             },
             Ok(None) => {
-                let mut state = lock(&self.0.state);
-                if let Some(slot) = state.leases.get_mut(shard) {
+                if let Some(slot) = lock(&self.0.state).leases.get_mut(shard) {
                     *slot = None;
                 }
             }

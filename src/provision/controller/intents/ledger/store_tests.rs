@@ -71,7 +71,7 @@ async fn removals_are_written_by_the_resolvers_passes_and_a_failed_one_again() {
     assert_eq!(written(&client).await, ["pvc-a", "pvc-b"]);
 
     // A Delete volume's removal waits for a pass.
-    ledger.forget("pvc-a");
+    ledger.forget("pvc-a", Removal::Lazy);
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(
         written(&client).await,
@@ -99,7 +99,7 @@ async fn removals_are_written_by_the_resolvers_passes_and_a_failed_one_again() {
             .resource("leases")
             .times(1),
     );
-    ledger.forget_promptly("pvc-b");
+    ledger.forget("pvc-b", Removal::Prompt);
     until("the refused write", async || faults.hits(refused) == 1).await;
     let before = sim.counters();
     tokio::time::sleep(Duration::from_millis(200)).await;
