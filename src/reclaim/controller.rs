@@ -383,9 +383,7 @@ async fn step(state: &Reclaimer, pv: &PersistentVolume) -> Result<Next, ReclaimF
 /// event announces that the missing knowledge arrived.
 fn after_skip(reason: SkipReason) -> Action {
     match reason {
-        SkipReason::ClaimUnknown
-        | SkipReason::StorageClassUnknown
-        | SkipReason::AttachmentsUnknown => Action::requeue(UNKNOWN_RETRY),
+        SkipReason::ClaimUnknown | SkipReason::AttachmentsUnknown => Action::requeue(UNKNOWN_RETRY),
         SkipReason::NotOurs
         | SkipReason::NeverBound
         | SkipReason::NotDeletePolicy
