@@ -150,7 +150,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         .track_unused_claims
         .then(|| crate::unused::controller::UnusedGauge::register(metrics.registry_mut()));
     let metrics = Arc::new(metrics);
-    let health = Health::new();
+    let health = Health::default();
     if let Some(options) = &config.http {
         // Bound before the driver handshake, as upstream: the endpoint answers while we wait.
         let server = http::bind(options, metrics.clone(), health.clone()).await?;
