@@ -26,8 +26,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
-use futures::StreamExt;
+use futures::future::BoxFuture;
 use futures::stream::FuturesUnordered;
+use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::core::v1::{Node, PersistentVolume};
 use k8s_openapi::api::storage::v1::{CSINode, CSIStorageCapacity};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
@@ -470,48 +471,17 @@ impl Loop<'_> {
     }
 
     /// Starts `item` and returns its future (it owns what it needs, so the loop stays free).
-    fn start(&mut self, item: Item) -> impl Future<Output = Done> + use<> {
+    fn start(&mut self, item: Item) -> BoxFuture<'static, Done> {
         self.in_flight
             .insert(item.clone(), self.queue_metrics.started());
         let api = self.api.clone();
-        let csi = self.ctx.csi.clone();
         let leadership = self.ctx.leadership.clone();
-        let job = match &item {
-            Item::Delete(name) => Job::Delete(name.clone()),
-            Item::Sync(key) => {
-                let class = self.ctx.stores.classes.get(&ObjectRef::new(&key.class));
-                let existing = self
-                    .written
-                    .get(key)
-                    .map(|(o, _)| Box::new(o.clone()))
-                    .or_else(|| {
-                        // As of the last check (at most CHECK_PERIOD old): a stale name reads as
-                        // missing here or fails the write, and either is redone.
-                        let name = self.existing.get(key)?;
-                        self.objects
-                            .get(&ObjectRef::new(name).within(&self.namespace))
-                            .map(|o| Box::new(o.as_ref().clone()))
-                    });
-                match class {
-                    // Gone meanwhile: the next check drops the key.
-                    None => Job::Skip,
-                    Some(class) => Job::Sync {
-                        key: key.clone(),
-                        parameters: class.parameters.clone().unwrap_or_default(),
-                        existing,
-                        identity: self.identity.clone(),
-                        namespace: self.namespace.clone(),
-                        owner: self.owner.clone(),
-                    },
-                }
-            }
-        };
-        async move {
-            let result = match job {
-                Job::Skip => Ok(None),
-                Job::Delete(name) => {
+        let key = match &item {
+            Item::Delete(name) => {
+                let name = name.clone();
+                return async move {
                     leadership.acting().await;
-                    match api.delete(&name, &DeleteParams::default()).await {
+                    let result = match api.delete(&name, &DeleteParams::default()).await {
                         Ok(_) => {
                             info!(object = %name, "deleted obsolete CSIStorageCapacity");
                             Ok(None)
@@ -521,32 +491,44 @@ impl Loop<'_> {
                             "delete CSIStorageCapacity {name}: {}",
                             describe(&e)
                         )),
-                    }
+                    };
+                    (item, result)
                 }
-                Job::Sync {
-                    key,
-                    parameters,
-                    existing,
-                    identity,
-                    namespace,
-                    owner,
-                } => {
-                    super::sync::sync(
-                        &leadership,
-                        &api,
-                        csi.as_ref(),
-                        &key,
-                        parameters,
-                        existing.as_deref(),
-                        &identity,
-                        &namespace,
-                        owner.as_ref(),
-                    )
-                    .await
-                }
-            };
+                .boxed();
+            }
+            Item::Sync(key) => key.clone(),
+        };
+        let Some(class) = self.ctx.stores.classes.get(&ObjectRef::new(&key.class)) else {
+            // Gone meanwhile: the next check drops the key.
+            return futures::future::ready((item, Ok(None))).boxed();
+        };
+        let existing = self.written.get(&key).map(|(o, _)| o.clone()).or_else(|| {
+            // As of the last check (at most CHECK_PERIOD old): a stale name reads as missing
+            // here or fails the write, and either is redone.
+            let name = self.existing.get(&key)?;
+            self.objects
+                .get(&ObjectRef::new(name).within(&self.namespace))
+                .map(|o| o.as_ref().clone())
+        });
+        let parameters = class.parameters.clone().unwrap_or_default();
+        let (csi, identity) = (self.ctx.csi.clone(), self.identity.clone());
+        let (namespace, owner) = (self.namespace.clone(), self.owner.clone());
+        async move {
+            let result = super::sync::sync(
+                &leadership,
+                &api,
+                csi.as_ref(),
+                &key,
+                parameters,
+                existing.as_ref(),
+                &identity,
+                &namespace,
+                owner.as_ref(),
+            )
+            .await;
             (item, result)
         }
+        .boxed()
     }
 
     fn finished(&mut self, item: Item, result: Result<Option<CSIStorageCapacity>, String>) {
@@ -575,20 +557,4 @@ impl Loop<'_> {
             }
         }
     }
-}
-
-/// What a worker runs, detached from the loop's state.
-// One short-lived value per running item (at most --capacity-threads): size does not matter.
-#[allow(clippy::large_enum_variant)]
-enum Job {
-    Skip,
-    Delete(String),
-    Sync {
-        key: Key,
-        parameters: std::collections::BTreeMap<String, String>,
-        existing: Option<Box<CSIStorageCapacity>>,
-        identity: Identity,
-        namespace: String,
-        owner: Option<OwnerReference>,
-    },
 }
