@@ -202,16 +202,6 @@ pub(crate) enum DeletionSecrets {
     NoneWithWarning(SecretWarning),
 }
 
-impl DeletionSecrets {
-    /// The Secret to fetch, if any.
-    pub(crate) fn secret_ref(&self) -> Option<&SecretRef> {
-        match self {
-            Self::Fetch(r) => Some(r),
-            Self::None | Self::NoneWithWarning(_) => None,
-        }
-    }
-}
-
 /// Why a PV without deletion-secret annotations is deleted without secrets.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum SecretWarning {
