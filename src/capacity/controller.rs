@@ -40,7 +40,7 @@ use tokio::sync::{mpsc, watch};
 use tracing::{debug, info, warn};
 
 use super::metrics::CapacityMetrics;
-use super::plan::{self, Diff, Identity, Key, Segment};
+use super::plan::{self, Identity, Key, Segment};
 use super::polls::Polls;
 use super::queue::{Lane, Queue};
 use crate::config::{Config, RateLimit};
@@ -183,16 +183,7 @@ type Done = (Item, Result<Option<CSIStorageCapacity>, String>);
 
 impl Capacity {
     /// Runs until shutdown; acts only while `ctx.leadership` allows.
-    pub(crate) async fn run(self, ctx: Arc<Context>, shutdown: Shutdown) {
-        let Capacity {
-            client,
-            identity,
-            namespace,
-            owner,
-            fixed_segment,
-            mut nudges,
-            metrics,
-        } = self;
+    pub(crate) async fn run(mut self, ctx: Arc<Context>, shutdown: Shutdown) {
         // Leadership is only ever gained here: a leader that loses its lease exits the process.
         let (became_leader, leader) = watch::channel(false);
         {
@@ -202,24 +193,24 @@ impl Capacity {
                 let _ = became_leader.send(true);
             });
         }
-        let api: Api<CSIStorageCapacity> = Api::namespaced(client.clone(), &namespace);
+        let api: Api<CSIStorageCapacity> = Api::namespaced(self.client.clone(), &self.namespace);
         let objects = watch_shared(
             api.clone(),
-            watcher::Config::default().labels(&identity.selector()),
+            watcher::Config::default().labels(&self.identity.selector()),
             "csistoragecapacities",
             0,
         );
         // Segments come from CSINodes and Nodes; central instances of a driver without topology
         // have no such caches from the provisioning side, so they watch both themselves.
-        let topology = match (&fixed_segment, &ctx.stores.csinodes, &ctx.stores.nodes) {
+        let topology = match (&self.fixed_segment, &ctx.stores.csinodes, &ctx.stores.nodes) {
             (Some(_), _, _) => None,
             (None, Some(csinodes), Some(nodes)) => Some((csinodes.clone(), nodes.clone())),
             (None, _, _) => {
                 let wc = watcher::Config::default();
                 let csinodes: Store<CSINode> =
-                    watch_shared(Api::all(client.clone()), wc.clone(), "csinodes", 0).store;
+                    watch_shared(Api::all(self.client.clone()), wc.clone(), "csinodes", 0).store;
                 let nodes: Store<Node> =
-                    watch_shared(Api::all(client.clone()), wc, "nodes", 0).store;
+                    watch_shared(Api::all(self.client.clone()), wc, "nodes", 0).store;
                 Some((csinodes, nodes))
             }
         };
@@ -235,15 +226,15 @@ impl Capacity {
             () = shutdown.clone().requested() => return,
         }
         info!(
-            namespace = %namespace,
-            managed_by = %identity.managed_by,
+            namespace = %self.namespace,
+            managed_by = %self.identity.managed_by,
             "capacity controller started"
         );
         if let Some(node) = &ctx.config.node_deployment {
             tokio::spawn(super::orphans::sweep(
                 ctx.clone(),
-                client.clone(),
-                namespace.clone(),
+                self.client.clone(),
+                self.namespace.clone(),
                 node.node_name.clone(),
                 leader.clone(),
                 shutdown.clone(),
@@ -255,10 +246,10 @@ impl Capacity {
         let mut state = Loop {
             ctx: &ctx,
             api,
-            identity,
-            namespace,
-            owner,
-            fixed_segment,
+            identity: self.identity,
+            namespace: self.namespace,
+            owner: self.owner,
+            fixed_segment: self.fixed_segment,
             topology,
             objects: objects.store,
             known: BTreeSet::new(),
@@ -278,7 +269,7 @@ impl Capacity {
             ),
             not_before: HashMap::new(),
             was_leader: false,
-            metrics,
+            metrics: self.metrics,
         };
         let threads = usize::try_from(settings.threads).unwrap_or(1).max(1);
         let mut check = tokio::time::interval(CHECK_PERIOD);
@@ -296,7 +287,7 @@ impl Capacity {
                         state.poll_due();
                     }
                 }
-                Some(pv) = nudges.recv() => {
+                Some(pv) = self.nudges.recv() => {
                     if let (true, Some(affected)) = (is_leader, plan::affected(&state.identity.driver, &pv)) {
                         let keys: Vec<Key> =
                             state.known.iter().filter(|k| affected.covers(k)).cloned().collect();
@@ -375,14 +366,10 @@ impl Loop<'_> {
         plan::desired(&classes, &segments)
     }
 
-    fn diff(&self, desired: &BTreeSet<Key>) -> Diff {
-        plan::diff(&self.identity, desired, &self.objects.state())
-    }
-
     /// Compares the desired set with the objects and queues what differs.
     fn check(&mut self, is_leader: bool) {
         let desired = self.desired();
-        let diff = self.diff(&desired);
+        let diff = plan::diff(&self.identity, &desired, &self.objects.state());
         self.metrics
             .observe(desired.len(), diff.existing.len(), diff.obsolete.len());
         // Forget what we wrote once the watch shows it (or it went stale).
