@@ -330,14 +330,10 @@ pub(crate) fn claim_state(
     pv: &PersistentVolume,
     found: Option<&PersistentVolumeClaim>,
 ) -> ClaimState {
-    let (Some(want), Some(found)) = (claim_uid(pv), found) else {
-        return if found.is_some() {
-            ClaimState::Exists
-        } else {
-            ClaimState::Gone
-        };
-    };
-    if found.metadata.uid.as_deref() == Some(want) {
+    let ours = found.is_some_and(|found| {
+        claim_uid(pv).is_none_or(|want| found.metadata.uid.as_deref() == Some(want))
+    });
+    if ours {
         ClaimState::Exists
     } else {
         ClaimState::Gone
