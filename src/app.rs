@@ -447,14 +447,12 @@ async fn start_watches(client: &Client, config: &Config, driver: &DriverInfo) ->
         Some(node) => {
             let scoped =
                 crate::node_mode::watches::start(client, driver, &node.node_name, 2, extra).await;
-            let (nodes, csinodes) = (scoped.nodes.store, scoped.csinodes.store);
-            let labeller = Some(scoped.labeller);
             (
                 scoped.pvcs,
                 scoped.pvs,
-                Some(nodes),
-                Some(csinodes),
-                labeller,
+                Some(scoped.nodes.store),
+                Some(scoped.csinodes.store),
+                Some(scoped.labeller),
             )
         }
         None => {
