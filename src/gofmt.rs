@@ -41,8 +41,7 @@ pub(crate) fn quote(s: &str) -> String {
 
 /// Go `%q` of a `[]string`: `["a" "b"]`.
 pub(crate) fn quote_list<S: AsRef<str>>(items: &[S]) -> String {
-    let quoted: Vec<String> = items.iter().map(|s| quote(s.as_ref())).collect();
-    format!("[{}]", quoted.join(" "))
+    list(&items.iter().map(|s| quote(s.as_ref())).collect::<Vec<_>>())
 }
 
 /// Go `%v` of a `[]string`: `[a b]`.

@@ -26,12 +26,9 @@ pub(crate) const HEALTH_CHECK_TIMEOUT: Duration = Duration::from_secs(20);
 pub(crate) fn sanitize_name(name: &str) -> String {
     let mut out: String = name
         .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '-' {
-                c
-            } else {
-                '-'
-            }
+        .map(|c| match c {
+            'a'..='z' | 'A'..='Z' | '0'..='9' | '-' => c,
+            _ => '-',
         })
         .collect();
     if out.ends_with('-') {
