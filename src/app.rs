@@ -191,10 +191,10 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let leadership = election
         .as_ref()
         .map_or_else(crate::leader::Leadership::always, |e| e.leadership());
-    let csi: Arc<dyn CsiController> = Arc::new(crate::leader::GuardedCsi::new(
-        Arc::new(GrpcCsi::new(channel, config.csi.timeout, operations)),
-        leadership.clone(),
-    ));
+    let csi: Arc<dyn CsiController> = Arc::new(crate::leader::GuardedCsi {
+        inner: Arc::new(GrpcCsi::new(channel, config.csi.timeout, operations)),
+        leadership: leadership.clone(),
+    });
 
     let gates = &config.feature_gates;
     let served = crate::k8s::served::storage_kinds(&client).await;
