@@ -422,7 +422,9 @@ async fn finish(
     // The memory stays on purpose: a reconcile started from a cache that has not seen the
     // finalizer removal yet must not send DeleteVolume again. Memories of PVs that are gone are
     // pruned once they grow.
-    state.prune_if_large();
+    if crate::sync::lock(&state.memory).len() >= PRUNE_AT {
+        state.forget_vanished_pvs();
+    }
     Ok(Next::Done(Action::await_change()))
 }
 
@@ -454,12 +456,6 @@ impl Reclaimer {
         self.remember(uid, |m| {
             !std::mem::replace(&mut m.detach_logged, waiting) && waiting
         })
-    }
-
-    fn prune_if_large(&self) {
-        if crate::sync::lock(&self.memory).len() >= PRUNE_AT {
-            self.forget_vanished_pvs();
-        }
     }
 
     /// Drops the memory of PVs no longer in the cache: a PV removed by someone else (or
