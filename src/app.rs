@@ -29,7 +29,7 @@ use crate::k8s::watch::{Watched, WatchedLean, watch_lean, watch_shared};
 use crate::metrics::Metrics;
 use crate::metrics::node_gone::NodeGoneMetrics;
 use crate::runtime::{Context, Shutdown, Stores, VolumeLocks};
-use gauges::{count_backlog, count_operator};
+use gauges::count;
 
 mod gauges;
 
@@ -150,7 +150,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         .track_unused_claims
         .then(|| crate::unused::controller::UnusedGauge::register(metrics.registry_mut()));
     let metrics = Arc::new(metrics);
-    let health = Health::new();
+    let health = Health::default();
     if let Some(options) = &config.http {
         // Bound before the driver handshake, as upstream: the endpoint answers while we wait.
         let server = http::bind(options, metrics.clone(), health.clone()).await?;
@@ -191,10 +191,10 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let leadership = election
         .as_ref()
         .map_or_else(crate::leader::Leadership::always, |e| e.leadership());
-    let csi: Arc<dyn CsiController> = Arc::new(crate::leader::GuardedCsi::new(
-        Arc::new(GrpcCsi::new(channel, config.csi.timeout, operations)),
-        leadership.clone(),
-    ));
+    let csi: Arc<dyn CsiController> = Arc::new(crate::leader::GuardedCsi {
+        inner: Arc::new(GrpcCsi::new(channel, config.csi.timeout, operations)),
+        leadership: leadership.clone(),
+    });
 
     let gates = &config.feature_gates;
     let served = crate::k8s::served::storage_kinds(&client).await;
@@ -231,154 +231,140 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         event_metrics,
     );
 
-    spawn_rbac_self_check(
-        &config,
-        &driver,
-        clients.background.clone(),
-        health.clone(),
-        events.clone(),
-        metrics.operator.rbac_missing.clone(),
-    );
-    let (capacity_nudge, capacity) =
-        match crate::capacity::controller::prepare(&config, &driver, capacity_metrics).await {
-            Ok(prepared) => prepared,
-            Err(e) => {
-                if let Some(election) = election {
-                    election.release().await;
-                }
-                return Err(e);
-            }
-        };
+    // Every way out, an error included, gives the lease up (it may have been won meanwhile)
+    // rather than leave it to expire.
+    let result: anyhow::Result<()> = async {
+        spawn_rbac_self_check(
+            &config,
+            &driver,
+            clients.background.clone(),
+            health.clone(),
+            events.clone(),
+            metrics.operator.rbac_missing.clone(),
+        );
+        let (capacity_nudge, capacity) =
+            crate::capacity::controller::prepare(&config, &driver, capacity_metrics).await?;
 
-    let mut watches = start_watches(&client, &config, &driver).await;
-    let stores = watches.stores.clone();
-    let ready = wait_ready(&stores, &shutdown).await;
-    if !matches!(ready, Ok(true)) {
-        // The lease may have been won meanwhile: give it up rather than leave it to expire.
-        if let Some(election) = election {
-            election.release().await;
-        }
-        return ready.map(|_| ());
-    }
-    tokio::spawn(crate::runtime::heap::trim_periodically(shutdown.clone()));
-    // Only now: it reads the CSINode cache, and waiting for that cache beside the wait above
-    // would not do (a kube-runtime store wakes only the last of its readiness waiters).
-    if let Some(labeller) = watches.labeller.take() {
-        drop(labeller.spawn());
-    }
-    if let Some(standby) = &election {
-        info!("caches filled; waiting for leadership");
-        if !standby.lead(shutdown.clone().requested()).await {
-            if let Some(election) = election {
-                election.release().await;
-            }
+        let mut watches = start_watches(&client, &config, &driver).await;
+        let stores = watches.stores.clone();
+        if !wait_ready(&stores, &shutdown).await? {
             return Ok(());
         }
-    }
-    info!("caches filled; starting controllers");
-
-    let ctx = Arc::new(Context {
-        config: config.clone(),
-        client,
-        csi,
-        driver: Arc::new(driver),
-        identity,
-        volume_attributes_class,
-        events,
-        metrics,
-        node_metrics,
-        stores,
-        volume_locks: VolumeLocks::default(),
-        leadership,
-        capacity: capacity_nudge,
-    });
-
-    {
-        let stores = ctx.stores.clone();
-        let backlog = ctx.metrics.backlog.clone();
-        let operator = ctx.metrics.operator.clone();
-        let driver = ctx.driver.name.clone();
-        let node = node_name.map(str::to_owned);
-        ctx.metrics.on_scrape(move || {
-            let (claims, volumes) = count_backlog(
-                &stores.pvcs.state(),
-                &stores.pvs.state(),
-                &driver,
-                node.as_deref(),
-            );
-            backlog.claims_with_intent.set(
-                claims
-                    + backlog
-                        .ledger_intents
-                        .load(std::sync::atomic::Ordering::Relaxed),
-            );
-            backlog.volumes_awaiting_deletion.set(volumes);
-            let counts = count_operator(
-                &stores.pvcs.state(),
-                &stores.pvs.state(),
-                &driver,
-                node.as_deref(),
-                jiff::Timestamp::now(),
-            );
-            operator.claims_pending.set(counts.pending);
-            operator.set_stuck("Released", counts.released_stuck);
-            operator.set_stuck("Terminating", counts.terminating_stuck);
-            if let Some(gauge) = &unused_gauge {
-                gauge.refresh(&stores.pvcs.state(), &driver);
+        tokio::spawn(crate::runtime::heap::trim_periodically(shutdown.clone()));
+        // Only now: it reads the CSINode cache, and waiting for that cache beside the wait above
+        // would not do (a kube-runtime store wakes only the last of its readiness waiters).
+        if let Some(labeller) = watches.labeller.take() {
+            drop(labeller.spawn());
+        }
+        if let Some(standby) = &election {
+            info!("caches filled; waiting for leadership");
+            if !standby.lead(shutdown.clone().requested()).await {
+                return Ok(());
             }
-        });
-    }
+        }
+        info!("caches filled; starting controllers");
 
-    let provision = crate::provision::controller::run(
-        ctx.clone(),
-        watches.pvcs.subscribe(),
-        watches.pvs.subscribe(),
-        watches.classes.subscribe(),
-        shutdown.clone(),
-    );
-    let reclaim = crate::reclaim::controller::run(
-        ctx.clone(),
-        watches.pvs.subscribe(),
-        watches.pvcs.subscribe(),
-        shutdown.clone(),
-    );
-    let gone = crate::gone_nodes::controller::run(ctx.clone(), shutdown.clone());
-    let capacity = async {
-        if let Some(capacity) = capacity {
-            capacity.run(ctx.clone(), shutdown.clone()).await;
+        let ctx = Arc::new(Context {
+            config: config.clone(),
+            client,
+            csi,
+            driver: Arc::new(driver),
+            identity,
+            volume_attributes_class,
+            events,
+            metrics,
+            node_metrics,
+            stores,
+            volume_locks: VolumeLocks::default(),
+            leadership,
+            capacity: capacity_nudge,
+        });
+
+        {
+            let stores = ctx.stores.clone();
+            let backlog = ctx.metrics.backlog.clone();
+            let operator = ctx.metrics.operator.clone();
+            let driver = ctx.driver.name.clone();
+            let node = node_name.map(str::to_owned);
+            ctx.metrics.on_scrape(move || {
+                let counts = count(
+                    &stores.pvcs.state(),
+                    &stores.pvs.state(),
+                    &driver,
+                    node.as_deref(),
+                    jiff::Timestamp::now(),
+                );
+                backlog.claims_with_intent.set(
+                    counts.claims_with_intent
+                        + backlog
+                            .ledger_intents
+                            .load(std::sync::atomic::Ordering::Relaxed),
+                );
+                backlog
+                    .volumes_awaiting_deletion
+                    .set(counts.volumes_awaiting_deletion);
+                operator.claims_pending.set(counts.pending);
+                operator.set_stuck("Released", counts.released_stuck);
+                operator.set_stuck("Terminating", counts.terminating_stuck);
+                if let Some(gauge) = &unused_gauge {
+                    gauge.refresh(&stores.pvcs.state(), &driver);
+                }
+            });
         }
-    };
-    let sweep = async {
-        // In node mode too (as upstream), one instance per round (see the module).
-        let every = ctx.config.source_protection.snapshot_orphan_sweep_interval;
-        if let Some(every) = every {
-            crate::provision::snapshot_sweep::run(ctx.clone(), every, shutdown.clone()).await;
-        }
-    };
-    let unused_claims = config
-        .operator
-        .track_unused_claims
-        .then(|| watches.pvcs.subscribe());
-    let unused = async {
-        if let Some(claims) = unused_claims {
-            // On the worker pool, next to the connection reading the Pod watch: 100,000 Pods
-            // streamed to the main thread cost one cross-thread wake-up each (7x the CPU).
-            let task = crate::unused::controller::run(ctx.clone(), claims, shutdown.clone());
-            on_workers("unused-claim tracking", task).await;
-        }
-    };
-    let audit = async {
-        if let (Some(every), Some(m)) = (ctx.config.operator.audit_interval, audit_metrics) {
-            crate::audit::periodic::run(ctx.clone(), every, m, shutdown.clone()).await;
-        }
-    };
-    tokio::join!(provision, reclaim, gone, capacity, sweep, audit, unused);
+
+        let provision = crate::provision::controller::run(
+            ctx.clone(),
+            watches.pvcs.subscribe(),
+            watches.pvs.subscribe(),
+            watches.classes.subscribe(),
+            shutdown.clone(),
+        );
+        let reclaim = crate::reclaim::controller::run(
+            ctx.clone(),
+            watches.pvs.subscribe(),
+            watches.pvcs.subscribe(),
+            shutdown.clone(),
+        );
+        let gone = crate::gone_nodes::controller::run(ctx.clone(), shutdown.clone());
+        let capacity = async {
+            if let Some(capacity) = capacity {
+                capacity.run(ctx.clone(), shutdown.clone()).await;
+            }
+        };
+        let sweep = async {
+            // In node mode too (as upstream), one instance per round (see the module).
+            let every = ctx.config.source_protection.snapshot_orphan_sweep_interval;
+            if let Some(every) = every {
+                crate::provision::snapshot_sweep::run(ctx.clone(), every, shutdown.clone()).await;
+            }
+        };
+        let unused_claims = config
+            .operator
+            .track_unused_claims
+            .then(|| watches.pvcs.subscribe());
+        let unused = async {
+            if let Some(claims) = unused_claims {
+                // On the worker pool, next to the connection reading the Pod watch: 100,000 Pods
+                // streamed to the main thread cost one cross-thread wake-up each (7x the CPU).
+                let task = crate::unused::controller::run(ctx.clone(), claims, shutdown.clone());
+                on_workers("unused-claim tracking", task).await;
+            }
+        };
+        let audit = async {
+            if let (Some(every), Some(m)) = (ctx.config.operator.audit_interval, audit_metrics) {
+                crate::audit::periodic::run(ctx.clone(), every, m, shutdown.clone()).await;
+            }
+        };
+        tokio::join!(provision, reclaim, gone, capacity, sweep, audit, unused);
+        info!("controllers stopped; exiting");
+        Ok(())
+    }
+    .await;
     if let Some(election) = election {
         // Only now: nothing is in flight any more, so a standby may take over at once.
         election.release().await;
     }
-    info!("controllers stopped; exiting");
-    Ok(())
+    result
 }
 
 /// Starts the RBAC self-check (`k8s::access`) in the background, on the background client (no
@@ -461,14 +447,12 @@ async fn start_watches(client: &Client, config: &Config, driver: &DriverInfo) ->
         Some(node) => {
             let scoped =
                 crate::node_mode::watches::start(client, driver, &node.node_name, 2, extra).await;
-            let (nodes, csinodes) = (scoped.nodes.store, scoped.csinodes.store);
-            let labeller = Some(scoped.labeller);
             (
                 scoped.pvcs,
                 scoped.pvs,
-                Some(nodes),
-                Some(csinodes),
-                labeller,
+                Some(scoped.nodes.store),
+                Some(scoped.csinodes.store),
+                Some(scoped.labeller),
             )
         }
         None => {

@@ -41,8 +41,7 @@ pub(crate) fn quote(s: &str) -> String {
 
 /// Go `%q` of a `[]string`: `["a" "b"]`.
 pub(crate) fn quote_list<S: AsRef<str>>(items: &[S]) -> String {
-    let quoted: Vec<String> = items.iter().map(|s| quote(s.as_ref())).collect();
-    format!("[{}]", quoted.join(" "))
+    list(&items.iter().map(|s| quote(s.as_ref())).collect::<Vec<_>>())
 }
 
 /// Go `%v` of a `[]string`: `[a b]`.
@@ -137,33 +136,20 @@ fn resource_list(list: Option<&BTreeMap<String, Quantity>>) -> String {
 /// The fields of a parsed `resource.Quantity`: `{{value scale} {<nil>} text format}` for the
 /// integer forms (`1Gi`, `2G`, `100`); anything else is shown as its text.
 fn quantity_fields(text: &str) -> String {
-    const BINARY: [(&str, u32); 6] = [
-        ("Ki", 10),
-        ("Mi", 20),
-        ("Gi", 30),
-        ("Ti", 40),
-        ("Pi", 50),
-        ("Ei", 60),
-    ];
-    const DECIMAL: [(&str, i32); 6] = [
-        ("k", 3),
-        ("M", 6),
-        ("G", 9),
-        ("T", 12),
-        ("P", 15),
-        ("E", 18),
-    ];
+    // Suffix i (from 0) is 2^(10(i+1)) in BINARY, 10^(3(i+1)) in DECIMAL.
+    const BINARY: [&str; 6] = ["Ki", "Mi", "Gi", "Ti", "Pi", "Ei"];
+    const DECIMAL: [&str; 6] = ["k", "M", "G", "T", "P", "E"];
     let digits = text.bytes().take_while(u8::is_ascii_digit).count();
     let (number, suffix) = text.split_at(digits);
     let Ok(n) = number.parse::<i64>() else {
         return text.to_owned();
     };
-    if let Some((_, shift)) = BINARY.iter().find(|(s, _)| *s == suffix) {
-        if let Some(v) = n.checked_mul(1i64 << shift) {
+    if let Some(i) = BINARY.iter().position(|s| *s == suffix) {
+        if let Some(v) = n.checked_mul(1i64 << (10 * (i + 1))) {
             return format!("{{{{{v} 0}} {{<nil>}} {text} BinarySI}}");
         }
-    } else if let Some((_, scale)) = DECIMAL.iter().find(|(s, _)| *s == suffix) {
-        return format!("{{{{{n} {scale}}} {{<nil>}} {text} DecimalSI}}");
+    } else if let Some(i) = DECIMAL.iter().position(|s| *s == suffix) {
+        return format!("{{{{{n} {}}} {{<nil>}} {text} DecimalSI}}", 3 * (i + 1));
     } else if suffix.is_empty() {
         return format!("{{{{{n} 0}} {{<nil>}} {text} DecimalSI}}");
     }
@@ -236,17 +222,15 @@ pub(crate) fn parse_go_duration(text: &str) -> Result<Duration, String> {
                 )));
             }
         };
-        let int: u128 = if int_part.is_empty() {
-            0
-        } else {
-            int_part.parse().map_err(|_| invalid("out of range"))?
+        let int: u128 = match int_part {
+            "" => 0,
+            digits => digits.parse().map_err(|_| invalid("out of range"))?,
         };
         // Digits past the 18th are below a nanosecond for every unit, so they are dropped.
         let frac_digits = &frac_part[..frac_part.len().min(18)];
-        let frac: u128 = if frac_digits.is_empty() {
-            0
-        } else {
-            frac_digits.parse().map_err(|_| invalid("bad fraction"))?
+        let frac: u128 = match frac_digits {
+            "" => 0,
+            digits => digits.parse().map_err(|_| invalid("bad fraction"))?,
         };
         let frac_ns = frac * scale / 10u128.pow(frac_digits.len() as u32);
         total = int

@@ -30,7 +30,7 @@ use crate::metrics::Metrics;
 use crate::metrics::exposition::Format;
 
 /// Health state shared between the HTTP server and the code that knows it (leader election).
-/// Cloning shares the state.
+/// Cloning shares the state; `default()` is healthy.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Health {
     /// `None` while healthy, else why not.
@@ -40,19 +40,12 @@ pub(crate) struct Health {
 }
 
 impl Health {
-    /// A healthy state.
-    pub(crate) fn new() -> Self {
-        Self::default()
-    }
-
     /// Leader election works (or this replica is not leading, which is fine).
-    #[allow(dead_code, reason = "set by leader election, being built")]
     pub(crate) fn set_leader_election_healthy(&self) {
         *crate::sync::write(&self.leader_election) = None;
     }
 
     /// The leader failed to renew its Lease in time; `/healthz/leader-election` reports `reason`.
-    #[allow(dead_code, reason = "set by leader election, being built")]
     pub(crate) fn set_leader_election_unhealthy(&self, reason: impl Into<String>) {
         *crate::sync::write(&self.leader_election) = Some(reason.into());
     }
@@ -60,14 +53,6 @@ impl Health {
     /// The start-up RBAC self-check found `missing` (one permission per line; empty: none).
     pub(crate) fn set_rbac_missing(&self, missing: impl Into<String>) {
         *crate::sync::write(&self.rbac) = missing.into();
-    }
-
-    fn rbac_missing(&self) -> String {
-        crate::sync::read(&self.rbac).clone()
-    }
-
-    fn leader_election_problem(&self) -> Option<String> {
-        crate::sync::read(&self.leader_election).clone()
     }
 }
 
@@ -184,7 +169,7 @@ fn router(options: &HttpOptions, metrics: Arc<Metrics>, health: Health) -> Route
 /// Not part of `/healthz` on purpose: a restart does not grant a permission, and a liveness
 /// failure would turn a partly working sidecar into a crash loop.
 async fn rbac_health(State(state): State<AppState>) -> Response {
-    let missing = state.health.rbac_missing();
+    let missing = crate::sync::read(&state.health.rbac).clone();
     if missing.is_empty() {
         return "ok".into_response();
     }
@@ -196,7 +181,7 @@ async fn rbac_health(State(state): State<AppState>) -> Response {
 }
 
 async fn leader_election_health(State(state): State<AppState>) -> Response {
-    match state.health.leader_election_problem() {
+    match crate::sync::read(&state.health.leader_election).clone() {
         None => "ok".into_response(),
         Some(reason) => (
             StatusCode::INTERNAL_SERVER_ERROR,

@@ -58,8 +58,12 @@ async fn serves_metrics_and_healthz() {
     metrics
         .provision
         .succeeded("fast", "", Duration::from_secs(1));
-    let (address, stop, task) =
-        start(&options(false, "/metrics"), metrics.clone(), Health::new()).await;
+    let (address, stop, task) = start(
+        &options(false, "/metrics"),
+        metrics.clone(),
+        Health::default(),
+    )
+    .await;
 
     let (status, head, body) = get(address, "/metrics").await;
     assert_eq!(status, 200);
@@ -133,7 +137,7 @@ async fn custom_metrics_path_replaces_the_default() {
     let (address, _stop, _task) = start(
         &options(false, "/custom/{x}"),
         Arc::new(Metrics::new()),
-        Health::new(),
+        Health::default(),
     )
     .await;
     assert_eq!(get(address, "/custom/{x}").await.0, 200);
@@ -142,7 +146,7 @@ async fn custom_metrics_path_replaces_the_default() {
 
 #[tokio::test]
 async fn leader_election_health_reflects_the_reported_state() {
-    let health = Health::new();
+    let health = Health::default();
     let (address, _stop, _task) = start(
         &options(true, "/metrics"),
         Arc::new(Metrics::new()),
@@ -176,7 +180,7 @@ async fn a_taken_address_is_a_listen_error_naming_the_flag() {
     let mut opts = options(false, "/metrics");
     opts.address = taken.local_addr().unwrap().to_string();
     opts.address_flag = "--metrics-address";
-    let err = bind(&opts, Arc::new(Metrics::new()), Health::new())
+    let err = bind(&opts, Arc::new(Metrics::new()), Health::default())
         .await
         .unwrap_err();
     assert!(matches!(err, HttpError::Listen { .. }));
@@ -194,7 +198,7 @@ async fn a_taken_address_is_a_listen_error_naming_the_flag() {
 async fn colon_port_listens_on_every_interface() {
     let mut opts = options(false, "/metrics");
     opts.address = ":0".into();
-    let server = bind(&opts, Arc::new(Metrics::new()), Health::new())
+    let server = bind(&opts, Arc::new(Metrics::new()), Health::default())
         .await
         .unwrap();
     assert!(server.local_addr().unwrap().ip().is_unspecified());

@@ -76,15 +76,10 @@ impl Leadership {
 /// A [`CsiController`] whose CreateVolume and DeleteVolume wait for [`Leadership::acting`] right
 /// before the call goes out; other calls pass through.
 pub(crate) struct GuardedCsi {
-    inner: Arc<dyn CsiController>,
-    leadership: Leadership,
-}
-
-impl GuardedCsi {
-    /// `inner` guarded by `leadership`.
-    pub(crate) fn new(inner: Arc<dyn CsiController>, leadership: Leadership) -> Self {
-        Self { inner, leadership }
-    }
+    /// The driver's controller service.
+    pub(crate) inner: Arc<dyn CsiController>,
+    /// Waited for before CreateVolume and DeleteVolume.
+    pub(crate) leadership: Leadership,
 }
 
 impl CsiController for GuardedCsi {

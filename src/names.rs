@@ -1,7 +1,7 @@
 //! Every wire string the sidecar reads or writes: annotations, finalizers, StorageClass parameter
 //! keys, event reasons, labels. Upstream-compatible strings match the Go sidecar byte for byte
 //! (`shared/reference/upstream-external-provisioner.md` §3); our own additions live under
-//! [`OUR_PREFIX`] so they can never collide with a Kubernetes-owned key.
+//! `csi-provisioner.rs/` so they can never collide with a Kubernetes-owned key.
 
 // === Annotations read on PVCs ===
 
@@ -13,8 +13,6 @@ pub const ANN_BETA_STORAGE_PROVISIONER: &str = "volume.beta.kubernetes.io/storag
 pub const ANN_MIGRATED_TO: &str = "pv.kubernetes.io/migrated-to";
 /// Node chosen by the scheduler (delayed binding) or by a node-deployment instance.
 pub const ANN_SELECTED_NODE: &str = "volume.kubernetes.io/selected-node";
-/// Alpha selected-node key, accepted only as a fallback source of the node name.
-pub const ANN_ALPHA_SELECTED_NODE: &str = "volume.alpha.kubernetes.io/selected-node";
 /// Beta storage-class annotation; takes precedence over `spec.storageClassName`.
 pub const ANN_BETA_STORAGE_CLASS: &str = "volume.beta.kubernetes.io/storage-class";
 
@@ -55,13 +53,9 @@ pub const FINALIZER_SNAPSHOT_SOURCE_PROTECTION: &str =
     "provisioner.storage.kubernetes.io/volumesnapshot-as-source-protection";
 /// Kubernetes' own PV protection finalizer (never touched by us).
 pub const FINALIZER_PV_PROTECTION: &str = "kubernetes.io/pv-protection";
-/// Kubernetes' own PVC protection finalizer (never touched by us).
-pub const FINALIZER_PVC_PROTECTION: &str = "kubernetes.io/pvc-protection";
 
 // === Our own keys (extensions over upstream) ===
 
-/// Prefix of every key this implementation adds on top of upstream's.
-pub const OUR_PREFIX: &str = "csi-provisioner.rs/";
 /// PVC finalizer written *before* the first CreateVolume and removed only once the PV exists or the
 /// volume has been deleted again: the durable record of a provisioning intent (upstream issue 486).
 pub const FINALIZER_PROVISIONING_INTENT: &str = "csi-provisioner.rs/provisioning-intent";
@@ -112,8 +106,6 @@ pub const ANN_NODE_UID: &str = "csi-provisioner.rs/node-uid";
 pub const PARAM_PREFIX: &str = "csi.storage.k8s.io/";
 /// Prefixed fsType key.
 pub const PARAM_FSTYPE: &str = "csi.storage.k8s.io/fstype";
-/// Deprecated fsType key, matched case-insensitively.
-pub const PARAM_FSTYPE_DEPRECATED: &str = "fstype";
 /// Extra-create-metadata keys added to CreateVolume parameters.
 pub const PARAM_PVC_NAME: &str = "csi.storage.k8s.io/pvc/name";
 /// See [`PARAM_PVC_NAME`].
@@ -220,11 +212,6 @@ pub const LABEL_PV_NODE: &str = "csi-provisioner.rs/node";
 /// every instance may handle. The underscore makes it impossible as a node name.
 pub const LABEL_VALUE_ANY_NODE: &str = "any_node";
 
-// === Environment ===
-
-/// Node name in node-deployment mode.
-pub const ENV_NODE_NAME: &str = "NODE_NAME";
-
 // === Kubernetes API values the reclaim path compares against ===
 
 /// PV phase: bound to a claim.
@@ -235,8 +222,6 @@ pub const PV_PHASE_RELEASED: &str = "Released";
 pub const PV_PHASE_FAILED: &str = "Failed";
 /// Reclaim policy: delete the backend volume once released.
 pub const RECLAIM_DELETE: &str = "Delete";
-/// Reclaim policy: keep the backend volume (also the API default).
-pub const RECLAIM_RETAIN: &str = "Retain";
 /// Reclaim policy: scrub and reuse (deprecated; never deleted by a provisioner).
 pub const RECLAIM_RECYCLE: &str = "Recycle";
 /// Namespace of Events about cluster-scoped objects (client-go's `metav1.NamespaceDefault`).

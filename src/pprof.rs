@@ -9,7 +9,7 @@
 //!   heap, goroutine and other runtime profiles have no equivalent here (docs/observability.md).
 
 use std::collections::HashMap;
-use std::os::unix::ffi::OsStrExt;
+use std::os::unix::ffi::OsStringExt;
 use std::time::Duration;
 
 use axum::Router;
@@ -73,13 +73,8 @@ const INDEX: &str = "<html>
 
 /// `os.Args` joined with NUL, as Go writes it.
 async fn cmdline() -> Response {
-    let mut body = Vec::new();
-    for (index, arg) in std::env::args_os().enumerate() {
-        if index > 0 {
-            body.push(0);
-        }
-        body.extend_from_slice(arg.as_bytes());
-    }
+    let args: Vec<Vec<u8>> = std::env::args_os().map(OsStringExt::into_vec).collect();
+    let body = args.join(&0);
     (
         [
             (header::CONTENT_TYPE, "text/plain; charset=utf-8"),

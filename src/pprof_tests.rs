@@ -26,7 +26,7 @@ async fn serve(enable_pprof: bool) -> SocketAddr {
         enable_pprof,
         leader_election_health: false,
     };
-    let server = bind(&options, Arc::new(Metrics::new()), Health::new())
+    let server = bind(&options, Arc::new(Metrics::new()), Health::default())
         .await
         .unwrap();
     let address = server.local_addr().unwrap();

@@ -9,73 +9,65 @@ use crate::k8s::lean::Lean;
 
 use crate::model::meta::label;
 
-/// The backlog gauges' values: claims carrying our provisioning intent, and volumes awaiting
-/// deletion (see [`crate::metrics::BacklogMetrics`]). In node mode each instance counts only what
-/// is pinned to its node (claims selected to it, PVs labelled with it), because other nodes'
-/// pending claims and PVs without a node are in several instances' caches: the sum over the
-/// DaemonSet then counts each object once.
-pub(super) fn count_backlog(
-    claims: &[Arc<Lean<PersistentVolumeClaim>>],
-    pvs: &[Arc<Lean<PersistentVolume>>],
-    driver: &str,
-    node: Option<&str>,
-) -> (i64, i64) {
-    // One object unpacked at a time: a scrape must not hold the whole cache unpacked.
-    let claims = claims
-        .iter()
-        .map(|c| c.full())
-        .filter(crate::provision::controller::intents::claim_record::has_record)
-        .filter(|c| crate::model::claim::is_ours(c, driver))
-        .filter(|c| node.is_none() || crate::model::claim::selected_node(c) == node)
-        .count();
-    let volumes = pvs
-        .iter()
-        .map(|pv| pv.full())
-        .filter(|pv| crate::reclaim::plan::awaits_deletion(pv, driver))
-        .filter(|pv| node.is_none() || label(&pv.metadata, crate::names::LABEL_PV_NODE) == node)
-        .count();
-    let gauge = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
-    (gauge(claims), gauge(volumes))
-}
-
-/// The scrape-time gauges of [`crate::metrics::OperatorMetrics`].
+/// The gauges' values at one scrape, counted in one pass over the caches (one object unpacked at
+/// a time: a scrape must not hold the whole cache unpacked).
 #[derive(Debug, Default, PartialEq, Eq)]
-pub(super) struct OperatorCounts {
+pub(super) struct Counts {
+    /// Claims carrying our provisioning intent (see [`crate::metrics::BacklogMetrics`]).
+    pub(super) claims_with_intent: i64,
+    /// Volumes awaiting deletion (see [`crate::metrics::BacklogMetrics`]).
+    pub(super) volumes_awaiting_deletion: i64,
+    /// Claims of the driver not bound yet ([`crate::metrics::OperatorMetrics`]).
     pub(super) pending: i64,
+    /// PVs of the driver Released for longer than [`crate::metrics::STUCK_AFTER`].
     pub(super) released_stuck: i64,
+    /// PVs of the driver being deleted for longer than [`crate::metrics::STUCK_AFTER`].
     pub(super) terminating_stuck: i64,
 }
 
-/// Claims of the driver not bound yet (in node mode: selected to this node), and PVs of the driver
-/// Released, or being deleted, for longer than [`crate::metrics::STUCK_AFTER`] (in node mode:
-/// labelled with this node), as of `now`.
-pub(super) fn count_operator(
+/// [`Counts`] as of `now`. In node mode each instance counts only what is pinned to its node
+/// (claims selected to it, PVs labelled with it), because other nodes' pending claims and PVs
+/// without a node are in several instances' caches: the sum over the DaemonSet then counts each
+/// object once.
+pub(super) fn count(
     claims: &[Arc<Lean<PersistentVolumeClaim>>],
     pvs: &[Arc<Lean<PersistentVolume>>],
     driver: &str,
     node: Option<&str>,
     now: jiff::Timestamp,
-) -> OperatorCounts {
-    let gauge = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+) -> Counts {
     let older = |t: &jiff::Timestamp| {
         now.duration_since(*t).as_secs_f64() > crate::metrics::STUCK_AFTER.as_secs_f64()
     };
-    let pending = claims
-        .iter()
-        .map(|c| c.full())
-        .filter(|c| crate::model::claim::is_ours(c, driver))
-        .filter(|c| c.metadata.deletion_timestamp.is_none())
-        .filter(|c| c.status.as_ref().and_then(|s| s.phase.as_deref()) != Some("Bound"))
-        .filter(|c| node.is_none() || crate::model::claim::selected_node(c) == node)
-        .count();
-    let (mut released_stuck, mut terminating_stuck) = (0, 0);
+    let mut counts = Counts::default();
+    for c in claims.iter().map(|c| c.full()) {
+        if !crate::model::claim::is_ours(&c, driver)
+            || (node.is_some() && crate::model::claim::selected_node(&c) != node)
+        {
+            continue;
+        }
+        if crate::provision::controller::intents::claim_record::has_record(&c) {
+            counts.claims_with_intent += 1;
+        }
+        if c.metadata.deletion_timestamp.is_none()
+            && c.status.as_ref().and_then(|s| s.phase.as_deref()) != Some("Bound")
+        {
+            counts.pending += 1;
+        }
+    }
     for pv in pvs.iter().map(|pv| pv.full()) {
+        if node.is_some() && label(&pv.metadata, crate::names::LABEL_PV_NODE) != node {
+            continue;
+        }
+        if crate::reclaim::plan::awaits_deletion(&pv, driver) {
+            counts.volumes_awaiting_deletion += 1;
+        }
         let ours = pv
             .spec
             .as_ref()
             .and_then(|s| s.csi.as_ref())
             .is_some_and(|csi| csi.driver == driver);
-        if !ours || (node.is_some() && label(&pv.metadata, crate::names::LABEL_PV_NODE) != node) {
+        if !ours {
             continue;
         }
         let status = pv.status.as_ref();
@@ -84,7 +76,7 @@ pub(super) fn count_operator(
                 .and_then(|s| s.last_phase_transition_time.as_ref())
                 .is_some_and(|t| older(&t.0))
         {
-            released_stuck += 1;
+            counts.released_stuck += 1;
         }
         if pv
             .metadata
@@ -92,14 +84,10 @@ pub(super) fn count_operator(
             .as_ref()
             .is_some_and(|t| older(&t.0))
         {
-            terminating_stuck += 1;
+            counts.terminating_stuck += 1;
         }
     }
-    OperatorCounts {
-        pending: gauge(pending),
-        released_stuck: gauge(released_stuck),
-        terminating_stuck: gauge(terminating_stuck),
-    }
+    counts
 }
 
 #[cfg(test)]

@@ -32,13 +32,14 @@ fn pending_claims_and_volumes_stuck_longer_than_ten_minutes_are_counted() {
     terminating.metadata.deletion_timestamp = Some(at(30));
     let pvs =
         [released("old", 11), released("new", 9), terminating].map(|v| Arc::new(Lean::new(v)));
+    let counts = count(&claims, &pvs, DRIVER, None, now);
     assert_eq!(
-        count_operator(&claims, &pvs, DRIVER, None, now),
-        OperatorCounts {
-            pending: 1,
-            released_stuck: 1,
-            terminating_stuck: 1,
-        }
+        (
+            counts.pending,
+            counts.released_stuck,
+            counts.terminating_stuck
+        ),
+        (1, 1, 1)
     );
 }
 
@@ -80,10 +81,14 @@ fn the_backlog_counts_intents_and_pending_deletions_and_in_node_mode_only_this_n
         pv("pv-3").provisioned_by(DRIVER).phase("Bound").build(),
     ]
     .map(|v| Arc::new(Lean::new(v)));
-    assert_eq!(count_backlog(&claims, &pvs, DRIVER, None), (2, 2));
-    assert_eq!(count_backlog(&claims, &pvs, DRIVER, Some("n1")), (1, 1));
+    let count_backlog = |driver, node| {
+        let counts = count(&claims, &pvs, driver, node, jiff::Timestamp::now());
+        (counts.claims_with_intent, counts.volumes_awaiting_deletion)
+    };
+    assert_eq!(count_backlog(DRIVER, None), (2, 2));
+    assert_eq!(count_backlog(DRIVER, Some("n1")), (1, 1));
     assert_eq!(
-        count_backlog(&claims, &pvs, "other.example", None),
+        count_backlog("other.example", None),
         (0, 0),
         "another driver's intents and volumes are its own sidecar's"
     );

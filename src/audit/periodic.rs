@@ -124,25 +124,20 @@ pub(crate) async fn run(
     let mut previous: Option<Observation> = None;
     loop {
         if let Some(current) = observation(&ctx, ledger.as_ref()).await {
-            let report = confirm(
+            let mut report = confirm(
                 &ctx.driver.name,
                 previous.as_ref().unwrap_or(&current),
                 &current,
             );
             // The first round has nothing to confirm against: it publishes only what needs no
             // second look (stuck, unused), so a volume being created is never counted as leaked.
-            let report = if previous.is_none() {
-                Report {
-                    leaked: Vec::new(),
-                    unconfirmed: Vec::new(),
-                    lost: Vec::new(),
-                    missing_finalizer: Vec::new(),
-                    unresolved_intents: Vec::new(),
-                    ..report
-                }
-            } else {
-                report
-            };
+            if previous.is_none() {
+                report.leaked.clear();
+                report.unconfirmed.clear();
+                report.lost.clear();
+                report.missing_finalizer.clear();
+                report.unresolved_intents.clear();
+            }
             if !report.leaked.is_empty() || !report.lost.is_empty() {
                 warn!(
                     leaked = ?report.leaked,

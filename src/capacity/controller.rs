@@ -26,8 +26,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
-use futures::StreamExt;
+use futures::future::BoxFuture;
 use futures::stream::FuturesUnordered;
+use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::core::v1::{Node, PersistentVolume};
 use k8s_openapi::api::storage::v1::{CSINode, CSIStorageCapacity};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
@@ -39,7 +40,7 @@ use tokio::sync::{mpsc, watch};
 use tracing::{debug, info, warn};
 
 use super::metrics::CapacityMetrics;
-use super::plan::{self, Diff, Identity, Key, Segment};
+use super::plan::{self, Identity, Key, Segment};
 use super::polls::Polls;
 use super::queue::{Lane, Queue};
 use crate::config::{Config, RateLimit};
@@ -182,16 +183,7 @@ type Done = (Item, Result<Option<CSIStorageCapacity>, String>);
 
 impl Capacity {
     /// Runs until shutdown; acts only while `ctx.leadership` allows.
-    pub(crate) async fn run(self, ctx: Arc<Context>, shutdown: Shutdown) {
-        let Capacity {
-            client,
-            identity,
-            namespace,
-            owner,
-            fixed_segment,
-            mut nudges,
-            metrics,
-        } = self;
+    pub(crate) async fn run(mut self, ctx: Arc<Context>, shutdown: Shutdown) {
         // Leadership is only ever gained here: a leader that loses its lease exits the process.
         let (became_leader, leader) = watch::channel(false);
         {
@@ -201,24 +193,24 @@ impl Capacity {
                 let _ = became_leader.send(true);
             });
         }
-        let api: Api<CSIStorageCapacity> = Api::namespaced(client.clone(), &namespace);
+        let api: Api<CSIStorageCapacity> = Api::namespaced(self.client.clone(), &self.namespace);
         let objects = watch_shared(
             api.clone(),
-            watcher::Config::default().labels(&identity.selector()),
+            watcher::Config::default().labels(&self.identity.selector()),
             "csistoragecapacities",
             0,
         );
         // Segments come from CSINodes and Nodes; central instances of a driver without topology
         // have no such caches from the provisioning side, so they watch both themselves.
-        let topology = match (&fixed_segment, &ctx.stores.csinodes, &ctx.stores.nodes) {
+        let topology = match (&self.fixed_segment, &ctx.stores.csinodes, &ctx.stores.nodes) {
             (Some(_), _, _) => None,
             (None, Some(csinodes), Some(nodes)) => Some((csinodes.clone(), nodes.clone())),
             (None, _, _) => {
                 let wc = watcher::Config::default();
                 let csinodes: Store<CSINode> =
-                    watch_shared(Api::all(client.clone()), wc.clone(), "csinodes", 0).store;
+                    watch_shared(Api::all(self.client.clone()), wc.clone(), "csinodes", 0).store;
                 let nodes: Store<Node> =
-                    watch_shared(Api::all(client.clone()), wc, "nodes", 0).store;
+                    watch_shared(Api::all(self.client.clone()), wc, "nodes", 0).store;
                 Some((csinodes, nodes))
             }
         };
@@ -234,15 +226,15 @@ impl Capacity {
             () = shutdown.clone().requested() => return,
         }
         info!(
-            namespace = %namespace,
-            managed_by = %identity.managed_by,
+            namespace = %self.namespace,
+            managed_by = %self.identity.managed_by,
             "capacity controller started"
         );
         if let Some(node) = &ctx.config.node_deployment {
             tokio::spawn(super::orphans::sweep(
                 ctx.clone(),
-                client.clone(),
-                namespace.clone(),
+                self.client.clone(),
+                self.namespace.clone(),
                 node.node_name.clone(),
                 leader.clone(),
                 shutdown.clone(),
@@ -254,10 +246,10 @@ impl Capacity {
         let mut state = Loop {
             ctx: &ctx,
             api,
-            identity,
-            namespace,
-            owner,
-            fixed_segment,
+            identity: self.identity,
+            namespace: self.namespace,
+            owner: self.owner,
+            fixed_segment: self.fixed_segment,
             topology,
             objects: objects.store,
             known: BTreeSet::new(),
@@ -277,7 +269,7 @@ impl Capacity {
             ),
             not_before: HashMap::new(),
             was_leader: false,
-            metrics,
+            metrics: self.metrics,
         };
         let threads = usize::try_from(settings.threads).unwrap_or(1).max(1);
         let mut check = tokio::time::interval(CHECK_PERIOD);
@@ -295,7 +287,7 @@ impl Capacity {
                         state.poll_due();
                     }
                 }
-                Some(pv) = nudges.recv() => {
+                Some(pv) = self.nudges.recv() => {
                     if let (true, Some(affected)) = (is_leader, plan::affected(&state.identity.driver, &pv)) {
                         let keys: Vec<Key> =
                             state.known.iter().filter(|k| affected.covers(k)).cloned().collect();
@@ -374,14 +366,10 @@ impl Loop<'_> {
         plan::desired(&classes, &segments)
     }
 
-    fn diff(&self, desired: &BTreeSet<Key>) -> Diff {
-        plan::diff(&self.identity, desired, &self.objects.state())
-    }
-
     /// Compares the desired set with the objects and queues what differs.
     fn check(&mut self, is_leader: bool) {
         let desired = self.desired();
-        let diff = self.diff(&desired);
+        let diff = plan::diff(&self.identity, &desired, &self.objects.state());
         self.metrics
             .observe(desired.len(), diff.existing.len(), diff.obsolete.len());
         // Forget what we wrote once the watch shows it (or it went stale).
@@ -470,48 +458,17 @@ impl Loop<'_> {
     }
 
     /// Starts `item` and returns its future (it owns what it needs, so the loop stays free).
-    fn start(&mut self, item: Item) -> impl Future<Output = Done> + use<> {
+    fn start(&mut self, item: Item) -> BoxFuture<'static, Done> {
         self.in_flight
             .insert(item.clone(), self.queue_metrics.started());
         let api = self.api.clone();
-        let csi = self.ctx.csi.clone();
         let leadership = self.ctx.leadership.clone();
-        let job = match &item {
-            Item::Delete(name) => Job::Delete(name.clone()),
-            Item::Sync(key) => {
-                let class = self.ctx.stores.classes.get(&ObjectRef::new(&key.class));
-                let existing = self
-                    .written
-                    .get(key)
-                    .map(|(o, _)| Box::new(o.clone()))
-                    .or_else(|| {
-                        // As of the last check (at most CHECK_PERIOD old): a stale name reads as
-                        // missing here or fails the write, and either is redone.
-                        let name = self.existing.get(key)?;
-                        self.objects
-                            .get(&ObjectRef::new(name).within(&self.namespace))
-                            .map(|o| Box::new(o.as_ref().clone()))
-                    });
-                match class {
-                    // Gone meanwhile: the next check drops the key.
-                    None => Job::Skip,
-                    Some(class) => Job::Sync {
-                        key: key.clone(),
-                        parameters: class.parameters.clone().unwrap_or_default(),
-                        existing,
-                        identity: self.identity.clone(),
-                        namespace: self.namespace.clone(),
-                        owner: self.owner.clone(),
-                    },
-                }
-            }
-        };
-        async move {
-            let result = match job {
-                Job::Skip => Ok(None),
-                Job::Delete(name) => {
+        let key = match &item {
+            Item::Delete(name) => {
+                let name = name.clone();
+                return async move {
                     leadership.acting().await;
-                    match api.delete(&name, &DeleteParams::default()).await {
+                    let result = match api.delete(&name, &DeleteParams::default()).await {
                         Ok(_) => {
                             info!(object = %name, "deleted obsolete CSIStorageCapacity");
                             Ok(None)
@@ -521,32 +478,44 @@ impl Loop<'_> {
                             "delete CSIStorageCapacity {name}: {}",
                             describe(&e)
                         )),
-                    }
+                    };
+                    (item, result)
                 }
-                Job::Sync {
-                    key,
-                    parameters,
-                    existing,
-                    identity,
-                    namespace,
-                    owner,
-                } => {
-                    super::sync::sync(
-                        &leadership,
-                        &api,
-                        csi.as_ref(),
-                        &key,
-                        parameters,
-                        existing.as_deref(),
-                        &identity,
-                        &namespace,
-                        owner.as_ref(),
-                    )
-                    .await
-                }
-            };
+                .boxed();
+            }
+            Item::Sync(key) => key.clone(),
+        };
+        let Some(class) = self.ctx.stores.classes.get(&ObjectRef::new(&key.class)) else {
+            // Gone meanwhile: the next check drops the key.
+            return futures::future::ready((item, Ok(None))).boxed();
+        };
+        let existing = self.written.get(&key).map(|(o, _)| o.clone()).or_else(|| {
+            // As of the last check (at most CHECK_PERIOD old): a stale name reads as missing
+            // here or fails the write, and either is redone.
+            let name = self.existing.get(&key)?;
+            self.objects
+                .get(&ObjectRef::new(name).within(&self.namespace))
+                .map(|o| o.as_ref().clone())
+        });
+        let parameters = class.parameters.clone().unwrap_or_default();
+        let (csi, identity) = (self.ctx.csi.clone(), self.identity.clone());
+        let (namespace, owner) = (self.namespace.clone(), self.owner.clone());
+        async move {
+            let result = super::sync::sync(
+                &leadership,
+                &api,
+                csi.as_ref(),
+                &key,
+                parameters,
+                existing.as_ref(),
+                &identity,
+                &namespace,
+                owner.as_ref(),
+            )
+            .await;
             (item, result)
         }
+        .boxed()
     }
 
     fn finished(&mut self, item: Item, result: Result<Option<CSIStorageCapacity>, String>) {
@@ -575,20 +544,4 @@ impl Loop<'_> {
             }
         }
     }
-}
-
-/// What a worker runs, detached from the loop's state.
-// One short-lived value per running item (at most --capacity-threads): size does not matter.
-#[allow(clippy::large_enum_variant)]
-enum Job {
-    Skip,
-    Delete(String),
-    Sync {
-        key: Key,
-        parameters: std::collections::BTreeMap<String, String>,
-        existing: Option<Box<CSIStorageCapacity>>,
-        identity: Identity,
-        namespace: String,
-        owner: Option<OwnerReference>,
-    },
 }

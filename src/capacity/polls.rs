@@ -44,15 +44,17 @@ impl Polls {
         // Rounding: 0.999… after adding shares that should make a whole key.
         let count = (self.credit + 1e-9).floor() as usize;
         self.credit = (self.credit - count as f64).max(0.0);
-        let after = match &self.cursor {
-            Some(cursor) => keys
-                .range((Bound::Excluded(cursor), Bound::Unbounded))
-                .chain(keys.iter())
-                .take(count)
-                .cloned()
-                .collect::<Vec<_>>(),
-            None => keys.iter().take(count).cloned().collect(),
-        };
+        // After the cursor, then round again from the first key (`count` never exceeds a round).
+        let start = self
+            .cursor
+            .as_ref()
+            .map_or(Bound::Unbounded, Bound::Excluded);
+        let after: Vec<Key> = keys
+            .range((start, Bound::Unbounded))
+            .chain(keys.iter())
+            .take(count)
+            .cloned()
+            .collect();
         if let Some(last) = after.last() {
             self.cursor = Some(last.clone());
         }

@@ -8,7 +8,7 @@ use std::collections::{HashMap, VecDeque};
 use std::hash::Hash;
 use std::time::{Duration, Instant};
 
-/// Which lane an item waits in, in the order they are served.
+/// Which lane an item waits in, in the order they are served (`as usize`: its index in `lanes`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) enum Lane {
     /// Objects of a segment or class that appeared after start-up (a new node): served first.
@@ -17,16 +17,6 @@ pub(crate) enum Lane {
     Urgent,
     /// Refreshes of objects that exist.
     Refresh,
-}
-
-impl Lane {
-    fn index(self) -> usize {
-        match self {
-            Lane::New => 0,
-            Lane::Urgent => 1,
-            Lane::Refresh => 2,
-        }
-    }
 }
 
 /// Guarantees:
@@ -57,14 +47,14 @@ impl<T: Clone + Eq + Hash> Queue<T> {
         match self.queued.get_mut(&item) {
             None => {
                 self.queued.insert(item.clone(), (now, lane));
-                self.lanes[lane.index()].push_back(item);
+                self.lanes[lane as usize].push_back(item);
                 true
             }
             Some((_, queued)) => {
                 if lane < *queued {
-                    self.lanes[queued.index()].retain(|i| *i != item);
+                    self.lanes[*queued as usize].retain(|i| *i != item);
                     *queued = lane;
-                    self.lanes[lane.index()].push_back(item);
+                    self.lanes[lane as usize].push_back(item);
                 }
                 false
             }

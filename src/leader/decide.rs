@@ -26,12 +26,9 @@ pub(crate) const HEALTH_CHECK_TIMEOUT: Duration = Duration::from_secs(20);
 pub(crate) fn sanitize_name(name: &str) -> String {
     let mut out: String = name
         .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '-' {
-                c
-            } else {
-                '-'
-            }
+        .map(|c| match c {
+            'a'..='z' | 'A'..='Z' | '0'..='9' | '-' => c,
+            _ => '-',
         })
         .collect();
     if out.ends_with('-') {
@@ -196,15 +193,10 @@ impl Elector {
         if current.holder_identity.as_deref() != Some(self.me.as_str()) {
             return None;
         }
-        let now = micro(wall);
-        Some(LeaseSpec {
-            holder_identity: Some(String::new()),
-            lease_duration_seconds: Some(1),
-            acquire_time: Some(now.clone()),
-            renew_time: Some(now),
-            lease_transitions: Some(current.lease_transitions.unwrap_or(0)),
-            ..LeaseSpec::default()
-        })
+        let mut spec = self.fresh(current.lease_transitions.unwrap_or(0), wall);
+        spec.holder_identity = Some(String::new());
+        spec.lease_duration_seconds = Some(1);
+        Some(spec)
     }
 
     /// Why `/healthz/leader-election` fails, as client-go's `Check`: only a replica that believes

@@ -463,15 +463,8 @@ fn spawn_health_watch(elector: Arc<Mutex<Elector>>, health: Health, lease: Strin
 /// pod (the pod's name). `HOSTNAME`, which container runtimes set to the same value, comes first
 /// so that several instances on one machine (tests) can be told apart.
 fn host_name() -> String {
-    std::env::var("HOSTNAME")
-        .ok()
-        .map(|h| h.trim().to_owned())
-        .filter(|h| !h.is_empty())
-        .or_else(|| {
-            std::fs::read_to_string("/proc/sys/kernel/hostname")
-                .ok()
-                .map(|h| h.trim().to_owned())
-        })
+    crate::host::env()
+        .or_else(crate::host::kernel)
         .unwrap_or_default()
 }
 

@@ -7,7 +7,7 @@
 
 use std::collections::HashMap;
 use std::io::Write;
-use std::time::{Duration, SystemTime};
+use std::time::UNIX_EPOCH;
 
 use flate2::Compression;
 use flate2::write::GzEncoder;
@@ -236,6 +236,8 @@ pub(crate) fn profile(report: &UnresolvedReport) -> Profile {
         r#type: strings.intern("samples"),
         unit: strings.intern("count"),
     };
+    let start = report.timing.start_time;
+    let since_epoch = start.duration_since(UNIX_EPOCH).unwrap_or_default();
     Profile {
         sample_type: vec![samples_count, cpu],
         sample: samples,
@@ -243,19 +245,12 @@ pub(crate) fn profile(report: &UnresolvedReport) -> Profile {
         location,
         function,
         string_table: strings.table,
-        time_nanos: nanos_since_epoch(report.timing.start_time),
+        time_nanos: i64::try_from(since_epoch.as_nanos()).unwrap_or(i64::MAX),
         duration_nanos: i64::try_from(report.timing.duration.as_nanos()).unwrap_or(i64::MAX),
         period_type: Some(cpu),
         period,
         ..Profile::default()
     }
-}
-
-fn nanos_since_epoch(time: SystemTime) -> i64 {
-    let since = time
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .unwrap_or(Duration::ZERO);
-    i64::try_from(since.as_nanos()).unwrap_or(i64::MAX)
 }
 
 /// The profile as served: protobuf, gzip-compressed.

@@ -246,7 +246,7 @@ async fn step(state: &Reclaimer, pv: &PersistentVolume) -> Result<Next, ReclaimF
             .map_or(AttachmentState::Detached, AttachmentState::AttachedTo),
     };
     let class = crate::model::volume::storage_class_name(pv)
-        .map(|c| ctx.stores.classes.get(&ObjectRef::new(c)));
+        .and_then(|c| ctx.stores.classes.get(&ObjectRef::new(c)));
     // CSI migration: an in-tree PV (and its in-tree class) of the plugin our driver took over
     // is decided on as the CSI PV it translates to; a translation error is the failure.
     let translated = crate::migration::as_csi(&ctx.driver.name, pv);
@@ -255,15 +255,14 @@ async fn step(state: &Reclaimer, pv: &PersistentVolume) -> Result<Next, ReclaimF
         Some(Err(e)) => (pv, Some(e.clone())),
         None => (pv, None),
     };
-    let translated_class = match &class {
-        Some(Some(c)) => crate::migration::class_as_csi(&ctx.driver.name, c),
-        _ => None,
-    };
+    let translated_class = class
+        .as_ref()
+        .and_then(|c| crate::migration::class_as_csi(&ctx.driver.name, c));
     let storage_class = match (&class, &translated_class) {
         (_, Some(Ok(c))) => StorageClassLookup::Found(c),
         (_, Some(Err(e))) => StorageClassLookup::Untranslatable(e),
-        (Some(Some(c)), None) => StorageClassLookup::Found(c.as_ref()),
-        (Some(None) | None, None) => StorageClassLookup::Missing,
+        (Some(c), None) => StorageClassLookup::Found(c.as_ref()),
+        (None, None) => StorageClassLookup::Missing,
     };
     let locality = match &state.segments {
         None => Locality::Central,
@@ -383,9 +382,7 @@ async fn step(state: &Reclaimer, pv: &PersistentVolume) -> Result<Next, ReclaimF
 /// event announces that the missing knowledge arrived.
 fn after_skip(reason: SkipReason) -> Action {
     match reason {
-        SkipReason::ClaimUnknown
-        | SkipReason::StorageClassUnknown
-        | SkipReason::AttachmentsUnknown => Action::requeue(UNKNOWN_RETRY),
+        SkipReason::ClaimUnknown | SkipReason::AttachmentsUnknown => Action::requeue(UNKNOWN_RETRY),
         SkipReason::NotOurs
         | SkipReason::NeverBound
         | SkipReason::NotDeletePolicy
@@ -425,7 +422,9 @@ async fn finish(
     // The memory stays on purpose: a reconcile started from a cache that has not seen the
     // finalizer removal yet must not send DeleteVolume again. Memories of PVs that are gone are
     // pruned once they grow.
-    state.prune_if_large();
+    if crate::sync::lock(&state.memory).len() >= PRUNE_AT {
+        state.forget_vanished_pvs();
+    }
     Ok(Next::Done(Action::await_change()))
 }
 
@@ -459,12 +458,6 @@ impl Reclaimer {
         })
     }
 
-    fn prune_if_large(&self) {
-        if crate::sync::lock(&self.memory).len() >= PRUNE_AT {
-            self.forget_vanished_pvs();
-        }
-    }
-
     /// Drops the memory of PVs no longer in the cache: a PV removed by someone else (or
     /// force-deleted) while it failed is never reconciled again.
     fn forget_vanished_pvs(&self) {
@@ -490,7 +483,7 @@ async fn fetch_secrets(
     if let DeletionSecrets::NoneWithWarning(warning) = secrets {
         warn!(pv = %pv_name, "{warning}");
     }
-    let Some(secret) = secrets.secret_ref() else {
+    let DeletionSecrets::Fetch(secret) = secrets else {
         return HashMap::new();
     };
     match crate::k8s::secrets::credentials(&state.ctx.client, &secret.name, &secret.namespace).await

@@ -2,11 +2,7 @@ use super::*;
 
 #[test]
 fn a_pv_skipped_for_lack_of_knowledge_is_looked_at_again_soon() {
-    for reason in [
-        SkipReason::ClaimUnknown,
-        SkipReason::StorageClassUnknown,
-        SkipReason::AttachmentsUnknown,
-    ] {
+    for reason in [SkipReason::ClaimUnknown, SkipReason::AttachmentsUnknown] {
         assert_eq!(
             after_skip(reason),
             Action::requeue(UNKNOWN_RETRY),

@@ -80,14 +80,8 @@ pub(crate) enum Locality {
 pub(crate) enum StorageClassLookup<'a> {
     /// Found.
     Found(&'a StorageClass),
-    /// Not in the (synced) store: deleted meanwhile.
+    /// Not in the store (the shell waits for synced caches before it starts): deleted meanwhile.
     Missing,
-    /// The store is not synced yet.
-    #[allow(
-        dead_code,
-        reason = "the shell waits for synced caches before it starts; the decision still covers it"
-    )]
-    Unknown,
     /// CSI migration: the PV's in-tree class cannot be translated for the driver (the error).
     Untranslatable(&'a str),
 }
@@ -187,8 +181,6 @@ pub(crate) enum SkipReason {
     ClaimUnknown,
     /// Node deployment: another node's instance deletes this volume.
     NotOnThisNode,
-    /// The StorageClass store is not synced and the secret has to come from the class; retry.
-    StorageClassUnknown,
     /// The VolumeAttachment index is not synced; retry.
     AttachmentsUnknown,
     /// An in-tree volume migrated to our driver whose source is another plugin's than the one
@@ -208,16 +200,6 @@ pub(crate) enum DeletionSecrets {
     Fetch(SecretRef),
     /// Delete without secrets, and log this warning (upstream logs it too).
     NoneWithWarning(SecretWarning),
-}
-
-impl DeletionSecrets {
-    /// The Secret to fetch, if any.
-    pub(crate) fn secret_ref(&self) -> Option<&SecretRef> {
-        match self {
-            Self::Fetch(r) => Some(r),
-            Self::None | Self::NoneWithWarning(_) => None,
-        }
-    }
 }
 
 /// Why a PV without deletion-secret annotations is deleted without secrets.
@@ -348,14 +330,10 @@ pub(crate) fn claim_state(
     pv: &PersistentVolume,
     found: Option<&PersistentVolumeClaim>,
 ) -> ClaimState {
-    let (Some(want), Some(found)) = (claim_uid(pv), found) else {
-        return if found.is_some() {
-            ClaimState::Exists
-        } else {
-            ClaimState::Gone
-        };
-    };
-    if found.metadata.uid.as_deref() == Some(want) {
+    let ours = found.is_some_and(|found| {
+        claim_uid(pv).is_none_or(|want| found.metadata.uid.as_deref() == Some(want))
+    });
+    if ours {
         ClaimState::Exists
     } else {
         ClaimState::Gone
@@ -407,40 +385,37 @@ fn release(pv: &PersistentVolume, claim: ClaimState) -> Release {
 pub(crate) fn deletion_secrets(
     pv: &PersistentVolume,
     storage_class: StorageClassLookup<'_>,
-) -> Result<Option<DeletionSecrets>, ReclaimError> {
+) -> Result<DeletionSecrets, ReclaimError> {
     let pv_name = pv.metadata.name.as_deref().unwrap_or_default();
     let name = annotation(&pv.metadata, names::ANN_DELETION_SECRET_NAME);
     let namespace = annotation(&pv.metadata, names::ANN_DELETION_SECRET_NAMESPACE);
     if let (Some(name), Some(namespace)) = (name, namespace) {
         // Both annotations present: they are the answer, whatever the class says now. A half-empty
         // pair means no secret, as upstream.
-        return Ok(Some(if name.is_empty() || namespace.is_empty() {
+        return Ok(if name.is_empty() || namespace.is_empty() {
             DeletionSecrets::None
         } else {
             DeletionSecrets::Fetch(SecretRef::new(name, namespace))
-        }));
+        });
     }
     let Some(class_name) = storage_class_name(pv) else {
-        return Ok(Some(DeletionSecrets::None));
+        return Ok(DeletionSecrets::None);
     };
     let class = match storage_class {
         StorageClassLookup::Found(class) => class,
         StorageClassLookup::Missing => {
-            return Ok(Some(DeletionSecrets::NoneWithWarning(
+            return Ok(DeletionSecrets::NoneWithWarning(
                 SecretWarning::StorageClassMissing {
                     class: class_name.to_owned(),
                 },
-            )));
+            ));
         }
-        StorageClassLookup::Unknown => return Ok(None),
         StorageClassLookup::Untranslatable(e) => {
             return Err(ReclaimError::Translation(e.to_owned()));
         }
     };
     let Some(claim_ref) = pv.spec.as_ref().and_then(|s| s.claim_ref.as_ref()) else {
-        return Ok(Some(DeletionSecrets::NoneWithWarning(
-            SecretWarning::NoClaimRef,
-        )));
+        return Ok(DeletionSecrets::NoneWithWarning(SecretWarning::NoClaimRef));
     };
     let empty = Default::default();
     let params = class.parameters.as_ref().unwrap_or(&empty);
@@ -454,9 +429,7 @@ pub(crate) fn deletion_secrets(
         pv: pv_name.to_owned(),
         source,
     })?;
-    Ok(Some(
-        resolved.map_or(DeletionSecrets::None, DeletionSecrets::Fetch),
-    ))
+    Ok(resolved.map_or(DeletionSecrets::None, DeletionSecrets::Fetch))
 }
 
 /// The next step for `pv`.
@@ -541,8 +514,7 @@ pub(crate) fn decide(pv: &PersistentVolume, ctx: &ReclaimContext<'_>) -> Reclaim
         );
     };
     let secrets = match deletion_secrets(pv, ctx.storage_class) {
-        Ok(Some(secrets)) => secrets,
-        Ok(None) => return ReclaimAction::Skip(SkipReason::StorageClassUnknown),
+        Ok(secrets) => secrets,
         Err(err) => return ReclaimAction::Fail(err),
     };
     if ctx.publish_unpublish {

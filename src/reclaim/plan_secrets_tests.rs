@@ -30,7 +30,6 @@ fn an_empty_annotated_secret_means_no_secret_whether_or_not_the_class_exists() {
     for lookup in [
         StorageClassLookup::Found(&class),
         StorageClassLookup::Missing,
-        StorageClassLookup::Unknown,
     ] {
         assert_eq!(
             secrets_of(released().build(), lookup),
@@ -116,21 +115,6 @@ fn a_class_deleted_meanwhile_means_deleting_without_secrets_and_a_warning() {
 }
 
 #[test]
-fn a_class_store_that_is_not_synced_delays_only_pvs_that_need_it() {
-    assert_eq!(
-        secrets_of(
-            without_secret_annotations().build(),
-            StorageClassLookup::Unknown
-        ),
-        ReclaimAction::Skip(SkipReason::StorageClassUnknown)
-    );
-    assert_eq!(
-        secrets_of(released().build(), StorageClassLookup::Unknown),
-        delete_volume(DeletionSecrets::None)
-    );
-}
-
-#[test]
 fn claim_annotation_templates_cannot_be_resolved_at_deletion() {
     // "fail - pvc.annotations not supported for Create/Delete Volume Secret".
     let class = class_with(&[
@@ -165,9 +149,7 @@ fn a_pv_without_claim_ref_or_class_is_deleted_without_secrets() {
     }
     assert_eq!(
         deletion_secrets(&no_claim_ref, StorageClassLookup::Found(&class)),
-        Ok(Some(DeletionSecrets::NoneWithWarning(
-            SecretWarning::NoClaimRef
-        )))
+        Ok(DeletionSecrets::NoneWithWarning(SecretWarning::NoClaimRef))
     );
     let mut no_class = without_secret_annotations().build();
     if let Some(spec) = no_class.spec.as_mut() {
@@ -175,7 +157,7 @@ fn a_pv_without_claim_ref_or_class_is_deleted_without_secrets() {
     }
     assert_eq!(
         deletion_secrets(&no_class, StorageClassLookup::Missing),
-        Ok(Some(DeletionSecrets::None))
+        Ok(DeletionSecrets::None)
     );
 }
 

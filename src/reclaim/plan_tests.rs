@@ -19,7 +19,7 @@ pub(super) fn ctx() -> ReclaimContext<'static> {
         publish_unpublish: false,
         attachment: AttachmentState::Detached,
         locality: Locality::Central,
-        storage_class: StorageClassLookup::Unknown,
+        storage_class: StorageClassLookup::Missing,
         volume_deleted: false,
         translation_error: None,
     }

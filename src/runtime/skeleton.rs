@@ -93,7 +93,8 @@ pub(crate) async fn drive<K, S, Fut>(
                         queue.add(Arc::from(obj.key()));
                     }
                 }
-                () = sleep_until(due), if due.is_some() && !stopping => queue.promote(Instant::now()),
+                // Without `due` the branch is disabled: its sleep is built but never polled.
+                () = tokio::time::sleep_until(due.unwrap_or_else(Instant::now)), if due.is_some() && !stopping => queue.promote(Instant::now()),
                 else => break,
             }
         }
@@ -101,14 +102,6 @@ pub(crate) async fn drive<K, S, Fut>(
     .instrument(span)
     .await;
     pruner.abort();
-}
-
-/// Sleeps until `due`; never completes without one (the branch is disabled then anyway).
-async fn sleep_until(due: Option<Instant>) {
-    match due {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => futures::future::pending().await,
-    }
 }
 
 /// The cache key of each object of `changes`: the trigger of a controller's own kind.
