@@ -327,6 +327,10 @@ impl Janitor {
 
     /// This instance's rank: always 0 in controller mode; in node mode among the live instances.
     fn rank(&self, nodes: &[Arc<Node>]) -> Option<usize> {
+        // Not even the sets are built when there is nobody to rank against.
+        if self.mode == Mode::Controller {
+            return Some(0);
+        }
         let existing: BTreeSet<&str> = nodes
             .iter()
             .filter_map(|n| n.metadata.name.as_deref())

@@ -1,11 +1,12 @@
 //! Node mode: the intent ledgers of nodes that no longer exist. Every instance records its
-//! in-flight volumes in its own node's ledger (`provision::controller::intents::ledger`); when a node goes for good, its
+//! in-flight volumes in its own node's ledger (`intents::ledger`); when a node goes for good, its
 //! instance never comes back to resolve them. The clean-up instance (rank 0) finds such ledgers,
 //! waits out the grace period and one fallback delay (the claims of their entries are answered
-//! first, by the provisioning controller, at the end of the grace period), confirms the Node's absence with a live GET, logs every entry and
-//! deletes the ledger: a volume of a gone node is considered gone with it, as for its PVs. A
-//! pending claim of such an entry has its selected node cleared by the provisioning controller
-//! (`provision::controller::node_gone`), which reads the node's ledger itself.
+//! first, by the provisioning controller, at the end of the grace period), confirms the Node's
+//! absence with a live GET, logs every entry and deletes the ledger: a volume of a gone node is
+//! considered gone with it, as for its PVs. A pending claim of such an entry has its selected node
+//! cleared by the provisioning controller (`provision::controller::node_gone`), which reads the
+//! node's ledger itself.
 //!
 //! Cost: one label-selected LIST of Leases when this instance becomes the clean-up instance, when
 //! a node leaves the cache, while a gone node's ledger waits, and every [`SWEEP_INTERVAL`]; none
@@ -26,7 +27,7 @@ use crate::model::meta::annotation;
 use crate::names::{LEDGER_ENTRIES_ANNOTATION, LEDGER_NODE_ANNOTATION, LEDGER_NODE_LABEL};
 use crate::node_mode::scope::SWEEP_INTERVAL;
 
-/// What the log names of a gone node's ledger entry (the full entry is `provision::controller::intents::ledger`'s,
+/// What the log names of a gone node's ledger entry (the full entry is `intents::ledger`'s,
 /// which this concern does not depend on: the provisioning controller uses its grace rule).
 #[derive(Debug, serde::Deserialize)]
 struct Logged {

@@ -11,15 +11,15 @@
 //! | empty | immediate-binding path: class binding mode `Immediate`, `--node-deployment-immediate-binding`, and `allowedTopologies` compatible with our segments → [`ClaimOwnership::Compete`]; otherwise not owned |
 //!
 //! Competing ([`Competition`], [`compete_delay`], [`recheck_before_claiming`], [`become_owner_patch`]):
-//! wait a jittered exponential delay per claim UID, re-read the claim, then write our node into
+//! wait a jittered exponential delay per claim, re-read the claim, then write our node into
 //! `selected-node` with the claim's resourceVersion as a precondition. Exactly one instance's write
 //! succeeds; the others get 409 Conflict, call [`Competition::next_delay`] again and re-check (by
 //! then the claim names the winner and they stop). The winner's own later PVC update makes the
 //! claim [`ClaimOwnership::Owned`].
 //!
 //! A claim whose selected node has no CSINode entry for our driver would stay Pending forever (no
-//! instance will ever provision it there): `model::csinode::selected_node_check` returns `ClearSelectedNode`,
-//! whose patch removes the annotation (again with a resourceVersion precondition) so the scheduler
+//! instance will ever provision it there): `csinode::selected_node_check` returns
+//! `ClearSelectedNode`, whose patch removes the annotation (again with a resourceVersion precondition) so the scheduler
 //! picks another node, plus the event saying which node and why.
 
 use std::collections::HashMap;
@@ -177,7 +177,8 @@ pub(crate) fn compete_delay(attempt: u32, base: Duration, max: Duration, jitter:
     delay_after(base, max, attempt).saturating_sub(base.mul_f64(jitter))
 }
 
-/// Per-claim-UID attempt counts of the competition (upstream's per-UID exponential limiter).
+/// Per-claim attempt counts of the competition (upstream's per-UID exponential limiter; keyed by
+/// the claim's key, which `ClaimMemory::observe` clears for a claim created again).
 #[derive(Clone, Debug)]
 pub(crate) struct Competition {
     base: Duration,
@@ -195,29 +196,29 @@ impl Competition {
         }
     }
 
-    /// The delay before the next attempt for claim `uid`, counting this attempt. `jitter` is a
+    /// The delay before the next attempt for claim `key`, counting this attempt. `jitter` is a
     /// uniform sample in `[0, 1)` (the shell draws it; tests pass fixed values).
-    pub(crate) fn next_delay(&mut self, uid: &str, jitter: f64) -> Duration {
-        let attempt = self.attempts.entry(uid.to_owned()).or_insert(0);
+    pub(crate) fn next_delay(&mut self, key: &str, jitter: f64) -> Duration {
+        let attempt = self.attempts.entry(key.to_owned()).or_insert(0);
         let delay = compete_delay(*attempt, self.base, self.max, jitter);
         *attempt = attempt.saturating_add(1);
         delay
     }
 
-    /// Attempts made so far for `uid`.
+    /// Attempts made so far for `key`.
     #[cfg(test)]
-    pub(crate) fn attempts(&self, uid: &str) -> u32 {
-        self.attempts.get(uid).copied().unwrap_or(0)
+    pub(crate) fn attempts(&self, key: &str) -> u32 {
+        self.attempts.get(key).copied().unwrap_or(0)
     }
 
-    /// Forgets `uid`: after a win, when another node was selected, or when the claim is deleted.
-    pub(crate) fn forget(&mut self, uid: &str) {
-        self.attempts.remove(uid);
+    /// Forgets `key`: after a win, when another node was selected, or when the claim is deleted.
+    pub(crate) fn forget(&mut self, key: &str) {
+        self.attempts.remove(key);
     }
 
     /// Keeps only the claims `keep` accepts (drops the attempts of claims that are gone).
     pub(crate) fn retain(&mut self, mut keep: impl FnMut(&str) -> bool) {
-        self.attempts.retain(|uid, _| keep(uid));
+        self.attempts.retain(|key, _| keep(key));
     }
 
     /// Number of claims being competed for (for a gauge or a test).
@@ -235,9 +236,9 @@ pub(crate) enum Recheck {
         /// The claim's resourceVersion, the write's precondition.
         resource_version: String,
     },
-    /// Our node is already selected (our earlier write landed): forget the UID, it is owned.
+    /// Our node is already selected (our earlier write landed): forget the claim, it is owned.
     AlreadyOurs,
-    /// Stop competing and forget the UID.
+    /// Stop competing and forget the claim.
     Abandon(Abandon),
 }
 

@@ -191,7 +191,7 @@ async fn a_recorded_volume_id_is_deleted_without_a_replay_and_the_claim_is_relea
     let state = shell_with(&sim, csi.clone(), vec![claim.clone()]);
     let pending = observed(&state, &claim);
     assert!(
-        intents::resolve::resolve_one(&state, &pending)
+        intents::resolve::resolve_one(&state, &pending, &mut Default::default())
             .await
             .is_ok()
     );
@@ -207,7 +207,7 @@ async fn without_an_id_the_create_is_replayed_then_the_answered_volume_deleted()
     let state = shell_with(&sim, csi.clone(), vec![claim.clone()]);
     let pending = observed(&state, &claim);
     assert!(
-        intents::resolve::resolve_one(&state, &pending)
+        intents::resolve::resolve_one(&state, &pending, &mut Default::default())
             .await
             .is_ok()
     );
@@ -243,7 +243,7 @@ async fn a_record_without_its_request_is_replayed_with_the_class_parameters() {
     let pending = observed(&state, &claim);
     assert!(pending.entry.approximate, "no request on the claim");
     assert!(
-        intents::resolve::resolve_one(&state, &pending)
+        intents::resolve::resolve_one(&state, &pending, &mut Default::default())
             .await
             .is_ok()
     );
@@ -274,7 +274,7 @@ async fn a_record_without_its_policy_keeps_the_volume_when_the_class_retains_or_
         let state = shell_with_classes(&sim, csi.clone(), vec![claim.clone()], classes);
         let pending = observed(&state, &claim);
         assert!(
-            intents::resolve::resolve_one(&state, &pending)
+            intents::resolve::resolve_one(&state, &pending, &mut Default::default())
                 .await
                 .is_ok()
         );
@@ -301,7 +301,7 @@ async fn a_volume_whose_pv_exists_is_kept_and_only_the_intent_dropped() {
     pvs.create(&PostParams::default(), &pv).await.unwrap();
     let pending = observed(&state, &claim);
     assert!(
-        intents::resolve::resolve_one(&state, &pending)
+        intents::resolve::resolve_one(&state, &pending, &mut Default::default())
             .await
             .is_ok()
     );

@@ -76,7 +76,10 @@ impl ClaimMemory {
     /// left too: a bound claim's UID is not kept.
     pub(crate) fn observe(&mut self, key: &str, uid: &str, bound: bool) {
         if bound {
-            self.uids.remove(key);
+            // A claim created again already bound (to a static PV) leaves nothing of the one before.
+            if self.uids.remove(key).is_some_and(|known| known != uid) {
+                self.forget(key);
+            }
             return;
         }
         if self.uids.get(key).is_some_and(|known| known == uid) {

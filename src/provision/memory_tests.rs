@@ -173,3 +173,15 @@ fn pinned_requirements_survive_retries_until_a_final_outcome() {
     m.provisioned("u1");
     assert!(m.pinned("u1").is_none());
 }
+
+#[test]
+fn a_claim_created_again_already_bound_inherits_nothing() {
+    let mut m = memory();
+    m.observe("ns/a", "uid-1", false);
+    m.provisioned("ns/a");
+    m.observe("ns/a", "uid-2", true);
+    assert!(
+        !m.bound("ns/a"),
+        "no claim-to-Bound sample for a claim this process did not provision"
+    );
+}

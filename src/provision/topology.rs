@@ -1,8 +1,8 @@
 //! Topology of a claim to provision: the CreateVolume accessibility requirements (reference §7.2,
 //! upstream's table) and the StatefulSet spreading of preferred terms (§7.3); the per-claim pinned
-//! requirement (§7.4) is `provision::memory`'s. The facts it builds on (terms, `allowedTopologies`, the PV node affinity
-//! built from the driver's accessible topology (§7.5) and its matching in node mode) are
-//! `model::topology`'s; the zone labels of the in-tree plugins are `migration::topology`'s.
+//! requirement (§7.4) is `provision::memory`'s. The facts it builds on (terms,
+//! `allowedTopologies`, the PV node affinity built from the driver's accessible topology (§7.5) and
+//! its matching in node mode) are `model::topology`'s; the zone labels of the in-tree plugins are `migration::topology`'s.
 //!
 //! | node selected | strict | allowedTopologies | immediate | requisite | preferred |
 //! |---|---|---|---|---|---|
@@ -16,7 +16,8 @@
 //! Cluster state is read through [`TopologyView`] (reflector stores in production, a
 //! [`StaticTopology`] in tests and in node mode, where upstream also uses fixed objects). Retries
 //! must send an identical request even if nodes change meanwhile: the shell keeps the computed
-//! requirement per claim UID while CreateVolume may still be in progress (upstream's per-PVC cache).
+//! requirement per claim (`ClaimMemory`) while CreateVolume may still be in progress (upstream's
+//! per-PVC cache).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;

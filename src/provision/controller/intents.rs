@@ -7,14 +7,14 @@
 //! sent), [`IntentStore::set_id`] and [`IntentStore::forget`]; the resolver walks
 //! [`IntentStore::pending`].
 //!
-//! - the Lease ledger (`provision::controller::intents::ledger`): a few Leases in the sidecar's namespace (one per node
+//! - the Lease ledger ([`ledger`]): a few Leases in the sidecar's namespace (one per node
 //!   in node mode), what is recorded while a write is in flight riding the next write; the
 //!   default, in upstream's RBAC;
 //! - the claim record ([`claim_record`]): a finalizer and annotations on the claim, for RBAC
 //!   without Leases (the ledger cannot be listed at start-up). A Lease write refused later fails
 //!   that attempt with an event naming the missing permission, as any API error does.
 //!
-//! The resolver (`provision::controller::intents::resolve`) is the only clean-up path for all of them: it
+//! The resolver ([`resolve`]) is the only clean-up path for all of them: it
 //! walks [`IntentStore::pending`] and decides each entry with `resolution::resolve`.
 
 use std::sync::Arc;

@@ -18,8 +18,7 @@ use crate::k8s::events::{EventSpec, reference_to};
 use crate::names;
 use crate::runtime::Action;
 
-/// Whether node `node`, missing from the caches since the memory's timer for `key` started, is
-/// gone for good.
+/// Whether a node, missing from the caches since a timer started, is gone for good.
 pub(super) enum Gone {
     /// Not yet: look again after this long.
     Wait(Duration),
@@ -29,15 +28,14 @@ pub(super) enum Gone {
     Confirmed,
 }
 
-/// Waits out the grace period for `key` (one timer per claim in the claim memory), then asks the
-/// API server: only a 404 counts as absence.
+/// Waits out the grace period from `since` (the caller's timer: a claim's in the claim memory,
+/// an intent entry's in the resolver), then asks the API server: only a 404 counts as absence.
 pub(super) async fn confirm_gone(
     state: &Provisioner,
-    key: &str,
+    since: Instant,
     node: &str,
 ) -> Result<Gone, kube::Error> {
     let grace = state.ctx.config.deleted_node.grace_period;
-    let since = state.memory().node_missing_since(key, node, Instant::now());
     let due = crate::gone_nodes::policy::grace_deadline(since, grace, Duration::ZERO, 0);
     let now = Instant::now();
     if now < due {
@@ -47,7 +45,6 @@ pub(super) async fn confirm_gone(
         .get_opt(node)
         .await?;
     if found.is_some() {
-        state.memory().node_not_missing(key);
         return Ok(Gone::Exists);
     }
     Ok(Gone::Confirmed)
@@ -76,7 +73,10 @@ pub(super) async fn clear_after_grace(
     volume_name: &str,
 ) -> Result<Action, ProvisionError> {
     let key = claim_key(pvc);
-    let gone = confirm_gone(state, &key, node)
+    let since = state
+        .memory()
+        .node_missing_since(&key, node, Instant::now());
+    let gone = confirm_gone(state, since, node)
         .await
         .map_err(kube_err(format!("reading node {node}")))?;
     match gone {
@@ -85,6 +85,7 @@ pub(super) async fn clear_after_grace(
             Ok(Action::requeue(left))
         }
         Gone::Exists => {
+            state.memory().node_not_missing(&key);
             debug!(claim = %claim_key(pvc), %node, "the node of the claim's provisioning intent exists; leaving it to that node");
             Ok(Action::await_change())
         }

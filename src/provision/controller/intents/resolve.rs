@@ -4,7 +4,7 @@
 //! first when the id is unknown) and is dropped; an entry whose PV exists is dropped, and one whose
 //! PV holds another volume (in node mode: another node's copy) has its own volume deleted. Runs at
 //! start-up, which also finishes what an earlier leader or a crashed process left, and then every
-//! [`RESOLVE_EVERY`] over [`IntentStore::pending`](crate::provision::controller::intents::IntentStore::pending)
+//! [`RESOLVE_EVERY`] over [`IntentStore::pending`](super::IntentStore::pending)
 //! (in memory): API requests only for entries that need a clean-up or a look at a PV the cache
 //! cannot show (an entry whose claim is bound to a PV that does not exist stays, looked at with the
 //! retry backoff, at most every `--retry-interval-max`).
@@ -45,6 +45,11 @@ use crate::runtime::Shutdown;
 /// How often the pending entries are compared with the caches.
 const RESOLVE_EVERY: Duration = Duration::from_secs(2);
 
+/// Since when each entry's node (by volume) has been missing: the resolver's own timers, apart
+/// from the claims' in the claim memory, so a claim created again under the name of one whose
+/// entry waits neither shares nor resets that wait.
+pub(in crate::provision::controller) type NodeClocks = HashMap<String, (String, Instant)>;
+
 /// Resolves entries until shutdown.
 pub(in crate::provision::controller) async fn run_resolver(
     state: Arc<Provisioner>,
@@ -53,17 +58,19 @@ pub(in crate::provision::controller) async fn run_resolver(
     let p = &state.ctx.config.provisioning;
     let mut backoff = Backoff::new(p.retry_interval_start, p.retry_interval_max);
     let mut not_before: HashMap<String, Instant> = HashMap::new();
+    let mut clocks = NodeClocks::new();
     let stop = shutdown.requested();
     tokio::pin!(stop);
     loop {
         let pending = state.intents.pending();
         not_before.retain(|volume, _| pending.iter().any(|p| &p.entry.volume == volume));
+        clocks.retain(|volume, _| pending.iter().any(|p| &p.entry.volume == volume));
         for one in pending {
             let volume = one.entry.volume.clone();
             if not_before.get(&volume).is_some_and(|t| Instant::now() < *t) {
                 continue;
             }
-            match resolve_one(&state, &one).await {
+            match resolve_one(&state, &one, &mut clocks).await {
                 Ok(()) => {
                     backoff.reset(&volume);
                     not_before.remove(&volume);
@@ -103,6 +110,7 @@ impl From<String> for Retry {
 pub(in crate::provision::controller) async fn resolve_one(
     state: &Provisioner,
     pending: &Pending,
+    clocks: &mut NodeClocks,
 ) -> Result<(), Retry> {
     let entry = &pending.entry;
     let stores = &state.ctx.stores;
@@ -145,7 +153,7 @@ pub(in crate::provision::controller) async fn resolve_one(
             return resolved(state, pending, false).await;
         }
         Resolution::AwaitNodeGone(node) => {
-            return await_node_gone(state, pending, claim.as_ref(), &node).await;
+            return await_node_gone(state, pending, claim.as_ref(), &node, clocks).await;
         }
         Resolution::CheckPv => None,
         Resolution::Cleanup(cause) => Some(cause),
@@ -259,13 +267,12 @@ async fn await_node_gone(
     pending: &Pending,
     claim: Option<&PersistentVolumeClaim>,
     node: &str,
+    clocks: &mut NodeClocks,
 ) -> Result<(), Retry> {
     let entry = &pending.entry;
     let Some(csinodes) = &state.ctx.stores.csinodes else {
         return Ok(());
     };
-    // The claim memory's key of the claim.
-    let key = entry.claim_name();
     // Controller mode always checks; in node mode one instance of the live ones does.
     let checker = own_node(state).is_none_or(|me| {
         ownership::checks_selected_node(me, &entry.uid, &csinodes.state(), &state.settings.driver)
@@ -276,10 +283,19 @@ async fn await_node_gone(
     );
     if !checker || lookup != CsiNodeLookup::NotFound {
         // Another instance watches it, or the node is there: that node's instance owns it.
-        state.memory().node_not_missing(&key);
+        clocks.remove(&entry.volume);
         return Ok(());
     }
-    let gone = confirm_gone(state, &key, node)
+    let now = Instant::now();
+    let since = match clocks.get(&entry.volume) {
+        Some((known, since)) if known == node => *since,
+        // Starts now, and anew when the entry waits for another node.
+        _ => {
+            clocks.insert(entry.volume.clone(), (node.to_owned(), now));
+            now
+        }
+    };
+    let gone = confirm_gone(state, since, node)
         .await
         .map_err(|e| format!("reading node {node}: {}", describe(&e)))?;
     match gone {
@@ -289,7 +305,10 @@ async fn await_node_gone(
             ),
             after: Some(left),
         }),
-        Gone::Exists => Ok(()),
+        Gone::Exists => {
+            clocks.remove(&entry.volume);
+            Ok(())
+        }
         Gone::Confirmed => {
             let message = gone_message(
                 state,
@@ -305,7 +324,7 @@ async fn await_node_gone(
                 );
             }
             resolved(state, pending, false).await?;
-            state.memory().node_not_missing(&key);
+            clocks.remove(&entry.volume);
             Ok(())
         }
     }
