@@ -22,7 +22,7 @@ use tracing::{debug, info_span};
 use super::memory::ClaimMemory;
 use super::plan::{ClaimDecision, ClearReason, IgnoreReason, NodeMode, ProvisionSettings};
 use super::plan_error::PlanError;
-use super::topology::StaticTopology;
+use super::topology::TopologyView;
 use crate::k8s::cache::Cache;
 use crate::k8s::lean::{self, Lean};
 use crate::k8s::patch;
@@ -83,8 +83,8 @@ struct Provisioner {
     settings: ProvisionSettings,
     /// Per-claim memory (backoff, hold-back, pins, competition, missing-node timers).
     memory: Mutex<ClaimMemory>,
-    /// Node mode: the fixed topology view built from NodeGetInfo (as upstream).
-    node_topology: Option<StaticTopology>,
+    /// Nodes and CSINodes as the decisions read them ([`facts::topology_of`]).
+    topology: Arc<dyn TopologyView + Send + Sync>,
     /// Where intents are recorded.
     intents: IntentStore,
 }
@@ -149,15 +149,7 @@ pub(crate) async fn run(
     shutdown: Shutdown,
 ) {
     let settings = settings_of(&ctx);
-    let node_topology = settings.node.as_ref().map(|mode| {
-        let node_id = ctx
-            .driver
-            .node
-            .as_ref()
-            .map(|n| n.node_id.clone())
-            .unwrap_or_default();
-        StaticTopology::single_node(&mode.me.name, &settings.driver, &node_id, &mode.me.segments)
-    });
+    let topology = facts::topology_of(&ctx, &settings);
     let competition = ctx.config.node_deployment.as_ref().map_or_else(
         || Competition::new(Duration::from_secs(20), Duration::from_secs(60)),
         |n| Competition::new(n.base_delay, n.max_delay),
@@ -171,7 +163,7 @@ pub(crate) async fn run(
             InfeasibleHold::new(crate::retry::INFEASIBLE_HOLD_BACK),
             competition,
         )),
-        node_topology,
+        topology,
         settings,
         ctx: ctx.clone(),
     });

@@ -138,7 +138,7 @@ fn shell_with_classes(
             InfeasibleHold::new(crate::retry::INFEASIBLE_HOLD_BACK),
             Competition::new(Duration::from_secs(1), Duration::from_secs(8)),
         )),
-        node_topology: None,
+        topology: super::facts::topology_of(&ctx, &settings_of(&ctx)),
         intents: IntentStore::new(Ledger::disabled(), ctx.client.clone(), DRIVER, None),
         settings: settings_of(&ctx),
         ctx,

@@ -7,8 +7,9 @@
 //!
 //! # Facts, then one decision
 //!
-//! The shell gathers everything once into a [`ClaimContext`] (caches, plus the few live reads it
-//! needs: a VolumeAttributesClass, a data source, in node mode what the selected node recorded).
+//! The shell gathers everything once into [`Facts`] (caches, plus the few live reads it needs: a
+//! VolumeAttributesClass, in node mode what the selected node recorded), and reads what the
+//! decision asks for ([`source_to_read`]: the data source) before deciding again.
 //! Node-mode ownership is one of those facts ([`NodeFacts`]), computed once by
 //! `node_mode::ownership`. The durable intent is not: the intent store (`provision::controller::intents`)
 //! records it before CreateVolume, and its resolver alone cleans up after claims that no longer
@@ -18,12 +19,14 @@
 //! name at the same time (`runtime::VolumeLocks`).
 
 use std::borrow::Cow;
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use k8s_openapi::api::storage::v1::{StorageClass, VolumeAttributesClass};
 
 use super::pv::PvTemplate;
-use super::request::{ContentSource, RequestError, make_volume_name};
+use super::request::{RequestError, make_volume_name};
+use super::source::{SourceLookup, SourceToRead, source_ref};
 use super::topology::{TopologyError, TopologyView};
 use crate::csi::probe::{ControllerCapabilities, PluginCapabilities};
 use crate::csi::v1::{CreateVolumeRequest, TopologyRequirement};
@@ -88,73 +91,35 @@ pub(crate) struct NodeMode {
     pub(crate) immediate_binding: bool,
 }
 
-/// A lookup the shell did (or did not) make for the claim.
-#[derive(Debug, Default)]
-pub(crate) enum Lookup<'a, T> {
-    /// Not looked up (not needed, or not known yet).
-    #[default]
-    NotLookedUp,
-    /// Found.
-    Found(&'a T),
-    /// Does not exist.
-    Missing,
-    /// The lookup failed with this error text.
-    Failed(&'a str),
-}
-
-// Manual impls: a derive would demand `T: Copy`, but only references are stored.
-impl<T> Clone for Lookup<'_, T> {
-    fn clone(&self) -> Self {
-        *self
-    }
-}
-
-impl<T> Copy for Lookup<'_, T> {}
-
-/// The claim's data source, as resolved by the shell (`controller::data_source`, with the checks
-/// of [`super::source`]).
-#[derive(Debug, Clone, Default)]
-pub(crate) enum SourceLookup {
-    /// Not read: no source, or the decision stops before it ([`source_class`]).
-    #[default]
-    NotResolved,
-    /// Resolved to a content source.
-    Resolved(ContentSource),
-    /// Resolution failed with this error text.
-    Failed(String),
-    /// No ReferenceGrant lets the claim use a source in another namespace: upstream reports
-    /// this text as it is, not as a handle error.
-    Denied(String),
-}
-
-/// What the shell read before calling [`decide_claim`].
-#[derive(Clone, Copy)]
-pub(crate) struct ClaimContext<'a> {
-    /// Process-wide settings.
-    pub(crate) settings: &'a ProvisionSettings,
+/// What the shell gathered for one claim, once (`controller::facts::gather`), as the decision
+/// reads it: the caches, plus the few live reads only some claims need (a VolumeAttributesClass,
+/// the data source the decision asks for, in node mode what the selected node recorded).
+pub(crate) struct Facts {
     /// The StorageClass named by [`claim_class_name`], from the cache.
-    pub(crate) class: Option<&'a StorageClass>,
+    pub(crate) class: Option<Arc<StorageClass>>,
     /// Whether a PV named [`claim_volume_name`] exists (cache; see the module doc on lag).
     pub(crate) pv_exists: bool,
-    /// Nodes and CSINodes (reflector stores; node mode: its fixed view of its own node).
-    pub(crate) topology: &'a dyn TopologyView,
-    /// Whether the selected node runs our driver, when known (`node_mode::ownership` decides who may
-    /// clear a selected node; pass `Unknown` otherwise).
+    /// Nodes and CSINodes (the caches, read when a requirement is generated; node mode: its
+    /// fixed view of its own node).
+    pub(crate) topology: Arc<dyn TopologyView + Send + Sync>,
+    /// Whether the selected node runs our driver, when known (`node_mode::ownership` decides who
+    /// may clear a selected node; `Unknown` otherwise, see [`selected_node_to_check`]).
     pub(crate) selected_node_driver: CsiNodeLookup,
     /// UID of the selected Node, when cached (recorded on the PV).
-    pub(crate) selected_node_uid: Option<&'a str>,
+    pub(crate) selected_node_uid: Option<String>,
     /// The accessibility requirement pinned for this claim by an earlier attempt whose
     /// CreateVolume may still be in progress ([`super::memory::ClaimMemory::pinned`]): sent again
     /// as is, without looking at nodes, so a retry is identical even if the node is gone
-    /// (upstream's per-PVC topology cache). While one is pinned, pass
-    /// `selected_node_driver: Unknown` too: the node is settled until the attempt ends.
-    pub(crate) pinned_topology: Option<&'a TopologyRequirement>,
-    /// The VolumeAttributesClass named by the claim (needed when the gate is on and one is named).
-    pub(crate) vac: Lookup<'a, VolumeAttributesClass>,
-    /// The claim's data source (needed for VolumeSnapshot and PersistentVolumeClaim sources).
-    pub(crate) source: &'a SourceLookup,
+    /// (upstream's per-PVC topology cache). While one is pinned, `selected_node_driver` is
+    /// `Unknown` too: the node is settled until the attempt ends.
+    pub(crate) pinned_topology: Option<TopologyRequirement>,
+    /// The VolumeAttributesClass named by the claim ([`vac_to_look_up`]): `None` when not looked
+    /// up, else the GET's answer (`Ok(None)`: it does not exist; `Err`: the error text).
+    pub(crate) vac: Option<Result<Option<VolumeAttributesClass>, String>>,
+    /// The claim's data source, read once the decision asked for it ([`source_to_read`]).
+    pub(crate) source: SourceLookup,
     /// Node mode: who serves the claim (`None` in controller mode).
-    pub(crate) node: Option<&'a NodeFacts>,
+    pub(crate) node: Option<NodeFacts>,
 }
 
 /// Node mode: the claim's ownership, computed once by the shell (`node_mode::ownership`).
@@ -279,7 +244,7 @@ pub(crate) struct ProvisionPlan {
 
 /// The volume name of a claim: the one its claim record names (so a changed `--volume-name-prefix`
 /// never forks a claim into two volumes), else `<prefix>-<uid>`. The shell checks whether a PV of
-/// this name exists ([`ClaimContext::pv_exists`]).
+/// this name exists ([`Facts::pv_exists`]).
 pub(crate) fn claim_volume_name(
     pvc: &PersistentVolumeClaim,
     settings: &ProvisionSettings,
@@ -306,7 +271,7 @@ pub(crate) fn requested_vac<'p>(
         .filter(|name| settings.volume_attributes_class && !name.is_empty())
 }
 
-/// The VolumeAttributesClass the shell reads for [`ClaimContext::vac`]: only a claim still to be
+/// The VolumeAttributesClass the shell reads for [`Facts::vac`]: only a claim still to be
 /// provisioned (unbound, not being deleted) needs its parameters.
 pub(crate) fn vac_to_look_up<'p>(
     pvc: &'p PersistentVolumeClaim,
@@ -323,7 +288,7 @@ pub(crate) fn vac_to_look_up<'p>(
     requested_vac(pvc, settings)
 }
 
-/// The node whose CSINode the shell looks up for [`ClaimContext::selected_node_driver`]: none
+/// The node whose CSINode the shell looks up for [`Facts::selected_node_driver`]: none
 /// while a requirement is pinned (the node is settled until that attempt ends), and only when
 /// this instance is the one that checks this claim (`checker`, asked last because it ranks the
 /// live instances; in node mode one instance per claim checks, so the claim gets one event).
@@ -417,110 +382,114 @@ fn waits_for_consumer(pvc: &PersistentVolumeClaim, class: &StorageClass) -> bool
         && selected_node(pvc).is_none()
 }
 
-/// The class a claim's data source is checked against, when the shell is to read that source
-/// for [`ClaimContext::source`]: the claim is one to provision ([`not_to_provision`]) and still
-/// wants a volume (`pv_exists`: its PV is in the cache), its class is one we serve ([`serves`]) and translates, its source
-/// is one the plan accepts (not another namespace's with the gate off), and it neither waits for
-/// its consumer nor (node mode) is selected to another node. Upstream checks a clone's
-/// PV and a snapshot's content against the translated class's provisioner, so that is the class
-/// returned. `None`: the decision stops before the data source, which is not read.
-pub(crate) fn source_class<'c>(
+/// Decides what to do with `pvc`, over the facts the shell gathered. A data source the shell has
+/// not read ([`source_to_read`]) counts as unresolved.
+pub(crate) fn decide_claim(
     pvc: &PersistentVolumeClaim,
     settings: &ProvisionSettings,
-    class: Option<&'c StorageClass>,
-    pv_exists: bool,
-) -> Option<Cow<'c, StorageClass>> {
-    let class = class?;
-    let elsewhere = match (&settings.node, selected_node(pvc)) {
-        (Some(mode), Some(node)) => node != mode.me.name,
-        _ => false,
-    };
-    if pv_exists
-        || not_to_provision(pvc, settings).is_some()
-        || build::data_source(pvc, settings).is_err()
-        || elsewhere
-        || !serves(class, &settings.driver)
-        || waits_for_consumer(pvc, class)
-    {
-        return None;
-    }
-    translated_class(class, &settings.driver).ok()
+    facts: &Facts,
+) -> ClaimDecision {
+    decide(pvc, settings, facts).unwrap_or_else(|(_, unread)| unread)
 }
 
-/// Decides what to do with `pvc`.
-pub(crate) fn decide_claim(pvc: &PersistentVolumeClaim, ctx: &ClaimContext<'_>) -> ClaimDecision {
-    let settings = ctx.settings;
+/// The data source the decision stops at because the shell has not read it: the shell reads it
+/// into [`Facts::source`] and decides again. `None` for a claim without a source (nothing to
+/// decide twice) and wherever the decision stops before the source.
+pub(crate) fn source_to_read(
+    pvc: &PersistentVolumeClaim,
+    settings: &ProvisionSettings,
+    facts: &Facts,
+) -> Option<SourceToRead> {
+    source_ref(pvc)?;
+    decide(pvc, settings, facts).err().map(|(need, _)| need)
+}
+
+/// [`decide_claim`]; `Err`: the source to read, and the decision while it is unread.
+fn decide(
+    pvc: &PersistentVolumeClaim,
+    settings: &ProvisionSettings,
+    facts: &Facts,
+) -> Result<ClaimDecision, (SourceToRead, ClaimDecision)> {
     if let Some(reason) = not_to_provision(pvc, settings) {
-        return ClaimDecision::Ignore(reason);
+        return Ok(ClaimDecision::Ignore(reason));
     }
-    if let (Some(mode), Some(facts)) = (&settings.node, ctx.node) {
-        match &facts.ownership {
+    if let (Some(mode), Some(node)) = (&settings.node, &facts.node) {
+        match &node.ownership {
             ClaimOwnership::Owned => {}
             ClaimOwnership::Compete => {
-                let check = ctx
-                    .class
-                    .and_then(|class| capacity_check(pvc, ctx, class, &mode.me.name));
-                return ClaimDecision::Compete(check);
+                let check = match facts.class.as_deref() {
+                    Some(class) => capacity_check(pvc, settings, facts, class, &mode.me.name)
+                        .map_err(|need| (need, ClaimDecision::Compete(None)))?,
+                    None => None,
+                };
+                return Ok(ClaimDecision::Compete(check));
             }
             ClaimOwnership::NotOwned(why) => {
-                return ClaimDecision::Ignore(IgnoreReason::NotThisNode(why.clone()));
+                return Ok(ClaimDecision::Ignore(IgnoreReason::NotThisNode(
+                    why.clone(),
+                )));
             }
             ClaimOwnership::ClearSelectedNode(c) => {
-                return clear_or_wait(
+                return Ok(clear_or_wait(
                     c,
-                    facts.recorded_on_selected.as_ref(),
-                    ctx.selected_node_driver,
-                );
+                    node.recorded_on_selected.as_ref(),
+                    facts.selected_node_driver,
+                ));
             }
         }
     }
 
-    let class = match (claim_class_name(pvc), ctx.class) {
+    let class = match (claim_class_name(pvc), facts.class.as_deref()) {
         (None, _) => {
-            return ClaimDecision::Fail(PlanError::NoClassName {
+            return Ok(ClaimDecision::Fail(PlanError::NoClassName {
                 driver: settings.driver.clone(),
-            });
+            }));
         }
         (Some(name), None) => {
-            return ClaimDecision::Fail(PlanError::ClassNotFound(name.to_owned()));
+            return Ok(ClaimDecision::Fail(PlanError::ClassNotFound(
+                name.to_owned(),
+            )));
         }
         (Some(_), Some(class)) => class,
     };
     if !serves(class, &settings.driver) {
-        return ClaimDecision::Fail(PlanError::ClassOfOtherDriver {
+        return Ok(ClaimDecision::Fail(PlanError::ClassOfOtherDriver {
             class: class.metadata.name.clone().unwrap_or_default(),
             provisioner: class.provisioner.clone(),
             driver: settings.driver.clone(),
-        });
+        }));
     }
     if waits_for_consumer(pvc, class) {
-        return ClaimDecision::Ignore(IgnoreReason::WaitingForFirstConsumer);
+        return Ok(ClaimDecision::Ignore(IgnoreReason::WaitingForFirstConsumer));
     }
-    if ctx.pv_exists {
+    if facts.pv_exists {
         let name = claim_volume_name(pvc, settings).unwrap_or_default();
-        return ClaimDecision::Ignore(IgnoreReason::PvExists(name));
+        return Ok(ClaimDecision::Ignore(IgnoreReason::PvExists(name)));
     }
     // Controller mode clears even with an intent recorded: the one driver behind every node
     // answers a CreateVolume of the same name with the volume it already made (node mode, where
     // each node has its own backend, keeps the node: see [`clear_or_wait`]).
     if settings.node.is_none()
         && let Some(clear) =
-            csinode::selected_node_check(pvc, &settings.driver, ctx.selected_node_driver)
+            csinode::selected_node_check(pvc, &settings.driver, facts.selected_node_driver)
     {
-        return ClaimDecision::ClearSelectedNode(ClearReason::NoDriverInstance(clear));
+        return Ok(ClaimDecision::ClearSelectedNode(
+            ClearReason::NoDriverInstance(clear),
+        ));
     }
 
     // Stopped by the class's retry policy, which stops only after a final failure (no volume in
     // the making). An intent still recorded is resolved once the claim is deleted.
     if super::give_up::is_stopped(pvc) {
-        return ClaimDecision::Ignore(IgnoreReason::ProvisioningStopped);
+        return Ok(ClaimDecision::Ignore(IgnoreReason::ProvisioningStopped));
     }
-    match plan(pvc, ctx, class) {
+    Ok(match plan(pvc, settings, facts, class) {
         Ok(plan) => ClaimDecision::Provision(Box::new(plan)),
         Err(Stop::Fail(e)) => ClaimDecision::Fail(e),
         Err(Stop::Ignore(r)) => ClaimDecision::Ignore(r),
         Err(Stop::Reschedule(e)) => ClaimDecision::ClearSelectedNode(ClearReason::Reschedule(e)),
-    }
+        Err(Stop::ReadSource(need, unread)) => return Err((need, ClaimDecision::Fail(unread))),
+    })
 }
 
 /// The CreateVolume provisioning `pvc` would send now, for replaying a record written before the
@@ -531,10 +500,11 @@ pub(crate) fn decide_claim(pvc: &PersistentVolumeClaim, ctx: &ClaimContext<'_>) 
 /// names another volume (the planner takes the name from the record's annotation).
 pub(crate) fn request_now(
     pvc: &PersistentVolumeClaim,
-    ctx: &ClaimContext<'_>,
+    settings: &ProvisionSettings,
+    facts: &Facts,
     volume_name: &str,
 ) -> Option<CreateVolumeRequest> {
-    plan(pvc, ctx, ctx.class?)
+    plan(pvc, settings, facts, facts.class.as_deref()?)
         .ok()
         .filter(|p| p.volume_name == volume_name)
         .map(|p| p.request)

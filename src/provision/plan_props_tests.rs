@@ -166,20 +166,18 @@ proptest! {
         }
         let class = class.build();
         let claim = claim_of(&shape).build();
-        let view = crate::provision::topology::StaticTopology::default();
-        let ctx = ClaimContext {
-            settings: &settings,
-            class: (shape.class == Some("fast")).then_some(&class),
+        let facts = Facts {
+            class: (shape.class == Some("fast")).then(|| Arc::new(class.clone())),
             pv_exists,
-            topology: &view,
+            topology: Arc::new(crate::provision::topology::StaticTopology::default()),
             selected_node_driver: CsiNodeLookup::Unknown,
             selected_node_uid: None,
-            vac: Lookup::NotLookedUp,
-            source: &SourceLookup::NotResolved,
             pinned_topology: None,
+            vac: None,
+            source: SourceLookup::NotResolved,
             node: None,
         };
-        let decision = decide_claim(&claim, &ctx);
+        let decision = decide_claim(&claim, &settings, &facts);
         if let ClaimDecision::Provision(plan) = &decision {
             prop_assert_eq!(shape.provisioner, Some(DRIVER), "provisioned a claim that is not ours");
             prop_assert!(!shape.deleting, "provisioned a claim being deleted");

@@ -11,6 +11,7 @@ use crate::csi::v1::volume_capability::AccessType;
 use crate::csi::v1::volume_capability::access_mode::Mode;
 use crate::node_mode::ownership;
 use crate::provision::classify::ProvisioningState;
+use crate::provision::request::ContentSource;
 use crate::provision::topology::StaticTopology;
 use crate::testing::{DRIVER, PvcBuilder, csinode, node, pvc, sc, vac};
 
@@ -102,26 +103,28 @@ impl World {
         })
     }
 
+    /// The facts the shell would have gathered (`controller::facts::gather`).
+    fn facts(&self, claim: &PersistentVolumeClaim) -> Facts {
+        Facts {
+            class: self.class.clone().map(Arc::new),
+            pv_exists: self.pv_exists,
+            topology: Arc::new(self.view.clone()),
+            selected_node_driver: self.selected_node_driver,
+            selected_node_uid: self.selected_node_uid.clone(),
+            pinned_topology: self.pinned.clone(),
+            vac: match (&self.vac, self.vac_missing) {
+                (Some(v), _) => Some(Ok(Some(v.clone()))),
+                (None, true) => Some(Ok(None)),
+                (None, false) => None,
+            },
+            source: self.source.clone(),
+            node: self.node_facts(claim),
+        }
+    }
+
     fn decide(&self, claim: PvcBuilder) -> ClaimDecision {
         let claim = claim.build();
-        let node = self.node_facts(&claim);
-        let ctx = ClaimContext {
-            settings: &self.settings,
-            class: self.class.as_ref(),
-            pv_exists: self.pv_exists,
-            topology: &self.view,
-            selected_node_driver: self.selected_node_driver,
-            selected_node_uid: self.selected_node_uid.as_deref(),
-            vac: match (&self.vac, self.vac_missing) {
-                (Some(v), _) => Lookup::Found(v),
-                (None, true) => Lookup::Missing,
-                (None, false) => Lookup::NotLookedUp,
-            },
-            source: &self.source,
-            pinned_topology: self.pinned.as_ref(),
-            node: node.as_ref(),
-        };
-        decide_claim(&claim, &ctx)
+        decide_claim(&claim, &self.settings, &self.facts(&claim))
     }
 
     fn provision(&self, claim: PvcBuilder) -> ProvisionPlan {
@@ -426,12 +429,16 @@ fn the_data_source_is_read_for_the_translated_class_when_the_decision_needs_it()
             .data_source(None, "PersistentVolumeClaim", "src")
             .build()
     };
-    let settings = |driver: &str| ProvisionSettings {
-        driver: driver.to_owned(),
-        ..ProvisionSettings::default()
+    let world = |driver: &str, class: &StorageClass| {
+        let mut w = World::new();
+        w.settings.driver = driver.to_owned();
+        w.settings.controller.clone_volume = true;
+        w.class = Some(class.clone());
+        w
     };
     let provisioner_read = |driver: &str, class: &StorageClass, claim: &PersistentVolumeClaim| {
-        source_class(claim, &settings(driver), Some(class), false).map(|c| c.provisioner.clone())
+        let w = world(driver, class);
+        source_to_read(claim, &w.settings, &w.facts(claim)).map(|need| need.driver)
     };
     let px = "pxd.portworx.com";
     let portworx = sc("c").provisioner("kubernetes.io/portworx-volume").build();
@@ -456,8 +463,11 @@ fn the_data_source_is_read_for_the_translated_class_when_the_decision_needs_it()
         None,
         "another driver's class"
     );
+    let mut pv_exists = world(DRIVER, &own);
+    pv_exists.pv_exists = true;
+    let claim = clone(DRIVER);
     assert_eq!(
-        source_class(&clone(DRIVER), &settings(DRIVER), Some(&own), true),
+        source_to_read(&claim, &pv_exists.settings, &pv_exists.facts(&claim)),
         None,
         "its PV exists"
     );

@@ -98,6 +98,34 @@ pub(crate) fn source_ref(pvc: &PersistentVolumeClaim) -> Option<SourceRef> {
     }
 }
 
+/// A data source the decision asks the shell to read ([`crate::provision::plan::source_to_read`]):
+/// the object, to be checked against the class the plan reads (under CSI migration the translated
+/// one, as upstream, whose translation names our driver as provisioner only for some plugins).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct SourceToRead {
+    /// The object to read.
+    pub(crate) source: SourceRef,
+    /// The class's name, for messages.
+    pub(crate) class_name: String,
+    /// The class's provisioner, which a clone's PV and a snapshot's content must name.
+    pub(crate) driver: String,
+}
+
+/// The claim's data source, as the shell read it ([`SourceToRead`]) and checked it here.
+#[derive(Debug, Clone, Default)]
+pub(crate) enum SourceLookup {
+    /// Not read: no source, or the decision has not asked for it.
+    #[default]
+    NotResolved,
+    /// Resolved to a content source.
+    Resolved(ContentSource),
+    /// Resolution failed with this error text.
+    Failed(String),
+    /// No ReferenceGrant lets the claim use a source in another namespace: upstream reports
+    /// this text as it is, not as a handle error.
+    Denied(String),
+}
+
 fn mode_name(block: bool) -> &'static str {
     if block { "Block" } else { "Filesystem" }
 }

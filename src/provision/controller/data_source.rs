@@ -4,7 +4,6 @@
 //! source-protection finalizers on the source claim or snapshot while a volume is made from it.
 
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
-use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::DynamicObject;
 use kube::{Api, ResourceExt};
 use serde::de::DeserializeOwned;
@@ -12,36 +11,25 @@ use serde::de::DeserializeOwned;
 use super::Provisioner;
 use crate::k8s::errors::describe;
 use crate::k8s::patch::PatchOutcome;
-use crate::provision::plan::{self, SourceLookup};
 use crate::provision::request::ContentSource;
 use crate::provision::source::{
-    self, SNAPSHOT_GROUP, SnapshotContent, SnapshotRead, SourceRef, VolumeSnapshot,
+    self, SNAPSHOT_GROUP, SnapshotContent, SnapshotRead, SourceLookup, SourceRef, SourceToRead,
+    VolumeSnapshot,
 };
 
-/// The content source of `pvc`'s data source, or why there is none. `NotResolved` (nothing read)
-/// for claims without a source this sidecar reads, and wherever the decision stops before the
-/// source ([`plan::source_class`], which `pv_exists` feeds as the decision sees it).
+/// The content source of the data source the decision asked for, or why there is none.
 pub(super) async fn read(
     state: &Provisioner,
     pvc: &PersistentVolumeClaim,
-    class: Option<&StorageClass>,
-    pv_exists: bool,
+    need: &SourceToRead,
 ) -> SourceLookup {
-    // Most claims have no data source: they cost nothing more here.
-    let Some(found) = source::source_ref(pvc) else {
-        return SourceLookup::NotResolved;
-    };
-    // Checked against the class the plan reads: under CSI migration the translated one, as
-    // upstream (whose translation names our driver as provisioner only for some plugins).
-    let Some(class) = plan::source_class(pvc, &state.settings, class, pv_exists) else {
-        return SourceLookup::NotResolved;
-    };
     let own_namespace = pvc.namespace().unwrap_or_default();
-    let result = match &found {
+    let result = match &need.source {
         SourceRef::Claim { namespace, name } | SourceRef::Snapshot { namespace, name }
-            if *namespace != own_namespace && !granted(state, &own_namespace, &found).await =>
+            if *namespace != own_namespace
+                && !granted(state, &own_namespace, &need.source).await =>
         {
-            let kind = match found {
+            let kind = match need.source {
                 SourceRef::Claim { .. } => "PersistentVolumeClaim",
                 SourceRef::Snapshot { .. } => "VolumeSnapshot",
             };
@@ -51,10 +39,10 @@ pub(super) async fn read(
             ));
         }
         SourceRef::Claim { namespace, name } => {
-            read_clone(state, pvc, &class.provisioner, namespace, name).await
+            read_clone(state, pvc, &need.driver, namespace, name).await
         }
         SourceRef::Snapshot { namespace, name } => {
-            read_snapshot(state, pvc, &class, namespace, name).await
+            read_snapshot(state, pvc, need, namespace, name).await
         }
     };
     match result {
@@ -133,7 +121,7 @@ async fn read_clone(
 async fn read_snapshot(
     state: &Provisioner,
     pvc: &PersistentVolumeClaim,
-    class: &StorageClass,
+    class: &SourceToRead,
     namespace: &str,
     name: &str,
 ) -> Result<ContentSource, String> {
@@ -178,14 +166,12 @@ async fn read_snapshot(
 fn snapshot_source(
     state: &Provisioner,
     pvc: &PersistentVolumeClaim,
-    class: &StorageClass,
+    class: &SourceToRead,
     name: &str,
     read: SnapshotRead<'_>,
 ) -> Result<ContentSource, String> {
     let prevent = state.ctx.config.provisioning.prevent_volume_mode_conversion;
-    let class_name = class.name_any();
-    let driver = &class.provisioner;
-    source::snapshot_source(pvc, name, read, &class_name, driver, prevent)
+    source::snapshot_source(pvc, name, read, &class.class_name, &class.driver, prevent)
 }
 
 /// GETs one object and reads the fields `T` names; the error is the API server's message.

@@ -1,37 +1,29 @@
-//! What a claim's decision needs, gathered once per reconcile: the caches, plus the few live
-//! reads only some claims need (a VolumeAttributesClass, a data source, in node mode what the
-//! selected node recorded for the claim). Node-mode ownership is computed here, once.
+//! What a claim's decision needs ([`Facts`]), gathered once per reconcile: the caches, plus the
+//! few live reads only some claims need (a VolumeAttributesClass, in node mode what the selected
+//! node recorded for the claim), then the data source the decision asks for. Node-mode ownership
+//! is computed here, once.
 
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim};
-use k8s_openapi::api::storage::v1::{CSINode, StorageClass, VolumeAttributesClass};
+use k8s_openapi::api::storage::v1::{CSINode, VolumeAttributesClass};
 use kube::Api;
 use kube::runtime::reflector::{ObjectRef, Store};
 
 use super::report::kube_err;
 use super::{ProvisionError, Provisioner, claim_key};
-use crate::csi::v1::{CreateVolumeRequest, TopologyRequirement};
+use crate::csi::v1::CreateVolumeRequest;
 use crate::k8s::errors::describe;
 use crate::model::csinode::CsiNodeLookup;
 use crate::node_mode::ownership::{self, ClaimOwnership, OwnershipInputs};
-use crate::provision::plan::{self, ClaimContext, ClaimDecision, Lookup, NodeFacts, SourceLookup};
-use crate::provision::topology::TopologyView;
+use crate::provision::plan::ProvisionSettings;
+use crate::provision::plan::{self, ClaimDecision, Facts, NodeFacts};
+use crate::provision::source::SourceLookup;
+use crate::provision::topology::{StaticTopology, TopologyView};
+use crate::runtime::Context;
 
-/// Everything [`plan::decide_claim`] (and [`plan::request_now`]) reads, owned (the topology view
-/// is built when deciding: it is not `Sync`).
-pub(super) struct Facts {
-    class: Option<Arc<StorageClass>>,
-    vac: Option<Result<Option<VolumeAttributesClass>, String>>,
-    source: SourceLookup,
-    pinned: Option<TopologyRequirement>,
-    pv_exists: bool,
-    selected_node_driver: CsiNodeLookup,
-    selected_node_uid: Option<String>,
-    node: Option<NodeFacts>,
-}
-
-/// Reads the facts of `pvc`.
+/// Reads the facts of `pvc`: the caches and live reads every decision of its kind needs, then the
+/// data source if the decision over those asks for it ([`plan::source_to_read`]).
 pub(super) async fn gather(
     state: &Provisioner,
     pvc: &PersistentVolumeClaim,
@@ -53,8 +45,6 @@ pub(super) async fn gather(
     let pinned = state.memory().pinned(&claim_key(pvc));
     let pv_exists =
         plan::claim_volume_name(pvc, settings).is_ok_and(|name| stores.pvs.get(&name).is_some());
-    // Read with the same `pv_exists` the decision sees, so both agree on whether it is needed.
-    let source = super::data_source::read(state, pvc, class.as_deref(), pv_exists).await;
     let selected_node_driver = match &stores.csinodes {
         // Controller mode always checks; in node mode one instance of the live ones does.
         Some(csinodes) => plan::selected_node_to_check(pvc, pinned.is_some(), || {
@@ -114,43 +104,78 @@ pub(super) async fn gather(
         }
         _ => None,
     };
-    Ok(Facts {
+    let mut facts = Facts {
         class,
-        vac,
-        source,
-        pinned,
         pv_exists,
+        topology: state.topology.clone(),
         selected_node_driver,
         selected_node_uid,
+        pinned_topology: pinned,
+        vac,
+        source: SourceLookup::NotResolved,
         node,
-    })
+    };
+    if let Some(need) = plan::source_to_read(pvc, settings, &facts) {
+        facts.source = super::data_source::read(state, pvc, &need).await;
+    }
+    Ok(facts)
+}
+
+/// The topology view the decisions read: node mode's fixed view of its own node, else the Node
+/// and CSINode caches.
+pub(super) fn topology_of(
+    ctx: &Context,
+    settings: &ProvisionSettings,
+) -> Arc<dyn TopologyView + Send + Sync> {
+    match &settings.node {
+        // As upstream: a CSINode and a Node built from NodeGetInfo.
+        Some(mode) => {
+            let node_id = ctx
+                .driver
+                .node
+                .as_ref()
+                .map(|n| n.node_id.clone())
+                .unwrap_or_default();
+            Arc::new(StaticTopology::single_node(
+                &mode.me.name,
+                &settings.driver,
+                &node_id,
+                &mode.me.segments,
+            ))
+        }
+        None => Arc::new(StoreTopology {
+            nodes: ctx.stores.nodes.clone(),
+            csinodes: ctx.stores.csinodes.clone(),
+        }),
+    }
 }
 
 /// Reads `Store` state as a topology view.
-struct StoreTopology<'a> {
-    nodes: Option<&'a Store<Node>>,
-    csinodes: Option<&'a Store<CSINode>>,
+struct StoreTopology {
+    nodes: Option<Store<Node>>,
+    csinodes: Option<Store<CSINode>>,
 }
 
-impl TopologyView for StoreTopology<'_> {
+impl TopologyView for StoreTopology {
     fn csinode(&self, name: &str) -> Option<Arc<CSINode>> {
-        self.csinodes?.get(&ObjectRef::new(name))
+        self.csinodes.as_ref()?.get(&ObjectRef::new(name))
     }
     fn node(&self, name: &str) -> Option<Arc<Node>> {
-        self.nodes?.get(&ObjectRef::new(name))
+        self.nodes.as_ref()?.get(&ObjectRef::new(name))
     }
     fn csinodes(&self) -> Vec<Arc<CSINode>> {
-        self.csinodes.map(Store::state).unwrap_or_default()
+        self.csinodes.as_ref().map(Store::state).unwrap_or_default()
     }
     fn nodes(&self) -> Vec<Arc<Node>> {
-        self.nodes.map(Store::state).unwrap_or_default()
+        self.nodes.as_ref().map(Store::state).unwrap_or_default()
     }
 }
 
+// The shell's entry points to the decision over gathered facts.
 impl Facts {
     /// The decision over these facts ([`plan::decide_claim`]).
     pub(super) fn decide(&self, state: &Provisioner, pvc: &PersistentVolumeClaim) -> ClaimDecision {
-        self.with_context(state, |ctx| plan::decide_claim(pvc, ctx))
+        plan::decide_claim(pvc, &state.settings, self)
     }
 
     /// The CreateVolume provisioning `pvc` would send now ([`plan::request_now`]).
@@ -160,37 +185,6 @@ impl Facts {
         pvc: &PersistentVolumeClaim,
         volume_name: &str,
     ) -> Option<CreateVolumeRequest> {
-        self.with_context(state, |ctx| plan::request_now(pvc, ctx, volume_name))
-    }
-
-    /// Runs `f` over the claim context these facts make.
-    fn with_context<T>(&self, state: &Provisioner, f: impl FnOnce(&ClaimContext<'_>) -> T) -> T {
-        let stores = &state.ctx.stores;
-        let store_topology = StoreTopology {
-            nodes: stores.nodes.as_ref(),
-            csinodes: stores.csinodes.as_ref(),
-        };
-        let topology: &dyn TopologyView = match &state.node_topology {
-            Some(fixed) => fixed,
-            None => &store_topology,
-        };
-        let vac = match &self.vac {
-            None => Lookup::NotLookedUp,
-            Some(Ok(Some(v))) => Lookup::Found(v),
-            Some(Ok(None)) => Lookup::Missing,
-            Some(Err(e)) => Lookup::Failed(e.as_str()),
-        };
-        f(&ClaimContext {
-            settings: &state.settings,
-            class: self.class.as_deref(),
-            pv_exists: self.pv_exists,
-            topology,
-            selected_node_driver: self.selected_node_driver,
-            selected_node_uid: self.selected_node_uid.as_deref(),
-            pinned_topology: self.pinned.as_ref(),
-            vac,
-            source: &self.source,
-            node: self.node.as_ref(),
-        })
+        plan::request_now(pvc, &state.settings, self, volume_name)
     }
 }

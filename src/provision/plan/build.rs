@@ -7,8 +7,8 @@ use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use k8s_openapi::api::storage::v1::{StorageClass, VolumeAttributesClass};
 
 use super::{
-    Capability, ClaimContext, IgnoreReason, Lookup, PlanError, ProvisionPlan, ProvisionSettings,
-    SourceLookup, claim_volume_name, in_tree_plugin, requested_vac, translated_class,
+    Capability, Facts, IgnoreReason, PlanError, ProvisionPlan, ProvisionSettings,
+    claim_volume_name, in_tree_plugin, requested_vac, translated_class,
 };
 use crate::csi::v1::TopologyRequirement;
 use crate::csi::v1::volume_capability::access_mode::Mode;
@@ -20,6 +20,7 @@ use crate::provision::pv::{PvTemplate, claim_ref};
 use crate::provision::request::{
     self, ContentSource, RequestParts, create_volume_request, is_block, requested_bytes,
 };
+use crate::provision::source::{SourceLookup, SourceToRead, source_ref};
 use crate::provision::topology::{
     TopologyError, TopologyParams, generate_accessibility_requirements,
 };
@@ -29,6 +30,9 @@ pub(super) enum Stop {
     Fail(PlanError),
     Ignore(IgnoreReason),
     Reschedule(TopologyError),
+    /// The data source is not read yet: the shell reads it and decides again (the error: what
+    /// the decision says while it is unread).
+    ReadSource(SourceToRead, PlanError),
 }
 
 impl<E: Into<PlanError>> From<E> for Stop {
@@ -67,10 +71,10 @@ pub(super) fn data_source(
 /// The CSI part of provisioning (upstream `prepareProvision`), in upstream's order.
 pub(super) fn plan(
     pvc: &PersistentVolumeClaim,
-    ctx: &ClaimContext<'_>,
+    settings: &ProvisionSettings,
+    facts: &Facts,
     class: &StorageClass,
 ) -> Result<ProvisionPlan, Stop> {
-    let settings = ctx.settings;
     let claim_name = pvc.metadata.name.as_deref().unwrap_or_default();
     let claim_namespace = pvc.metadata.namespace.as_deref().unwrap_or_default();
     let spec = pvc.spec.clone().unwrap_or_default();
@@ -103,9 +107,9 @@ pub(super) fn plan(
         mount_options.as_deref().unwrap_or_default(),
         settings.controller.single_node_multi_writer,
     )?;
-    let content_source = content_source(source.as_ref(), ctx.source)?;
+    let content_source = content_source(pvc, source.as_ref(), &facts.source, class)?;
     let node = selected_node(pvc);
-    let accessibility = accessibility(ctx, class, claim_name, node)?;
+    let accessibility = accessibility(settings, facts, class, claim_name, node)?;
 
     let empty = BTreeMap::new();
     let template_ctx = TemplateContext {
@@ -127,7 +131,7 @@ pub(super) fn plan(
             &volume_name,
         );
     }
-    let mutable_parameters = mutable_parameters(vac_name.as_deref(), ctx.vac, settings)?;
+    let mutable_parameters = mutable_parameters(vac_name.as_deref(), facts.vac.as_ref(), settings)?;
 
     // Upstream: the PV is read-only only for a single ReadOnlyMany capability and the flag.
     let read_only = settings.controller_publish_read_only
@@ -164,8 +168,8 @@ pub(super) fn plan(
         volume_attributes_class: vac_name,
         required_bytes,
         expects_content_source: source.is_some(),
-        node: recorded_node(ctx, node),
-        node_is_selection: ctx.settings.node.is_none(),
+        node: recorded_node(settings, facts, node),
+        node_is_selection: settings.node.is_none(),
         in_tree,
     };
 
@@ -234,37 +238,52 @@ fn check_capabilities(
     Ok(())
 }
 
-/// The request's content source, as the shell resolved the claim's data source.
+/// The request's content source, as the shell resolved the claim's data source; one not read yet
+/// is asked for, to be checked against `class` (the class the plan reads).
 fn content_source(
+    pvc: &PersistentVolumeClaim,
     source: Option<&(String, String, String)>,
     lookup: &SourceLookup,
-) -> Result<Option<ContentSource>, PlanError> {
+    class: &StorageClass,
+) -> Result<Option<ContentSource>, Stop> {
     let Some((kind, _, name)) = source else {
         return Ok(None);
     };
     match lookup {
         SourceLookup::Resolved(cs) => Ok(Some(cs.clone())),
-        SourceLookup::Failed(reason) => Err(source_error(kind, name, reason)),
-        SourceLookup::Denied(reason) => Err(PlanError::SourceDenied(reason.clone())),
-        // The shell reads every source the decision gets this far with (`source_class`), so
-        // this is a source it does not know how to read.
-        SourceLookup::NotResolved => Err(source_error(kind, name, "the data source was not read")),
+        SourceLookup::Failed(reason) => Err(source_error(kind, name, reason).into()),
+        SourceLookup::Denied(reason) => Err(PlanError::SourceDenied(reason.clone()).into()),
+        SourceLookup::NotResolved => {
+            let unread = source_error(kind, name, "the data source was not read");
+            match source_ref(pvc) {
+                Some(source) => Err(Stop::ReadSource(
+                    SourceToRead {
+                        source,
+                        class_name: class.metadata.name.clone().unwrap_or_default(),
+                        driver: class.provisioner.clone(),
+                    },
+                    unread,
+                )),
+                // A source this sidecar does not know how to read.
+                None => Err(unread.into()),
+            }
+        }
     }
 }
 
 /// The accessibility requirement: the one pinned by an earlier attempt, else generated from the
 /// class and the cluster (a missing selected node asks the scheduler to pick again).
 fn accessibility(
-    ctx: &ClaimContext<'_>,
+    settings: &ProvisionSettings,
+    facts: &Facts,
     class: &StorageClass,
     claim_name: &str,
     node: Option<&str>,
 ) -> Result<Option<TopologyRequirement>, Stop> {
-    let settings = ctx.settings;
     if !settings.topology {
         return Ok(None);
     }
-    if let Some(pinned) = ctx.pinned_topology {
+    if let Some(pinned) = &facts.pinned_topology {
         return Ok(Some(pinned.clone()));
     }
     let params = TopologyParams {
@@ -275,7 +294,7 @@ fn accessibility(
         strict: settings.strict_topology,
         immediate: settings.immediate_topology,
     };
-    match generate_accessibility_requirements(&params, ctx.topology) {
+    match generate_accessibility_requirements(&params, facts.topology.as_ref()) {
         Ok(req) => Ok(req),
         Err(e) if e.is_reschedule() => Err(Stop::Reschedule(e)),
         Err(e) => Err(PlanError::Topology(e).into()),
@@ -285,30 +304,35 @@ fn accessibility(
 /// The VolumeAttributesClass parameters, when the claim names one (it must be our driver's).
 fn mutable_parameters(
     vac_name: Option<&str>,
-    vac: Lookup<'_, VolumeAttributesClass>,
+    vac: Option<&Result<Option<VolumeAttributesClass>, String>>,
     settings: &ProvisionSettings,
 ) -> Result<Option<BTreeMap<String, String>>, PlanError> {
     let Some(name) = vac_name else {
         return Ok(None);
     };
     match vac {
-        Lookup::Found(vac) if vac.driver_name != settings.driver => {
+        Some(Ok(Some(vac))) if vac.driver_name != settings.driver => {
             Err(PlanError::VacOtherDriver {
                 name: name.to_owned(),
                 vac_driver: vac.driver_name.clone(),
                 driver: settings.driver.clone(),
             })
         }
-        Lookup::Found(vac) => Ok(Some(vac.parameters.clone().unwrap_or_default())),
-        Lookup::Missing | Lookup::NotLookedUp => Err(PlanError::VacNotFound(name.to_owned())),
-        Lookup::Failed(e) => Err(PlanError::VacLookupFailed(e.to_owned())),
+        Some(Ok(Some(vac))) => Ok(Some(vac.parameters.clone().unwrap_or_default())),
+        // Not found, or not looked up.
+        Some(Ok(None)) | None => Err(PlanError::VacNotFound(name.to_owned())),
+        Some(Err(e)) => Err(PlanError::VacLookupFailed(e.clone())),
     }
 }
 
 /// The node recorded on the PV: ours in node mode, else the selected one (with its UID).
-fn recorded_node(ctx: &ClaimContext<'_>, node: Option<&str>) -> Option<(String, Option<String>)> {
-    let uid = ctx.selected_node_uid.map(str::to_owned);
-    match (&ctx.settings.node, node) {
+fn recorded_node(
+    settings: &ProvisionSettings,
+    facts: &Facts,
+    node: Option<&str>,
+) -> Option<(String, Option<String>)> {
+    let uid = facts.selected_node_uid.clone();
+    match (&settings.node, node) {
         (Some(mode), _) => Some((mode.me.name.clone(), uid)),
         (None, Some(n)) => Some((n.to_owned(), uid)),
         (None, None) => None,

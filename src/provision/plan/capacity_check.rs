@@ -13,10 +13,11 @@
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use k8s_openapi::api::storage::v1::StorageClass;
 
-use super::ClaimContext;
-use super::build::plan;
+use super::build::{Stop, plan};
+use super::{Facts, ProvisionSettings};
 use crate::csi::v1::{GetCapacityRequest, Topology};
 use crate::names;
+use crate::provision::source::SourceToRead;
 
 /// The GetCapacity requests to send before competing for a claim.
 #[derive(Debug, Clone, PartialEq)]
@@ -28,14 +29,16 @@ pub(crate) struct CapacityCheck {
 }
 
 /// The check for `pvc` if this instance (`me`) were selected; `None` when there is nothing to ask.
+/// `Err`: the request needs the data source, which the shell has not read yet.
 pub(super) fn capacity_check(
     pvc: &PersistentVolumeClaim,
-    ctx: &ClaimContext<'_>,
+    settings: &ProvisionSettings,
+    facts: &Facts,
     class: &StorageClass,
     me: &str,
-) -> Option<CapacityCheck> {
-    if !ctx.settings.controller.get_capacity {
-        return None;
+) -> Result<Option<CapacityCheck>, SourceToRead> {
+    if !settings.controller.get_capacity {
+        return Ok(None);
     }
     let mut as_ours = pvc.clone();
     as_ours
@@ -44,13 +47,17 @@ pub(super) fn capacity_check(
         .get_or_insert_with(Default::default)
         .insert(names::ANN_SELECTED_NODE.to_owned(), me.to_owned());
     // An error here comes back as the claim's ProvisioningFailed once this node has it.
-    let request = plan(&as_ours, ctx, class).ok()?.request;
+    let request = match plan(&as_ours, settings, facts, class) {
+        Ok(plan) => plan.request,
+        Err(Stop::ReadSource(need, _)) => return Err(need),
+        Err(_) => return Ok(None),
+    };
     let required_bytes = request
         .capacity_range
         .as_ref()
         .map_or(0, |r| r.required_bytes);
     if required_bytes == 0 {
-        return None;
+        return Ok(None);
     }
     let topologies: Vec<Option<Topology>> = match request.accessibility_requirements {
         Some(req) if !req.requisite.is_empty() => req.requisite.into_iter().map(Some).collect(),
@@ -64,10 +71,10 @@ pub(super) fn capacity_check(
             accessible_topology,
         })
         .collect();
-    Some(CapacityCheck {
+    Ok(Some(CapacityCheck {
         required_bytes,
         requests,
-    })
+    }))
 }
 
 /// What the driver's answers say.
