@@ -340,9 +340,6 @@ async fn reconcile_claim(
         .memory()
         .observe(&key, pvc.metadata.uid.as_deref().unwrap_or_default(), bound);
     observe_bound(&state, &pvc);
-    if let Some(wait) = data_source::release_clone_source(&state, &pvc).await? {
-        return Ok(wait);
-    }
     let facts = facts::gather(&state, &pvc).await?;
     let decision = facts.decide(&state, &pvc);
     drop(facts);
@@ -364,16 +361,20 @@ async fn execute_decision(
         decision,
         ClaimDecision::ClearSelectedNode(ClearReason::NodeGone { .. })
             | ClaimDecision::Ignore(IgnoreReason::ClaimDeleting)
+            | ClaimDecision::ReleaseCloneSource { .. }
     ) {
         // The node is back (or the claim moved on): a later absence starts a new grace period.
         // A deleted claim's timer is the resolver's (a record on a gone node).
         state.memory().node_not_missing(&key);
     }
     match decision {
-        ClaimDecision::Ignore(reason) => {
-            state.memory().ignored(&key, &reason);
-            ignore(state, pvc, &reason);
-            Ok(Action::await_change())
+        ClaimDecision::Ignore(reason) => Ok(ignored(state, pvc, &reason)),
+        ClaimDecision::ReleaseCloneSource { clones_pending } => {
+            if clones_pending {
+                return Ok(Action::requeue(data_source::CLONE_WAIT));
+            }
+            data_source::release_clone_source(state, pvc).await?;
+            Ok(ignored(state, pvc, &IgnoreReason::ClaimDeleting))
         }
         ClaimDecision::Fail(err) => {
             if let PlanError::ClassNotFound(class) = &err
@@ -409,6 +410,13 @@ async fn execute_decision(
             Ok(Action::await_change())
         }
     }
+}
+
+/// A claim left alone for `reason`.
+fn ignored(state: &Provisioner, pvc: &PersistentVolumeClaim, reason: &IgnoreReason) -> Action {
+    state.memory().ignored(&claim_key(pvc), reason);
+    ignore(state, pvc, reason);
+    Action::await_change()
 }
 
 /// How soon a claim is looked at again when the API server serves an object the cache lacks yet.

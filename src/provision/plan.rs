@@ -26,7 +26,7 @@ use k8s_openapi::api::storage::v1::{StorageClass, VolumeAttributesClass};
 
 use super::pv::PvTemplate;
 use super::request::{RequestError, make_volume_name};
-use super::source::{SourceLookup, SourceToRead, source_ref};
+use super::source::{SourceLookup, SourceRef, SourceToRead, holds_clone_protection, source_ref};
 use super::topology::{TopologyError, TopologyView};
 use crate::csi::probe::{ControllerCapabilities, PluginCapabilities};
 use crate::csi::v1::{CreateVolumeRequest, TopologyRequirement};
@@ -120,6 +120,9 @@ pub(crate) struct Facts {
     pub(crate) source: SourceLookup,
     /// Node mode: who serves the claim (`None` in controller mode).
     pub(crate) node: Option<NodeFacts>,
+    /// A clone source being deleted ([`holds_clone_protection`]): whether a pending claim still
+    /// clones it (`source::clone_in_progress` over the claim cache); `false` for any other claim.
+    pub(crate) clones_pending: bool,
 }
 
 /// Node mode: the claim's ownership, computed once by the shell (`node_mode::ownership`).
@@ -147,6 +150,13 @@ pub(crate) enum ClaimDecision {
     /// competition (`node_mode::ownership`), first asking the driver whether the claim fits
     /// ([`CapacityCheck`]; `None`: nothing to ask).
     Compete(Option<CapacityCheck>),
+    /// A clone source being deleted still holds the clone-protection finalizer: wait while a
+    /// pending claim clones it (`clones_pending`), else remove the finalizer; then it is a claim
+    /// being deleted like any other ([`IgnoreReason::ClaimDeleting`]).
+    ReleaseCloneSource {
+        /// Whether a pending claim still clones it ([`Facts::clones_pending`]).
+        clones_pending: bool,
+    },
 }
 
 /// Why a claim is left alone (debug logs only).
@@ -240,6 +250,9 @@ pub(crate) struct ProvisionPlan {
     pub(crate) max_failures: Option<u32>,
     /// The class's name, for the retry policy's event.
     pub(crate) class_name: String,
+    /// The data source the volume is made from: protected by its finalizer before CreateVolume,
+    /// a snapshot's released once the PV exists (`controller::data_source`).
+    pub(crate) source: Option<SourceRef>,
 }
 
 /// The volume name of a claim: the one its claim record names (so a changed `--volume-name-prefix`
@@ -410,6 +423,11 @@ fn decide(
     settings: &ProvisionSettings,
     facts: &Facts,
 ) -> Result<ClaimDecision, (SourceToRead, ClaimDecision)> {
+    if holds_clone_protection(pvc) {
+        return Ok(ClaimDecision::ReleaseCloneSource {
+            clones_pending: facts.clones_pending,
+        });
+    }
     if let Some(reason) = not_to_provision(pvc, settings) {
         return Ok(ClaimDecision::Ignore(reason));
     }

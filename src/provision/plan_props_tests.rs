@@ -176,6 +176,7 @@ proptest! {
             vac: None,
             source: SourceLookup::NotResolved,
             node: None,
+            clones_pending: false,
         };
         let decision = decide_claim(&claim, &settings, &facts);
         if let ClaimDecision::Provision(plan) = &decision {

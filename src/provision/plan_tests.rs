@@ -119,6 +119,7 @@ impl World {
             },
             source: self.source.clone(),
             node: self.node_facts(claim),
+            clones_pending: false,
         }
     }
 
@@ -501,6 +502,40 @@ fn the_data_source_is_read_for_the_translated_class_when_the_decision_needs_it()
         provisioner_read(ebs, &untranslatable, &clone(ebs)),
         None,
         "the plan reports the translation error first"
+    );
+}
+
+/// A clone source being deleted is the data source's business before anything else: it waits
+/// while a pending claim clones it, else its clone-protection finalizer comes off.
+#[test]
+fn a_clone_source_being_deleted_is_released_once_no_clone_is_pending() {
+    let source = || {
+        claim()
+            .volume_name("pv-src")
+            .finalizer(names::FINALIZER_CLONING_PROTECTION)
+            .deleting()
+            .build()
+    };
+    let w = World::new();
+    let mut facts = w.facts(&source());
+    facts.clones_pending = true;
+    assert!(matches!(
+        decide_claim(&source(), &w.settings, &facts),
+        ClaimDecision::ReleaseCloneSource {
+            clones_pending: true
+        }
+    ));
+    facts.clones_pending = false;
+    assert!(matches!(
+        decide_claim(&source(), &w.settings, &facts),
+        ClaimDecision::ReleaseCloneSource {
+            clones_pending: false
+        }
+    ));
+    assert_eq!(
+        w.ignore(claim().volume_name("pv-src").deleting()),
+        IgnoreReason::ClaimDeleting,
+        "without the finalizer, a claim being deleted like any other"
     );
 }
 

@@ -184,19 +184,15 @@ async fn get_as<T: DeserializeOwned>(api: &Api<DynamicObject>, name: &str) -> Re
 /// Upstream's source protection before CreateVolume: the clone source claim gets the
 /// clone-protection finalizer, a VolumeSnapshot the snapshot-source one, so the source is not
 /// deleted while the volume is made from it. `Err`: the message for the claim's event.
-pub(super) async fn protect(
-    state: &Provisioner,
-    pvc: &PersistentVolumeClaim,
-) -> Result<(), String> {
-    match source::source_ref(pvc) {
+pub(super) async fn protect(state: &Provisioner, source: Option<&SourceRef>) -> Result<(), String> {
+    match source {
         Some(SourceRef::Claim { namespace, name }) => {
-            let api =
-                Api::<PersistentVolumeClaim>::namespaced(state.ctx.client.clone(), &namespace);
+            let api = Api::<PersistentVolumeClaim>::namespaced(state.ctx.client.clone(), namespace);
             let cached = state
                 .ctx
                 .stores
                 .pvcs
-                .get(&crate::k8s::lean::key(Some(&namespace), &name))
+                .get(&crate::k8s::lean::key(Some(namespace), name))
                 .map(|c| c.full());
             let finalizer = crate::names::FINALIZER_CLONING_PROTECTION;
             if cached
@@ -221,15 +217,15 @@ pub(super) async fn protect(
                 // Upstream's lister text, unwrapped (setCloneFinalizer).
                 Ok(PatchOutcome::Gone) => Err(format!(
                     "persistentvolumeclaim {} not found",
-                    crate::gofmt::quote(&name)
+                    crate::gofmt::quote(name)
                 )),
                 Err(e) => Err(e.to_string()),
             }
         }
         Some(SourceRef::Snapshot { namespace, name }) => {
-            snapshot_finalizer(state, &namespace, &name, true).await
+            snapshot_finalizer(state, namespace, name, true).await
         }
-        _ => Ok(()),
+        None => Ok(()),
     }
 }
 
@@ -237,8 +233,12 @@ pub(super) async fn protect(
 /// upstream; the orphan sweep retries). Unlike upstream, not while another pending claim restores
 /// from the same snapshot: it needs the finalizer too, and removing and re-adding it per volume
 /// cost a GET and an Update each, plus conflicts between concurrent restores.
-pub(super) async fn release_snapshot(state: &Provisioner, pvc: &PersistentVolumeClaim) {
-    let Some(SourceRef::Snapshot { namespace, name }) = source::source_ref(pvc) else {
+pub(super) async fn release_snapshot(
+    state: &Provisioner,
+    pvc: &PersistentVolumeClaim,
+    source: Option<&SourceRef>,
+) {
+    let Some(SourceRef::Snapshot { namespace, name }) = source else {
         return;
     };
     // Others still waiting for their volume: pending, and no PV of theirs in the cache yet.
@@ -260,7 +260,7 @@ pub(super) async fn release_snapshot(state: &Provisioner, pvc: &PersistentVolume
     if crate::provision::snapshot_sweep::referenced(&others).contains(&key) {
         return;
     }
-    if let Err(e) = snapshot_finalizer(state, &namespace, &name, false).await {
+    if let Err(e) = snapshot_finalizer(state, namespace, name, false).await {
         tracing::warn!(snapshot = %format!("{namespace}/{name}"), error = %e, "removing the snapshot-source finalizer failed");
     }
 }
@@ -311,14 +311,12 @@ async fn snapshot_finalizer(
     }
 }
 
-/// A clone source being deleted keeps the clone-protection finalizer while a pending claim of its
-/// namespace clones it (checked again every [`CLONE_WAIT`]); then it comes off. `Some`: wait.
-pub(super) async fn release_clone_source(
-    state: &Provisioner,
-    pvc: &PersistentVolumeClaim,
-) -> Result<Option<crate::runtime::Action>, crate::k8s::patch::PatchError> {
+/// A clone source being deleted ([`source::holds_clone_protection`]): whether a pending claim of
+/// its namespace still clones it, so its clone-protection finalizer stays (checked again every
+/// [`CLONE_WAIT`]). `false` for any other claim.
+pub(super) fn clones_pending(state: &Provisioner, pvc: &PersistentVolumeClaim) -> bool {
     if !source::holds_clone_protection(pvc) {
-        return Ok(None);
+        return false;
     }
     let namespace = pvc.namespace().unwrap_or_default();
     // Other namespaces too where a cross-namespace clone (dataSourceRef) may be in progress.
@@ -332,15 +330,21 @@ pub(super) async fn release_clone_source(
         .filter(|c| cross || c.namespace() == Some(namespace.as_str()))
         .map(|c| c.full())
         .collect();
-    if source::clone_in_progress(pvc, &claims) {
-        return Ok(Some(crate::runtime::Action::requeue(CLONE_WAIT)));
-    }
+    source::clone_in_progress(pvc, &claims)
+}
+
+/// No pending claim clones `pvc` any more: its clone-protection finalizer comes off.
+pub(super) async fn release_clone_source(
+    state: &Provisioner,
+    pvc: &PersistentVolumeClaim,
+) -> Result<(), crate::k8s::patch::PatchError> {
+    let namespace = pvc.namespace().unwrap_or_default();
     let api = Api::<PersistentVolumeClaim>::namespaced(state.ctx.client.clone(), &namespace);
     let finalizer = crate::names::FINALIZER_CLONING_PROTECTION;
     crate::k8s::patch::remove_finalizer(&api, pvc, finalizer)
         .await
-        .map(|_| None)
+        .map(|_| ())
 }
 
 /// How often a clone source being deleted looks again for clones still in progress.
-const CLONE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+pub(super) const CLONE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);

@@ -139,7 +139,7 @@ pub(super) async fn provision(
     }
 
     // Upstream's source protection, before anything is recorded or sent.
-    if let Err(message) = super::data_source::protect(state, pvc).await {
+    if let Err(message) = super::data_source::protect(state, plan.source.as_ref()).await {
         return Err(fail(state, pvc, message));
     }
 
@@ -242,7 +242,7 @@ async fn create_volume_and_pv(
     ctx.capacity.volume_changed(&pv);
     state.memory().provisioned(&key);
     state.intents.forget(&intent).await?;
-    super::data_source::release_snapshot(state, pvc).await;
+    super::data_source::release_snapshot(state, pvc, plan.source.as_ref()).await;
     ctx.events.emit(
         reference_to(pvc.as_ref()),
         EventSpec::normal(

@@ -114,6 +114,7 @@ pub(super) async fn gather(
         vac,
         source: SourceLookup::NotResolved,
         node,
+        clones_pending: super::data_source::clones_pending(state, pvc),
     };
     if let Some(need) = plan::source_to_read(pvc, settings, &facts) {
         facts.source = super::data_source::read(state, pvc, &need).await;

@@ -188,6 +188,7 @@ pub(super) fn plan(
         warnings,
         max_failures,
         class_name: class.metadata.name.clone().unwrap_or_default(),
+        source: source_ref(pvc),
     })
 }
 
