@@ -7,7 +7,6 @@ pub(crate) mod give_up;
 pub(crate) mod memory;
 pub(crate) mod params;
 pub(crate) mod plan;
-pub(crate) mod plan_error;
 pub(crate) mod pv;
 pub(crate) mod quantity;
 pub(crate) mod request;

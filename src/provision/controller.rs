@@ -20,8 +20,8 @@ use kube::{Api, ResourceExt};
 use tracing::{debug, info_span};
 
 use super::memory::ClaimMemory;
+use super::plan::PlanError;
 use super::plan::{ClaimDecision, ClearReason, IgnoreReason, NodeMode, ProvisionSettings};
-use super::plan_error::PlanError;
 use super::topology::TopologyView;
 use crate::k8s::cache::Cache;
 use crate::k8s::lean::{self, Lean};

@@ -24,25 +24,23 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use k8s_openapi::api::storage::v1::{StorageClass, VolumeAttributesClass};
 
-use super::pv::PvTemplate;
 use super::request::{RequestError, make_volume_name};
-use super::source::{SourceLookup, SourceRef, SourceToRead, holds_clone_protection, source_ref};
+use super::source::{SourceLookup, SourceToRead, holds_clone_protection, source_ref};
 use super::topology::{TopologyError, TopologyView};
 use crate::csi::probe::{ControllerCapabilities, PluginCapabilities};
 use crate::csi::v1::{CreateVolumeRequest, TopologyRequirement};
 use crate::migration::Plugin;
 use crate::model::csinode::{self, ClearSelectedNode, CsiNodeLookup};
-use crate::model::secrets::SecretRef;
 use crate::names;
 use crate::node_mode::ownership::{ClaimOwnership, NodeIdentity, NotOwned};
 
+pub(crate) use build::{PlanError, ProvisionPlan};
 use build::{Stop, plan};
 use capacity_check::capacity_check;
 pub(crate) use capacity_check::{CapacityCheck, CapacityVerdict};
 
 mod build;
 mod capacity_check;
-pub(crate) use super::plan_error::{Capability, PlanError};
 use crate::model::claim::{claim_class_name, is_ours, provisioner, selected_node};
 use crate::model::meta::non_empty_annotation;
 
@@ -226,33 +224,6 @@ impl ClearReason {
             ),
         }
     }
-}
-
-/// Everything the shell needs to provision.
-#[derive(Debug, Clone)]
-pub(crate) struct ProvisionPlan {
-    /// The volume (and PV) name.
-    pub(crate) volume_name: String,
-    /// CreateVolume request without secrets; add the provisioner secret's data before sending.
-    pub(crate) request: CreateVolumeRequest,
-    /// The secret whose data goes into `request.secrets` (upstream: a fetch error is NoChange,
-    /// `error getting secret <name> in namespace <ns>: <err>`).
-    pub(crate) provisioner_secret: Option<SecretRef>,
-    /// The PV, minus what the driver answers ([`super::pv::accept_answer`], [`super::pv::build_pv`]).
-    pub(crate) pv: PvTemplate,
-    /// Whether `ResourceExhausted` means reschedule ([`super::classify::provisioning_state`]).
-    pub(crate) may_reschedule: bool,
-    /// UID of the StorageClass, for the infeasible hold-back ([`crate::retry::InfeasibleHold`]).
-    pub(crate) class_uid: String,
-    /// Upstream's deprecation warnings for the class's parameters (log them once per class).
-    pub(crate) warnings: Vec<String>,
-    /// The class's retry policy: stop after this many final failures (`provision::give_up`).
-    pub(crate) max_failures: Option<u32>,
-    /// The class's name, for the retry policy's event.
-    pub(crate) class_name: String,
-    /// The data source the volume is made from: protected by its finalizer before CreateVolume,
-    /// a snapshot's released once the PV exists (`controller::data_source`).
-    pub(crate) source: Option<SourceRef>,
 }
 
 /// The volume name of a claim: the one its claim record names (so a changed `--volume-name-prefix`

@@ -9,6 +9,7 @@ use k8s_openapi::api::storage::v1::{StorageClass, VolumeAttributesClass};
 use super::*;
 use crate::csi::v1::volume_capability::AccessType;
 use crate::csi::v1::volume_capability::access_mode::Mode;
+use crate::model::secrets::SecretRef;
 use crate::node_mode::ownership;
 use crate::provision::classify::ProvisioningState;
 use crate::provision::request::ContentSource;

@@ -1,5 +1,8 @@
 //! The CSI part of provisioning (upstream `prepareProvision`): from a claim its class accepted to
-//! the CreateVolume request and the PV template, one named step per check, in upstream's order.
+//! the plan ([`ProvisionPlan`]: the CreateVolume request and the PV template), one named step per
+//! check, in upstream's order, or why it cannot be provisioned as it is ([`PlanError`]: the
+//! `ProvisioningFailed` event messages, upstream's text wherever upstream has one, and what
+//! upstream's state would be).
 
 use std::collections::BTreeMap;
 
@@ -7,23 +10,215 @@ use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use k8s_openapi::api::storage::v1::{StorageClass, VolumeAttributesClass};
 
 use super::{
-    Capability, Facts, IgnoreReason, PlanError, ProvisionPlan, ProvisionSettings,
-    claim_volume_name, in_tree_plugin, requested_vac, translated_class,
+    Facts, IgnoreReason, ProvisionSettings, claim_volume_name, in_tree_plugin, requested_vac,
+    translated_class,
 };
+use crate::csi::v1::CreateVolumeRequest;
 use crate::csi::v1::TopologyRequirement;
 use crate::csi::v1::volume_capability::access_mode::Mode;
+use crate::gofmt;
 use crate::model::claim::{claim_class_name, selected_node};
 use crate::model::secrets::{ClaimIdentity, TemplateContext, resolve_all};
+use crate::model::secrets::{SecretError, SecretRef};
 use crate::provision::classify::may_reschedule;
 use crate::provision::params;
+use crate::provision::params::ParamError;
 use crate::provision::pv::{PvTemplate, claim_ref};
+use crate::provision::request::RequestError;
 use crate::provision::request::{
     self, ContentSource, RequestParts, create_volume_request, is_block, requested_bytes,
 };
-use crate::provision::source::{SourceLookup, SourceToRead, source_ref};
+use crate::provision::source::{SourceLookup, SourceRef, SourceToRead, source_ref};
 use crate::provision::topology::{
     TopologyError, TopologyParams, generate_accessibility_requirements,
 };
+
+/// Everything the shell needs to provision.
+#[derive(Debug, Clone)]
+pub(crate) struct ProvisionPlan {
+    /// The volume (and PV) name.
+    pub(crate) volume_name: String,
+    /// CreateVolume request without secrets; add the provisioner secret's data before sending.
+    pub(crate) request: CreateVolumeRequest,
+    /// The secret whose data goes into `request.secrets` (upstream: a fetch error is NoChange,
+    /// `error getting secret <name> in namespace <ns>: <err>`).
+    pub(crate) provisioner_secret: Option<SecretRef>,
+    /// The PV, minus what the driver answers ([`crate::provision::pv::accept_answer`], [`crate::provision::pv::build_pv`]).
+    pub(crate) pv: PvTemplate,
+    /// Whether `ResourceExhausted` means reschedule ([`crate::provision::classify::provisioning_state`]).
+    pub(crate) may_reschedule: bool,
+    /// UID of the StorageClass, for the infeasible hold-back ([`crate::retry::InfeasibleHold`]).
+    pub(crate) class_uid: String,
+    /// Upstream's deprecation warnings for the class's parameters (log them once per class).
+    pub(crate) warnings: Vec<String>,
+    /// The class's retry policy: stop after this many final failures (`provision::give_up`).
+    pub(crate) max_failures: Option<u32>,
+    /// The class's name, for the retry policy's event.
+    pub(crate) class_name: String,
+    /// The data source the volume is made from: protected by its finalizer before CreateVolume,
+    /// a snapshot's released once the PV exists (`controller::data_source`).
+    pub(crate) source: Option<SourceRef>,
+}
+
+/// A driver capability a claim needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Capability {
+    /// Plugin CONTROLLER_SERVICE.
+    ControllerService,
+    /// CREATE_DELETE_VOLUME.
+    CreateDeleteVolume,
+    /// CREATE_DELETE_SNAPSHOT (restore from a snapshot).
+    CreateDeleteSnapshot,
+    /// CLONE_VOLUME.
+    CloneVolume,
+    /// MODIFY_VOLUME (a VolumeAttributesClass).
+    ModifyVolume,
+}
+
+/// Bad input. `Display` is the `ProvisioningFailed` event message (upstream's text where it has one).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum PlanError {
+    /// No class named.
+    #[error(
+        "the claim names no StorageClass: set spec.storageClassName to a class provisioned by {driver}"
+    )]
+    NoClassName {
+        /// Our driver.
+        driver: String,
+    },
+    /// The class does not exist.
+    #[error(
+        "storageclass.storage.k8s.io {} not found: create the StorageClass or correct spec.storageClassName of the claim",
+        gofmt::quote(.0)
+    )]
+    ClassNotFound(String),
+    /// The class belongs to another provisioner.
+    #[error(
+        "StorageClass {class:?} is provisioned by {provisioner:?}, not by {driver:?}: the claim's storage-provisioner annotation and its class disagree; correct spec.storageClassName"
+    )]
+    ClassOfOtherDriver {
+        /// Class name.
+        class: String,
+        /// The class's provisioner.
+        provisioner: String,
+        /// Our driver.
+        driver: String,
+    },
+    /// The driver lacks a capability.
+    #[error("{}", capability_message(*.0))]
+    MissingCapability(Capability),
+    /// `spec.selector` is set.
+    #[error("claim Selector is not supported")]
+    Selector,
+    /// `spec.dataSource(Ref)` has an empty name.
+    #[error("the PVC source not found for PVC {0}")]
+    EmptySourceName(String),
+    /// A VolumeSnapshot source of another API group.
+    #[error(
+        "the PVC source does not belong to the right APIGroup. Expected snapshot.storage.k8s.io, Got {0}"
+    )]
+    SnapshotApiGroup(String),
+    /// `dataSourceRef.namespace` with the gate off.
+    #[error(
+        "dataSourceRef namespace specified but the CrossNamespaceVolumeDataSource feature is disabled"
+    )]
+    CrossNamespaceDisabled,
+    /// CSI migration: the in-tree class cannot be translated for the driver (upstream's text).
+    #[error("failed to translate storage class: {0}")]
+    ClassTranslation(String),
+    /// A cross-namespace source no ReferenceGrant allows.
+    #[error("{0}")]
+    SourceDenied(String),
+    /// The data source could not be resolved to a handle.
+    #[error("error getting handle for DataSource Type {kind} by Name {name}: {reason}")]
+    SourceUnresolved {
+        /// Source kind.
+        kind: String,
+        /// Source name.
+        name: String,
+        /// Why.
+        reason: String,
+    },
+    /// Volume name, size or access modes.
+    #[error(transparent)]
+    Request(#[from] RequestError),
+    /// StorageClass parameters.
+    #[error(transparent)]
+    Params(#[from] ParamError),
+    /// Secret references.
+    #[error(transparent)]
+    Secret(#[from] SecretError),
+    /// Topology.
+    #[error("error generating accessibility requirements: {0}")]
+    Topology(TopologyError),
+    /// The VolumeAttributesClass does not exist.
+    #[error("volumeattributesclasses.storage.k8s.io {} not found", gofmt::quote(.0))]
+    VacNotFound(String),
+    /// The VolumeAttributesClass lookup failed.
+    #[error("{0}")]
+    VacLookupFailed(String),
+    /// The VolumeAttributesClass is another driver's.
+    #[error(
+        "VAC {name} referenced in PVC is for driver {vac_driver} which does not match driver name {driver}"
+    )]
+    VacOtherDriver {
+        /// VAC name.
+        name: String,
+        /// Its driver.
+        vac_driver: String,
+        /// Our driver.
+        driver: String,
+    },
+}
+
+fn capability_message(c: Capability) -> &'static str {
+    match c {
+        Capability::ControllerService => {
+            "CSI driver does not support dynamic provisioning: plugin CONTROLLER_SERVICE capability is not reported"
+        }
+        Capability::CreateDeleteVolume => {
+            "CSI driver does not support dynamic provisioning: controller CREATE_DELETE_VOLUME capability is not reported"
+        }
+        Capability::CreateDeleteSnapshot => {
+            "CSI driver does not support snapshot restore: controller CREATE_DELETE_SNAPSHOT capability is not reported"
+        }
+        Capability::CloneVolume => {
+            "CSI driver does not support clone operations: controller CLONE_VOLUME capability is not reported"
+        }
+        Capability::ModifyVolume => {
+            "CSI driver does not support VolumeAttributesClass: controller MODIFY_VOLUME capability is not reported"
+        }
+    }
+}
+
+impl PlanError {
+    /// Upstream's provisioning state for the error (metrics and logs): input errors are
+    /// `Finished`, lookups that may succeed later are `NoChange`.
+    #[cfg(test)]
+    pub(crate) fn state(&self) -> crate::provision::classify::ProvisioningState {
+        match self {
+            PlanError::SourceUnresolved { .. }
+            | PlanError::Secret(_)
+            | PlanError::Topology(_)
+            | PlanError::VacNotFound(_)
+            | PlanError::VacLookupFailed(_) => {
+                crate::provision::classify::ProvisioningState::NoChange
+            }
+            _ => crate::provision::classify::ProvisioningState::Finished,
+        }
+    }
+
+    /// Whether upstream emits its Normal `Provisioning` event before this error (errors found by
+    /// the CSI part rather than the generic controller): emit it too, for identical event streams.
+    pub(crate) fn follows_provisioning_event(&self) -> bool {
+        !matches!(
+            self,
+            PlanError::NoClassName { .. }
+                | PlanError::ClassNotFound(_)
+                | PlanError::ClassOfOtherDriver { .. }
+        )
+    }
+}
 
 /// Why [`plan`] stopped.
 pub(super) enum Stop {
