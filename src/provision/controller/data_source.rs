@@ -1,7 +1,10 @@
-//! Reads a pending claim's data source for [`crate::provision::source`]: the source claim and its
-//! PV from the caches (a live GET where a node-mode cache does not hold them), the VolumeSnapshot
-//! and its VolumeSnapshotContent with GETs (they are not cached); and keeps upstream's
-//! source-protection finalizers on the source claim or snapshot while a volume is made from it.
+//! The data source's shell, doing what the decision says: reads the source it asks for
+//! ([`crate::provision::plan::source_to_read`]) for the checks of [`crate::provision::source`] (the
+//! source claim and its PV from the caches, a live GET where a node-mode cache does not hold them;
+//! the VolumeSnapshot and its VolumeSnapshotContent with GETs, they are not cached); and keeps
+//! upstream's source-protection finalizers on the source the plan names while a volume is made
+//! from it: added before CreateVolume, a snapshot's removed once the PV exists, a clone source's
+//! once it is being deleted and no pending claim clones it.
 
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use kube::api::DynamicObject;
