@@ -368,13 +368,13 @@ async fn execute_decision(
         state.memory().node_not_missing(&key);
     }
     match decision {
-        ClaimDecision::Ignore(reason) => Ok(ignored(state, pvc, &reason)),
+        ClaimDecision::Ignore(reason) => Ok(ignored(state, pvc, &key, &reason)),
         ClaimDecision::ReleaseCloneSource { clones_pending } => {
             if clones_pending {
                 return Ok(Action::requeue(data_source::CLONE_WAIT));
             }
             data_source::release_clone_source(state, pvc).await?;
-            Ok(ignored(state, pvc, &IgnoreReason::ClaimDeleting))
+            Ok(ignored(state, pvc, &key, &IgnoreReason::ClaimDeleting))
         }
         ClaimDecision::Fail(err) => {
             if let PlanError::ClassNotFound(class) = &err
@@ -412,9 +412,14 @@ async fn execute_decision(
     }
 }
 
-/// A claim left alone for `reason`.
-fn ignored(state: &Provisioner, pvc: &PersistentVolumeClaim, reason: &IgnoreReason) -> Action {
-    state.memory().ignored(&claim_key(pvc), reason);
+/// A claim (its key: `key`) left alone for `reason`.
+fn ignored(
+    state: &Provisioner,
+    pvc: &PersistentVolumeClaim,
+    key: &str,
+    reason: &IgnoreReason,
+) -> Action {
+    state.memory().ignored(key, reason);
     ignore(state, pvc, reason);
     Action::await_change()
 }

@@ -373,7 +373,7 @@ pub(crate) fn decide_claim(
     settings: &ProvisionSettings,
     facts: &Facts,
 ) -> ClaimDecision {
-    decide(pvc, settings, facts).unwrap_or_else(|(_, unread)| unread)
+    decide(pvc, settings, facts).unwrap_or_else(|unread| unread.1)
 }
 
 /// The data source the decision stops at because the shell has not read it: the shell reads it
@@ -385,7 +385,7 @@ pub(crate) fn source_to_read(
     facts: &Facts,
 ) -> Option<SourceToRead> {
     source_ref(pvc)?;
-    decide(pvc, settings, facts).err().map(|(need, _)| need)
+    decide(pvc, settings, facts).err().map(|unread| unread.0)
 }
 
 /// [`decide_claim`]; `Err`: the source to read, and the decision while it is unread.
@@ -393,7 +393,7 @@ fn decide(
     pvc: &PersistentVolumeClaim,
     settings: &ProvisionSettings,
     facts: &Facts,
-) -> Result<ClaimDecision, (SourceToRead, ClaimDecision)> {
+) -> Result<ClaimDecision, Box<(SourceToRead, ClaimDecision)>> {
     if holds_clone_protection(pvc) {
         return Ok(ClaimDecision::ReleaseCloneSource {
             clones_pending: facts.clones_pending,
@@ -408,7 +408,7 @@ fn decide(
             ClaimOwnership::Compete => {
                 let check = match facts.class.as_deref() {
                     Some(class) => capacity_check(pvc, settings, facts, class, &mode.me.name)
-                        .map_err(|need| (need, ClaimDecision::Compete(None)))?,
+                        .map_err(|need| Box::new((need, ClaimDecision::Compete(None))))?,
                     None => None,
                 };
                 return Ok(ClaimDecision::Compete(check));
@@ -477,7 +477,10 @@ fn decide(
         Err(Stop::Fail(e)) => ClaimDecision::Fail(e),
         Err(Stop::Ignore(r)) => ClaimDecision::Ignore(r),
         Err(Stop::Reschedule(e)) => ClaimDecision::ClearSelectedNode(ClearReason::Reschedule(e)),
-        Err(Stop::ReadSource(need, unread)) => return Err((need, ClaimDecision::Fail(unread))),
+        Err(Stop::ReadSource(unread)) => {
+            let (need, error) = *unread;
+            return Err(Box::new((need, ClaimDecision::Fail(error))));
+        }
     })
 }
 

@@ -227,7 +227,7 @@ pub(super) enum Stop {
     Reschedule(TopologyError),
     /// The data source is not read yet: the shell reads it and decides again (the error: what
     /// the decision says while it is unread).
-    ReadSource(SourceToRead, PlanError),
+    ReadSource(Box<(SourceToRead, PlanError)>),
 }
 
 impl<E: Into<PlanError>> From<E> for Stop {
@@ -452,14 +452,14 @@ fn content_source(
         SourceLookup::NotResolved => {
             let unread = source_error(kind, name, "the data source was not read");
             match source_ref(pvc) {
-                Some(source) => Err(Stop::ReadSource(
+                Some(source) => Err(Stop::ReadSource(Box::new((
                     SourceToRead {
                         source,
                         class_name: class.metadata.name.clone().unwrap_or_default(),
                         driver: class.provisioner.clone(),
                     },
                     unread,
-                )),
+                )))),
                 // A source this sidecar does not know how to read.
                 None => Err(unread.into()),
             }

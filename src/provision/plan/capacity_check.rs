@@ -49,7 +49,7 @@ pub(super) fn capacity_check(
     // An error here comes back as the claim's ProvisioningFailed once this node has it.
     let request = match plan(&as_ours, settings, facts, class) {
         Ok(plan) => plan.request,
-        Err(Stop::ReadSource(need, _)) => return Err(need),
+        Err(Stop::ReadSource(unread)) => return Err(unread.0),
         Err(_) => return Ok(None),
     };
     let required_bytes = request
