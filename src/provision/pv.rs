@@ -1,5 +1,6 @@
-//! The PersistentVolume for a created volume (reference §4.7), and the checks on the driver's
-//! answer that must pass before a PV is written (§4.6): a missing volume, an empty id, too little
+//! The PersistentVolume for a created volume (reference §4.7): a template the plan builds before
+//! CreateVolume, filled from the driver's answer ([`PvTemplate::fill`]) once the answer passes the
+//! checks that must pass before a PV is written (§4.6): a missing volume, an empty id, too little
 //! capacity or a missing content source are errors, and the volume is deleted again by the shell.
 
 use std::collections::BTreeMap;
@@ -12,7 +13,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::quantity::bytes_to_quantity;
-use crate::csi::v1::{CreateVolumeResponse, Topology};
+use crate::csi::v1::{CreateVolumeResponse, Volume};
 use crate::model::locate::{PerNodeKeys, Pin, pin_of};
 use crate::model::secrets::{SecretRef, SecretRefs};
 use crate::model::topology::volume_node_affinity;
@@ -68,17 +69,14 @@ pub(crate) struct PvTemplate {
     pub(crate) in_tree: Option<crate::migration::Plugin>,
 }
 
-/// A driver answer that was accepted.
+/// The PV of a volume the driver made: [`PvTemplate::fill`]'s answer.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) struct CreatedVolume {
-    /// The volume id (PV `volumeHandle`).
+pub(crate) struct NewPv {
+    /// The driver's volume id (PV `volumeHandle`; kept here because an in-tree PV has no CSI
+    /// source to read it from).
     pub(crate) volume_id: String,
-    /// Capacity to record: the driver's, or the request when it reported 0 ("unknown").
-    pub(crate) capacity_bytes: i64,
-    /// The driver's volume context.
-    pub(crate) volume_context: BTreeMap<String, String>,
-    /// The driver's accessible topology.
-    pub(crate) accessible_topology: Vec<Topology>,
+    /// The PV object to create.
+    pub(crate) pv: PersistentVolume,
 }
 
 /// A CreateVolume answer that cannot become a PV. `Display` is upstream's text where upstream
@@ -149,7 +147,7 @@ pub(crate) const MAX_VOLUME_CONTEXT_BYTES: usize = 256 * 1024;
 /// What makes an answer unstorable, if anything: control characters in the volume id (they would
 /// forge log lines and break tools reading the handle), or a volume context over
 /// [`MAX_VOLUME_CONTEXT_BYTES`].
-fn unstorable(volume: &crate::csi::v1::Volume) -> Option<String> {
+fn unstorable(volume: &Volume) -> Option<String> {
     if volume.volume_id.chars().any(char::is_control) {
         return Some(format!(
             "a volume id with control characters ({:?})",
@@ -191,63 +189,59 @@ impl AnswerError {
     }
 }
 
-/// Checks the driver's answer against the request.
-pub(crate) fn accept_answer(
-    template: &PvTemplate,
-    response: &CreateVolumeResponse,
-) -> Result<CreatedVolume, AnswerError> {
-    let name = template.name.clone();
-    let volume = response
-        .volume
-        .as_ref()
-        .ok_or(AnswerError::NoVolume { name: name.clone() })?;
-    if volume.volume_id.is_empty() {
-        return Err(AnswerError::EmptyVolumeId { name });
-    }
-    if let Some(what) = unstorable(volume) {
-        return Err(AnswerError::Unstorable {
-            name,
-            volume_id: volume.volume_id.clone(),
-            what,
-        });
-    }
-    let capacity_bytes = match volume.capacity_bytes {
-        // CSI: 0 means unknown; the API server needs a size, so record the request.
-        0 => template.required_bytes,
-        c if c < template.required_bytes => {
-            return Err(AnswerError::CapacityTooSmall {
+impl PvTemplate {
+    /// The template filled from the driver's answer: the PV to create (the CSI PV, written back
+    /// in in-tree form for a migrated class), or why the answer cannot become one. The answer is
+    /// checked against the request first.
+    pub(crate) fn fill(&self, response: &CreateVolumeResponse) -> Result<NewPv, AnswerError> {
+        let name = self.name.clone();
+        let volume = response
+            .volume
+            .as_ref()
+            .ok_or(AnswerError::NoVolume { name: name.clone() })?;
+        if volume.volume_id.is_empty() {
+            return Err(AnswerError::EmptyVolumeId { name });
+        }
+        if let Some(what) = unstorable(volume) {
+            return Err(AnswerError::Unstorable {
+                name,
                 volume_id: volume.volume_id.clone(),
-                capacity: c,
-                requested: template.required_bytes,
+                what,
             });
         }
-        c => c,
-    };
-    if template.expects_content_source && volume.content_source.is_none() {
-        return Err(AnswerError::ContentSourceMissing {
+        let capacity_bytes = match volume.capacity_bytes {
+            // CSI: 0 means unknown; the API server needs a size, so record the request.
+            0 => self.required_bytes,
+            c if c < self.required_bytes => {
+                return Err(AnswerError::CapacityTooSmall {
+                    volume_id: volume.volume_id.clone(),
+                    capacity: c,
+                    requested: self.required_bytes,
+                });
+            }
+            c => c,
+        };
+        if self.expects_content_source && volume.content_source.is_none() {
+            return Err(AnswerError::ContentSourceMissing {
+                volume_id: volume.volume_id.clone(),
+            });
+        }
+        let pv = self.csi_pv(volume, capacity_bytes);
+        let pv = match self.in_tree {
+            None => pv,
+            Some(plugin) => plugin
+                .csi_to_in_tree(&pv)
+                .map_err(|error| AnswerError::NotInTree {
+                    volume_id: volume.volume_id.clone(),
+                    in_tree: plugin.in_tree_name(),
+                    error,
+                })?,
+        };
+        Ok(NewPv {
             volume_id: volume.volume_id.clone(),
-        });
+            pv,
+        })
     }
-    let created = CreatedVolume {
-        volume_id: volume.volume_id.clone(),
-        capacity_bytes,
-        volume_context: volume
-            .volume_context
-            .iter()
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect(),
-        accessible_topology: volume.accessible_topology.clone(),
-    };
-    if let Some(plugin) = template.in_tree
-        && let Err(error) = plugin.csi_to_in_tree(&build_csi_pv(template, &created))
-    {
-        return Err(AnswerError::NotInTree {
-            volume_id: created.volume_id,
-            in_tree: plugin.in_tree_name(),
-            error,
-        });
-    }
-    Ok(created)
 }
 
 /// The claimRef upstream writes: kind, apiVersion, namespace, name, uid and resourceVersion.
@@ -267,107 +261,100 @@ fn secret_ref(r: &Option<SecretRef>) -> Option<SecretReference> {
     r.as_ref().map(SecretReference::from)
 }
 
-/// The PV object to create: the CSI PV, written back in in-tree form for a migrated class
-/// ([`accept_answer`] refused an answer that cannot be).
-pub(crate) fn build_pv(template: &PvTemplate, volume: &CreatedVolume) -> PersistentVolume {
-    let pv = build_csi_pv(template, volume);
-    match template.in_tree {
-        Some(plugin) => plugin.csi_to_in_tree(&pv).unwrap_or(pv),
-        None => pv,
-    }
-}
-
-fn build_csi_pv(template: &PvTemplate, volume: &CreatedVolume) -> PersistentVolume {
-    let t = template;
-    let mut annotations = BTreeMap::new();
-    annotations.insert(
-        names::ANN_PROVISIONED_BY.to_owned(),
-        t.provisioned_by.clone(),
-    );
-    // Always present (possibly empty): their presence tells the deleter not to consult the class.
-    let deletion = t.secrets.provisioner.clone().unwrap_or(SecretRef {
-        name: String::new(),
-        namespace: String::new(),
-    });
-    annotations.insert(names::ANN_DELETION_SECRET_NAME.to_owned(), deletion.name);
-    annotations.insert(
-        names::ANN_DELETION_SECRET_NAMESPACE.to_owned(),
-        deletion.namespace,
-    );
-    if let Some(modify) = &t.secrets.controller_modify {
+impl PvTemplate {
+    /// The CSI PV for the checked answer `volume`, recording `capacity_bytes`.
+    fn csi_pv(&self, volume: &Volume, capacity_bytes: i64) -> PersistentVolume {
+        let t = self;
+        let mut annotations = BTreeMap::new();
         annotations.insert(
-            names::ANN_MODIFY_SECRET_NAME.to_owned(),
-            modify.name.clone(),
+            names::ANN_PROVISIONED_BY.to_owned(),
+            t.provisioned_by.clone(),
         );
+        // Always present (possibly empty): their presence tells the deleter not to consult the class.
+        let deletion = t.secrets.provisioner.clone().unwrap_or(SecretRef {
+            name: String::new(),
+            namespace: String::new(),
+        });
+        annotations.insert(names::ANN_DELETION_SECRET_NAME.to_owned(), deletion.name);
         annotations.insert(
-            names::ANN_MODIFY_SECRET_NAMESPACE.to_owned(),
-            modify.namespace.clone(),
+            names::ANN_DELETION_SECRET_NAMESPACE.to_owned(),
+            deletion.namespace,
         );
-    }
-    let node_affinity = if t.topology {
-        volume_node_affinity(&volume.accessible_topology)
-    } else {
-        None
-    };
-    let recorded = t.node.as_ref().filter(|(node, _)| {
-        !t.node_is_selection
-            || matches!(
-                pin_of(node_affinity.as_ref(), &PerNodeKeys::default(), Some(node)),
-                Pin::Node(query) if query.names(node)
-            )
-    });
-    if let Some((node, uid)) = recorded {
-        annotations.insert(names::ANN_NODE_NAME.to_owned(), node.clone());
-        if let Some(uid) = uid {
-            annotations.insert(names::ANN_NODE_UID.to_owned(), uid.clone());
+        if let Some(modify) = &t.secrets.controller_modify {
+            annotations.insert(
+                names::ANN_MODIFY_SECRET_NAME.to_owned(),
+                modify.name.clone(),
+            );
+            annotations.insert(
+                names::ANN_MODIFY_SECRET_NAMESPACE.to_owned(),
+                modify.namespace.clone(),
+            );
         }
-    }
+        let node_affinity = if t.topology {
+            volume_node_affinity(&volume.accessible_topology)
+        } else {
+            None
+        };
+        let recorded = t.node.as_ref().filter(|(node, _)| {
+            !t.node_is_selection
+                || matches!(
+                    pin_of(node_affinity.as_ref(), &PerNodeKeys::default(), Some(node)),
+                    Pin::Node(query) if query.names(node)
+                )
+        });
+        if let Some((node, uid)) = recorded {
+            annotations.insert(names::ANN_NODE_NAME.to_owned(), node.clone());
+            if let Some(uid) = uid {
+                annotations.insert(names::ANN_NODE_UID.to_owned(), uid.clone());
+            }
+        }
 
-    let mut attributes = BTreeMap::new();
-    attributes.insert(
-        names::VOLUME_ATTR_PROVISIONER_IDENTITY.to_owned(),
-        t.provisioner_identity.clone(),
-    );
-    attributes.extend(volume.volume_context.clone());
+        let mut attributes = BTreeMap::new();
+        attributes.insert(
+            names::VOLUME_ATTR_PROVISIONER_IDENTITY.to_owned(),
+            t.provisioner_identity.clone(),
+        );
+        attributes.extend(volume.volume_context.clone());
 
-    let mut capacity = BTreeMap::new();
-    capacity.insert(
-        "storage".to_owned(),
-        Quantity(bytes_to_quantity(volume.capacity_bytes)),
-    );
+        let mut capacity = BTreeMap::new();
+        capacity.insert(
+            "storage".to_owned(),
+            Quantity(bytes_to_quantity(capacity_bytes)),
+        );
 
-    PersistentVolume {
-        metadata: ObjectMeta {
-            name: Some(t.name.clone()),
-            annotations: Some(annotations),
-            finalizers: Some(vec![names::FINALIZER_PV_DELETION_PROTECTION.to_owned()]),
-            ..ObjectMeta::default()
-        },
-        spec: Some(PersistentVolumeSpec {
-            access_modes: Some(t.access_modes.clone()),
-            mount_options: t.mount_options.clone(),
-            capacity: Some(capacity),
-            csi: Some(CSIPersistentVolumeSource {
-                driver: t.driver.clone(),
-                volume_handle: volume.volume_id.clone(),
-                volume_attributes: Some(attributes),
-                read_only: t.read_only.then_some(true),
-                fs_type: (!t.block && !t.fs_type.is_empty()).then(|| t.fs_type.clone()),
-                controller_publish_secret_ref: secret_ref(&t.secrets.controller_publish),
-                node_stage_secret_ref: secret_ref(&t.secrets.node_stage),
-                node_publish_secret_ref: secret_ref(&t.secrets.node_publish),
-                controller_expand_secret_ref: secret_ref(&t.secrets.controller_expand),
-                node_expand_secret_ref: secret_ref(&t.secrets.node_expand),
+        PersistentVolume {
+            metadata: ObjectMeta {
+                name: Some(t.name.clone()),
+                annotations: Some(annotations),
+                finalizers: Some(vec![names::FINALIZER_PV_DELETION_PROTECTION.to_owned()]),
+                ..ObjectMeta::default()
+            },
+            spec: Some(PersistentVolumeSpec {
+                access_modes: Some(t.access_modes.clone()),
+                mount_options: t.mount_options.clone(),
+                capacity: Some(capacity),
+                csi: Some(CSIPersistentVolumeSource {
+                    driver: t.driver.clone(),
+                    volume_handle: volume.volume_id.clone(),
+                    volume_attributes: Some(attributes),
+                    read_only: t.read_only.then_some(true),
+                    fs_type: (!t.block && !t.fs_type.is_empty()).then(|| t.fs_type.clone()),
+                    controller_publish_secret_ref: secret_ref(&t.secrets.controller_publish),
+                    node_stage_secret_ref: secret_ref(&t.secrets.node_stage),
+                    node_publish_secret_ref: secret_ref(&t.secrets.node_publish),
+                    controller_expand_secret_ref: secret_ref(&t.secrets.controller_expand),
+                    node_expand_secret_ref: secret_ref(&t.secrets.node_expand),
+                }),
+                persistent_volume_reclaim_policy: t.reclaim_policy.clone(),
+                node_affinity,
+                volume_mode: t.volume_mode.clone(),
+                claim_ref: Some(t.claim_ref.clone()),
+                storage_class_name: Some(t.class_name.clone()),
+                volume_attributes_class_name: t.volume_attributes_class.clone(),
+                ..PersistentVolumeSpec::default()
             }),
-            persistent_volume_reclaim_policy: t.reclaim_policy.clone(),
-            node_affinity,
-            volume_mode: t.volume_mode.clone(),
-            claim_ref: Some(t.claim_ref.clone()),
-            storage_class_name: Some(t.class_name.clone()),
-            volume_attributes_class_name: t.volume_attributes_class.clone(),
-            ..PersistentVolumeSpec::default()
-        }),
-        status: None,
+            status: None,
+        }
     }
 }
 

@@ -1,7 +1,7 @@
 //! Tests for `provision::pv`: the PV upstream writes, answers accepted and refused.
 
 use super::*;
-use crate::csi::v1::{Volume, VolumeContentSource};
+use crate::csi::v1::{Topology, VolumeContentSource};
 use crate::testing::{DRIVER, pvc};
 
 fn template() -> PvTemplate {
@@ -49,8 +49,9 @@ fn answer(capacity: i64, id: &str) -> CreateVolumeResponse {
 #[test]
 fn normal_provision_writes_upstreams_pv() {
     let t = template();
-    let v = accept_answer(&t, &answer(1 << 30, "vol-1")).unwrap();
-    let pv = build_pv(&t, &v);
+    let new = t.fill(&answer(1 << 30, "vol-1")).unwrap();
+    assert_eq!(new.volume_id, "vol-1");
+    let pv = new.pv;
     let ann = pv.metadata.annotations.as_ref().unwrap();
     assert_eq!(pv.metadata.name.as_deref(), Some("pvc-uid-1"));
     assert_eq!(ann[names::ANN_PROVISIONED_BY], DRIVER);
@@ -95,7 +96,7 @@ fn class_settings_secrets_and_mode_reach_the_pv() {
     t.secrets.node_stage = Some(SecretRef::new("stage", "ns2"));
     t.secrets.controller_modify = Some(SecretRef::new("mod", "ns3"));
     t.node = Some(("n1".to_owned(), Some("uid-n1".to_owned())));
-    let pv = build_pv(&t, &accept_answer(&t, &answer(2 << 30, "vol-1")).unwrap());
+    let pv = t.fill(&answer(2 << 30, "vol-1")).unwrap().pv;
     let ann = pv.metadata.annotations.unwrap();
     assert_eq!(ann[names::ANN_DELETION_SECRET_NAME], "prov");
     assert_eq!(ann[names::ANN_DELETION_SECRET_NAMESPACE], "ns1");
@@ -131,9 +132,7 @@ fn block_volumes_carry_no_fs_type() {
     t.block = true;
     t.fs_type = "ext4".to_owned();
     t.volume_mode = Some("Block".to_owned());
-    let spec = build_pv(&t, &accept_answer(&t, &answer(0, "v")).unwrap())
-        .spec
-        .unwrap();
+    let spec = t.fill(&answer(0, "v")).unwrap().pv.spec.unwrap();
     assert_eq!(spec.volume_mode.as_deref(), Some("Block"));
     assert_eq!(spec.csi.unwrap().fs_type, None);
 }
@@ -145,14 +144,13 @@ fn topology_answer_becomes_node_affinity_only_with_topology() {
     resp.volume.as_mut().unwrap().accessible_topology = vec![Topology {
         segments: [("zone".to_owned(), "z1".to_owned())].into(),
     }];
-    let v = accept_answer(&t, &resp).unwrap();
-    assert_eq!(build_pv(&t, &v).spec.unwrap().node_affinity, None);
+    assert_eq!(t.fill(&resp).unwrap().pv.spec.unwrap().node_affinity, None);
     t.topology = true;
     let expected = crate::testing::pv("x")
         .node_affinity([("zone", "z1")])
         .build();
     assert_eq!(
-        build_pv(&t, &v).spec.unwrap().node_affinity,
+        t.fill(&resp).unwrap().pv.spec.unwrap().node_affinity,
         expected.spec.unwrap().node_affinity
     );
 }
@@ -170,27 +168,18 @@ fn a_selected_node_is_recorded_only_when_the_volume_lives_there() {
         resp.volume.as_mut().unwrap().accessible_topology = vec![Topology {
             segments: [("topo/node".to_owned(), node.to_owned())].into(),
         }];
-        accept_answer(t, &resp).unwrap()
+        t.fill(&resp).unwrap().pv
     };
-    let elsewhere = build_pv(&t, &on(&t, "node-1"))
-        .metadata
-        .annotations
-        .unwrap();
+    let elsewhere = on(&t, "node-1").metadata.annotations.unwrap();
     assert!(!elsewhere.contains_key(names::ANN_NODE_NAME));
     assert!(!elsewhere.contains_key(names::ANN_NODE_UID));
-    let there = build_pv(&t, &on(&t, "node-2"))
-        .metadata
-        .annotations
-        .unwrap();
+    let there = on(&t, "node-2").metadata.annotations.unwrap();
     assert_eq!(there[names::ANN_NODE_NAME], "node-2");
     assert_eq!(there[names::ANN_NODE_UID], "uid-2");
     // Node mode: the instance's own node, where its driver made the volume.
     t.node_is_selection = false;
     t.node = Some(("node-9".to_owned(), None));
-    let own = build_pv(&t, &on(&t, "node-1"))
-        .metadata
-        .annotations
-        .unwrap();
+    let own = on(&t, "node-1").metadata.annotations.unwrap();
     assert_eq!(own[names::ANN_NODE_NAME], "node-9");
 }
 
@@ -198,9 +187,12 @@ fn a_selected_node_is_recorded_only_when_the_volume_lives_there() {
 #[test]
 fn capacity_zero_means_the_request_and_less_is_an_error() {
     let t = template();
-    let v = accept_answer(&t, &answer(0, "v")).unwrap();
-    assert_eq!(v.capacity_bytes, 1 << 30);
-    let err = accept_answer(&t, &answer(100, "vol-small")).unwrap_err();
+    let storage = |new: NewPv| new.pv.spec.unwrap().capacity.unwrap()["storage"].0.clone();
+    assert_eq!(
+        storage(t.fill(&answer(0, "v")).unwrap()),
+        bytes_to_quantity(1 << 30)
+    );
+    let err = t.fill(&answer(100, "vol-small")).unwrap_err();
     assert_eq!(
         err.to_string(),
         "created volume capacity 100 less than requested capacity 1073741824"
@@ -211,24 +203,22 @@ fn capacity_zero_means_the_request_and_less_is_an_error() {
         "created volume capacity 100 less than requested capacity 1073741824. Cleanup of volume pvc-uid-1 failed, volume is orphaned: rpc error: boom"
     );
     assert_eq!(
-        accept_answer(&t, &answer((1 << 30) + 1, "v"))
-            .unwrap()
-            .capacity_bytes,
-        (1 << 30) + 1
+        storage(t.fill(&answer((1 << 30) + 1, "v")).unwrap()),
+        bytes_to_quantity((1 << 30) + 1)
     );
 }
 
 #[test]
 fn broken_answers_are_errors_not_panics() {
     let t = template();
-    let err = accept_answer(&t, &CreateVolumeResponse { volume: None }).unwrap_err();
+    let err = t.fill(&CreateVolumeResponse { volume: None }).unwrap_err();
     assert_eq!(err.volume_to_delete(), None);
     assert!(err.to_string().contains("pvc-uid-1"));
-    let err = accept_answer(&t, &answer(1 << 30, "")).unwrap_err();
+    let err = t.fill(&answer(1 << 30, "")).unwrap_err();
     assert!(matches!(err, AnswerError::EmptyVolumeId { .. }));
     assert_eq!(err.volume_to_delete(), None);
     // Unstorable answers: the volume goes again, the message says what was wrong.
-    let err = accept_answer(&t, &answer(1 << 30, "vol-1\n\u{1b}[31m")).unwrap_err();
+    let err = t.fill(&answer(1 << 30, "vol-1\n\u{1b}[31m")).unwrap_err();
     assert_eq!(err.volume_to_delete(), Some("vol-1\n\u{1b}[31m"));
     assert!(
         err.to_string()
@@ -238,7 +228,7 @@ fn broken_answers_are_errors_not_panics() {
     let mut big = answer(1 << 30, "vol-2");
     let context = &mut big.volume.as_mut().unwrap().volume_context;
     context.insert("blob".into(), "x".repeat(MAX_VOLUME_CONTEXT_BYTES));
-    let err = accept_answer(&t, &big).unwrap_err();
+    let err = t.fill(&big).unwrap_err();
     assert_eq!(err.volume_to_delete(), Some("vol-2"));
     assert!(
         err.to_string()
@@ -251,7 +241,7 @@ fn broken_answers_are_errors_not_panics() {
 fn a_cloned_or_restored_volume_must_report_its_source() {
     let mut t = template();
     t.expects_content_source = true;
-    let err = accept_answer(&t, &answer(1 << 30, "v")).unwrap_err();
+    let err = t.fill(&answer(1 << 30, "v")).unwrap_err();
     assert_eq!(err.to_string(), "volume content source missing");
     assert_eq!(
         err.with_failed_cleanup("p", "e"),
@@ -259,7 +249,7 @@ fn a_cloned_or_restored_volume_must_report_its_source() {
     );
     let mut resp = answer(1 << 30, "v");
     resp.volume.as_mut().unwrap().content_source = Some(VolumeContentSource { r#type: None });
-    assert!(accept_answer(&t, &resp).is_ok());
+    assert!(t.fill(&resp).is_ok());
 }
 
 #[test]

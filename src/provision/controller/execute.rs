@@ -1,7 +1,7 @@
 //! The provisioning executor: the one place that calls the driver for a claim (CreateVolume in
 //! [`create_volume`], DeleteVolume in [`delete_volume`]) and creates the PV, in the order the plan
 //! requires (secret, intent, CreateVolume, PV, intent removal). What each answer means is decided
-//! by pure functions (`pv::accept_answer`, `model::claim::abandoned_since`, `pv::pv_holds_volume`,
+//! by pure functions (`pv::PvTemplate::fill`, `model::claim::abandoned_since`, `pv::pv_holds_volume`,
 //! `classify::provisioning_state`); this only performs the steps.
 
 use std::collections::HashMap;
@@ -29,7 +29,7 @@ use crate::provision::classify::{
 use crate::provision::controller::intents::Recorded;
 use crate::provision::controller::intents::ledger::Entry;
 use crate::provision::plan::ProvisionPlan;
-use crate::provision::pv::{accept_answer, build_pv, pv_holds_volume};
+use crate::provision::pv::{NewPv, pv_holds_volume};
 use crate::retry::{Attempt, retry_transient};
 use crate::runtime::Action;
 use crate::runtime::skeleton::LOCK_RETRY;
@@ -184,8 +184,8 @@ async fn create_volume_and_pv(
         Ok(response) => response,
         Err(status) => return create_failed(state, pvc, &plan, status).await,
     };
-    let created = match accept_answer(&plan.pv, &response) {
-        Ok(created) => created,
+    let NewPv { volume_id, mut pv } = match plan.pv.fill(&response) {
+        Ok(new) => new,
         // The pin stays: the volume may exist, so a retry must be the identical request.
         Err(bad) => {
             let mut message = bad.to_string();
@@ -198,16 +198,14 @@ async fn create_volume_and_pv(
             return Err(fail(state, pvc, message));
         }
     };
-    info!(claim = %claim_key(pvc), volume = %plan.volume_name, volume_id = ?created.volume_id, "volume created");
+    info!(claim = %claim_key(pvc), volume = %plan.volume_name, volume_id = ?volume_id, "volume created");
     let intent = intent_of(pvc, &plan);
     if claim_abandoned(state, pvc) {
         // Deleted while the volume was being created: no PV for a claim that is gone (it would
         // only be released and deleted again, at three more writes); the entry is dropped once
         // the volume is deleted, or resolved later if that fails.
-        state.intents.set_id(&intent, &created.volume_id).await;
-        return match delete_volume(state, &created.volume_id, plan.provisioner_secret.as_ref())
-            .await
-        {
+        state.intents.set_id(&intent, &volume_id).await;
+        return match delete_volume(state, &volume_id, plan.provisioner_secret.as_ref()).await {
             Ok(()) => {
                 info!(claim = %claim_key(pvc), volume = %plan.volume_name, "claim deleted during CreateVolume; volume deleted again");
                 state.intents.forget(&intent).await?;
@@ -220,7 +218,6 @@ async fn create_volume_and_pv(
         };
     }
 
-    let mut pv = build_pv(&plan.pv, &created);
     if let Some(mode) = &state.settings.node {
         // Node mode: each instance watches only PVs labelled with its node (node_mode::scope).
         crate::node_mode::scope::label_new_pv(
@@ -234,7 +231,7 @@ async fn create_volume_and_pv(
         if matches!(e, CreatePvError::OtherVolume { .. }) {
             // The id tells the resolver that the PV holds another volume: once the claim is bound
             // to it, this one is deleted (intents::resolution::Resolution::CheckPv).
-            state.intents.set_id(&intent, &created.volume_id).await;
+            state.intents.set_id(&intent, &volume_id).await;
         }
         // The volume exists and the pin stays: the retry replays the identical CreateVolume.
         return Err(fail(state, pvc, e.to_string()));

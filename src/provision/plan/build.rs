@@ -43,7 +43,7 @@ pub(crate) struct ProvisionPlan {
     /// The secret whose data goes into `request.secrets` (upstream: a fetch error is NoChange,
     /// `error getting secret <name> in namespace <ns>: <err>`).
     pub(crate) provisioner_secret: Option<SecretRef>,
-    /// The PV, minus what the driver answers ([`crate::provision::pv::accept_answer`], [`crate::provision::pv::build_pv`]).
+    /// The PV, minus what the driver answers ([`PvTemplate::fill`] adds it).
     pub(crate) pv: PvTemplate,
     /// Whether `ResourceExhausted` means reschedule ([`crate::provision::classify::provisioning_state`]).
     pub(crate) may_reschedule: bool,
