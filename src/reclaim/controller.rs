@@ -1,6 +1,6 @@
-//! The reclaim controller shell: for each PV event, look up what [`plan::decide`] needs (claim,
-//! attachments, class, node locality), execute the one step it returns, and repeat until nothing is
-//! left to do. Finalizer writes go through `k8s::patch` (fresh reads, no retry cap), so a PV never
+//! The reclaim controller shell: for each PV event, gather what [`plan::decide`] needs once
+//! ([`gather`]: claim, attachments, class, node locality, the PV as CSI), execute the one step it
+//! returns, and repeat until nothing is left to do. Finalizer writes go through `k8s::patch` (fresh reads, no retry cap), so a PV never
 //! gets stuck Terminating because of a lost race with another controller.
 
 use std::collections::{HashMap, HashSet};
@@ -233,10 +233,14 @@ enum Next {
     Continue(Box<PersistentVolume>),
 }
 
-async fn step(state: &Reclaimer, pv: &PersistentVolume) -> Result<Next, ReclaimFailure> {
+/// The facts of one step on `pv`, gathered once: the claim as [`claim_state`] learns it, the
+/// attachment index, the class, node locality, the PV as CSI, and what this process remembers.
+async fn gather<'a>(
+    state: &'a Reclaimer,
+    pv: &PersistentVolume,
+) -> Result<ReclaimContext<'a>, ReclaimFailure> {
     let ctx = &state.ctx;
     let name = pv.name_any();
-    let uid = pv.metadata.uid.clone().unwrap_or_default();
     let claim = claim_state(state, pv).await?;
     let attachment = match &ctx.stores.attachments {
         None => AttachmentState::Detached,
@@ -250,18 +254,17 @@ async fn step(state: &Reclaimer, pv: &PersistentVolume) -> Result<Next, ReclaimF
     // CSI migration: an in-tree PV (and its in-tree class) of the plugin our driver took over
     // is decided on as the CSI PV it translates to; a translation error is the failure.
     let translated = crate::migration::as_csi(&ctx.driver.name, pv);
-    let (view, translation_error) = match &translated {
-        Some(Ok(csi)) => (csi, None),
-        Some(Err(e)) => (pv, Some(e.clone())),
-        None => (pv, None),
+    let view = match &translated {
+        Some(Ok(csi)) => csi,
+        Some(Err(_)) | None => pv,
     };
     let translated_class = class
         .as_ref()
         .and_then(|c| crate::migration::class_as_csi(&ctx.driver.name, c));
-    let storage_class = match (&class, &translated_class) {
-        (_, Some(Ok(c))) => StorageClassLookup::Found(c),
+    let storage_class = match (class, translated_class) {
+        (_, Some(Ok(c))) => StorageClassLookup::Found(Arc::new(c)),
         (_, Some(Err(e))) => StorageClassLookup::Untranslatable(e),
-        (Some(c), None) => StorageClassLookup::Found(c.as_ref()),
+        (Some(c), None) => StorageClassLookup::Found(c),
         (None, None) => StorageClassLookup::Missing,
     };
     let locality = match &state.segments {
@@ -271,20 +274,25 @@ async fn step(state: &Reclaimer, pv: &PersistentVolume) -> Result<Next, ReclaimF
             Err(error) => Locality::InvalidNodeAffinity(error),
         },
     };
-    let volume_deleted = state.recall(&uid).volume_deleted;
-    let decision = plan::decide(
-        view,
-        &ReclaimContext {
-            driver_name: &ctx.driver.name,
-            claim,
-            publish_unpublish: ctx.driver.controller.publish_unpublish_volume,
-            attachment,
-            locality,
-            storage_class,
-            volume_deleted,
-            translation_error: translation_error.as_deref(),
-        },
-    );
+    let uid = pv.metadata.uid.as_deref().unwrap_or_default();
+    Ok(ReclaimContext {
+        driver_name: &ctx.driver.name,
+        claim,
+        publish_unpublish: ctx.driver.controller.publish_unpublish_volume,
+        attachment,
+        locality,
+        storage_class,
+        volume_deleted: state.recall(uid).volume_deleted,
+        translated,
+    })
+}
+
+async fn step(state: &Reclaimer, pv: &PersistentVolume) -> Result<Next, ReclaimFailure> {
+    let ctx = &state.ctx;
+    let name = pv.name_any();
+    let uid = pv.metadata.uid.clone().unwrap_or_default();
+    let facts = gather(state, pv).await?;
+    let decision = plan::decide(pv, &facts);
     let api: Api<PersistentVolume> = Api::all(ctx.client.clone());
     match decision {
         ReclaimAction::Skip(reason) => {
@@ -348,7 +356,7 @@ async fn step(state: &Reclaimer, pv: &PersistentVolume) -> Result<Next, ReclaimF
                         volume_id: volume_id.clone(),
                         secrets: secret_data,
                     },
-                    translated.is_some(),
+                    facts.translated.is_some(),
                 )
                 .await;
             if let Err(status) = result {

@@ -52,11 +52,11 @@ proptest! {
         };
         let sc = StorageClass { parameters: Some(params), ..StorageClass::default() };
         let lookup = match lookup {
-            0 => StorageClassLookup::Found(&sc),
+            0 => StorageClassLookup::Found(Arc::new(sc.clone())),
             1 => StorageClassLookup::Missing,
-            _ => StorageClassLookup::Untranslatable("no"),
+            _ => StorageClassLookup::Untranslatable("no".to_owned()),
         };
-        let got = deletion_secrets(&pv, lookup);
+        let got = deletion_secrets(&pv, &lookup);
         if let (Some(name), Some(namespace)) = (name, namespace) {
             let want = if name.is_empty() || namespace.is_empty() {
                 DeletionSecrets::None

@@ -22,6 +22,7 @@
 //! [`ReclaimAction::DeletePvObject`] finishes the job.
 
 use std::fmt;
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::StorageClass;
@@ -76,17 +77,19 @@ pub(crate) enum Locality {
 }
 
 /// The StorageClass named by the PV, as far as the shell's store knows.
-#[derive(Clone, Copy, Debug)]
-pub(crate) enum StorageClassLookup<'a> {
-    /// Found.
-    Found(&'a StorageClass),
+#[derive(Clone, Debug)]
+pub(crate) enum StorageClassLookup {
+    /// Found (CSI migration: an in-tree class as the driver's CSI class).
+    Found(Arc<StorageClass>),
     /// Not in the store (the shell waits for synced caches before it starts): deleted meanwhile.
     Missing,
     /// CSI migration: the PV's in-tree class cannot be translated for the driver (the error).
-    Untranslatable(&'a str),
+    Untranslatable(String),
 }
 
-/// Everything [`decide`] needs besides the PV; the shell fills it from its stores.
+/// The facts [`decide`] reads besides the PV, gathered once per step by the shell (its stores,
+/// its memory of the PV, one live read of the claim when [`claim_lookup`] says so) and read as
+/// they are.
 #[derive(Clone, Debug)]
 pub(crate) struct ReclaimContext<'a> {
     /// Our driver name (`GetPluginInfo`).
@@ -102,11 +105,13 @@ pub(crate) struct ReclaimContext<'a> {
     pub(crate) locality: Locality,
     /// The PV's StorageClass ([`storage_class_name`]); only read when the PV lacks the
     /// deletion-secret annotations ([`needs_storage_class`]).
-    pub(crate) storage_class: StorageClassLookup<'a>,
+    pub(crate) storage_class: StorageClassLookup,
     /// This process already got OK from DeleteVolume for this PV UID (in-memory only).
     pub(crate) volume_deleted: bool,
-    /// CSI migration: the in-tree PV could not be translated to a CSI PV (the error).
-    pub(crate) translation_error: Option<&'a str>,
+    /// CSI migration: an in-tree PV of the plugin our driver took over, as the CSI PV it
+    /// translates to (decided on instead of the PV), or the translation's error
+    /// ([`crate::migration::as_csi`]); `None` for any other PV.
+    pub(crate) translated: Option<Result<PersistentVolume, String>>,
 }
 
 // === Outputs ===
@@ -384,7 +389,7 @@ fn release(pv: &PersistentVolume, claim: ClaimState) -> Release {
 /// Upstream `handleSecretsForDeletion`, minus the fetch.
 pub(crate) fn deletion_secrets(
     pv: &PersistentVolume,
-    storage_class: StorageClassLookup<'_>,
+    storage_class: &StorageClassLookup,
 ) -> Result<DeletionSecrets, ReclaimError> {
     let pv_name = pv.metadata.name.as_deref().unwrap_or_default();
     let name = annotation(&pv.metadata, names::ANN_DELETION_SECRET_NAME);
@@ -411,7 +416,7 @@ pub(crate) fn deletion_secrets(
             ));
         }
         StorageClassLookup::Untranslatable(e) => {
-            return Err(ReclaimError::Translation(e.to_owned()));
+            return Err(ReclaimError::Translation(e.clone()));
         }
     };
     let Some(claim_ref) = pv.spec.as_ref().and_then(|s| s.claim_ref.as_ref()) else {
@@ -434,6 +439,12 @@ pub(crate) fn deletion_secrets(
 
 /// The next step for `pv`.
 pub(crate) fn decide(pv: &PersistentVolume, ctx: &ReclaimContext<'_>) -> ReclaimAction {
+    // CSI migration: the translated PV is the one decided on; without one, its error is.
+    let (pv, translation_error) = match &ctx.translated {
+        Some(Ok(csi)) => (csi, None),
+        Some(Err(e)) => (pv, Some(e.as_str())),
+        None => (pv, None),
+    };
     let has_finalizer = has_our_finalizer(pv);
     let deleting = pv.metadata.deletion_timestamp.is_some();
 
@@ -466,7 +477,7 @@ pub(crate) fn decide(pv: &PersistentVolume, ctx: &ReclaimContext<'_>) -> Reclaim
         // translate is protected as upstream protects it: its deletion then fails in the open
         // (event, metric) and is retried, instead of the PV sitting Released unexplained.
         let csi = pv.spec.as_ref().is_some_and(|s| s.csi.is_some());
-        if !csi && ctx.translation_error.is_none() {
+        if !csi && translation_error.is_none() {
             return ReclaimAction::Skip(SkipReason::MigrationUnsupported);
         }
         // Protect first, even a PV that is already Released: if an admin deleted it while we wait
@@ -500,7 +511,7 @@ pub(crate) fn decide(pv: &PersistentVolume, ctx: &ReclaimContext<'_>) -> Reclaim
         Locality::Central | Locality::Node { accessible: true } => {}
     }
     let Some(csi) = pv.spec.as_ref().and_then(|s| s.csi.as_ref()) else {
-        if let Some(e) = ctx.translation_error {
+        if let Some(e) = translation_error {
             return ReclaimAction::Fail(ReclaimError::Translation(e.to_owned()));
         }
         return ReclaimAction::Fail(
@@ -513,7 +524,7 @@ pub(crate) fn decide(pv: &PersistentVolume, ctx: &ReclaimContext<'_>) -> Reclaim
             },
         );
     };
-    let secrets = match deletion_secrets(pv, ctx.storage_class) {
+    let secrets = match deletion_secrets(pv, &ctx.storage_class) {
         Ok(secrets) => secrets,
         Err(err) => return ReclaimAction::Fail(err),
     };

@@ -117,9 +117,9 @@ proptest! {
             publish_unpublish: publish,
             attachment: attachment.clone(),
             locality: locality.clone(),
-            storage_class: if class_known { StorageClassLookup::Found(&class) } else { StorageClassLookup::Missing },
+            storage_class: if class_known { StorageClassLookup::Found(Arc::new(class.clone())) } else { StorageClassLookup::Missing },
             volume_deleted: deleted,
-            translation_error: None,
+            translated: None,
         };
         let action = decide(&volume, &ctx);
         if let ReclaimAction::DeleteVolume { volume_id, .. } = &action {

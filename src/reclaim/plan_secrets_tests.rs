@@ -10,7 +10,7 @@ use crate::testing::PvBuilder;
 
 // === Deletion secrets (TestDelete secret cases, §5.5 step 4) ===
 
-fn secrets_of(volume: PersistentVolume, class: StorageClassLookup<'_>) -> ReclaimAction {
+fn secrets_of(volume: PersistentVolume, class: StorageClassLookup) -> ReclaimAction {
     decide_with(
         &volume,
         &ReclaimContext {
@@ -28,7 +28,7 @@ fn an_empty_annotated_secret_means_no_secret_whether_or_not_the_class_exists() {
         (names::PARAM_PROVISIONER_SECRET_NAMESPACE, "ns"),
     ]);
     for lookup in [
-        StorageClassLookup::Found(&class),
+        StorageClassLookup::Found(Arc::new(class.clone())),
         StorageClassLookup::Missing,
     ] {
         assert_eq!(
@@ -50,7 +50,7 @@ fn an_annotated_secret_wins_over_the_class_and_survives_its_deletion() {
     ]);
     let want = delete_volume(DeletionSecrets::Fetch(SecretRef::new("sec", "sec-ns")));
     for lookup in [
-        StorageClassLookup::Found(&modified),
+        StorageClassLookup::Found(Arc::new(modified.clone())),
         StorageClassLookup::Missing,
     ] {
         assert_eq!(secrets_of(volume.clone(), lookup), want);
@@ -85,14 +85,14 @@ fn without_annotations_the_secret_comes_from_the_class_templates() {
     ]);
     let volume = without_secret_annotations().build();
     assert_eq!(
-        secrets_of(volume, StorageClassLookup::Found(&class)),
+        secrets_of(volume, StorageClassLookup::Found(Arc::new(class.clone()))),
         delete_volume(DeletionSecrets::Fetch(SecretRef::new("c-pv-1", "ns")))
     );
     let plain = class_with(&[]);
     assert_eq!(
         secrets_of(
             without_secret_annotations().build(),
-            StorageClassLookup::Found(&plain)
+            StorageClassLookup::Found(Arc::new(plain.clone()))
         ),
         delete_volume(DeletionSecrets::None)
     );
@@ -126,7 +126,7 @@ fn claim_annotation_templates_cannot_be_resolved_at_deletion() {
     ]);
     let ReclaimAction::Fail(err) = secrets_of(
         without_secret_annotations().build(),
-        StorageClassLookup::Found(&class),
+        StorageClassLookup::Found(Arc::new(class.clone())),
     ) else {
         panic!("expected a failure");
     };
@@ -148,7 +148,10 @@ fn a_pv_without_claim_ref_or_class_is_deleted_without_secrets() {
         spec.claim_ref = None;
     }
     assert_eq!(
-        deletion_secrets(&no_claim_ref, StorageClassLookup::Found(&class)),
+        deletion_secrets(
+            &no_claim_ref,
+            &StorageClassLookup::Found(Arc::new(class.clone()))
+        ),
         Ok(DeletionSecrets::NoneWithWarning(SecretWarning::NoClaimRef))
     );
     let mut no_class = without_secret_annotations().build();
@@ -156,7 +159,7 @@ fn a_pv_without_claim_ref_or_class_is_deleted_without_secrets() {
         spec.storage_class_name = None;
     }
     assert_eq!(
-        deletion_secrets(&no_class, StorageClassLookup::Missing),
+        deletion_secrets(&no_class, &StorageClassLookup::Missing),
         Ok(DeletionSecrets::None)
     );
 }

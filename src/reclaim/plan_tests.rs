@@ -21,7 +21,7 @@ pub(super) fn ctx() -> ReclaimContext<'static> {
         locality: Locality::Central,
         storage_class: StorageClassLookup::Missing,
         volume_deleted: false,
-        translation_error: None,
+        translated: None,
     }
 }
 
@@ -868,9 +868,9 @@ fn in_tree_pvs_of_the_plugin_our_driver_took_over_are_ours() {
     assert_eq!(ownership(&gce, "ebs.csi.aws.com"), Ownership::NotOurs);
     assert_eq!(ownership(&gce, DRIVER), Ownership::NotOurs);
     let broken = ReclaimContext {
-        translation_error: Some(
-            "failed to get id components.Got: 4, wanted 6 components or more. ",
-        ),
+        translated: Some(Err(
+            "failed to get id components.Got: 4, wanted 6 components or more. ".to_owned(),
+        )),
         ..ctx()
     };
     assert_eq!(
@@ -888,7 +888,7 @@ fn in_tree_pvs_of_the_plugin_our_driver_took_over_are_ours() {
 fn an_untranslatable_in_tree_pv_of_our_plugin_is_protected_then_fails_its_deletion() {
     const ERROR: &str = "failed to translate Kubernetes ID to EBS Volume ID Invalid format for AWS volume (aws://us-east-1a/not-an-ebs-id)";
     let broken = ReclaimContext {
-        translation_error: Some(ERROR),
+        translated: Some(Err(ERROR.to_owned())),
         claim: ClaimState::Exists,
         ..ctx()
     };
