@@ -270,7 +270,8 @@ impl PvTemplate {
             names::ANN_PROVISIONED_BY.to_owned(),
             t.provisioned_by.clone(),
         );
-        // Always present (possibly empty): their presence tells the deleter not to consult the class.
+        // Always present (possibly empty): their presence tells the deleter not to consult the
+        // class.
         let deletion = t.secrets.provisioner.clone().unwrap_or(SecretRef {
             name: String::new(),
             namespace: String::new(),

@@ -1,7 +1,8 @@
 //! The reclaim controller shell: for each PV event, gather what [`plan::decide`] needs once
 //! ([`gather`]: claim, attachments, class, node locality, the PV as CSI), execute the one step it
-//! returns, and repeat until nothing is left to do. Finalizer writes go through `k8s::patch` (fresh reads, no retry cap), so a PV never
-//! gets stuck Terminating because of a lost race with another controller.
+//! returns, and repeat until nothing is left to do. Finalizer writes go through `k8s::patch`
+//! (fresh reads, no retry cap), so a PV never gets stuck Terminating because of a lost race with
+//! another controller.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
