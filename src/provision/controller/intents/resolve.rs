@@ -128,9 +128,9 @@ pub(in crate::provision::controller) async fn resolve_one(
         match &claim {
             // A record's owner is its claim's selected node now, not as the pass began.
             Some(claim) => owner = Owner::of_record(own_node(state), selected_node(claim)),
-            // The finalizer holds a claim as long as its record is on it: a claim missing from
-            // the cache is gone with its record, or the cache is behind.
-            None => return check_record(state, pending).await,
+            // The finalizer holds a claim as long as its record is on it: a claim that left the
+            // cache since the pass began went with its record (pending reads the same cache).
+            None => return Ok(()),
         }
     }
     let resolution = resolution::resolve(entry, &owner, pv_cached, claim.as_ref());
@@ -216,25 +216,6 @@ async fn live_claim(
         .await
         .map_err(|e| format!("reading claim {}: {}", entry.claim_name(), describe(&e)))?;
     Ok(live.filter(|c| c.metadata.uid.as_deref() == Some(entry.uid.as_str())))
-}
-
-/// A claim record whose claim the cache lacks: the claim is read live. Gone, or no longer
-/// carrying the record: nothing to do. Still there with it: looked at again once the cache has
-/// it.
-async fn check_record(state: &Provisioner, pending: &Pending) -> Result<(), Retry> {
-    let entry = &pending.entry;
-    if live_claim(state, entry)
-        .await?
-        .as_ref()
-        .is_some_and(has_record)
-    {
-        return Err(format!(
-            "claim {} carries a provisioning intent but is not in the cache yet",
-            entry.claim_name()
-        )
-        .into());
-    }
-    Ok(())
 }
 
 async fn resolved(state: &Provisioner, pending: &Pending, stale: bool) -> Result<(), Retry> {
