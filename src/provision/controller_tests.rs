@@ -13,8 +13,8 @@ use crate::k8s::events::{EventSource, Recorder};
 use crate::metrics::Metrics;
 use crate::metrics::node_gone::NodeGoneMetrics;
 use crate::names;
-use crate::provision::controller::intents::resolution::Owner;
 use crate::provision::controller::intents::claim_record::ClaimRecords;
+use crate::provision::controller::intents::resolution::Owner;
 use crate::provision::controller::intents::{IntentLog, Pending};
 use crate::runtime::{Stores, VolumeLocks};
 

@@ -302,7 +302,10 @@ async fn a_claim_record_of_an_earlier_run_is_taken_into_the_ledger() {
     .await;
     sidecar.kill().await;
     // Deleted while nobody provisions: the finalizer holds it.
-    let _ = cluster.pvcs(NS).delete("data", &DeleteParams::default()).await;
+    let _ = cluster
+        .pvcs(NS)
+        .delete("data", &DeleteParams::default())
+        .await;
 
     // Granted: the record goes into the ledger and off the claim, which then goes.
     faults.remove(no_leases);

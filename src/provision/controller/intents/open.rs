@@ -7,6 +7,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
+use std::sync::atomic::AtomicI64;
 
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use tracing::{info, warn};
@@ -32,14 +33,7 @@ pub(crate) async fn open<S: Future<Output = ()>>(
 ) -> (IntentLog, impl Future<Output = ()> + use<S>) {
     let deployment = ctx.config.node_deployment.as_ref();
     let node = deployment.map(|n| n.node_name.as_str());
-    let ledger = Ledger::open(
-        ctx.client.clone(),
-        &crate::leader::ledger_namespace(&ctx.config),
-        &ledger_base(ctx, node),
-        node,
-        ctx.metrics.backlog.ledger_intents.clone(),
-    )
-    .await;
+    let ledger = open_ledger(ctx, node, ctx.metrics.backlog.ledger_intents.clone()).await;
     if let Some(dir) = deployment.and_then(|n| n.intent_journal.as_deref()) {
         take_in_retired_journal(ledger.as_ref(), dir).await;
     }
@@ -66,6 +60,13 @@ pub(crate) async fn open<S: Future<Output = ()>>(
     (log, work)
 }
 
+/// The ledger of `node` (in node mode; else the driver's), `None` when it cannot be used.
+async fn open_ledger(ctx: &Context, node: Option<&str>, count: Arc<AtomicI64>) -> Option<Ledger> {
+    let namespace = crate::leader::ledger_namespace(&ctx.config);
+    let base = ledger_base(ctx, node);
+    Ledger::open(ctx.client.clone(), &namespace, &base, node, count).await
+}
+
 /// Takes `entries` into `ledger` and writes it; whether that succeeded.
 async fn written(ledger: &Ledger, entries: Vec<Entry>) -> bool {
     ledger.take_in(entries);
@@ -89,20 +90,17 @@ async fn take_in_claim_records(ctx: &Context, ledger: &Ledger, node: Option<&str
             Owner::NoNode => done.push(entry),
         }
     }
-    let namespace = crate::leader::ledger_namespace(&ctx.config);
     for (owner, entries) in by_node {
-        let theirs = match &owner {
+        let theirs = match owner.as_deref() {
             None => Some(ledger.clone()),
-            Some(other) => {
-                let base = ledger_base(ctx, Some(other));
-                Ledger::open(ctx.client.clone(), &namespace, &base, Some(other), Arc::default())
-                    .await
-            }
+            other => open_ledger(ctx, other, Arc::default()).await,
         };
-        let volumes = entries.clone();
+        let taken = entries.clone();
         match theirs {
-            Some(theirs) if written(&theirs, entries).await => done.extend(volumes),
-            _ => warn!(node = ?owner, records = volumes.len(), "the claim records of an earlier run could not be written to the Lease ledger; they are taken in again at the next start"),
+            Some(theirs) if written(&theirs, entries).await => done.extend(taken),
+            _ => {
+                warn!(node = ?owner, records = taken.len(), "the claim records of an earlier run could not be written to the Lease ledger; they are taken in again at the next start")
+            }
         }
     }
     for entry in done {

@@ -29,6 +29,7 @@ use crate::node_mode::ownership;
 use crate::provision::controller::Provisioner;
 use crate::provision::controller::execute::{create_volume, delete_volume, secret_data};
 use crate::provision::controller::facts;
+use crate::provision::controller::intents::Pending;
 use crate::provision::controller::intents::claim_record::has_record;
 use crate::provision::controller::intents::cleanup::{
     AfterReplay, CleanupStep, IntentCleanup, after_replay, cleanup_step,
@@ -37,7 +38,6 @@ use crate::provision::controller::intents::ledger::Entry;
 use crate::provision::controller::intents::resolution::{
     self, CleanupCause, Holds, Owner, Resolution, pv_holds_entry,
 };
-use crate::provision::controller::intents::Pending;
 use crate::provision::controller::node_gone::{Gone, confirm_gone, gone_message};
 use crate::retry::Backoff;
 use crate::runtime::Shutdown;
