@@ -210,7 +210,7 @@ async fn create_volume_and_pv(
         {
             Ok(()) => {
                 info!(claim = %claim_key(pvc), volume = %plan.volume_name, "claim deleted during CreateVolume; volume deleted again");
-                state.intents.forget(&intent).await?;
+                state.intents.forget(&intent, false).await?;
                 Ok(Action::await_change())
             }
             Err(e) => {
@@ -241,7 +241,7 @@ async fn create_volume_and_pv(
     }
     ctx.capacity.volume_changed(&pv);
     state.memory().provisioned(&key);
-    state.intents.forget(&intent).await?;
+    state.intents.forget(&intent, false).await?;
     super::data_source::release_snapshot(state, pvc, plan.source.as_ref()).await;
     ctx.events.emit(
         reference_to(pvc.as_ref()),
