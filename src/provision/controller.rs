@@ -32,7 +32,7 @@ use crate::retry::{Backoff, InfeasibleHold};
 use crate::runtime::queue::Key;
 use crate::runtime::skeleton;
 use crate::runtime::{Action, Context, Shutdown};
-use intents::IntentLog;
+use intents::IntentStore;
 
 mod claim_writes;
 mod compete;
@@ -86,7 +86,7 @@ struct Provisioner {
     /// Nodes and CSINodes as the decisions read them ([`facts::topology_of`]).
     topology: Arc<dyn TopologyView + Send + Sync>,
     /// Where intents are recorded.
-    intents: IntentLog,
+    intents: IntentStore,
 }
 
 impl Provisioner {
@@ -154,16 +154,10 @@ pub(crate) async fn run(
         || Competition::new(Duration::from_secs(20), Duration::from_secs(60)),
         |n| Competition::new(n.base_delay, n.max_delay),
     );
-    // The ledger's committer outlives the workers (one may still wait for a commit) and then
-    // flushes what is pending.
-    let (stopped, stop) = tokio::sync::oneshot::channel::<()>();
-    let (intents, committer) = intents::open(&ctx, async {
-        let _ = stop.await;
-    })
-    .await;
+    let intents = intents::open(&ctx).await;
     let p = &ctx.config.provisioning;
     let state = Arc::new(Provisioner {
-        intents,
+        intents: intents.clone(),
         memory: Mutex::new(ClaimMemory::new(
             Backoff::new(p.retry_interval_start, p.retry_interval_max),
             InfeasibleHold::new(crate::retry::INFEASIBLE_HOLD_BACK),
@@ -176,6 +170,9 @@ pub(crate) async fn run(
 
     let claims = ctx.stores.pvcs.clone();
     let class_index = claims.clone();
+    // The claim-record store mirrors the records the claims carry, from the same watch.
+    let observed = intents.clone();
+    let pvcs = pvcs.inspect(move |claim| observed.observe_cached(claim));
     let mut triggers = vec![
         skeleton::keys_of(pvcs).boxed(),
         // A PV created, bound or deleted changes what its claim needs.
@@ -239,6 +236,12 @@ pub(crate) async fn run(
     let pruned = state.clone();
     let prune = move || pruned.forget_vanished_claims();
     let span = info_span!("provisioning");
+    // The committer outlives the workers (one may still wait for a commit) and then flushes what
+    // is pending.
+    let (stopped, stop) = tokio::sync::oneshot::channel::<()>();
+    let committer = intents.run(ctx.leadership.clone(), async {
+        let _ = stop.await;
+    });
     let resolver = intents::resolve::run_resolver(state.clone(), shutdown.clone());
     let workers = async {
         skeleton::drive(

@@ -7,7 +7,6 @@ use std::time::{Duration, Instant};
 use super::*;
 use kube::api::{DeleteParams, ListParams};
 use mock_csi_driver::FaultRule;
-use mock_csi_driver::control::ControlClient;
 
 /// Waits until no PV exists.
 async fn wait_no_pvs(cluster: &Cluster) {
@@ -16,22 +15,6 @@ async fn wait_no_pvs(cluster: &Cluster) {
         list.items.is_empty().then_some(())
     })
     .await;
-}
-
-/// A cluster and a driver whose every CreateVolume creates the volume and then times out: the
-/// sidecar never learns the id. With the driver's control, to clear that.
-async fn creates_time_out() -> (Cluster, Driver, ControlClient) {
-    let cluster = Cluster::start().await;
-    let driver = Driver::start(cluster.dir.path(), "node-1", &[]).await;
-    let control = driver.control().await;
-    control
-        .set_fault(
-            "CreateVolume",
-            FaultRule::always(tonic::Code::DeadlineExceeded).after_effect(),
-        )
-        .await
-        .unwrap();
-    (cluster, driver, control)
 }
 
 #[tokio::test]
@@ -61,7 +44,17 @@ async fn driver_timeouts_are_retried_until_the_volume_exists_once() {
 
 #[tokio::test]
 async fn pvc_deleted_while_create_volume_hangs_leaves_no_volume() {
-    let (cluster, driver, control) = creates_time_out().await;
+    let cluster = Cluster::start().await;
+    let driver = Driver::start(cluster.dir.path(), "node-1", &[]).await;
+    let control = driver.control().await;
+    // Every CreateVolume creates the volume and then times out: the sidecar never learns the id.
+    control
+        .set_fault(
+            "CreateVolume",
+            FaultRule::always(tonic::Code::DeadlineExceeded).after_effect(),
+        )
+        .await
+        .unwrap();
     let sidecar = Sidecar::start(&cluster, &driver, &["--http-endpoint=127.0.0.1:0"]).await;
     cluster.claim_with_fast_class(NS, "data").await;
     driver.wait_volumes(1).await;
@@ -251,7 +244,16 @@ async fn no_create_volume_before_the_intent_is_recorded_even_while_the_api_serve
 
 #[tokio::test]
 async fn pvc_deleted_while_the_sidecar_is_down_gets_its_volume_deleted() {
-    let (cluster, driver, control) = creates_time_out().await;
+    let cluster = Cluster::start().await;
+    let driver = Driver::start(cluster.dir.path(), "node-1", &[]).await;
+    let control = driver.control().await;
+    control
+        .set_fault(
+            "CreateVolume",
+            FaultRule::always(tonic::Code::DeadlineExceeded).after_effect(),
+        )
+        .await
+        .unwrap();
     let mut sidecar = Sidecar::start(&cluster, &driver, &[]).await;
     cluster.claim_with_fast_class(NS, "data").await;
     driver.wait_volumes(1).await;
@@ -268,47 +270,6 @@ async fn pvc_deleted_while_the_sidecar_is_down_gets_its_volume_deleted() {
     let state = driver.wait_volumes(0).await;
     assert_eq!(state.ok_calls("DeleteVolume"), 1);
     assert_eq!(cluster.pv_count().await, 0, "no PV exists");
-}
-
-/// A claim record an earlier run left (it had no Lease RBAC) is taken into the ledger at start-up
-/// and removed from its claim: the deleted claim goes, and its volume is deleted.
-#[tokio::test]
-async fn a_claim_record_of_an_earlier_run_is_taken_into_the_ledger() {
-    let (cluster, driver, control) = creates_time_out().await;
-    // No Role for Leases: the intent goes on the claim.
-    let faults = cluster.sim().faults();
-    let no_leases = faults.add(
-        kube_sim::FaultRule::error(403)
-            .verb("list")
-            .resource("leases"),
-    );
-    let mut sidecar = Sidecar::start(&cluster, &driver, &[]).await;
-    cluster.claim_with_fast_class(NS, "data").await;
-    driver.wait_volumes(1).await;
-    wait_claim(&cluster, "data", "the record on the claim", |p| {
-        has_intent(p).then_some(())
-    })
-    .await;
-    sidecar.kill().await;
-    // Deleted while nobody provisions: the finalizer holds it.
-    let _ = cluster
-        .pvcs(NS)
-        .delete("data", &DeleteParams::default())
-        .await;
-
-    // Granted: the record goes into the ledger and off the claim, which then goes.
-    faults.remove(no_leases);
-    control.clear_faults().await.unwrap();
-    sidecar.restart().await;
-    cluster.wait_intent(NS, "data", false).await;
-    cluster.delete_pvc_and_wait(NS, "data").await;
-    let state = driver.wait_volumes(0).await;
-    assert_eq!(state.ok_calls("DeleteVolume"), 1);
-    assert_eq!(cluster.pv_count().await, 0, "no PV exists");
-    assert_eq!(
-        sidecar.log_lines_with(&["claim record of an earlier run taken into the Lease ledger"]),
-        1
-    );
 }
 
 #[tokio::test]

@@ -208,7 +208,7 @@ async fn create_volume_and_pv(
         return match delete_volume(state, &volume_id, plan.provisioner_secret.as_ref()).await {
             Ok(()) => {
                 info!(claim = %claim_key(pvc), volume = %plan.volume_name, "claim deleted during CreateVolume; volume deleted again");
-                state.intents.forget(&intent, false).await?;
+                state.intents.forget(&intent).await?;
                 Ok(Action::await_change())
             }
             Err(e) => {
@@ -238,7 +238,7 @@ async fn create_volume_and_pv(
     }
     ctx.capacity.volume_changed(&pv);
     state.memory().provisioned(&key);
-    state.intents.forget(&intent, false).await?;
+    state.intents.forget(&intent).await?;
     super::data_source::release_snapshot(state, pvc, plan.source.as_ref()).await;
     ctx.events.emit(
         reference_to(pvc.as_ref()),

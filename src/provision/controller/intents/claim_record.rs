@@ -5,22 +5,23 @@
 //! request (no secrets) and whether the class retains its volumes. Two claim writes per volume
 //! (record, forget) instead of a share of one Lease write.
 //!
-//! [`ClaimRecords::pending`] reads the records from the claim cache: no request, and a claim
-//! without the record's finalizer is not parsed.
+//! [`ClaimRecords`] keeps an in-memory mirror of the records, fed by every claim the provisioning
+//! controller's watch delivers ([`ClaimRecords::observe`]), so listing what is pending costs no
+//! request and no scan of the cache.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Mutex;
 
 use json_patch::PatchOperation;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::{Api, Client};
+use kube::{Api, Client, ResourceExt};
 use prost::Message;
 use serde_json::Value;
 
 use crate::csi::v1::CreateVolumeRequest;
-use crate::k8s::cache::Cache;
+use crate::k8s::lean::Lean;
 use crate::k8s::patch::{
     self, PatchError, PatchOutcome, Step, add_op, annotation_path, guard, meta_path, remove_op,
     version_test,
@@ -28,8 +29,6 @@ use crate::k8s::patch::{
 use crate::model::meta::{has_finalizer, non_empty_annotation};
 use crate::names;
 use crate::provision::controller::intents::ledger::Entry;
-use crate::provision::controller::intents::resolution::Owner;
-use crate::provision::controller::intents::{IntentError, Pending, Recorded};
 use crate::provision::request::{
     self, RequestParts, create_volume_request, is_block, requested_bytes,
 };
@@ -217,53 +216,91 @@ fn minimal_request(pvc: &PersistentVolumeClaim, volume_name: &str) -> CreateVolu
     })
 }
 
-/// The claim-record store: its writes, and what the cached claims carry.
+/// What a record write found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Written {
+    /// The record is on the claim.
+    Recorded,
+    /// The claim is being deleted (or gone): nothing was started, nothing may be.
+    ClaimDeleting,
+}
+
+/// A record in the mirror.
+#[derive(Debug, Clone)]
+struct Mirrored {
+    entry: Entry,
+    /// The claim's selected node when last seen (node mode: who acts on the record).
+    selected_node: Option<String>,
+}
+
+/// The claim-record store: writes and the mirror of what the claims carry.
 pub(crate) struct ClaimRecords {
     client: Client,
     /// Our driver: every driver running this sidecar writes the same finalizer.
     driver: String,
-    /// The claims as the provisioning controller's watch delivered them.
-    claims: Cache<PersistentVolumeClaim>,
-    /// Node mode: this instance's node.
-    node: Option<String>,
+    /// Records by claim UID.
+    mirror: Mutex<HashMap<String, Mirrored>>,
     /// Volumes this process recorded itself, until forgotten.
     recorded_here: Mutex<HashSet<String>>,
 }
 
 impl ClaimRecords {
-    /// The store over the records that `claims` of `driver` carry (`node`: this instance's, in
-    /// node mode).
-    pub(crate) fn new(
-        client: Client,
-        driver: &str,
-        claims: Cache<PersistentVolumeClaim>,
-        node: Option<String>,
-    ) -> Self {
+    /// An empty store for claims of `driver`.
+    pub(crate) fn new(client: Client, driver: &str) -> Self {
         Self {
             client,
             driver: driver.to_owned(),
-            claims,
-            node,
+            mirror: Mutex::new(HashMap::new()),
             recorded_here: Mutex::new(HashSet::new()),
         }
     }
 
-    /// Every record our driver's cached claims carry, owned (node mode) by the claim's selected
-    /// node. Only claims that mention the record's finalizer are parsed.
-    pub(crate) fn pending(&self) -> Vec<Pending> {
-        let me = self.node.as_deref();
-        records(&self.claims, &self.driver)
-            .map(|(entry, pvc)| Pending {
+    /// [`Self::observe`] for a cached claim, unpacked only when it mentions the record's
+    /// finalizer: most claims never carry one, and their events then cost no parse.
+    pub(crate) fn observe_cached(&self, claim: &Lean<PersistentVolumeClaim>) {
+        if claim.mentions(names::FINALIZER_PROVISIONING_INTENT) {
+            self.observe(&claim.full());
+        } else {
+            lock(&self.mirror).remove(claim.uid());
+        }
+    }
+
+    /// Takes in the claim as the watch delivered it: its record (our driver's only), or none.
+    pub(crate) fn observe(&self, pvc: &PersistentVolumeClaim) {
+        let uid = pvc.uid().unwrap_or_default();
+        let record = entry_of(pvc)
+            .filter(|_| crate::model::claim::is_ours(pvc, &self.driver))
+            .map(|entry| Mirrored {
                 entry,
-                owner: Owner::of_record(me, crate::model::claim::selected_node(&pvc)),
-                on_claim: true,
-            })
+                selected_node: crate::model::claim::selected_node(pvc).map(str::to_owned),
+            });
+        let mut mirror = lock(&self.mirror);
+        match record {
+            Some(record) => mirror.insert(uid, record),
+            None => mirror.remove(&uid),
+        };
+    }
+
+    /// Every record with the claim's selected node as last seen.
+    pub(crate) fn pending(&self) -> Vec<(Entry, Option<String>)> {
+        lock(&self.mirror)
+            .values()
+            .map(|m| (m.entry.clone(), m.selected_node.clone()))
             .collect()
+    }
+
+    /// Whether the claim of `entry` carries a record (as last seen, or written here).
+    pub(crate) fn holds(&self, entry: &Entry) -> bool {
+        lock(&self.mirror).contains_key(&entry.uid)
     }
 
     /// Whether this process recorded `volume` itself.
     pub(crate) fn recorded_here(&self, volume: &str) -> bool {
         lock(&self.recorded_here).contains(volume)
+    }
+
+    fn api(&self, namespace: &str) -> Api<PersistentVolumeClaim> {
+        Api::namespaced(self.client.clone(), namespace)
     }
 
     /// Writes the finalizer and `entry`'s annotations on `pvc` in one write
@@ -272,20 +309,22 @@ impl ClaimRecords {
         &self,
         pvc: &PersistentVolumeClaim,
         entry: &Entry,
-    ) -> Result<Recorded, IntentError> {
+    ) -> Result<Written, PatchError> {
         let wanted = intent_annotations(entry);
-        let api = api(&self.client, &entry.namespace);
-        let outcome = patch::patch_fresh(&api, pvc, "record provisioning intent", |meta| {
-            intent_write_step(meta, &wanted)
-        })
-        .await
-        .map_err(IntentError::Claim)?;
+        let outcome = patch::patch_fresh(
+            &self.api(&entry.namespace),
+            pvc,
+            "record provisioning intent",
+            |meta| intent_write_step(meta, &wanted),
+        )
+        .await?;
         match outcome {
-            PatchOutcome::Patched(_) | PatchOutcome::Unchanged(_) => {
+            PatchOutcome::Patched(fresh) | PatchOutcome::Unchanged(fresh) => {
                 lock(&self.recorded_here).insert(entry.volume.clone());
-                Ok(Recorded::Durable)
+                self.observe(&fresh);
+                Ok(Written::Recorded)
             }
-            PatchOutcome::Deleting(_) | PatchOutcome::Gone => Ok(Recorded::ClaimDeleting),
+            PatchOutcome::Deleting(_) | PatchOutcome::Gone => Ok(Written::ClaimDeleting),
         }
     }
 
@@ -303,45 +342,44 @@ impl ClaimRecords {
                 patch::set_annotation_step(meta, names::ANN_INTENT_VOLUME_ID, id)
             }
         };
-        let api = api(&self.client, &entry.namespace);
-        let _ = patch::patch_fresh(&api, &seed(entry), "record volume id", step).await;
+        if let Ok(PatchOutcome::Patched(fresh)) = patch::patch_fresh(
+            &self.api(&entry.namespace),
+            &seed(entry),
+            "record volume id",
+            step,
+        )
+        .await
+        {
+            self.observe(&fresh);
+        }
     }
 
     /// Removes the finalizer and every intent annotation from the claim of `entry`.
     pub(crate) async fn forget(&self, entry: &Entry) -> Result<(), PatchError> {
-        remove_record(&self.client, entry).await?;
+        patch::patch_fresh(
+            &self.api(&entry.namespace),
+            &seed(entry),
+            "remove provisioning intent",
+            intent_removal_step,
+        )
+        .await?;
         lock(&self.recorded_here).remove(&entry.volume);
+        // Not from the answer: removing the last finalizer of a deleted claim answers with the
+        // object as last stored, which still shows the record.
+        self.unmirror(entry);
         Ok(())
     }
-}
 
-/// Every record our `driver`'s claims in `claims` carry, with its claim. Only claims that mention
-/// the record's finalizer are parsed: most never carry one.
-pub(crate) fn records(
-    claims: &Cache<PersistentVolumeClaim>,
-    driver: &str,
-) -> impl Iterator<Item = (Entry, PersistentVolumeClaim)> {
-    let driver = driver.to_owned();
-    claims
-        .state()
-        .into_iter()
-        .filter(|claim| claim.mentions(names::FINALIZER_PROVISIONING_INTENT))
-        .map(|claim| claim.full())
-        .filter(move |pvc| crate::model::claim::is_ours(pvc, &driver))
-        .filter_map(|pvc| Some((entry_of(&pvc)?, pvc)))
-}
-
-/// Removes the finalizer and every intent annotation from the claim of `entry` (nothing to do
-/// when it is gone).
-pub(crate) async fn remove_record(client: &Client, entry: &Entry) -> Result<(), PatchError> {
-    let api = api(client, &entry.namespace);
-    let removal = "remove provisioning intent";
-    patch::patch_fresh(&api, &seed(entry), removal, intent_removal_step).await?;
-    Ok(())
-}
-
-fn api(client: &Client, namespace: &str) -> Api<PersistentVolumeClaim> {
-    Api::namespaced(client.clone(), namespace)
+    /// Drops the mirror's entry of `entry`'s claim.
+    pub(crate) fn unmirror(&self, entry: &Entry) {
+        let mut mirror = lock(&self.mirror);
+        if mirror
+            .get(&entry.uid)
+            .is_some_and(|m| m.entry.volume == entry.volume)
+        {
+            mirror.remove(&entry.uid);
+        }
+    }
 }
 
 /// A claim carrying only `entry`'s identity: the first write is computed from a fresh read

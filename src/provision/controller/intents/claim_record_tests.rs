@@ -1,5 +1,4 @@
 use super::*;
-use crate::k8s::lean::Lean;
 use serde_json::json;
 
 fn meta(finalizers: &[&str], annotations: &[(&str, &str)]) -> ObjectMeta {
@@ -225,34 +224,35 @@ fn a_record_written_before_requests_were_kept_replays_what_the_claim_says() {
     assert_eq!(replay.volume_capabilities.len(), 1);
 }
 
-/// The pending records are read from the claim cache: a claim carrying the record's finalizer,
-/// and not one without it, nor another driver's claim, whatever it carries.
+/// The mirror follows the claim watch: a record appears with its claim's event and goes with the
+/// event of the same claim without it (the finalizer removed), and another driver's claim is
+/// never mirrored, whatever it carries.
 #[tokio::test]
-async fn pending_records_are_our_driver_s_cached_claims_carrying_one() {
+async fn the_mirror_follows_the_watch_and_holds_only_our_driver_s_records() {
     let client =
         kube::Client::try_from(kube::Config::new("http://127.0.0.1:9".parse().unwrap())).unwrap();
-    let claim = |name: &str, finalizers: &[&str], driver: &str| {
-        let mut meta = meta(
-            finalizers,
-            &[
-                ("volume.kubernetes.io/storage-provisioner", driver),
-                (names::ANN_INTENT_VOLUME_NAME, name),
-            ],
-        );
-        meta.name = Some(name.to_owned());
+    let records = ClaimRecords::new(client, "d");
+    let claim = |finalizers: &[&str], driver: &str| {
         Lean::new(PersistentVolumeClaim {
-            metadata: meta,
+            metadata: meta(
+                finalizers,
+                &[
+                    ("volume.kubernetes.io/storage-provisioner", driver),
+                    (names::ANN_INTENT_VOLUME_NAME, "pvc-1"),
+                ],
+            ),
             ..PersistentVolumeClaim::default()
         })
     };
-    let cache = Cache::of([
-        claim("pvc-1", &[names::FINALIZER_PROVISIONING_INTENT], "d"),
-        claim("pvc-2", &[PROTECTION], "d"),
-        claim("pvc-3", &[names::FINALIZER_PROVISIONING_INTENT], "other"),
-    ]);
-    let records = ClaimRecords::new(client, "d", cache, None);
+    records.observe_cached(&claim(&[names::FINALIZER_PROVISIONING_INTENT], "d"));
     let pending = records.pending();
     assert_eq!(pending.len(), 1);
-    assert_eq!(pending[0].entry.volume, "pvc-1");
-    assert!(pending[0].on_claim);
+    assert_eq!(pending[0].0.volume, "pvc-1");
+    records.observe_cached(&claim(&[PROTECTION], "d"));
+    assert!(
+        records.pending().is_empty(),
+        "record removed from the claim"
+    );
+    records.observe_cached(&claim(&[names::FINALIZER_PROVISIONING_INTENT], "other"));
+    assert!(records.pending().is_empty(), "another driver's claim");
 }

@@ -335,6 +335,12 @@ impl Book {
         true
     }
 
+    /// The entry of `volume`.
+    #[cfg(test)]
+    pub(crate) fn get(&self, volume: &str) -> Option<&Entry> {
+        self.entries.get(volume).map(|s| &s.entry)
+    }
+
     /// Every entry, committed or not.
     pub(crate) fn entries(&self) -> impl Iterator<Item = &Entry> {
         self.entries.values().map(|s| &s.entry)
@@ -349,6 +355,12 @@ impl Book {
     /// their shard or the resolver's flush.
     pub(crate) fn has_prompt(&self) -> bool {
         self.prompt
+    }
+
+    /// Whether anything waits for a write: an unwritten entry or a prompt removal.
+    #[cfg(test)]
+    pub(crate) fn has_uncommitted(&self) -> bool {
+        self.prompt || self.entries.values().any(|s| !s.committed)
     }
 
     /// Whether any shard needs a write.

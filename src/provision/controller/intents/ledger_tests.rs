@@ -1,18 +1,6 @@
 use super::*;
 use crate::testing::pvc;
 
-impl Book {
-    /// The entry of `volume`.
-    pub(crate) fn get(&self, volume: &str) -> Option<&Entry> {
-        self.entries.get(volume).map(|s| &s.entry)
-    }
-
-    /// Whether anything waits for a write: an unwritten entry or a prompt removal.
-    pub(crate) fn has_uncommitted(&self) -> bool {
-        self.prompt || self.entries.values().any(|s| !s.committed)
-    }
-}
-
 fn request(name: &str) -> CreateVolumeRequest {
     CreateVolumeRequest {
         name: name.to_owned(),

@@ -1,10 +1,10 @@
-//! The resolver: the only clean-up path of the intent log, whichever store holds an entry
+//! The resolver: the only clean-up path of the intent store, whichever store holds an entry
 //! (Lease ledger, claim record). Every entry whose claim no longer wants its volume
 //! (claim gone, being deleted, bound elsewhere) gets its volume deleted (CreateVolume replayed
 //! first when the id is unknown) and is dropped; an entry whose PV exists is dropped, and one whose
 //! PV holds another volume (in node mode: another node's copy) has its own volume deleted. Runs at
 //! start-up, which also finishes what an earlier leader or a crashed process left, and then every
-//! [`RESOLVE_EVERY`] over [`IntentLog::pending`](super::IntentLog::pending)
+//! [`RESOLVE_EVERY`] over [`IntentStore::pending`](super::IntentStore::pending)
 //! (in memory): API requests only for entries that need a clean-up or a look at a PV the cache
 //! cannot show (an entry whose claim is bound to a PV that does not exist stays, looked at with the
 //! retry backoff, at most every `--retry-interval-max`).
@@ -29,7 +29,6 @@ use crate::node_mode::ownership;
 use crate::provision::controller::Provisioner;
 use crate::provision::controller::execute::{create_volume, delete_volume, secret_data};
 use crate::provision::controller::facts;
-use crate::provision::controller::intents::Pending;
 use crate::provision::controller::intents::claim_record::has_record;
 use crate::provision::controller::intents::cleanup::{
     AfterReplay, CleanupStep, IntentCleanup, after_replay, cleanup_step,
@@ -38,6 +37,7 @@ use crate::provision::controller::intents::ledger::Entry;
 use crate::provision::controller::intents::resolution::{
     self, CleanupCause, Holds, Owner, Resolution, pv_holds_entry,
 };
+use crate::provision::controller::intents::{Held, Pending};
 use crate::provision::controller::node_gone::{Gone, confirm_gone, gone_message};
 use crate::retry::Backoff;
 use crate::runtime::Shutdown;
@@ -82,6 +82,8 @@ pub(in crate::provision::controller) async fn run_resolver(
                 }
             }
         }
+        // Removals no intent write carried meanwhile are written now, one pass late at most.
+        state.intents.flush_removals();
         tokio::select! {
             () = &mut stop => return,
             () = tokio::time::sleep(RESOLVE_EVERY) => {}
@@ -124,13 +126,13 @@ pub(in crate::provision::controller) async fn resolve_one(
         .map(|c| c.full())
         .filter(|c| c.metadata.uid.as_deref() == Some(entry.uid.as_str()));
     let mut owner = pending.owner.clone();
-    if pending.on_claim {
+    if pending.held == Held::Claim {
         match &claim {
             // A record's owner is its claim's selected node now, not as the pass began.
             Some(claim) => owner = Owner::of_record(own_node(state), selected_node(claim)),
-            // The finalizer holds a claim as long as its record is on it: a claim that left the
-            // cache since the pass began went with its record (pending reads the same cache).
-            None => return Ok(()),
+            // The finalizer holds a claim as long as its record is on it: a claim missing from
+            // the cache is behind, or the mirror is (its record removed, the claim gone).
+            None => return check_record(state, pending).await,
         }
     }
     let resolution = resolution::resolve(entry, &owner, pv_cached, claim.as_ref());
@@ -190,8 +192,9 @@ pub(in crate::provision::controller) async fn resolve_one(
         .into());
     };
     let live = live_claim(state, entry).await?;
-    if pending.on_claim && !live.as_ref().is_some_and(has_record) {
-        // The record is gone from the claim (or the claim with it): the cache lagged.
+    if pending.held == Held::Claim && !live.as_ref().is_some_and(has_record) {
+        // The record is gone from the claim (or the claim with it): the mirror lagged.
+        state.intents.unmirror(entry);
         return Ok(());
     }
     let cause = match resolution::resolve(entry, &owner, false, live.as_ref()) {
@@ -218,10 +221,30 @@ async fn live_claim(
     Ok(live.filter(|c| c.metadata.uid.as_deref() == Some(entry.uid.as_str())))
 }
 
+/// A claim record whose claim the cache lacks: the claim is read live. Gone, or no longer
+/// carrying the record: the mirror lagged, nothing else to do. Still there with it: looked at
+/// again once the cache has it.
+async fn check_record(state: &Provisioner, pending: &Pending) -> Result<(), Retry> {
+    let entry = &pending.entry;
+    if live_claim(state, entry)
+        .await?
+        .as_ref()
+        .is_some_and(has_record)
+    {
+        return Err(format!(
+            "claim {} carries a provisioning intent but is not in the cache yet",
+            entry.claim_name()
+        )
+        .into());
+    }
+    state.intents.unmirror(entry);
+    Ok(())
+}
+
 async fn resolved(state: &Provisioner, pending: &Pending, stale: bool) -> Result<(), Retry> {
     state
         .intents
-        .forget(&pending.entry, stale)
+        .resolved(pending, stale)
         .await
         .map_err(|e| e.to_string().into())
 }
@@ -405,7 +428,7 @@ async fn cleanup_entry(
         step = match verdict {
             AfterReplay::Delete(volume_id) => {
                 // Remembered: if the delete fails, the next attempt needs no replay.
-                state.intents.set_id(entry, &volume_id).await;
+                state.intents.learned_id(pending, &volume_id).await;
                 CleanupStep::DeleteVolume { volume_id }
             }
             AfterReplay::NoVolumeId(message) => {

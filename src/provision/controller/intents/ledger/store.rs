@@ -41,16 +41,23 @@ enum Due {
     Removals,
 }
 
-/// Why an intent was not recorded: the write failed; nothing may be sent to the driver yet.
+/// Why an intent was not recorded.
 #[derive(Debug, Clone, thiserror::Error)]
-#[error("writing the intent ledger Lease {lease} failed: {message}{hint}")]
-pub(crate) struct LedgerError {
-    /// `namespace/name` of the Lease.
-    lease: String,
-    /// The API server's answer.
-    message: String,
-    /// What to do about it, when the answer says (a missing permission).
-    hint: String,
+pub(crate) enum LedgerError {
+    /// The ledger is off (the sidecar could not list Leases at start-up): record the intent on the
+    /// claim instead.
+    #[error("the intent ledger is not in use")]
+    Disabled,
+    /// The write failed; nothing may be sent to the driver yet.
+    #[error("writing the intent ledger Lease {lease} failed: {message}{hint}")]
+    Write {
+        /// `namespace/name` of the Lease.
+        lease: String,
+        /// The API server's answer.
+        message: String,
+        /// What to do about it, when the answer says (a missing permission).
+        hint: String,
+    },
 }
 
 /// A handle on the ledger; cheap to clone.
@@ -60,6 +67,8 @@ pub(crate) struct Ledger(Arc<Inner>);
 struct Inner {
     state: Mutex<State>,
     wake: Notify,
+    /// Chosen once at start-up: whether the Leases could be listed.
+    enabled: bool,
     /// The resolver asked for a flush of pending removals ([`Ledger::flush_removals`]).
     flush: AtomicBool,
     /// An intent was recorded since the resolver's last pass: removals ride its commit instead.
@@ -68,7 +77,7 @@ struct Inner {
     skipped: std::sync::atomic::AtomicU32,
     /// A write failed since the resolver's last pass: the next pass writes again.
     failed: AtomicBool,
-    target: Target,
+    target: Option<Target>,
     /// Published entry count (`csi_provisioner_claims_with_intent` adds it).
     count: Arc<AtomicI64>,
 }
@@ -94,10 +103,16 @@ struct State {
 }
 
 impl Ledger {
-    fn with(state: State, target: Target, count: Arc<AtomicI64>) -> Self {
+    /// A ledger that is not used: every intent goes on its claim.
+    pub(crate) fn disabled() -> Self {
+        Self::with(State::default(), false, None, Arc::default())
+    }
+
+    fn with(state: State, enabled: bool, target: Option<Target>, count: Arc<AtomicI64>) -> Self {
         Self(Arc::new(Inner {
             state: Mutex::new(state),
             wake: Notify::new(),
+            enabled,
             flush: AtomicBool::new(false),
             recording: AtomicBool::new(false),
             skipped: Default::default(),
@@ -108,30 +123,31 @@ impl Ledger {
     }
 
     /// Loads the ledger `base` (the leader-election Lease name) of `namespace`, retrying
-    /// transient errors until it is read. `None`: refused (RBAC), with a warning saying which
-    /// permission is missing, or a Lease that cannot be read: the claim record is used instead.
+    /// transient errors until it is read. A refusal (RBAC) turns it off, with a warning saying
+    /// which permission is missing.
     pub(crate) async fn open(
         client: Client,
         namespace: &str,
         base: &str,
         node: Option<&str>,
         count: Arc<AtomicI64>,
-    ) -> Option<Self> {
+    ) -> Self {
         let api: Api<Lease> = Api::namespaced(client, namespace);
         let listed = match super::lease::list_shards(&api, base).await {
-            Ok(leases) => leases,
+            Ok(leases) => Some(leases),
             Err(e) => {
                 warn!(
                     namespace,
                     "the intent ledger is off, provisioning intents go on each claim (two claim writes per volume): {}; grant get, list, create and update on leases (coordination.k8s.io) in namespace {namespace} to the sidecar's ServiceAccount, as upstream's Role does",
                     describe(&e)
                 );
-                return None;
+                None
             }
         };
         let mut state = State::default();
+        let enabled = listed.is_some();
         let mut shards = Vec::new();
-        for lease in listed {
+        for lease in listed.unwrap_or_default() {
             let name = lease.metadata.name.clone().unwrap_or_default();
             let Some(index) = shard_index(base, &name) else {
                 continue;
@@ -141,14 +157,16 @@ impl Ledger {
                 Err(e) => {
                     // Never overwrite what cannot be read: it may list in-flight volumes.
                     warn!(lease = %format!("{namespace}/{name}"), "{e}; the ledger is off until it is repaired or deleted");
-                    return None;
+                    return Self::disabled();
                 }
             };
             set_lease(&mut state.leases, index, lease);
             shards.push((index, entries));
         }
         state.book = Book::load(shards);
-        info!(namespace, ledger = %base, intents = state.book.len(), "intent ledger loaded");
+        if enabled {
+            info!(namespace, ledger = %base, intents = state.book.len(), "intent ledger loaded");
+        }
         count.store(state.book.len() as i64, Ordering::Relaxed);
         let target = Target {
             api,
@@ -156,12 +174,20 @@ impl Ledger {
             base: base.to_owned(),
             node: node.map(str::to_owned),
         };
-        Some(Self::with(state, target, count))
+        Self::with(state, enabled, Some(target), count)
+    }
+
+    /// Whether intents go to the ledger.
+    pub(crate) fn is_enabled(&self) -> bool {
+        self.0.enabled
     }
 
     /// Records `entry` and waits until a commit has written it. Only then may CreateVolume be
     /// sent.
     pub(crate) async fn record(&self, entry: Entry) -> Result<(), LedgerError> {
+        if !self.is_enabled() {
+            return Err(LedgerError::Disabled);
+        }
         let rx = {
             let mut state = lock(&self.0.state);
             state.recorded_here.insert(entry.volume.clone());
@@ -178,10 +204,11 @@ impl Ledger {
         // The sender lives in the ledger's state, answered by every commit: never dropped
         // unanswered while the ledger exists.
         rx.await.unwrap_or_else(|_| {
-            let t = &self.0.target;
-            Err(LedgerError {
+            Err(LedgerError::Write {
                 // `namespace/name-intents` of the ledger's shards.
-                lease: format!("{}/{}-intents", t.namespace, t.base),
+                lease: self.0.target.as_ref().map_or_else(String::new, |t| {
+                    format!("{}/{}-intents", t.namespace, t.base)
+                }),
                 message: "the intent ledger's committer stopped".to_owned(),
                 hint: String::new(),
             })
@@ -198,7 +225,7 @@ impl Ledger {
         let quiet = !self.0.recording.swap(false, Ordering::Relaxed);
         let failed = self.0.failed.swap(false, Ordering::Relaxed);
         let skipped = self.0.skipped.fetch_add(1, Ordering::Relaxed) + 1;
-        if quiet || failed || skipped >= FLUSH_EVERY {
+        if self.is_enabled() && (quiet || failed || skipped >= FLUSH_EVERY) {
             self.0.skipped.store(0, Ordering::Relaxed);
             self.0.flush.store(true, Ordering::Relaxed);
             self.0.wake.notify_one();
@@ -273,8 +300,11 @@ impl Ledger {
         leadership: Leadership,
         stop: impl std::future::Future<Output = ()>,
     ) {
+        if !self.is_enabled() {
+            return;
+        }
         tokio::pin!(stop);
-        let per_node = self.0.target.node.is_some();
+        let per_node = self.0.target.as_ref().is_some_and(|t| t.node.is_some());
         let mut last_write: Option<tokio::time::Instant> = None;
         loop {
             let due = tokio::select! {
@@ -325,7 +355,9 @@ impl Ledger {
     /// ([`Book::take_commit`]). Returns `false` after a failure other than a conflict (which is
     /// merged and written again at once).
     async fn commit_once(&self, removals: bool) -> bool {
-        let target = &self.0.target;
+        let Some(target) = &self.0.target else {
+            return true;
+        };
         let (commit, waiters, leases) = {
             let mut state = lock(&self.0.state);
             let commit = state.book.take_commit(removals);
@@ -385,7 +417,7 @@ impl Ledger {
                                 ),
                                 _ => "; retrying".to_owned(),
                             };
-                            failure = Some(LedgerError {
+                            failure = Some(LedgerError::Write {
                                 lease: format!("{}/{name}", target.namespace),
                                 message: describe(&e),
                                 hint,
