@@ -4,7 +4,7 @@
 //! [`execute`]: intent, secret, CreateVolume, PV). Nothing is decided twice: a decision taken on a
 //! cache that may lag behind (a class or CSINode it lacks) is confirmed by one live read before it
 //! is acted on, and the next watch event brings the fresh claim for the next round. Clean-up after
-//! claims that no longer want their volume is not here: the intent store's resolver
+//! claims that no longer want their volume is not here: the intent log's resolver
 //! ([`intents::resolve`]) is its only path.
 
 use std::collections::HashSet;
@@ -32,7 +32,7 @@ use crate::retry::{Backoff, InfeasibleHold};
 use crate::runtime::queue::Key;
 use crate::runtime::skeleton;
 use crate::runtime::{Action, Context, Shutdown};
-use intents::IntentStore;
+use intents::IntentLog;
 
 mod claim_writes;
 mod compete;
@@ -63,7 +63,7 @@ pub(crate) enum ProvisionError {
     /// A Kubernetes write failed.
     #[error(transparent)]
     Patch(#[from] patch::PatchError),
-    /// The intent store could not drop an entry (a claim record's write failed).
+    /// The intent log could not drop an entry (a claim record's write failed).
     #[error(transparent)]
     Intent(#[from] intents::IntentError),
     /// A Kubernetes call failed.
@@ -86,7 +86,7 @@ struct Provisioner {
     /// Nodes and CSINodes as the decisions read them ([`facts::topology_of`]).
     topology: Arc<dyn TopologyView + Send + Sync>,
     /// Where intents are recorded.
-    intents: IntentStore,
+    intents: IntentLog,
 }
 
 impl Provisioner {
@@ -154,10 +154,16 @@ pub(crate) async fn run(
         || Competition::new(Duration::from_secs(20), Duration::from_secs(60)),
         |n| Competition::new(n.base_delay, n.max_delay),
     );
-    let intents = intents::open(&ctx).await;
+    // The committer outlives the workers (one may still wait for a commit) and then flushes what
+    // is pending.
+    let (stopped, stop) = tokio::sync::oneshot::channel::<()>();
+    let (intents, pvcs, committer) = intents::open(&ctx, pvcs, async {
+        let _ = stop.await;
+    })
+    .await;
     let p = &ctx.config.provisioning;
     let state = Arc::new(Provisioner {
-        intents: intents.clone(),
+        intents,
         memory: Mutex::new(ClaimMemory::new(
             Backoff::new(p.retry_interval_start, p.retry_interval_max),
             InfeasibleHold::new(crate::retry::INFEASIBLE_HOLD_BACK),
@@ -170,9 +176,6 @@ pub(crate) async fn run(
 
     let claims = ctx.stores.pvcs.clone();
     let class_index = claims.clone();
-    // The claim-record store mirrors the records the claims carry, from the same watch.
-    let observed = intents.clone();
-    let pvcs = pvcs.inspect(move |claim| observed.observe_cached(claim));
     let mut triggers = vec![
         skeleton::keys_of(pvcs).boxed(),
         // A PV created, bound or deleted changes what its claim needs.
@@ -236,12 +239,6 @@ pub(crate) async fn run(
     let pruned = state.clone();
     let prune = move || pruned.forget_vanished_claims();
     let span = info_span!("provisioning");
-    // The committer outlives the workers (one may still wait for a commit) and then flushes what
-    // is pending.
-    let (stopped, stop) = tokio::sync::oneshot::channel::<()>();
-    let committer = intents.run(ctx.leadership.clone(), async {
-        let _ = stop.await;
-    });
     let resolver = intents::resolve::run_resolver(state.clone(), shutdown.clone());
     let workers = async {
         skeleton::drive(

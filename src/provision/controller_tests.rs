@@ -13,9 +13,9 @@ use crate::k8s::events::{EventSource, Recorder};
 use crate::metrics::Metrics;
 use crate::metrics::node_gone::NodeGoneMetrics;
 use crate::names;
-use crate::provision::controller::intents::ledger::store::Ledger;
+use crate::provision::controller::intents::claim_record::ClaimRecords;
 use crate::provision::controller::intents::resolution::Owner;
-use crate::provision::controller::intents::{IntentStore, Pending};
+use crate::provision::controller::intents::{IntentLog, Pending};
 use crate::runtime::{Stores, VolumeLocks};
 
 /// Records every call; CreateVolume answers with `created_id`.
@@ -99,6 +99,11 @@ fn shell_with_classes(
     let mut metrics = Metrics::new();
     let node_metrics = NodeGoneMetrics::register(metrics.registry_mut());
     let client = sim.client();
+    // The claim-record store's mirror as the watch leaves it once it delivered `claims`.
+    let records = Arc::new(ClaimRecords::new(client.clone(), DRIVER));
+    for claim in &claims {
+        records.observe(claim);
+    }
     let ctx = Arc::new(Context {
         config: Arc::new(config),
         client: client.clone(),
@@ -139,7 +144,7 @@ fn shell_with_classes(
             Competition::new(Duration::from_secs(1), Duration::from_secs(8)),
         )),
         topology: super::facts::topology_of(&ctx, &settings_of(&ctx)),
-        intents: IntentStore::new(Ledger::disabled(), ctx.client.clone(), DRIVER, None),
+        intents: IntentLog::new(None, records, None),
         settings: settings_of(&ctx),
         ctx,
     }
@@ -166,11 +171,8 @@ async fn deleted_claim_with_intent(sim: &Sim, volume_id: Option<&str>) -> Persis
     api.get("data").await.unwrap()
 }
 
-/// The claim record of `claim`, as the store's mirror has it after the watch delivered the claim.
-fn observed(state: &Provisioner, claim: &PersistentVolumeClaim) -> Pending {
-    state
-        .intents
-        .observe_cached(&crate::k8s::lean::Lean::new(claim.clone()));
+/// The claim record of the claim the shell was given, as the store's mirror has it.
+fn observed(state: &Provisioner) -> Pending {
     let mut pending = state.intents.pending();
     assert_eq!(pending.len(), 1, "one record");
     let one = pending.remove(0);
@@ -189,7 +191,7 @@ async fn a_recorded_volume_id_is_deleted_without_a_replay_and_the_claim_is_relea
     let csi = fake_csi("unused");
     let claim = deleted_claim_with_intent(&sim, Some("vol-1")).await;
     let state = shell_with(&sim, csi.clone(), vec![claim.clone()]);
-    let pending = observed(&state, &claim);
+    let pending = observed(&state);
     assert!(
         intents::resolve::resolve_one(&state, &pending, &mut Default::default())
             .await
@@ -205,7 +207,7 @@ async fn without_an_id_the_create_is_replayed_then_the_answered_volume_deleted()
     let csi = fake_csi("vol-9");
     let claim = deleted_claim_with_intent(&sim, None).await;
     let state = shell_with(&sim, csi.clone(), vec![claim.clone()]);
-    let pending = observed(&state, &claim);
+    let pending = observed(&state);
     assert!(
         intents::resolve::resolve_one(&state, &pending, &mut Default::default())
             .await
@@ -240,7 +242,7 @@ async fn a_record_without_its_request_is_replayed_with_the_class_parameters() {
     let claim = api.get("data").await.unwrap();
     let class = crate::testing::sc("fast").param("type", "ssd").build();
     let state = shell_with_classes(&sim, csi.clone(), vec![claim.clone()], vec![class]);
-    let pending = observed(&state, &claim);
+    let pending = observed(&state);
     assert!(pending.entry.approximate, "no request on the claim");
     assert!(
         intents::resolve::resolve_one(&state, &pending, &mut Default::default())
@@ -272,7 +274,7 @@ async fn a_record_without_its_policy_keeps_the_volume_when_the_class_retains_or_
         let csi = fake_csi("vol-9");
         let claim = deleted_claim_with_intent(&sim, Some("vol-1")).await;
         let state = shell_with_classes(&sim, csi.clone(), vec![claim.clone()], classes);
-        let pending = observed(&state, &claim);
+        let pending = observed(&state);
         assert!(
             intents::resolve::resolve_one(&state, &pending, &mut Default::default())
                 .await
@@ -299,7 +301,7 @@ async fn a_volume_whose_pv_exists_is_kept_and_only_the_intent_dropped() {
     pv.metadata.resource_version = None;
     pv.status = None;
     pvs.create(&PostParams::default(), &pv).await.unwrap();
-    let pending = observed(&state, &claim);
+    let pending = observed(&state);
     assert!(
         intents::resolve::resolve_one(&state, &pending, &mut Default::default())
             .await

@@ -11,7 +11,7 @@
 //! VolumeAttributesClass, in node mode what the selected node recorded), and reads what the
 //! decision asks for ([`source_to_read`]: the data source) before deciding again.
 //! Node-mode ownership is one of those facts ([`NodeFacts`]), computed once by
-//! `node_mode::ownership`. The durable intent is not: the intent store (`provision::controller::intents`)
+//! `node_mode::ownership`. The durable intent is not: the intent log (`provision::controller::intents`)
 //! records it before CreateVolume, and its resolver alone cleans up after claims that no longer
 //! want their volume, whichever store holds the record.
 //!

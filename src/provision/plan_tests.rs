@@ -1,5 +1,5 @@
 //! Tests of `plan`: upstream `TestProvision`/`TestShouldProvision` cases (names kept in comments)
-//! and what the decision leaves to the intent store.
+//! and what the decision leaves to the intent log.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -912,7 +912,7 @@ fn pending_claim_with_intent_retries_with_the_recorded_name() {
 
 #[test]
 fn claims_that_no_longer_want_their_recorded_volume_are_the_resolvers() {
-    // Deleted, or bound (to its volume or another PV): the intent store's resolver cleans up,
+    // Deleted, or bound (to its volume or another PV): the intent log's resolver cleans up,
     // whichever store holds the record; the claim decision only leaves them alone.
     let w = World::new();
     assert_eq!(

@@ -499,3 +499,58 @@ async fn a_ledger_lease_deleted_under_the_sidecar_is_written_again() {
     cluster.wait_intent(NS, "second", false).await;
     assert_eq!(driver.wait_volumes(2).await.calls("CreateVolume"), 2);
 }
+
+/// Without Lease RBAC at start-up the intents go on their claims; a later run that may use Leases
+/// finishes what that run left there: the volume of a claim deleted meanwhile is deleted and the
+/// claim let go, and a claim still pending gets the very volume it was created for (no second
+/// one), its record removed once its PV exists.
+#[tokio::test]
+async fn claim_records_left_by_a_run_without_leases_are_finished_by_a_run_with_them() {
+    let cluster = Cluster::start().await;
+    let driver = Driver::start(cluster.dir.path(), "node-1", &[]).await;
+    let control = driver.control().await;
+    // Every CreateVolume makes its volume and times out: the records stay.
+    control
+        .set_fault(
+            "CreateVolume",
+            FaultRule::always(tonic::Code::DeadlineExceeded).after_effect(),
+        )
+        .await
+        .unwrap();
+    let faults = cluster.sim().faults();
+    let refused = faults.add(kube_sim::FaultRule::error(403).verb("list").resource("leases"));
+    let mut sidecar = Sidecar::start(&cluster, &driver, &[]).await;
+    let kept = cluster.claim_with_fast_class(NS, "kept").await;
+    cluster.claim_of_class(NS, "gone", "fast", "1Gi").await;
+    driver.wait_volumes(2).await;
+    for name in ["kept", "gone"] {
+        wait_claim(&cluster, name, "the record on the claim", |pvc| {
+            has_intent(pvc).then_some(())
+        })
+        .await;
+    }
+    sidecar.kill().await;
+    // The claim's finalizer holds it, Terminating, until its record is resolved.
+    let _ = cluster
+        .pvcs(NS)
+        .delete("gone", &DeleteParams::default())
+        .await;
+
+    faults.remove(refused);
+    control.clear_faults().await.unwrap();
+    sidecar.restart().await;
+    cluster.delete_pvc_and_wait(NS, "gone").await;
+    let pv = cluster.wait_bound(NS, "kept").await;
+    wait_claim(&cluster, "kept", "the record removed", |pvc| {
+        (!has_intent(pvc)).then_some(())
+    })
+    .await;
+    cluster.wait_intent(NS, "kept", false).await;
+    let state = driver.wait_volumes(1).await;
+    assert_eq!(state.volumes[0].name, format!("pvc-{}", uid(&kept)));
+    assert_eq!(
+        state.volumes[0].id,
+        pv.spec.unwrap().csi.unwrap().volume_handle
+    );
+    assert_eq!(state.ok_calls("DeleteVolume"), 1, "the deleted claim's volume");
+}

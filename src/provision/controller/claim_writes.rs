@@ -1,5 +1,5 @@
 //! The controller's own writes to a claim (the selected node) and the claim's API. The intent
-//! record is the intent store's (`provision::controller::intents`).
+//! record is the intent log's (`provision::controller::intents`).
 
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use kube::{Api, ResourceExt};

@@ -26,8 +26,8 @@ use crate::names;
 use crate::provision::classify::{
     ProvisioningState, infeasible_event_message, is_infeasible, provisioning_state,
 };
-use crate::provision::controller::intents::Recorded;
 use crate::provision::controller::intents::ledger::Entry;
+use crate::provision::controller::intents::{Forget, Pending, Recorded};
 use crate::provision::plan::ProvisionPlan;
 use crate::provision::pv::{NewPv, pv_holds_volume};
 use crate::retry::{Attempt, retry_transient};
@@ -143,15 +143,15 @@ pub(super) async fn provision(
         return Err(fail(state, pvc, message));
     }
 
-    match state.intents.record(pvc, intent_of(pvc, &plan)).await {
-        Ok(Recorded::Durable) => {}
+    let intent = match state.intents.record(pvc, intent_of(pvc, &plan)).await {
+        Ok(Recorded::Durable(intent)) => intent,
         // Deleted meanwhile: nothing was started, so nothing can leak.
         Ok(Recorded::ClaimDeleting) => return Ok(Action::await_change()),
         // Without the record a claim deleted during CreateVolume could leak its volume: the user
         // is told why nothing happens, and the claim is retried with its backoff.
         Err(e) => return Err(fail(state, pvc, e.to_string())),
-    }
-    create_volume_and_pv(state, pvc, plan, request).await
+    };
+    create_volume_and_pv(state, pvc, plan, request, &intent).await
 }
 
 /// The intent recorded before `plan`'s CreateVolume.
@@ -170,6 +170,7 @@ async fn create_volume_and_pv(
     pvc: &Arc<PersistentVolumeClaim>,
     plan: Box<ProvisionPlan>,
     request: v1::CreateVolumeRequest,
+    intent: &Pending,
 ) -> Result<Action, ProvisionError> {
     let ctx = &state.ctx;
     let key = claim_key(pvc);
@@ -199,16 +200,15 @@ async fn create_volume_and_pv(
         }
     };
     info!(claim = %claim_key(pvc), volume = %plan.volume_name, volume_id = ?volume_id, "volume created");
-    let intent = intent_of(pvc, &plan);
     if claim_abandoned(state, pvc) {
         // Deleted while the volume was being created: no PV for a claim that is gone (it would
         // only be released and deleted again, at three more writes); the entry is dropped once
         // the volume is deleted, or resolved later if that fails.
-        state.intents.set_id(&intent, &volume_id).await;
+        state.intents.set_id(intent, &volume_id).await;
         return match delete_volume(state, &volume_id, plan.provisioner_secret.as_ref()).await {
             Ok(()) => {
                 info!(claim = %claim_key(pvc), volume = %plan.volume_name, "claim deleted during CreateVolume; volume deleted again");
-                state.intents.forget(&intent).await?;
+                state.intents.forget(intent, Forget::Done).await?;
                 Ok(Action::await_change())
             }
             Err(e) => {
@@ -231,14 +231,14 @@ async fn create_volume_and_pv(
         if matches!(e, CreatePvError::OtherVolume { .. }) {
             // The id tells the resolver that the PV holds another volume: once the claim is bound
             // to it, this one is deleted (intents::resolution::Resolution::CheckPv).
-            state.intents.set_id(&intent, &volume_id).await;
+            state.intents.set_id(intent, &volume_id).await;
         }
         // The volume exists and the pin stays: the retry replays the identical CreateVolume.
         return Err(fail(state, pvc, e.to_string()));
     }
     ctx.capacity.volume_changed(&pv);
     state.memory().provisioned(&key);
-    state.intents.forget(&intent).await?;
+    state.intents.forget(intent, Forget::Done).await?;
     super::data_source::release_snapshot(state, pvc, plan.source.as_ref()).await;
     ctx.events.emit(
         reference_to(pvc.as_ref()),

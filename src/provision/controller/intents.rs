@@ -1,11 +1,12 @@
-//! The intent store: the durable record that a CreateVolume may be in flight, so that no volume
+//! The intent log: the durable record that a CreateVolume may be in flight, so that no volume
 //! outlives its claim unnoticed (upstream leaks one when a claim is deleted while CreateVolume
 //! hangs or the sidecar is down: its issues 486, 1469).
 //!
-//! One type over two stores, chosen once at start-up ([`open`]): a claim's path calls
-//! [`IntentStore::record`] (returns once the record is durable; only then may CreateVolume be
-//! sent), [`IntentStore::set_id`] and [`IntentStore::forget`]; the resolver walks
-//! [`IntentStore::pending`].
+//! One interface of five methods over two stores, the one new intents go to chosen once at
+//! start-up ([`open`]): a claim's path calls [`IntentLog::record`] (returns once the record is
+//! durable; only then may CreateVolume be sent), [`IntentLog::set_id`] and
+//! [`IntentLog::forget`] on the handle it returns; the resolver walks [`IntentLog::pending`],
+//! calls the same two on each entry, and asks [`IntentLog::recorded_here`].
 //!
 //! - the Lease ledger ([`ledger`]): a few Leases in the sidecar's namespace (one per node
 //!   in node mode), what is recorded while a write is in flight riding the next write; the
@@ -14,16 +15,14 @@
 //!   without Leases (the ledger cannot be listed at start-up). A Lease write refused later fails
 //!   that attempt with an event naming the missing permission, as any API error does.
 //!
-//! The resolver ([`resolve`]) is the only clean-up path for all of them: it
-//! walks [`IntentStore::pending`] and decides each entry with `resolution::resolve`.
+//! The resolver ([`resolve`]) is the only clean-up path for both: it walks
+//! [`IntentLog::pending`] and decides each entry with `resolution::resolve`.
 
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 
-use crate::k8s::lean::Lean;
 use crate::k8s::patch::PatchError;
-use crate::leader::Leadership;
 use crate::provision::controller::intents::ledger::store::{Ledger, LedgerError};
 use crate::provision::controller::intents::ledger::{Entry, Removal};
 use resolution::Owner;
@@ -61,16 +60,17 @@ fn claim_hint(error: &PatchError) -> &'static str {
     }
 }
 
-/// What [`IntentStore::record`] found.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What [`IntentLog::record`] found.
+#[derive(Debug, Clone)]
 pub(crate) enum Recorded {
-    /// Durable: CreateVolume may be sent.
-    Durable,
+    /// Durable: CreateVolume may be sent. The handle names the store that holds it.
+    Durable(Pending),
     /// The claim is being deleted (claim record): nothing was started, nothing may be.
     ClaimDeleting,
 }
 
-/// An entry the resolver looks at, who acts on it, and which store holds it.
+/// An entry, who acts on it, and which store holds it: what [`IntentLog::pending`] lists and
+/// [`IntentLog::record`] returns, and what [`IntentLog::set_id`] and [`IntentLog::forget`] act on.
 #[derive(Debug, Clone)]
 pub(crate) struct Pending {
     /// The intent.
@@ -90,38 +90,41 @@ pub(crate) enum Held {
     Claim,
 }
 
-/// How the ledger writes `entry`'s removal: a Retain volume's at once ([`Removal::Prompt`]), one
-/// found `stale` (its PV exists) with no write of its own, others lazily.
-fn removal(entry: &Entry, stale: bool) -> Removal {
-    if stale {
-        Removal::Stale
-    } else if entry.retain {
-        Removal::Prompt
-    } else {
-        Removal::Lazy
-    }
+/// Why an entry is dropped ([`IntentLog::forget`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Forget {
+    /// Its PV was made, or its volume deleted (or never made): written lazily, a Retain
+    /// volume's at once ([`Removal::Prompt`]).
+    Done,
+    /// The resolver found its PV exists (left by a crash): the ledger writes nothing just for it.
+    Stale,
+    /// The resolver found the claim that carried the record gone, or no longer carrying it (the
+    /// mirror lagged): nothing to write. Never drops a ledger entry.
+    Vanished,
 }
 
-/// A handle on the intent store; cheap to clone.
+/// The intent log of this process: the store new intents go to, chosen once at start-up
+/// ([`open`]), and the claim records already on claims (an earlier run's, or this one's when
+/// Leases are not granted), which the resolver finishes. Cheap to clone.
 #[derive(Clone)]
-pub(crate) struct IntentStore {
-    ledger: Ledger,
+pub(crate) struct IntentLog {
+    /// `None`: Leases were refused at start-up, new intents go on their claims.
+    ledger: Option<Ledger>,
     claims: Arc<ClaimRecords>,
     /// Node mode: this instance's node.
     node: Option<String>,
 }
 
-impl IntentStore {
-    /// A store over `ledger` (disabled: claim records only) for claims of `driver`.
+impl IntentLog {
+    /// A log over `ledger` (`None`: claim records only) and the claim records `claims` mirrors.
     pub(crate) fn new(
-        ledger: Ledger,
-        client: kube::Client,
-        driver: &str,
+        ledger: Option<Ledger>,
+        claims: Arc<ClaimRecords>,
         node: Option<String>,
     ) -> Self {
         Self {
             ledger,
-            claims: Arc::new(ClaimRecords::new(client, driver)),
+            claims,
             node,
         }
     }
@@ -132,45 +135,53 @@ impl IntentStore {
         pvc: &PersistentVolumeClaim,
         entry: Entry,
     ) -> Result<Recorded, IntentError> {
-        match self.ledger.record(entry.clone()).await {
-            Ok(()) => Ok(Recorded::Durable),
+        let held = match &self.ledger {
+            Some(ledger) => {
+                ledger
+                    .record(entry.clone())
+                    .await
+                    .map_err(IntentError::Ledger)?;
+                Held::Ledger
+            }
             // No ledger (RBAC at start-up): on the claim.
-            Err(LedgerError::Disabled) => match self.claims.record(pvc, &entry).await {
-                Ok(Written::Recorded) => Ok(Recorded::Durable),
-                Ok(Written::ClaimDeleting) => Ok(Recorded::ClaimDeleting),
-                Err(e) => Err(IntentError::Claim(e)),
+            None => match self.claims.record(pvc, &entry).await {
+                Ok(Written::Recorded) => Held::Claim,
+                Ok(Written::ClaimDeleting) => return Ok(Recorded::ClaimDeleting),
+                Err(e) => return Err(IntentError::Claim(e)),
             },
-            Err(e) => Err(IntentError::Ledger(e)),
+        };
+        Ok(Recorded::Durable(Pending {
+            entry,
+            owner: Owner::Me,
+            held,
+        }))
+    }
+
+    /// Remembers the volume id learned for `pending` (a retried clean-up then needs no replay).
+    pub(crate) async fn set_id(&self, pending: &Pending, id: &str) {
+        match (pending.held, &self.ledger) {
+            (Held::Ledger, Some(ledger)) => ledger.set_id(&pending.entry.volume, id),
+            (Held::Ledger, None) => {}
+            (Held::Claim, _) => self.claims.set_id(&pending.entry, id).await,
         }
     }
 
-    /// Remembers the volume id learned for `entry` (a retried clean-up then needs no replay).
-    pub(crate) async fn set_id(&self, entry: &Entry, id: &str) {
-        self.ledger.set_id(&entry.volume, id);
-        if self.claims.holds(entry) {
-            self.claims.set_id(entry, id).await;
-        }
-    }
-
-    /// Drops `entry`: its PV exists, or its volume was deleted (or never made).
-    pub(crate) async fn forget(&self, entry: &Entry) -> Result<(), IntentError> {
-        self.ledger.forget(&entry.volume, removal(entry, false));
-        if self.claims.holds(entry) {
-            self.claims
-                .forget(entry)
-                .await
-                .map_err(IntentError::Claim)?;
-        }
-        Ok(())
-    }
-
-    /// The resolver's [`IntentStore::forget`]: only in the store holding `pending`. `stale`: its
-    /// PV exists (the ledger writes nothing just for it).
-    pub(crate) async fn resolved(&self, pending: &Pending, stale: bool) -> Result<(), IntentError> {
+    /// Drops `pending` from the store holding it, as `why` says.
+    pub(crate) async fn forget(&self, pending: &Pending, why: Forget) -> Result<(), IntentError> {
         let entry = &pending.entry;
-        match pending.held {
-            Held::Ledger => self.ledger.forget(&entry.volume, removal(entry, stale)),
-            Held::Claim => self
+        match (pending.held, &self.ledger) {
+            (Held::Ledger, Some(ledger)) => {
+                let removal = match why {
+                    Forget::Done if entry.retain => Removal::Prompt,
+                    Forget::Done => Removal::Lazy,
+                    Forget::Stale => Removal::Stale,
+                    Forget::Vanished => return Ok(()),
+                };
+                ledger.forget(&entry.volume, removal);
+            }
+            (Held::Ledger, None) => {}
+            (Held::Claim, _) if why == Forget::Vanished => self.claims.unmirror(entry),
+            (Held::Claim, _) => self
                 .claims
                 .forget(entry)
                 .await
@@ -179,24 +190,15 @@ impl IntentStore {
         Ok(())
     }
 
-    /// The resolver's [`IntentStore::set_id`]: only in the store holding `pending`.
-    pub(crate) async fn learned_id(&self, pending: &Pending, id: &str) {
-        match pending.held {
-            Held::Ledger => self.ledger.set_id(&pending.entry.volume, id),
-            Held::Claim => self.claims.set_id(&pending.entry, id).await,
-        }
-    }
-
-    /// A claim record whose claim is gone (or no longer carries it): the mirror lagged behind.
-    /// Nothing else to do: the finalizer held the claim as long as the record was on it.
-    pub(crate) fn unmirror(&self, entry: &Entry) {
-        self.claims.unmirror(entry);
-    }
-
-    /// Every entry now, with who acts on it.
+    /// Every entry now, with who acts on it: the start of a resolver's pass, which also has the
+    /// ledger write the removals no intent write carried since the pass before.
     pub(crate) fn pending(&self) -> Vec<Pending> {
         let me = self.node.as_deref();
-        let ledger = self.ledger.entries().into_iter().map(|entry| Pending {
+        let entries = self.ledger.as_ref().map(|ledger| {
+            ledger.flush_removals();
+            ledger.entries()
+        });
+        let ledger = entries.into_iter().flatten().map(|entry| Pending {
             entry,
             owner: Owner::Me,
             held: Held::Ledger,
@@ -216,22 +218,9 @@ impl IntentStore {
     /// Whether this process recorded `volume` itself (then it alone made, or did not make, the
     /// volume's PV).
     pub(crate) fn recorded_here(&self, volume: &str) -> bool {
-        self.ledger.recorded_here(volume) || self.claims.recorded_here(volume)
-    }
-
-    /// Takes in a claim as the watch delivered it (the claim record it carries, if any), parsed
-    /// only when it may carry one.
-    pub(crate) fn observe_cached(&self, claim: &Lean<PersistentVolumeClaim>) {
-        self.claims.observe_cached(claim);
-    }
-
-    /// Asks for the ledger's pending removals to be written (the resolver's pass).
-    pub(crate) fn flush_removals(&self) {
-        self.ledger.flush_removals();
-    }
-
-    /// Writes the ledger until `stop` completes (nothing to run for claim records).
-    pub(crate) async fn run(self, leadership: Leadership, stop: impl Future<Output = ()>) {
-        self.ledger.run_committer(leadership, stop).await;
+        self.ledger
+            .as_ref()
+            .is_some_and(|l| l.recorded_here(volume))
+            || self.claims.recorded_here(volume)
     }
 }

@@ -289,11 +289,6 @@ impl ClaimRecords {
             .collect()
     }
 
-    /// Whether the claim of `entry` carries a record (as last seen, or written here).
-    pub(crate) fn holds(&self, entry: &Entry) -> bool {
-        lock(&self.mirror).contains_key(&entry.uid)
-    }
-
     /// Whether this process recorded `volume` itself.
     pub(crate) fn recorded_here(&self, volume: &str) -> bool {
         lock(&self.recorded_here).contains(volume)

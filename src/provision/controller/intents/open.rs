@@ -1,23 +1,42 @@
-//! Which intent store this instance uses (the driver's Lease ledger; in node mode its node's;
+//! Which intent log this instance uses (the driver's Lease ledger; in node mode its node's;
 //! claim records when Leases cannot be listed at start-up), and reading what another node
 //! recorded for a claim before its selected node is cleared.
 
 use std::path::Path;
+use std::sync::Arc;
 
+use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use tracing::{info, warn};
 
-use super::IntentStore;
+use super::IntentLog;
+use super::claim_record::ClaimRecords;
+use crate::k8s::lean::Lean;
 use crate::provision::controller::intents::ledger::lease::read_ledger;
 use crate::provision::controller::intents::ledger::store::Ledger;
 use crate::provision::controller::intents::ledger::{decode, node_ledger_base};
 use crate::runtime::Context;
 
-/// The intent store of this instance, chosen once at start-up: the intent ledger of this driver,
-/// in the leader-election namespace (where upstream's Role grants Leases). Node mode: one ledger
-/// per node, written only by that node's instance, and finished by the dead-node clean-up when
-/// the node is gone (`gone_nodes::ledgers`).
-pub(crate) async fn open(ctx: &Context) -> IntentStore {
+/// The intent log of this instance, chosen once at start-up: the intent ledger of this driver,
+/// in the leader-election namespace (where upstream's Role grants Leases), else the claim record.
+/// Node mode: one ledger per node, written only by that node's instance, and finished by the
+/// dead-node clean-up when the node is gone (`gone_nodes::ledgers`). With it, what the log needs
+/// run beside it: the claim watch `pvcs`, passed on as it comes after the claim records it
+/// carries are taken in (the records an earlier run left are the resolver's to finish whichever
+/// store is chosen), and the ledger's committer, until `stop` completes.
+pub(crate) async fn open<C, S>(
+    ctx: &Context,
+    pvcs: C,
+    stop: S,
+) -> (
+    IntentLog,
+    impl Stream<Item = C::Item> + use<C, S>,
+    impl Future<Output = ()> + use<C, S>,
+)
+where
+    C: Stream<Item = Arc<Lean<PersistentVolumeClaim>>>,
+    S: Future<Output = ()>,
+{
     let deployment = ctx.config.node_deployment.as_ref();
     let node = deployment.map(|n| n.node_name.as_str());
     let ledger = Ledger::open(
@@ -29,17 +48,28 @@ pub(crate) async fn open(ctx: &Context) -> IntentStore {
     )
     .await;
     if let Some(dir) = deployment.and_then(|n| n.intent_journal.as_deref()) {
-        take_in_retired_journal(&ledger, dir).await;
+        take_in_retired_journal(ledger.as_ref(), dir).await;
     }
-    let node = node.map(str::to_owned);
-    IntentStore::new(ledger, ctx.client.clone(), &ctx.driver.name, node)
+    let claims = Arc::new(ClaimRecords::new(ctx.client.clone(), &ctx.driver.name));
+    let mirror = claims.clone();
+    let pvcs = pvcs.inspect(move |claim| mirror.observe_cached(claim));
+    let committer = ledger
+        .clone()
+        .map(|ledger| ledger.run_committer(ctx.leadership.clone(), stop));
+    let committer = async move {
+        if let Some(committer) = committer {
+            committer.await;
+        }
+    };
+    let log = IntentLog::new(ledger, claims, node.map(str::to_owned));
+    (log, pvcs, committer)
 }
 
 /// `--node-deployment-intent-journal` is retired: the node's intents go to its Lease ledger. What
 /// an earlier version left in the journal's files is taken into that ledger, and each file is
 /// renamed `*.imported` once written there (never lost: a file that cannot be read stays, and
 /// one not yet written is taken in again at the next start).
-async fn take_in_retired_journal(ledger: &Ledger, dir: &Path) {
+async fn take_in_retired_journal(ledger: Option<&Ledger>, dir: &Path) {
     warn!(journal = %dir.display(), "--node-deployment-intent-journal is retired: this node's intents go to its Lease ledger; an intent journal left there is taken in (remove the flag once that is logged, or once no intents-*.json is left there)");
     let files = match std::fs::read_dir(dir) {
         Ok(items) => items
@@ -62,7 +92,9 @@ async fn take_in_retired_journal(ledger: &Ledger, dir: &Path) {
         let read = std::fs::read_to_string(&file).map_err(|e| e.to_string());
         match read.and_then(|text| decode(&text)) {
             Ok(entries) => {
-                ledger.take_in(entries);
+                if let Some(ledger) = ledger {
+                    ledger.take_in(entries);
+                }
                 taken.push(file);
             }
             Err(e) => {
@@ -73,7 +105,11 @@ async fn take_in_retired_journal(ledger: &Ledger, dir: &Path) {
     if taken.is_empty() {
         return;
     }
-    if !ledger.is_enabled() || !ledger.flush().await {
+    let written = match ledger {
+        Some(ledger) => ledger.flush().await,
+        None => false,
+    };
+    if !written {
         warn!(journal = %dir.display(), "the retired intent journal's entries could not be written to the Lease ledger; they are taken in again at the next start");
         return;
     }

@@ -1,10 +1,10 @@
-//! The resolver: the only clean-up path of the intent store, whichever store holds an entry
+//! The resolver: the only clean-up path of the intent log, whichever store holds an entry
 //! (Lease ledger, claim record). Every entry whose claim no longer wants its volume
 //! (claim gone, being deleted, bound elsewhere) gets its volume deleted (CreateVolume replayed
 //! first when the id is unknown) and is dropped; an entry whose PV exists is dropped, and one whose
 //! PV holds another volume (in node mode: another node's copy) has its own volume deleted. Runs at
 //! start-up, which also finishes what an earlier leader or a crashed process left, and then every
-//! [`RESOLVE_EVERY`] over [`IntentStore::pending`](super::IntentStore::pending)
+//! [`RESOLVE_EVERY`] over [`IntentLog::pending`](super::IntentLog::pending)
 //! (in memory): API requests only for entries that need a clean-up or a look at a PV the cache
 //! cannot show (an entry whose claim is bound to a PV that does not exist stays, looked at with the
 //! retry backoff, at most every `--retry-interval-max`).
@@ -37,7 +37,7 @@ use crate::provision::controller::intents::ledger::Entry;
 use crate::provision::controller::intents::resolution::{
     self, CleanupCause, Holds, Owner, Resolution, pv_holds_entry,
 };
-use crate::provision::controller::intents::{Held, Pending};
+use crate::provision::controller::intents::{Forget, Held, Pending};
 use crate::provision::controller::node_gone::{Gone, confirm_gone, gone_message};
 use crate::retry::Backoff;
 use crate::runtime::Shutdown;
@@ -82,8 +82,6 @@ pub(in crate::provision::controller) async fn run_resolver(
                 }
             }
         }
-        // Removals no intent write carried meanwhile are written now, one pass late at most.
-        state.intents.flush_removals();
         tokio::select! {
             () = &mut stop => return,
             () = tokio::time::sleep(RESOLVE_EVERY) => {}
@@ -147,10 +145,10 @@ pub(in crate::provision::controller) async fn resolve_one(
     let cached_cause = match resolution {
         Resolution::Keep => return Ok(()),
         // Left by a crash (a clean run drops its own entries): no ledger write just for these.
-        Resolution::Drop => return resolved(state, pending, true).await,
+        Resolution::Drop => return resolved(state, pending, Forget::Stale).await,
         Resolution::Forget => {
             debug!(claim = %entry.claim_name(), volume = %entry.volume, "nothing to delete: no volume was made, or the claim is bound to it");
-            return resolved(state, pending, false).await;
+            return resolved(state, pending, Forget::Done).await;
         }
         Resolution::AwaitNodeGone(node) => {
             return await_node_gone(state, pending, claim.as_ref(), &node, clocks).await;
@@ -167,7 +165,7 @@ pub(in crate::provision::controller) async fn resolve_one(
         .map_err(|e| format!("reading PV {}: {}", entry.volume, describe(&e)))?;
     if let Some(pv) = live_pv {
         if pv_holds_entry(entry, &pv, own_node(state)) == Holds::Yes {
-            return resolved(state, pending, false).await;
+            return resolved(state, pending, Forget::Done).await;
         }
         // The PV of this name may be another node's copy (or another volume): then this entry's
         // volume is referenced by nothing. Its handle is never deleted, whatever a replay says.
@@ -194,8 +192,7 @@ pub(in crate::provision::controller) async fn resolve_one(
     let live = live_claim(state, entry).await?;
     if pending.held == Held::Claim && !live.as_ref().is_some_and(has_record) {
         // The record is gone from the claim (or the claim with it): the mirror lagged.
-        state.intents.unmirror(entry);
-        return Ok(());
+        return resolved(state, pending, Forget::Vanished).await;
     }
     let cause = match resolution::resolve(entry, &owner, false, live.as_ref()) {
         Resolution::Cleanup(live_cause) => live_cause,
@@ -237,14 +234,13 @@ async fn check_record(state: &Provisioner, pending: &Pending) -> Result<(), Retr
         )
         .into());
     }
-    state.intents.unmirror(entry);
-    Ok(())
+    resolved(state, pending, Forget::Vanished).await
 }
 
-async fn resolved(state: &Provisioner, pending: &Pending, stale: bool) -> Result<(), Retry> {
+async fn resolved(state: &Provisioner, pending: &Pending, why: Forget) -> Result<(), Retry> {
     state
         .intents
-        .resolved(pending, stale)
+        .forget(pending, why)
         .await
         .map_err(|e| e.to_string().into())
 }
@@ -323,7 +319,7 @@ async fn await_node_gone(
                     EventSpec::warning(names::EVENT_VOLUME_NODE_GONE, message),
                 );
             }
-            resolved(state, pending, false).await?;
+            resolved(state, pending, Forget::Done).await?;
             clocks.remove(&entry.volume);
             Ok(())
         }
@@ -385,7 +381,7 @@ async fn cleanup_entry(
              whether its PV was made and then deleted by an admin cannot be told; delete the \
              volume on the storage backend if nobody needs it (csi-provisioner audit lists it)"
         );
-        resolved(state, pending, false).await?;
+        resolved(state, pending, Forget::Done).await?;
         // Counted once the record is gone: a failed removal is retried and must not count twice.
         state.ctx.metrics.operator.intent_volumes_kept.inc();
         return Ok(());
@@ -428,7 +424,7 @@ async fn cleanup_entry(
         step = match verdict {
             AfterReplay::Delete(volume_id) => {
                 // Remembered: if the delete fails, the next attempt needs no replay.
-                state.intents.learned_id(pending, &volume_id).await;
+                state.intents.set_id(pending, &volume_id).await;
                 CleanupStep::DeleteVolume { volume_id }
             }
             AfterReplay::NoVolumeId(message) => {
@@ -463,5 +459,5 @@ async fn cleanup_entry(
             })?;
         info!(claim = %entry.claim_name(), volume = %entry.volume, %volume_id, ?cause, "volume of an abandoned provisioning deleted");
     }
-    resolved(state, pending, false).await
+    resolved(state, pending, Forget::Done).await
 }

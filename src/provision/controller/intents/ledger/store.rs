@@ -41,23 +41,16 @@ enum Due {
     Removals,
 }
 
-/// Why an intent was not recorded.
+/// Why an intent was not recorded: the write failed; nothing may be sent to the driver yet.
 #[derive(Debug, Clone, thiserror::Error)]
-pub(crate) enum LedgerError {
-    /// The ledger is off (the sidecar could not list Leases at start-up): record the intent on the
-    /// claim instead.
-    #[error("the intent ledger is not in use")]
-    Disabled,
-    /// The write failed; nothing may be sent to the driver yet.
-    #[error("writing the intent ledger Lease {lease} failed: {message}{hint}")]
-    Write {
-        /// `namespace/name` of the Lease.
-        lease: String,
-        /// The API server's answer.
-        message: String,
-        /// What to do about it, when the answer says (a missing permission).
-        hint: String,
-    },
+#[error("writing the intent ledger Lease {lease} failed: {message}{hint}")]
+pub(crate) struct LedgerError {
+    /// `namespace/name` of the Lease.
+    lease: String,
+    /// The API server's answer.
+    message: String,
+    /// What to do about it, when the answer says (a missing permission).
+    hint: String,
 }
 
 /// A handle on the ledger; cheap to clone.
@@ -67,8 +60,6 @@ pub(crate) struct Ledger(Arc<Inner>);
 struct Inner {
     state: Mutex<State>,
     wake: Notify,
-    /// Chosen once at start-up: whether the Leases could be listed.
-    enabled: bool,
     /// The resolver asked for a flush of pending removals ([`Ledger::flush_removals`]).
     flush: AtomicBool,
     /// An intent was recorded since the resolver's last pass: removals ride its commit instead.
@@ -77,7 +68,7 @@ struct Inner {
     skipped: std::sync::atomic::AtomicU32,
     /// A write failed since the resolver's last pass: the next pass writes again.
     failed: AtomicBool,
-    target: Option<Target>,
+    target: Target,
     /// Published entry count (`csi_provisioner_claims_with_intent` adds it).
     count: Arc<AtomicI64>,
 }
@@ -103,16 +94,10 @@ struct State {
 }
 
 impl Ledger {
-    /// A ledger that is not used: every intent goes on its claim.
-    pub(crate) fn disabled() -> Self {
-        Self::with(State::default(), false, None, Arc::default())
-    }
-
-    fn with(state: State, enabled: bool, target: Option<Target>, count: Arc<AtomicI64>) -> Self {
+    fn with(state: State, target: Target, count: Arc<AtomicI64>) -> Self {
         Self(Arc::new(Inner {
             state: Mutex::new(state),
             wake: Notify::new(),
-            enabled,
             flush: AtomicBool::new(false),
             recording: AtomicBool::new(false),
             skipped: Default::default(),
@@ -123,31 +108,30 @@ impl Ledger {
     }
 
     /// Loads the ledger `base` (the leader-election Lease name) of `namespace`, retrying
-    /// transient errors until it is read. A refusal (RBAC) turns it off, with a warning saying
-    /// which permission is missing.
+    /// transient errors until it is read. `None`: refused (RBAC), with a warning saying which
+    /// permission is missing, or a Lease that cannot be read: intents go on the claims instead.
     pub(crate) async fn open(
         client: Client,
         namespace: &str,
         base: &str,
         node: Option<&str>,
         count: Arc<AtomicI64>,
-    ) -> Self {
+    ) -> Option<Self> {
         let api: Api<Lease> = Api::namespaced(client, namespace);
         let listed = match super::lease::list_shards(&api, base).await {
-            Ok(leases) => Some(leases),
+            Ok(leases) => leases,
             Err(e) => {
                 warn!(
                     namespace,
                     "the intent ledger is off, provisioning intents go on each claim (two claim writes per volume): {}; grant get, list, create and update on leases (coordination.k8s.io) in namespace {namespace} to the sidecar's ServiceAccount, as upstream's Role does",
                     describe(&e)
                 );
-                None
+                return None;
             }
         };
         let mut state = State::default();
-        let enabled = listed.is_some();
         let mut shards = Vec::new();
-        for lease in listed.unwrap_or_default() {
+        for lease in listed {
             let name = lease.metadata.name.clone().unwrap_or_default();
             let Some(index) = shard_index(base, &name) else {
                 continue;
@@ -157,16 +141,14 @@ impl Ledger {
                 Err(e) => {
                     // Never overwrite what cannot be read: it may list in-flight volumes.
                     warn!(lease = %format!("{namespace}/{name}"), "{e}; the ledger is off until it is repaired or deleted");
-                    return Self::disabled();
+                    return None;
                 }
             };
             set_lease(&mut state.leases, index, lease);
             shards.push((index, entries));
         }
         state.book = Book::load(shards);
-        if enabled {
-            info!(namespace, ledger = %base, intents = state.book.len(), "intent ledger loaded");
-        }
+        info!(namespace, ledger = %base, intents = state.book.len(), "intent ledger loaded");
         count.store(state.book.len() as i64, Ordering::Relaxed);
         let target = Target {
             api,
@@ -174,20 +156,12 @@ impl Ledger {
             base: base.to_owned(),
             node: node.map(str::to_owned),
         };
-        Self::with(state, enabled, Some(target), count)
-    }
-
-    /// Whether intents go to the ledger.
-    pub(crate) fn is_enabled(&self) -> bool {
-        self.0.enabled
+        Some(Self::with(state, target, count))
     }
 
     /// Records `entry` and waits until a commit has written it. Only then may CreateVolume be
     /// sent.
     pub(crate) async fn record(&self, entry: Entry) -> Result<(), LedgerError> {
-        if !self.is_enabled() {
-            return Err(LedgerError::Disabled);
-        }
         let rx = {
             let mut state = lock(&self.0.state);
             state.recorded_here.insert(entry.volume.clone());
@@ -204,11 +178,9 @@ impl Ledger {
         // The sender lives in the ledger's state, answered by every commit: never dropped
         // unanswered while the ledger exists.
         rx.await.unwrap_or_else(|_| {
-            Err(LedgerError::Write {
+            Err(LedgerError {
                 // `namespace/name-intents` of the ledger's shards.
-                lease: self.0.target.as_ref().map_or_else(String::new, |t| {
-                    format!("{}/{}-intents", t.namespace, t.base)
-                }),
+                lease: format!("{}/{}-intents", self.0.target.namespace, self.0.target.base),
                 message: "the intent ledger's committer stopped".to_owned(),
                 hint: String::new(),
             })
@@ -225,7 +197,7 @@ impl Ledger {
         let quiet = !self.0.recording.swap(false, Ordering::Relaxed);
         let failed = self.0.failed.swap(false, Ordering::Relaxed);
         let skipped = self.0.skipped.fetch_add(1, Ordering::Relaxed) + 1;
-        if self.is_enabled() && (quiet || failed || skipped >= FLUSH_EVERY) {
+        if quiet || failed || skipped >= FLUSH_EVERY {
             self.0.skipped.store(0, Ordering::Relaxed);
             self.0.flush.store(true, Ordering::Relaxed);
             self.0.wake.notify_one();
@@ -300,11 +272,8 @@ impl Ledger {
         leadership: Leadership,
         stop: impl std::future::Future<Output = ()>,
     ) {
-        if !self.is_enabled() {
-            return;
-        }
         tokio::pin!(stop);
-        let per_node = self.0.target.as_ref().is_some_and(|t| t.node.is_some());
+        let per_node = self.0.target.node.is_some();
         let mut last_write: Option<tokio::time::Instant> = None;
         loop {
             let due = tokio::select! {
@@ -355,9 +324,7 @@ impl Ledger {
     /// ([`Book::take_commit`]). Returns `false` after a failure other than a conflict (which is
     /// merged and written again at once).
     async fn commit_once(&self, removals: bool) -> bool {
-        let Some(target) = &self.0.target else {
-            return true;
-        };
+        let target = &self.0.target;
         let (commit, waiters, leases) = {
             let mut state = lock(&self.0.state);
             let commit = state.book.take_commit(removals);
@@ -417,7 +384,7 @@ impl Ledger {
                                 ),
                                 _ => "; retrying".to_owned(),
                             };
-                            failure = Some(LedgerError::Write {
+                            failure = Some(LedgerError {
                                 lease: format!("{}/{name}", target.namespace),
                                 message: describe(&e),
                                 hint,

@@ -58,7 +58,8 @@ async fn removals_are_written_by_the_resolvers_passes_and_a_failed_one_again() {
         None,
         Arc::new(AtomicI64::new(0)),
     )
-    .await;
+    .await
+    .expect("the ledger opens");
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let committer = tokio::spawn(ledger.clone().run_committer(
         crate::leader::Leadership::always(),
