@@ -1177,17 +1177,19 @@ async fn a_node_back_after_its_claim_moved_deletes_its_own_copy_of_the_volume() 
     assert!(pv_exists(&cluster, &name_of(&pv)).await.is_some());
 }
 
-/// `--node-deployment-intent-journal` is retired (issue 40): what an earlier version left in the
-/// journal, here a volume in flight whose claim was deleted while the sidecar was down, is taken
-/// into the node's Lease ledger at start-up and resolved like any entry (the volume is deleted),
-/// and the file is renamed once its entries are written to the Lease. (Before, two tests here
-/// covered the journal itself and a move from the Lease ledger into it.)
-#[tokio::test]
-async fn a_retired_intent_journal_is_taken_into_the_lease_ledger_and_leaks_nothing() {
-    let cluster = Cluster::start().await;
-    let mut a = join(&cluster, "node-a", &[]).await;
+/// node-a's sidecar, killed with a volume in flight for claim `data` whose only record is an
+/// earlier version's intent journal (node-a's ledger as a file, the Lease deleted); with the
+/// driver's control (CreateVolume still failing) and the journal's directory.
+async fn left_in_a_retired_journal(
+    cluster: &Cluster,
+) -> (
+    Member,
+    mock_csi_driver::control::ControlClient,
+    std::path::PathBuf,
+) {
+    let mut a = join(cluster, "node-a", &[]).await;
     cluster.add_class(&delayed_class("local")).await;
-    let control = in_flight(&cluster, &a, "data", 1).await;
+    let control = in_flight(cluster, &a, "data", 1).await;
     cluster.wait_intent(NS, "data", true).await;
     a.sidecar.kill().await;
 
@@ -1213,9 +1215,11 @@ async fn a_retired_intent_journal_is_taken_into_the_lease_ledger_and_leaks_nothi
     .unwrap();
     assert!(cluster.ledger_entries().await.is_empty());
 
-    control.clear_faults().await.unwrap();
-    delete_pod(&cluster, "data").await;
-    cluster.delete_pvc_and_wait(NS, "data").await;
+    (a, control, journal)
+}
+
+/// node-a's sidecar started again, pointed at the retired journal in `journal`.
+async fn back_with_journal(cluster: &Cluster, a: &Member, journal: &std::path::Path) -> Sidecar {
     let flag = format!("--node-deployment-intent-journal={}", journal.display());
     let flags = [
         "--node-deployment",
@@ -1223,8 +1227,24 @@ async fn a_retired_intent_journal_is_taken_into_the_lease_ledger_and_leaks_nothi
         "--http-endpoint=127.0.0.1:0",
         flag.as_str(),
     ];
-    let back = Sidecar::start_env(&cluster, &a.driver, &flags, &[("NODE_NAME", "node-a")]).await;
+    let back = Sidecar::start_env(cluster, &a.driver, &flags, &[("NODE_NAME", "node-a")]).await;
     back.wait_started().await;
+    back
+}
+
+/// `--node-deployment-intent-journal` is retired (issue 40): what an earlier version left in the
+/// journal, here a volume in flight whose claim was deleted while the sidecar was down, is taken
+/// into the node's Lease ledger at start-up and resolved like any entry (the volume is deleted),
+/// and the file is renamed once its entries are written to the Lease. (Before, two tests here
+/// covered the journal itself and a move from the Lease ledger into it.)
+#[tokio::test]
+async fn a_retired_intent_journal_is_taken_into_the_lease_ledger_and_leaks_nothing() {
+    let cluster = Cluster::start().await;
+    let (a, control, journal) = left_in_a_retired_journal(&cluster).await;
+    control.clear_faults().await.unwrap();
+    delete_pod(&cluster, "data").await;
+    cluster.delete_pvc_and_wait(NS, "data").await;
+    let back = back_with_journal(&cluster, &a, &journal).await;
     let state = a.driver.wait_volumes(0).await;
     assert_eq!(
         state.calls("DeleteVolume"),
@@ -1241,6 +1261,37 @@ async fn a_retired_intent_journal_is_taken_into_the_lease_ledger_and_leaks_nothi
     assert!(!journal.join("intents-0.json").exists());
     assert_eq!(
         back.log_lines_with(&["--node-deployment-intent-journal is retired"]),
+        1
+    );
+}
+
+/// The same journal, and the sidecar may not list Leases when it starts again (its intents go on
+/// the claims): the journal's entries are still resolved, from memory (the volume is deleted),
+/// and the file stays for a start that can write them to a Lease.
+#[tokio::test]
+async fn a_retired_intent_journal_is_resolved_from_memory_when_leases_are_refused() {
+    let cluster = Cluster::start().await;
+    let (a, control, journal) = left_in_a_retired_journal(&cluster).await;
+    control.clear_faults().await.unwrap();
+    delete_pod(&cluster, "data").await;
+    cluster.delete_pvc_and_wait(NS, "data").await;
+    cluster.sim().faults().add(
+        kube_sim::FaultRule::error(403)
+            .verb("list")
+            .resource("leases"),
+    );
+    let back = back_with_journal(&cluster, &a, &journal).await;
+    let state = a.driver.wait_volumes(0).await;
+    assert_eq!(
+        state.calls("DeleteVolume"),
+        1,
+        "the journal's volume is deleted"
+    );
+    back.wait_metric("csi_provisioner_claims_with_intent", 0.0)
+        .await;
+    assert!(journal.join("intents-0.json").exists(), "the file stays");
+    assert_eq!(
+        back.log_lines_with(&["they are resolved from memory in this run"]),
         1
     );
 }

@@ -144,7 +144,7 @@ fn shell_with_classes(
             Competition::new(Duration::from_secs(1), Duration::from_secs(8)),
         )),
         topology: super::facts::topology_of(&ctx, &settings_of(&ctx)),
-        intents: IntentLog::new(None, records, None),
+        intents: IntentLog::new(None, records, Default::default(), None),
         settings: settings_of(&ctx),
         ctx,
     }

@@ -1094,7 +1094,8 @@ impl Sidecar {
             DEADLINE,
             || async {
                 let log = self.log();
-                let line = log.lines().find(|l| l.contains("HTTP server listening"))?;
+                // The last one: a sidecar started again on the same log listens anew.
+                let line = log.lines().rfind(|l| l.contains("HTTP server listening"))?;
                 let rest = &line[line.find("address=")? + "address=".len()..];
                 Some(rest.split_whitespace().next()?.trim_matches('"').to_owned())
             },

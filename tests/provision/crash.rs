@@ -518,7 +518,11 @@ async fn claim_records_left_by_a_run_without_leases_are_finished_by_a_run_with_t
         .await
         .unwrap();
     let faults = cluster.sim().faults();
-    let refused = faults.add(kube_sim::FaultRule::error(403).verb("list").resource("leases"));
+    let refused = faults.add(
+        kube_sim::FaultRule::error(403)
+            .verb("list")
+            .resource("leases"),
+    );
     let mut sidecar = Sidecar::start(&cluster, &driver, &[]).await;
     let kept = cluster.claim_with_fast_class(NS, "kept").await;
     cluster.claim_of_class(NS, "gone", "fast", "1Gi").await;
@@ -552,5 +556,67 @@ async fn claim_records_left_by_a_run_without_leases_are_finished_by_a_run_with_t
         state.volumes[0].id,
         pv.spec.unwrap().csi.unwrap().volume_handle
     );
-    assert_eq!(state.ok_calls("DeleteVolume"), 1, "the deleted claim's volume");
+    assert_eq!(
+        state.ok_calls("DeleteVolume"),
+        1,
+        "the deleted claim's volume"
+    );
+}
+
+/// A claim deleted during CreateVolume that still carries an earlier run's record of the same
+/// volume (that run had no Lease RBAC): the claim's own path deletes the volume once and drops
+/// the record with the ledger's entry, so the claim is let go with no CreateVolume replayed.
+#[tokio::test]
+async fn a_claim_carrying_an_earlier_runs_record_deleted_during_create_volume_is_let_go_once() {
+    let cluster = Cluster::start().await;
+    let driver = Driver::start(cluster.dir.path(), "node-1", &[]).await;
+    let control = driver.control().await;
+    control
+        .set_fault(
+            "CreateVolume",
+            FaultRule::always(tonic::Code::DeadlineExceeded).after_effect(),
+        )
+        .await
+        .unwrap();
+    let faults = cluster.sim().faults();
+    let refused = faults.add(
+        kube_sim::FaultRule::error(403)
+            .verb("list")
+            .resource("leases"),
+    );
+    let mut sidecar = Sidecar::start(&cluster, &driver, &["--timeout=60s"]).await;
+    cluster.claim_with_fast_class(NS, "data").await;
+    driver.wait_volumes(1).await;
+    wait_claim(&cluster, "data", "the record on the claim", |pvc| {
+        has_intent(pvc).then_some(())
+    })
+    .await;
+    sidecar.kill().await;
+
+    faults.remove(refused);
+    control.clear_faults().await.unwrap();
+    control
+        .set_latency("CreateVolume", Duration::from_secs(5))
+        .await
+        .unwrap();
+    let before = driver.state().await.calls("CreateVolume");
+    sidecar.restart().await;
+    wait_for("CreateVolume in flight", DEADLINE, || async {
+        (driver.state().await.calls("CreateVolume") > before).then_some(())
+    })
+    .await;
+    cluster
+        .pvcs(NS)
+        .delete("data", &DeleteParams::default())
+        .await
+        .unwrap();
+    cluster.delete_pvc_and_wait(NS, "data").await;
+    let state = driver.wait_volumes(0).await;
+    assert_eq!(
+        state.calls("CreateVolume"),
+        before + 1,
+        "the one in flight, no replay"
+    );
+    assert_eq!(state.ok_calls("DeleteVolume"), 1);
+    assert_eq!(cluster.pv_count().await, 0, "no PV exists");
 }

@@ -18,13 +18,16 @@
 //! The resolver ([`resolve`]) is the only clean-up path for both: it walks
 //! [`IntentLog::pending`] and decides each entry with `resolution::resolve`.
 
-use std::sync::Arc;
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 
 use crate::k8s::patch::PatchError;
 use crate::provision::controller::intents::ledger::store::{Ledger, LedgerError};
 use crate::provision::controller::intents::ledger::{Entry, Removal};
+use crate::sync::lock;
 use resolution::Owner;
 
 pub(crate) mod claim_record;
@@ -64,7 +67,7 @@ fn claim_hint(error: &PatchError) -> &'static str {
 #[derive(Debug, Clone)]
 pub(crate) enum Recorded {
     /// Durable: CreateVolume may be sent. The handle names the store that holds it.
-    Durable(Pending),
+    Durable(Box<Pending>),
     /// The claim is being deleted (claim record): nothing was started, nothing may be.
     ClaimDeleting,
 }
@@ -88,19 +91,33 @@ pub(crate) enum Held {
     Ledger,
     /// The claim record.
     Claim,
+    /// The Lease ledger, and the claim still carries an earlier run's record of the same volume
+    /// (a handle [`IntentLog::record`] returns): both go together.
+    LedgerAndClaim,
+    /// A retired node journal's entry that no ledger could take in (Leases refused at start-up):
+    /// in memory, for this run's resolver to finish; the journal's file stays for the next start.
+    Journal,
 }
 
 /// Why an entry is dropped ([`IntentLog::forget`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Forget {
-    /// Its PV was made, or its volume deleted (or never made): written lazily, a Retain
-    /// volume's at once ([`Removal::Prompt`]).
+    /// Its PV was made, or its volume deleted (or never made): a ledger entry's removal written
+    /// lazily, a Retain volume's at once ([`Removal::Prompt`]); a claim record's at once.
     Done,
     /// The resolver found its PV exists (left by a crash): the ledger writes nothing just for it.
     Stale,
     /// The resolver found the claim that carried the record gone, or no longer carrying it (the
     /// mirror lagged): nothing to write. Never drops a ledger entry.
     Vanished,
+}
+
+/// A retired journal's entries no ledger took in ([`Held::Journal`]).
+struct Journal {
+    /// By volume.
+    entries: Mutex<BTreeMap<String, Entry>>,
+    /// Their count, published as the ledger's (no ledger publishes it when they exist).
+    count: Arc<AtomicI64>,
 }
 
 /// The intent log of this process: the store new intents go to, chosen once at start-up
@@ -111,20 +128,31 @@ pub(crate) struct IntentLog {
     /// `None`: Leases were refused at start-up, new intents go on their claims.
     ledger: Option<Ledger>,
     claims: Arc<ClaimRecords>,
+    journal: Arc<Journal>,
     /// Node mode: this instance's node.
     node: Option<String>,
 }
 
 impl IntentLog {
-    /// A log over `ledger` (`None`: claim records only) and the claim records `claims` mirrors.
+    /// A log over `ledger` (`None`: claim records only), the claim records `claims` mirrors and
+    /// a retired journal's entries no ledger took in (counted in `count`).
     pub(crate) fn new(
         ledger: Option<Ledger>,
         claims: Arc<ClaimRecords>,
+        (journal, count): (Vec<Entry>, Arc<AtomicI64>),
         node: Option<String>,
     ) -> Self {
+        if !journal.is_empty() {
+            count.store(journal.len() as i64, Ordering::Relaxed);
+        }
+        let journal = journal.into_iter().map(|e| (e.volume.clone(), e));
         Self {
             ledger,
             claims,
+            journal: Arc::new(Journal {
+                entries: Mutex::new(journal.collect()),
+                count,
+            }),
             node,
         }
     }
@@ -141,7 +169,12 @@ impl IntentLog {
                     .record(entry.clone())
                     .await
                     .map_err(IntentError::Ledger)?;
-                Held::Ledger
+                let earlier = claim_record::entry_of(pvc).is_some_and(|e| e.volume == entry.volume);
+                if earlier {
+                    Held::LedgerAndClaim
+                } else {
+                    Held::Ledger
+                }
             }
             // No ledger (RBAC at start-up): on the claim.
             None => match self.claims.record(pvc, &entry).await {
@@ -150,48 +183,67 @@ impl IntentLog {
                 Err(e) => return Err(IntentError::Claim(e)),
             },
         };
-        Ok(Recorded::Durable(Pending {
+        Ok(Recorded::Durable(Box::new(Pending {
             entry,
             owner: Owner::Me,
             held,
-        }))
+        })))
     }
 
     /// Remembers the volume id learned for `pending` (a retried clean-up then needs no replay).
     pub(crate) async fn set_id(&self, pending: &Pending, id: &str) {
-        match (pending.held, &self.ledger) {
-            (Held::Ledger, Some(ledger)) => ledger.set_id(&pending.entry.volume, id),
-            (Held::Ledger, None) => {}
-            (Held::Claim, _) => self.claims.set_id(&pending.entry, id).await,
+        let entry = &pending.entry;
+        if let (Held::Ledger | Held::LedgerAndClaim, Some(ledger)) = (pending.held, &self.ledger) {
+            ledger.set_id(&entry.volume, id);
+        }
+        if let Held::Claim | Held::LedgerAndClaim = pending.held {
+            self.claims.set_id(entry, id).await;
+        }
+        if pending.held == Held::Journal
+            && let Some(kept) = lock(&self.journal.entries).get_mut(&entry.volume)
+        {
+            kept.id = Some(id.to_owned());
         }
     }
 
     /// Drops `pending` from the store holding it, as `why` says.
     pub(crate) async fn forget(&self, pending: &Pending, why: Forget) -> Result<(), IntentError> {
         let entry = &pending.entry;
-        match (pending.held, &self.ledger) {
-            (Held::Ledger, Some(ledger)) => {
-                let removal = match why {
-                    Forget::Done if entry.retain => Removal::Prompt,
-                    Forget::Done => Removal::Lazy,
-                    Forget::Stale => Removal::Stale,
-                    Forget::Vanished => return Ok(()),
-                };
-                ledger.forget(&entry.volume, removal);
+        let removal = match why {
+            Forget::Done if entry.retain => Removal::Prompt,
+            Forget::Done => Removal::Lazy,
+            Forget::Stale => Removal::Stale,
+            // The claim that carried the record is gone: nothing is written, and no ledger
+            // entry is dropped for it.
+            Forget::Vanished => {
+                if pending.held == Held::Claim {
+                    self.claims.unmirror(entry);
+                }
+                return Ok(());
             }
-            (Held::Ledger, None) => {}
-            (Held::Claim, _) if why == Forget::Vanished => self.claims.unmirror(entry),
-            (Held::Claim, _) => self
-                .claims
+        };
+        if let (Held::Ledger | Held::LedgerAndClaim, Some(ledger)) = (pending.held, &self.ledger) {
+            ledger.forget(&entry.volume, removal);
+        }
+        if pending.held == Held::Journal {
+            let mut journal = lock(&self.journal.entries);
+            journal.remove(&entry.volume);
+            self.journal
+                .count
+                .store(journal.len() as i64, Ordering::Relaxed);
+        }
+        if let Held::Claim | Held::LedgerAndClaim = pending.held {
+            self.claims
                 .forget(entry)
                 .await
-                .map_err(IntentError::Claim)?,
+                .map_err(IntentError::Claim)?;
         }
         Ok(())
     }
 
-    /// Every entry now, with who acts on it: the start of a resolver's pass, which also has the
-    /// ledger write the removals no intent write carried since the pass before.
+    /// Every entry now, with who acts on it: the start of a resolver's pass (the only caller, once
+    /// a pass), which also has the ledger write the removals no intent write carried since the
+    /// pass before.
     pub(crate) fn pending(&self) -> Vec<Pending> {
         let me = self.node.as_deref();
         let entries = self.ledger.as_ref().map(|ledger| {
@@ -212,7 +264,16 @@ impl IntentLog {
                 owner: Owner::of_record(me, selected.as_deref()),
                 held: Held::Claim,
             });
-        ledger.chain(claims).collect()
+        let journal = lock(&self.journal.entries)
+            .values()
+            .cloned()
+            .collect::<Vec<_>>();
+        let journal = journal.into_iter().map(|entry| Pending {
+            entry,
+            owner: Owner::Me,
+            held: Held::Journal,
+        });
+        ledger.chain(claims).chain(journal).collect()
     }
 
     /// Whether this process recorded `volume` itself (then it alone made, or did not make, the

@@ -1,5 +1,6 @@
-//! The claim record: the intent store for deployments whose RBAC lacks Leases in the sidecar's
-//! namespace (the ledger is refused). The intent goes on the claim itself, as a finalizer (so the
+//! The claim record: where new intents go for deployments whose RBAC lacks Leases in the
+//! sidecar's namespace (the ledger is refused), and what the resolver finishes whichever store is
+//! chosen (records an earlier run left). The intent goes on the claim itself, as a finalizer (so the
 //! claim cannot disappear while a volume may exist without a PV) and annotations holding what a
 //! ledger entry holds: volume name, volume id once learned, provisioner secret, the CreateVolume
 //! request (no secrets) and whether the class retains its volumes. Two claim writes per volume

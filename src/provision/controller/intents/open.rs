@@ -14,7 +14,7 @@ use super::claim_record::ClaimRecords;
 use crate::k8s::lean::Lean;
 use crate::provision::controller::intents::ledger::lease::read_ledger;
 use crate::provision::controller::intents::ledger::store::Ledger;
-use crate::provision::controller::intents::ledger::{decode, node_ledger_base};
+use crate::provision::controller::intents::ledger::{Entry, decode, node_ledger_base};
 use crate::runtime::Context;
 
 /// The intent log of this instance, chosen once at start-up: the intent ledger of this driver,
@@ -47,9 +47,10 @@ where
         ctx.metrics.backlog.ledger_intents.clone(),
     )
     .await;
-    if let Some(dir) = deployment.and_then(|n| n.intent_journal.as_deref()) {
-        take_in_retired_journal(ledger.as_ref(), dir).await;
-    }
+    let retired = match deployment.and_then(|n| n.intent_journal.as_deref()) {
+        Some(dir) => take_in_retired_journal(ledger.as_ref(), dir).await,
+        None => Vec::new(),
+    };
     let claims = Arc::new(ClaimRecords::new(ctx.client.clone(), &ctx.driver.name));
     let mirror = claims.clone();
     let pvcs = pvcs.inspect(move |claim| mirror.observe_cached(claim));
@@ -61,15 +62,17 @@ where
             committer.await;
         }
     };
-    let log = IntentLog::new(ledger, claims, node.map(str::to_owned));
+    let journal = (retired, ctx.metrics.backlog.ledger_intents.clone());
+    let log = IntentLog::new(ledger, claims, journal, node.map(str::to_owned));
     (log, pvcs, committer)
 }
 
 /// `--node-deployment-intent-journal` is retired: the node's intents go to its Lease ledger. What
 /// an earlier version left in the journal's files is taken into that ledger, and each file is
 /// renamed `*.imported` once written there (never lost: a file that cannot be read stays, and
-/// one not yet written is taken in again at the next start).
-async fn take_in_retired_journal(ledger: Option<&Ledger>, dir: &Path) {
+/// one not yet written is taken in again at the next start). Without a ledger (Leases refused)
+/// the entries are returned, for the resolver to finish from memory in this run.
+async fn take_in_retired_journal(ledger: Option<&Ledger>, dir: &Path) -> Vec<Entry> {
     warn!(journal = %dir.display(), "--node-deployment-intent-journal is retired: this node's intents go to its Lease ledger; an intent journal left there is taken in (remove the flag once that is logged, or once no intents-*.json is left there)");
     let files = match std::fs::read_dir(dir) {
         Ok(items) => items
@@ -81,20 +84,18 @@ async fn take_in_retired_journal(ledger: Option<&Ledger>, dir: &Path) {
                     .is_some_and(|n| n.starts_with("intents-") && n.ends_with(".json"))
             })
             .collect::<Vec<_>>(),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Vec::new(),
         Err(e) => {
             warn!(journal = %dir.display(), "cannot read the retired intent journal: {e}; its intents are not taken in until it can be read");
-            return;
+            return Vec::new();
         }
     };
-    let mut taken = Vec::new();
+    let (mut taken, mut entries) = (Vec::new(), Vec::new());
     for file in files {
         let read = std::fs::read_to_string(&file).map_err(|e| e.to_string());
         match read.and_then(|text| decode(&text)) {
-            Ok(entries) => {
-                if let Some(ledger) = ledger {
-                    ledger.take_in(entries);
-                }
+            Ok(mut read) => {
+                entries.append(&mut read);
                 taken.push(file);
             }
             Err(e) => {
@@ -103,15 +104,16 @@ async fn take_in_retired_journal(ledger: Option<&Ledger>, dir: &Path) {
         }
     }
     if taken.is_empty() {
-        return;
+        return Vec::new();
     }
-    let written = match ledger {
-        Some(ledger) => ledger.flush().await,
-        None => false,
+    let Some(ledger) = ledger else {
+        warn!(journal = %dir.display(), "the retired intent journal's entries cannot be written to a Lease ledger (Leases are not granted): they are resolved from memory in this run, and taken in again at the next start");
+        return entries;
     };
-    if !written {
+    ledger.take_in(entries);
+    if !ledger.flush().await {
         warn!(journal = %dir.display(), "the retired intent journal's entries could not be written to the Lease ledger; they are taken in again at the next start");
-        return;
+        return Vec::new();
     }
     for file in taken {
         let imported = file.with_extension("json.imported");
@@ -124,6 +126,7 @@ async fn take_in_retired_journal(ledger: Option<&Ledger>, dir: &Path) {
             }
         }
     }
+    Vec::new()
 }
 
 /// The volume name node `node` recorded for `pvc` (same UID), if any: the claim's own record, else
