@@ -1266,13 +1266,22 @@ async fn a_retired_intent_journal_is_taken_into_the_lease_ledger_and_leaks_nothi
 }
 
 /// The same journal, and the sidecar may not list Leases when it starts again (its intents go on
-/// the claims): the journal's entries are still resolved, from memory (the volume is deleted),
-/// and the file stays for a start that can write them to a Lease.
+/// the claims): the journal's entries are still resolved, from memory (the volume is deleted,
+/// counted as an intent until then), and the file is renamed once none is left, so that a later
+/// start does not resolve it again.
 #[tokio::test]
 async fn a_retired_intent_journal_is_resolved_from_memory_when_leases_are_refused() {
     let cluster = Cluster::start().await;
     let (a, control, journal) = left_in_a_retired_journal(&cluster).await;
     control.clear_faults().await.unwrap();
+    // Until the intent has been seen counted.
+    control
+        .set_fault(
+            "DeleteVolume",
+            mock_csi_driver::FaultRule::always(tonic::Code::Unavailable),
+        )
+        .await
+        .unwrap();
     delete_pod(&cluster, "data").await;
     cluster.delete_pvc_and_wait(NS, "data").await;
     cluster.sim().faults().add(
@@ -1281,15 +1290,25 @@ async fn a_retired_intent_journal_is_resolved_from_memory_when_leases_are_refuse
             .resource("leases"),
     );
     let back = back_with_journal(&cluster, &a, &journal).await;
+    back.wait_metric("csi_provisioner_claims_with_intent", 1.0)
+        .await;
+    control.clear_faults().await.unwrap();
     let state = a.driver.wait_volumes(0).await;
     assert_eq!(
-        state.calls("DeleteVolume"),
+        state.ok_calls("DeleteVolume"),
         1,
         "the journal's volume is deleted"
     );
     back.wait_metric("csi_provisioner_claims_with_intent", 0.0)
         .await;
-    assert!(journal.join("intents-0.json").exists(), "the file stays");
+    wait_for("the journal file renamed", DEADLINE, || async {
+        journal
+            .join("intents-0.json.resolved")
+            .exists()
+            .then_some(())
+    })
+    .await;
+    assert!(!journal.join("intents-0.json").exists());
     assert_eq!(
         back.log_lines_with(&["they are resolved from memory in this run"]),
         1

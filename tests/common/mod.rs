@@ -920,6 +920,8 @@ pub struct Sidecar {
     env: Vec<(String, String)>,
     child: Option<Child>,
     pub log: PathBuf,
+    /// Where the current process's lines start in `log` (a sidecar started again appends).
+    run_starts: usize,
 }
 
 impl Sidecar {
@@ -989,6 +991,7 @@ impl Sidecar {
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
             child: None,
+            run_starts: 0,
         };
         sidecar.spawn();
         sidecar
@@ -1000,6 +1003,7 @@ impl Sidecar {
             .append(true)
             .open(&self.log)
             .expect("sidecar log");
+        self.run_starts = log.metadata().map_or(0, |m| m.len() as usize);
         let child = Command::new(&self.bin)
             .args(&self.args)
             .envs(self.env.iter().cloned())
@@ -1065,6 +1069,14 @@ impl Sidecar {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// What the current process logged (not a process before it on the same log).
+    fn this_run_log(&self) -> String {
+        self.log()
+            .get(self.run_starts..)
+            .unwrap_or_default()
+            .to_owned()
+    }
+
     /// How many log lines contain every one of `parts`.
     pub fn log_lines_with(&self, parts: &[&str]) -> usize {
         self.log()
@@ -1093,9 +1105,8 @@ impl Sidecar {
             &format!("{} to log its HTTP address", self.name),
             DEADLINE,
             || async {
-                let log = self.log();
-                // The last one: a sidecar started again on the same log listens anew.
-                let line = log.lines().rfind(|l| l.contains("HTTP server listening"))?;
+                let log = self.this_run_log();
+                let line = log.lines().find(|l| l.contains("HTTP server listening"))?;
                 let rest = &line[line.find("address=")? + "address=".len()..];
                 Some(rest.split_whitespace().next()?.trim_matches('"').to_owned())
             },
@@ -1108,7 +1119,11 @@ impl Sidecar {
         wait_for(
             &format!("{} to start its controllers", self.name),
             DEADLINE,
-            || async { self.log().contains("starting controllers").then_some(()) },
+            || async {
+                self.this_run_log()
+                    .contains("starting controllers")
+                    .then_some(())
+            },
         )
         .await;
     }

@@ -617,6 +617,11 @@ async fn a_claim_carrying_an_earlier_runs_record_deleted_during_create_volume_is
         before + 1,
         "the one in flight, no replay"
     );
+    assert_eq!(
+        sidecar.log_lines_with(&["claim deleted during CreateVolume; volume deleted again"]),
+        1,
+        "deleted by the claim's own path"
+    );
     assert_eq!(state.ok_calls("DeleteVolume"), 1);
     assert_eq!(cluster.pv_count().await, 0, "no PV exists");
 }

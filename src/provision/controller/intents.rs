@@ -2,8 +2,9 @@
 //! outlives its claim unnoticed (upstream leaks one when a claim is deleted while CreateVolume
 //! hangs or the sidecar is down: its issues 486, 1469).
 //!
-//! One interface of five methods over two stores, the one new intents go to chosen once at
-//! start-up ([`open`]): a claim's path calls [`IntentLog::record`] (returns once the record is
+//! One interface of five methods over the store new intents go to, chosen once at start-up
+//! ([`open`]), and what earlier runs left elsewhere (records on claims, a retired journal's
+//! entries no ledger could take in): a claim's path calls [`IntentLog::record`] (returns once the record is
 //! durable; only then may CreateVolume be sent), [`IntentLog::set_id`] and
 //! [`IntentLog::forget`] on the handle it returns; the resolver walks [`IntentLog::pending`],
 //! calls the same two on each entry, and asks [`IntentLog::recorded_here`].
@@ -19,6 +20,7 @@
 //! [`IntentLog::pending`] and decides each entry with `resolution::resolve`.
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -29,6 +31,7 @@ use crate::provision::controller::intents::ledger::store::{Ledger, LedgerError};
 use crate::provision::controller::intents::ledger::{Entry, Removal};
 use crate::sync::lock;
 use resolution::Owner;
+use tracing::{info, warn};
 
 pub(crate) mod claim_record;
 pub(crate) mod cleanup;
@@ -113,11 +116,49 @@ pub(crate) enum Forget {
 }
 
 /// A retired journal's entries no ledger took in ([`Held::Journal`]).
-struct Journal {
+#[derive(Default)]
+pub(crate) struct Journal {
     /// By volume.
     entries: Mutex<BTreeMap<String, Entry>>,
     /// Their count, published as the ledger's (no ledger publishes it when they exist).
     count: Arc<AtomicI64>,
+    /// The files they were read from, renamed `*.json.resolved` once every entry is resolved, so
+    /// that a later start does not resolve them again.
+    files: Vec<PathBuf>,
+}
+
+impl Journal {
+    /// `entries` read from `files`, counted in `count`.
+    pub(crate) fn new(entries: Vec<Entry>, files: Vec<PathBuf>, count: Arc<AtomicI64>) -> Self {
+        let entries: BTreeMap<_, _> = entries.into_iter().map(|e| (e.volume.clone(), e)).collect();
+        if !entries.is_empty() {
+            count.store(entries.len() as i64, Ordering::Relaxed);
+        }
+        Self {
+            entries: Mutex::new(entries),
+            count,
+            files,
+        }
+    }
+
+    /// Drops `volume`'s entry; once none is left, the files are renamed.
+    fn forget(&self, volume: &str) {
+        let mut entries = lock(&self.entries);
+        if entries.remove(volume).is_none() {
+            return;
+        }
+        self.count.store(entries.len() as i64, Ordering::Relaxed);
+        if !entries.is_empty() {
+            return;
+        }
+        for file in &self.files {
+            let resolved = file.with_extension("json.resolved");
+            match std::fs::rename(file, &resolved) {
+                Ok(()) => info!(file = %resolved.display(), "retired intent journal resolved"),
+                Err(e) => warn!(file = %file.display(), "resolved but not renamed: {e}"),
+            }
+        }
+    }
 }
 
 /// The intent log of this process: the store new intents go to, chosen once at start-up
@@ -135,24 +176,17 @@ pub(crate) struct IntentLog {
 
 impl IntentLog {
     /// A log over `ledger` (`None`: claim records only), the claim records `claims` mirrors and
-    /// a retired journal's entries no ledger took in (counted in `count`).
+    /// a retired journal's entries no ledger took in.
     pub(crate) fn new(
         ledger: Option<Ledger>,
         claims: Arc<ClaimRecords>,
-        (journal, count): (Vec<Entry>, Arc<AtomicI64>),
+        journal: Journal,
         node: Option<String>,
     ) -> Self {
-        if !journal.is_empty() {
-            count.store(journal.len() as i64, Ordering::Relaxed);
-        }
-        let journal = journal.into_iter().map(|e| (e.volume.clone(), e));
         Self {
             ledger,
             claims,
-            journal: Arc::new(Journal {
-                entries: Mutex::new(journal.collect()),
-                count,
-            }),
+            journal: Arc::new(journal),
             node,
         }
     }
@@ -225,13 +259,9 @@ impl IntentLog {
         if let (Held::Ledger | Held::LedgerAndClaim, Some(ledger)) = (pending.held, &self.ledger) {
             ledger.forget(&entry.volume, removal);
         }
-        if pending.held == Held::Journal {
-            let mut journal = lock(&self.journal.entries);
-            journal.remove(&entry.volume);
-            self.journal
-                .count
-                .store(journal.len() as i64, Ordering::Relaxed);
-        }
+        // A journal entry of the same volume goes too, whichever store held this one: its fate
+        // is decided (one volume per name).
+        self.journal.forget(&entry.volume);
         if let Held::Claim | Held::LedgerAndClaim = pending.held {
             self.claims
                 .forget(entry)
@@ -285,3 +315,7 @@ impl IntentLog {
             || self.claims.recorded_here(volume)
     }
 }
+
+#[cfg(test)]
+#[path = "intents_tests.rs"]
+mod tests;

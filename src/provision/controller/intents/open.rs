@@ -2,15 +2,15 @@
 //! claim records when Leases cannot be listed at start-up), and reading what another node
 //! recorded for a claim before its selected node is cleared.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use tracing::{info, warn};
 
-use super::IntentLog;
 use super::claim_record::ClaimRecords;
+use super::{IntentLog, Journal};
 use crate::k8s::lean::Lean;
 use crate::provision::controller::intents::ledger::lease::read_ledger;
 use crate::provision::controller::intents::ledger::store::Ledger;
@@ -47,9 +47,9 @@ where
         ctx.metrics.backlog.ledger_intents.clone(),
     )
     .await;
-    let retired = match deployment.and_then(|n| n.intent_journal.as_deref()) {
+    let (retired, files) = match deployment.and_then(|n| n.intent_journal.as_deref()) {
         Some(dir) => take_in_retired_journal(ledger.as_ref(), dir).await,
-        None => Vec::new(),
+        None => Default::default(),
     };
     let claims = Arc::new(ClaimRecords::new(ctx.client.clone(), &ctx.driver.name));
     let mirror = claims.clone();
@@ -62,7 +62,7 @@ where
             committer.await;
         }
     };
-    let journal = (retired, ctx.metrics.backlog.ledger_intents.clone());
+    let journal = Journal::new(retired, files, ctx.metrics.backlog.ledger_intents.clone());
     let log = IntentLog::new(ledger, claims, journal, node.map(str::to_owned));
     (log, pvcs, committer)
 }
@@ -71,8 +71,12 @@ where
 /// an earlier version left in the journal's files is taken into that ledger, and each file is
 /// renamed `*.imported` once written there (never lost: a file that cannot be read stays, and
 /// one not yet written is taken in again at the next start). Without a ledger (Leases refused)
-/// the entries are returned, for the resolver to finish from memory in this run.
-async fn take_in_retired_journal(ledger: Option<&Ledger>, dir: &Path) -> Vec<Entry> {
+/// the entries are returned with their files, for the resolver to finish from memory in this run
+/// (the files are renamed `*.resolved` once it has).
+async fn take_in_retired_journal(
+    ledger: Option<&Ledger>,
+    dir: &Path,
+) -> (Vec<Entry>, Vec<PathBuf>) {
     warn!(journal = %dir.display(), "--node-deployment-intent-journal is retired: this node's intents go to its Lease ledger; an intent journal left there is taken in (remove the flag once that is logged, or once no intents-*.json is left there)");
     let files = match std::fs::read_dir(dir) {
         Ok(items) => items
@@ -84,10 +88,10 @@ async fn take_in_retired_journal(ledger: Option<&Ledger>, dir: &Path) -> Vec<Ent
                     .is_some_and(|n| n.starts_with("intents-") && n.ends_with(".json"))
             })
             .collect::<Vec<_>>(),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Vec::new(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Default::default(),
         Err(e) => {
             warn!(journal = %dir.display(), "cannot read the retired intent journal: {e}; its intents are not taken in until it can be read");
-            return Vec::new();
+            return Default::default();
         }
     };
     let (mut taken, mut entries) = (Vec::new(), Vec::new());
@@ -104,16 +108,16 @@ async fn take_in_retired_journal(ledger: Option<&Ledger>, dir: &Path) -> Vec<Ent
         }
     }
     if taken.is_empty() {
-        return Vec::new();
+        return Default::default();
     }
     let Some(ledger) = ledger else {
-        warn!(journal = %dir.display(), "the retired intent journal's entries cannot be written to a Lease ledger (Leases are not granted): they are resolved from memory in this run, and taken in again at the next start");
-        return entries;
+        warn!(journal = %dir.display(), "the retired intent journal's entries cannot be written to a Lease ledger (Leases are not granted): they are resolved from memory in this run, and the files renamed *.resolved once they are");
+        return (entries, taken);
     };
     ledger.take_in(entries);
     if !ledger.flush().await {
         warn!(journal = %dir.display(), "the retired intent journal's entries could not be written to the Lease ledger; they are taken in again at the next start");
-        return Vec::new();
+        return Default::default();
     }
     for file in taken {
         let imported = file.with_extension("json.imported");
@@ -126,7 +130,7 @@ async fn take_in_retired_journal(ledger: Option<&Ledger>, dir: &Path) -> Vec<Ent
             }
         }
     }
-    Vec::new()
+    Default::default()
 }
 
 /// The volume name node `node` recorded for `pvc` (same UID), if any: the claim's own record, else
