@@ -98,7 +98,8 @@ pub(crate) enum Held {
     /// (a handle [`IntentLog::record`] returns): both go together.
     LedgerAndClaim,
     /// A retired node journal's entry that no ledger could take in (Leases refused at start-up):
-    /// in memory, for this run's resolver to finish; the journal's file stays for the next start.
+    /// in memory, for this run's resolver to finish; the journal's files are renamed
+    /// `*.json.resolved` once none is left.
     Journal,
 }
 
@@ -131,7 +132,10 @@ impl Journal {
     /// `entries` read from `files`, counted in `count`.
     pub(crate) fn new(entries: Vec<Entry>, files: Vec<PathBuf>, count: Arc<AtomicI64>) -> Self {
         let entries: BTreeMap<_, _> = entries.into_iter().map(|e| (e.volume.clone(), e)).collect();
-        if !entries.is_empty() {
+        if entries.is_empty() {
+            // Files that list nothing are resolved already.
+            retire(&files);
+        } else {
             count.store(entries.len() as i64, Ordering::Relaxed);
         }
         Self {
@@ -141,22 +145,35 @@ impl Journal {
         }
     }
 
-    /// Drops `volume`'s entry; once none is left, the files are renamed.
-    fn forget(&self, volume: &str) {
+    /// Drops the entry of `entry`'s volume and claim (the same name may be another node's copy,
+    /// or, with short generated names, another claim's volume); once none is left, the files are
+    /// renamed.
+    fn forget(&self, entry: &Entry) {
         let mut entries = lock(&self.entries);
-        if entries.remove(volume).is_none() {
+        if entries
+            .get(&entry.volume)
+            .is_none_or(|e| e.uid != entry.uid)
+        {
             return;
         }
+        entries.remove(&entry.volume);
         self.count.store(entries.len() as i64, Ordering::Relaxed);
-        if !entries.is_empty() {
-            return;
+        let last = entries.is_empty();
+        // No entry is ever added: only the caller that removed the last one gets here.
+        drop(entries);
+        if last {
+            retire(&self.files);
         }
-        for file in &self.files {
-            let resolved = file.with_extension("json.resolved");
-            match std::fs::rename(file, &resolved) {
-                Ok(()) => info!(file = %resolved.display(), "retired intent journal resolved"),
-                Err(e) => warn!(file = %file.display(), "resolved but not renamed: {e}"),
-            }
+    }
+}
+
+/// Renames a retired journal's `files` `*.json.resolved`: a later start does not read them again.
+fn retire(files: &[PathBuf]) {
+    for file in files {
+        let resolved = file.with_extension("json.resolved");
+        match std::fs::rename(file, &resolved) {
+            Ok(()) => info!(file = %resolved.display(), "retired intent journal resolved"),
+            Err(e) => warn!(file = %file.display(), "resolved but not renamed: {e}"),
         }
     }
 }
@@ -259,9 +276,15 @@ impl IntentLog {
         if let (Held::Ledger | Held::LedgerAndClaim, Some(ledger)) = (pending.held, &self.ledger) {
             ledger.forget(&entry.volume, removal);
         }
-        // A journal entry of the same volume goes too, whichever store held this one: its fate
-        // is decided (one volume per name).
-        self.journal.forget(&entry.volume);
+        // A journal entry of the same volume and claim goes with this process's own record of it
+        // (its fate is decided); never with another node's record of its own copy.
+        let own = match pending.held {
+            Held::Claim => self.claims.recorded_here(&entry.volume),
+            Held::Ledger | Held::LedgerAndClaim | Held::Journal => true,
+        };
+        if own {
+            self.journal.forget(entry);
+        }
         if let Held::Claim | Held::LedgerAndClaim = pending.held {
             self.claims
                 .forget(entry)

@@ -73,3 +73,30 @@ async fn the_same_volume_twice_in_a_journal_is_one_entry() {
     assert_eq!(log.pending().len(), 1);
     assert_eq!(count.load(Ordering::Relaxed), 1);
 }
+
+/// Node mode: another node's claim record of the same name is that node's copy; forgetting it
+/// leaves this node's journal entry to be resolved on its own.
+#[tokio::test]
+async fn another_nodes_record_of_the_same_name_leaves_the_journal_entry() {
+    let dir = tempfile::tempdir().unwrap();
+    let (log, count) = log_of(&["pvc-a"], dir.path());
+    let theirs = super::Pending {
+        entry: entry("pvc-a"),
+        owner: super::Owner::Node("node-b".to_owned()),
+        held: Held::Claim,
+    };
+    // The claim write fails here (no API server); the journal is decided before it.
+    let _ = log.forget(&theirs, Forget::Done).await;
+    assert_eq!(log.pending().len(), 1);
+    assert_eq!(count.load(Ordering::Relaxed), 1);
+    assert!(dir.path().join("intents-0.json").exists());
+}
+
+#[tokio::test]
+async fn a_journal_file_that_lists_nothing_is_renamed_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let (log, count) = log_of(&[], dir.path());
+    assert!(log.pending().is_empty());
+    assert_eq!(count.load(Ordering::Relaxed), 0);
+    assert!(dir.path().join("intents-0.json.resolved").exists());
+}
