@@ -500,16 +500,22 @@ async fn a_ledger_lease_deleted_under_the_sidecar_is_written_again() {
     assert_eq!(driver.wait_volumes(2).await.calls("CreateVolume"), 2);
 }
 
-/// Without Lease RBAC at start-up the intents go on their claims; a later run that may use Leases
-/// finishes what that run left there: the volume of a claim deleted meanwhile is deleted and the
-/// claim let go, and a claim still pending gets the very volume it was created for (no second
-/// one), its record removed once its PV exists.
-#[tokio::test]
-async fn claim_records_left_by_a_run_without_leases_are_finished_by_a_run_with_them() {
+/// A run without Lease RBAC (intents go on the claims) whose every CreateVolume makes its volume
+/// and times out, killed once `claims` (class `fast`) carry their records; the refusal and the
+/// driver's fault are lifted, so the next start may use Leases.
+async fn records_left_without_leases(
+    flags: &[&str],
+    claims: &[&str],
+) -> (
+    Cluster,
+    Driver,
+    mock_csi_driver::control::ControlClient,
+    Sidecar,
+    Vec<PersistentVolumeClaim>,
+) {
     let cluster = Cluster::start().await;
     let driver = Driver::start(cluster.dir.path(), "node-1", &[]).await;
     let control = driver.control().await;
-    // Every CreateVolume makes its volume and times out: the records stay.
     control
         .set_fault(
             "CreateVolume",
@@ -523,25 +529,38 @@ async fn claim_records_left_by_a_run_without_leases_are_finished_by_a_run_with_t
             .verb("list")
             .resource("leases"),
     );
-    let mut sidecar = Sidecar::start(&cluster, &driver, &[]).await;
-    let kept = cluster.claim_with_fast_class(NS, "kept").await;
-    cluster.claim_of_class(NS, "gone", "fast", "1Gi").await;
-    driver.wait_volumes(2).await;
-    for name in ["kept", "gone"] {
+    let mut sidecar = Sidecar::start(&cluster, &driver, flags).await;
+    let mut made = vec![cluster.claim_with_fast_class(NS, claims[0]).await];
+    for name in &claims[1..] {
+        made.push(cluster.claim_of_class(NS, name, "fast", "1Gi").await);
+    }
+    driver.wait_volumes(claims.len()).await;
+    for name in claims {
         wait_claim(&cluster, name, "the record on the claim", |pvc| {
             has_intent(pvc).then_some(())
         })
         .await;
     }
     sidecar.kill().await;
+    faults.remove(refused);
+    control.clear_faults().await.unwrap();
+    (cluster, driver, control, sidecar, made)
+}
+
+/// Without Lease RBAC at start-up the intents go on their claims; a later run that may use Leases
+/// finishes what that run left there: the volume of a claim deleted meanwhile is deleted and the
+/// claim let go, and a claim still pending gets the very volume it was created for (no second
+/// one), its record removed once its PV exists.
+#[tokio::test]
+async fn claim_records_left_by_a_run_without_leases_are_finished_by_a_run_with_them() {
+    let (cluster, driver, _control, mut sidecar, made) =
+        records_left_without_leases(&[], &["kept", "gone"]).await;
+    let kept = &made[0];
     // The claim's finalizer holds it, Terminating, until its record is resolved.
     let _ = cluster
         .pvcs(NS)
         .delete("gone", &DeleteParams::default())
         .await;
-
-    faults.remove(refused);
-    control.clear_faults().await.unwrap();
     sidecar.restart().await;
     cluster.delete_pvc_and_wait(NS, "gone").await;
     let pv = cluster.wait_bound(NS, "kept").await;
@@ -551,7 +570,7 @@ async fn claim_records_left_by_a_run_without_leases_are_finished_by_a_run_with_t
     .await;
     cluster.wait_intent(NS, "kept", false).await;
     let state = driver.wait_volumes(1).await;
-    assert_eq!(state.volumes[0].name, format!("pvc-{}", uid(&kept)));
+    assert_eq!(state.volumes[0].name, format!("pvc-{}", uid(kept)));
     assert_eq!(
         state.volumes[0].id,
         pv.spec.unwrap().csi.unwrap().volume_handle
@@ -568,33 +587,8 @@ async fn claim_records_left_by_a_run_without_leases_are_finished_by_a_run_with_t
 /// the record with the ledger's entry, so the claim is let go with no CreateVolume replayed.
 #[tokio::test]
 async fn a_claim_carrying_an_earlier_runs_record_deleted_during_create_volume_is_let_go_once() {
-    let cluster = Cluster::start().await;
-    let driver = Driver::start(cluster.dir.path(), "node-1", &[]).await;
-    let control = driver.control().await;
-    control
-        .set_fault(
-            "CreateVolume",
-            FaultRule::always(tonic::Code::DeadlineExceeded).after_effect(),
-        )
-        .await
-        .unwrap();
-    let faults = cluster.sim().faults();
-    let refused = faults.add(
-        kube_sim::FaultRule::error(403)
-            .verb("list")
-            .resource("leases"),
-    );
-    let mut sidecar = Sidecar::start(&cluster, &driver, &["--timeout=60s"]).await;
-    cluster.claim_with_fast_class(NS, "data").await;
-    driver.wait_volumes(1).await;
-    wait_claim(&cluster, "data", "the record on the claim", |pvc| {
-        has_intent(pvc).then_some(())
-    })
-    .await;
-    sidecar.kill().await;
-
-    faults.remove(refused);
-    control.clear_faults().await.unwrap();
+    let (cluster, driver, control, mut sidecar, _) =
+        records_left_without_leases(&["--timeout=60s"], &["data"]).await;
     control
         .set_latency("CreateVolume", Duration::from_secs(5))
         .await
