@@ -627,3 +627,111 @@ async fn on_kubernetes_1_20_the_sidecar_says_once_which_features_are_off_and_wor
     );
     sidecar.kill().await;
 }
+
+/// Whether the sidecar's ServiceAccount may list Leases in `NS` now (the API server's own answer:
+/// an RBAC change takes a moment to reach its authorizer).
+async fn service_account_may_list_leases(cluster: &RealCluster) -> bool {
+    use k8s_openapi::api::authorization::v1::{
+        ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
+    };
+    let review = SubjectAccessReview {
+        spec: SubjectAccessReviewSpec {
+            user: Some(format!("system:serviceaccount:{NS}:csi-provisioner")),
+            resource_attributes: Some(ResourceAttributes {
+                group: Some("coordination.k8s.io".into()),
+                resource: Some("leases".into()),
+                verb: Some("list".into()),
+                namespace: Some(NS.into()),
+                ..ResourceAttributes::default()
+            }),
+            ..SubjectAccessReviewSpec::default()
+        },
+        ..SubjectAccessReview::default()
+    };
+    let api: Api<SubjectAccessReview> = Api::all(cluster.client.clone());
+    api.create(&kube::api::PostParams::default(), &review)
+        .await
+        .ok()
+        .and_then(|r| r.status)
+        .is_some_and(|s| s.allowed)
+}
+
+/// RBAC without Leases puts the intents on the claims (a finalizer and annotations); once Leases
+/// are granted, the next start uses the Lease ledger and finishes what the earlier run left on
+/// the claims: a claim deleted meanwhile has its volume deleted and is let go, and a pending one
+/// gets the very volume it was created for, its record removed.
+#[tokio::test]
+async fn claim_records_left_without_lease_rbac_are_finished_once_leases_are_granted() {
+    let cluster = real_cluster!();
+    let full = deploy_rbac(false);
+    let lease_rule = r#"  - apiGroups: ["coordination.k8s.io"]
+    resources: ["leases"]
+    verbs: ["get", "watch", "list", "delete", "update", "create"]
+"#;
+    assert_eq!(
+        full.matches(lease_rule).count(),
+        1,
+        "the Lease rule of deploy/rbac.yaml changed"
+    );
+    if kubectl_apply(&cluster, &full.replace(lease_rule, "")).is_none() {
+        eprintln!("SKIPPED: kubectl not found on PATH");
+        return;
+    }
+    wait_for("the Lease rule gone", DEADLINE, || async {
+        (!service_account_may_list_leases(&cluster).await).then_some(())
+    })
+    .await;
+    let driver = Driver::start(cluster.dir.path(), "node-1", &[]).await;
+    let control = driver.control().await;
+    // Every CreateVolume makes its volume and times out: the records stay.
+    control
+        .set_fault(
+            "CreateVolume",
+            mock_csi_driver::FaultRule::always(tonic::Code::DeadlineExceeded).after_effect(),
+        )
+        .await
+        .unwrap();
+    let mut sidecar = sidecar_as_service_account(&cluster, &driver).await;
+    let kept = cluster.claim_with_fast_class(NS, "kept").await;
+    cluster.claim_of_class(NS, "gone", "fast", "1Gi").await;
+    driver.wait_volumes(2).await;
+    cluster.wait_intent(NS, "kept", true).await;
+    cluster.wait_intent(NS, "gone", true).await;
+    assert_eq!(
+        sidecar.log_lines_with(&["the intent ledger is off"]),
+        1,
+        "the records are on the claims"
+    );
+    sidecar.kill().await;
+    // The record's finalizer holds the claim, Terminating, until the record is resolved.
+    let _ = cluster
+        .pvcs(NS)
+        .delete("gone", &DeleteParams::default())
+        .await;
+
+    kubectl_apply(&cluster, &full);
+    wait_for("the Lease rule granted", DEADLINE, || async {
+        service_account_may_list_leases(&cluster)
+            .await
+            .then_some(())
+    })
+    .await;
+    control.clear_faults().await.unwrap();
+    sidecar.restart().await;
+    sidecar.wait_log(&["intent ledger loaded"], 1).await;
+    cluster.delete_pvc_and_wait(NS, "gone").await;
+    let pv = cluster.wait_bound(NS, "kept").await;
+    cluster.wait_intent(NS, "kept", false).await;
+    let state = driver.wait_volumes(1).await;
+    let uid = kept.metadata.uid.clone().expect("claim UID");
+    assert_eq!(state.volumes[0].name, format!("pvc-{uid}"));
+    assert_eq!(
+        state.volumes[0].id,
+        pv.spec.and_then(|s| s.csi).expect("CSI PV").volume_handle
+    );
+    assert_eq!(
+        state.ok_calls("DeleteVolume"),
+        1,
+        "the deleted claim's volume"
+    );
+}
