@@ -7,8 +7,6 @@ pub(crate) mod cache;
 pub(crate) mod client;
 pub(crate) mod errors;
 pub(crate) mod events;
-pub(crate) mod lean;
 pub(crate) mod patch;
-pub(crate) mod secrets;
 pub(crate) mod served;
 pub(crate) mod watch;

@@ -1,5 +1,5 @@
 //! What the controllers run on: the shared [`Context`] (clients, driver, caches, settings), the
-//! [`Shutdown`] signal, [`VolumeLocks`], the controller [`skeleton`] and work [`queue`] both
+//! [`Shutdown`] signal, [`VolumeLocks`], the work [`queue`] and its driver both
 //! controllers run on, and the [`heap`] trimming. The composition root ([`crate::app`]) builds
 //! them; the controllers only use them, so nothing depends on the composition root.
 
@@ -22,7 +22,6 @@ use crate::metrics::node_gone::NodeGoneMetrics;
 
 pub(crate) mod heap;
 pub(crate) mod queue;
-pub(crate) mod skeleton;
 
 pub(crate) use queue::Action;
 

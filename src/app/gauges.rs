@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 
-use crate::k8s::lean::Lean;
+use crate::k8s::cache::Lean;
 
 use crate::model::meta::label;
 

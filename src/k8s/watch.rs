@@ -33,9 +33,8 @@ use tokio::task::JoinHandle;
 use tokio_stream::wrappers::ReceiverStream;
 use tracing::{Instrument, info, info_span, warn};
 
-use crate::k8s::cache::{Cache, CacheWriter};
+use crate::k8s::cache::{Cache, CacheWriter, Lean};
 use crate::k8s::errors::describe_watch;
-use crate::k8s::lean::Lean;
 
 /// Changes buffered per subscriber: how far a slow controller may lag before the watch waits.
 const SHARED_BUFFER: usize = 1024;

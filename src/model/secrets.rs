@@ -1,6 +1,7 @@
 //! StorageClass secret references: which parameter keys name the secret of each CSI call, the
-//! `${...}` templates in them, and the validation upstream applies (reference §3.5). Pure: the
-//! secret itself is fetched by the shell.
+//! `${...}` templates in them, and the validation upstream applies (reference §3.5), all pure; and
+//! the one read of a secret's data for a CSI call ([`credentials`]), whose values go into CSI
+//! requests only, never into logs, events or errors.
 //!
 //! Each secret type has a name/namespace key pair (plus a deprecated unprefixed pair for the four
 //! oldest types); a type with neither falls back to the default pair
@@ -19,10 +20,11 @@
 //! the claim may be gone, so only its name and namespace (from the PV's claimRef) are available.
 //! Which tokens exist is therefore an input ([`TemplateContext`]), never guessed.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 
-use k8s_openapi::api::core::v1::SecretReference;
+use k8s_openapi::api::core::v1::{Secret, SecretReference};
+use kube::{Api, Client};
 
 use crate::gofmt;
 use crate::names;
@@ -528,6 +530,44 @@ impl fmt::Display for SecretRef {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}/{}", self.namespace, self.name)
     }
+}
+
+// === The secret's data ===
+
+/// A Secret could not be read; the message has upstream's wording and never a value.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "error getting secret {name} in namespace {namespace}: {}",
+    crate::k8s::errors::describe(source)
+)]
+pub(crate) struct SecretFetchError {
+    /// Secret name.
+    pub(crate) name: String,
+    /// Secret namespace.
+    pub(crate) namespace: String,
+    /// The API error.
+    #[source]
+    pub(crate) source: kube::Error,
+}
+
+/// The data of Secret `namespace/name` as CSI wants it: key -> UTF-8 value.
+pub(crate) async fn credentials(
+    client: &Client,
+    name: &str,
+    namespace: &str,
+) -> Result<HashMap<String, String>, SecretFetchError> {
+    let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
+    let secret = api.get(name).await.map_err(|source| SecretFetchError {
+        name: name.to_owned(),
+        namespace: namespace.to_owned(),
+        source,
+    })?;
+    Ok(secret
+        .data
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(k, v)| (k, String::from_utf8_lossy(&v.0).into_owned()))
+        .collect())
 }
 
 #[cfg(test)]

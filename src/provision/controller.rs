@@ -23,14 +23,12 @@ use super::memory::ClaimMemory;
 use super::plan::PlanError;
 use super::plan::{ClaimDecision, ClearReason, IgnoreReason, NodeMode, ProvisionSettings};
 use super::topology::TopologyView;
-use crate::k8s::cache::Cache;
-use crate::k8s::lean::{self, Lean};
+use crate::k8s::cache::{self, Cache, Lean};
 use crate::k8s::patch;
 use crate::model::csinode::CsiNodeLookup;
 use crate::node_mode::ownership::{Competition, NodeIdentity};
 use crate::retry::{Backoff, InfeasibleHold};
-use crate::runtime::queue::Key;
-use crate::runtime::skeleton;
+use crate::runtime::queue::{self, Key};
 use crate::runtime::{Action, Context, Shutdown};
 use intents::IntentLog;
 
@@ -177,11 +175,11 @@ pub(crate) async fn run(
     let claims = ctx.stores.pvcs.clone();
     let class_index = claims.clone();
     let mut triggers = vec![
-        skeleton::keys_of(pvcs).boxed(),
+        queue::keys_of(pvcs).boxed(),
         // A PV created, bound or deleted changes what its claim needs.
         pvs.filter_map(|pv| async move {
             let claim_ref = pv.full().spec?.claim_ref?;
-            Some(Key::from(lean::key(
+            Some(Key::from(cache::key(
                 claim_ref.namespace.as_deref(),
                 claim_ref.name.as_deref()?,
             )))
@@ -241,7 +239,7 @@ pub(crate) async fn run(
     let span = info_span!("provisioning");
     let resolver = intents::resolve::run_resolver(state.clone(), shutdown.clone());
     let workers = async {
-        skeleton::drive(
+        queue::drive(
             &ctx,
             span,
             "claim",
@@ -282,7 +280,7 @@ fn pending_claims_selected_to(claims: &Cache<PersistentVolumeClaim>, nodes: &[St
 /// A claim's one key: `namespace/name`, as the work queue, the cache, the memory and the logs name
 /// it.
 fn claim_key(pvc: &PersistentVolumeClaim) -> String {
-    lean::key(pvc.metadata.namespace.as_deref(), &pvc.name_any())
+    cache::key(pvc.metadata.namespace.as_deref(), &pvc.name_any())
 }
 
 /// Records the claim-to-Bound latency of a claim this process provisioned, once, when it is

@@ -19,14 +19,13 @@ use super::plan::{
     ReclaimContext, SkipReason, StorageClassLookup,
 };
 use crate::csi::v1;
+use crate::k8s::cache::Lean;
 use crate::k8s::events::{EventSpec, reference_to};
-use crate::k8s::lean::Lean;
 use crate::k8s::patch::{self, DeleteOutcome, PatchOutcome};
 use crate::names;
 use crate::node_mode::ownership::may_delete_here;
 use crate::retry::delay_after;
-use crate::runtime::queue::Key;
-use crate::runtime::skeleton::{self, LOCK_RETRY};
+use crate::runtime::queue::{self, Key, LOCK_RETRY};
 use crate::runtime::{Action, Context, Shutdown};
 
 /// Longest pause between two looks at a PV that waits for its volume to be detached.
@@ -108,7 +107,7 @@ pub(crate) async fn run(
         ctx: ctx.clone(),
     });
     let mut triggers = vec![
-        skeleton::keys_of(pvs).boxed(),
+        queue::keys_of(pvs).boxed(),
         // A claim that changes (bound, being deleted) matters to its PV.
         pvcs.filter_map(|pvc| async move {
             let volume = pvc.full().spec?.volume_name?;
@@ -124,7 +123,7 @@ pub(crate) async fn run(
     let pruned = state.clone();
     let prune = move || pruned.forget_vanished_pvs();
     let span = info_span!("reclaim");
-    skeleton::drive(
+    queue::drive(
         &ctx,
         span,
         "PV",
@@ -185,7 +184,7 @@ async fn claim_state(
         .ctx
         .stores
         .pvcs
-        .get(&crate::k8s::lean::key(Some(namespace), name))
+        .get(&crate::k8s::cache::key(Some(namespace), name))
         .map(|c| c.full());
     let seen = state.recall(uid).absence_seen;
     match plan::claim_lookup(pv, cached.as_ref(), seen) {
@@ -495,7 +494,8 @@ async fn fetch_secrets(
     let DeletionSecrets::Fetch(secret) = secrets else {
         return HashMap::new();
     };
-    match crate::k8s::secrets::credentials(&state.ctx.client, &secret.name, &secret.namespace).await
+    match crate::model::secrets::credentials(&state.ctx.client, &secret.name, &secret.namespace)
+        .await
     {
         Ok(data) => data,
         Err(e) => {

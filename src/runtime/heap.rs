@@ -1,7 +1,7 @@
 //! Gives freed heap back to the operating system.
 //!
 //! Why: filling the caches and the first reconcile of every object allocate and free far more than
-//! stays live (each object is parsed in full before it is packed, see [`crate::k8s::lean`]), and
+//! stays live (each object is parsed in full before it is packed, see [`crate::k8s::cache`]), and
 //! glibc keeps such freed memory in its arenas: at 10,000 PV/PVC pairs about a fifth of the
 //! process's resident memory was free heap nobody would use again. `malloc_trim` hands those
 //! pages back; it walks the free lists only, so a pass costs a few milliseconds. Other C

@@ -17,7 +17,7 @@ use prometheus_client::registry::Registry;
 use tracing::{debug, info, warn};
 
 use super::{PodLite, Transition, Usage, transition};
-use crate::k8s::lean::Lean;
+use crate::k8s::cache::Lean;
 use crate::k8s::patch;
 use crate::names;
 use crate::runtime::{Context, Shutdown};

@@ -46,15 +46,8 @@ async fn driver_timeouts_are_retried_until_the_volume_exists_once() {
 async fn pvc_deleted_while_create_volume_hangs_leaves_no_volume() {
     let cluster = Cluster::start().await;
     let driver = Driver::start(cluster.dir.path(), "node-1", &[]).await;
-    let control = driver.control().await;
     // Every CreateVolume creates the volume and then times out: the sidecar never learns the id.
-    control
-        .set_fault(
-            "CreateVolume",
-            FaultRule::always(tonic::Code::DeadlineExceeded).after_effect(),
-        )
-        .await
-        .unwrap();
+    let control = creates_then_times_out(&driver).await;
     let sidecar = Sidecar::start(&cluster, &driver, &["--http-endpoint=127.0.0.1:0"]).await;
     cluster.claim_with_fast_class(NS, "data").await;
     driver.wait_volumes(1).await;
@@ -88,15 +81,7 @@ async fn another_drivers_claim_deleted_mid_provisioning_is_left_to_that_drivers_
     let ours_sidecar = Sidecar::start(&cluster, &ours, &[]).await;
     let other_name = "other.csi.rs";
     let other = Driver::start_as(cluster.dir.path(), "other", other_name, &[]).await;
-    other
-        .control()
-        .await
-        .set_fault(
-            "CreateVolume",
-            FaultRule::always(tonic::Code::DeadlineExceeded).after_effect(),
-        )
-        .await
-        .unwrap();
+    creates_then_times_out(&other).await;
     let mut other_sidecar = Sidecar::start(&cluster, &other, &[]).await;
     let mut class = storage_class("other", &[]);
     class.provisioner = other_name.to_owned();
@@ -246,14 +231,7 @@ async fn no_create_volume_before_the_intent_is_recorded_even_while_the_api_serve
 async fn pvc_deleted_while_the_sidecar_is_down_gets_its_volume_deleted() {
     let cluster = Cluster::start().await;
     let driver = Driver::start(cluster.dir.path(), "node-1", &[]).await;
-    let control = driver.control().await;
-    control
-        .set_fault(
-            "CreateVolume",
-            FaultRule::always(tonic::Code::DeadlineExceeded).after_effect(),
-        )
-        .await
-        .unwrap();
+    let control = creates_then_times_out(&driver).await;
     let mut sidecar = Sidecar::start(&cluster, &driver, &[]).await;
     cluster.claim_with_fast_class(NS, "data").await;
     driver.wait_volumes(1).await;
@@ -515,14 +493,7 @@ async fn records_left_without_leases(
 ) {
     let cluster = Cluster::start().await;
     let driver = Driver::start(cluster.dir.path(), "node-1", &[]).await;
-    let control = driver.control().await;
-    control
-        .set_fault(
-            "CreateVolume",
-            FaultRule::always(tonic::Code::DeadlineExceeded).after_effect(),
-        )
-        .await
-        .unwrap();
+    let control = creates_then_times_out(&driver).await;
     let faults = cluster.sim().faults();
     let refused = faults.add(
         kube_sim::FaultRule::error(403)

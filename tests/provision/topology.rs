@@ -222,15 +222,8 @@ async fn a_deleted_selected_node_is_cleared_so_the_pod_can_go_elsewhere() {
 async fn a_retry_after_a_timeout_keeps_its_topology_when_the_node_vanishes() {
     let cluster = Cluster::start().await;
     let driver = two_node_driver(&cluster, &[]).await;
-    let control = driver.control().await;
     // CreateVolume creates the volume on node-2 but answers DEADLINE_EXCEEDED: maybe in progress.
-    control
-        .set_fault(
-            "CreateVolume",
-            FaultRule::always(tonic::Code::DeadlineExceeded).after_effect(),
-        )
-        .await
-        .unwrap();
+    let control = creates_then_times_out(&driver).await;
     cluster.add_nodes(&["node-1", "node-2"]).await;
     let _sidecar = Sidecar::start(&cluster, &driver, &[]).await;
     let pvc = late_claim(&cluster).await;

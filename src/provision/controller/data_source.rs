@@ -88,7 +88,7 @@ async fn read_clone(
     let stores = &state.ctx.stores;
     let cached = stores
         .pvcs
-        .get(&crate::k8s::lean::key(Some(namespace), name))
+        .get(&crate::k8s::cache::key(Some(namespace), name))
         .map(|c| c.full());
     let claim = match cached {
         Some(c) => Some(c),
@@ -195,7 +195,7 @@ pub(super) async fn protect(state: &Provisioner, source: Option<&SourceRef>) -> 
                 .ctx
                 .stores
                 .pvcs
-                .get(&crate::k8s::lean::key(Some(namespace), name))
+                .get(&crate::k8s::cache::key(Some(namespace), name))
                 .map(|c| c.full());
             let finalizer = crate::names::FINALIZER_CLONING_PROTECTION;
             if cached

@@ -19,9 +19,8 @@ use super::{PV_CREATE_ATTEMPTS, ProvisionError, Provisioner, claim_key};
 use crate::csi::v1;
 use crate::k8s::errors::{ApiErrorClass, classify, describe};
 use crate::k8s::events::{EventSpec, reference_to};
-use crate::k8s::secrets::SecretFetchError;
 use crate::model::claim::abandoned_since;
-use crate::model::secrets::SecretRef;
+use crate::model::secrets::{SecretFetchError, SecretRef};
 use crate::names;
 use crate::provision::classify::{
     ProvisioningState, infeasible_event_message, is_infeasible, provisioning_state,
@@ -32,7 +31,7 @@ use crate::provision::plan::ProvisionPlan;
 use crate::provision::pv::{NewPv, pv_holds_volume};
 use crate::retry::{Attempt, retry_transient};
 use crate::runtime::Action;
-use crate::runtime::skeleton::LOCK_RETRY;
+use crate::runtime::queue::LOCK_RETRY;
 
 /// Why a DeleteVolume of this controller did not happen. `Display` is the text events carry.
 #[derive(Debug, thiserror::Error)]
@@ -90,7 +89,7 @@ pub(super) async fn secret_data(
     state: &Provisioner,
     secret: &SecretRef,
 ) -> Result<HashMap<String, String>, SecretFetchError> {
-    crate::k8s::secrets::credentials(&state.ctx.client, &secret.name, &secret.namespace).await
+    crate::model::secrets::credentials(&state.ctx.client, &secret.name, &secret.namespace).await
 }
 
 pub(super) async fn provision(
@@ -256,7 +255,7 @@ async fn create_volume_and_pv(
 /// Whether the claim was deleted (or is being deleted) since this reconcile read it, as the cache
 /// says now ([`abandoned_since`]).
 fn claim_abandoned(state: &Provisioner, pvc: &PersistentVolumeClaim) -> bool {
-    let cached = state.ctx.stores.pvcs.get(&crate::k8s::lean::key(
+    let cached = state.ctx.stores.pvcs.get(&crate::k8s::cache::key(
         pvc.metadata.namespace.as_deref(),
         &pvc.name_any(),
     ));

@@ -21,12 +21,10 @@ use crate::model::claim::{claim_class_name, selected_node};
 use crate::model::secrets::{ClaimIdentity, TemplateContext, resolve_all};
 use crate::model::secrets::{SecretError, SecretRef};
 use crate::provision::classify::may_reschedule;
-use crate::provision::params;
-use crate::provision::params::ParamError;
 use crate::provision::pv::{PvTemplate, claim_ref};
-use crate::provision::request::RequestError;
 use crate::provision::request::{
-    self, ContentSource, RequestParts, create_volume_request, is_block, requested_bytes,
+    self, ContentSource, ParamError, RequestError, RequestParts, create_volume_request, is_block,
+    requested_bytes,
 };
 use crate::provision::source::{SourceLookup, SourceRef, SourceToRead, source_ref};
 use crate::provision::topology::{
@@ -290,7 +288,7 @@ pub(super) fn plan(
 
     let volume_name = claim_volume_name(pvc, settings)?;
     let class_params = class.parameters.clone().unwrap_or_default();
-    let fs_type = params::resolve_fs_type(&class_params, &settings.default_fs_type)?;
+    let fs_type = request::resolve_fs_type(&class_params, &settings.default_fs_type)?;
     let required_bytes = requested_bytes(pvc)?;
     let block = is_block(pvc);
     let access_modes = spec.access_modes.clone().unwrap_or_default();
@@ -317,9 +315,9 @@ pub(super) fn plan(
     };
     let secrets = resolve_all(&class_params, &template_ctx)?;
 
-    let mut parameters = params::strip_prefixed_parameters(&class_params)?;
+    let mut parameters = request::strip_prefixed_parameters(&class_params)?;
     if settings.extra_create_metadata {
-        params::add_extra_create_metadata(
+        request::add_extra_create_metadata(
             &mut parameters,
             claim_name,
             claim_namespace,
@@ -368,7 +366,7 @@ pub(super) fn plan(
         in_tree,
     };
 
-    let mut warnings = params::deprecation_warnings(&class_params);
+    let mut warnings = request::deprecation_warnings(&class_params);
     let max_failures = crate::provision::give_up::max_failures(class).unwrap_or_else(|e| {
         warnings.push(e);
         None

@@ -22,7 +22,7 @@ use prost::Message;
 use serde_json::Value;
 
 use crate::csi::v1::CreateVolumeRequest;
-use crate::k8s::lean::Lean;
+use crate::k8s::cache::Lean;
 use crate::k8s::patch::{
     self, PatchError, PatchOutcome, Step, add_op, annotation_path, guard, meta_path, remove_op,
     version_test,

@@ -13,8 +13,8 @@
 //!
 //! This module is pure: entries, their layout over shards (one Lease holds at most
 //! [`SHARD_BYTES`] of entries, below the API server's 256 KiB annotation limit), the encoding
-//! (an entry's fate is decided by `intents::resolution`). The committer is in [`store`], the Lease
-//! encoding in [`lease`].
+//! (an entry's fate is decided by `intents::resolution`). The committer and the Lease
+//! encoding are in [`store`].
 
 use std::collections::BTreeMap;
 
@@ -26,7 +26,6 @@ use serde::{Deserialize, Serialize};
 use crate::csi::v1::CreateVolumeRequest;
 use crate::model::secrets::SecretRef;
 
-pub(crate) mod lease;
 pub(crate) mod store;
 
 /// Encoded entries per Lease at most: below the API server's 256 KiB limit on all annotations of

@@ -11,9 +11,9 @@ use tracing::{info, warn};
 
 use super::claim_record::ClaimRecords;
 use super::{IntentLog, Journal};
-use crate::k8s::lean::Lean;
-use crate::provision::controller::intents::ledger::lease::read_ledger;
+use crate::k8s::cache::Lean;
 use crate::provision::controller::intents::ledger::store::Ledger;
+use crate::provision::controller::intents::ledger::store::read_ledger;
 use crate::provision::controller::intents::ledger::{Entry, decode, node_ledger_base};
 use crate::runtime::Context;
 

@@ -21,9 +21,9 @@ use tracing::{debug, info, warn};
 use crate::csi::v1;
 use crate::k8s::errors::describe;
 use crate::k8s::events::{EventSpec, reference_to};
-use crate::k8s::secrets::SecretFetchError;
 use crate::model::claim::{claim_class_name, selected_node};
 use crate::model::csinode::CsiNodeLookup;
+use crate::model::secrets::SecretFetchError;
 use crate::names;
 use crate::node_mode::ownership;
 use crate::provision::controller::Provisioner;
@@ -120,7 +120,10 @@ pub(in crate::provision::controller) async fn resolve_one(
     });
     let claim = stores
         .pvcs
-        .get(&crate::k8s::lean::key(Some(&entry.namespace), &entry.claim))
+        .get(&crate::k8s::cache::key(
+            Some(&entry.namespace),
+            &entry.claim,
+        ))
         .map(|c| c.full())
         .filter(|c| c.metadata.uid.as_deref() == Some(entry.uid.as_str()));
     let mut owner = pending.owner.clone();

@@ -29,7 +29,7 @@ async fn written(client: &kube::Client) -> Vec<String> {
     let mut volumes: Vec<String> = list
         .items
         .iter()
-        .flat_map(|l| super::super::lease::lease_entries(l).unwrap_or_default())
+        .flat_map(|l| super::lease_entries(l).unwrap_or_default())
         .map(|e| e.volume)
         .collect();
     volumes.sort();
