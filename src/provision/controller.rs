@@ -148,10 +148,8 @@ pub(crate) async fn run(
 ) {
     let settings = settings_of(&ctx);
     let topology = facts::topology_of(&ctx, &settings);
-    let competition = ctx.config.node_deployment.as_ref().map_or_else(
-        || Competition::new(Duration::from_secs(20), Duration::from_secs(60)),
-        |n| Competition::new(n.base_delay, n.max_delay),
-    );
+    let competition =
+        (ctx.config.node_deployment.as_ref()).map(|n| Competition::new(n.base_delay, n.max_delay));
     // The committer outlives the workers (one may still wait for a commit) and then flushes what
     // is pending.
     let (stopped, stop) = tokio::sync::oneshot::channel::<()>();

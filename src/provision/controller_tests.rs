@@ -14,7 +14,6 @@ use crate::metrics::Metrics;
 use crate::metrics::node_gone::NodeGoneMetrics;
 use crate::names;
 use crate::provision::controller::intents::claim_record::ClaimRecords;
-use crate::provision::controller::intents::resolution::Owner;
 use crate::provision::controller::intents::{IntentLog, Pending};
 use crate::runtime::{Stores, VolumeLocks};
 
@@ -141,10 +140,13 @@ fn shell_with_classes(
         memory: Mutex::new(ClaimMemory::new(
             Backoff::new(Duration::from_secs(1), Duration::from_secs(60)),
             InfeasibleHold::new(crate::retry::INFEASIBLE_HOLD_BACK),
-            Competition::new(Duration::from_secs(1), Duration::from_secs(8)),
+            Some(Competition::new(
+                Duration::from_secs(1),
+                Duration::from_secs(8),
+            )),
         )),
         topology: super::facts::topology_of(&ctx, &settings_of(&ctx)),
-        intents: IntentLog::new(None, records, Default::default(), None),
+        intents: IntentLog::new(None, records, Default::default()),
         settings: settings_of(&ctx),
         ctx,
     }
@@ -175,9 +177,7 @@ async fn deleted_claim_with_intent(sim: &Sim, volume_id: Option<&str>) -> Persis
 fn observed(state: &Provisioner) -> Pending {
     let mut pending = state.intents.pending();
     assert_eq!(pending.len(), 1, "one record");
-    let one = pending.remove(0);
-    assert_eq!(one.owner, Owner::Me);
-    one
+    pending.remove(0)
 }
 
 async fn claim_gone(sim: &Sim) -> bool {

@@ -31,7 +31,8 @@ pub(crate) struct ClaimMemory {
     backoff: Backoff<String>,
     infeasible: InfeasibleHold<String>,
     pins: HashMap<String, TopologyRequirement>,
-    competition: Competition,
+    /// Node mode only: controller mode never competes, nor enters `node_mode`.
+    competition: Option<Competition>,
     compete_at: HashMap<String, Instant>,
     /// Since when the node an intent waits for (named too: a claim created again under the same
     /// name may wait for another node) has been missing.
@@ -41,7 +42,7 @@ pub(crate) struct ClaimMemory {
     /// PV yet must not replay CreateVolume for it.
     pv_created: HashMap<String, Instant>,
     /// CreateVolume attempts that failed for sure since the last success or stop (the class's
-    /// retry policy, `provision::give_up`).
+    /// retry policy, `provision::classify`).
     final_failures: HashMap<String, u32>,
 }
 
@@ -54,7 +55,7 @@ impl ClaimMemory {
     pub(crate) fn new(
         backoff: Backoff<String>,
         infeasible: InfeasibleHold<String>,
-        competition: Competition,
+        competition: Option<Competition>,
     ) -> Self {
         Self {
             uids: HashMap::new(),
@@ -116,7 +117,7 @@ impl ClaimMemory {
         }
         // The competition is over for a claim that is bound, deleted or not ours.
         if !matches!(reason, IgnoreReason::NotThisNode(_)) {
-            self.competition.forget(key);
+            self.stop_competing(key);
         }
         // A claim that is going away keeps no hold-back behind.
         if matches!(
@@ -138,7 +139,9 @@ impl ClaimMemory {
     fn retain_keys(&mut self, keep: impl Fn(&str) -> bool, expire: bool) {
         self.backoff.retain(|k| keep(k));
         self.infeasible.retain(|k| keep(k));
-        self.competition.retain(&keep);
+        if let Some(competition) = &mut self.competition {
+            competition.retain(&keep);
+        }
         self.compete_at.retain(|k, _| keep(k));
         self.node_gone_since.retain(|k, _| keep(k));
         self.awaiting_bound.retain(|k| keep(k));
@@ -241,7 +244,8 @@ impl ClaimMemory {
         if let Some(due) = self.compete_at.get(key) {
             return *due;
         }
-        let due = now + self.competition.next_delay(key, jitter);
+        let delay = self.competition.as_mut().map(|c| c.next_delay(key, jitter));
+        let due = now + delay.unwrap_or_default();
         self.compete_at.insert(key.to_owned(), due);
         due
     }
@@ -253,7 +257,9 @@ impl ClaimMemory {
 
     /// The competition for `key` is over.
     pub(crate) fn stop_competing(&mut self, key: &str) {
-        self.competition.forget(key);
+        if let Some(competition) = &mut self.competition {
+            competition.forget(key);
+        }
     }
 
     /// Since when the intent of `key` has been waiting for its missing `node` (starts now, and

@@ -5,7 +5,10 @@ fn memory() -> ClaimMemory {
     ClaimMemory::new(
         Backoff::new(Duration::from_secs(1), Duration::from_secs(60)),
         InfeasibleHold::new(Duration::from_secs(300)),
-        Competition::new(Duration::from_secs(1), Duration::from_secs(8)),
+        Some(Competition::new(
+            Duration::from_secs(1),
+            Duration::from_secs(8),
+        )),
     )
 }
 

@@ -172,7 +172,7 @@ pub(crate) enum IgnoreReason {
     WaitingForFirstConsumer,
     /// The claim's PV exists already.
     PvExists(String),
-    /// The class's retry policy stopped provisioning this claim (`provision::give_up`).
+    /// The class's retry policy stopped provisioning this claim (`provision::classify`).
     ProvisioningStopped,
     /// A data source kind for an external populator; the shell emits upstream's Normal
     /// `Provisioning` event "Assuming an external populator will provision the volume".
@@ -469,7 +469,7 @@ fn decide(
 
     // Stopped by the class's retry policy, which stops only after a final failure (no volume in
     // the making). An intent still recorded is resolved once the claim is deleted.
-    if super::give_up::is_stopped(pvc) {
+    if super::classify::is_stopped(pvc) {
         return Ok(ClaimDecision::Ignore(IgnoreReason::ProvisioningStopped));
     }
     Ok(match plan(pvc, settings, facts, class) {

@@ -1048,7 +1048,7 @@ fn the_selected_node_is_checked_only_by_the_checker_and_never_while_a_requiremen
     assert!(!asked, "the ranking is computed only for a selected node");
 }
 
-// === Per-class retry policy (ours, `provision::give_up`) ===
+// === Per-class retry policy (ours, `provision::classify`) ===
 
 #[test]
 fn a_claim_the_retry_policy_stopped_is_left_alone_until_the_stop_is_removed() {

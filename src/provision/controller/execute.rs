@@ -311,7 +311,7 @@ async fn give_up(
     failures: u32,
     message: &str,
 ) -> Result<Action, ProvisionError> {
-    use crate::provision::give_up::{stopped_message, stopped_value};
+    use crate::provision::classify::{stopped_message, stopped_value};
     let value = stopped_value(failures, message);
     crate::k8s::patch::set_annotation(
         &super::claim_writes::claims_api(state, pvc),

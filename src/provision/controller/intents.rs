@@ -30,7 +30,6 @@ use crate::k8s::patch::PatchError;
 use crate::provision::controller::intents::ledger::store::{Ledger, LedgerError};
 use crate::provision::controller::intents::ledger::{Entry, Removal};
 use crate::sync::lock;
-use resolution::Owner;
 use tracing::{info, warn};
 
 pub(crate) mod claim_record;
@@ -75,14 +74,12 @@ pub(crate) enum Recorded {
     ClaimDeleting,
 }
 
-/// An entry, who acts on it, and which store holds it: what [`IntentLog::pending`] lists and
+/// An entry and which store holds it: what [`IntentLog::pending`] lists and
 /// [`IntentLog::record`] returns, and what [`IntentLog::set_id`] and [`IntentLog::forget`] act on.
 #[derive(Debug, Clone)]
 pub(crate) struct Pending {
     /// The intent.
     pub(crate) entry: Entry,
-    /// Who acts on it (for a claim record: from the claim's selected node as last seen).
-    pub(crate) owner: Owner,
     /// Which store holds it.
     pub(crate) held: Held,
 }
@@ -187,24 +184,16 @@ pub(crate) struct IntentLog {
     ledger: Option<Ledger>,
     claims: Arc<ClaimRecords>,
     journal: Arc<Journal>,
-    /// Node mode: this instance's node.
-    node: Option<String>,
 }
 
 impl IntentLog {
     /// A log over `ledger` (`None`: claim records only), the claim records `claims` mirrors and
     /// a retired journal's entries no ledger took in.
-    pub(crate) fn new(
-        ledger: Option<Ledger>,
-        claims: Arc<ClaimRecords>,
-        journal: Journal,
-        node: Option<String>,
-    ) -> Self {
+    pub(crate) fn new(ledger: Option<Ledger>, claims: Arc<ClaimRecords>, journal: Journal) -> Self {
         Self {
             ledger,
             claims,
             journal: Arc::new(journal),
-            node,
         }
     }
 
@@ -234,11 +223,7 @@ impl IntentLog {
                 Err(e) => return Err(IntentError::Claim(e)),
             },
         };
-        Ok(Recorded::Durable(Box::new(Pending {
-            entry,
-            owner: Owner::Me,
-            held,
-        })))
+        Ok(Recorded::Durable(Box::new(Pending { entry, held })))
     }
 
     /// Remembers the volume id learned for `pending` (a retried clean-up then needs no replay).
@@ -294,36 +279,28 @@ impl IntentLog {
         Ok(())
     }
 
-    /// Every entry now, with who acts on it: the start of a resolver's pass (the only caller, once
+    /// Every entry now: the start of a resolver's pass (the only caller, once
     /// a pass), which also has the ledger write the removals no intent write carried since the
     /// pass before.
     pub(crate) fn pending(&self) -> Vec<Pending> {
-        let me = self.node.as_deref();
         let entries = self.ledger.as_ref().map(|ledger| {
             ledger.flush_removals();
             ledger.entries()
         });
         let ledger = entries.into_iter().flatten().map(|entry| Pending {
             entry,
-            owner: Owner::Me,
             held: Held::Ledger,
         });
-        let claims = self
-            .claims
-            .pending()
-            .into_iter()
-            .map(|(entry, selected)| Pending {
-                entry,
-                owner: Owner::of_record(me, selected.as_deref()),
-                held: Held::Claim,
-            });
+        let claims = self.claims.pending().into_iter().map(|entry| Pending {
+            entry,
+            held: Held::Claim,
+        });
         let journal = lock(&self.journal.entries)
             .values()
             .cloned()
             .collect::<Vec<_>>();
         let journal = journal.into_iter().map(|entry| Pending {
             entry,
-            owner: Owner::Me,
             held: Held::Journal,
         });
         ledger.chain(claims).chain(journal).collect()

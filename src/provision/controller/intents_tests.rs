@@ -31,7 +31,7 @@ fn log_of(volumes: &[&str], dir: &std::path::Path) -> (IntentLog, Arc<AtomicI64>
     let config = kube::Config::new("http://127.0.0.1:1".parse().unwrap());
     let client = kube::Client::try_from(config).unwrap();
     let claims = Arc::new(ClaimRecords::new(client, "driver"));
-    (IntentLog::new(None, claims, journal, None), count)
+    (IntentLog::new(None, claims, journal), count)
 }
 
 #[tokio::test]
@@ -82,7 +82,6 @@ async fn another_nodes_record_of_the_same_name_leaves_the_journal_entry() {
     let (log, count) = log_of(&["pvc-a"], dir.path());
     let theirs = super::Pending {
         entry: entry("pvc-a"),
-        owner: super::Owner::Node("node-b".to_owned()),
         held: Held::Claim,
     };
     // The claim write fails here (no API server); the journal is decided before it.

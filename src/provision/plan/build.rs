@@ -49,7 +49,7 @@ pub(crate) struct ProvisionPlan {
     pub(crate) class_uid: String,
     /// Upstream's deprecation warnings for the class's parameters (log them once per class).
     pub(crate) warnings: Vec<String>,
-    /// The class's retry policy: stop after this many final failures (`provision::give_up`).
+    /// The class's retry policy: stop after this many final failures (`provision::classify`).
     pub(crate) max_failures: Option<u32>,
     /// The class's name, for the retry policy's event.
     pub(crate) class_name: String,
@@ -367,7 +367,7 @@ pub(super) fn plan(
     };
 
     let mut warnings = request::deprecation_warnings(&class_params);
-    let max_failures = crate::provision::give_up::max_failures(class).unwrap_or_else(|e| {
+    let max_failures = crate::provision::classify::max_failures(class).unwrap_or_else(|e| {
         warnings.push(e);
         None
     });

@@ -226,21 +226,13 @@ pub(crate) enum Written {
     ClaimDeleting,
 }
 
-/// A record in the mirror.
-#[derive(Debug, Clone)]
-struct Mirrored {
-    entry: Entry,
-    /// The claim's selected node when last seen (node mode: who acts on the record).
-    selected_node: Option<String>,
-}
-
 /// The claim-record store: writes and the mirror of what the claims carry.
 pub(crate) struct ClaimRecords {
     client: Client,
     /// Our driver: every driver running this sidecar writes the same finalizer.
     driver: String,
     /// Records by claim UID.
-    mirror: Mutex<HashMap<String, Mirrored>>,
+    mirror: Mutex<HashMap<String, Entry>>,
     /// Volumes this process recorded itself, until forgotten.
     recorded_here: Mutex<HashSet<String>>,
 }
@@ -269,12 +261,7 @@ impl ClaimRecords {
     /// Takes in the claim as the watch delivered it: its record (our driver's only), or none.
     pub(crate) fn observe(&self, pvc: &PersistentVolumeClaim) {
         let uid = pvc.uid().unwrap_or_default();
-        let record = entry_of(pvc)
-            .filter(|_| crate::model::claim::is_ours(pvc, &self.driver))
-            .map(|entry| Mirrored {
-                entry,
-                selected_node: crate::model::claim::selected_node(pvc).map(str::to_owned),
-            });
+        let record = entry_of(pvc).filter(|_| crate::model::claim::is_ours(pvc, &self.driver));
         let mut mirror = lock(&self.mirror);
         match record {
             Some(record) => mirror.insert(uid, record),
@@ -282,12 +269,9 @@ impl ClaimRecords {
         };
     }
 
-    /// Every record with the claim's selected node as last seen.
-    pub(crate) fn pending(&self) -> Vec<(Entry, Option<String>)> {
-        lock(&self.mirror)
-            .values()
-            .map(|m| (m.entry.clone(), m.selected_node.clone()))
-            .collect()
+    /// Every record.
+    pub(crate) fn pending(&self) -> Vec<Entry> {
+        lock(&self.mirror).values().cloned().collect()
     }
 
     /// Whether this process recorded `volume` itself.
@@ -371,7 +355,7 @@ impl ClaimRecords {
         let mut mirror = lock(&self.mirror);
         if mirror
             .get(&entry.uid)
-            .is_some_and(|m| m.entry.volume == entry.volume)
+            .is_some_and(|m| m.volume == entry.volume)
         {
             mirror.remove(&entry.uid);
         }

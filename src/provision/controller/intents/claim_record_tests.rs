@@ -247,7 +247,7 @@ async fn the_mirror_follows_the_watch_and_holds_only_our_driver_s_records() {
     records.observe_cached(&claim(&[names::FINALIZER_PROVISIONING_INTENT], "d"));
     let pending = records.pending();
     assert_eq!(pending.len(), 1);
-    assert_eq!(pending[0].0.volume, "pvc-1");
+    assert_eq!(pending[0].volume, "pvc-1");
     records.observe_cached(&claim(&[PROTECTION], "d"));
     assert!(
         records.pending().is_empty(),

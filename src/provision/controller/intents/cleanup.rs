@@ -24,11 +24,10 @@ pub(crate) struct IntentCleanup {
     pub(crate) replay_is_exact: bool,
 }
 
-/// The next step of an intent clean-up, once the shell has read whether the volume's PV exists.
+/// The next step of an intent clean-up (the shell has found no PV holding the volume).
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum CleanupStep {
-    /// Only drop the intent: the PV exists (the volume is wanted after all), or there is neither
-    /// a volume id nor a request to learn it by.
+    /// Only drop the intent: there is neither a volume id nor a request to learn it by.
     DropIntent,
     /// Delete the volume by id, then drop the intent.
     DeleteVolume {
@@ -41,11 +40,7 @@ pub(crate) enum CleanupStep {
 }
 
 /// What to do with an intent whose claim no longer wants its volume.
-pub(crate) fn cleanup_step(cleanup: &IntentCleanup, pv_exists: bool) -> CleanupStep {
-    if pv_exists {
-        // Never delete a volume whose PV exists.
-        return CleanupStep::DropIntent;
-    }
+pub(crate) fn cleanup_step(cleanup: &IntentCleanup) -> CleanupStep {
     match (cleanup.volume_id.as_deref(), &cleanup.replay) {
         (Some(id), _) => CleanupStep::DeleteVolume {
             volume_id: id.to_owned(),
@@ -111,15 +106,9 @@ mod tests {
     }
 
     #[test]
-    fn a_volume_whose_pv_exists_is_never_deleted_only_its_intent_dropped() {
-        let step = cleanup_step(&abandoned(Some("id-1"), false, false), true);
-        assert_eq!(step, CleanupStep::DropIntent);
-    }
-
-    #[test]
     fn a_known_id_is_deleted_directly_without_a_replay() {
         assert_eq!(
-            cleanup_step(&abandoned(Some("id-1"), true, true), false),
+            cleanup_step(&abandoned(Some("id-1"), true, true)),
             CleanupStep::DeleteVolume {
                 volume_id: "id-1".to_owned(),
             }
@@ -129,11 +118,11 @@ mod tests {
     #[test]
     fn without_an_id_the_create_is_replayed_and_without_a_request_the_intent_is_dropped() {
         assert!(matches!(
-            cleanup_step(&abandoned(None, true, true), false),
+            cleanup_step(&abandoned(None, true, true)),
             CleanupStep::Replay(request) if request.name == "pvc-1"
         ));
         assert_eq!(
-            cleanup_step(&abandoned(None, false, false), false),
+            cleanup_step(&abandoned(None, false, false)),
             CleanupStep::DropIntent
         );
     }

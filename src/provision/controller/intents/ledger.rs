@@ -177,9 +177,8 @@ pub(crate) struct Book {
     entries: BTreeMap<String, Slot>,
     /// Per shard: whether it changed since its last successful write.
     dirty: Vec<bool>,
-    /// Per shard: its number of entries.
-    counts: Vec<usize>,
-    /// Per shard: the encoded size of its entries ([`SHARD_BYTES`] at most).
+    /// Per shard: the encoded size of its entries ([`SHARD_BYTES`] at most; 0 only when empty,
+    /// as every entry takes at least a byte).
     bytes: Vec<usize>,
     /// A removal that must not wait for the resolver's flush ([`Removal::Prompt`]).
     prompt: bool,
@@ -241,7 +240,6 @@ impl Book {
     fn grow(&mut self, shard: usize) {
         if self.dirty.len() <= shard {
             self.dirty.resize(shard + 1, false);
-            self.counts.resize(shard + 1, 0);
             self.bytes.resize(shard + 1, 0);
         }
     }
@@ -251,7 +249,6 @@ impl Book {
     fn place(&mut self, entry: Entry, shard: usize, committed: bool) -> Option<usize> {
         self.grow(shard);
         let bytes = entry_bytes(&entry);
-        self.counts[shard] += 1;
         self.bytes[shard] += bytes;
         let slot = Slot {
             entry,
@@ -260,7 +257,6 @@ impl Book {
             committed,
         };
         let old = self.entries.insert(slot.entry.volume.clone(), slot)?;
-        self.counts[old.shard] -= 1;
         self.bytes[old.shard] -= old.bytes;
         Some(old.shard)
     }
@@ -286,7 +282,8 @@ impl Book {
         };
         let bytes = entry_bytes(&entry);
         let shard = slot.shard;
-        if self.counts[shard] > 1 && self.bytes[shard] - slot.bytes + bytes > SHARD_BYTES {
+        // Moved only out of a shard it shares with others.
+        if self.bytes[shard] > slot.bytes && self.bytes[shard] - slot.bytes + bytes > SHARD_BYTES {
             self.forget(&entry.volume, Removal::Lazy);
             self.insert(entry);
             return;
@@ -304,7 +301,7 @@ impl Book {
         // The first shard with room (an empty one always has room, whatever the entry's size).
         let shard = (0..)
             .find(|i| {
-                self.counts.get(*i).is_none_or(|c| *c == 0) || self.bytes[*i] + bytes <= SHARD_BYTES
+                (self.bytes.get(*i)).is_none_or(|used| *used == 0 || used + bytes <= SHARD_BYTES)
             })
             .unwrap_or_default();
         self.place(entry, shard, false);
@@ -327,7 +324,6 @@ impl Book {
         let Some(slot) = self.entries.remove(volume) else {
             return false;
         };
-        self.counts[slot.shard] -= 1;
         self.bytes[slot.shard] -= slot.bytes;
         self.dirty[slot.shard] |= removal != Removal::Stale;
         self.prompt |= removal == Removal::Prompt;

@@ -63,7 +63,7 @@ where
         }
     };
     let journal = Journal::new(retired, files, ctx.metrics.backlog.ledger_intents.clone());
-    let log = IntentLog::new(ledger, claims, journal, node.map(str::to_owned));
+    let log = IntentLog::new(ledger, claims, journal);
     (log, pvcs, committer)
 }
 

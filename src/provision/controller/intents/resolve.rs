@@ -126,16 +126,14 @@ pub(in crate::provision::controller) async fn resolve_one(
         ))
         .map(|c| c.full())
         .filter(|c| c.metadata.uid.as_deref() == Some(entry.uid.as_str()));
-    let mut owner = pending.owner.clone();
-    if pending.held == Held::Claim {
-        match &claim {
-            // A record's owner is its claim's selected node now, not as the pass began.
-            Some(claim) => owner = Owner::of_record(own_node(state), selected_node(claim)),
-            // The finalizer holds a claim as long as its record is on it: a claim missing from
-            // the cache is behind, or the mirror is (its record removed, the claim gone).
-            None => return check_record(state, pending).await,
-        }
-    }
+    let owner = match (pending.held, &claim) {
+        // A record's owner is its claim's selected node now, not as the pass began.
+        (Held::Claim, Some(claim)) => Owner::of_record(own_node(state), selected_node(claim)),
+        // The finalizer holds a claim as long as its record is on it: a claim missing from the
+        // cache is behind, or the mirror is (its record removed, the claim gone).
+        (Held::Claim, None) => return check_record(state, pending).await,
+        _ => Owner::Me,
+    };
     let resolution = resolution::resolve(entry, &owner, pv_cached, claim.as_ref());
     if resolution == Resolution::Keep {
         return Ok(());
@@ -419,7 +417,7 @@ async fn cleanup_entry(
         }
         Retry::from(message)
     };
-    let mut step = cleanup_step(&cleanup, false);
+    let mut step = cleanup_step(&cleanup);
     if let CleanupStep::Replay(request) = step {
         let verdict = replay_for_id(state, &cleanup, *request)
             .await
