@@ -187,9 +187,9 @@ async fn get_as<T: DeserializeOwned>(api: &Api<DynamicObject>, name: &str) -> Re
 /// Upstream's source protection before CreateVolume: the clone source claim gets the
 /// clone-protection finalizer, a VolumeSnapshot the snapshot-source one, so the source is not
 /// deleted while the volume is made from it. `Err`: the message for the claim's event.
-pub(super) async fn protect(state: &Provisioner, source: Option<&SourceRef>) -> Result<(), String> {
+pub(super) async fn protect(state: &Provisioner, source: &SourceRef) -> Result<(), String> {
     match source {
-        Some(SourceRef::Claim { namespace, name }) => {
+        SourceRef::Claim { namespace, name } => {
             let api = Api::<PersistentVolumeClaim>::namespaced(state.ctx.client.clone(), namespace);
             let cached = state
                 .ctx
@@ -225,10 +225,9 @@ pub(super) async fn protect(state: &Provisioner, source: Option<&SourceRef>) -> 
                 Err(e) => Err(e.to_string()),
             }
         }
-        Some(SourceRef::Snapshot { namespace, name }) => {
+        SourceRef::Snapshot { namespace, name } => {
             snapshot_finalizer(state, namespace, name, true).await
         }
-        None => Ok(()),
     }
 }
 
@@ -239,9 +238,9 @@ pub(super) async fn protect(state: &Provisioner, source: Option<&SourceRef>) -> 
 pub(super) async fn release_snapshot(
     state: &Provisioner,
     pvc: &PersistentVolumeClaim,
-    source: Option<&SourceRef>,
+    source: &SourceRef,
 ) {
-    let Some(SourceRef::Snapshot { namespace, name }) = source else {
+    let SourceRef::Snapshot { namespace, name } = source else {
         return;
     };
     // Others still waiting for their volume: pending, and no PV of theirs in the cache yet.
@@ -314,13 +313,10 @@ async fn snapshot_finalizer(
     }
 }
 
-/// A clone source being deleted ([`source::holds_clone_protection`]): whether a pending claim of
-/// its namespace still clones it, so its clone-protection finalizer stays (checked again every
-/// [`CLONE_WAIT`]). `false` for any other claim.
+/// A clone source being deleted (asked only of a claim that [`source::holds_clone_protection`]):
+/// whether a pending claim of its namespace still clones it, so its clone-protection finalizer
+/// stays (checked again every [`CLONE_WAIT`]).
 pub(super) fn clones_pending(state: &Provisioner, pvc: &PersistentVolumeClaim) -> bool {
-    if !source::holds_clone_protection(pvc) {
-        return false;
-    }
     let namespace = pvc.namespace().unwrap_or_default();
     // Other namespaces too where a cross-namespace clone (dataSourceRef) may be in progress.
     let cross = state.settings.cross_namespace_data_source;

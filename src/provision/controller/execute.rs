@@ -138,7 +138,9 @@ pub(super) async fn provision(
     }
 
     // Upstream's source protection, before anything is recorded or sent.
-    if let Err(message) = super::data_source::protect(state, plan.source.as_ref()).await {
+    if let Some(source) = &plan.source
+        && let Err(message) = super::data_source::protect(state, source).await
+    {
         return Err(fail(state, pvc, message));
     }
 
@@ -238,7 +240,9 @@ async fn create_volume_and_pv(
     ctx.capacity.volume_changed(&pv);
     state.memory().provisioned(&key);
     state.intents.forget(intent, Forget::Done).await?;
-    super::data_source::release_snapshot(state, pvc, plan.source.as_ref()).await;
+    if let Some(source) = &plan.source {
+        super::data_source::release_snapshot(state, pvc, source).await;
+    }
     ctx.events.emit(
         reference_to(pvc.as_ref()),
         EventSpec::normal(

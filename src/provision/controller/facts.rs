@@ -18,7 +18,7 @@ use crate::model::csinode::CsiNodeLookup;
 use crate::node_mode::ownership::{self, ClaimOwnership, OwnershipInputs};
 use crate::provision::plan::ProvisionSettings;
 use crate::provision::plan::{self, ClaimDecision, Facts, NodeFacts};
-use crate::provision::source::SourceLookup;
+use crate::provision::source::{SourceLookup, holds_clone_protection};
 use crate::provision::topology::{StaticTopology, TopologyView};
 use crate::runtime::Context;
 
@@ -114,7 +114,9 @@ pub(super) async fn gather(
         vac,
         source: SourceLookup::NotResolved,
         node,
-        clones_pending: super::data_source::clones_pending(state, pvc),
+        // Only a claim that protects a clone source asks (the others never enter `data_source`).
+        clones_pending: holds_clone_protection(pvc)
+            && super::data_source::clones_pending(state, pvc),
     };
     if let Some(need) = plan::source_to_read(pvc, settings, &facts) {
         facts.source = super::data_source::read(state, pvc, &need).await;
