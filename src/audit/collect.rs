@@ -64,10 +64,11 @@ pub(crate) async fn list_volumes(csi: &dyn CsiController, can_list: bool, driver
     }
 }
 
-/// Every object of a kind, in pages of 500 (the audit runs once; no cache).
+/// Every object of a kind, in pages of 500 (the audit runs once; no cache), stripped as the
+/// caches strip them.
 pub(crate) async fn list_all<K>(api: &Api<K>) -> Result<Vec<K>, String>
 where
-    K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
+    K: Resource + Clone + DeserializeOwned + std::fmt::Debug + 'static,
     K::DynamicType: Default,
 {
     let mut all = Vec::new();
@@ -80,7 +81,10 @@ where
                 describe(&e)
             )
         })?;
-        all.extend(page.items);
+        all.extend(page.items.into_iter().map(|mut item| {
+            crate::k8s::watch::strip(&mut item);
+            item
+        }));
         match page.metadata.continue_.filter(|c| !c.is_empty()) {
             Some(token) => params = params.continue_token(&token),
             None => return Ok(all),

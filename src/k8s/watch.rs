@@ -23,6 +23,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use futures::{Stream, StreamExt};
+use k8s_openapi::api::core::v1::PersistentVolume;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Resource};
@@ -153,11 +155,34 @@ pub(crate) fn departures(
 }
 
 /// Strips what no controller reads before an object is cached.
-pub(crate) fn strip<K: Resource>(obj: &mut K) {
+pub(crate) fn strip<K: Resource + 'static>(obj: &mut K) {
+    if let Some(pv) = (obj as &mut dyn std::any::Any).downcast_mut::<PersistentVolume>() {
+        keep_phase_time(pv);
+    }
     let meta = obj.meta_mut();
     meta.managed_fields = None;
     if let Some(ann) = meta.annotations.as_mut() {
         ann.remove(LAST_APPLIED);
+    }
+}
+
+/// Before Kubernetes 1.29 a PV has no `status.lastPhaseTransitionTime`, so "Released for how
+/// long" (the audit, the stuck-volume gauge) could not be told there: the time its phase was last
+/// written (the managedFields entry that owns `status.phase`) stands in for it, taken before the
+/// managedFields are dropped.
+fn keep_phase_time(pv: &mut PersistentVolume) {
+    let owns_phase = |e: &&ManagedFieldsEntry| {
+        (e.fields_v1.as_ref()).is_some_and(|f| f.0.pointer("/f:status/f:phase").is_some())
+    };
+    let written = pv
+        .metadata
+        .managed_fields
+        .iter()
+        .flatten()
+        .filter(owns_phase);
+    let written = written.filter_map(|e| e.time.clone()).max_by_key(|t| t.0);
+    if let Some(status) = pv.status.as_mut() {
+        status.last_phase_transition_time = status.last_phase_transition_time.take().or(written);
     }
 }
 

@@ -57,6 +57,51 @@ fn strip_drops_managed_fields_and_last_applied_but_keeps_other_annotations() {
     assert_eq!(ann["keep"], "me");
 }
 
+/// Before 1.29 (no `lastPhaseTransitionTime`): the time of the write that set the phase, not of
+/// another manager's later write, survives the strip; a server's own field is never replaced.
+#[test]
+fn a_pv_without_a_phase_transition_time_keeps_the_time_its_phase_was_written() {
+    let entry = |manager: &str, at: &str, fields: serde_json::Value| ManagedFieldsEntry {
+        manager: Some(manager.to_owned()),
+        time: Some(serde_json::from_value(serde_json::json!(at)).unwrap()),
+        fields_v1: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::FieldsV1(
+            fields,
+        )),
+        ..Default::default()
+    };
+    let pv = |transition: Option<&str>| {
+        let mut pv: PersistentVolume = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "pv-1"},
+            "status": {"phase": "Released", "lastPhaseTransitionTime": transition},
+        }))
+        .unwrap();
+        pv.metadata.managed_fields = Some(vec![
+            entry(
+                "kube-controller-manager",
+                "2026-01-01T10:00:00Z",
+                serde_json::json!({"f:status": {"f:phase": {}}}),
+            ),
+            entry(
+                "csi-provisioner",
+                "2026-01-01T11:00:00Z",
+                serde_json::json!({"f:metadata": {"f:finalizers": {}}}),
+            ),
+        ]);
+        pv
+    };
+    let since = |mut pv: PersistentVolume| {
+        strip(&mut pv);
+        assert!(pv.metadata.managed_fields.is_none());
+        let time = pv.status.unwrap().last_phase_transition_time.unwrap();
+        time.0.to_string()
+    };
+    assert_eq!(since(pv(None)), "2026-01-01T10:00:00Z");
+    assert_eq!(
+        since(pv(Some("2026-01-01T09:00:00Z"))),
+        "2026-01-01T09:00:00Z"
+    );
+}
+
 #[tokio::test]
 async fn a_first_list_larger_than_the_buffers_completes_before_anyone_reads_the_changes() {
     use k8s_openapi::api::core::v1::Secret;
