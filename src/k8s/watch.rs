@@ -3,8 +3,8 @@
 //! Each resource is watched once: one task keeps its cache, and every controller that asked for
 //! one gets its own stream of changed objects fed by the same watch, so two controllers reading PVCs
 //! cost one watch and one cache. Objects are stripped of `managedFields` and the last-applied
-//! annotation before they are cached: nothing here reads them, and they are often the largest part of
-//! an object.
+//! annotation before they are cached: nothing here reads them (but a PV's phase time, taken first
+//! where the API server is older than 1.29), and they are often the largest part of an object.
 //!
 //! The fan-out is ours rather than kube-runtime's `ReflectHandle`: that handle looks each change up
 //! in the store again and, when the object left the store meanwhile (created then deleted, common in
@@ -167,9 +167,10 @@ pub(crate) fn strip<K: Resource + 'static>(obj: &mut K) {
 }
 
 /// Before Kubernetes 1.29 a PV has no `status.lastPhaseTransitionTime`, so "Released for how
-/// long" (the audit, the stuck-volume gauge) could not be told there: the time its phase was last
-/// written (the managedFields entry that owns `status.phase`) stands in for it, taken before the
-/// managedFields are dropped.
+/// long" (the audit, the stuck-volume gauge) could not be told there: the time of the
+/// managedFields entry that owns `status.phase` stands in for it, taken before the managedFields
+/// are dropped. That time moves with any field its manager changes, so it is never earlier than
+/// the transition: a stuck PV is reported late, never early.
 fn keep_phase_time(pv: &mut PersistentVolume) {
     let owns_phase = |e: &&ManagedFieldsEntry| {
         (e.fields_v1.as_ref()).is_some_and(|f| f.0.pointer("/f:status/f:phase").is_some())
