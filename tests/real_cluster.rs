@@ -735,3 +735,82 @@ async fn claim_records_left_without_lease_rbac_are_finished_once_leases_are_gran
         "the deleted claim's volume"
     );
 }
+
+/// The environment variable that makes [`holds_a_child_until_killed`] play its part.
+const CHILD_ROLE: &str = "CSI_PROVISIONER_TEST_HOLDS_A_CHILD";
+
+/// A test killed outright (a timeout's SIGKILL, the OOM killer) leaves none of the processes the
+/// harness started running: here a test process that started one is SIGKILLed, and its child
+/// goes with it. Without `dying_with_test` the child would stay, as control planes used to.
+#[test]
+fn a_test_killed_outright_leaves_no_process_behind() {
+    use std::io::{BufRead, BufReader};
+    let mut holder = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "holds_a_child_until_killed",
+            "--exact",
+            "--ignored",
+            "--nocapture",
+        ])
+        .env(CHILD_ROLE, "1")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let lines = BufReader::new(holder.stdout.take().unwrap()).lines();
+    let child: i32 = lines
+        .map_while(Result::ok)
+        .find_map(|line| line.strip_prefix("child ")?.trim().parse().ok())
+        .expect("the holder names its child");
+    let alive = |pid: i32| {
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+            !stat
+                .rsplit(')')
+                .next()
+                .unwrap_or("")
+                .trim_start()
+                .starts_with('Z')
+        })
+    };
+    // Once the child runs its program: `setpriv` sets the parent-death signal just before.
+    let runs_sleep = || {
+        std::fs::read_to_string(format!("/proc/{child}/comm")).is_ok_and(|c| c.trim() == "sleep")
+    };
+    let deadline = std::time::Instant::now() + DEADLINE;
+    while !runs_sleep() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "child {child} never ran its program"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert!(alive(child), "the child runs while its test does");
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+    let deadline = std::time::Instant::now() + DEADLINE;
+    while alive(child) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "child {child} outlived its test"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
+/// The killed test of [`a_test_killed_outright_leaves_no_process_behind`]: starts a child as the
+/// harness starts its processes, names it, and waits to be killed. Runs only when asked for.
+#[test]
+#[ignore = "a part of a_test_killed_outright_leaves_no_process_behind"]
+#[allow(
+    clippy::zombie_processes,
+    reason = "killed before its child, which is what the test checks"
+)]
+fn holds_a_child_until_killed() {
+    if std::env::var_os(CHILD_ROLE).is_none() {
+        return;
+    }
+    let child = dying_with_test("sleep").arg("600").spawn().unwrap();
+    println!("child {}", child.id());
+    loop {
+        std::thread::park();
+    }
+}

@@ -60,6 +60,17 @@ where
     }
 }
 
+/// `program` as a command whose process dies (SIGKILL) when the thread that starts it ends, the
+/// test's own death included: a test killed outright (a timeout's SIGKILL, the OOM killer)
+/// otherwise leaves its control plane, drivers and sidecars running. util-linux's `setpriv`
+/// (Essential on Debian) sets the parent-death signal, which its exec of `program` keeps; tests
+/// start their processes on the test's thread or its runtime's workers, which outlive them.
+pub fn dying_with_test(program: impl AsRef<std::ffi::OsStr>) -> std::process::Command {
+    let mut command = std::process::Command::new("setpriv");
+    command.args(["--pdeathsig", "KILL", "--"]).arg(program);
+    command
+}
+
 /// Builds the workspace binaries the tests spawn (a no-op when they are current), once per process.
 fn built_bin(name: &str) -> PathBuf {
     static BUILT: OnceLock<()> = OnceLock::new();
@@ -766,7 +777,7 @@ impl Driver {
             .append(true)
             .open(&self.log)
             .expect("driver log");
-        let child = Command::new(built_bin("mock-csi-driver"))
+        let child = Command::from(dying_with_test(built_bin("mock-csi-driver")))
             .args(&self.args)
             .stdout(log.try_clone().expect("log fd"))
             .stderr(log)
@@ -1004,7 +1015,7 @@ impl Sidecar {
             .open(&self.log)
             .expect("sidecar log");
         self.run_starts = log.metadata().map_or(0, |m| m.len() as usize);
-        let child = Command::new(&self.bin)
+        let child = Command::from(dying_with_test(&self.bin))
             .args(&self.args)
             .envs(self.env.iter().cloned())
             .env_remove("KUBECONFIG")

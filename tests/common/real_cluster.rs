@@ -179,7 +179,7 @@ impl Process {
     fn spawn(name: &'static str, bin: &Path, args: &[String], dir: &Path) -> Self {
         let log = dir.join(format!("{name}.log"));
         let file = std::fs::File::create(&log).expect("component log");
-        let child = Command::new(bin)
+        let child = super::dying_with_test(bin)
             .args(args)
             .stdin(Stdio::null())
             .stdout(file.try_clone().expect("log fd"))
