@@ -251,14 +251,7 @@ async fn a_clone_deleted_while_its_create_volume_timed_out_leaks_nothing() {
     let (cluster, driver, _sidecar) = start_single_node(&[], &[]).await;
     cluster.claim_with_fast_class(NS, "src").await;
     let source_pv = cluster.wait_bound(NS, "src").await;
-    let control = driver.control().await;
-    control
-        .set_fault(
-            "CreateVolume",
-            mock_csi_driver::FaultRule::always(tonic::Code::DeadlineExceeded).after_effect(),
-        )
-        .await
-        .expect("fault");
+    let control = driver.creates_then_times_out().await;
     cluster
         .create(&cluster.pvcs(NS), &cloned_from("copy", "src", "1Gi"))
         .await;

@@ -615,16 +615,7 @@ async fn a_new_leader_finishes_the_intents_its_predecessor_left() {
     let cluster = Cluster::start().await;
     let mut first = Replica::start(&cluster, "replica-a").await;
     wait_holder(&cluster, &["replica-a"]).await;
-    first
-        .driver
-        .control()
-        .await
-        .set_fault(
-            "CreateVolume",
-            mock_csi_driver::FaultRule::always(tonic::Code::DeadlineExceeded).after_effect(),
-        )
-        .await
-        .unwrap();
+    first.driver.creates_then_times_out().await;
     cluster.claim_with_fast_class("default", "data").await;
     cluster.wait_intent("default", "data", true).await;
     first.driver.wait_volumes(1).await;

@@ -488,14 +488,7 @@ async fn in_flight(
     claim: &str,
     volumes: usize,
 ) -> mock_csi_driver::control::ControlClient {
-    let control = member.driver.control().await;
-    control
-        .set_fault(
-            "CreateVolume",
-            mock_csi_driver::FaultRule::always(tonic::Code::DeadlineExceeded).after_effect(),
-        )
-        .await
-        .unwrap();
+    let control = member.driver.creates_then_times_out().await;
     cluster.claim_of_class(NS, claim, "local", "1Gi").await;
     let pod = format!("pod-{claim}");
     cluster.schedule(NS, &pod, claim, &member.node).await;

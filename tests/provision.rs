@@ -39,20 +39,6 @@ async fn wait_claim<T>(
     .await
 }
 
-/// The control of `driver`, whose every CreateVolume now creates its volume and then answers
-/// DEADLINE_EXCEEDED: the sidecar never learns the volume's id.
-async fn creates_then_times_out(driver: &Driver) -> mock_csi_driver::control::ControlClient {
-    let control = driver.control().await;
-    control
-        .set_fault(
-            "CreateVolume",
-            mock_csi_driver::FaultRule::always(tonic::Code::DeadlineExceeded).after_effect(),
-        )
-        .await
-        .unwrap();
-    control
-}
-
 fn has_intent(pvc: &PersistentVolumeClaim) -> bool {
     pvc.metadata
         .finalizers

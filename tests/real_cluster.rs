@@ -682,15 +682,8 @@ async fn claim_records_left_without_lease_rbac_are_finished_once_leases_are_gran
     })
     .await;
     let driver = Driver::start(cluster.dir.path(), "node-1", &[]).await;
-    let control = driver.control().await;
     // Every CreateVolume makes its volume and times out: the records stay.
-    control
-        .set_fault(
-            "CreateVolume",
-            mock_csi_driver::FaultRule::always(tonic::Code::DeadlineExceeded).after_effect(),
-        )
-        .await
-        .unwrap();
+    let control = driver.creates_then_times_out().await;
     let mut sidecar = sidecar_as_service_account(&cluster, &driver).await;
     let kept = cluster.claim_with_fast_class(NS, "kept").await;
     cluster.claim_of_class(NS, "gone", "fast", "1Gi").await;

@@ -899,6 +899,20 @@ impl Driver {
             .expect("connect to the mock driver's control socket")
     }
 
+    /// A client of the driver's control socket, once every CreateVolume of the driver creates its
+    /// volume and then answers DEADLINE_EXCEEDED: the sidecar never learns the volume's id.
+    pub async fn creates_then_times_out(&self) -> ControlClient {
+        let control = self.control().await;
+        control
+            .set_fault(
+                "CreateVolume",
+                mock_csi_driver::FaultRule::always(tonic::Code::DeadlineExceeded).after_effect(),
+            )
+            .await
+            .expect("CreateVolume fault");
+        control
+    }
+
     /// The driver's state: volumes, snapshots, call counts.
     pub async fn state(&self) -> StateDump {
         self.control()

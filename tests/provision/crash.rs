@@ -47,7 +47,7 @@ async fn pvc_deleted_while_create_volume_hangs_leaves_no_volume() {
     let cluster = Cluster::start().await;
     let driver = Driver::start(cluster.dir.path(), "node-1", &[]).await;
     // Every CreateVolume creates the volume and then times out: the sidecar never learns the id.
-    let control = creates_then_times_out(&driver).await;
+    let control = driver.creates_then_times_out().await;
     let sidecar = Sidecar::start(&cluster, &driver, &["--http-endpoint=127.0.0.1:0"]).await;
     cluster.claim_with_fast_class(NS, "data").await;
     driver.wait_volumes(1).await;
@@ -81,7 +81,7 @@ async fn another_drivers_claim_deleted_mid_provisioning_is_left_to_that_drivers_
     let ours_sidecar = Sidecar::start(&cluster, &ours, &[]).await;
     let other_name = "other.csi.rs";
     let other = Driver::start_as(cluster.dir.path(), "other", other_name, &[]).await;
-    creates_then_times_out(&other).await;
+    other.creates_then_times_out().await;
     let mut other_sidecar = Sidecar::start(&cluster, &other, &[]).await;
     let mut class = storage_class("other", &[]);
     class.provisioner = other_name.to_owned();
@@ -231,7 +231,7 @@ async fn no_create_volume_before_the_intent_is_recorded_even_while_the_api_serve
 async fn pvc_deleted_while_the_sidecar_is_down_gets_its_volume_deleted() {
     let cluster = Cluster::start().await;
     let driver = Driver::start(cluster.dir.path(), "node-1", &[]).await;
-    let control = creates_then_times_out(&driver).await;
+    let control = driver.creates_then_times_out().await;
     let mut sidecar = Sidecar::start(&cluster, &driver, &[]).await;
     cluster.claim_with_fast_class(NS, "data").await;
     driver.wait_volumes(1).await;
@@ -493,7 +493,7 @@ async fn records_left_without_leases(
 ) {
     let cluster = Cluster::start().await;
     let driver = Driver::start(cluster.dir.path(), "node-1", &[]).await;
-    let control = creates_then_times_out(&driver).await;
+    let control = driver.creates_then_times_out().await;
     let faults = cluster.sim().faults();
     let refused = faults.add(
         kube_sim::FaultRule::error(403)

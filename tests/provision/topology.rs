@@ -223,7 +223,7 @@ async fn a_retry_after_a_timeout_keeps_its_topology_when_the_node_vanishes() {
     let cluster = Cluster::start().await;
     let driver = two_node_driver(&cluster, &[]).await;
     // CreateVolume creates the volume on node-2 but answers DEADLINE_EXCEEDED: maybe in progress.
-    let control = creates_then_times_out(&driver).await;
+    let control = driver.creates_then_times_out().await;
     cluster.add_nodes(&["node-1", "node-2"]).await;
     let _sidecar = Sidecar::start(&cluster, &driver, &[]).await;
     let pvc = late_claim(&cluster).await;
