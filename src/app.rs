@@ -25,7 +25,7 @@ use crate::k8s::attachments::AttachmentIndex;
 use crate::k8s::events::{EventQueueMetrics, EventSource, EventSpec, Recorder};
 
 use crate::k8s::cache::CacheClosed;
-use crate::k8s::watch::{Watched, WatchedLean, watch_lean, watch_shared};
+use crate::k8s::cache::{Watched, WatchedLean, watch_lean, watch_shared};
 use crate::metrics::Metrics;
 use crate::metrics::node_gone::NodeGoneMetrics;
 use crate::runtime::{Context, Shutdown, Stores, VolumeLocks};

@@ -18,14 +18,13 @@ pub mod v1 {
 pub mod client;
 pub mod connect;
 pub mod endpoint;
-pub mod metrics;
 pub mod probe;
 pub mod redact;
 
+pub use client::OperationMetrics;
 pub use client::{CsiController, CsiFuture, CsiResult, GrpcCsi};
 pub use connect::{ConnectError, ConnectOptions, connect};
 pub use endpoint::{Endpoint, EndpointError};
-pub use metrics::OperationMetrics;
 pub use probe::{
     ControllerCapabilities, DriverInfo, HandshakeError, HandshakeOptions, NodeInfo,
     PluginCapabilities, handshake,

@@ -9,4 +9,3 @@ pub(crate) mod errors;
 pub(crate) mod events;
 pub(crate) mod patch;
 pub(crate) mod served;
-pub(crate) mod watch;

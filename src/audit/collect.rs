@@ -82,7 +82,7 @@ where
             )
         })?;
         all.extend(page.items.into_iter().map(|mut item| {
-            crate::k8s::watch::strip(&mut item);
+            crate::k8s::cache::strip(&mut item);
             item
         }));
         match page.metadata.continue_.filter(|c| !c.is_empty()) {

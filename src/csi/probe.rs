@@ -10,9 +10,8 @@ use tonic::transport::Channel;
 use tonic::{Code, Status};
 use tracing::info;
 
-use super::client::{CsiController, GrpcCsi, method};
+use super::client::{CsiController, GrpcCsi, OperationMetrics, go_code_name, method};
 use super::connect::shutdown_requested;
-use super::metrics::{OperationMetrics, go_code_name};
 use super::v1;
 
 /// How the handshake runs.

@@ -28,15 +28,13 @@ use serde_json::json;
 use super::client::TokenBucket;
 use super::errors::{ApiErrorClass, classify, describe};
 use crate::names;
-use aggregate::{AggregationKey, Correlator, Decision};
 pub(crate) use queue::EventQueueMetrics;
 #[cfg(test)]
 use queue::QUEUE_CAPACITY;
 #[cfg(test)]
 use queue::Queued;
-use queue::{EventQueue, send_queued, spare_token};
+use queue::{AggregationKey, Correlator, Decision, EventQueue, send_queued, spare_token};
 
-mod aggregate;
 mod queue;
 
 /// Repeats within this time of the previous one update the existing Event (the API server keeps

@@ -26,6 +26,9 @@
 //! Drop-in RBAC: upstream's ClusterRole grants `update` but not `patch` on PVCs. Where the API
 //! server refuses a PATCH with 403, [`apply_change`] makes the same change as GET + PUT (see there),
 //! and remembers per resource to go straight to that for the rest of the process.
+//!
+//! Finalizer removal by value (strategic merge), for objects whose other finalizers change at the
+//! same moment as ours.
 
 use std::collections::HashSet;
 use std::fmt::Debug;
@@ -45,9 +48,6 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use super::errors::{ApiErrorClass, classify};
-
-mod by_value;
-pub(crate) use by_value::remove_finalizer_by_value;
 
 /// Backoff between attempts that lost a race: short, because the race is with another controller's
 /// single write, jittered so two controllers retrying the same object do not collide again.
@@ -539,6 +539,45 @@ pub(crate) async fn delete_with_uid<K: Object>(
                 source: err,
             }),
         },
+    }
+}
+
+/// Removes `finalizer` from `obj` by value, in one request whatever else changed meanwhile: a
+/// strategic merge patch with `$deleteFromPrimitiveList`, guarded by the UID. A deleted PV loses
+/// `kubernetes.io/pv-protection` at about the moment we remove ours, which made the index-based
+/// JSON patch of [`remove_finalizer`] fail and re-read for one PV in four. Falls back to
+/// [`remove_finalizer`] where the server refuses the patch (RBAC without `patch`, a UID that
+/// changed, a type without strategic merge).
+pub(crate) async fn remove_finalizer_by_value<K: Object>(
+    api: &Api<K>,
+    obj: &K,
+    finalizer: &str,
+) -> Result<PatchOutcome<K>, PatchError> {
+    let plural = K::plural(&()).into_owned();
+    let refused = crate::sync::lock(&PATCH_REFUSED).contains(&plural);
+    if refused || !obj.finalizers().iter().any(|f| f == finalizer) {
+        return remove_finalizer(api, obj, finalizer).await;
+    }
+    let mut meta = serde_json::Map::new();
+    if let Some(uid) = &obj.meta().uid {
+        meta.insert("uid".to_owned(), Value::String(uid.clone()));
+    }
+    meta.insert(
+        "$deleteFromPrimitiveList/finalizers".to_owned(),
+        Value::Array(vec![Value::String(finalizer.to_owned())]),
+    );
+    let patch = serde_json::json!({ "metadata": meta });
+    match api
+        .patch(
+            &obj.name_any(),
+            &PatchParams::default(),
+            &Patch::Strategic(&patch),
+        )
+        .await
+    {
+        Ok(updated) => Ok(PatchOutcome::Patched(updated)),
+        Err(err) if classify(&err) == ApiErrorClass::NotFound => Ok(PatchOutcome::Gone),
+        Err(_) => remove_finalizer(api, obj, finalizer).await,
     }
 }
 

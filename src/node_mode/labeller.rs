@@ -25,8 +25,8 @@ use tokio::task::JoinHandle;
 use tracing::{Instrument, debug, info, info_span, trace, warn};
 
 use super::scope;
+use crate::k8s::cache::watch_events;
 use crate::k8s::errors::{ApiErrorClass, classify, describe};
-use crate::k8s::watch::watch_events;
 use crate::model::csinode::live_instances;
 use crate::model::locate::PerNodeKeys;
 use crate::names;

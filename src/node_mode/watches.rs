@@ -22,8 +22,8 @@ use tracing::{info, warn};
 use super::labeller::Labeller;
 use super::scope;
 use crate::csi::DriverInfo;
+use crate::k8s::cache::{Watched, WatchedLean, watch_lean_scoped, watch_shared_scoped};
 use crate::k8s::errors::describe;
-use crate::k8s::watch::{Watched, WatchedLean, watch_lean_scoped, watch_shared_scoped};
 use crate::model::locate::{HOSTNAME_LABEL, PerNodeKeys};
 use crate::names;
 

@@ -6,30 +6,33 @@
 //! is acted on, and the next watch event brings the fresh claim for the next round. Clean-up after
 //! claims that no longer want their volume is not here: the intent log's resolver
 //! ([`intents::resolve`]) is its only path.
+//! What the user and the operator see of a claim (events, logs, the metrics' labels) is reported
+//! here too, at the end of this file.
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
-
-use crate::sync::lock;
 use std::time::Duration;
 
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 use kube::{Api, ResourceExt};
-use tracing::{debug, info_span};
+use tracing::{debug, info_span, warn};
 
 use super::memory::ClaimMemory;
 use super::plan::PlanError;
 use super::plan::{ClaimDecision, ClearReason, IgnoreReason, NodeMode, ProvisionSettings};
 use super::topology::TopologyView;
 use crate::k8s::cache::{self, Cache, Lean};
+use crate::k8s::events::{EventSource, EventSpec, reference_to};
 use crate::k8s::patch;
 use crate::model::csinode::CsiNodeLookup;
+use crate::names;
 use crate::node_mode::ownership::{Competition, NodeIdentity};
 use crate::retry::{Backoff, InfeasibleHold};
 use crate::runtime::queue::{self, Key};
 use crate::runtime::{Action, Context, Shutdown};
+use crate::sync::lock;
 use intents::IntentLog;
 
 mod claim_writes;
@@ -39,12 +42,10 @@ mod execute;
 mod facts;
 pub(crate) mod intents;
 mod node_gone;
-mod report;
 
 use claim_writes::clear_selected_node;
 use compete::compete;
 use execute::provision;
-use report::{fail, ignore, provisioning_event, selected_node_cleared};
 
 /// How often the set of nodes running our driver is compared with the last one, to look at the
 /// pending claims selected to a node that left it.
@@ -222,8 +223,8 @@ pub(crate) async fn run(
         };
         let present = move || all.state().iter().map(|c| c.name_any()).collect();
         let departures = futures::stream::select(
-            crate::k8s::watch::departures(NODE_DEPARTURE_POLL, live),
-            crate::k8s::watch::departures(NODE_DEPARTURE_POLL, present),
+            crate::k8s::cache::departures(NODE_DEPARTURE_POLL, live),
+            crate::k8s::cache::departures(NODE_DEPARTURE_POLL, present),
         );
         let pending = claims.clone();
         let departed = departures.flat_map(move |nodes| {
@@ -433,7 +434,7 @@ async fn selected_node_confirmed_without_driver(
     let csinode = Api::<CSINode>::all(state.ctx.client.clone())
         .get_opt(node)
         .await
-        .map_err(report::kube_err(format!("reading CSINode {node}")))?;
+        .map_err(kube_err(format!("reading CSINode {node}")))?;
     Ok(CsiNodeLookup::of(csinode.as_ref(), &state.settings.driver) != CsiNodeLookup::HasDriver)
 }
 
@@ -445,7 +446,93 @@ async fn class_confirmed_missing(state: &Provisioner, name: &str) -> Result<bool
         .get_opt(name)
         .await
         .map(|class| class.is_none())
-        .map_err(report::kube_err(format!("reading StorageClass {name}")))
+        .map_err(kube_err(format!("reading StorageClass {name}")))
+}
+
+fn ignore(state: &Provisioner, pvc: &PersistentVolumeClaim, reason: &IgnoreReason) {
+    debug!(claim = %claim_key(pvc), ?reason, "nothing to do for claim");
+    if let IgnoreReason::ExternalPopulator(_) = reason {
+        // Upstream's library announces every attempt, then its CSI code, reporting as
+        // `external-provisioner`, says the populator will do it: two events from two sources.
+        provisioning_event(state, pvc);
+        state
+            .ctx
+            .events
+            .as_source(EventSource::csi_provisioner())
+            .emit(
+                reference_to(pvc),
+                EventSpec::normal(
+                    names::EVENT_PROVISIONING,
+                    "Assuming an external populator will provision the volume",
+                ),
+            );
+    }
+}
+
+fn provisioning_event(state: &Provisioner, pvc: &PersistentVolumeClaim) {
+    state.ctx.events.emit(
+        reference_to(pvc),
+        EventSpec::normal(
+            names::EVENT_PROVISIONING,
+            format!(
+                "External provisioner is provisioning volume for claim \"{}\"",
+                claim_key(pvc)
+            ),
+        ),
+    );
+}
+
+/// The events of a claim whose selected node is cleared: upstream's failed attempt (announced
+/// by its Normal `Provisioning` first), or our `SelectedNodeCleared`.
+fn selected_node_cleared(state: &Provisioner, pvc: &PersistentVolumeClaim, reason: &ClearReason) {
+    if reason.is_failed_attempt() {
+        provisioning_event(state, pvc);
+        // Upstream's library counts such a reschedule as a failed provisioning attempt too.
+        state
+            .ctx
+            .metrics
+            .provision
+            .failed(&class_label(pvc), &source_label(pvc));
+    }
+    state.ctx.events.emit(
+        reference_to(pvc),
+        EventSpec::warning(reason.event_reason(), reason.message()),
+    );
+}
+
+fn class_label(pvc: &PersistentVolumeClaim) -> String {
+    pvc.spec
+        .as_ref()
+        .and_then(|s| s.storage_class_name.clone())
+        .unwrap_or_default()
+}
+
+fn source_label(pvc: &PersistentVolumeClaim) -> String {
+    pvc.spec
+        .as_ref()
+        .and_then(|s| s.data_source.as_ref())
+        .map(|d| d.kind.clone())
+        .unwrap_or_default()
+}
+
+/// Reports a failure: `ProvisioningFailed` event, failure metric; returns the error to requeue with.
+fn fail(state: &Provisioner, pvc: &PersistentVolumeClaim, message: String) -> ProvisionError {
+    warn!(claim = %claim_key(pvc), "provisioning failed: {message}");
+    state.ctx.events.emit(
+        reference_to(pvc),
+        EventSpec::warning(names::EVENT_PROVISIONING_FAILED, message.clone()),
+    );
+    state
+        .ctx
+        .metrics
+        .provision
+        .failed(&class_label(pvc), &source_label(pvc));
+    ProvisionError::Reported(message)
+}
+
+fn kube_err(what: impl Into<String>) -> impl FnOnce(kube::Error) -> ProvisionError {
+    let what = what.into();
+    move |source| ProvisionError::Kube { what, source }
 }
 
 #[cfg(test)]

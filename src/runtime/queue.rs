@@ -213,12 +213,12 @@ pub(crate) async fn drive<K, S, Fut>(
     Fut: TryFuture<Ok = Action> + Send + 'static,
     Fut::Error: std::error::Error + Send + 'static,
 {
-    let pruner = crate::k8s::watch::spawn_every(RESYNC, prune);
+    let pruner = crate::k8s::cache::spawn_every(RESYNC, prune);
     let workers = ctx.config.provisioning.worker_threads.max(1);
     let mut queue = WorkQueue::new(ctx.metrics.work_queues.queue(queue_name));
     let mut running = FuturesUnordered::new();
     let triggers = triggers.fuse();
-    let resync = crate::k8s::watch::resync_every(RESYNC);
+    let resync = crate::k8s::cache::resync_every(RESYNC);
     let stop = shutdown.requested();
     futures::pin_mut!(triggers, resync, stop);
     let mut stopping = false;

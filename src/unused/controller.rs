@@ -105,7 +105,7 @@ pub(crate) async fn run(
         config = config.fields(&format!("spec.nodeName={node}"));
     }
     let pods =
-        crate::k8s::watch::watch_events(Api::<PodLite>::all(ctx.client.clone()), config, "pods");
+        crate::k8s::cache::watch_events(Api::<PodLite>::all(ctx.client.clone()), config, "pods");
     tokio::pin!(pods);
     let claims = claims.fuse();
     tokio::pin!(claims);

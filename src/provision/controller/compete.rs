@@ -9,7 +9,7 @@ use kube::ResourceExt;
 use tracing::{debug, info};
 
 use super::claim_writes::claims_api;
-use super::report::kube_err;
+use super::kube_err;
 use super::{ProvisionError, Provisioner, claim_key};
 use crate::k8s::errors::{ApiErrorClass, classify};
 use crate::k8s::patch;

@@ -14,8 +14,8 @@ use kube::{Api, ResourceExt};
 use tracing::{debug, info, warn};
 
 use super::claim_writes::clear_selected_node;
-use super::report::{class_label, fail, provisioning_event, source_label};
 use super::{PV_CREATE_ATTEMPTS, ProvisionError, Provisioner, claim_key};
+use super::{class_label, fail, provisioning_event, source_label};
 use crate::csi::v1;
 use crate::k8s::errors::{ApiErrorClass, classify, describe};
 use crate::k8s::events::{EventSpec, reference_to};

@@ -10,7 +10,7 @@ use k8s_openapi::api::storage::v1::{CSINode, VolumeAttributesClass};
 use kube::Api;
 use kube::runtime::reflector::{ObjectRef, Store};
 
-use super::report::kube_err;
+use super::kube_err;
 use super::{ProvisionError, Provisioner, claim_key};
 use crate::csi::v1::CreateVolumeRequest;
 use crate::k8s::errors::describe;

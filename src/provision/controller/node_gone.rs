@@ -12,7 +12,7 @@ use kube::Api;
 use tracing::{debug, info};
 
 use super::claim_writes::clear_selected_node;
-use super::report::kube_err;
+use super::kube_err;
 use super::{ProvisionError, Provisioner, claim_key};
 use crate::k8s::events::{EventSpec, reference_to};
 use crate::names;
