@@ -1,5 +1,5 @@
 //! The provisioning controller shell, in three steps per claim: gather the facts once
-//! ([`facts::gather`]), decide ([`plan::decide_claim`], pure), execute the decision
+//! ([`gather`]), decide ([`plan::decide_claim`], pure), execute the decision
 //! ([`execute_decision`]: events, the selected node, the competition, or the provisioning run of
 //! [`execute`]: intent, secret, CreateVolume, PV). Nothing is decided twice: a decision taken on a
 //! cache that may lag behind (a class or CSINode it lacks) is confirmed by one live read before it
@@ -8,27 +8,40 @@
 //! ([`intents::resolve`]) is its only path.
 //! What the user and the operator see of a claim (events, logs, the metrics' labels) is reported
 //! here too, at the end of this file.
+//!
+//! What a claim's decision needs ([`Facts`]) is gathered once per reconcile ([`gather`]): the caches, plus the
+//! few live reads only some claims need (a VolumeAttributesClass, in node mode what the selected
+//! node recorded for the claim), then the data source the decision asks for. Node-mode ownership
+//! is computed here, once.
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::{Stream, StreamExt};
-use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
-use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
+use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::api::storage::v1::{CSINode, StorageClass, VolumeAttributesClass};
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, ResourceExt};
 use tracing::{debug, info_span, warn};
 
 use super::memory::ClaimMemory;
-use super::plan::PlanError;
-use super::plan::{ClaimDecision, ClearReason, IgnoreReason, NodeMode, ProvisionSettings};
-use super::topology::TopologyView;
+use super::plan::{
+    self, ClaimDecision, ClearReason, Facts, IgnoreReason, NodeFacts, NodeMode, PlanError,
+    ProvisionSettings,
+};
+use super::source::{SourceLookup, holds_clone_protection};
+use super::topology::{StaticTopology, TopologyView};
+use crate::csi::v1::CreateVolumeRequest;
 use crate::k8s::cache::{self, Cache, Lean};
+use crate::k8s::errors::describe;
 use crate::k8s::events::{EventSource, EventSpec, reference_to};
 use crate::k8s::patch;
 use crate::model::csinode::CsiNodeLookup;
 use crate::names;
-use crate::node_mode::ownership::{Competition, NodeIdentity};
+use crate::node_mode::ownership::{
+    self, ClaimOwnership, Competition, NodeIdentity, OwnershipInputs,
+};
 use crate::retry::{Backoff, InfeasibleHold};
 use crate::runtime::queue::{self, Key};
 use crate::runtime::{Action, Context, Shutdown};
@@ -39,7 +52,6 @@ mod claim_writes;
 mod compete;
 mod data_source;
 mod execute;
-mod facts;
 pub(crate) mod intents;
 mod node_gone;
 
@@ -82,7 +94,7 @@ struct Provisioner {
     settings: ProvisionSettings,
     /// Per-claim memory (backoff, hold-back, pins, competition, missing-node timers).
     memory: Mutex<ClaimMemory>,
-    /// Nodes and CSINodes as the decisions read them ([`facts::topology_of`]).
+    /// Nodes and CSINodes as the decisions read them ([`topology_of`]).
     topology: Arc<dyn TopologyView + Send + Sync>,
     /// Where intents are recorded.
     intents: IntentLog,
@@ -148,7 +160,7 @@ pub(crate) async fn run(
     shutdown: Shutdown,
 ) {
     let settings = settings_of(&ctx);
-    let topology = facts::topology_of(&ctx, &settings);
+    let topology = topology_of(&ctx, &settings);
     let competition =
         (ctx.config.node_deployment.as_ref()).map(|n| Competition::new(n.base_delay, n.max_delay));
     // The committer outlives the workers (one may still wait for a commit) and then flushes what
@@ -334,7 +346,7 @@ async fn reconcile_claim(
         .memory()
         .observe(&key, pvc.metadata.uid.as_deref().unwrap_or_default(), bound);
     observe_bound(&state, &pvc);
-    let facts = facts::gather(&state, &pvc).await?;
+    let facts = gather(&state, &pvc).await?;
     let decision = facts.decide(&state, &pvc);
     drop(facts);
     let result = execute_decision(&state, &pvc, decision).await;
@@ -449,6 +461,173 @@ async fn class_confirmed_missing(state: &Provisioner, name: &str) -> Result<bool
         .map_err(kube_err(format!("reading StorageClass {name}")))
 }
 
+/// Reads the facts of `pvc`: the caches and live reads every decision of its kind needs, then the
+/// data source if the decision over those asks for it ([`plan::source_to_read`]).
+async fn gather(state: &Provisioner, pvc: &PersistentVolumeClaim) -> Result<Facts, ProvisionError> {
+    let ctx = &state.ctx;
+    let stores = &ctx.stores;
+    let settings = &state.settings;
+    let vac = match plan::vac_to_look_up(pvc, settings) {
+        Some(name) => Some(
+            Api::<VolumeAttributesClass>::all(ctx.client.clone())
+                .get_opt(name)
+                .await
+                .map_err(|e| describe(&e)),
+        ),
+        None => None,
+    };
+    let class = crate::model::claim::claim_class_name(pvc)
+        .and_then(|name| stores.classes.get(&ObjectRef::new(name)));
+    let pinned = state.memory().pinned(&claim_key(pvc));
+    let pv_exists =
+        plan::claim_volume_name(pvc, settings).is_ok_and(|name| stores.pvs.get(&name).is_some());
+    let selected_node_driver = match &stores.csinodes {
+        // Controller mode always checks; in node mode one instance of the live ones does.
+        Some(csinodes) => plan::selected_node_to_check(pvc, pinned.is_some(), || {
+            settings.node.as_ref().is_none_or(|mode| {
+                ownership::checks_selected_node(
+                    &mode.me.name,
+                    pvc.metadata.uid.as_deref().unwrap_or_default(),
+                    &csinodes.state(),
+                    &settings.driver,
+                )
+            })
+        })
+        .map_or(CsiNodeLookup::Unknown, |node| {
+            CsiNodeLookup::of(
+                csinodes.get(&ObjectRef::new(node)).as_deref(),
+                &settings.driver,
+            )
+        }),
+        None => CsiNodeLookup::Unknown,
+    };
+    let selected_node_uid = match (crate::model::claim::selected_node(pvc), &stores.nodes) {
+        (Some(node), Some(nodes)) => nodes
+            .get(&ObjectRef::new(node))
+            .and_then(|n| n.metadata.uid.clone()),
+        _ => None,
+    };
+    let node = match &settings.node {
+        Some(mode) if plan::not_to_provision(pvc, settings).is_none() => {
+            let ownership = ownership::check_node(
+                pvc,
+                &OwnershipInputs {
+                    me: &mode.me,
+                    driver: &settings.driver,
+                    topology_supported: settings.topology,
+                    immediate_binding: mode.immediate_binding,
+                    storage_class: class.as_deref(),
+                    selected_node_driver,
+                },
+            );
+            // Before a node without our driver is cleared: did it get a CreateVolume for this
+            // claim? (Rare: one LIST of that node's ledger.)
+            let recorded_on_selected = match &ownership {
+                ClaimOwnership::ClearSelectedNode(clear) => {
+                    crate::provision::controller::intents::recorded_on_node(ctx, pvc, &clear.node)
+                        .await
+                        .map_err(kube_err(format!(
+                            "reading the intent ledger of node {}",
+                            clear.node
+                        )))?
+                }
+                _ => None,
+            };
+            Some(NodeFacts {
+                ownership,
+                recorded_on_selected,
+            })
+        }
+        _ => None,
+    };
+    let mut facts = Facts {
+        class,
+        pv_exists,
+        topology: state.topology.clone(),
+        selected_node_driver,
+        selected_node_uid,
+        pinned_topology: pinned,
+        vac,
+        source: SourceLookup::NotResolved,
+        node,
+        // Only a claim that protects a clone source asks (the others never enter `data_source`).
+        clones_pending: holds_clone_protection(pvc) && data_source::clones_pending(state, pvc),
+    };
+    if let Some(need) = plan::source_to_read(pvc, settings, &facts) {
+        facts.source = data_source::read(state, pvc, &need).await;
+    }
+    Ok(facts)
+}
+
+/// The topology view the decisions read: node mode's fixed view of its own node, else the Node
+/// and CSINode caches.
+fn topology_of(ctx: &Context, settings: &ProvisionSettings) -> Arc<dyn TopologyView + Send + Sync> {
+    match &settings.node {
+        // As upstream: a CSINode and a Node built from NodeGetInfo.
+        Some(mode) => {
+            let node_id = ctx
+                .driver
+                .node
+                .as_ref()
+                .map(|n| n.node_id.clone())
+                .unwrap_or_default();
+            Arc::new(StaticTopology::single_node(
+                &mode.me.name,
+                &settings.driver,
+                &node_id,
+                &mode.me.segments,
+            ))
+        }
+        None => Arc::new(StoreTopology {
+            nodes: ctx.stores.nodes.clone(),
+            csinodes: ctx.stores.csinodes.clone(),
+        }),
+    }
+}
+
+/// Reads `Store` state as a topology view.
+struct StoreTopology {
+    nodes: Option<Store<Node>>,
+    csinodes: Option<Store<CSINode>>,
+}
+
+impl TopologyView for StoreTopology {
+    fn csinode(&self, name: &str) -> Option<Arc<CSINode>> {
+        self.csinodes.as_ref()?.get(&ObjectRef::new(name))
+    }
+    fn node(&self, name: &str) -> Option<Arc<Node>> {
+        self.nodes.as_ref()?.get(&ObjectRef::new(name))
+    }
+    fn csinodes(&self) -> Vec<Arc<CSINode>> {
+        self.csinodes.as_ref().map(Store::state).unwrap_or_default()
+    }
+    fn nodes(&self) -> Vec<Arc<Node>> {
+        self.nodes.as_ref().map(Store::state).unwrap_or_default()
+    }
+}
+
+// The shell's entry points to the decision over gathered facts.
+impl Facts {
+    /// The decision over these facts ([`plan::decide_claim`]).
+    fn decide(&self, state: &Provisioner, pvc: &PersistentVolumeClaim) -> ClaimDecision {
+        plan::decide_claim(pvc, &state.settings, self)
+    }
+
+    /// The CreateVolume provisioning `pvc` would send now ([`plan::request_now`]).
+    fn request_now(
+        &self,
+        state: &Provisioner,
+        pvc: &PersistentVolumeClaim,
+        volume_name: &str,
+    ) -> Option<CreateVolumeRequest> {
+        plan::request_now(pvc, &state.settings, self, volume_name)
+    }
+}
+
+#[cfg(test)]
+#[path = "controller_tests.rs"]
+mod tests;
+
 fn ignore(state: &Provisioner, pvc: &PersistentVolumeClaim, reason: &IgnoreReason) {
     debug!(claim = %claim_key(pvc), ?reason, "nothing to do for claim");
     if let IgnoreReason::ExternalPopulator(_) = reason {
@@ -534,7 +713,3 @@ fn kube_err(what: impl Into<String>) -> impl FnOnce(kube::Error) -> ProvisionErr
     let what = what.into();
     move |source| ProvisionError::Kube { what, source }
 }
-
-#[cfg(test)]
-#[path = "controller_tests.rs"]
-mod tests;

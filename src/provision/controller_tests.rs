@@ -145,7 +145,7 @@ fn shell_with_classes(
                 Duration::from_secs(8),
             )),
         )),
-        topology: super::facts::topology_of(&ctx, &settings_of(&ctx)),
+        topology: super::topology_of(&ctx, &settings_of(&ctx)),
         intents: IntentLog::new(None, records, Default::default()),
         settings: settings_of(&ctx),
         ctx,

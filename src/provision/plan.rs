@@ -89,7 +89,7 @@ pub(crate) struct NodeMode {
     pub(crate) immediate_binding: bool,
 }
 
-/// What the shell gathered for one claim, once (`controller::facts::gather`), as the decision
+/// What the shell gathered for one claim, once (`controller::gather`), as the decision
 /// reads it: the caches, plus the few live reads only some claims need (a VolumeAttributesClass,
 /// the data source the decision asks for, in node mode what the selected node recorded).
 pub(crate) struct Facts {

@@ -72,7 +72,7 @@ impl World {
         self
     }
 
-    /// Node mode: the facts the shell computes once (`controller::facts`).
+    /// Node mode: the facts the shell computes once (`controller::gather`).
     fn node_facts(&self, claim: &PersistentVolumeClaim) -> Option<NodeFacts> {
         let mode = self.settings.node.as_ref()?;
         if not_to_provision(claim, &self.settings).is_some() {
@@ -104,7 +104,7 @@ impl World {
         })
     }
 
-    /// The facts the shell would have gathered (`controller::facts::gather`).
+    /// The facts the shell would have gathered (`controller::gather`).
     fn facts(&self, claim: &PersistentVolumeClaim) -> Facts {
         Facts {
             class: self.class.clone().map(Arc::new),

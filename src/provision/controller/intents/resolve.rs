@@ -28,7 +28,7 @@ use crate::names;
 use crate::node_mode::ownership;
 use crate::provision::controller::Provisioner;
 use crate::provision::controller::execute::{create_volume, delete_volume, secret_data};
-use crate::provision::controller::facts;
+use crate::provision::controller::gather;
 use crate::provision::controller::intents::claim_record::has_record;
 use crate::provision::controller::intents::cleanup::{
     AfterReplay, CleanupStep, IntentCleanup, after_replay, cleanup_step,
@@ -390,7 +390,7 @@ async fn cleanup_entry(
     let replay = match (entry.approximate, claim) {
         // A record from before requests were recorded: the request as the class makes it now
         // finds the volume more often than the minimal one (still not proof when refused).
-        (true, Some(claim)) => match facts::gather(state, claim).await {
+        (true, Some(claim)) => match gather(state, claim).await {
             Ok(facts) => facts.request_now(state, claim, &entry.volume),
             Err(e) => {
                 debug!(claim = %entry.claim_name(), error = %e, "rebuilding the request to replay");
