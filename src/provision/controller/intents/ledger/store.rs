@@ -378,8 +378,10 @@ impl Ledger {
                         ApiErrorClass::Conflict
                         | ApiErrorClass::AlreadyExists
                         | ApiErrorClass::NotFound => {
-                            conflict = true;
-                            self.merge_remote(target, write.shard, &name).await;
+                            match self.merge_remote(target, write.shard, &name).await {
+                                Ok(()) => conflict = true,
+                                Err(unreadable) => failure = Some(unreadable),
+                            }
                         }
                         _ => {
                             debug!(lease = %name, "intent ledger write failed: {}", describe(&e));
@@ -412,8 +414,15 @@ impl Ledger {
         failure.is_none()
     }
 
-    /// After a conflict: reads the shard and takes in entries this process does not know.
-    async fn merge_remote(&self, target: &Target, shard: usize, name: &str) {
+    /// After a conflict: reads the shard and takes in entries this process does not know. A
+    /// Lease whose entries cannot be read is never overwritten (it may list volumes in flight):
+    /// the write fails, naming it, until it is repaired or deleted.
+    async fn merge_remote(
+        &self,
+        target: &Target,
+        shard: usize,
+        name: &str,
+    ) -> Result<(), LedgerError> {
         match target.api.get_opt(name).await {
             Ok(Some(lease)) => match lease_entries(&lease) {
                 Ok(remote) => {
@@ -423,8 +432,12 @@ impl Ledger {
                     self.publish(&state.book);
                 }
                 Err(e) => {
-                    warn!(lease = %name, "{e}; it will be overwritten with this process's entries");
-                    set_lease(&mut lock(&self.0.state).leases, shard, lease);
+                    warn!(lease = %name, "{e}; it is not overwritten: repair or delete it");
+                    return Err(LedgerError {
+                        lease: format!("{}/{name}", target.namespace),
+                        message: e,
+                        hint: "; it is not overwritten, since it may list volumes being created: repair or delete it".to_owned(),
+                    });
                 }
             },
             Ok(None) => {
@@ -436,6 +449,7 @@ impl Ledger {
                 debug!(lease = %name, "reading the intent ledger after a conflict failed: {}", describe(&e))
             }
         }
+        Ok(())
     }
 }
 

@@ -118,3 +118,66 @@ async fn removals_are_written_by_the_resolvers_passes_and_a_failed_one_again() {
     let _ = stop_tx.send(());
     committer.await.unwrap();
 }
+
+/// A shard that another writer left unreadable is never overwritten (it may list volumes being
+/// created): recording fails, naming the Lease, until it is deleted; then the shard is written
+/// again with this process's entries.
+#[tokio::test]
+async fn a_shard_left_unreadable_is_not_overwritten_and_recording_fails_naming_it() {
+    let sim = Sim::start(SimConfig::bare()).await.unwrap();
+    let client = sim.client();
+    let ledger = Ledger::open(
+        client.clone(),
+        "default",
+        "d",
+        None,
+        Arc::new(AtomicI64::new(0)),
+    )
+    .await
+    .expect("the ledger opens");
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let committer = tokio::spawn(ledger.clone().run_committer(
+        crate::leader::Leadership::always(),
+        async {
+            let _ = stop_rx.await;
+        },
+    ));
+    ledger.record(entry("pvc-a", false)).await.unwrap();
+
+    // Someone else writes the shard in a form this version cannot read.
+    let leases: Api<Lease> = Api::namespaced(client.clone(), "default");
+    let shard = super::super::shard_name("d", 0);
+    let mut lease = leases.get(&shard).await.unwrap();
+    lease
+        .metadata
+        .annotations
+        .get_or_insert_default()
+        .insert(ENTRIES_ANNOTATION.to_owned(), "not a ledger".to_owned());
+    leases
+        .replace(&shard, &PostParams::default(), &lease)
+        .await
+        .unwrap();
+
+    for volume in ["pvc-b", "pvc-c"] {
+        let error = ledger.record(entry(volume, false)).await.unwrap_err();
+        let text = error.to_string();
+        assert!(
+            text.contains("default/d-intents-0") && text.contains("it is not overwritten"),
+            "{text}"
+        );
+        let kept = leases.get(&shard).await.unwrap();
+        assert_eq!(
+            kept.metadata.annotations.unwrap()[ENTRIES_ANNOTATION],
+            "not a ledger",
+            "the unreadable shard is left as it is"
+        );
+    }
+
+    // Deleted (the repair an operator makes once its volumes are accounted for): written again.
+    leases.delete(&shard, &Default::default()).await.unwrap();
+    ledger.record(entry("pvc-d", false)).await.unwrap();
+    assert_eq!(written(&client).await, ["pvc-a", "pvc-b", "pvc-c", "pvc-d"]);
+
+    let _ = stop_tx.send(());
+    committer.await.unwrap();
+}
