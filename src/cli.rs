@@ -132,8 +132,9 @@ pub struct Args {
     #[arg(long, default_value = "1m0s", value_name = "DURATION", value_parser = parse_go_duration)]
     pub node_deployment_max_delay: Duration,
 
-    /// (ours, retired) Intents now always go to the node's Lease ledger: a journal an earlier
-    /// version kept in this directory is taken into it at start-up. Remove the flag once logged.
+    /// (ours, retired and ignored) Intents always go to the node's Lease ledger; the volumes a
+    /// journal an earlier version kept in this directory lists are named in a warning at start-up,
+    /// not resolved. Remove the flag.
     #[arg(long, default_value = "", value_name = "DIR")]
     pub node_deployment_intent_journal: String,
 

@@ -90,8 +90,8 @@ pub struct NodeDeployment {
     pub base_delay: Duration,
     /// `--node-deployment-max-delay`, >= `base_delay`.
     pub max_delay: Duration,
-    /// `--node-deployment-intent-journal` (ours, retired): a directory where an earlier version
-    /// kept this node's intents, taken into the node's Lease ledger at start-up.
+    /// `--node-deployment-intent-journal` (ours, retired and ignored): a directory where an
+    /// earlier version kept this node's intents, whose volumes are named in a warning at start-up.
     pub intent_journal: Option<PathBuf>,
 }
 
@@ -228,8 +228,8 @@ pub enum ConfigError {
     MissingNodeName,
     /// A node-mode-only flag without `--node-deployment`.
     #[error(
-        "--node-deployment-intent-journal={0:?} is for --node-deployment only (one instance per \
-         node keeps its intents on that node); remove it, or add --node-deployment=true"
+        "--node-deployment-intent-journal={0:?} is retired (and was for --node-deployment only); \
+         remove it"
     )]
     JournalWithoutNodeMode(String),
     /// A PV-name UID length outside what a UID holds.

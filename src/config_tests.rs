@@ -313,7 +313,7 @@ fn the_intent_journal_is_a_node_mode_directory() {
         err,
         ConfigError::JournalWithoutNodeMode("/csi/intents".into())
     );
-    assert!(err.to_string().contains("--node-deployment=true"), "{err}");
+    assert!(err.to_string().contains("is retired"), "{err}");
 }
 
 #[test]

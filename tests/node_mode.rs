@@ -1225,85 +1225,38 @@ async fn back_with_journal(cluster: &Cluster, a: &Member, journal: &std::path::P
     back
 }
 
-/// `--node-deployment-intent-journal` is retired (issue 40): what an earlier version left in the
-/// journal, here a volume in flight whose claim was deleted while the sidecar was down, is taken
-/// into the node's Lease ledger at start-up and resolved like any entry (the volume is deleted),
-/// and the file is renamed once its entries are written to the Lease. (Before, two tests here
-/// covered the journal itself and a move from the Lease ledger into it.)
+/// `--node-deployment-intent-journal` is retired and ignored (issue 40): what an earlier version
+/// left in the journal, here a volume in flight whose claim was deleted while the sidecar was
+/// down, is not resolved by this version. The volume is kept, never deleted on a guess, and the
+/// warning names it for the operator to check; the sidecar otherwise starts and provisions as
+/// usual. (Before, the journal's entries were taken into the node's Lease ledger and resolved.)
 #[tokio::test]
-async fn a_retired_intent_journal_is_taken_into_the_lease_ledger_and_leaks_nothing() {
+async fn a_retired_intent_journal_is_reported_and_its_volume_kept() {
     let cluster = Cluster::start().await;
     let (a, control, journal) = left_in_a_retired_journal(&cluster).await;
     control.clear_faults().await.unwrap();
+    let volume = {
+        let text = std::fs::read_to_string(journal.join("intents-0.json")).unwrap();
+        let entries: Vec<serde_json::Value> = serde_json::from_str(&text).unwrap();
+        entries[0]["volume"].as_str().unwrap().to_owned()
+    };
     delete_pod(&cluster, "data").await;
     cluster.delete_pvc_and_wait(NS, "data").await;
     let back = back_with_journal(&cluster, &a, &journal).await;
-    let state = a.driver.wait_volumes(0).await;
-    assert_eq!(
-        state.calls("DeleteVolume"),
-        1,
-        "the journal's volume is deleted"
-    );
-    wait_for("the journal file renamed", DEADLINE, || async {
-        journal
-            .join("intents-0.json.imported")
-            .exists()
-            .then_some(())
-    })
-    .await;
-    assert!(!journal.join("intents-0.json").exists());
-    assert_eq!(
-        back.log_lines_with(&["--node-deployment-intent-journal is retired"]),
-        1
-    );
-}
+    let warning = [
+        "--node-deployment-intent-journal is retired and ignored",
+        "csi-provisioner audit",
+        volume.as_str(),
+    ];
+    back.wait_log(&warning, 1).await;
 
-/// The same journal, and the sidecar may not list Leases when it starts again (its intents go on
-/// the claims): the journal's entries are still resolved, from memory (the volume is deleted,
-/// counted as an intent until then), and the file is renamed once none is left, so that a later
-/// start does not resolve it again.
-#[tokio::test]
-async fn a_retired_intent_journal_is_resolved_from_memory_when_leases_are_refused() {
-    let cluster = Cluster::start().await;
-    let (a, control, journal) = left_in_a_retired_journal(&cluster).await;
-    control.clear_faults().await.unwrap();
-    // Until the intent has been seen counted.
-    control
-        .set_fault(
-            "DeleteVolume",
-            mock_csi_driver::FaultRule::always(tonic::Code::Unavailable),
-        )
-        .await
-        .unwrap();
-    delete_pod(&cluster, "data").await;
-    cluster.delete_pvc_and_wait(NS, "data").await;
-    cluster.sim().faults().add(
-        kube_sim::FaultRule::error(403)
-            .verb("list")
-            .resource("leases"),
-    );
-    let back = back_with_journal(&cluster, &a, &journal).await;
-    back.wait_metric("csi_provisioner_claims_with_intent", 1.0)
-        .await;
-    control.clear_faults().await.unwrap();
-    let state = a.driver.wait_volumes(0).await;
-    assert_eq!(
-        state.ok_calls("DeleteVolume"),
-        1,
-        "the journal's volume is deleted"
-    );
-    back.wait_metric("csi_provisioner_claims_with_intent", 0.0)
-        .await;
-    wait_for("the journal file renamed", DEADLINE, || async {
-        journal
-            .join("intents-0.json.resolved")
-            .exists()
-            .then_some(())
-    })
-    .await;
-    assert!(!journal.join("intents-0.json").exists());
-    assert_eq!(
-        back.log_lines_with(&["they are resolved from memory in this run"]),
-        1
+    // The sidecar works: a new claim on node-a is provisioned; the journal's volume is kept.
+    claim_on(&cluster, "fresh", "local", "node-a").await;
+    let state = a.driver.wait_volumes(2).await;
+    assert_eq!(state.calls("DeleteVolume"), 0, "nothing deleted on a guess");
+    assert!(state.volumes.iter().any(|v| v.name == volume));
+    assert!(
+        journal.join("intents-0.json").exists(),
+        "the journal is left as it is"
     );
 }

@@ -146,7 +146,7 @@ fn shell_with_classes(
             )),
         )),
         topology: super::topology_of(&ctx, &settings_of(&ctx)),
-        intents: IntentLog::new(None, records, Default::default()),
+        intents: IntentLog::new(None, records),
         settings: settings_of(&ctx),
         ctx,
     }

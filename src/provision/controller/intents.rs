@@ -3,8 +3,7 @@
 //! hangs or the sidecar is down: its issues 486, 1469).
 //!
 //! One interface of five methods over the store new intents go to, chosen once at start-up
-//! ([`open`]), and what earlier runs left elsewhere (records on claims, a retired journal's
-//! entries no ledger could take in): a claim's path calls [`IntentLog::record`] (returns once the record is
+//! ([`open`]), and what earlier runs left on claims: a claim's path calls [`IntentLog::record`] (returns once the record is
 //! durable; only then may CreateVolume be sent), [`IntentLog::set_id`] and
 //! [`IntentLog::forget`] on the handle it returns; the resolver walks [`IntentLog::pending`],
 //! calls the same two on each entry, and asks [`IntentLog::recorded_here`].
@@ -23,21 +22,18 @@
 //! node's; claim records when Leases cannot be listed at start-up); [`recorded_on_node`] reads what
 //! another node recorded for a claim before its selected node is cleared.
 
-use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::path::Path;
+use std::sync::Arc;
 
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
-use tracing::{info, warn};
+use tracing::warn;
 
 use crate::k8s::cache::Lean;
 use crate::k8s::patch::PatchError;
 use crate::provision::controller::intents::ledger::store::{Ledger, LedgerError, read_ledger};
 use crate::provision::controller::intents::ledger::{Entry, Removal, decode, node_ledger_base};
 use crate::runtime::Context;
-use crate::sync::lock;
 
 pub(crate) mod claim_record;
 pub(crate) mod cleanup;
@@ -99,10 +95,6 @@ pub(crate) enum Held {
     /// The Lease ledger, and the claim still carries an earlier run's record of the same volume
     /// (a handle [`IntentLog::record`] returns): both go together.
     LedgerAndClaim,
-    /// A retired node journal's entry that no ledger could take in (Leases refused at start-up):
-    /// in memory, for this run's resolver to finish; the journal's files are renamed
-    /// `*.json.resolved` once none is left.
-    Journal,
 }
 
 /// Why an entry is dropped ([`IntentLog::forget`]).
@@ -118,68 +110,6 @@ pub(crate) enum Forget {
     Vanished,
 }
 
-/// A retired journal's entries no ledger took in ([`Held::Journal`]).
-#[derive(Default)]
-pub(crate) struct Journal {
-    /// By volume.
-    entries: Mutex<BTreeMap<String, Entry>>,
-    /// Their count, published as the ledger's (no ledger publishes it when they exist).
-    count: Arc<AtomicI64>,
-    /// The files they were read from, renamed `*.json.resolved` once every entry is resolved, so
-    /// that a later start does not resolve them again.
-    files: Vec<PathBuf>,
-}
-
-impl Journal {
-    /// `entries` read from `files`, counted in `count`.
-    pub(crate) fn new(entries: Vec<Entry>, files: Vec<PathBuf>, count: Arc<AtomicI64>) -> Self {
-        let entries: BTreeMap<_, _> = entries.into_iter().map(|e| (e.volume.clone(), e)).collect();
-        if entries.is_empty() {
-            // Files that list nothing are resolved already.
-            retire(&files);
-        } else {
-            count.store(entries.len() as i64, Ordering::Relaxed);
-        }
-        Self {
-            entries: Mutex::new(entries),
-            count,
-            files,
-        }
-    }
-
-    /// Drops the entry of `entry`'s volume and claim (the same name may be another node's copy,
-    /// or, with short generated names, another claim's volume); once none is left, the files are
-    /// renamed.
-    fn forget(&self, entry: &Entry) {
-        let mut entries = lock(&self.entries);
-        if entries
-            .get(&entry.volume)
-            .is_none_or(|e| e.uid != entry.uid)
-        {
-            return;
-        }
-        entries.remove(&entry.volume);
-        self.count.store(entries.len() as i64, Ordering::Relaxed);
-        let last = entries.is_empty();
-        // No entry is ever added: only the caller that removed the last one gets here.
-        drop(entries);
-        if last {
-            retire(&self.files);
-        }
-    }
-}
-
-/// Renames a retired journal's `files` `*.json.resolved`: a later start does not read them again.
-fn retire(files: &[PathBuf]) {
-    for file in files {
-        let resolved = file.with_extension("json.resolved");
-        match std::fs::rename(file, &resolved) {
-            Ok(()) => info!(file = %resolved.display(), "retired intent journal resolved"),
-            Err(e) => warn!(file = %file.display(), "resolved but not renamed: {e}"),
-        }
-    }
-}
-
 /// The intent log of this process: the store new intents go to, chosen once at start-up
 /// ([`open`]), and the claim records already on claims (an earlier run's, or this one's when
 /// Leases are not granted), which the resolver finishes. Cheap to clone.
@@ -188,18 +118,12 @@ pub(crate) struct IntentLog {
     /// `None`: Leases were refused at start-up, new intents go on their claims.
     ledger: Option<Ledger>,
     claims: Arc<ClaimRecords>,
-    journal: Arc<Journal>,
 }
 
 impl IntentLog {
-    /// A log over `ledger` (`None`: claim records only), the claim records `claims` mirrors and
-    /// a retired journal's entries no ledger took in.
-    pub(crate) fn new(ledger: Option<Ledger>, claims: Arc<ClaimRecords>, journal: Journal) -> Self {
-        Self {
-            ledger,
-            claims,
-            journal: Arc::new(journal),
-        }
+    /// A log over `ledger` (`None`: claim records only) and the claim records `claims` mirrors.
+    pub(crate) fn new(ledger: Option<Ledger>, claims: Arc<ClaimRecords>) -> Self {
+        Self { ledger, claims }
     }
 
     /// Records `entry` for `pvc` and returns once it is durable.
@@ -240,11 +164,6 @@ impl IntentLog {
         if let Held::Claim | Held::LedgerAndClaim = pending.held {
             self.claims.set_id(entry, id).await;
         }
-        if pending.held == Held::Journal
-            && let Some(kept) = lock(&self.journal.entries).get_mut(&entry.volume)
-        {
-            kept.id = Some(id.to_owned());
-        }
     }
 
     /// Drops `pending` from the store holding it, as `why` says.
@@ -265,15 +184,6 @@ impl IntentLog {
         };
         if let (Held::Ledger | Held::LedgerAndClaim, Some(ledger)) = (pending.held, &self.ledger) {
             ledger.forget(&entry.volume, removal);
-        }
-        // A journal entry of the same volume and claim goes with this process's own record of it
-        // (its fate is decided); never with another node's record of its own copy.
-        let own = match pending.held {
-            Held::Claim => self.claims.recorded_here(&entry.volume),
-            Held::Ledger | Held::LedgerAndClaim | Held::Journal => true,
-        };
-        if own {
-            self.journal.forget(entry);
         }
         if let Held::Claim | Held::LedgerAndClaim = pending.held {
             self.claims
@@ -300,15 +210,7 @@ impl IntentLog {
             entry,
             held: Held::Claim,
         });
-        let journal = lock(&self.journal.entries)
-            .values()
-            .cloned()
-            .collect::<Vec<_>>();
-        let journal = journal.into_iter().map(|entry| Pending {
-            entry,
-            held: Held::Journal,
-        });
-        ledger.chain(claims).chain(journal).collect()
+        ledger.chain(claims).collect()
     }
 
     /// Whether this process recorded `volume` itself (then it alone made, or did not make, the
@@ -351,10 +253,9 @@ where
         ctx.metrics.backlog.ledger_intents.clone(),
     )
     .await;
-    let (retired, files) = match deployment.and_then(|n| n.intent_journal.as_deref()) {
-        Some(dir) => take_in_retired_journal(ledger.as_ref(), dir).await,
-        None => Default::default(),
-    };
+    if let Some(dir) = deployment.and_then(|n| n.intent_journal.as_deref()) {
+        report_retired_journal(dir);
+    }
     let claims = Arc::new(ClaimRecords::new(ctx.client.clone(), &ctx.driver.name));
     let mirror = claims.clone();
     let pvcs = pvcs.inspect(move |claim| mirror.observe_cached(claim));
@@ -366,75 +267,40 @@ where
             committer.await;
         }
     };
-    let journal = Journal::new(retired, files, ctx.metrics.backlog.ledger_intents.clone());
-    let log = IntentLog::new(ledger, claims, journal);
+    let log = IntentLog::new(ledger, claims);
     (log, pvcs, committer)
 }
 
-/// `--node-deployment-intent-journal` is retired: the node's intents go to its Lease ledger. What
-/// an earlier version left in the journal's files is taken into that ledger, and each file is
-/// renamed `*.imported` once written there (never lost: a file that cannot be read stays, and
-/// one not yet written is taken in again at the next start). Without a ledger (Leases refused)
-/// the entries are returned with their files, for the resolver to finish from memory in this run
-/// (the files are renamed `*.resolved` once it has).
-async fn take_in_retired_journal(
-    ledger: Option<&Ledger>,
-    dir: &Path,
-) -> (Vec<Entry>, Vec<PathBuf>) {
-    warn!(journal = %dir.display(), "--node-deployment-intent-journal is retired: this node's intents go to its Lease ledger; an intent journal left there is taken in (remove the flag once that is logged, or once no intents-*.json is left there)");
-    let files = match std::fs::read_dir(dir) {
-        Ok(items) => items
-            .filter_map(Result::ok)
-            .map(|item| item.path())
-            .filter(|path| {
-                path.file_name()
-                    .and_then(|n| n.to_str())
-                    .is_some_and(|n| n.starts_with("intents-") && n.ends_with(".json"))
-            })
-            .collect::<Vec<_>>(),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Default::default(),
-        Err(e) => {
-            warn!(journal = %dir.display(), "cannot read the retired intent journal: {e}; its intents are not taken in until it can be read");
-            return Default::default();
-        }
-    };
-    let (mut taken, mut entries) = (Vec::new(), Vec::new());
-    for file in files {
-        let read = std::fs::read_to_string(&file).map_err(|e| e.to_string());
-        match read.and_then(|text| decode(&text)) {
-            Ok(mut read) => {
-                entries.append(&mut read);
-                taken.push(file);
-            }
-            Err(e) => {
-                warn!(file = %file.display(), "{e}; left in place (it lists volumes whose CreateVolume may have been sent): repair it, or remove it once none is left")
+/// `--node-deployment-intent-journal` is retired and ignored (issue 40): the node's intents go to
+/// its Lease ledger. Volumes an earlier version's journal in `dir` lists are not resolved by this
+/// one: they are kept, and named in a warning, for the operator to check (`csi-provisioner audit`
+/// lists a volume no PV holds).
+fn report_retired_journal(dir: &Path) {
+    let files = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .filter_map(Result::ok);
+    let mut volumes = Vec::new();
+    for file in files.map(|item| item.path()) {
+        let name = file
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or_default();
+        if name.starts_with("intents-") && name.ends_with(".json") {
+            match std::fs::read_to_string(&file)
+                .map_err(|e| e.to_string())
+                .and_then(|t| decode(&t))
+            {
+                Ok(entries) => volumes.extend(entries.into_iter().map(|e| e.volume)),
+                Err(e) => warn!(file = %file.display(), "retired intent journal unreadable: {e}"),
             }
         }
     }
-    if taken.is_empty() {
-        return Default::default();
+    if volumes.is_empty() {
+        warn!(journal = %dir.display(), "--node-deployment-intent-journal is retired and ignored: this node's intents go to its Lease ledger; remove the flag");
+    } else {
+        warn!(journal = %dir.display(), volumes = %volumes.join(","), "--node-deployment-intent-journal is retired and ignored: the retired intent journal lists volumes whose CreateVolume may have been sent; they are not resolved by this version: check each with `csi-provisioner audit` (a volume no PV holds is listed as leaked), then remove the journal and the flag");
     }
-    let Some(ledger) = ledger else {
-        warn!(journal = %dir.display(), "the retired intent journal's entries cannot be written to a Lease ledger (Leases are not granted): they are resolved from memory in this run, and the files renamed *.resolved once they are");
-        return (entries, taken);
-    };
-    ledger.take_in(entries);
-    if !ledger.flush().await {
-        warn!(journal = %dir.display(), "the retired intent journal's entries could not be written to the Lease ledger; they are taken in again at the next start");
-        return Default::default();
-    }
-    for file in taken {
-        let imported = file.with_extension("json.imported");
-        match std::fs::rename(&file, &imported) {
-            Ok(()) => {
-                info!(file = %imported.display(), "retired intent journal taken into the Lease ledger")
-            }
-            Err(e) => {
-                warn!(file = %file.display(), "taken into the Lease ledger but not renamed: {e}")
-            }
-        }
-    }
-    Default::default()
 }
 
 /// The volume name node `node` recorded for `pvc` (same UID), if any: the claim's own record, else
@@ -462,7 +328,3 @@ fn ledger_base(ctx: &Context, node: Option<&str>) -> String {
         None => lease,
     }
 }
-
-#[cfg(test)]
-#[path = "intents_tests.rs"]
-mod tests;

@@ -1,5 +1,5 @@
 //! The resolver: the only clean-up path of the intent log, whichever store holds an entry
-//! (Lease ledger, claim record, a retired journal's entry kept in memory). Every entry whose claim no longer wants its volume
+//! (Lease ledger, claim record). Every entry whose claim no longer wants its volume
 //! (claim gone, being deleted, bound elsewhere) gets its volume deleted (CreateVolume replayed
 //! first when the id is unknown) and is dropped; an entry whose PV exists is dropped, and one whose
 //! PV holds another volume (in node mode: another node's copy) has its own volume deleted. Runs at

@@ -247,30 +247,6 @@ impl Ledger {
         self.0.count.store(book.len() as i64, Ordering::Relaxed);
     }
 
-    /// Takes in entries read elsewhere (a retired node journal), unwritten.
-    pub(crate) fn take_in(&self, entries: Vec<Entry>) {
-        let mut state = lock(&self.0.state);
-        for entry in entries {
-            state.book.record(entry);
-        }
-        self.publish(&state.book);
-    }
-
-    /// Writes what is pending now (outside the committer); whether it succeeded.
-    /// A write that met a conflict merged the API server's entries and must be written again: a
-    /// few rounds, then give up (the caller retries later).
-    pub(crate) async fn flush(&self) -> bool {
-        for _ in 0..5 {
-            if !self.commit_once(true).await {
-                return false;
-            }
-            if !lock(&self.0.state).book.is_dirty() {
-                return true;
-            }
-        }
-        false
-    }
-
     /// Writes until `stop` completes; then one last flush of what is pending (removals), so a
     /// clean shutdown leaves no stale entries.
     pub(crate) async fn run_committer(
