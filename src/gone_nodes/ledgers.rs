@@ -3,8 +3,8 @@
 //! instance never comes back to resolve them. The clean-up instance (rank 0) finds such ledgers,
 //! waits out the grace period and one fallback delay (the claims of their entries are answered
 //! first, by the provisioning controller, at the end of the grace period), confirms the Node's
-//! absence with a live GET, logs every entry and deletes the ledger: a volume of a gone node is
-//! considered gone with it, as for its PVs. A pending claim of such an entry has its selected node
+//! absence with a live GET, deletes the ledger as listed and logs every entry it held: a volume
+//! of a gone node is considered gone with it, as for its PVs. A pending claim of such an entry has its selected node
 //! cleared by the provisioning controller (`provision::controller::node_gone`), which reads the
 //! node's ledger itself.
 //!
@@ -43,12 +43,21 @@ fn logged_entries(lease: &Lease) -> Vec<Logged> {
         .unwrap_or_default()
 }
 
+/// One ledger Lease as listed.
+#[derive(Debug)]
+struct Shard {
+    name: String,
+    /// Deleted with this resourceVersion as precondition, so a shard its node's instance wrote
+    /// meanwhile (the node is back) is kept.
+    version: String,
+    /// Its entries at that version: logged once that version is deleted.
+    entries: Vec<Logged>,
+}
+
 /// A node's ledger Leases as last listed.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 struct Shards {
-    /// Lease name and resourceVersion: deleted with that precondition, so a shard its node's
-    /// instance wrote meanwhile (the node is back) is kept.
-    leases: Vec<(String, String)>,
+    leases: Vec<Shard>,
     /// When the node was first seen missing.
     missing_since: Instant,
 }
@@ -139,6 +148,7 @@ impl GoneLedgers {
     fn remember(&mut self, leases: Vec<Lease>, nodes: &BTreeSet<String>, now: Instant) {
         let mut waiting = BTreeMap::new();
         for lease in leases {
+            let entries = logged_entries(&lease);
             let meta = lease.metadata;
             let Some(node) = annotation(&meta, LEDGER_NODE_ANNOTATION).map(str::to_owned) else {
                 continue;
@@ -157,14 +167,17 @@ impl GoneLedgers {
                     missing_since,
                 }
             });
-            let version = meta.resource_version.unwrap_or_default();
-            shards.leases.push((meta.name.unwrap_or_default(), version));
+            shards.leases.push(Shard {
+                name: meta.name.unwrap_or_default(),
+                version: meta.resource_version.unwrap_or_default(),
+                entries,
+            });
         }
         self.waiting = waiting;
     }
 
-    /// The grace period is over: a live GET must answer 404, then every entry is logged and the
-    /// ledger deleted.
+    /// The grace period is over: a live GET must answer 404, then the ledger is deleted as listed
+    /// and every entry of it logged.
     async fn finish(&mut self, client: &Client, node: &str) {
         let nodes: Api<Node> = Api::all(client.clone());
         match NodeLookup::from_get(&nodes.get_metadata_opt(node).await) {
@@ -183,20 +196,21 @@ impl GoneLedgers {
             return;
         };
         let api: Api<Lease> = Api::namespaced(client.clone(), &self.namespace);
-        for (name, version) in shards.leases {
-            if let Ok(Some(lease)) = api.get_opt(&name).await {
-                for entry in logged_entries(&lease) {
-                    let claim = format!("{}/{}", entry.namespace, entry.claim);
-                    warn!(%node, %claim, volume = %entry.volume,
-                        "node {node:?} no longer exists: the CreateVolume sent there for this claim is considered gone with the node, without DeleteVolume; check the node's storage if it comes back");
-                }
-            }
+        for shard in shards.leases {
             let params = DeleteParams::default().preconditions(Preconditions {
-                resource_version: Some(version),
+                resource_version: Some(shard.version),
                 uid: None,
             });
+            let name = shard.name;
             match api.delete(&name, &params).await {
-                Ok(_) => info!(%node, lease = %name, "intent ledger of a deleted node removed"),
+                Ok(_) => {
+                    for entry in shard.entries {
+                        let claim = format!("{}/{}", entry.namespace, entry.claim);
+                        warn!(%node, %claim, volume = %entry.volume,
+                            "node {node:?} no longer exists: the CreateVolume sent there for this claim is considered gone with the node, without DeleteVolume; check the node's storage if it comes back");
+                    }
+                    info!(%node, lease = %name, "intent ledger of a deleted node removed")
+                }
                 Err(kube::Error::Api(s)) if s.code == 404 => {}
                 // 409: its node's instance wrote it meanwhile (the node is back).
                 Err(e) => {
@@ -253,6 +267,27 @@ mod tests {
         // Back in the cache: no longer waits.
         g.remember(vec![ledger("l-b-0", "b")], &set(&["a", "b"]), later);
         assert!(g.waiting.is_empty());
+    }
+
+    /// The entries logged as gone with their node are those of the version deleted (the listed
+    /// one): no GET per shard, and nothing logged for a shard its node wrote again meanwhile.
+    #[test]
+    fn a_waiting_ledger_keeps_the_entries_of_the_version_it_will_delete() {
+        let mut g = GoneLedgers::default();
+        let mut lease = ledger("l-b-0", "b");
+        lease.metadata.annotations.as_mut().unwrap().insert(
+            LEDGER_ENTRIES_ANNOTATION.to_owned(),
+            r#"[{"volume":"pvc-1","namespace":"ns","claim":"data","uid":"u","request":""}]"#
+                .to_owned(),
+        );
+        g.remember(vec![lease], &set(&["a"]), Instant::now());
+        let shard = &g.waiting["b"].leases[0];
+        assert_eq!(
+            (shard.name.as_str(), shard.version.as_str()),
+            ("l-b-0", "7")
+        );
+        let volumes: Vec<&str> = shard.entries.iter().map(|e| e.volume.as_str()).collect();
+        assert_eq!(volumes, ["pvc-1"]);
     }
 
     #[test]
