@@ -148,14 +148,15 @@ impl GoneLedgers {
     fn remember(&mut self, leases: Vec<Lease>, nodes: &BTreeSet<String>, now: Instant) {
         let mut waiting = BTreeMap::new();
         for lease in leases {
-            let entries = logged_entries(&lease);
-            let meta = lease.metadata;
-            let Some(node) = annotation(&meta, LEDGER_NODE_ANNOTATION).map(str::to_owned) else {
+            let Some(node) = annotation(&lease.metadata, LEDGER_NODE_ANNOTATION).map(str::to_owned)
+            else {
                 continue;
             };
             if nodes.contains(&node) {
                 continue;
             }
+            let entries = logged_entries(&lease);
+            let meta = lease.metadata;
             let shards = waiting.entry(node).or_insert_with_key(|node| {
                 let known = self.waiting.get(node);
                 if known.is_none() {
@@ -177,7 +178,7 @@ impl GoneLedgers {
     }
 
     /// The grace period is over: a live GET must answer 404, then the ledger is deleted as listed
-    /// and every entry of it logged.
+    /// and every entry of it logged (not when the delete answers 409: its node wrote it again).
     async fn finish(&mut self, client: &Client, node: &str) {
         let nodes: Api<Node> = Api::all(client.clone());
         match NodeLookup::from_get(&nodes.get_metadata_opt(node).await) {
@@ -202,19 +203,23 @@ impl GoneLedgers {
                 uid: None,
             });
             let name = shard.name;
-            match api.delete(&name, &params).await {
-                Ok(_) => {
-                    for entry in shard.entries {
-                        let claim = format!("{}/{}", entry.namespace, entry.claim);
-                        warn!(%node, %claim, volume = %entry.volume,
-                            "node {node:?} no longer exists: the CreateVolume sent there for this claim is considered gone with the node, without DeleteVolume; check the node's storage if it comes back");
-                    }
-                    info!(%node, lease = %name, "intent ledger of a deleted node removed")
-                }
+            let outcome = api.delete(&name, &params).await;
+            if matches!(&outcome, Err(kube::Error::Api(s)) if s.code == 409) {
+                debug!(%node, lease = %name, "the intent ledger of a missing node was written again (the node is back): kept");
+                continue;
+            }
+            // Named whatever else the answer: a delete applied whose answer was lost reads as an
+            // error, and a second log line costs less than a volume never named.
+            for entry in shard.entries {
+                let claim = format!("{}/{}", entry.namespace, entry.claim);
+                warn!(%node, %claim, volume = %entry.volume,
+                    "node {node:?} no longer exists: the CreateVolume sent there for this claim is considered gone with the node, without DeleteVolume; check the node's storage if it comes back");
+            }
+            match outcome {
+                Ok(_) => info!(%node, lease = %name, "intent ledger of a deleted node removed"),
                 Err(kube::Error::Api(s)) if s.code == 404 => {}
-                // 409: its node's instance wrote it meanwhile (the node is back).
                 Err(e) => {
-                    warn!(%node, lease = %name, "could not remove the intent ledger of a deleted node: {}", describe(&e))
+                    warn!(%node, lease = %name, "could not remove the intent ledger of a deleted node (tried again by the next sweep): {}", describe(&e))
                 }
             }
         }

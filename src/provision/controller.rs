@@ -624,10 +624,6 @@ impl Facts {
     }
 }
 
-#[cfg(test)]
-#[path = "controller_tests.rs"]
-mod tests;
-
 fn ignore(state: &Provisioner, pvc: &PersistentVolumeClaim, reason: &IgnoreReason) {
     debug!(claim = %claim_key(pvc), ?reason, "nothing to do for claim");
     if let IgnoreReason::ExternalPopulator(_) = reason {
@@ -713,3 +709,7 @@ fn kube_err(what: impl Into<String>) -> impl FnOnce(kube::Error) -> ProvisionErr
     let what = what.into();
     move |source| ProvisionError::Kube { what, source }
 }
+
+#[cfg(test)]
+#[path = "controller_tests.rs"]
+mod tests;

@@ -273,33 +273,41 @@ where
 
 /// `--node-deployment-intent-journal` is retired and ignored (issue 40): the node's intents go to
 /// its Lease ledger. Volumes an earlier version's journal in `dir` lists are not resolved by this
-/// one: they are kept, and named in a warning, for the operator to check (`csi-provisioner audit`
-/// lists a volume no PV holds).
+/// one: they are kept, and named in a warning, for the operator to check.
 fn report_retired_journal(dir: &Path) {
-    let files = std::fs::read_dir(dir)
-        .into_iter()
-        .flatten()
-        .filter_map(Result::ok);
-    let mut volumes = Vec::new();
-    for file in files.map(|item| item.path()) {
+    let retired = "--node-deployment-intent-journal is retired and ignored";
+    let items = match std::fs::read_dir(dir) {
+        Ok(items) => items,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            warn!(journal = %dir.display(), "{retired}: this node's intents go to its Lease ledger; remove the flag");
+            return;
+        }
+        Err(e) => {
+            warn!(journal = %dir.display(), "{retired}, and its directory cannot be read ({e}): any intents-*.json there list volumes whose CreateVolume may have been sent; check them before removing the flag");
+            return;
+        }
+    };
+    let (mut volumes, mut unreadable) = (Vec::new(), 0);
+    for file in items.filter_map(Result::ok).map(|item| item.path()) {
         let name = file
             .file_name()
             .and_then(|n| n.to_str())
             .unwrap_or_default();
         if name.starts_with("intents-") && name.ends_with(".json") {
-            match std::fs::read_to_string(&file)
-                .map_err(|e| e.to_string())
-                .and_then(|t| decode(&t))
-            {
+            let read = std::fs::read_to_string(&file).map_err(|e| e.to_string());
+            match read.and_then(|text| decode(&text)) {
                 Ok(entries) => volumes.extend(entries.into_iter().map(|e| e.volume)),
-                Err(e) => warn!(file = %file.display(), "retired intent journal unreadable: {e}"),
+                Err(e) => {
+                    warn!(file = %file.display(), "retired intent journal unreadable: {e}");
+                    unreadable += 1;
+                }
             }
         }
     }
-    if volumes.is_empty() {
-        warn!(journal = %dir.display(), "--node-deployment-intent-journal is retired and ignored: this node's intents go to its Lease ledger; remove the flag");
+    if volumes.is_empty() && unreadable == 0 {
+        warn!(journal = %dir.display(), "{retired}: this node's intents go to its Lease ledger; remove the flag");
     } else {
-        warn!(journal = %dir.display(), volumes = %volumes.join(","), "--node-deployment-intent-journal is retired and ignored: the retired intent journal lists volumes whose CreateVolume may have been sent; they are not resolved by this version: check each with `csi-provisioner audit` (a volume no PV holds is listed as leaked), then remove the journal and the flag");
+        warn!(journal = %dir.display(), volumes = %volumes.join(","), unreadable, "{retired}: the retired intent journal lists volumes whose CreateVolume may have been sent; they are not resolved by this version: check each (with a driver that lists volumes, `csi-provisioner audit` names a volume no PV holds as leaked), then remove the journal and the flag");
     }
 }
 

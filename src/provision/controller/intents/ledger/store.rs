@@ -53,9 +53,9 @@ enum Due {
 pub(crate) struct LedgerError {
     /// `namespace/name` of the Lease.
     lease: String,
-    /// The API server's answer.
+    /// The API server's answer, or why the Lease cannot be read.
     message: String,
-    /// What to do about it, when the answer says (a missing permission).
+    /// What to do about it, when known (a missing permission, a Lease to repair).
     hint: String,
 }
 
@@ -392,7 +392,9 @@ impl Ledger {
 
     /// After a conflict: reads the shard and takes in entries this process does not know. A
     /// Lease whose entries cannot be read is never overwritten (it may list volumes in flight):
-    /// the write fails, naming it, until it is repaired or deleted.
+    /// the commit fails, naming it, and so does each later commit of that shard (a PUT answered
+    /// 409 and a GET, at most once a resolver pass or a claim's retry) until it is repaired or
+    /// deleted. A read that fails fails the commit too.
     async fn merge_remote(
         &self,
         target: &Target,
@@ -421,8 +423,14 @@ impl Ledger {
                     *slot = None;
                 }
             }
+            // Fails this commit rather than writing again at once: each try would meet the
+            // same conflict while the API server cannot answer the read.
             Err(e) => {
-                debug!(lease = %name, "reading the intent ledger after a conflict failed: {}", describe(&e))
+                return Err(LedgerError {
+                    lease: format!("{}/{name}", target.namespace),
+                    message: format!("reading it after a conflicting write: {}", describe(&e)),
+                    hint: "; retrying".to_owned(),
+                });
             }
         }
         Ok(())
