@@ -44,13 +44,15 @@ async fn until(what: &str, mut check: impl AsyncFnMut() -> bool) {
     }
 }
 
-/// A removal waits for a quiet resolver pass (one with no intent recorded since the pass before);
-/// a Retain removal is written at once, and when that write fails, again at the next pass (no
-/// pause of its own, no retry loop meanwhile).
-#[tokio::test]
-async fn removals_are_written_by_the_resolvers_passes_and_a_failed_one_again() {
-    let sim = Sim::start(SimConfig::bare()).await.unwrap();
-    let client = sim.client();
+/// The ledger `d` of namespace `default`, opened, with its committer running until the sender is
+/// used.
+async fn started(
+    client: &kube::Client,
+) -> (
+    Ledger,
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<()>,
+) {
     let ledger = Ledger::open(
         client.clone(),
         "default",
@@ -67,6 +69,17 @@ async fn removals_are_written_by_the_resolvers_passes_and_a_failed_one_again() {
             let _ = stop_rx.await;
         },
     ));
+    (ledger, stop_tx, committer)
+}
+
+/// A removal waits for a quiet resolver pass (one with no intent recorded since the pass before);
+/// a Retain removal is written at once, and when that write fails, again at the next pass (no
+/// pause of its own, no retry loop meanwhile).
+#[tokio::test]
+async fn removals_are_written_by_the_resolvers_passes_and_a_failed_one_again() {
+    let sim = Sim::start(SimConfig::bare()).await.unwrap();
+    let client = sim.client();
+    let (ledger, stop_tx, committer) = started(&client).await;
     ledger.record(entry("pvc-a", false)).await.unwrap();
     ledger.record(entry("pvc-b", true)).await.unwrap();
     assert_eq!(written(&client).await, ["pvc-a", "pvc-b"]);
@@ -126,22 +139,7 @@ async fn removals_are_written_by_the_resolvers_passes_and_a_failed_one_again() {
 async fn a_shard_left_unreadable_is_not_overwritten_and_recording_fails_naming_it() {
     let sim = Sim::start(SimConfig::bare()).await.unwrap();
     let client = sim.client();
-    let ledger = Ledger::open(
-        client.clone(),
-        "default",
-        "d",
-        None,
-        Arc::new(AtomicI64::new(0)),
-    )
-    .await
-    .expect("the ledger opens");
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let committer = tokio::spawn(ledger.clone().run_committer(
-        crate::leader::Leadership::always(),
-        async {
-            let _ = stop_rx.await;
-        },
-    ));
+    let (ledger, stop_tx, committer) = started(&client).await;
     ledger.record(entry("pvc-a", false)).await.unwrap();
 
     // Someone else writes the shard in a form this version cannot read.
