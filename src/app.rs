@@ -21,7 +21,7 @@ use crate::csi::{
     OperationMetrics,
 };
 use crate::http::{self, Health};
-use crate::k8s::attachments::AttachmentIndex;
+use crate::k8s::cache::AttachmentIndex;
 use crate::k8s::events::{EventQueueMetrics, EventSource, EventSpec, Recorder};
 
 use crate::k8s::cache::CacheClosed;

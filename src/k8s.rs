@@ -2,7 +2,6 @@
 //! finalizer patches, error classification and the event recorder.
 
 pub(crate) mod access;
-pub(crate) mod attachments;
 pub(crate) mod cache;
 pub(crate) mod client;
 pub(crate) mod errors;

@@ -9,7 +9,6 @@
 //! unset say so by using [`meta::non_empty_annotation`].
 
 pub(crate) mod claim;
-pub(crate) mod csinode;
 pub(crate) mod locate;
 pub(crate) mod meta;
 pub(crate) mod secrets;

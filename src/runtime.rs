@@ -14,7 +14,7 @@ use tokio::sync::{mpsc, watch};
 
 use crate::config::Config;
 use crate::csi::{CsiController, DriverInfo};
-use crate::k8s::attachments::AttachmentIndex;
+use crate::k8s::cache::AttachmentIndex;
 use crate::k8s::cache::Cache;
 use crate::k8s::events::Recorder;
 use crate::metrics::Metrics;

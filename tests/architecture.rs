@@ -6,7 +6,7 @@
 //! - top-level modules (`app`, `provision`, `node`, ...), and
 //! - within each top-level module, its direct submodules (`provision::plan`, `node::scope`, ...).
 //!
-//! A fourth test keeps every non-test source file at 800 lines or fewer.
+//! A fourth test keeps every non-test source file at 1,100 lines or fewer.
 //!
 //! Run them alone with `cargo test --test architecture`.
 
@@ -89,16 +89,16 @@ fn the_checker_sees_real_imports() {
 }
 
 #[test]
-fn no_source_file_outside_tests_is_over_800_lines() {
-    // Files are split by concept, not by length (issue 40: one concept, one home), but a file
-    // longer than this hides several concerns. Unit tests live beside their module in `*_tests.rs`.
+fn no_source_file_outside_tests_is_over_1100_lines() {
+    // Files are split by concept, not by length (issue 40: one concept, one home); a file
+    // longer than this has grown a second concept that wants its own. Unit tests live beside their module in `*_tests.rs`.
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let long: Vec<String> = rust_files(&src)
         .into_iter()
         .filter(|file| !file.to_string_lossy().ends_with("_tests.rs"))
         .filter_map(|file| {
             let lines = std::fs::read_to_string(&file).unwrap().lines().count();
-            (lines > 800).then(|| format!("{} ({lines} lines)", file.display()))
+            (lines > 1100).then(|| format!("{} ({lines} lines)", file.display()))
         })
         .collect();
     assert!(long.is_empty(), "split these files: {long:?}");

@@ -336,7 +336,7 @@ impl Janitor {
             .filter_map(|n| n.metadata.name.as_deref())
             .collect();
         let csinodes = self.csinodes.state();
-        let live: Vec<String> = crate::model::csinode::live_instances(
+        let live: Vec<String> = crate::model::topology::live_instances(
             csinodes.iter().map(AsRef::as_ref),
             self.driver(),
         )

@@ -306,7 +306,7 @@ pub(crate) fn fingerprint(
         .iter()
         .map(|n| (&n.metadata.name, &n.metadata.uid))
         .collect();
-    let live = crate::model::csinode::live_instances(csinodes.iter().map(AsRef::as_ref), driver);
+    let live = crate::model::topology::live_instances(csinodes.iter().map(AsRef::as_ref), driver);
     let mut hasher = DefaultHasher::new();
     (nodes, live).hash(&mut hasher);
     hasher.finish()

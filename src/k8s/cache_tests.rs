@@ -3,7 +3,7 @@ use k8s_openapi::api::storage::v1::VolumeAttachment;
 use kube::api::ObjectMeta;
 
 use super::*;
-use crate::k8s::attachments::tests::va;
+use crate::k8s::cache::attachments_tests::va;
 
 #[test]
 fn mentions_finds_a_finalizer_only_where_one_is() {

@@ -543,7 +543,7 @@ async fn under_endless_demand_only_a_waiting_warning_forces_an_event_through() {
     let (bucket, workers) = saturated().await;
     let never = || false;
     let normal_alone = tokio::time::timeout(
-        queue::MAX_SPARE_WAIT * 5,
+        MAX_SPARE_WAIT * 5,
         spare_token(Some((&bucket, &never))),
     )
     .await;
@@ -555,12 +555,12 @@ async fn under_endless_demand_only_a_waiting_warning_forces_an_event_through() {
     let start = tokio::time::Instant::now();
     let always = || true;
     tokio::time::timeout(
-        queue::MAX_SPARE_WAIT * 2,
+        MAX_SPARE_WAIT * 2,
         spare_token(Some((&bucket, &always))),
     )
     .await
     .expect("a waiting warning gets its turn");
-    assert!(start.elapsed() >= queue::MAX_SPARE_WAIT);
+    assert!(start.elapsed() >= MAX_SPARE_WAIT);
     workers.abort();
 }
 
@@ -607,14 +607,14 @@ async fn under_endless_demand_a_lone_warning_is_written_and_a_lone_normal_event_
         pv_ref(),
         EventSpec::warning(names::EVENT_PROVISIONING_FAILED, "quota exceeded"),
     );
-    tokio::time::sleep(queue::MAX_SPARE_WAIT + Duration::from_secs(5)).await;
+    tokio::time::sleep(MAX_SPARE_WAIT + Duration::from_secs(5)).await;
     assert_eq!(written(), 1, "the warning being sent forces its turn");
 
     recorder.emit(
         pv_ref(),
         EventSpec::normal(names::EVENT_PROVISIONING, "provisioning"),
     );
-    tokio::time::sleep(queue::MAX_SPARE_WAIT * 5).await;
+    tokio::time::sleep(MAX_SPARE_WAIT * 5).await;
     assert_eq!(written(), 1, "a Normal event alone waits for spare budget");
 
     workers.abort();

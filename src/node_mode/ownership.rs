@@ -30,10 +30,10 @@ use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 use serde_json::{Value, json};
 
 use crate::model::claim::{bound_volume, claim_class_name, selected_node};
-use crate::model::csinode::{
+use crate::model::topology::{self, AffinityError, allowed_topologies_admit};
+use crate::model::topology::{
     ClearSelectedNode, CsiNodeLookup, live_instances, selected_node_check,
 };
-use crate::model::topology::{self, AffinityError, allowed_topologies_admit};
 use crate::names;
 use crate::retry::delay_after;
 
@@ -48,7 +48,7 @@ pub(crate) enum ClaimOwnership {
     Compete,
     /// Not ours. Silent: log at debug level at most, no event (upstream issue 669).
     NotOwned(NotOwned),
-    /// The selected node has no instance of our driver: clear the annotation (see `model::csinode::selected_node_check`).
+    /// The selected node has no instance of our driver: clear the annotation (see `model::topology::selected_node_check`).
     ClearSelectedNode(ClearSelectedNode),
 }
 

@@ -332,7 +332,7 @@ pub(crate) fn strip_csinode(csinode: &mut CSINode, driver: &str) {
 ///   the deletion checks read them from the cache instead of the API server);
 /// - our driver's pending claims, unselected (maybe compete: immediate binding) or selected to
 ///   another node (the rendezvous-chosen instance checks that node runs our driver,
-///   [`crate::model::csinode::selected_node_check`]);
+///   [`crate::model::topology::selected_node_check`]);
 /// - claims carrying our provisioning intent but no selected node any more (cleared for a
 ///   reschedule after a final CreateVolume error): no instance owns them, so every instance keeps
 ///   them, and the resolver of whichever sees one deleted drops the record (else it would stay

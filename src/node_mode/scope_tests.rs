@@ -3,8 +3,8 @@
 use std::collections::HashMap;
 
 use super::*;
-use crate::model::csinode::live_instances;
 use crate::model::locate::HOSTNAME_LABEL;
+use crate::model::topology::live_instances;
 use crate::testing::{DRIVER, csinode, node, pv, pvc};
 
 #[test]

@@ -37,7 +37,7 @@ use crate::k8s::cache::{self, Cache, Lean};
 use crate::k8s::errors::describe;
 use crate::k8s::events::{EventSource, EventSpec, reference_to};
 use crate::k8s::patch;
-use crate::model::csinode::CsiNodeLookup;
+use crate::model::topology::CsiNodeLookup;
 use crate::names;
 use crate::node_mode::ownership::{
     self, ClaimOwnership, Competition, NodeIdentity, OwnershipInputs,
@@ -226,7 +226,7 @@ pub(crate) async fn run(
         let driver = ctx.driver.name.clone();
         let all = csinodes.clone();
         let live = move || {
-            crate::model::csinode::live_instances(
+            crate::model::topology::live_instances(
                 csinodes.state().iter().map(AsRef::as_ref),
                 &driver,
             )

@@ -144,7 +144,7 @@ async fn a_shard_left_unreadable_is_not_overwritten_and_recording_fails_naming_i
 
     // Someone else writes the shard in a form this version cannot read.
     let leases: Api<Lease> = Api::namespaced(client.clone(), "default");
-    let shard = super::super::shard_name("d", 0);
+    let shard = super::shard_name("d", 0);
     let mut lease = leases.get(&shard).await.unwrap();
     lease
         .metadata
