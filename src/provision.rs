@@ -3,7 +3,6 @@
 
 pub(crate) mod classify;
 pub(crate) mod controller;
-pub(crate) mod memory;
 pub(crate) mod plan;
 pub(crate) mod pv;
 pub(crate) mod quantity;

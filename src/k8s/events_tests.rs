@@ -542,11 +542,8 @@ async fn saturated() -> (Arc<TokenBucket>, tokio::task::JoinHandle<()>) {
 async fn under_endless_demand_only_a_waiting_warning_forces_an_event_through() {
     let (bucket, workers) = saturated().await;
     let never = || false;
-    let normal_alone = tokio::time::timeout(
-        MAX_SPARE_WAIT * 5,
-        spare_token(Some((&bucket, &never))),
-    )
-    .await;
+    let normal_alone =
+        tokio::time::timeout(MAX_SPARE_WAIT * 5, spare_token(Some((&bucket, &never)))).await;
     assert!(
         normal_alone.is_err(),
         "a Normal event took a worker's token while no warning waited"
@@ -554,12 +551,9 @@ async fn under_endless_demand_only_a_waiting_warning_forces_an_event_through() {
 
     let start = tokio::time::Instant::now();
     let always = || true;
-    tokio::time::timeout(
-        MAX_SPARE_WAIT * 2,
-        spare_token(Some((&bucket, &always))),
-    )
-    .await
-    .expect("a waiting warning gets its turn");
+    tokio::time::timeout(MAX_SPARE_WAIT * 2, spare_token(Some((&bucket, &always))))
+        .await
+        .expect("a waiting warning gets its turn");
     assert!(start.elapsed() >= MAX_SPARE_WAIT);
     workers.abort();
 }

@@ -121,7 +121,7 @@ pub(crate) struct Facts {
     /// UID of the selected Node, when cached (recorded on the PV).
     pub(crate) selected_node_uid: Option<String>,
     /// The accessibility requirement pinned for this claim by an earlier attempt whose
-    /// CreateVolume may still be in progress ([`super::memory::ClaimMemory::pinned`]): sent again
+    /// CreateVolume may still be in progress ([`super::controller::ClaimMemory::pinned`]): sent again
     /// as is, without looking at nodes, so a retry is identical even if the node is gone
     /// (upstream's per-PVC topology cache). While one is pinned, `selected_node_driver` is
     /// `Unknown` too: the node is settled until the attempt ends.

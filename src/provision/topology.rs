@@ -1,6 +1,6 @@
 //! Topology of a claim to provision: the CreateVolume accessibility requirements (reference §7.2,
 //! upstream's table) and the StatefulSet spreading of preferred terms (§7.3); the per-claim pinned
-//! requirement (§7.4) is `provision::memory`'s. The facts it builds on (terms,
+//! requirement (§7.4) is `provision::controller`'s (`ClaimMemory`). The facts it builds on (terms,
 //! `allowedTopologies`, the PV node affinity built from the driver's accessible topology (§7.5) and
 //! its matching in node mode) are `model::topology`'s; the zone labels of the in-tree plugins are `migration::topology`'s.
 //!
