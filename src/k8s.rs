@@ -4,7 +4,6 @@
 pub(crate) mod access;
 pub(crate) mod cache;
 pub(crate) mod client;
-pub(crate) mod errors;
 pub(crate) mod events;
 pub(crate) mod patch;
 pub(crate) mod served;

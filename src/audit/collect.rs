@@ -13,8 +13,8 @@ use serde::de::DeserializeOwned;
 use super::{Deletion, Intent, Listing};
 use crate::csi::CsiController;
 use crate::csi::v1::{DeleteVolumeRequest, ListVolumesRequest};
-use crate::k8s::errors::describe;
 use crate::provision::controller::intents::ledger::{LEDGER_LABEL, lease_entries};
+use crate::retry::describe;
 
 /// Volumes asked for per ListVolumes page.
 const PAGE: i32 = 500;

@@ -46,9 +46,9 @@ use super::queue::{Lane, Queue};
 use crate::config::{Config, RateLimit};
 use crate::csi::DriverInfo;
 use crate::k8s::cache::watch_shared;
-use crate::k8s::errors::describe;
 use crate::metrics::workqueue::{QueueMetrics, Run};
 use crate::retry::Backoff;
+use crate::retry::describe;
 use crate::runtime::{CapacityNudge, Context, Shutdown};
 
 /// How often the desired set is compared with the caches (in memory only).

@@ -13,7 +13,7 @@ use tokio::sync::watch;
 use tracing::{info, warn};
 
 use super::plan;
-use crate::k8s::errors::describe;
+use crate::retry::describe;
 use crate::runtime::{Context, Shutdown};
 
 /// Node-deployment mode: deletes the objects of instances whose node was deleted (nobody else

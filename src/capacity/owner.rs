@@ -16,7 +16,7 @@ pub(crate) enum OwnerError {
     /// A GET along the chain failed.
     #[error(
         "look up owner(s) of pod: get {kind} {namespace}/{name}: {}",
-        crate::k8s::errors::describe(source)
+        crate::retry::describe(source)
     )]
     Get {
         kind: String,

@@ -36,12 +36,12 @@ use super::discover::{Lists, NodeView, Pages, StillMissing, fingerprint};
 use super::ledgers::GoneLedgers;
 use super::policy::{self, GoneConfig, Now};
 use super::tracker::{CancelReason, GoneAction, GoneEvent, GonePlan, NodeCheck, NodeGoneTracker};
-use crate::k8s::errors::describe;
 use crate::k8s::events::{EventSpec, reference_to};
 use crate::k8s::patch::{self, DeleteOutcome};
 use crate::model::locate::{HOSTNAME_LABEL, Mode, NodeLookup, NodeQuery, PerNodeKeys};
 use crate::model::meta::label;
 use crate::names;
+use crate::retry::describe;
 use crate::runtime::{Context, Shutdown};
 
 /// How often the Node and CSINode caches are compared with the last pass (cheap: in memory).

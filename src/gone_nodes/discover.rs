@@ -19,11 +19,11 @@ use kube::{Api, ResourceExt};
 use tracing::{debug, info, warn};
 
 use super::tracker::{Verdict, judge};
-use crate::k8s::errors::describe;
 use crate::model::locate::{HOSTNAME_LABEL, Mode, NodeLookup, NodeQuery, PerNodeKeys};
 use crate::model::meta::label;
 use crate::names;
 use crate::node_mode::scope;
+use crate::retry::describe;
 use crate::runtime::Context;
 
 /// Each Node: name -> (UID, its [`scope::node_label_values`]).

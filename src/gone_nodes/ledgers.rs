@@ -21,11 +21,11 @@ use kube::api::{DeleteParams, ListParams, Preconditions};
 use kube::{Api, Client};
 use tracing::{debug, info, warn};
 
-use crate::k8s::errors::describe;
 use crate::model::locate::NodeLookup;
 use crate::model::meta::annotation;
 use crate::names::{LEDGER_ENTRIES_ANNOTATION, LEDGER_NODE_ANNOTATION, LEDGER_NODE_LABEL};
 use crate::node_mode::scope::SWEEP_INTERVAL;
+use crate::retry::describe;
 
 /// What the log names of a gone node's ledger entry (the full entry is `intents::ledger`'s,
 /// which this concern does not depend on: the provisioning controller uses its grace rule).

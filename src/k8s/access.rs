@@ -21,7 +21,7 @@ use k8s_openapi::api::authorization::v1::{
 use kube::Api;
 use kube::api::PostParams;
 
-use crate::k8s::errors::describe;
+use crate::retry::describe;
 
 /// One permission the sidecar needs: `verb` on `resource` of API `group`, cluster-wide or in
 /// `namespace`.

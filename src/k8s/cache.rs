@@ -64,7 +64,7 @@ use tokio::task::JoinHandle;
 use tokio_stream::wrappers::ReceiverStream;
 use tracing::{Instrument, debug, error, info, info_span, warn};
 
-use crate::k8s::errors::describe_watch;
+use crate::retry::describe_watch;
 
 /// A cached object: its identifiers at hand (cache keys, scans that only ask "which objects
 /// exist"), everything else as LZ4-compressed JSON.

@@ -49,7 +49,7 @@ pub(crate) enum ClientError {
         source: kube::config::InClusterError,
     },
     /// The HTTP client could not be set up (e.g. bad TLS material).
-    #[error("cannot create the Kubernetes client: {}", crate::k8s::errors::describe(.0))]
+    #[error("cannot create the Kubernetes client: {}", crate::retry::describe(.0))]
     Build(#[source] kube::Error),
 }
 

@@ -38,8 +38,8 @@ use serde_json::json;
 use tokio::sync::Notify;
 
 use super::client::TokenBucket;
-use super::errors::{ApiErrorClass, classify, describe};
 use crate::names;
+use crate::retry::{ApiErrorClass, classify, describe};
 
 /// Repeats within this time of the previous one update the existing Event (the API server keeps
 /// Events for `--event-ttl`, 1h by default; an expired one is simply created again).

@@ -47,7 +47,7 @@ use kube::{Api, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use super::errors::{ApiErrorClass, classify};
+use crate::retry::{ApiErrorClass, classify};
 
 /// Backoff between attempts that lost a race: short, because the race is with another controller's
 /// single write, jittered so two controllers retrying the same object do not collide again.
@@ -101,7 +101,7 @@ pub(crate) enum PatchOutcome<K> {
 #[derive(Debug, thiserror::Error)]
 #[error(
     "{action} on {kind} {name:?} failed ({class}): {}",
-    super::errors::describe(source)
+    crate::retry::describe(source)
 )]
 pub(crate) struct PatchError {
     /// What we tried, e.g. `remove finalizer external-provisioner.volume.kubernetes.io/finalizer`.

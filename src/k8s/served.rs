@@ -5,7 +5,7 @@
 use kube::Client;
 use tracing::warn;
 
-use crate::k8s::errors::describe;
+use crate::retry::describe;
 
 /// What the API server serves of the storage.k8s.io/v1 kinds some features need. Kubernetes 1.20,
 /// the oldest version upstream supports, serves neither.

@@ -28,8 +28,8 @@ use super::Leadership;
 use super::decide::{self, Elector, LeaseDecision, Timings};
 use crate::config::{KubeOptions, LeaderElectionOptions};
 use crate::http::Health;
-use crate::k8s::errors::describe;
 use crate::k8s::events::{EventSource, EventSpec, Recorder, reference_to};
+use crate::retry::describe;
 
 /// Where the service account's namespace is mounted in a pod.
 const SERVICE_ACCOUNT_NAMESPACE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/namespace";

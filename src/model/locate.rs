@@ -10,9 +10,9 @@ use k8s_openapi::api::core::v1::{PersistentVolume, VolumeNodeAffinity};
 use k8s_openapi::api::storage::v1::CSINode;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-use crate::k8s::errors::{ApiErrorClass, classify as classify_api_error, describe};
 use crate::model::meta::non_empty_annotation;
 use crate::names;
+use crate::retry::{ApiErrorClass, classify as classify_api_error, describe};
 
 /// The well-known label every kubelet sets to its host name.
 pub(crate) const HOSTNAME_LABEL: &str = "kubernetes.io/hostname";

@@ -538,7 +538,7 @@ impl fmt::Display for SecretRef {
 #[derive(Debug, thiserror::Error)]
 #[error(
     "error getting secret {name} in namespace {namespace}: {}",
-    crate::k8s::errors::describe(source)
+    crate::retry::describe(source)
 )]
 pub(crate) struct SecretFetchError {
     /// Secret name.

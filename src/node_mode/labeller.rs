@@ -26,10 +26,10 @@ use tracing::{Instrument, debug, info, info_span, trace, warn};
 
 use super::scope;
 use crate::k8s::cache::watch_events;
-use crate::k8s::errors::{ApiErrorClass, classify, describe};
 use crate::model::locate::PerNodeKeys;
 use crate::model::topology::live_instances;
 use crate::names;
+use crate::retry::{ApiErrorClass, classify, describe};
 use crate::retry::{Attempt, retry_transient};
 
 /// Who this instance is, for [`scope::labels_written_here`].

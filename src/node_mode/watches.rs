@@ -23,9 +23,9 @@ use super::labeller::Labeller;
 use super::scope;
 use crate::csi::DriverInfo;
 use crate::k8s::cache::{Watched, WatchedLean, watch_lean_scoped, watch_shared_scoped};
-use crate::k8s::errors::describe;
 use crate::model::locate::{HOSTNAME_LABEL, PerNodeKeys};
 use crate::names;
+use crate::retry::describe;
 
 /// The scoped watches of one node-mode instance.
 pub(crate) struct NodeWatches {

@@ -54,7 +54,6 @@ use super::source::{SourceLookup, holds_clone_protection};
 use super::topology::{StaticTopology, TopologyView};
 use crate::csi::v1::{CreateVolumeRequest, TopologyRequirement};
 use crate::k8s::cache::{self, Cache, Lean};
-use crate::k8s::errors::describe;
 use crate::k8s::events::{EventSource, EventSpec, reference_to};
 use crate::k8s::patch;
 use crate::model::topology::CsiNodeLookup;
@@ -62,6 +61,7 @@ use crate::names;
 use crate::node_mode::ownership::{
     self, ClaimOwnership, Competition, NodeIdentity, OwnershipInputs,
 };
+use crate::retry::describe;
 use crate::retry::{Backoff, InfeasibleHold};
 use crate::runtime::queue::{self, Key};
 use crate::runtime::{Action, Context, Shutdown};
@@ -97,7 +97,7 @@ pub(crate) enum ProvisionError {
     #[error(transparent)]
     Intent(#[from] intents::IntentError),
     /// A Kubernetes call failed.
-    #[error("{what}: {}", crate::k8s::errors::describe(source))]
+    #[error("{what}: {}", crate::retry::describe(source))]
     Kube {
         /// What was attempted.
         what: String,

@@ -22,8 +22,8 @@ use kube::{Api, ResourceExt};
 use tracing::{debug, info, warn};
 
 use super::source::{SNAPSHOT_SOURCE_FINALIZER, SourceRef, source_ref};
-use crate::k8s::errors::describe;
 use crate::model::topology::live_instances;
+use crate::retry::describe;
 use crate::runtime::{Context, Shutdown};
 
 /// The rendezvous key choosing the node-mode instance that sweeps.

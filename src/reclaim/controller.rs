@@ -50,7 +50,7 @@ pub(crate) enum ReclaimFailure {
     #[error(transparent)]
     Patch(#[from] patch::PatchError),
     /// A Kubernetes read failed.
-    #[error("{what}: {}", crate::k8s::errors::describe(source))]
+    #[error("{what}: {}", crate::retry::describe(source))]
     Kube {
         /// What was attempted.
         what: String,

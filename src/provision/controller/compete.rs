@@ -11,10 +11,10 @@ use tracing::{debug, info};
 use super::claim_writes::claims_api;
 use super::kube_err;
 use super::{ProvisionError, Provisioner, claim_key};
-use crate::k8s::errors::{ApiErrorClass, classify};
 use crate::k8s::patch;
 use crate::node_mode::ownership::{self, Recheck, recheck_before_claiming};
 use crate::provision::plan::{CapacityCheck, CapacityVerdict};
+use crate::retry::{ApiErrorClass, classify};
 use crate::runtime::Action;
 
 /// Node mode, an unselected Immediate-binding claim: wait our turn, then try to write our node into

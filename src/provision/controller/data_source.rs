@@ -12,13 +12,13 @@ use kube::{Api, ResourceExt};
 use serde::de::DeserializeOwned;
 
 use super::Provisioner;
-use crate::k8s::errors::describe;
 use crate::k8s::patch::PatchOutcome;
 use crate::provision::request::ContentSource;
 use crate::provision::source::{
     self, SNAPSHOT_GROUP, SnapshotContent, SnapshotRead, SourceLookup, SourceRef, SourceToRead,
     VolumeSnapshot,
 };
+use crate::retry::describe;
 
 /// The content source of the data source the decision asked for, or why there is none.
 pub(super) async fn read(

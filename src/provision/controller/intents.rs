@@ -59,7 +59,7 @@ pub(crate) enum IntentError {
 
 fn claim_hint(error: &PatchError) -> &'static str {
     match error.class {
-        crate::k8s::errors::ApiErrorClass::Forbidden => {
+        crate::retry::ApiErrorClass::Forbidden => {
             "; grant the sidecar's ServiceAccount update (or patch) on persistentvolumeclaims"
         }
         _ => "; retrying",

@@ -19,7 +19,6 @@ use kube::runtime::reflector::ObjectRef;
 use tracing::{debug, info, warn};
 
 use crate::csi::v1;
-use crate::k8s::errors::describe;
 use crate::k8s::events::{EventSpec, reference_to};
 use crate::model::claim::{claim_class_name, selected_node};
 use crate::model::secrets::SecretFetchError;
@@ -40,6 +39,7 @@ use crate::provision::controller::intents::resolution::{
 use crate::provision::controller::intents::{Forget, Held, Pending};
 use crate::provision::controller::node_gone::{Gone, confirm_gone, gone_message};
 use crate::retry::Backoff;
+use crate::retry::describe;
 use crate::runtime::Shutdown;
 
 /// How often the pending entries are compared with the caches.
