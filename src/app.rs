@@ -21,13 +21,14 @@ use crate::csi::{
     OperationMetrics,
 };
 use crate::http::{self, Health};
-use crate::k8s::cache::AttachmentIndex;
+use crate::k8s::cache::{
+    AttachmentIndex, CacheClosed, Watched, WatchedLean, watch_lean, watch_shared,
+};
 use crate::k8s::events::{EventQueueMetrics, EventSource, EventSpec, Recorder};
 
-use crate::k8s::cache::CacheClosed;
-use crate::k8s::cache::{Watched, WatchedLean, watch_lean, watch_shared};
 use crate::metrics::Metrics;
 use crate::metrics::node_gone::NodeGoneMetrics;
+use crate::runtime::queue::WorkQueueMetrics;
 use crate::runtime::{Context, Shutdown, Stores, VolumeLocks};
 use gauges::count;
 
@@ -116,14 +117,11 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let mut metrics = Metrics::new();
     // client-go creates its queues' series when the controllers are built, before leader
     // election: every replica shows them at 0 from the first scrape.
-    metrics.work_queues.queue(crate::metrics::workqueue::CLAIMS);
-    metrics
-        .work_queues
-        .queue(crate::metrics::workqueue::VOLUMES);
+    let work_queues = WorkQueueMetrics::register(&mut metrics.registrar());
+    work_queues.queue(crate::runtime::queue::CLAIMS);
+    work_queues.queue(crate::runtime::queue::VOLUMES);
     if config.capacity.enabled {
-        metrics
-            .work_queues
-            .queue(crate::metrics::workqueue::CSISTORAGECAPACITY);
+        work_queues.queue(crate::runtime::queue::CSISTORAGECAPACITY);
     }
     let operations = OperationMetrics::register(metrics.registry_mut());
     // csi_sidecar_operations_seconds is ALPHA in component-base.
@@ -274,6 +272,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
             events,
             metrics,
             node_metrics,
+            work_queues,
             stores,
             volume_locks: VolumeLocks::default(),
             leadership,

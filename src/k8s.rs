@@ -1,5 +1,5 @@
 //! Kubernetes access: the rate-limited client, watches and caches, conflict-free
-//! finalizer patches, error classification and the event recorder.
+//! finalizer patches and the event recorder (what an API error means is `crate::retry`'s).
 
 pub(crate) mod access;
 pub(crate) mod cache;

@@ -22,12 +22,10 @@ pub(crate) mod exposition;
 pub(crate) mod meta;
 pub(crate) mod node_gone;
 pub(crate) mod process;
-pub(crate) mod workqueue;
 
 use exposition::{Format, render};
 use meta::{MetaMetrics, Registrar, Stability};
 use process::ProcessCollector;
-use workqueue::WorkQueueMetrics;
 
 /// Prometheus client_golang's `DefBuckets`, which upstream's duration histograms use.
 pub(crate) const DEFAULT_BUCKETS: [f64; 11] = [
@@ -213,8 +211,6 @@ pub(crate) struct Metrics {
     pub operator: OperatorMetrics,
     /// `registered_metrics_total`: what [`Metrics::register_with_stability`] counts.
     meta: MetaMetrics,
-    /// client-go's work-queue families.
-    pub(crate) work_queues: WorkQueueMetrics,
     handler: HandlerMetrics,
     /// Runs before each scrape (refreshes gauges counted from the caches).
     before_scrape: OnceLock<Box<dyn Fn() + Send + Sync>>,
@@ -222,11 +218,11 @@ pub(crate) struct Metrics {
 
 impl Metrics {
     /// A registry with the provisioning and deletion families registered, and those every
-    /// upstream scrape shows: meta, work-queue, process and metrics-handler families.
+    /// upstream scrape shows: meta, process and metrics-handler families (the work queues register
+    /// their own, `runtime::queue`).
     pub(crate) fn new() -> Self {
         let mut registry = Registry::default();
         let meta = MetaMetrics::register(&mut registry);
-        let work_queues = WorkQueueMetrics::register(&mut Registrar::new(&mut registry, &meta));
         registry.register_collector(Box::new(ProcessCollector));
         let handler = HandlerMetrics::default();
         registry.register(
@@ -314,7 +310,6 @@ impl Metrics {
             backlog,
             operator,
             meta,
-            work_queues,
             handler,
             before_scrape: OnceLock::new(),
         }
@@ -329,6 +324,12 @@ impl Metrics {
     /// The registry, for other modules to register their families at start-up.
     pub(crate) fn registry_mut(&mut self) -> &mut Registry {
         &mut self.registry
+    }
+
+    /// Registers families with a stability level (their help prefixed, counted in
+    /// `registered_metrics_total`), for a module owning its families, as `runtime::queue` does.
+    pub(crate) fn registrar(&mut self) -> Registrar<'_> {
+        Registrar::new(&mut self.registry, &self.meta)
     }
 
     /// Counts a registration made through [`Metrics::registry_mut`] of a family upstream

@@ -148,7 +148,9 @@ fn scrapes_are_counted_after_they_are_served_as_promhttp_counts_them() {
 
 #[test]
 fn every_scrape_has_the_meta_and_process_families() {
-    let metrics = Metrics::new();
+    let mut metrics = Metrics::new();
+    // The work queues register their families as the app does (`runtime::queue`).
+    crate::runtime::queue::WorkQueueMetrics::register(&mut metrics.registrar());
     metrics.count_registered(Stability::Alpha, 1);
     let text = metrics.encode(Format::Text).unwrap();
     let lines = sample_lines(&text);

@@ -14,8 +14,7 @@ use tokio::sync::{mpsc, watch};
 
 use crate::config::Config;
 use crate::csi::{CsiController, DriverInfo};
-use crate::k8s::cache::AttachmentIndex;
-use crate::k8s::cache::Cache;
+use crate::k8s::cache::{AttachmentIndex, Cache};
 use crate::k8s::events::Recorder;
 use crate::metrics::Metrics;
 use crate::metrics::node_gone::NodeGoneMetrics;
@@ -45,6 +44,8 @@ pub(crate) struct Context {
     pub(crate) metrics: Arc<Metrics>,
     /// Dead-node metrics.
     pub(crate) node_metrics: NodeGoneMetrics,
+    /// client-go's work-queue families (`workqueue_*`).
+    pub(crate) work_queues: queue::WorkQueueMetrics,
     /// Caches.
     pub(crate) stores: Stores,
     /// Volume names with a CreateVolume or DeleteVolume in flight in this process.

@@ -91,7 +91,8 @@ fn the_checker_sees_real_imports() {
 #[test]
 fn no_source_file_outside_tests_is_over_1100_lines() {
     // Files are split by concept, not by length (issue 40: one concept, one home); a file
-    // longer than this has grown a second concept that wants its own. Unit tests live beside their module in `*_tests.rs`.
+    // longer than this has grown a second concept that wants its own. Unit tests live beside
+    // their module in `*_tests.rs`.
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let long: Vec<String> = rust_files(&src)
         .into_iter()

@@ -46,9 +46,8 @@ use super::queue::{Lane, Queue};
 use crate::config::{Config, RateLimit};
 use crate::csi::DriverInfo;
 use crate::k8s::cache::watch_shared;
-use crate::metrics::workqueue::{QueueMetrics, Run};
-use crate::retry::Backoff;
-use crate::retry::describe;
+use crate::retry::{Backoff, describe};
+use crate::runtime::queue::{QueueMetrics, Run};
 use crate::runtime::{CapacityNudge, Context, Shutdown};
 
 /// How often the desired set is compared with the caches (in memory only).
@@ -259,9 +258,8 @@ impl Capacity {
             polls: Polls::new(poll, Instant::now()),
             in_flight: HashMap::new(),
             queue_metrics: ctx
-                .metrics
                 .work_queues
-                .queue(crate::metrics::workqueue::CSISTORAGECAPACITY),
+                .queue(crate::runtime::queue::CSISTORAGECAPACITY),
             written: HashMap::new(),
             backoff: Backoff::new(
                 ctx.config.provisioning.retry_interval_start,

@@ -934,4 +934,4 @@ mod tests;
 
 #[cfg(test)]
 #[path = "cache_attachments_tests.rs"]
-pub(crate) mod attachments_tests;
+mod attachments_tests;

@@ -2,8 +2,8 @@ use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::VolumeAttachment;
 use kube::api::ObjectMeta;
 
+use super::attachments_tests::va;
 use super::*;
-use crate::k8s::cache::attachments_tests::va;
 
 #[test]
 fn mentions_finds_a_finalizer_only_where_one_is() {

@@ -256,7 +256,7 @@ pub(crate) fn build_event(
 pub(crate) struct Recorder {
     client: Client,
     source: Arc<EventSource>,
-    pub(crate) correlator: Arc<Mutex<Correlator>>,
+    correlator: Arc<Mutex<Correlator>>,
     /// Set for a [`Recorder::queued`] recorder: events wait here for spare rate budget.
     queue: Option<Arc<EventQueue>>,
 }
@@ -306,7 +306,7 @@ impl Recorder {
     /// `gate`, every request first takes a spare token of its bucket (see [`spare_token`] for
     /// when a warning may force a turn).
     #[allow(clippy::too_many_arguments)]
-    pub(crate) async fn send(
+    async fn send(
         &self,
         source: &EventSource,
         object: &ObjectReference,
@@ -425,7 +425,7 @@ impl Recorder {
 /// 1000 and drops the newest; we drop the oldest, whose claim has likely moved on). A burst of
 /// 3000 claims at QPS 1000 queues about 4500 at its peak (two events per claim, sent one at a
 /// time); one waiting event takes about half a kilobyte.
-pub(crate) const QUEUE_CAPACITY: usize = 16384;
+const QUEUE_CAPACITY: usize = 16384;
 
 /// `csi_provisioner_events_queued` and `csi_provisioner_events_dropped_total`.
 #[derive(Debug, Clone, Default)]
@@ -458,7 +458,7 @@ impl EventQueueMetrics {
 // Nearly every entry is an event: boxing it would cost an allocation each for nothing.
 #[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
-pub(crate) enum Queued {
+enum Queued {
     Event {
         /// Hash of source, object and spec: finding a waiting repeat compares this first.
         fingerprint: u64,
@@ -473,13 +473,13 @@ pub(crate) enum Queued {
 }
 
 #[derive(Debug, Default)]
-pub(crate) struct EventQueue {
-    pub(crate) items: Mutex<VecDeque<Queued>>,
+struct EventQueue {
+    items: Mutex<VecDeque<Queued>>,
     /// The episode of the event the sender has taken and the correlator not yet seen (locked
     /// after `items`).
     sending: Mutex<Option<String>>,
-    pub(crate) wake: Notify,
-    pub(crate) metrics: EventQueueMetrics,
+    wake: Notify,
+    metrics: EventQueueMetrics,
     /// Warning events waiting: while there is one, the sender may take a forced turn
     /// ([`spare_token`]).
     warnings: AtomicUsize,
@@ -487,19 +487,19 @@ pub(crate) struct EventQueue {
 
 impl EventQueue {
     /// An empty queue.
-    pub(crate) fn new(metrics: EventQueueMetrics) -> Self {
+    fn new(metrics: EventQueueMetrics) -> Self {
         Self {
             metrics,
             ..Self::default()
         }
     }
 
-    pub(crate) fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<Queued>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<Queued>> {
         crate::sync::lock(&self.items)
     }
 
     /// Queues an occurrence, merged into a waiting one of the same event when there is one.
-    pub(crate) fn push_event(
+    fn push_event(
         &self,
         source: Arc<EventSource>,
         object: ObjectReference,
@@ -548,7 +548,7 @@ impl EventQueue {
     /// Ends the episode `key`: at once (`end_now`) when no event of it waits or is being sent,
     /// else by one marker after the last such event. A bound PV ends its wait-for-detach episode
     /// at every reconcile: one marker per call would fill the queue and push real events out.
-    pub(crate) fn end_episode(&self, key: &str, end_now: impl FnOnce()) {
+    fn end_episode(&self, key: &str, end_now: impl FnOnce()) {
         let mut items = self.lock();
         let last = items.iter().rev().find_map(|item| match item {
             Queued::Event { spec, .. } if spec.dedupe_key.as_deref() == Some(key) => Some(true),
@@ -566,7 +566,7 @@ impl EventQueue {
         }
     }
 
-    pub(crate) fn push(&self, item: Queued) {
+    fn push(&self, item: Queued) {
         let mut items = self.lock();
         self.push_locked(&mut items, item);
     }
@@ -592,7 +592,7 @@ impl EventQueue {
     }
 
     /// Takes the oldest item; an event's episode counts as in flight until [`Self::sent`].
-    pub(crate) fn pop(&self) -> Option<Queued> {
+    fn pop(&self) -> Option<Queued> {
         let mut items = self.lock();
         let item = items.pop_front();
         if let Some(item) = &item {
@@ -612,7 +612,7 @@ impl EventQueue {
     }
 
     /// Whether a warning waits to be sent.
-    pub(crate) fn warning_waits(&self) -> bool {
+    fn warning_waits(&self) -> bool {
         self.warnings.load(Ordering::Relaxed) > 0
     }
 
@@ -628,7 +628,7 @@ impl EventQueue {
     }
 
     /// The event taken last was seen by the correlator (its write may still be under way).
-    pub(crate) fn sent(&self) {
+    fn sent(&self) {
         *crate::sync::lock(&self.sending) = None;
     }
 }
@@ -663,7 +663,7 @@ fn fingerprint(source: &EventSource, object: &ObjectReference, spec: &EventSpec)
 /// [`MAX_SPARE_WAIT`], at one event per that wait at most: a bounded share of the budget. The
 /// queue stays in order, so a warning behind others is written after them, one turn each. Normal events alone never take that turn: a healthy burst spends
 /// no token on them, and they are all written when it ends.
-pub(crate) async fn spare_token(gate: Option<(&TokenBucket, &(dyn Fn() -> bool + Sync))>) {
+async fn spare_token(gate: Option<(&TokenBucket, &(dyn Fn() -> bool + Sync))>) {
     let Some((bucket, urgent)) = gate else { return };
     let deadline = tokio::time::Instant::now() + MAX_SPARE_WAIT;
     loop {
@@ -684,14 +684,10 @@ pub(crate) async fn spare_token(gate: Option<(&TokenBucket, &(dyn Fn() -> bool +
 /// waits: long enough that the forced turns cost a saturated run about 1% of its budget at the
 /// default QPS 5 (2 s cost 10% in the benchmark), short enough that a failure at the head of the
 /// queue still shows within a minute when claims are retried without pause.
-pub(crate) const MAX_SPARE_WAIT: std::time::Duration = std::time::Duration::from_secs(20);
+const MAX_SPARE_WAIT: std::time::Duration = std::time::Duration::from_secs(20);
 
 /// The one background sender of a queued recorder: in order, one request at a time.
-pub(crate) async fn send_queued(
-    sender: Recorder,
-    queue: Arc<EventQueue>,
-    bucket: Option<Arc<TokenBucket>>,
-) {
+async fn send_queued(sender: Recorder, queue: Arc<EventQueue>, bucket: Option<Arc<TokenBucket>>) {
     loop {
         let Some(item) = queue.pop() else {
             queue.wake.notified().await;
@@ -731,7 +727,7 @@ pub(crate) async fn send_queued(
 
 /// What makes two events "the same" (client-go's `getEventKey` minus the fields we never set).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub(crate) struct AggregationKey {
+struct AggregationKey {
     component: String,
     host: Option<String>,
     kind: Option<String>,
@@ -745,7 +741,7 @@ pub(crate) struct AggregationKey {
 }
 
 impl AggregationKey {
-    pub(crate) fn new(source: &EventSource, object: &ObjectReference, spec: &EventSpec) -> Self {
+    fn new(source: &EventSource, object: &ObjectReference, spec: &EventSpec) -> Self {
         Self {
             component: source.component.clone(),
             host: source.host.clone(),
@@ -762,7 +758,7 @@ impl AggregationKey {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct Seen {
+struct Seen {
     name: String,
     count: i32,
     first: Timestamp,
@@ -771,7 +767,7 @@ pub(crate) struct Seen {
 
 /// What to send for one observed event.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) enum Decision {
+enum Decision {
     /// Create a new Event with this name, count and times.
     Create {
         name: String,
@@ -792,14 +788,14 @@ pub(crate) enum Decision {
 
 /// The bounded memory behind aggregation and episodes.
 #[derive(Debug, Default)]
-pub(crate) struct Correlator {
-    pub(crate) seen: HashMap<AggregationKey, Seen>,
+struct Correlator {
+    seen: HashMap<AggregationKey, Seen>,
     episodes: HashMap<String, Timestamp>,
 }
 
 impl Correlator {
     #[cfg(test)]
-    pub(crate) fn observe(
+    fn observe(
         &mut self,
         key: AggregationKey,
         dedupe_key: Option<&str>,
@@ -811,7 +807,7 @@ impl Correlator {
 
     /// [`Correlator::observe`] for `repeats` occurrences between `first` and `now` (repeats that
     /// waited in the send queue together).
-    pub(crate) fn observe_n(
+    fn observe_n(
         &mut self,
         key: AggregationKey,
         dedupe_key: Option<&str>,
@@ -865,7 +861,7 @@ impl Correlator {
         }
     }
 
-    pub(crate) fn end_episode(&mut self, key: &str) {
+    fn end_episode(&mut self, key: &str) {
         self.episodes.remove(key);
     }
 }

@@ -29,8 +29,7 @@ use crate::k8s::cache::watch_events;
 use crate::model::locate::PerNodeKeys;
 use crate::model::topology::live_instances;
 use crate::names;
-use crate::retry::{ApiErrorClass, classify, describe};
-use crate::retry::{Attempt, retry_transient};
+use crate::retry::{ApiErrorClass, Attempt, classify, describe, retry_transient};
 
 /// Who this instance is, for [`scope::labels_written_here`].
 pub(crate) struct Labeller {

@@ -30,9 +30,9 @@ use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 use serde_json::{Value, json};
 
 use crate::model::claim::{bound_volume, claim_class_name, selected_node};
-use crate::model::topology::{self, AffinityError, allowed_topologies_admit};
 use crate::model::topology::{
-    ClearSelectedNode, CsiNodeLookup, live_instances, selected_node_check,
+    self, AffinityError, ClearSelectedNode, CsiNodeLookup, allowed_topologies_admit,
+    live_instances, selected_node_check,
 };
 use crate::names;
 use crate::retry::delay_after;

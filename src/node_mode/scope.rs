@@ -48,8 +48,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::runtime::watcher;
 use serde_json::{Value, json};
 
-use crate::model::locate::node_query;
-use crate::model::locate::{Mode, PerNodeKeys, Pin, pin_of};
+use crate::model::locate::{Mode, PerNodeKeys, Pin, node_query, pin_of};
 use crate::model::meta::{has_finalizer, label, non_empty_annotation as annotation};
 use crate::names;
 

@@ -7,17 +7,18 @@
 //! claims that no longer want their volume is not here: the intent log's resolver
 //! ([`intents::resolve`]) is its only path.
 //! What the user and the operator see of a claim (events, logs, the metrics' labels) is reported
-//! here too, near the end of this file.
+//! here too, before the claim memory.
 //!
-//! What a claim's decision needs ([`Facts`]) is gathered once per reconcile ([`gather`]): the caches, plus the
-//! few live reads only some claims need (a VolumeAttributesClass, in node mode what the selected
-//! node recorded for the claim), then the data source the decision asks for. Node-mode ownership
-//! is computed here, once.
+//! What a claim's decision needs ([`Facts`]) is gathered once per reconcile ([`gather`]): the
+//! caches, plus the few live reads only some claims need (a VolumeAttributesClass, in node mode
+//! what the selected node recorded for the claim), then the data source the decision asks for.
+//! Node-mode ownership is computed here, once.
 //!
 //! # The claim memory
 //!
 //! What the provisioning controller remembers about each claim between reconciles, as one value
-//! ([`ClaimMemory`], as the reclaim controller's `PvMemory`) with pure transitions (the shell holds it behind one lock and never awaits while holding it):
+//! ([`ClaimMemory`], as the reclaim controller's `PvMemory`) with pure transitions (the shell
+//! holds it behind one lock and never awaits while holding it):
 //!
 //! - the retry backoff of failed reconciles;
 //! - the infeasible hold-back (CreateVolume answered `InvalidArgument`; [`InfeasibleHold`]);
@@ -38,13 +39,13 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::{Stream, StreamExt};
-use intents::IntentLog;
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::{CSINode, StorageClass, VolumeAttributesClass};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, ResourceExt};
 use tracing::{debug, info_span, warn};
 
+use self::intents::IntentLog;
 use super::classify::ProvisioningState;
 use super::plan::{
     self, ClaimDecision, ClearReason, Facts, IgnoreReason, NodeFacts, NodeMode, PlanError,
@@ -61,8 +62,7 @@ use crate::names;
 use crate::node_mode::ownership::{
     self, ClaimOwnership, Competition, NodeIdentity, OwnershipInputs,
 };
-use crate::retry::describe;
-use crate::retry::{Backoff, InfeasibleHold};
+use crate::retry::{Backoff, InfeasibleHold, describe};
 use crate::runtime::queue::{self, Key};
 use crate::runtime::{Action, Context, Shutdown};
 use crate::sync::lock;
@@ -273,7 +273,7 @@ pub(crate) async fn run(
             &ctx,
             span,
             "claim",
-            crate::metrics::workqueue::CLAIMS,
+            crate::runtime::queue::CLAIMS,
             claims,
             futures::stream::select_all(triggers),
             reconcile,

@@ -704,7 +704,7 @@ impl PlanError {
 }
 
 /// Why [`plan`] stopped.
-pub(super) enum Stop {
+enum Stop {
     Fail(PlanError),
     Ignore(IgnoreReason),
     Reschedule(TopologyError),
@@ -720,7 +720,7 @@ impl<E: Into<PlanError>> From<E> for Stop {
 }
 
 /// The claim's data source (dataSource, else dataSourceRef) as `(kind, api_group, name)`.
-pub(super) fn data_source(
+fn data_source(
     pvc: &PersistentVolumeClaim,
     settings: &ProvisionSettings,
 ) -> Result<Option<(String, String, String)>, PlanError> {
@@ -747,7 +747,7 @@ pub(super) fn data_source(
 }
 
 /// The CSI part of provisioning (upstream `prepareProvision`), in upstream's order.
-pub(super) fn plan(
+fn plan(
     pvc: &PersistentVolumeClaim,
     settings: &ProvisionSettings,
     facts: &Facts,

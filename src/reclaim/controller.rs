@@ -127,7 +127,7 @@ pub(crate) async fn run(
         &ctx,
         span,
         "PV",
-        crate::metrics::workqueue::VOLUMES,
+        crate::runtime::queue::VOLUMES,
         ctx.stores.pvs.clone(),
         futures::stream::select_all(triggers),
         reconcile,

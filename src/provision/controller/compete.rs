@@ -9,8 +9,7 @@ use kube::ResourceExt;
 use tracing::{debug, info};
 
 use super::claim_writes::claims_api;
-use super::kube_err;
-use super::{ProvisionError, Provisioner, claim_key};
+use super::{ProvisionError, Provisioner, claim_key, kube_err};
 use crate::k8s::patch;
 use crate::node_mode::ownership::{self, Recheck, recheck_before_claiming};
 use crate::provision::plan::{CapacityCheck, CapacityVerdict};

@@ -14,8 +14,10 @@ use kube::{Api, ResourceExt};
 use tracing::{debug, info, warn};
 
 use super::claim_writes::clear_selected_node;
-use super::{PV_CREATE_ATTEMPTS, ProvisionError, Provisioner, claim_key};
-use super::{class_label, fail, provisioning_event, source_label};
+use super::{
+    PV_CREATE_ATTEMPTS, ProvisionError, Provisioner, claim_key, class_label, fail,
+    provisioning_event, source_label,
+};
 use crate::csi::v1;
 use crate::k8s::events::{EventSpec, reference_to};
 use crate::model::claim::abandoned_since;
@@ -28,8 +30,7 @@ use crate::provision::controller::intents::ledger::Entry;
 use crate::provision::controller::intents::{Forget, Pending, Recorded};
 use crate::provision::plan::ProvisionPlan;
 use crate::provision::pv::{NewPv, pv_holds_volume};
-use crate::retry::{ApiErrorClass, classify, describe};
-use crate::retry::{Attempt, retry_transient};
+use crate::retry::{ApiErrorClass, Attempt, classify, describe, retry_transient};
 use crate::runtime::Action;
 use crate::runtime::queue::LOCK_RETRY;
 

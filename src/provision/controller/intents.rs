@@ -31,8 +31,9 @@ use tracing::warn;
 
 use crate::k8s::cache::Lean;
 use crate::k8s::patch::PatchError;
-use crate::provision::controller::intents::ledger::{Entry, Removal, decode, node_ledger_base};
-use crate::provision::controller::intents::ledger::{Ledger, LedgerError, read_ledger};
+use crate::provision::controller::intents::ledger::{
+    Entry, Ledger, LedgerError, Removal, decode, node_ledger_base, read_ledger,
+};
 use crate::runtime::Context;
 
 pub(crate) mod claim_record;

@@ -13,8 +13,7 @@
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use k8s_openapi::api::storage::v1::StorageClass;
 
-use super::{Facts, ProvisionSettings};
-use super::{Stop, plan};
+use super::{Facts, ProvisionSettings, Stop, plan};
 use crate::csi::v1::{GetCapacityRequest, Topology};
 use crate::names;
 use crate::provision::source::SourceToRead;

@@ -11,9 +11,9 @@
 //! claim (namespace, name, UID), the provisioner secret reference, the volume id once learned, and
 //! the exact CreateVolume request (secrets removed) to replay when the id is unknown.
 //!
-//! This module is pure: entries, their layout over shards (one Lease holds at most
+//! The entries, their layout over shards (one Lease holds at most
 //! [`SHARD_BYTES`] of entries, below the API server's 256 KiB annotation limit), the encoding
-//! (an entry's fate is decided by `intents::resolution`).
+//! are pure (an entry's fate is decided by `intents::resolution`); the committer below writes them.
 //!
 //! # The committer
 //!

@@ -25,9 +25,7 @@ use crate::model::secrets::SecretFetchError;
 use crate::model::topology::CsiNodeLookup;
 use crate::names;
 use crate::node_mode::ownership;
-use crate::provision::controller::Provisioner;
 use crate::provision::controller::execute::{create_volume, delete_volume, secret_data};
-use crate::provision::controller::gather;
 use crate::provision::controller::intents::claim_record::has_record;
 use crate::provision::controller::intents::cleanup::{
     AfterReplay, CleanupStep, IntentCleanup, after_replay, cleanup_step,
@@ -38,8 +36,8 @@ use crate::provision::controller::intents::resolution::{
 };
 use crate::provision::controller::intents::{Forget, Held, Pending};
 use crate::provision::controller::node_gone::{Gone, confirm_gone, gone_message};
-use crate::retry::Backoff;
-use crate::retry::describe;
+use crate::provision::controller::{Provisioner, gather};
+use crate::retry::{Backoff, describe};
 use crate::runtime::Shutdown;
 
 /// How often the pending entries are compared with the caches.

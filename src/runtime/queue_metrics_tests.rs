@@ -59,7 +59,7 @@ fn every_series_of_a_queue_exists_at_zero_once_the_queue_is_built() {
 fn adds_depth_latency_and_runs_are_counted_like_client_go() {
     let (registry, queues) = setup();
     let claims = queues.queue("claims");
-    let added = Instant::now();
+    let added = std::time::Instant::now();
     claims.added();
     claims.added();
     assert_eq!(claims.depth(), 2);
