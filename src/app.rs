@@ -188,8 +188,8 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     };
     let leadership = election
         .as_ref()
-        .map_or_else(crate::leader::Leadership::always, |e| e.leadership());
-    let csi: Arc<dyn CsiController> = Arc::new(crate::leader::GuardedCsi {
+        .map_or_else(crate::runtime::Leadership::always, |e| e.leadership());
+    let csi: Arc<dyn CsiController> = Arc::new(crate::runtime::GuardedCsi {
         inner: Arc::new(GrpcCsi::new(channel, config.csi.timeout, operations)),
         leadership: leadership.clone(),
     });

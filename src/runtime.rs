@@ -1,6 +1,8 @@
 //! What the controllers run on: the shared [`Context`] (clients, driver, caches, settings), the
-//! [`Shutdown`] signal, [`VolumeLocks`], the work [`queue`] and its driver both
-//! controllers run on, and the [`heap`] trimming. The composition root ([`crate::app`]) builds
+//! [`Shutdown`] signal, [`VolumeLocks`], the leadership guard checked right before every
+//! CreateVolume, DeleteVolume and PV create ([`Leadership`], applied to the driver by
+//! [`GuardedCsi`]; `leader`'s election opens and closes it), the work [`queue`] and its driver
+//! both controllers run on, and the [`heap`] trimming. The composition root ([`crate::app`]) builds
 //! them; the controllers only use them, so nothing depends on the composition root.
 
 use std::collections::HashSet;
@@ -11,9 +13,11 @@ use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 use kube::Client;
 use kube::runtime::reflector::Store;
 use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
 
 use crate::config::Config;
-use crate::csi::{CsiController, DriverInfo};
+use crate::csi::v1;
+use crate::csi::{CsiController, CsiFuture, DriverInfo};
 use crate::k8s::cache::{AttachmentIndex, Cache};
 use crate::k8s::events::Recorder;
 use crate::metrics::Metrics;
@@ -52,7 +56,7 @@ pub(crate) struct Context {
     pub(crate) volume_locks: VolumeLocks,
     /// Whether this replica may act now (always without `--leader-election`); checked right
     /// before CreateVolume, DeleteVolume and PV create.
-    pub(crate) leadership: crate::leader::Leadership,
+    pub(crate) leadership: Leadership,
     /// Refreshes capacity after a volume was created or deleted (a no-op without --enable-capacity).
     pub(crate) capacity: CapacityNudge,
 }
@@ -180,3 +184,104 @@ mod tests {
         assert!(locks.try_lock("pvc-1").is_some());
     }
 }
+
+/// Whether this replica may act right now. Cheap to clone.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Leadership {
+    /// `None`: no leader election, always allowed. Else the instant until which the last
+    /// successful renewal lets us act (`None` inside: not leading).
+    until: Option<watch::Receiver<Option<Instant>>>,
+}
+
+impl Leadership {
+    /// Without leader election: always allowed.
+    pub(crate) fn always() -> Self {
+        Self::default()
+    }
+
+    pub(crate) fn from_receiver(until: watch::Receiver<Option<Instant>>) -> Self {
+        Self { until: Some(until) }
+    }
+
+    /// Whether an operation may be issued now.
+    pub(crate) fn is_acting(&self) -> bool {
+        match &self.until {
+            None => true,
+            Some(rx) => rx.borrow().is_some_and(|until| Instant::now() < until),
+        }
+    }
+
+    /// Returns once an operation may be issued; waits while this replica does not hold a valid
+    /// lease. A leader whose window closed is about to exit (or, with a stuck renewal loop, to
+    /// fail its health check), so the wait does not end in that term: nothing is sent that a new
+    /// leader could race with.
+    pub(crate) async fn acting(&self) {
+        let Some(rx) = &self.until else { return };
+        let mut rx = rx.clone();
+        loop {
+            let until = *rx.borrow_and_update();
+            if until.is_some_and(|until| Instant::now() < until) {
+                return;
+            }
+            if rx.changed().await.is_err() {
+                // The election ended (process exit): never act again.
+                std::future::pending::<()>().await;
+            }
+        }
+    }
+}
+
+/// A [`CsiController`] whose CreateVolume and DeleteVolume wait for [`Leadership::acting`] right
+/// before the call goes out; other calls pass through.
+pub(crate) struct GuardedCsi {
+    /// The driver's controller service.
+    pub(crate) inner: Arc<dyn CsiController>,
+    /// Waited for before CreateVolume and DeleteVolume.
+    pub(crate) leadership: Leadership,
+}
+
+impl CsiController for GuardedCsi {
+    fn create_volume(
+        &self,
+        request: v1::CreateVolumeRequest,
+        migrated: bool,
+    ) -> CsiFuture<'_, v1::CreateVolumeResponse> {
+        Box::pin(async move {
+            self.leadership.acting().await;
+            self.inner.create_volume(request, migrated).await
+        })
+    }
+
+    fn delete_volume(
+        &self,
+        request: v1::DeleteVolumeRequest,
+        migrated: bool,
+    ) -> CsiFuture<'_, v1::DeleteVolumeResponse> {
+        Box::pin(async move {
+            self.leadership.acting().await;
+            self.inner.delete_volume(request, migrated).await
+        })
+    }
+
+    fn get_capacity(
+        &self,
+        request: v1::GetCapacityRequest,
+    ) -> CsiFuture<'_, v1::GetCapacityResponse> {
+        self.inner.get_capacity(request)
+    }
+
+    fn list_volumes(
+        &self,
+        request: v1::ListVolumesRequest,
+    ) -> CsiFuture<'_, v1::ListVolumesResponse> {
+        self.inner.list_volumes(request)
+    }
+
+    fn controller_get_capabilities(&self) -> CsiFuture<'_, v1::ControllerGetCapabilitiesResponse> {
+        self.inner.controller_get_capabilities()
+    }
+}
+
+#[cfg(test)]
+#[path = "runtime_leadership_tests.rs"]
+mod leadership_tests;

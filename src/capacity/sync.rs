@@ -8,8 +8,8 @@ use tracing::{debug, info};
 
 use super::plan::{self, Identity, Key, Reported, Write};
 use crate::csi::v1;
-use crate::leader::Leadership;
 use crate::retry::describe;
+use crate::runtime::Leadership;
 
 /// GetCapacity for `key`, then the write [`plan::decide`] asks for. Returns the object written.
 #[allow(clippy::too_many_arguments)]

@@ -1,4 +1,4 @@
-//! The election loop: reads and writes the Lease, moves the [`Leadership`] window, reports.
+//! The election loop: reads and writes the Lease, moves the [`Leadership`] window (the guard `runtime` holds), reports.
 //!
 //! Timing (client-go's): a standby tries every retry period; a leader renews every retry period
 //! and, when renewals fail, keeps trying until its window (renew deadline from the start of its
@@ -24,12 +24,12 @@ use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep_until, timeout};
 use tracing::{debug, error, info, warn};
 
-use super::Leadership;
 use super::decide::{self, Elector, LeaseDecision, Timings};
 use crate::config::{KubeOptions, LeaderElectionOptions};
 use crate::http::Health;
 use crate::k8s::events::{EventSource, EventSpec, Recorder, reference_to};
 use crate::retry::describe;
+use crate::runtime::Leadership;
 
 /// Where the service account's namespace is mounted in a pod.
 const SERVICE_ACCOUNT_NAMESPACE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/namespace";

@@ -135,7 +135,7 @@ fn shell_with_classes(
             attachments: None,
         },
         volume_locks: VolumeLocks::default(),
-        leadership: crate::leader::Leadership::always(),
+        leadership: crate::runtime::Leadership::always(),
         capacity: Default::default(),
     });
     Provisioner {

@@ -44,9 +44,9 @@ use tokio::sync::{Notify, oneshot};
 use tracing::{debug, info, warn};
 
 use crate::csi::v1::CreateVolumeRequest;
-use crate::leader::Leadership;
 use crate::model::secrets::SecretRef;
 use crate::retry::{ApiErrorClass, classify, describe};
+use crate::runtime::Leadership;
 use crate::sync::lock;
 
 /// Encoded entries per Lease at most: below the API server's 256 KiB limit on all annotations of

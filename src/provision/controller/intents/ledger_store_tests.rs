@@ -64,7 +64,7 @@ async fn started(
     .expect("the ledger opens");
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let committer = tokio::spawn(ledger.clone().run_committer(
-        crate::leader::Leadership::always(),
+        crate::runtime::Leadership::always(),
         async {
             let _ = stop_rx.await;
         },
