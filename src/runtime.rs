@@ -169,22 +169,6 @@ impl Shutdown {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_volume_name_is_locked_once_until_its_guard_drops() {
-        let locks = VolumeLocks::default();
-        let first = locks.try_lock("pvc-1");
-        assert!(first.is_some());
-        assert!(locks.try_lock("pvc-1").is_none());
-        assert!(locks.try_lock("pvc-2").is_some());
-        drop(first);
-        assert!(locks.try_lock("pvc-1").is_some());
-    }
-}
-
 /// Whether this replica may act right now. Cheap to clone.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Leadership {
@@ -283,5 +267,5 @@ impl CsiController for GuardedCsi {
 }
 
 #[cfg(test)]
-#[path = "runtime_leadership_tests.rs"]
-mod leadership_tests;
+#[path = "runtime_tests.rs"]
+mod tests;

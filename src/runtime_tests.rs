@@ -1,5 +1,17 @@
-use super::*;
 use std::time::Duration;
+
+use super::*;
+
+#[test]
+fn a_volume_name_is_locked_once_until_its_guard_drops() {
+    let locks = VolumeLocks::default();
+    let first = locks.try_lock("pvc-1");
+    assert!(first.is_some());
+    assert!(locks.try_lock("pvc-1").is_none());
+    assert!(locks.try_lock("pvc-2").is_some());
+    drop(first);
+    assert!(locks.try_lock("pvc-1").is_some());
+}
 
 #[tokio::test]
 async fn the_guard_closes_at_the_end_of_the_window_and_waits_for_the_next() {
