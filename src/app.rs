@@ -118,11 +118,10 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     // client-go creates its queues' series when the controllers are built, before leader
     // election: every replica shows them at 0 from the first scrape.
     let work_queues = WorkQueueMetrics::register(&mut metrics.registrar());
-    work_queues.queue(crate::runtime::queue::CLAIMS);
-    work_queues.queue(crate::runtime::queue::VOLUMES);
-    if config.capacity.enabled {
-        work_queues.queue(crate::runtime::queue::CSISTORAGECAPACITY);
-    }
+    let claims_queue = work_queues.queue(crate::runtime::queue::CLAIMS);
+    let volumes_queue = work_queues.queue(crate::runtime::queue::VOLUMES);
+    let capacity_queue = (config.capacity.enabled)
+        .then(|| work_queues.queue(crate::runtime::queue::CSISTORAGECAPACITY));
     let operations = OperationMetrics::register(metrics.registry_mut());
     // csi_sidecar_operations_seconds is ALPHA in component-base.
     metrics.count_registered(crate::metrics::meta::Stability::Alpha, 1);
@@ -272,7 +271,6 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
             events,
             metrics,
             node_metrics,
-            work_queues,
             stores,
             volume_locks: VolumeLocks::default(),
             leadership,
@@ -316,18 +314,20 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
             watches.pvcs.subscribe(),
             watches.pvs.subscribe(),
             watches.classes.subscribe(),
+            claims_queue,
             shutdown.clone(),
         );
         let reclaim = crate::reclaim::controller::run(
             ctx.clone(),
             watches.pvs.subscribe(),
             watches.pvcs.subscribe(),
+            volumes_queue,
             shutdown.clone(),
         );
         let gone = crate::gone_nodes::controller::run(ctx.clone(), shutdown.clone());
         let capacity = async {
-            if let Some(capacity) = capacity {
-                capacity.run(ctx.clone(), shutdown.clone()).await;
+            if let (Some(capacity), Some(queue)) = (capacity, capacity_queue) {
+                capacity.run(ctx.clone(), queue, shutdown.clone()).await;
             }
         };
         let sweep = async {

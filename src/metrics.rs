@@ -2,8 +2,9 @@
 //!
 //! [`Metrics`] owns the one `prometheus_client` registry. It registers the provisioning and
 //! deletion families of upstream's vendored provisioner library; other modules register their
-//! own families (e.g. `csi_sidecar_operations_seconds`) through [`Metrics::registry_mut`] at
-//! start-up, before the registry is shared with the HTTP server.
+//! own families (e.g. `csi_sidecar_operations_seconds`) through [`Metrics::registry_mut`], or
+//! through [`Metrics::registrar`] when upstream gives them a stability level (the work queues'),
+//! at start-up, before the registry is shared with the HTTP server.
 //!
 //! prometheus-client appends `_total` to counter names itself, so counters are registered without
 //! it; the exposed names are checked in the tests below. Scrapes are answered in Prometheus text
@@ -209,7 +210,7 @@ pub(crate) struct Metrics {
     pub backlog: BacklogMetrics,
     /// Latency, retries and stuck volumes.
     pub operator: OperatorMetrics,
-    /// `registered_metrics_total`: what [`Metrics::register_with_stability`] counts.
+    /// `registered_metrics_total`: what [`Metrics::registrar`] and [`Metrics::count_registered`] count.
     meta: MetaMetrics,
     handler: HandlerMetrics,
     /// Runs before each scrape (refreshes gauges counted from the caches).

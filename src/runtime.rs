@@ -26,8 +26,6 @@ use crate::metrics::node_gone::NodeGoneMetrics;
 pub(crate) mod heap;
 pub(crate) mod queue;
 
-pub(crate) use queue::Action;
-
 /// Everything the controllers share: clients, the driver, caches and process-wide settings.
 pub(crate) struct Context {
     /// Validated flags.
@@ -48,8 +46,6 @@ pub(crate) struct Context {
     pub(crate) metrics: Arc<Metrics>,
     /// Dead-node metrics.
     pub(crate) node_metrics: NodeGoneMetrics,
-    /// client-go's work-queue families (`workqueue_*`).
-    pub(crate) work_queues: queue::WorkQueueMetrics,
     /// Caches.
     pub(crate) stores: Stores,
     /// Volume names with a CreateVolume or DeleteVolume in flight in this process.

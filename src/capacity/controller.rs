@@ -182,7 +182,12 @@ type Done = (Item, Result<Option<CSIStorageCapacity>, String>);
 
 impl Capacity {
     /// Runs until shutdown; acts only while `ctx.leadership` allows.
-    pub(crate) async fn run(mut self, ctx: Arc<Context>, shutdown: Shutdown) {
+    pub(crate) async fn run(
+        mut self,
+        ctx: Arc<Context>,
+        queue_metrics: QueueMetrics,
+        shutdown: Shutdown,
+    ) {
         // Leadership is only ever gained here: a leader that loses its lease exits the process.
         let (became_leader, leader) = watch::channel(false);
         {
@@ -257,9 +262,7 @@ impl Capacity {
             queue: Queue::default(),
             polls: Polls::new(poll, Instant::now()),
             in_flight: HashMap::new(),
-            queue_metrics: ctx
-                .work_queues
-                .queue(crate::runtime::queue::CSISTORAGECAPACITY),
+            queue_metrics,
             written: HashMap::new(),
             backoff: Backoff::new(
                 ctx.config.provisioning.retry_interval_start,

@@ -1,4 +1,5 @@
-//! The election loop: reads and writes the Lease, moves the [`Leadership`] window (the guard `runtime` holds), reports.
+//! The election loop: reads and writes the Lease, moves the [`Leadership`] window (the guard
+//! `runtime` holds), reports.
 //!
 //! Timing (client-go's): a standby tries every retry period; a leader renews every retry period
 //! and, when renewals fail, keeps trying until its window (renew deadline from the start of its

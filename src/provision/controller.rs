@@ -63,8 +63,8 @@ use crate::node_mode::ownership::{
     self, ClaimOwnership, Competition, NodeIdentity, OwnershipInputs,
 };
 use crate::retry::{Backoff, InfeasibleHold, describe};
-use crate::runtime::queue::{self, Key};
-use crate::runtime::{Action, Context, Shutdown};
+use crate::runtime::queue::{self, Action, Key, QueueMetrics};
+use crate::runtime::{Context, Shutdown};
 use crate::sync::lock;
 
 mod claim_writes;
@@ -176,6 +176,7 @@ pub(crate) async fn run(
     pvcs: impl Stream<Item = Arc<Lean<PersistentVolumeClaim>>> + Send + 'static,
     pvs: impl Stream<Item = Arc<Lean<PersistentVolume>>> + Send + 'static,
     classes: impl Stream<Item = Arc<StorageClass>> + Send + 'static,
+    queue_metrics: QueueMetrics,
     shutdown: Shutdown,
 ) {
     let settings = settings_of(&ctx);
@@ -273,7 +274,7 @@ pub(crate) async fn run(
             &ctx,
             span,
             "claim",
-            crate::runtime::queue::CLAIMS,
+            queue_metrics,
             claims,
             futures::stream::select_all(triggers),
             reconcile,

@@ -97,7 +97,6 @@ fn shell_with_classes(
     let config = crate::config::Config::from_args(args, |_| None).unwrap();
     let mut metrics = Metrics::new();
     let node_metrics = NodeGoneMetrics::register(metrics.registry_mut());
-    let work_queues = crate::runtime::queue::WorkQueueMetrics::register(&mut metrics.registrar());
     let client = sim.client();
     // The claim-record store's mirror as the watch leaves it once it delivered `claims`.
     let records = Arc::new(ClaimRecords::new(client.clone(), DRIVER));
@@ -125,7 +124,6 @@ fn shell_with_classes(
         events: Recorder::new(client, EventSource::provisioner_lib(DRIVER, "host", "id")),
         metrics: Arc::new(metrics),
         node_metrics,
-        work_queues,
         stores: Stores {
             pvcs: crate::k8s::cache::Cache::of(claims.into_iter().map(Lean::new)),
             pvs: crate::k8s::cache::Cache::of([]),

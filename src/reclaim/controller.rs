@@ -25,8 +25,8 @@ use crate::k8s::patch::{self, DeleteOutcome, PatchOutcome};
 use crate::names;
 use crate::node_mode::ownership::may_delete_here;
 use crate::retry::delay_after;
-use crate::runtime::queue::{self, Key, LOCK_RETRY};
-use crate::runtime::{Action, Context, Shutdown};
+use crate::runtime::queue::{self, Action, Key, LOCK_RETRY, QueueMetrics};
+use crate::runtime::{Context, Shutdown};
 
 /// Longest pause between two looks at a PV that waits for its volume to be detached.
 const DETACH_RECHECK_MAX: Duration = Duration::from_secs(10);
@@ -94,6 +94,7 @@ pub(crate) async fn run(
     ctx: Arc<Context>,
     pvs: impl Stream<Item = Arc<Lean<PersistentVolume>>> + Send + 'static,
     pvcs: impl Stream<Item = Arc<Lean<PersistentVolumeClaim>>> + Send + 'static,
+    queue_metrics: QueueMetrics,
     shutdown: Shutdown,
 ) {
     let segments = ctx
@@ -127,7 +128,7 @@ pub(crate) async fn run(
         &ctx,
         span,
         "PV",
-        crate::runtime::queue::VOLUMES,
+        queue_metrics,
         ctx.stores.pvs.clone(),
         futures::stream::select_all(triggers),
         reconcile,

@@ -213,13 +213,13 @@ pub(crate) const LOCK_RETRY: Duration = Duration::from_millis(500);
 /// `--worker-threads` workers, every cached object again each [`RESYNC`], `prune` (forget the
 /// memory of objects that left the cache) at each resync. On shutdown no new run starts and the
 /// running ones finish. `span` wraps the whole run; `what` names the objects in log lines;
-/// `queue_name` is the client-go queue name its `workqueue_*` metrics carry.
+/// `metrics` are its client-go queue's `workqueue_*` series.
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn drive<K, S, Fut>(
     ctx: &Context,
     span: tracing::Span,
     what: &'static str,
-    queue_name: &'static str,
+    metrics: QueueMetrics,
     cache: Cache<K>,
     triggers: impl Stream<Item = Key> + Send,
     mut reconcile: impl FnMut(Arc<Lean<K>>, Arc<S>) -> Fut,
@@ -233,7 +233,7 @@ pub(crate) async fn drive<K, S, Fut>(
 {
     let pruner = crate::k8s::cache::spawn_every(RESYNC, prune);
     let workers = ctx.config.provisioning.worker_threads.max(1);
-    let mut queue = WorkQueue::new(ctx.work_queues.queue(queue_name));
+    let mut queue = WorkQueue::new(metrics);
     let mut running = FuturesUnordered::new();
     let triggers = triggers.fuse();
     let resync = crate::k8s::cache::resync_every(RESYNC);

@@ -14,7 +14,7 @@ use crate::k8s::patch;
 use crate::node_mode::ownership::{self, Recheck, recheck_before_claiming};
 use crate::provision::plan::{CapacityCheck, CapacityVerdict};
 use crate::retry::{ApiErrorClass, classify};
-use crate::runtime::Action;
+use crate::runtime::queue::Action;
 
 /// Node mode, an unselected Immediate-binding claim: wait our turn, then try to write our node into
 /// `selected-node` with optimistic concurrency; exactly one instance wins.

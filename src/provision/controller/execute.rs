@@ -31,8 +31,7 @@ use crate::provision::controller::intents::{Forget, Pending, Recorded};
 use crate::provision::plan::ProvisionPlan;
 use crate::provision::pv::{NewPv, pv_holds_volume};
 use crate::retry::{ApiErrorClass, Attempt, classify, describe, retry_transient};
-use crate::runtime::Action;
-use crate::runtime::queue::LOCK_RETRY;
+use crate::runtime::queue::{Action, LOCK_RETRY};
 
 /// Why a DeleteVolume of this controller did not happen. `Display` is the text events carry.
 #[derive(Debug, thiserror::Error)]

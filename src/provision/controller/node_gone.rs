@@ -16,7 +16,7 @@ use super::kube_err;
 use super::{ProvisionError, Provisioner, claim_key};
 use crate::k8s::events::{EventSpec, reference_to};
 use crate::names;
-use crate::runtime::Action;
+use crate::runtime::queue::Action;
 
 /// Whether a node, missing from the caches since a timer started, is gone for good.
 pub(super) enum Gone {
