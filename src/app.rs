@@ -25,7 +25,6 @@ use crate::k8s::cache::{
     AttachmentIndex, CacheClosed, Watched, WatchedLean, watch_lean, watch_shared,
 };
 use crate::k8s::events::{EventQueueMetrics, EventSource, EventSpec, Recorder};
-
 use crate::metrics::Metrics;
 use crate::metrics::node_gone::NodeGoneMetrics;
 use crate::runtime::queue::WorkQueueMetrics;
@@ -120,7 +119,9 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let work_queues = WorkQueueMetrics::register(&mut metrics.registrar());
     let claims_queue = work_queues.queue(crate::runtime::queue::CLAIMS);
     let volumes_queue = work_queues.queue(crate::runtime::queue::VOLUMES);
-    let capacity_queue = (config.capacity.enabled)
+    let capacity_queue = config
+        .capacity
+        .enabled
         .then(|| work_queues.queue(crate::runtime::queue::CSISTORAGECAPACITY));
     let operations = OperationMetrics::register(metrics.registry_mut());
     // csi_sidecar_operations_seconds is ALPHA in component-base.
