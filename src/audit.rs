@@ -18,10 +18,10 @@ use serde::Serialize;
 
 use crate::model::claim::unused_since;
 use crate::model::meta::{annotation, has_finalizer, label};
-use crate::model::volume::{
+use crate::names;
+use crate::reclaim::plan::{
     Ownership, ReclaimPolicy, has_our_finalizer, ownership, phase, reclaim_policy,
 };
-use crate::names;
 
 pub mod args;
 pub(crate) mod collect;
@@ -317,7 +317,7 @@ where
         let Some(name) = claim_ref_name(pv) else {
             return false;
         };
-        match (claim_uids.get(&name), crate::model::volume::claim_uid(pv)) {
+        match (claim_uids.get(&name), crate::reclaim::plan::claim_uid(pv)) {
             (Some(found), Some(want)) => found == want,
             (found, _) => found.is_some(),
         }

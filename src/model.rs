@@ -1,5 +1,5 @@
-//! The model layer: typed facts about the Kubernetes objects every concern reads (claims, volumes
-//! and where they live, CSINodes, topology, StorageClass secret templates and their data), so
+//! The model layer: typed facts about the Kubernetes objects every concern reads (claims, where
+//! volumes live, CSINodes, topology, StorageClass secret templates and their data), so
 //! that no concern reads another concern's module to learn a claim's own fields. It depends on
 //! [`crate::names`], [`crate::gofmt`], the CSI types and, for the few reads a fact needs (a
 //! secret's data, a node's absence), `crate::k8s`; never on a controller.
@@ -13,4 +13,3 @@ pub(crate) mod locate;
 pub(crate) mod meta;
 pub(crate) mod secrets;
 pub(crate) mod topology;
-pub(crate) mod volume;

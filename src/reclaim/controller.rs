@@ -250,7 +250,7 @@ async fn gather<'a>(
             .attached_node(&name)
             .map_or(AttachmentState::Detached, AttachmentState::AttachedTo),
     };
-    let class = crate::model::volume::storage_class_name(pv)
+    let class = super::plan::storage_class_name(pv)
         .and_then(|c| ctx.stores.classes.get(&ObjectRef::new(c)));
     // CSI migration: an in-tree PV (and its in-tree class) of the plugin our driver took over
     // is decided on as the CSI PV it translates to; a translation error is the failure.
