@@ -97,15 +97,15 @@ pub(crate) enum ReplayVerdict {
     VolumeAbsent,
     /// Transient, or the driver did not get far enough to tell: retry with backoff.
     RetryLater,
-    /// Nothing can be concluded (a volume of that name exists with other parameters, or a
-    /// non-exact replay was refused): an administrator must check the backend.
+    /// Nothing can be concluded (a volume of that name exists with other parameters): an
+    /// administrator must check the backend.
     NeedsAdmin,
 }
 
-/// Classifies a failed replay. An exact replay (same parameters as the original call) that the
-/// driver refuses for good proves the original was refused too, so no volume exists; a minimal
-/// replay proves nothing. Authentication and internal errors are retried, never taken as proof.
-pub(crate) fn replay_verdict(code: Code, exact_replay: bool) -> ReplayVerdict {
+/// Classifies a failed replay. The replay is the exact request of the original call, so a refusal
+/// for good proves the original was refused too, and no volume exists. Authentication and
+/// internal errors are retried, never taken as proof.
+pub(crate) fn replay_verdict(code: Code) -> ReplayVerdict {
     match code {
         Code::AlreadyExists => ReplayVerdict::NeedsAdmin,
         Code::InvalidArgument
@@ -113,13 +113,7 @@ pub(crate) fn replay_verdict(code: Code, exact_replay: bool) -> ReplayVerdict {
         | Code::OutOfRange
         | Code::ResourceExhausted
         | Code::FailedPrecondition
-        | Code::Unimplemented => {
-            if exact_replay {
-                ReplayVerdict::VolumeAbsent
-            } else {
-                ReplayVerdict::NeedsAdmin
-            }
-        }
+        | Code::Unimplemented => ReplayVerdict::VolumeAbsent,
         Code::Ok
         | Code::Cancelled
         | Code::Unknown

@@ -65,18 +65,17 @@ fn only_invalid_argument_is_infeasible() {
 }
 
 #[test]
-fn replays_prove_absence_only_when_exact_and_final() {
+fn replays_prove_absence_only_when_final() {
     use ReplayVerdict::*;
     for code in ALL_CODES {
-        let exact = replay_verdict(code, true);
-        let minimal = replay_verdict(code, false);
+        let exact = replay_verdict(code);
         match code {
-            Code::AlreadyExists => assert_eq!((exact, minimal), (NeedsAdmin, NeedsAdmin)),
+            Code::AlreadyExists => assert_eq!(exact, NeedsAdmin),
             Code::InvalidArgument | Code::ResourceExhausted | Code::NotFound => {
-                assert_eq!((exact, minimal), (VolumeAbsent, NeedsAdmin));
+                assert_eq!(exact, VolumeAbsent);
             }
             Code::Unauthenticated | Code::DeadlineExceeded | Code::Internal => {
-                assert_eq!((exact, minimal), (RetryLater, RetryLater));
+                assert_eq!(exact, RetryLater);
             }
             _ => {}
         }

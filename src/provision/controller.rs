@@ -53,7 +53,7 @@ use super::plan::{
 };
 use super::source::{SourceLookup, holds_clone_protection};
 use super::topology::{StaticTopology, TopologyView};
-use crate::csi::v1::{CreateVolumeRequest, TopologyRequirement};
+use crate::csi::v1::TopologyRequirement;
 use crate::k8s::cache::{self, Cache, Lean};
 use crate::k8s::events::{EventSource, EventSpec, reference_to};
 use crate::k8s::patch;
@@ -631,16 +631,6 @@ impl Facts {
     /// The decision over these facts ([`plan::decide_claim`]).
     fn decide(&self, state: &Provisioner, pvc: &PersistentVolumeClaim) -> ClaimDecision {
         plan::decide_claim(pvc, &state.settings, self)
-    }
-
-    /// The CreateVolume provisioning `pvc` would send now ([`plan::request_now`]).
-    fn request_now(
-        &self,
-        state: &Provisioner,
-        pvc: &PersistentVolumeClaim,
-        volume_name: &str,
-    ) -> Option<CreateVolumeRequest> {
-        plan::request_now(pvc, &state.settings, self, volume_name)
     }
 }
 

@@ -498,24 +498,6 @@ fn decide(
     })
 }
 
-/// The CreateVolume provisioning `pvc` would send now, for replaying a record written before the
-/// request was recorded, when it can be rebuilt (the class exists and the plan succeeds; a claim
-/// naming a VolumeAttributesClass, or whose data source is gone, cannot). Not proof of what was
-/// sent (topology may have moved), so its refusal proves nothing; it only finds the volume more
-/// often than a request with no class parameters. The name check guards against a plan that
-/// names another volume (the planner takes the name from the record's annotation).
-pub(crate) fn request_now(
-    pvc: &PersistentVolumeClaim,
-    settings: &ProvisionSettings,
-    facts: &Facts,
-    volume_name: &str,
-) -> Option<CreateVolumeRequest> {
-    plan(pvc, settings, facts, facts.class.as_deref()?)
-        .ok()
-        .filter(|p| p.volume_name == volume_name)
-        .map(|p| p.request)
-}
-
 /// Everything the shell needs to provision.
 #[derive(Debug, Clone)]
 pub(crate) struct ProvisionPlan {

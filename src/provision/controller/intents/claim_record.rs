@@ -18,10 +18,8 @@ use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::{Api, Client, ResourceExt};
-use prost::Message;
 use serde_json::Value;
 
-use crate::csi::v1::CreateVolumeRequest;
 use crate::k8s::cache::Lean;
 use crate::k8s::patch::{
     self, PatchError, PatchOutcome, Step, add_op, annotation_path, guard, meta_path, remove_op,
@@ -30,9 +28,6 @@ use crate::k8s::patch::{
 use crate::model::meta::{has_finalizer, non_empty_annotation};
 use crate::names;
 use crate::provision::controller::intents::ledger::Entry;
-use crate::provision::request::{
-    self, RequestParts, create_volume_request, is_block, requested_bytes,
-};
 use crate::sync::lock;
 
 /// The annotations that record `entry` on its claim (`None` removes a stale key).
@@ -156,9 +151,9 @@ pub(crate) fn has_record(pvc: &PersistentVolumeClaim) -> bool {
     has_finalizer(&pvc.metadata, names::FINALIZER_PROVISIONING_INTENT)
 }
 
-/// The intent recorded on `pvc`, if it carries one. A record written before the request was kept
-/// on the claim gets a minimal request (what the claim itself says; the resolver rebuilds it from
-/// the class when it can), marked approximate: its refusal proves nothing.
+/// The intent recorded on `pvc`, if it carries one. A record without its request was written by a
+/// build that kept neither requests nor reclaim policies (never released): its policy is taken as
+/// Retain, the safe side, so the volume of its deleted claim is kept and reported.
 pub(crate) fn entry_of(pvc: &PersistentVolumeClaim) -> Option<Entry> {
     if !has_record(pvc) {
         return None;
@@ -172,15 +167,10 @@ pub(crate) fn entry_of(pvc: &PersistentVolumeClaim) -> Option<Entry> {
         (Some(namespace), Some(name)) => Some(format!("{namespace}/{name}")),
         _ => None,
     };
-    let recorded = non_empty_annotation(meta, names::ANN_INTENT_REQUEST)
+    let request = non_empty_annotation(meta, names::ANN_INTENT_REQUEST)
         .and_then(|text| serde_json::from_value::<ByteString>(Value::String(text.to_owned())).ok());
-    let (request, approximate) = match recorded {
-        Some(bytes) => (bytes, false),
-        None => (
-            ByteString(minimal_request(pvc, &volume).encode_to_vec()),
-            true,
-        ),
-    };
+    let retain =
+        request.is_none() || non_empty_annotation(meta, names::ANN_INTENT_RETAIN) == Some("true");
     Some(Entry {
         volume,
         namespace: meta.namespace.clone().unwrap_or_default(),
@@ -188,32 +178,8 @@ pub(crate) fn entry_of(pvc: &PersistentVolumeClaim) -> Option<Entry> {
         uid: meta.uid.clone().unwrap_or_default(),
         secret,
         id: non_empty_annotation(meta, names::ANN_INTENT_VOLUME_ID).map(str::to_owned),
-        request,
-        retain: non_empty_annotation(meta, names::ANN_INTENT_RETAIN) == Some("true"),
-        approximate,
-    })
-}
-
-/// A CreateVolume with only what the claim itself says (no class, no topology), for replaying
-/// when the original request was not recorded.
-fn minimal_request(pvc: &PersistentVolumeClaim, volume_name: &str) -> CreateVolumeRequest {
-    let rwo = || vec!["ReadWriteOnce".to_owned()];
-    let modes = pvc
-        .spec
-        .as_ref()
-        .and_then(|s| s.access_modes.clone())
-        .filter(|m| !m.is_empty())
-        .unwrap_or_else(rwo);
-    let capabilities =
-        |modes: &[String]| request::volume_capabilities(modes, is_block(pvc), "", &[], false);
-    let capabilities = capabilities(&modes)
-        .or_else(|_| capabilities(&rwo()))
-        .unwrap_or_default();
-    create_volume_request(RequestParts {
-        name: volume_name.to_owned(),
-        required_bytes: requested_bytes(pvc).unwrap_or(0),
-        capabilities,
-        ..RequestParts::default()
+        request: request.unwrap_or_default(),
+        retain,
     })
 }
 

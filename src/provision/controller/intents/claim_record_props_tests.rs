@@ -57,11 +57,9 @@ proptest! {
             return Ok(());
         };
         prop_assert_eq!(Some(&entry.volume), annotations.get(names::ANN_INTENT_VOLUME_NAME));
-        // An approximate entry still carries a request that decodes, named after the volume.
-        if entry.approximate {
-            let request = entry.request();
-            prop_assert!(request.is_some());
-            prop_assert_eq!(request.map(|r| r.name), Some(entry.volume.clone()));
+        // A record without its request is of a build that kept no policy: it reads as Retain.
+        if annotations.get(names::ANN_INTENT_REQUEST).is_none_or(String::is_empty) {
+            prop_assert!(entry.retain);
         }
     }
 
@@ -82,7 +80,6 @@ proptest! {
             id,
             request: ByteString(request),
             retain,
-            approximate: false,
         };
         let annotations = intent_annotations(&entry)
             .into_iter()

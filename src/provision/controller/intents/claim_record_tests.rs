@@ -1,5 +1,7 @@
-use super::*;
 use serde_json::json;
+
+use super::*;
+use crate::csi::v1::CreateVolumeRequest;
 
 fn meta(finalizers: &[&str], annotations: &[(&str, &str)]) -> ObjectMeta {
     ObjectMeta {
@@ -39,7 +41,6 @@ fn wanted(secret: bool) -> BTreeMap<&'static str, Option<String>> {
         id: None,
         request: ByteString(Vec::new()),
         retain: false,
-        approximate: false,
     };
     intent_annotations(&entry)
 }
@@ -209,19 +210,20 @@ fn a_record_on_the_claim_holds_what_a_ledger_entry_holds() {
     assert_eq!(entry_of(&annotations_only), None);
 }
 
+/// A record of a build that kept neither requests nor policies names no request to replay, and
+/// its policy reads as Retain: the volume of its deleted claim is kept, never deleted unseen.
 #[test]
-fn a_record_written_before_requests_were_kept_replays_what_the_claim_says() {
+fn a_record_written_before_requests_were_kept_reads_as_retain_with_nothing_to_replay() {
     let legacy = crate::testing::pvc("ns", "data")
         .uid("u1")
         .finalizer(names::FINALIZER_PROVISIONING_INTENT)
         .annotation(names::ANN_INTENT_VOLUME_NAME, "pvc-x")
         .build();
     let entry = entry_of(&legacy).unwrap();
-    assert!(entry.approximate, "its refusal proves nothing");
-    let replay = entry.request().unwrap();
-    assert_eq!(replay.name, "pvc-x");
-    assert_eq!(replay.capacity_range.unwrap().required_bytes, 1 << 30);
-    assert_eq!(replay.volume_capabilities.len(), 1);
+    assert_eq!(entry.volume, "pvc-x");
+    assert_eq!(entry.request(), None);
+    assert!(entry.retain);
+    assert!(entry.may_be_kept(false));
 }
 
 /// The mirror follows the claim watch: a record appears with its claim's event and goes with the

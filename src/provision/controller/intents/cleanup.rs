@@ -3,50 +3,37 @@
 //! drop the intent. The resolver (`provision::controller::intents::resolve`) performs the steps.
 
 use crate::csi::v1::CreateVolumeRequest;
-use crate::model::secrets::SecretRef;
 use crate::provision::classify::{ReplayVerdict, replay_needs_admin_message, replay_verdict};
-
-/// A volume to delete because its claim no longer wants it.
-#[derive(Debug, Clone)]
-pub(crate) struct IntentCleanup {
-    /// The intent's volume name.
-    pub(crate) volume_name: String,
-    /// The volume id, when CreateVolume's answer was recorded.
-    pub(crate) volume_id: Option<String>,
-    /// The provisioner secret recorded with the intent (for CreateVolume replay and DeleteVolume).
-    pub(crate) secret: Option<SecretRef>,
-    /// Without a volume id: the CreateVolume to replay (same name) to learn it. The driver answers
-    /// with the existing volume, or creates it, which is then deleted just the same. A failed
-    /// replay is judged by [`replay_verdict`].
-    pub(crate) replay: Option<CreateVolumeRequest>,
-    /// Whether `replay` is the request the original call was sent with; otherwise a minimal one,
-    /// whose refusal proves nothing.
-    pub(crate) replay_is_exact: bool,
-}
+use crate::provision::controller::intents::ledger::Entry;
 
 /// The next step of an intent clean-up (the shell has found no PV holding the volume).
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum CleanupStep {
-    /// Only drop the intent: there is neither a volume id nor a request to learn it by.
+    /// Only drop the intent: the volume is gone, or it is the one a PV holds.
     DropIntent,
+    /// Drop the intent and report the volume as kept: there is neither a volume id nor a request
+    /// to find it by (a record of a build that did not keep requests, or one that does not
+    /// decode), so whether it exists cannot be told.
+    KeepAndReport,
     /// Delete the volume by id, then drop the intent.
     DeleteVolume {
         /// The volume id.
         volume_id: String,
     },
-    /// Replay CreateVolume (same name) to learn the id, then judge the answer with
-    /// [`after_replay`].
+    /// Replay the recorded CreateVolume (same name) to learn the id, then judge the answer with
+    /// [`after_replay`]. The driver answers with the existing volume, or creates it, which is then
+    /// deleted just the same.
     Replay(Box<CreateVolumeRequest>),
 }
 
 /// What to do with an intent whose claim no longer wants its volume.
-pub(crate) fn cleanup_step(cleanup: &IntentCleanup) -> CleanupStep {
-    match (cleanup.volume_id.as_deref(), &cleanup.replay) {
+pub(crate) fn cleanup_step(entry: &Entry) -> CleanupStep {
+    match (entry.id.as_deref(), entry.request()) {
         (Some(id), _) => CleanupStep::DeleteVolume {
             volume_id: id.to_owned(),
         },
-        (None, Some(request)) => CleanupStep::Replay(Box::new(request.clone())),
-        (None, None) => CleanupStep::DropIntent,
+        (None, Some(request)) => CleanupStep::Replay(Box::new(request)),
+        (None, None) => CleanupStep::KeepAndReport,
     }
 }
 
@@ -64,19 +51,15 @@ pub(crate) enum AfterReplay {
     Retry(String),
 }
 
-/// Judges a replay: `Ok(id)` is the answered volume id (empty when none), `Err((code, text))` a
-/// refusal, where `text` is the `rpc error: ..` rendering for messages.
-pub(crate) fn after_replay(
-    cleanup: &IntentCleanup,
-    answer: Result<&str, (tonic::Code, &str)>,
-) -> AfterReplay {
-    let volume = &cleanup.volume_name;
+/// Judges the replay for `volume`: `Ok(id)` is the answered volume id (empty when none),
+/// `Err((code, text))` a refusal, where `text` is the `rpc error: ..` rendering for messages.
+pub(crate) fn after_replay(volume: &str, answer: Result<&str, (tonic::Code, &str)>) -> AfterReplay {
     match answer {
         Ok("") => AfterReplay::NoVolumeId(format!(
             "CreateVolume for {volume} answered without a volume id, so the volume of this deleted claim cannot be deleted by the provisioner: delete it on the storage backend by hand"
         )),
         Ok(id) => AfterReplay::Delete(id.to_owned()),
-        Err((code, message)) => match replay_verdict(code, cleanup.replay_is_exact) {
+        Err((code, message)) => match replay_verdict(code) {
             ReplayVerdict::VolumeAbsent => AfterReplay::VolumeAbsent,
             ReplayVerdict::RetryLater => AfterReplay::Retry(format!(
                 "cannot find the volume {volume} of a deleted claim to delete it: {message}; will retry"

@@ -104,10 +104,6 @@ pub(crate) struct Entry {
     /// user's to keep (see [`Entry::may_be_kept`]).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub(crate) retain: bool,
-    /// `request` is not the one sent but what the claim alone says (a claim record written before
-    /// requests were kept): a refusal of its replay proves nothing.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub(crate) approximate: bool,
 }
 
 impl Entry {
@@ -130,7 +126,6 @@ impl Entry {
             id: None,
             request: ByteString(stored.encode_to_vec()),
             retain,
-            approximate: false,
         }
     }
 
@@ -140,12 +135,8 @@ impl Entry {
     /// entry then looks exactly like a CreateVolume whose PV was never made. Only a process that
     /// recorded the entry itself and never made its PV (`recorded_here`) knows there was none;
     /// otherwise the volume is kept, and reported, rather than deleted (issue 29).
-    /// `class_retains`: for an approximate entry (a claim record of an earlier version, which did
-    /// not record the policy), whether the claim's class retains as cached now; a class that is
-    /// gone cannot tell, so that volume may be kept too.
-    pub(crate) fn may_be_kept(&self, recorded_here: bool, class_retains: Option<bool>) -> bool {
-        let retain = self.retain || (self.approximate && class_retains.unwrap_or(true));
-        retain && !recorded_here
+    pub(crate) fn may_be_kept(&self, recorded_here: bool) -> bool {
+        self.retain && !recorded_here
     }
 
     /// The provisioner secret reference.

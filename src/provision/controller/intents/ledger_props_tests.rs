@@ -15,11 +15,10 @@ pub(crate) fn arb_entry() -> impl Strategy<Value = Entry> {
             prop::option::of(any::<String>()),
             prop::collection::vec(any::<u8>(), 0..40),
             any::<bool>(),
-            any::<bool>(),
         ),
     )
         .prop_map(
-            |((volume, namespace, claim, uid), (secret, id, request, retain, approximate))| Entry {
+            |((volume, namespace, claim, uid), (secret, id, request, retain))| Entry {
                 volume,
                 namespace,
                 claim,
@@ -28,7 +27,6 @@ pub(crate) fn arb_entry() -> impl Strategy<Value = Entry> {
                 id,
                 request: ByteString(request),
                 retain,
-                approximate,
             },
         )
 }

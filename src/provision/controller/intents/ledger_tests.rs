@@ -19,28 +19,16 @@ fn entry(volume: &str) -> Entry {
     )
 }
 
-/// A claim record of an earlier version did not record the reclaim policy: its class as it is
-/// now says, and a class that is gone cannot tell, so the volume is kept.
-#[test]
-fn an_approximate_entry_takes_the_policy_of_its_class_and_keeps_without_one() {
-    let mut e = entry("pvc-a");
-    e.approximate = true;
-    assert!(!e.may_be_kept(false, Some(false)), "Delete class");
-    assert!(e.may_be_kept(false, Some(true)), "Retain class");
-    assert!(e.may_be_kept(false, None), "class gone");
-    assert!(!e.may_be_kept(true, None), "recorded by this process");
-}
-
 /// Issue 29: a Retain class's entry whose claim and PV are gone is kept unless this process
 /// recorded it (and so knows no PV was made); the flag survives the Lease's JSON, and entries
 /// written before it existed read as Delete.
 #[test]
 fn a_retain_entry_read_from_an_earlier_process_may_be_a_kept_volume() {
     let mut e = entry("pvc-r");
-    assert!(!e.may_be_kept(false, None));
+    assert!(!e.may_be_kept(false));
     e.retain = true;
-    assert!(e.may_be_kept(false, None));
-    assert!(!e.may_be_kept(true, None));
+    assert!(e.may_be_kept(false));
+    assert!(!e.may_be_kept(true));
     let text = serde_json::to_string(&e).unwrap();
     let back: Entry = serde_json::from_str(&text).unwrap();
     assert!(back.retain);

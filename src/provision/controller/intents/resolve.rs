@@ -20,15 +20,16 @@ use tracing::{debug, info, warn};
 
 use crate::csi::v1;
 use crate::k8s::events::{EventSpec, reference_to};
-use crate::model::claim::{claim_class_name, selected_node};
+use crate::model::claim::selected_node;
 use crate::model::secrets::SecretFetchError;
 use crate::model::topology::CsiNodeLookup;
 use crate::names;
 use crate::node_mode::ownership;
+use crate::provision::controller::Provisioner;
 use crate::provision::controller::execute::{create_volume, delete_volume, secret_data};
 use crate::provision::controller::intents::claim_record::has_record;
 use crate::provision::controller::intents::cleanup::{
-    AfterReplay, CleanupStep, IntentCleanup, after_replay, cleanup_step,
+    AfterReplay, CleanupStep, after_replay, cleanup_step,
 };
 use crate::provision::controller::intents::ledger::Entry;
 use crate::provision::controller::intents::resolution::{
@@ -36,7 +37,6 @@ use crate::provision::controller::intents::resolution::{
 };
 use crate::provision::controller::intents::{Forget, Held, Pending};
 use crate::provision::controller::node_gone::{Gone, confirm_gone, gone_message};
-use crate::provision::controller::{Provisioner, gather};
 use crate::retry::{Backoff, describe};
 use crate::runtime::Shutdown;
 
@@ -329,22 +329,22 @@ async fn await_node_gone(
 /// volume, and judges the answer ([`after_replay`]). `Err`: the secret could not be read.
 async fn replay_for_id(
     state: &Provisioner,
-    cleanup: &IntentCleanup,
+    entry: &Entry,
     mut request: v1::CreateVolumeRequest,
 ) -> Result<AfterReplay, SecretFetchError> {
-    if let Some(secret) = &cleanup.secret {
+    if let Some(secret) = &entry.secret_ref() {
         request.secrets = secret_data(state, secret).await?;
     }
     Ok(match create_volume(state, request, false).await {
         Ok(response) => after_replay(
-            cleanup,
+            &entry.volume,
             Ok(response
                 .volume
                 .as_ref()
                 .map_or("", |v| v.volume_id.as_str())),
         ),
         Err(status) => after_replay(
-            cleanup,
+            &entry.volume,
             Err((status.code(), &crate::csi::rpc_error(&status))),
         ),
     })
@@ -362,49 +362,18 @@ async fn cleanup_entry(
 ) -> Result<(), Retry> {
     let entry = &pending.entry;
     let claim_deleted = matches!(cause, CleanupCause::ClaimGone | CleanupCause::ClaimDeleting);
-    // What an approximate entry (which recorded no policy) takes from its class as cached now.
-    let class_retains = claim
-        .filter(|_| entry.approximate)
-        .and_then(claim_class_name)
-        .and_then(|class| state.ctx.stores.classes.get(&ObjectRef::new(class)))
-        .map(|class| class.reclaim_policy.as_deref() == Some("Retain"));
-    if claim_deleted && entry.may_be_kept(state.intents.recorded_here(&entry.volume), class_retains)
-    {
+    if claim_deleted && entry.may_be_kept(state.intents.recorded_here(&entry.volume)) {
         // Cannot tell a volume whose PV was never made from one a user kept (its Retain PV
         // deleted by an admin): kept, and reported (the audit lists it as a volume without a PV).
-        warn!(
-            claim = %entry.claim_name(),
-            volume = %entry.volume,
-            "volume kept: the provisioning of a deleted claim of a Retain class (or of a class \
-             no longer known) left no PV, and \
-             whether its PV was made and then deleted by an admin cannot be told; delete the \
-             volume on the storage backend if nobody needs it (csi-provisioner audit lists it)"
-        );
-        resolved(state, pending, Forget::Done).await?;
-        // Counted once the record is gone: a failed removal is retried and must not count twice.
-        state.ctx.metrics.operator.intent_volumes_kept.inc();
-        return Ok(());
+        return keep_and_report(
+            state,
+            pending,
+            "the provisioning of a deleted claim of a Retain class left no PV, and whether its PV \
+             was made and then deleted by an admin cannot be told",
+        )
+        .await;
     }
-    let replay = match (entry.approximate, claim) {
-        // A record from before requests were recorded: the request as the class makes it now
-        // finds the volume more often than the minimal one (still not proof when refused).
-        (true, Some(claim)) => match gather(state, claim).await {
-            Ok(facts) => facts.request_now(state, claim, &entry.volume),
-            Err(e) => {
-                debug!(claim = %entry.claim_name(), error = %e, "rebuilding the request to replay");
-                None
-            }
-        }
-        .or_else(|| entry.request()),
-        _ => entry.request(),
-    };
-    let cleanup = IntentCleanup {
-        volume_name: entry.volume.clone(),
-        volume_id: entry.id.clone(),
-        secret: entry.secret_ref(),
-        replay_is_exact: replay.is_some() && !entry.approximate,
-        replay,
-    };
+    let secret = entry.secret_ref();
     let report = |message: String| {
         warn!(claim = %entry.claim_name(), volume = %entry.volume, "{message}");
         if let Some(claim) = claim {
@@ -415,9 +384,18 @@ async fn cleanup_entry(
         }
         Retry::from(message)
     };
-    let mut step = cleanup_step(&cleanup);
+    let mut step = cleanup_step(entry);
+    if step == CleanupStep::KeepAndReport {
+        return keep_and_report(
+            state,
+            pending,
+            "its record names neither the volume's id nor the request that made it, so whether \
+             it exists cannot be told",
+        )
+        .await;
+    }
     if let CleanupStep::Replay(request) = step {
-        let verdict = replay_for_id(state, &cleanup, *request)
+        let verdict = replay_for_id(state, entry, *request)
             .await
             .map_err(|e| report(e.to_string()))?;
         step = match verdict {
@@ -441,7 +419,7 @@ async fn cleanup_entry(
         step = CleanupStep::DropIntent;
     }
     if let CleanupStep::DeleteVolume { volume_id } = &step {
-        delete_volume(state, volume_id, cleanup.secret.as_ref())
+        delete_volume(state, volume_id, secret.as_ref())
             .await
             .map_err(|e| {
                 let whose = match cause {
@@ -459,4 +437,20 @@ async fn cleanup_entry(
         info!(claim = %entry.claim_name(), volume = %entry.volume, %volume_id, ?cause, "volume of an abandoned provisioning deleted");
     }
     resolved(state, pending, Forget::Done).await
+}
+
+/// Drops `pending`'s entry and reports its volume as kept (`why` says why it cannot be deleted):
+/// a `volume kept` warning and the kept-volumes counter.
+async fn keep_and_report(state: &Provisioner, pending: &Pending, why: &str) -> Result<(), Retry> {
+    let entry = &pending.entry;
+    warn!(
+        claim = %entry.claim_name(),
+        volume = %entry.volume,
+        "volume kept: {why}; delete the volume on the storage backend if nobody needs it \
+         (csi-provisioner audit lists it)"
+    );
+    resolved(state, pending, Forget::Done).await?;
+    // Counted once the record is gone: a failed removal is retried and must not count twice.
+    state.ctx.metrics.operator.intent_volumes_kept.inc();
+    Ok(())
 }
