@@ -2,25 +2,13 @@
 //! outlives its claim unnoticed (upstream leaks one when a claim is deleted while CreateVolume
 //! hangs or the sidecar is down: its issues 486, 1469).
 //!
-//! One interface of five methods over the store new intents go to, chosen once at start-up
-//! ([`open`]), and what earlier runs left on claims: a claim's path calls [`IntentLog::record`] (returns once the record is
-//! durable; only then may CreateVolume be sent), [`IntentLog::set_id`] and
-//! [`IntentLog::forget`] on the handle it returns; the resolver walks [`IntentLog::pending`],
-//! calls the same two on each entry, and asks [`IntentLog::recorded_here`].
-//!
-//! - the Lease ledger ([`ledger`]): a few Leases in the sidecar's namespace (one per node
-//!   in node mode), what is recorded while a write is in flight riding the next write; the
-//!   default, in upstream's RBAC;
-//! - the claim record ([`claim_record`]): a finalizer and annotations on the claim, for RBAC
-//!   without Leases (the ledger cannot be listed at start-up). A Lease write refused later fails
-//!   that attempt with an event naming the missing permission, as any API error does.
-//!
-//! The resolver ([`resolve`]) is the only clean-up path for both: it walks
-//! [`IntentLog::pending`] and decides each entry with `resolution::resolve`.
-//!
-//! [`open`] chooses which log this instance uses (the driver's Lease ledger; in node mode its
-//! node's; claim records when Leases cannot be listed at start-up); [`recorded_on_node`] reads what
-//! another node recorded for a claim before its selected node is cleared.
+//! One interface of five methods ([`IntentLog`]) over the store [`open`] chooses once at start-up:
+//! the Lease ledger ([`ledger`]: the default, in upstream's RBAC; in node mode its node's), or the
+//! claim record ([`claim_record`]) when Leases cannot be listed then. A Lease write refused later
+//! fails that attempt with an event naming the missing permission, as any API error does. Records
+//! an earlier run left on claims are pending too, whichever store is chosen. The resolver
+//! ([`resolve`]) is the only clean-up path for both; [`recorded_on_node`] reads what another node
+//! recorded for a claim before its selected node is cleared.
 
 use std::path::Path;
 use std::sync::Arc;

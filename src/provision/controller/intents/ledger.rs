@@ -1,31 +1,14 @@
 //! The intent ledger: the durable record that a CreateVolume may be in flight, kept in a few Lease
 //! objects of the sidecar's namespace instead of a finalizer and annotations on every claim.
 //!
-//! Why: the per-claim record cost two claim writes per volume (intent on, intent off), under the
-//! same rate limit as the PV create, which made provisioning several times slower than upstream.
-//! Here one Lease write commits the intents recorded while the previous write was in flight (group
-//! commit), and removals ride along with the next commit or the resolver's flush, so a burst of
-//! volumes costs a small fraction of a write each. Leases are in upstream's RBAC (the leader-election Role).
+//! Why: the per-claim record cost two claim writes per volume, under the same rate limit as the
+//! PV create. Here one Lease write commits every intent recorded while the previous write was in
+//! flight (group commit), and removals ride the next write of their shard or the resolver's flush
+//! ([`Ledger::flush_removals`]): a stale entry only costs a later look at its PV, a missing one
+//! may cost a volume. Leases are in upstream's RBAC (the leader-election Role).
 //!
-//! What an entry holds is enough to finish the volume without its claim: the volume name, the
-//! claim (namespace, name, UID), the provisioner secret reference, the volume id once learned, and
-//! the exact CreateVolume request (secrets removed) to replay when the id is unknown.
-//!
-//! The entries, their layout over shards (one Lease holds at most
-//! [`SHARD_BYTES`] of entries, below the API server's 256 KiB annotation limit), the encoding
-//! are pure (an entry's fate is decided by `intents::resolution`); the committer below writes them.
-//!
-//! # The committer
-//!
-//! The ledger's shell: loads the ledger Leases, and one committer task writes what changed, one
-//! write per shard for every intent recorded by then (group commit: what is recorded while a
-//! write is in flight rides the next write). Removals ride along with the next write of their
-//! shard, or are flushed at a quiet resolver pass, after a failed write, and at least every
-//! minute ([`Ledger::flush_removals`]): a stale entry only costs a later look at its PV, a
-//! missing one may cost a volume.
-//!
-//! The Lease objects too: a shard's entries read from and written into a Lease, and reading
-//! another ledger whole (another node's, before clearing a claim's selected node).
+//! The [`Book`] (entries, their shards: one Lease holds at most [`SHARD_BYTES`], below the API
+//! server's 256 KiB annotation limit) is pure; the committer ([`Ledger::run_committer`]) writes it.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
@@ -45,6 +28,7 @@ use tracing::{debug, info, warn};
 
 use crate::csi::v1::CreateVolumeRequest;
 use crate::model::secrets::SecretRef;
+use crate::names::{LEDGER_ENTRIES_ANNOTATION, LEDGER_NODE_ANNOTATION, LEDGER_NODE_LABEL};
 use crate::retry::{ApiErrorClass, classify, describe};
 use crate::runtime::Leadership;
 use crate::sync::lock;
@@ -59,16 +43,9 @@ fn entry_bytes(entry: &Entry) -> usize {
     serde_json::to_string(entry).map_or(0, |text| text.len()) + 1
 }
 
-/// The Lease annotation holding a shard's entries (JSON list).
-pub(crate) const ENTRIES_ANNOTATION: &str = crate::names::LEDGER_ENTRIES_ANNOTATION;
 /// The label every ledger Lease carries, valued with the ledger's name (one per driver, one per
 /// node in node mode).
 pub(crate) const LEDGER_LABEL: &str = "csi-provisioner.rs/intent-ledger";
-/// Node mode: the label (valued with the ledger's name) that marks a node's ledger, so the
-/// dead-node clean-up can list every node's ledger at once.
-pub(crate) const NODE_LEDGER_LABEL: &str = crate::names::LEDGER_NODE_LABEL;
-/// Node mode: the annotation naming the node a ledger belongs to (names are too long for labels).
-pub(crate) const NODE_ANNOTATION: &str = crate::names::LEDGER_NODE_ANNOTATION;
 
 /// The name of node `node`'s ledger for the driver whose Lease name is `lease`: the Lease name
 /// and a hash of the node name, short enough to be a label value (63 characters).
@@ -159,7 +136,7 @@ impl Entry {
     }
 }
 
-/// The entries of one shard, as stored in [`ENTRIES_ANNOTATION`].
+/// The entries of one shard, as stored in [`LEDGER_ENTRIES_ANNOTATION`].
 pub(crate) fn encode(entries: &[&Entry]) -> String {
     serde_json::to_string(entries).unwrap_or_else(|_| "[]".to_owned())
 }
@@ -167,7 +144,7 @@ pub(crate) fn encode(entries: &[&Entry]) -> String {
 /// Parses a shard's annotation; a malformed value is an error naming what is wrong (never
 /// silently an empty ledger: that would forget in-flight volumes).
 pub(crate) fn decode(value: &str) -> Result<Vec<Entry>, String> {
-    serde_json::from_str(value).map_err(|e| format!("malformed {ENTRIES_ANNOTATION}: {e}"))
+    serde_json::from_str(value).map_err(|e| format!("malformed {LEDGER_ENTRIES_ANNOTATION}: {e}"))
 }
 
 /// The name of shard `index` of the ledger `base` (the leader-election Lease name).
@@ -358,12 +335,6 @@ impl Book {
         self.entries.len()
     }
 
-    /// Whether a removal asked for a prompt write. Other removals wait for the next commit of
-    /// their shard or the resolver's flush.
-    pub(crate) fn has_prompt(&self) -> bool {
-        self.prompt
-    }
-
     /// Whether anything waits for a write: an unwritten entry or a prompt removal.
     #[cfg(test)]
     pub(crate) fn has_uncommitted(&self) -> bool {
@@ -381,7 +352,7 @@ impl Book {
     /// removals alone waits for the resolver's flush. A prompt
     /// removal is written with any commit. Shards gaining entries come first: an entry that
     /// moved is in its new shard before it leaves the old one.
-    pub(crate) fn take_commit(&mut self, removals: bool) -> Commit {
+    pub(crate) fn take_commit(&mut self, removals: bool) -> Vec<ShardWrite> {
         let all = std::mem::take(&mut self.prompt) || removals;
         let mut fresh = vec![false; self.dirty.len()];
         for slot in self.entries.values().filter(|s| !s.committed) {
@@ -406,7 +377,7 @@ impl Book {
                 content: encode(&entries),
             });
         }
-        Commit { shards }
+        shards
     }
 
     /// The shards of `commit` were written: their entries, as written, are committed.
@@ -421,10 +392,8 @@ impl Book {
         }
     }
 
-    /// A shard's write failed: it is written again with the next commit.
+    /// A shard's write failed: it is written again with the next commit or the resolver's flush.
     pub(crate) fn failed(&mut self, shard: usize) {
-        self.grow(shard);
-        // Written again with the next commit or the resolver's flush, whichever comes first.
         self.dirty[shard] = true;
     }
 
@@ -433,7 +402,6 @@ impl Book {
     /// like loaded ones. Entries this process removed come back too: resolving them again is
     /// harmless (their PV exists), forgetting a live one is not.
     pub(crate) fn merge_foreign(&mut self, shard: usize, remote: Vec<Entry>) {
-        self.grow(shard);
         for entry in remote {
             if !self.entries.contains_key(&entry.volume) {
                 self.place(entry, shard, true);
@@ -441,13 +409,6 @@ impl Book {
         }
         self.dirty[shard] = true;
     }
-}
-
-/// The writes of one commit.
-#[derive(Debug, Default)]
-pub(crate) struct Commit {
-    /// One write per dirty shard.
-    pub(crate) shards: Vec<ShardWrite>,
 }
 
 /// One shard's new content.
@@ -519,32 +480,32 @@ struct Target {
     node: Option<String>,
 }
 
+impl Target {
+    /// A failed write of Lease `name`: the API server's `message`, and what to do (`hint`).
+    fn error(&self, name: &str, message: String, hint: &str) -> LedgerError {
+        let lease = format!("{}/{name}", self.namespace);
+        let hint = hint.to_owned();
+        LedgerError {
+            lease,
+            message,
+            hint,
+        }
+    }
+}
+
 #[derive(Default)]
 struct State {
     book: Book,
     /// Workers waiting for the next commit.
     waiters: Vec<oneshot::Sender<Result<(), LedgerError>>>,
-    /// The last Lease seen per shard (`None`: not created yet).
-    leases: Vec<Option<Lease>>,
+    /// The last Lease seen per shard (none: not created yet).
+    leases: BTreeMap<usize, Lease>,
     /// Entries this process recorded itself (not read from an earlier process's ledger), until
     /// they are dropped.
     recorded_here: std::collections::HashSet<String>,
 }
 
 impl Ledger {
-    fn with(state: State, target: Target, count: Arc<AtomicI64>) -> Self {
-        Self(Arc::new(Inner {
-            state: Mutex::new(state),
-            wake: Notify::new(),
-            flush: AtomicBool::new(false),
-            recording: AtomicBool::new(false),
-            skipped: Default::default(),
-            failed: AtomicBool::new(false),
-            target,
-            count,
-        }))
-    }
-
     /// Loads the ledger `base` (the leader-election Lease name) of `namespace`, retrying
     /// transient errors until it is read. `None`: refused (RBAC), with a warning saying which
     /// permission is missing, or a Lease that cannot be read: intents go on the claims instead.
@@ -582,7 +543,7 @@ impl Ledger {
                     return None;
                 }
             };
-            set_lease(&mut state.leases, index, lease);
+            state.leases.insert(index, lease);
             shards.push((index, entries));
         }
         state.book = Book::load(shards);
@@ -594,7 +555,16 @@ impl Ledger {
             base: base.to_owned(),
             node: node.map(str::to_owned),
         };
-        Some(Self::with(state, target, count))
+        Some(Self(Arc::new(Inner {
+            state: Mutex::new(state),
+            wake: Notify::new(),
+            flush: AtomicBool::new(false),
+            recording: AtomicBool::new(false),
+            skipped: Default::default(),
+            failed: AtomicBool::new(false),
+            target,
+            count,
+        })))
     }
 
     /// Records `entry` and waits until a commit has written it. Only then may CreateVolume be
@@ -615,13 +585,14 @@ impl Ledger {
         self.0.wake.notify_one();
         // The sender lives in the ledger's state, answered by every commit: never dropped
         // unanswered while the ledger exists.
+        let target = &self.0.target;
         rx.await.unwrap_or_else(|_| {
-            Err(LedgerError {
-                // `namespace/name-intents` of the ledger's shards.
-                lease: format!("{}/{}-intents", self.0.target.namespace, self.0.target.base),
-                message: "the intent ledger's committer stopped".to_owned(),
-                hint: String::new(),
-            })
+            let shards = format!("{}-intents", target.base);
+            Err(target.error(
+                &shards,
+                "the intent ledger's committer stopped".to_owned(),
+                "",
+            ))
         })
     }
 
@@ -723,7 +694,7 @@ impl Ledger {
             let notified = self.0.wake.notified();
             {
                 let state = lock(&self.0.state);
-                if !state.waiters.is_empty() || state.book.has_prompt() {
+                if !state.waiters.is_empty() || state.book.prompt {
                     return Due::Intents;
                 }
                 if self.0.flush.swap(false, Ordering::Relaxed) && state.book.is_dirty() {
@@ -744,15 +715,14 @@ impl Ledger {
             let commit = state.book.take_commit(removals);
             let waiters = std::mem::take(&mut state.waiters);
             let leases = commit
-                .shards
                 .iter()
-                .map(|s| state.leases.get(s.shard).cloned().flatten())
+                .map(|s| state.leases.get(&s.shard).cloned())
                 .collect::<Vec<_>>();
             (commit, waiters, leases)
         };
         let mut failure: Option<LedgerError> = None;
         let mut conflict = false;
-        for (write, known) in commit.shards.iter().zip(leases) {
+        for (write, known) in commit.iter().zip(leases) {
             let name = shard_name(&target.base, write.shard);
             let lease = with_entries(
                 known,
@@ -774,7 +744,7 @@ impl Ledger {
                     let written = decode(&write.content).unwrap_or_default();
                     let mut state = lock(&self.0.state);
                     state.book.committed(write, &written);
-                    set_lease(&mut state.leases, write.shard, saved);
+                    state.leases.insert(write.shard, saved);
                 }
                 Err(e) => {
                     let class = classify(&e);
@@ -800,11 +770,7 @@ impl Ledger {
                                 ),
                                 _ => "; retrying".to_owned(),
                             };
-                            failure = Some(LedgerError {
-                                lease: format!("{}/{name}", target.namespace),
-                                message: describe(&e),
-                                hint,
-                            });
+                            failure = Some(target.error(&name, describe(&e), &hint));
                         }
                     }
                 }
@@ -838,31 +804,23 @@ impl Ledger {
                 Ok(remote) => {
                     let mut state = lock(&self.0.state);
                     state.book.merge_foreign(shard, remote);
-                    set_lease(&mut state.leases, shard, lease);
+                    state.leases.insert(shard, lease);
                     self.publish(&state.book);
                 }
                 Err(e) => {
                     warn!(lease = %name, "{e}; it is not overwritten: repair or delete it");
-                    return Err(LedgerError {
-                        lease: format!("{}/{name}", target.namespace),
-                        message: e,
-                        hint: "; it is not overwritten, since it may list volumes being created: repair or delete it".to_owned(),
-                    });
+                    let hint = "; it is not overwritten, since it may list volumes being created: repair or delete it";
+                    return Err(target.error(name, e, hint));
                 }
             },
             Ok(None) => {
-                if let Some(slot) = lock(&self.0.state).leases.get_mut(shard) {
-                    *slot = None;
-                }
+                lock(&self.0.state).leases.remove(&shard);
             }
             // Fails this commit rather than writing again at once: each try would meet the
             // same conflict while the API server cannot answer the read.
             Err(e) => {
-                return Err(LedgerError {
-                    lease: format!("{}/{name}", target.namespace),
-                    message: format!("reading it after a conflicting write: {}", describe(&e)),
-                    hint: "; retrying".to_owned(),
-                });
+                let message = format!("reading it after a conflicting write: {}", describe(&e));
+                return Err(target.error(name, message, "; retrying"));
             }
         }
         Ok(())
@@ -871,20 +829,13 @@ impl Ledger {
 
 // === The Lease objects ===
 
-fn set_lease(leases: &mut Vec<Option<Lease>>, shard: usize, lease: Lease) {
-    if leases.len() <= shard {
-        leases.resize(shard + 1, None);
-    }
-    leases[shard] = Some(lease);
-}
-
 /// The entries a ledger Lease holds (none when it has no annotation yet).
 pub(crate) fn lease_entries(lease: &Lease) -> Result<Vec<Entry>, String> {
     match lease
         .metadata
         .annotations
         .as_ref()
-        .and_then(|a| a.get(ENTRIES_ANNOTATION))
+        .and_then(|a| a.get(LEDGER_ENTRIES_ANNOTATION))
     {
         Some(value) => decode(value),
         None => Ok(Vec::new()),
@@ -910,8 +861,8 @@ fn with_entries(
         .into();
         let mut annotations = std::collections::BTreeMap::new();
         if let Some(node) = node {
-            labels.insert(NODE_LEDGER_LABEL.to_owned(), base.to_owned());
-            annotations.insert(NODE_ANNOTATION.to_owned(), node.to_owned());
+            labels.insert(LEDGER_NODE_LABEL.to_owned(), base.to_owned());
+            annotations.insert(LEDGER_NODE_ANNOTATION.to_owned(), node.to_owned());
         }
         Lease {
             metadata: ObjectMeta {
@@ -927,7 +878,7 @@ fn with_entries(
         .metadata
         .annotations
         .get_or_insert_with(Default::default)
-        .insert(ENTRIES_ANNOTATION.to_owned(), content.to_owned());
+        .insert(LEDGER_ENTRIES_ANNOTATION.to_owned(), content.to_owned());
     lease
 }
 

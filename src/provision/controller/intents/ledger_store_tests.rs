@@ -146,11 +146,10 @@ async fn a_shard_left_unreadable_is_not_overwritten_and_recording_fails_naming_i
     let leases: Api<Lease> = Api::namespaced(client.clone(), "default");
     let shard = super::shard_name("d", 0);
     let mut lease = leases.get(&shard).await.unwrap();
-    lease
-        .metadata
-        .annotations
-        .get_or_insert_default()
-        .insert(ENTRIES_ANNOTATION.to_owned(), "not a ledger".to_owned());
+    lease.metadata.annotations.get_or_insert_default().insert(
+        crate::names::LEDGER_ENTRIES_ANNOTATION.to_owned(),
+        "not a ledger".to_owned(),
+    );
     leases
         .replace(&shard, &PostParams::default(), &lease)
         .await
@@ -165,7 +164,7 @@ async fn a_shard_left_unreadable_is_not_overwritten_and_recording_fails_naming_i
         );
         let kept = leases.get(&shard).await.unwrap();
         assert_eq!(
-            kept.metadata.annotations.unwrap()[ENTRIES_ANNOTATION],
+            kept.metadata.annotations.unwrap()[crate::names::LEDGER_ENTRIES_ANNOTATION],
             "not a ledger",
             "the unreadable shard is left as it is"
         );

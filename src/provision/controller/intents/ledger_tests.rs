@@ -51,7 +51,7 @@ fn an_entry_keeps_the_exact_request_but_never_its_secrets() {
     assert!(
         decode("{not json")
             .unwrap_err()
-            .contains(ENTRIES_ANNOTATION)
+            .contains(crate::names::LEDGER_ENTRIES_ANNOTATION)
     );
 }
 
@@ -69,10 +69,10 @@ fn one_commit_carries_every_pending_entry_and_a_committed_one_needs_no_write() {
     assert_eq!(book.record(entry("pvc-1")), InBook::Unwritten);
     assert_eq!(book.record(entry("pvc-2")), InBook::Unwritten);
     let commit = book.take_commit(true);
-    assert_eq!(commit.shards.len(), 1, "both in one write");
-    let written = decode(&commit.shards[0].content).expect("valid");
+    assert_eq!(commit.len(), 1, "both in one write");
+    let written = decode(&commit[0].content).expect("valid");
     assert_eq!(written.len(), 2);
-    book.committed(&commit.shards[0], &written);
+    book.committed(&commit[0], &written);
     assert!(!book.has_uncommitted());
     assert!(!book.is_dirty());
     assert_eq!(book.record(entry("pvc-1")), InBook::Committed);
@@ -89,20 +89,20 @@ fn a_retained_volumes_removal_is_written_at_once_and_others_wait() {
     book.record(entry("pvc-1"));
     book.record(entry("pvc-2"));
     let commit = book.take_commit(true);
-    let written = decode(&commit.shards[0].content).expect("valid");
-    book.committed(&commit.shards[0], &written);
+    let written = decode(&commit[0].content).expect("valid");
+    book.committed(&commit[0], &written);
     assert!(book.forget("pvc-1", Removal::Lazy));
     assert!(!book.has_uncommitted(), "a Delete PV's removal may wait");
     assert!(book.forget("pvc-2", Removal::Prompt));
     assert!(book.has_uncommitted(), "a Retain PV's removal is due now");
     let commit = book.take_commit(true);
-    assert_eq!(decode(&commit.shards[0].content).expect("valid"), vec![]);
+    assert_eq!(decode(&commit[0].content).expect("valid"), vec![]);
     assert!(!book.has_uncommitted());
     // A failed write of it waits for the next commit or the resolver's flush, which writes it.
-    book.failed(commit.shards[0].shard);
+    book.failed(commit[0].shard);
     assert!(book.is_dirty());
     let retried = book.take_commit(true);
-    assert_eq!(decode(&retried.shards[0].content).expect("valid"), vec![]);
+    assert_eq!(decode(&retried[0].content).expect("valid"), vec![]);
 }
 
 #[test]
@@ -110,9 +110,9 @@ fn an_entry_changed_during_its_commit_stays_uncommitted() {
     let mut book = Book::default();
     book.record(entry("pvc-1"));
     let commit = book.take_commit(true);
-    let written = decode(&commit.shards[0].content).expect("valid");
+    let written = decode(&commit[0].content).expect("valid");
     book.set_id("pvc-1", "vol-1");
-    book.committed(&commit.shards[0], &written);
+    book.committed(&commit[0], &written);
     assert!(book.has_uncommitted(), "the id is not written yet");
     assert_eq!(
         book.get("pvc-1").and_then(|e| e.id.as_deref()),
@@ -126,7 +126,7 @@ fn a_failed_write_is_written_again() {
     book.record(entry("pvc-1"));
     let commit = book.take_commit(true);
     assert!(!book.is_dirty());
-    book.failed(commit.shards[0].shard);
+    book.failed(commit[0].shard);
     assert!(book.is_dirty() && book.has_uncommitted());
 }
 
@@ -139,19 +139,16 @@ fn shards_fill_up_to_their_size_limit_and_reuse_freed_room() {
         book.record(entry(&format!("pvc-{i:05}")));
     }
     let commit = book.take_commit(true);
-    assert_eq!(commit.shards.len(), 2);
-    assert!(commit.shards[0].content.len() <= SHARD_BYTES);
-    assert_eq!(decode(&commit.shards[0].content).unwrap().len(), per_shard);
-    assert_eq!(decode(&commit.shards[1].content).unwrap().len(), 1);
+    assert_eq!(commit.len(), 2);
+    assert!(commit[0].content.len() <= SHARD_BYTES);
+    assert_eq!(decode(&commit[0].content).unwrap().len(), per_shard);
+    assert_eq!(decode(&commit[1].content).unwrap().len(), 1);
     book.forget("pvc-00000", Removal::Lazy);
     book.take_commit(true);
     book.record(entry("pvc-new00"));
     let commit = book.take_commit(true);
-    assert_eq!(commit.shards.len(), 1);
-    assert_eq!(
-        commit.shards[0].shard, 0,
-        "freed room in the first shard is used"
-    );
+    assert_eq!(commit.len(), 1);
+    assert_eq!(commit[0].shard, 0, "freed room in the first shard is used");
 }
 
 #[test]
@@ -169,22 +166,19 @@ fn a_commit_for_new_intents_leaves_shards_changed_only_by_removals_for_later() {
     assert!(book.has_uncommitted());
     let commit = book.take_commit(false);
     assert_eq!(
-        commit.shards.iter().map(|s| s.shard).collect::<Vec<_>>(),
+        commit.iter().map(|s| s.shard).collect::<Vec<_>>(),
         vec![0],
         "only the shard with the new intent is written"
     );
-    let written = decode(&commit.shards[0].content).unwrap();
-    book.committed(&commit.shards[0], &written);
+    let written = decode(&commit[0].content).unwrap();
+    book.committed(&commit[0], &written);
     assert!(!book.has_uncommitted(), "no write is due now");
     assert!(
         book.is_dirty(),
         "shard 1's removal waits for the resolver's flush"
     );
     let commit = book.take_commit(true);
-    assert_eq!(
-        commit.shards.iter().map(|s| s.shard).collect::<Vec<_>>(),
-        vec![1]
-    );
+    assert_eq!(commit.iter().map(|s| s.shard).collect::<Vec<_>>(), vec![1]);
     assert!(!book.is_dirty());
 
     // A prompt removal is written with the next commit, whatever it is for.
@@ -192,7 +186,7 @@ fn a_commit_for_new_intents_leaves_shards_changed_only_by_removals_for_later() {
     book.take_commit(false);
     book.forget(&format!("pvc-{:05}", 1), Removal::Prompt);
     assert!(book.has_uncommitted(), "due now");
-    assert_eq!(book.take_commit(false).shards.len(), 1);
+    assert_eq!(book.take_commit(false).len(), 1);
 }
 
 #[test]
@@ -224,7 +218,7 @@ fn a_stale_entry_is_dropped_without_a_write_of_its_own_and_left_out_of_the_next_
     assert!(!book.is_dirty(), "no write just for a stale entry");
     book.record(entry("pvc-3"));
     let commit = book.take_commit(true);
-    let written = decode(&commit.shards[0].content).unwrap();
+    let written = decode(&commit[0].content).unwrap();
     let volumes: Vec<&str> = written.iter().map(|e| e.volume.as_str()).collect();
     assert_eq!(volumes, ["pvc-2", "pvc-3"]);
 }
@@ -256,7 +250,7 @@ fn an_entry_that_outgrows_its_full_shard_moves_and_its_new_shard_is_written_firs
     for i in 0..per_shard {
         book.record(entry(&format!("pvc-{i:05}")));
     }
-    for write in book.take_commit(true).shards {
+    for write in book.take_commit(true) {
         let written = decode(&write.content).unwrap();
         book.committed(&write, &written);
     }
@@ -264,17 +258,14 @@ fn an_entry_that_outgrows_its_full_shard_moves_and_its_new_shard_is_written_firs
     book.set_id("pvc-00003", &"x".repeat(128));
     let commit = book.take_commit(true);
     assert_eq!(
-        commit.shards.iter().map(|s| s.shard).collect::<Vec<_>>(),
+        commit.iter().map(|s| s.shard).collect::<Vec<_>>(),
         vec![1, 0],
         "the shard gaining the entry first, then the one losing it"
     );
-    assert!(commit.shards.iter().all(|s| s.content.len() <= SHARD_BYTES));
-    let moved = decode(&commit.shards[0].content).unwrap();
+    assert!(commit.iter().all(|s| s.content.len() <= SHARD_BYTES));
+    let moved = decode(&commit[0].content).unwrap();
     assert_eq!(moved.len(), 1);
     assert_eq!(moved[0].id.as_deref(), Some("x".repeat(128).as_str()));
-    assert_eq!(
-        decode(&commit.shards[1].content).unwrap().len(),
-        per_shard - 1
-    );
+    assert_eq!(decode(&commit[1].content).unwrap().len(), per_shard - 1);
     assert_eq!(book.len(), per_shard);
 }
