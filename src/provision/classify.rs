@@ -90,7 +90,7 @@ pub(crate) fn is_infeasible(code: Code) -> bool {
 }
 
 /// What a failed CreateVolume *replay* (sent only to learn the id of an intent's volume before
-/// deleting it, see `plan::IntentCleanup`) says about that volume.
+/// deleting it, see `intents::cleanup`) says about that volume.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum ReplayVerdict {
     /// The volume does not exist: the intent can be finished without DeleteVolume.
