@@ -296,7 +296,7 @@ impl Metrics {
         );
         registry.register(
             "csi_provisioner_intent_volumes_kept",
-            "Volumes of abandoned provisionings kept instead of deleted because whether the user chose to keep them could not be told (a Retain class's volume whose claim and PV are both gone after a restart); csi-provisioner audit lists them as volumes without a PV.",
+            "Volumes of abandoned provisionings kept instead of deleted because whether the user chose to keep them could not be told (a Retain class's volume whose claim and PV are both gone after a restart, or an entry with neither a volume id nor a request to find it by); csi-provisioner audit lists them as volumes without a PV.",
             operator.intent_volumes_kept.clone(),
         );
         registry.register(

@@ -266,6 +266,46 @@ async fn a_record_without_its_request_keeps_the_volume_and_reports_it() {
     }
 }
 
+/// A record (of a Delete class) whose request does not decode and which names no volume id: the
+/// volume cannot be found to delete, so it is kept and reported, never dropped unseen.
+#[tokio::test]
+async fn a_record_whose_request_cannot_be_read_keeps_the_volume_and_reports_it() {
+    let sim = Sim::start(SimConfig::bare()).await.unwrap();
+    let csi = fake_csi("vol-7");
+    let api: Api<PersistentVolumeClaim> = Api::namespaced(sim.client(), "default");
+    let mut claim = crate::testing::pvc("default", "data")
+        .provisioner(DRIVER)
+        .class("standard")
+        .annotation(names::ANN_INTENT_VOLUME_NAME, "pvc-1")
+        // Base64 of three zero bytes: no CreateVolumeRequest.
+        .annotation(names::ANN_INTENT_REQUEST, "AAAA")
+        .finalizer(names::FINALIZER_PROVISIONING_INTENT)
+        .build();
+    claim.metadata.uid = None;
+    claim.metadata.resource_version = None;
+    claim.status = None;
+    api.create(&PostParams::default(), &claim).await.unwrap();
+    api.delete("data", &DeleteParams::default()).await.unwrap();
+    let claim = api.get("data").await.unwrap();
+    let state = shell_with(&sim, csi.clone(), vec![claim.clone()]);
+    let pending = observed(&state);
+    assert!(
+        !pending.entry.retain,
+        "the record reads as a Delete class's"
+    );
+    assert!(
+        intents::resolve::resolve_one(&state, &pending, &mut Default::default())
+            .await
+            .is_ok()
+    );
+    assert!(
+        crate::sync::lock(&csi.calls).is_empty(),
+        "no call reaches the driver"
+    );
+    assert!(claim_gone(&sim).await, "the record goes, the volume stays");
+    assert_eq!(state.ctx.metrics.operator.intent_volumes_kept.get(), 1);
+}
+
 #[tokio::test]
 async fn a_volume_whose_pv_exists_is_kept_and_only_the_intent_dropped() {
     let sim = Sim::start(SimConfig::bare()).await.unwrap();

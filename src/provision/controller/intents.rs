@@ -115,7 +115,8 @@ impl IntentLog {
         Self { ledger, claims }
     }
 
-    /// Records `entry` for `pvc` and returns once it is durable.
+    /// Records `entry` for `pvc` and returns once it is durable: only then may CreateVolume be
+    /// sent.
     pub(crate) async fn record(
         &self,
         pvc: &PersistentVolumeClaim,

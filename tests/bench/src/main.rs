@@ -140,6 +140,9 @@ struct Args {
     ready_log: Vec<String>,
 }
 
+/// How long a run waits for the machine to be idle before it starts ([`wait::machine_idle`]).
+const IDLE_WAIT: Duration = Duration::from_secs(60);
+
 fn label_and_path(spec: &str) -> (Option<String>, PathBuf) {
     match spec.split_once('=') {
         Some((l, p)) if !l.is_empty() && !l.contains('/') => (Some(l.to_string()), p.into()),
@@ -406,8 +409,9 @@ async fn run(args: Args) -> Result<Report> {
                     label: &b.label,
                     path: Path::new(&b.path),
                 };
+                let waited = wait::machine_idle(IDLE_WAIT).await;
                 eprintln!("bench: {} [{}] with {} ...", sc.title, sc.qps, b.label);
-                let run = match scenario {
+                let mut run = match scenario {
                     ScenarioName::Burst => scenarios::burst(&env, &bin, *q, size).await,
                     ScenarioName::Migrated => scenarios::migrated(&env, &bin, *q, size).await,
                     ScenarioName::Restore => scenarios::restore(&env, &bin, *q, size).await,
@@ -428,6 +432,11 @@ async fn run(args: Args) -> Result<Report> {
                         .await
                     }
                 };
+                run.metric(
+                    "idle_wait_s",
+                    "waited for an idle machine before the run (s)",
+                    waited.as_secs_f64(),
+                );
                 sc.runs.push(run);
             }
             report.scenarios.push(sc);

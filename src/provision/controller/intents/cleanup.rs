@@ -9,7 +9,8 @@ use crate::provision::controller::intents::ledger::Entry;
 /// The next step of an intent clean-up (the shell has found no PV holding the volume).
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum CleanupStep {
-    /// Only drop the intent: the volume is gone, or it is the one a PV holds.
+    /// Only drop the intent: the volume is gone, is the one a PV holds, or cannot be deleted by
+    /// id (reported).
     DropIntent,
     /// Drop the intent and report the volume as kept: there is neither a volume id nor a request
     /// to find it by (a record of a build that did not keep requests, or one that does not

@@ -77,8 +77,8 @@ pub(crate) struct Entry {
     pub(crate) id: Option<String>,
     /// The CreateVolume request without secrets (protobuf, base64 in JSON).
     pub(crate) request: ByteString,
-    /// The class's reclaim policy is Retain: once its PV may have existed, the volume is the
-    /// user's to keep (see [`Entry::may_be_kept`]).
+    /// The class's reclaim policy is Retain, or unknown (a claim record without its request):
+    /// once its PV may have existed, the volume is the user's to keep ([`Entry::may_be_kept`]).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub(crate) retain: bool,
 }
@@ -380,7 +380,7 @@ impl Book {
         shards
     }
 
-    /// The shards of `commit` were written: their entries, as written, are committed.
+    /// `shard` was written: its entries, as written, are committed.
     pub(crate) fn committed(&mut self, shard: &ShardWrite, written: &[Entry]) {
         for entry in written {
             if let Some(slot) = self.entries.get_mut(&entry.volume)
@@ -394,6 +394,7 @@ impl Book {
 
     /// A shard's write failed: it is written again with the next commit or the resolver's flush.
     pub(crate) fn failed(&mut self, shard: usize) {
+        debug_assert!(shard < self.dirty.len(), "a shard of take_commit");
         self.dirty[shard] = true;
     }
 
@@ -402,6 +403,7 @@ impl Book {
     /// like loaded ones. Entries this process removed come back too: resolving them again is
     /// harmless (their PV exists), forgetting a live one is not.
     pub(crate) fn merge_foreign(&mut self, shard: usize, remote: Vec<Entry>) {
+        debug_assert!(shard < self.dirty.len(), "a shard of take_commit");
         for entry in remote {
             if !self.entries.contains_key(&entry.volume) {
                 self.place(entry, shard, true);

@@ -1,7 +1,8 @@
 //! The resolver: the only clean-up path of the intent log, whichever store holds an entry
 //! (Lease ledger, claim record). Every entry whose claim no longer wants its volume
 //! (claim gone, being deleted, bound elsewhere) gets its volume deleted (CreateVolume replayed
-//! first when the id is unknown) and is dropped; an entry whose PV exists is dropped, and one whose
+//! first when the id is unknown), or kept and reported where that cannot be told safely, and is
+//! dropped; an entry whose PV exists is dropped, and one whose
 //! PV holds another volume (in node mode: another node's copy) has its own volume deleted. Runs at
 //! start-up, which also finishes what an earlier leader or a crashed process left, and then every
 //! [`RESOLVE_EVERY`] over [`IntentLog::pending`](super::IntentLog::pending)
@@ -365,13 +366,14 @@ async fn cleanup_entry(
     if claim_deleted && entry.may_be_kept(state.intents.recorded_here(&entry.volume)) {
         // Cannot tell a volume whose PV was never made from one a user kept (its Retain PV
         // deleted by an admin): kept, and reported (the audit lists it as a volume without a PV).
-        return keep_and_report(
-            state,
-            pending,
+        let why = if entry.request.0.is_empty() {
+            "the record of a deleted claim, written by a build that kept neither the request nor \
+             the reclaim policy, cannot tell whether its volume was made or is one the user keeps"
+        } else {
             "the provisioning of a deleted claim of a Retain class left no PV, and whether its PV \
-             was made and then deleted by an admin cannot be told",
-        )
-        .await;
+             was made and then deleted by an admin cannot be told"
+        };
+        return keep_and_report(state, pending, &format!("{why}; {DELETE_IF_UNUSED}")).await;
     }
     let secret = entry.secret_ref();
     let report = |message: String| {
@@ -386,13 +388,18 @@ async fn cleanup_entry(
     };
     let mut step = cleanup_step(entry);
     if step == CleanupStep::KeepAndReport {
-        return keep_and_report(
-            state,
-            pending,
-            "its record names neither the volume's id nor the request that made it, so whether \
-             it exists cannot be told",
-        )
-        .await;
+        let unknown = "its record names neither the volume's id nor a request that made it, so \
+                       whether it exists cannot be told";
+        let advice = match (cause, in_use) {
+            // The PV of its name may hold this very volume: nothing to delete on a guess.
+            (CleanupCause::PvOfAnotherVolume, Some(id)) => format!(
+                "PV {} references volume {id}, which may be this one: check before deleting \
+                 anything on the storage backend",
+                entry.volume
+            ),
+            _ => DELETE_IF_UNUSED.to_owned(),
+        };
+        return keep_and_report(state, pending, &format!("{unknown}; {advice}")).await;
     }
     if let CleanupStep::Replay(request) = step {
         let verdict = replay_for_id(state, entry, *request)
@@ -439,16 +446,19 @@ async fn cleanup_entry(
     resolved(state, pending, Forget::Done).await
 }
 
-/// Drops `pending`'s entry and reports its volume as kept (`why` says why it cannot be deleted):
-/// a `volume kept` warning and the kept-volumes counter.
-async fn keep_and_report(state: &Provisioner, pending: &Pending, why: &str) -> Result<(), Retry> {
+/// What a kept volume's warning asks of the administrator, when no PV may hold it.
+const DELETE_IF_UNUSED: &str = "delete the volume on the storage backend if it exists and nobody \
+                                needs it (csi-provisioner audit lists it)";
+
+/// Drops `pending`'s entry and reports its volume as kept (`message`: why, and what to check): a
+/// `volume kept` warning and the kept-volumes counter.
+async fn keep_and_report(
+    state: &Provisioner,
+    pending: &Pending,
+    message: &str,
+) -> Result<(), Retry> {
     let entry = &pending.entry;
-    warn!(
-        claim = %entry.claim_name(),
-        volume = %entry.volume,
-        "volume kept: {why}; delete the volume on the storage backend if nobody needs it \
-         (csi-provisioner audit lists it)"
-    );
+    warn!(claim = %entry.claim_name(), volume = %entry.volume, "volume kept: {message}");
     resolved(state, pending, Forget::Done).await?;
     // Counted once the record is gone: a failed removal is retried and must not count twice.
     state.ctx.metrics.operator.intent_volumes_kept.inc();
