@@ -170,6 +170,12 @@ async fn deleted_claim_with_intent(sim: &Sim, volume_id: Option<&str>) -> Persis
     for (key, value) in intents::claim_record::intent_annotations(&entry) {
         annotations.extend(value.map(|v| (key.to_owned(), v)));
     }
+    created_and_deleted(sim, claim).await
+}
+
+/// Creates `claim` (held by its intent finalizer) and deletes it: a claim deleted mid-flight, as
+/// the resolver finds it.
+async fn created_and_deleted(sim: &Sim, mut claim: PersistentVolumeClaim) -> PersistentVolumeClaim {
     claim.metadata.uid = None;
     claim.metadata.resource_version = None;
     claim.status = None;
@@ -177,6 +183,33 @@ async fn deleted_claim_with_intent(sim: &Sim, volume_id: Option<&str>) -> Persis
     api.create(&PostParams::default(), &claim).await.unwrap();
     api.delete("data", &DeleteParams::default()).await.unwrap();
     api.get("data").await.unwrap()
+}
+
+/// Resolves the record of `claim` (deleted) and checks that its volume was kept and reported: no
+/// call reaches the driver, the record goes, and the kept-volumes counter reads 1.
+async fn assert_kept_and_reported(sim: &Sim, claim: PersistentVolumeClaim, case: &str) {
+    let csi = fake_csi("vol-7");
+    let state = shell_with(sim, csi.clone(), vec![claim]);
+    let pending = observed(&state);
+    assert!(
+        intents::resolve::resolve_one(&state, &pending, &mut Default::default())
+            .await
+            .is_ok()
+    );
+    let calls = crate::sync::lock(&csi.calls).clone();
+    assert!(
+        calls.is_empty(),
+        "no call reaches the driver ({case}): {calls:?}"
+    );
+    assert!(
+        claim_gone(sim).await,
+        "the record goes, the volume stays ({case})"
+    );
+    assert_eq!(
+        state.ctx.metrics.operator.intent_volumes_kept.get(),
+        1,
+        "{case}"
+    );
 }
 
 /// The claim record of the claim the shell was given, as the store's mirror has it.
@@ -233,8 +266,6 @@ async fn without_an_id_the_create_is_replayed_then_the_answered_volume_deleted()
 async fn a_record_without_its_request_keeps_the_volume_and_reports_it() {
     for volume_id in [None, Some("vol-1")] {
         let sim = Sim::start(SimConfig::bare()).await.unwrap();
-        let csi = fake_csi("vol-7");
-        let api: Api<PersistentVolumeClaim> = Api::namespaced(sim.client(), "default");
         let mut claim = crate::testing::pvc("default", "data")
             .provisioner(DRIVER)
             .class("standard")
@@ -243,26 +274,8 @@ async fn a_record_without_its_request_keeps_the_volume_and_reports_it() {
         if let Some(id) = volume_id {
             claim = claim.annotation(names::ANN_INTENT_VOLUME_ID, id);
         }
-        let mut claim = claim.build();
-        claim.metadata.uid = None;
-        claim.metadata.resource_version = None;
-        claim.status = None;
-        api.create(&PostParams::default(), &claim).await.unwrap();
-        api.delete("data", &DeleteParams::default()).await.unwrap();
-        let claim = api.get("data").await.unwrap();
-        let state = shell_with(&sim, csi.clone(), vec![claim.clone()]);
-        let pending = observed(&state);
-        assert!(
-            intents::resolve::resolve_one(&state, &pending, &mut Default::default())
-                .await
-                .is_ok()
-        );
-        assert!(
-            crate::sync::lock(&csi.calls).is_empty(),
-            "no call reaches the driver ({volume_id:?})"
-        );
-        assert!(claim_gone(&sim).await, "the record goes, the volume stays");
-        assert_eq!(state.ctx.metrics.operator.intent_volumes_kept.get(), 1);
+        let claim = created_and_deleted(&sim, claim.build()).await;
+        assert_kept_and_reported(&sim, claim, &format!("volume id {volume_id:?}")).await;
     }
 }
 
@@ -271,9 +284,7 @@ async fn a_record_without_its_request_keeps_the_volume_and_reports_it() {
 #[tokio::test]
 async fn a_record_whose_request_cannot_be_read_keeps_the_volume_and_reports_it() {
     let sim = Sim::start(SimConfig::bare()).await.unwrap();
-    let csi = fake_csi("vol-7");
-    let api: Api<PersistentVolumeClaim> = Api::namespaced(sim.client(), "default");
-    let mut claim = crate::testing::pvc("default", "data")
+    let claim = crate::testing::pvc("default", "data")
         .provisioner(DRIVER)
         .class("standard")
         .annotation(names::ANN_INTENT_VOLUME_NAME, "pvc-1")
@@ -281,29 +292,10 @@ async fn a_record_whose_request_cannot_be_read_keeps_the_volume_and_reports_it()
         .annotation(names::ANN_INTENT_REQUEST, "AAAA")
         .finalizer(names::FINALIZER_PROVISIONING_INTENT)
         .build();
-    claim.metadata.uid = None;
-    claim.metadata.resource_version = None;
-    claim.status = None;
-    api.create(&PostParams::default(), &claim).await.unwrap();
-    api.delete("data", &DeleteParams::default()).await.unwrap();
-    let claim = api.get("data").await.unwrap();
-    let state = shell_with(&sim, csi.clone(), vec![claim.clone()]);
-    let pending = observed(&state);
-    assert!(
-        !pending.entry.retain,
-        "the record reads as a Delete class's"
-    );
-    assert!(
-        intents::resolve::resolve_one(&state, &pending, &mut Default::default())
-            .await
-            .is_ok()
-    );
-    assert!(
-        crate::sync::lock(&csi.calls).is_empty(),
-        "no call reaches the driver"
-    );
-    assert!(claim_gone(&sim).await, "the record goes, the volume stays");
-    assert_eq!(state.ctx.metrics.operator.intent_volumes_kept.get(), 1);
+    let entry = intents::claim_record::entry_of(&claim).unwrap();
+    assert!(!entry.retain, "the record reads as a Delete class's");
+    let claim = created_and_deleted(&sim, claim).await;
+    assert_kept_and_reported(&sim, claim, "an undecodable request").await;
 }
 
 #[tokio::test]
