@@ -240,7 +240,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
             events.clone(),
             metrics.operator.rbac_missing.clone(),
         );
-        let (capacity_nudge, capacity) =
+        let capacity =
             crate::capacity::controller::prepare(&config, &driver, capacity_metrics).await?;
 
         let mut watches = start_watches(&client, &config, &driver).await;
@@ -275,7 +275,6 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
             stores,
             volume_locks: VolumeLocks::default(),
             leadership,
-            capacity: capacity_nudge,
         });
 
         {
@@ -326,9 +325,14 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
             shutdown.clone(),
         );
         let gone = crate::gone_nodes::controller::run(ctx.clone(), shutdown.clone());
+        let capacity_pvs = capacity.as_ref().map(|_| watches.pvs.subscribe());
         let capacity = async {
-            if let (Some(capacity), Some(queue)) = (capacity, capacity_queue) {
-                capacity.run(ctx.clone(), queue, shutdown.clone()).await;
+            if let (Some(capacity), Some(pvs), Some(queue)) =
+                (capacity, capacity_pvs, capacity_queue)
+            {
+                capacity
+                    .run(ctx.clone(), pvs, queue, shutdown.clone())
+                    .await;
             }
         };
         let sweep = async {
@@ -441,12 +445,21 @@ struct Watches {
 async fn start_watches(client: &Client, config: &Config, driver: &DriverInfo) -> Watches {
     let wc = watcher::Config::default();
     // Subscribers: PVCs feed the provisioning and reclaim controllers (and unused-claim
-    // tracking), PVs both controllers as well, classes the provisioning controller.
+    // tracking), PVs both controllers as well (and capacity tracking), classes the provisioning
+    // controller.
     let extra = usize::from(config.operator.track_unused_claims);
+    let extra_pvs = usize::from(config.capacity.enabled);
     let (pvcs, pvs, nodes, csinodes, labeller) = match &config.node_deployment {
         Some(node) => {
-            let scoped =
-                crate::node_mode::watches::start(client, driver, &node.node_name, 2, extra).await;
+            let scoped = crate::node_mode::watches::start(
+                client,
+                driver,
+                &node.node_name,
+                2,
+                extra,
+                extra_pvs,
+            )
+            .await;
             (
                 scoped.pvcs,
                 scoped.pvs,
@@ -466,7 +479,7 @@ async fn start_watches(client: &Client, config: &Config, driver: &DriverInfo) ->
                 Api::<PersistentVolume>::all(client.clone()),
                 wc.clone(),
                 "persistentvolumes",
-                2,
+                2 + extra_pvs,
             );
             // Nodes and CSINodes feed topology (central mode with a topology-aware driver) and
             // the dead-node checks; node mode learns its own topology from NodeGetInfo instead

@@ -8,7 +8,8 @@
 //! class or segment went away), the owner reference (`owner`), the clean-up after deleted nodes in
 //! node mode (`orphans`), and the shell (`controller`, one sync in `sync`) that polls the driver on
 //! `--capacity-poll-interval`, on topology or class changes, and right after a volume was created
-//! or deleted in a segment (`runtime::CapacityNudge`).
+//! or deleted in a segment (as the PV watch shows it: the controllers that create and delete
+//! volumes know nothing of capacity).
 
 pub(crate) mod controller;
 pub(crate) mod metrics;

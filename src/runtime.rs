@@ -12,7 +12,7 @@ use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 use kube::Client;
 use kube::runtime::reflector::Store;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::config::Config;
@@ -53,48 +53,6 @@ pub(crate) struct Context {
     /// Whether this replica may act now (always without `--leader-election`); checked right
     /// before CreateVolume, DeleteVolume and PV create.
     pub(crate) leadership: Leadership,
-    /// Refreshes capacity after a volume was created or deleted (a no-op without --enable-capacity).
-    pub(crate) capacity: CapacityNudge,
-}
-
-/// Nudges buffered before new ones are dropped; a dropped nudge only delays a refresh to the next
-/// poll, and a burst of volumes in one segment needs one refresh anyway.
-const NUDGE_BUFFER: usize = 256;
-
-/// Tells the capacity controller (`crate::capacity`) that a volume was created or deleted, so the
-/// objects of its segments (or, without node affinity, of its class) are refreshed now rather
-/// than at the next poll. Cheap to clone; a no-op when capacity tracking is off. It carries only
-/// the PV's class and node affinity, so the controllers that call it need nothing of `capacity`.
-#[derive(Clone, Debug, Default)]
-pub(crate) struct CapacityNudge(Option<mpsc::Sender<PersistentVolume>>);
-
-impl CapacityNudge {
-    /// A nudge and the receiving end the capacity controller consumes.
-    pub(crate) fn channel() -> (Self, mpsc::Receiver<PersistentVolume>) {
-        let (tx, rx) = mpsc::channel(NUDGE_BUFFER);
-        (Self(Some(tx)), rx)
-    }
-
-    /// Call after `CreateVolume` or `DeleteVolume` of `pv`'s volume succeeded. Never blocks.
-    pub(crate) fn volume_changed(&self, pv: &PersistentVolume) {
-        let Some(tx) = &self.0 else { return };
-        // An in-tree PV (CSI migration) goes whole: its affinity names the in-tree zone labels,
-        // which only its translation (volume source and labels included) maps to the driver's.
-        if crate::migration::Plugin::of_in_tree_pv(pv).is_some() {
-            let _ = tx.try_send(pv.clone());
-            return;
-        }
-        let spec = pv.spec.as_ref();
-        let slim = PersistentVolume {
-            spec: Some(k8s_openapi::api::core::v1::PersistentVolumeSpec {
-                storage_class_name: spec.and_then(|s| s.storage_class_name.clone()),
-                node_affinity: spec.and_then(|s| s.node_affinity.clone()),
-                ..Default::default()
-            }),
-            ..Default::default()
-        };
-        let _ = tx.try_send(slim);
-    }
 }
 
 /// Reflector stores the controllers read from.

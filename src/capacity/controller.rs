@@ -7,9 +7,11 @@
 //! caches (classes x segments) and the diff against the objects, in memory, without a request.
 //! New or re-appeared keys and objects deleted by someone are synced, obsolete objects deleted.
 //! Every key is polled once per `--capacity-poll-interval`, the polls spread evenly over it (a
-//! few keys each check, round robin) so the driver sees a steady rate, and the keys a
-//! `runtime::CapacityNudge` names right away. Failures back off per key from
-//! `--retry-interval-start` to `--retry-interval-max`.
+//! few keys each check, round robin) so the driver sees a steady rate. A volume's creation or
+//! deletion refreshes the keys of its segments right away, as the PV watch shows it
+//! (`plan::volume_change`): a new PV at once, a Released or deleted one once it has left the cache
+//! (its volume is deleted first). Failures back off per key from `--retry-interval-start` to
+//! `--retry-interval-max`.
 //!
 //! The queue holds at most one item per key, in two lanes: what the scheduler lacks (a missing
 //! object, an obsolete one to delete) goes ahead of refreshes of objects that exist, so a new
@@ -26,6 +28,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
+use futures::Stream;
 use futures::future::BoxFuture;
 use futures::stream::FuturesUnordered;
 use futures::{FutureExt, StreamExt};
@@ -36,19 +39,19 @@ use kube::api::DeleteParams;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::{Api, Client};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
 use super::metrics::CapacityMetrics;
-use super::plan::{self, Identity, Key, Segment};
+use super::plan::{self, Affected, Identity, Key, Segment, VolumeChange};
 use super::polls::Polls;
 use super::queue::{Lane, Queue};
 use crate::config::{Config, RateLimit};
 use crate::csi::DriverInfo;
-use crate::k8s::cache::watch_shared;
+use crate::k8s::cache::{Lean, watch_shared};
 use crate::retry::{Backoff, describe};
 use crate::runtime::queue::{QueueMetrics, Run};
-use crate::runtime::{CapacityNudge, Context, Shutdown};
+use crate::runtime::{Context, Shutdown};
 
 /// How often the desired set is compared with the caches (in memory only).
 pub(crate) const CHECK_PERIOD: Duration = Duration::from_secs(1);
@@ -64,21 +67,20 @@ pub(crate) struct Capacity {
     owner: Option<OwnerReference>,
     /// Node-deployment mode: this instance's segment only.
     fixed_segment: Option<Segment>,
-    nudges: mpsc::Receiver<PersistentVolume>,
     metrics: CapacityMetrics,
 }
 
 /// Start-up of the feature (upstream's order and messages): `NAMESPACE` (and `POD_NAME` for an
 /// owner) from the environment, the client with the capacity rate budget, the owner lookup. Errors
-/// are fatal, as upstream. Returns a no-op nudge and `None` when `--enable-capacity` is off.
+/// are fatal, as upstream. `None` when `--enable-capacity` is off.
 pub(crate) async fn prepare(
     config: &Config,
     driver: &DriverInfo,
     metrics: CapacityMetrics,
-) -> anyhow::Result<(CapacityNudge, Option<Capacity>)> {
+) -> anyhow::Result<Option<Capacity>> {
     let options = &config.capacity;
     if !options.enabled {
-        return Ok((CapacityNudge::default(), None));
+        return Ok(None);
     }
     let namespace = std::env::var("NAMESPACE")
         .ok()
@@ -127,23 +129,18 @@ pub(crate) async fn prepare(
             "--enable-capacity is set but the driver does not advertise the GET_CAPACITY controller capability; its GetCapacity calls will fail"
         );
     }
-    let (nudge, nudges) = CapacityNudge::channel();
     let identity = Identity {
         driver: driver.name.clone(),
         managed_by: plan::managed_by_id(node),
     };
-    Ok((
-        nudge,
-        Some(Capacity {
-            client,
-            identity,
-            namespace,
-            owner,
-            fixed_segment,
-            nudges,
-            metrics,
-        }),
-    ))
+    Ok(Some(Capacity {
+        client,
+        identity,
+        namespace,
+        owner,
+        fixed_segment,
+        metrics,
+    }))
 }
 
 /// client-go's defaulting for the capacity client: 0 means 5 QPS / burst 10, a negative QPS no limit.
@@ -181,10 +178,12 @@ enum Item {
 type Done = (Item, Result<Option<CSIStorageCapacity>, String>);
 
 impl Capacity {
-    /// Runs until shutdown; acts only while `ctx.leadership` allows.
+    /// Runs until shutdown; acts only while `ctx.leadership` allows. `pv_changes` is the PV
+    /// watch's stream of changed PVs.
     pub(crate) async fn run(
-        mut self,
+        self,
         ctx: Arc<Context>,
+        pv_changes: impl Stream<Item = Arc<Lean<PersistentVolume>>> + Send,
         queue_metrics: QueueMetrics,
         shutdown: Shutdown,
     ) {
@@ -270,6 +269,7 @@ impl Capacity {
             ),
             not_before: HashMap::new(),
             was_leader: false,
+            ending: HashMap::new(),
             metrics: self.metrics,
         };
         let threads = usize::try_from(settings.threads).unwrap_or(1).max(1);
@@ -277,7 +277,7 @@ impl Capacity {
         check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut workers = FuturesUnordered::new();
         let stop = shutdown.requested();
-        tokio::pin!(stop);
+        tokio::pin!(stop, pv_changes);
         loop {
             let is_leader = *leader.borrow();
             tokio::select! {
@@ -287,14 +287,10 @@ impl Capacity {
                     if is_leader {
                         state.poll_due();
                     }
+                    state.volumes_gone(is_leader);
                 }
-                Some(pv) = self.nudges.recv() => {
-                    if let (true, Some(affected)) = (is_leader, plan::affected(&state.identity.driver, &pv)) {
-                        let keys: Vec<Key> =
-                            state.known.iter().filter(|k| affected.covers(k)).cloned().collect();
-                        debug!(?affected, keys = keys.len(), "volume created or deleted: refreshing capacity");
-                        keys.into_iter().for_each(|k| state.enqueue(Item::Sync(k)));
-                    }
+                Some(pv) = pv_changes.next() => {
+                    state.volume_changed(&pv, is_leader);
                 }
                 Some((item, result)) = workers.next(), if !workers.is_empty() => {
                     state.finished(item, result);
@@ -340,6 +336,8 @@ struct Loop<'a> {
     backoff: Backoff<Item>,
     not_before: HashMap<Item, Instant>,
     was_leader: bool,
+    /// Our PVs seen Released or being deleted (by name), with what their volume's deletion frees.
+    ending: HashMap<String, Affected>,
     metrics: CapacityMetrics,
 }
 
@@ -437,6 +435,49 @@ impl Loop<'_> {
             Item::Sync(key) if self.fresh.contains(key) => Lane::New,
             Item::Sync(_) | Item::Delete(_) => Lane::Urgent,
         }
+    }
+
+    /// A PV changed: a new volume of ours refreshes its keys now; an ending one once it is gone.
+    fn volume_changed(&mut self, pv: &Lean<PersistentVolume>, is_leader: bool) {
+        match plan::volume_change(&self.identity.driver, &pv.full()) {
+            VolumeChange::Created(affected) => self.refresh(&affected, is_leader),
+            VolumeChange::Ending(affected) => {
+                self.ending.insert(pv.key().to_owned(), affected);
+            }
+            VolumeChange::Unchanged => {
+                self.ending.remove(pv.key());
+            }
+        }
+    }
+
+    /// Refreshes the keys of the ending PVs that left the cache (their volumes were deleted).
+    fn volumes_gone(&mut self, is_leader: bool) {
+        let pvs = &self.ctx.stores.pvs;
+        let gone: Vec<Affected> = self
+            .ending
+            .extract_if(|name, _| pvs.get(name).is_none())
+            .map(|(_, affected)| affected)
+            .collect();
+        gone.iter().for_each(|a| self.refresh(a, is_leader));
+    }
+
+    /// Queues a sync of every key `affected` covers (while leading: a new leader syncs them all).
+    fn refresh(&mut self, affected: &Affected, is_leader: bool) {
+        if !is_leader {
+            return;
+        }
+        let keys: Vec<Key> = self
+            .known
+            .iter()
+            .filter(|k| affected.covers(k))
+            .cloned()
+            .collect();
+        debug!(
+            ?affected,
+            keys = keys.len(),
+            "volume created or deleted: refreshing capacity"
+        );
+        keys.into_iter().for_each(|k| self.enqueue(Item::Sync(k)));
     }
 
     /// Queues `item` once (see [`Queue::push`]) in its lane.

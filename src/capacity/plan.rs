@@ -354,13 +354,45 @@ pub(crate) enum Affected {
     Class(String),
 }
 
-/// What a CreateVolume or DeleteVolume of `pv`'s volume may have changed: the segments of its node
-/// affinity, or, without affinity, its class everywhere; `None` when neither is known.
-pub(crate) fn affected(driver: &str, pv: &PersistentVolume) -> Option<Affected> {
+/// What a PV's change says of its volume's space, as the PV watch shows it (the controllers that
+/// create and delete volumes tell the capacity controller nothing).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum VolumeChange {
+    /// A volume of our driver was just created: its PV is new (no phase yet, or `Pending`).
+    Created(Affected),
+    /// Released or being deleted: a volume is deleted before its PV, so once the PV is gone from
+    /// the cache, its space is back (or, the volume kept, the refresh finds nothing changed).
+    Ending(Affected),
+    /// Nothing to refresh: another driver's PV, or one available or bound.
+    Unchanged,
+}
+
+/// What `pv`'s change says to our driver's capacity objects.
+pub(crate) fn volume_change(driver: &str, pv: &PersistentVolume) -> VolumeChange {
     // An in-tree PV of the plugin our driver took over has its affinity on the in-tree zone
     // labels, which match no segment of the driver: read it as the driver's, as migration does.
     let translated = crate::migration::as_csi(driver, pv).and_then(Result::ok);
-    let pv = translated.as_ref().unwrap_or(pv);
+    let csi_pv = translated.as_ref().unwrap_or(pv);
+    let ours = csi_pv
+        .spec
+        .as_ref()
+        .and_then(|s| s.csi.as_ref())
+        .is_some_and(|c| c.driver == driver);
+    let Some(affected) = ours.then(|| affected_of_csi(csi_pv)).flatten() else {
+        return VolumeChange::Unchanged;
+    };
+    let phase = pv.status.as_ref().and_then(|s| s.phase.as_deref());
+    match (pv.metadata.deletion_timestamp.is_some(), phase) {
+        (true, _) | (false, Some("Released" | "Failed")) => VolumeChange::Ending(affected),
+        (false, None | Some("Pending")) => VolumeChange::Created(affected),
+        (false, Some(_)) => VolumeChange::Unchanged,
+    }
+}
+
+/// What a CreateVolume or DeleteVolume of `pv`'s volume (as the driver sees it: an in-tree one
+/// translated) may have changed: the segments of its node affinity, or, without affinity, its
+/// class everywhere; `None` when neither is known.
+fn affected_of_csi(pv: &PersistentVolume) -> Option<Affected> {
     let spec = pv.spec.as_ref()?;
     let terms = spec
         .node_affinity

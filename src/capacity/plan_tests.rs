@@ -4,8 +4,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{
-    Node, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, PersistentVolume,
-    PersistentVolumeSpec, VolumeNodeAffinity,
+    CSIPersistentVolumeSource, Node, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm,
+    PersistentVolume, PersistentVolumeSpec, PersistentVolumeStatus, VolumeNodeAffinity,
 };
 use k8s_openapi::api::storage::v1::{
     CSINode, CSINodeDriver, CSINodeSpec, CSIStorageCapacity, StorageClass,
@@ -412,6 +412,11 @@ fn a_changed_value_or_a_missing_owner_updates_the_existing_object_in_place() {
 fn pv_with(affinity: Option<Vec<NodeSelectorTerm>>, class: Option<&str>) -> PersistentVolume {
     PersistentVolume {
         spec: Some(PersistentVolumeSpec {
+            csi: Some(CSIPersistentVolumeSource {
+                driver: DRIVER.into(),
+                volume_handle: "vol-1".into(),
+                ..Default::default()
+            }),
             storage_class_name: class.map(Into::into),
             node_affinity: affinity.map(|terms| VolumeNodeAffinity {
                 required: Some(NodeSelector {
@@ -440,6 +445,15 @@ fn term(pairs: &[(&str, &[&str])], op: &str) -> NodeSelectorTerm {
     }
 }
 
+/// What a newly created PV of `driver` refreshes (`None`: nothing).
+fn created(driver: &str, pv: &PersistentVolume) -> Option<Affected> {
+    match volume_change(driver, pv) {
+        VolumeChange::Created(affected) => Some(affected),
+        VolumeChange::Unchanged => None,
+        other => panic!("a new PV read as {other:?}"),
+    }
+}
+
 #[test]
 fn a_volume_refreshes_its_affinity_segments_or_without_affinity_its_class() {
     let pv = pv_with(
@@ -450,24 +464,58 @@ fn a_volume_refreshes_its_affinity_segments_or_without_affinity_its_class() {
         ]),
         Some("fast"),
     );
-    let affected = affected(DRIVER, &pv).unwrap();
+    let affected = created(DRIVER, &pv).unwrap();
     assert_eq!(affected, Affected::Segments(vec![seg(&[(ZONE, "1")])]));
     assert!(affected.covers(&key("fast", "1")));
     assert!(affected.covers(&key("slow", "1")));
     assert!(!affected.covers(&key("fast", "2")));
 
-    let flat = affected_of(pv_with(None, Some("fast")));
+    let flat = created(DRIVER, &pv_with(None, Some("fast"))).unwrap();
     assert!(flat.covers(&key("fast", "1")) && flat.covers(&key("fast", "2")));
     assert!(!flat.covers(&key("slow", "1")));
-    assert_eq!(plan_affected(pv_with(None, None)), None);
+    assert_eq!(created(DRIVER, &pv_with(None, None)), None);
 }
 
-fn affected_of(pv: PersistentVolume) -> Affected {
-    affected(DRIVER, &pv).unwrap()
-}
-
-fn plan_affected(pv: PersistentVolume) -> Option<Affected> {
-    affected(DRIVER, &pv)
+#[test]
+fn a_new_pv_refreshes_at_once_an_ending_one_once_it_is_gone_and_others_never() {
+    let with_phase = |phase: Option<&str>| {
+        let mut pv = pv_with(None, Some("fast"));
+        pv.status = phase.map(|p| PersistentVolumeStatus {
+            phase: Some(p.into()),
+            ..Default::default()
+        });
+        pv
+    };
+    let fast = Affected::Class("fast".into());
+    for phase in [None, Some("Pending")] {
+        assert_eq!(
+            volume_change(DRIVER, &with_phase(phase)),
+            VolumeChange::Created(fast.clone()),
+            "{phase:?}"
+        );
+    }
+    for phase in ["Released", "Failed"] {
+        assert_eq!(
+            volume_change(DRIVER, &with_phase(Some(phase))),
+            VolumeChange::Ending(fast.clone()),
+            "{phase}"
+        );
+    }
+    for phase in ["Available", "Bound"] {
+        assert_eq!(
+            volume_change(DRIVER, &with_phase(Some(phase))),
+            VolumeChange::Unchanged,
+            "{phase}"
+        );
+    }
+    let mut deleting = with_phase(Some("Bound"));
+    deleting.metadata.deletion_timestamp = Some(Time("2025-01-01T00:00:00Z".parse().unwrap()));
+    assert_eq!(volume_change(DRIVER, &deleting), VolumeChange::Ending(fast));
+    // Another driver's volumes take nothing from our pools.
+    assert_eq!(
+        volume_change("other.csi.example", &with_phase(None)),
+        VolumeChange::Unchanged
+    );
 }
 
 #[test]
@@ -480,7 +528,9 @@ fn a_migrated_in_tree_volume_refreshes_the_driver_segment_of_its_zone() {
         )]),
         Some("gp2"),
     );
-    pv.spec.as_mut().unwrap().aws_elastic_block_store = Some(AWSElasticBlockStoreVolumeSource {
+    let spec = pv.spec.as_mut().unwrap();
+    spec.csi = None;
+    spec.aws_elastic_block_store = Some(AWSElasticBlockStoreVolumeSource {
         volume_id: "aws://us-east-1a/vol-0123456789abcdef0".into(),
         ..Default::default()
     });
@@ -488,12 +538,11 @@ fn a_migrated_in_tree_volume_refreshes_the_driver_segment_of_its_zone() {
         class: "gp2".into(),
         segment: seg(&[("topology.ebs.csi.aws.com/zone", z)]),
     };
-    let migrated = affected("ebs.csi.aws.com", &pv).unwrap();
+    let migrated = created("ebs.csi.aws.com", &pv).unwrap();
     assert!(migrated.covers(&zone("us-east-1a")), "{migrated:?}");
     assert!(!migrated.covers(&zone("us-east-1b")));
-    // For another driver the PV is not translated (and matches none of its segments).
-    let other = affected(DRIVER, &pv).unwrap();
-    assert!(!other.covers(&zone("us-east-1a")));
+    // Another driver did not take the plugin over: the PV is not its volume.
+    assert_eq!(created(DRIVER, &pv), None);
 }
 
 #[test]

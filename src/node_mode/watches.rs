@@ -43,13 +43,15 @@ pub(crate) struct NodeWatches {
 }
 
 /// Starts the scoped watches of the instance on `node_name` (`subscribers`: change streams of the
-/// claim and PV watches; `extra_claim_subscribers` more of the claim watch).
+/// claim and PV watches; `extra_claim_subscribers` more of the claim watch, `extra_pv_subscribers`
+/// more of the PV watch).
 pub(crate) async fn start(
     client: &Client,
     driver: &DriverInfo,
     node_name: &str,
     subscribers: usize,
     extra_claim_subscribers: usize,
+    extra_pv_subscribers: usize,
 ) -> NodeWatches {
     let hostname = own_hostname(client, node_name).await;
     let segments = driver.node_segments();
@@ -76,7 +78,7 @@ pub(crate) async fn start(
         Api::all(client.clone()),
         pv_watch,
         "persistentvolumes",
-        subscribers,
+        subscribers + extra_pv_subscribers,
         |_: &mut PersistentVolume| true,
     );
     let nodes = watch_shared_scoped(

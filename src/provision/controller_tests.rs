@@ -134,7 +134,6 @@ fn shell_with_classes(
         },
         volume_locks: VolumeLocks::default(),
         leadership: crate::runtime::Leadership::always(),
-        capacity: Default::default(),
     });
     Provisioner {
         memory: Mutex::new(ClaimMemory::new(

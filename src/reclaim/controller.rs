@@ -371,7 +371,6 @@ async fn step(state: &Reclaimer, pv: &PersistentVolume) -> Result<Next, ReclaimF
                 return Err(ReclaimFailure::Reported(message));
             }
             info!(pv = %name, %volume_id, "volume deleted");
-            ctx.capacity.volume_changed(pv);
             state.remember(&uid, |m| m.volume_deleted = true);
             ctx.metrics
                 .delete

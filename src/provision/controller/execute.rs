@@ -237,7 +237,6 @@ async fn create_volume_and_pv(
         // The volume exists and the pin stays: the retry replays the identical CreateVolume.
         return Err(fail(state, pvc, e.to_string()));
     }
-    ctx.capacity.volume_changed(&pv);
     state.memory().provisioned(&key);
     state.intents.forget(intent, Forget::Done).await?;
     if let Some(source) = &plan.source {
