@@ -860,3 +860,49 @@ async fn many_nodes(count: usize, poll: &str) -> (Cluster, Vec<String>, Driver, 
     let sidecar = start_sidecar(&cluster, &driver, &flags, &[]).await;
     (cluster, nodes, driver, sidecar)
 }
+
+/// A capacity watch that never lists (its RBAC missing, say) holds up nothing else: the PV watch
+/// the capacity controller shares with the claim and PV controllers goes on, however many PVs its
+/// first list announces (here more than a change stream buffers). A claim is provisioned and,
+/// deleted, its volume deleted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_capacity_watch_that_never_lists_holds_up_neither_provisioning_nor_deletion() {
+    let cluster = Cluster::start().await;
+    cluster.ensure_namespace(NS).await;
+    cluster.add_nodes(&["node-1"]).await;
+    let driver = Driver::start(cluster.dir.path(), "node-1", &["--capacity-total=10Gi"]).await;
+    cluster.add_class(&storage_class("fast", &[])).await;
+    for i in 0..1100 {
+        let pv = serde_json::json!({
+            "apiVersion": "v1", "kind": "PersistentVolume",
+            "metadata": {"name": format!("other-{i}")},
+            "spec": {
+                "capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+                "persistentVolumeReclaimPolicy": "Retain",
+                "csi": {"driver": "other.csi.example", "volumeHandle": format!("v{i}")}
+            }
+        });
+        cluster
+            .sim()
+            .create("", "persistentvolumes", "", pv)
+            .expect("a PV of another driver");
+    }
+    cluster.sim().faults().add(
+        kube_sim::FaultRule::error(403)
+            .resource("csistoragecapacities")
+            .message("csistoragecapacities is forbidden"),
+    );
+    let flags = [
+        capacity_flags("1h"),
+        vec!["--capacity-ownerref-level=-1".into()],
+    ]
+    .concat();
+    let _sidecar = start_sidecar(&cluster, &driver, &flags, &[]).await;
+
+    cluster.claim_of_class("default", "c1", "fast", "1Gi").await;
+    let pv = cluster.wait_bound("default", "c1").await;
+    cluster.delete_pvc_and_wait("default", "c1").await;
+    cluster
+        .wait_pv_gone(&pv.metadata.name.clone().unwrap())
+        .await;
+}

@@ -13,9 +13,10 @@
 //! (its volume is deleted first). Failures back off per key from `--retry-interval-start` to
 //! `--retry-interval-max`.
 //!
-//! The queue holds at most one item per key, in two lanes: what the scheduler lacks (a missing
-//! object, an obsolete one to delete) goes ahead of refreshes of objects that exist, so a new
-//! node's objects appear within seconds however long the backlog of refreshes is. A refresh
+//! The queue holds at most one item per key, in three lanes: a new node's or class's objects
+//! first, then what the scheduler lacks (a missing object, an obsolete one to delete), then
+//! refreshes of objects that exist, so a new node's objects appear within seconds however long
+//! the backlog of refreshes is. A refresh
 //! queued again before it ran stays one item (it reads the capacity when it runs).
 //!
 //! Only the leader acts (`--leader-election`): the controller starts queueing once
@@ -224,9 +225,24 @@ impl Capacity {
                 nodes.wait_until_ready().await.ok();
             }
         };
-        tokio::select! {
-            () = ready => {},
-            () = shutdown.clone().requested() => return,
+        // The PV stream is read while waiting too: it shares its watch with the claim and PV
+        // controllers, which an unread stream would stall (a watch that never lists, its RBAC
+        // missing say, must not stop provisioning). A volume created meanwhile needs no note: the
+        // first check as leader syncs every key.
+        let mut ending = HashMap::new();
+        tokio::pin!(pv_changes);
+        {
+            let stop = shutdown.clone().requested();
+            tokio::pin!(ready, stop);
+            loop {
+                tokio::select! {
+                    () = &mut ready => break,
+                    () = &mut stop => return,
+                    Some(pv) = pv_changes.next() => {
+                        note_volume(&self.identity.driver, &mut ending, &pv);
+                    }
+                }
+            }
         }
         info!(
             namespace = %self.namespace,
@@ -269,7 +285,7 @@ impl Capacity {
             ),
             not_before: HashMap::new(),
             was_leader: false,
-            ending: HashMap::new(),
+            ending,
             metrics: self.metrics,
         };
         let threads = usize::try_from(settings.threads).unwrap_or(1).max(1);
@@ -277,7 +293,7 @@ impl Capacity {
         check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut workers = FuturesUnordered::new();
         let stop = shutdown.requested();
-        tokio::pin!(stop, pv_changes);
+        tokio::pin!(stop);
         loop {
             let is_leader = *leader.borrow();
             tokio::select! {
@@ -307,6 +323,25 @@ impl Capacity {
         // In-flight calls are dropped: a half-done sync is redone by the next leader or start.
         info!("capacity controller stopped");
     }
+}
+
+/// Notes `pv`'s change in `ending` (our PVs Released or being deleted, by name); returns what a
+/// volume just created changed.
+fn note_volume(
+    driver: &str,
+    ending: &mut HashMap<String, Affected>,
+    pv: &Lean<PersistentVolume>,
+) -> Option<Affected> {
+    match plan::volume_change(driver, &pv.full()) {
+        VolumeChange::Created(affected) => return Some(affected),
+        VolumeChange::Ending(affected) => {
+            ending.insert(pv.key().to_owned(), affected);
+        }
+        VolumeChange::Unchanged => {
+            ending.remove(pv.key());
+        }
+    }
+    None
 }
 
 /// The loop's state (one task owns it; workers only run the calls).
@@ -439,14 +474,8 @@ impl Loop<'_> {
 
     /// A PV changed: a new volume of ours refreshes its keys now; an ending one once it is gone.
     fn volume_changed(&mut self, pv: &Lean<PersistentVolume>, is_leader: bool) {
-        match plan::volume_change(&self.identity.driver, &pv.full()) {
-            VolumeChange::Created(affected) => self.refresh(&affected, is_leader),
-            VolumeChange::Ending(affected) => {
-                self.ending.insert(pv.key().to_owned(), affected);
-            }
-            VolumeChange::Unchanged => {
-                self.ending.remove(pv.key());
-            }
+        if let Some(created) = note_volume(&self.identity.driver, &mut self.ending, pv) {
+            self.refresh(&created, is_leader);
         }
     }
 
