@@ -9,8 +9,8 @@
 //! Every key is polled once per `--capacity-poll-interval`, the polls spread evenly over it (a
 //! few keys each check, round robin) so the driver sees a steady rate. A volume's creation or
 //! deletion refreshes the keys of its segments right away, as the PV watch shows it
-//! (`plan::volume_change`): a new PV at once, a Released or deleted one once it has left the cache
-//! (its volume is deleted first). Failures back off per key from `--retry-interval-start` to
+//! (`plan::volume_change`): a new PV at once, a Released or deleted one with reclaim policy Delete
+//! once it has left the cache (its volume is deleted first). Failures back off per key from `--retry-interval-start` to
 //! `--retry-interval-max`.
 //!
 //! The queue holds at most one item per key, in three lanes: a new node's or class's objects
@@ -325,8 +325,8 @@ impl Capacity {
     }
 }
 
-/// Notes `pv`'s change in `ending` (our PVs Released or being deleted, by name); returns what a
-/// volume just created changed.
+/// Notes `pv`'s change in `ending` (our PVs whose volume is being deleted, by name); returns what
+/// a volume just created changed.
 fn note_volume(
     driver: &str,
     ending: &mut HashMap<String, Affected>,
@@ -371,7 +371,8 @@ struct Loop<'a> {
     backoff: Backoff<Item>,
     not_before: HashMap<Item, Instant>,
     was_leader: bool,
-    /// Our PVs seen Released or being deleted (by name), with what their volume's deletion frees.
+    /// Our PVs seen Released or being deleted, reclaim Delete (by name), with what their volume's
+    /// deletion frees.
     ending: HashMap<String, Affected>,
     metrics: CapacityMetrics,
 }

@@ -360,10 +360,11 @@ pub(crate) enum Affected {
 pub(crate) enum VolumeChange {
     /// A volume of our driver was just created: its PV is new (no phase yet, or `Pending`).
     Created(Affected),
-    /// Released or being deleted: a volume is deleted before its PV, so once the PV is gone from
-    /// the cache, its space is back (or, the volume kept, the refresh finds nothing changed).
+    /// Released (or Failed) or being deleted, with reclaim policy Delete: a volume is deleted
+    /// before its PV, so once the PV is gone from the cache, its space is back.
     Ending(Affected),
-    /// Nothing to refresh: another driver's PV, or one available or bound.
+    /// Nothing to refresh: another driver's PV, one available or bound, or one whose volume is
+    /// kept (Retain, the API server's default).
     Unchanged,
 }
 
@@ -382,10 +383,17 @@ pub(crate) fn volume_change(driver: &str, pv: &PersistentVolume) -> VolumeChange
         return VolumeChange::Unchanged;
     };
     let phase = pv.status.as_ref().and_then(|s| s.phase.as_deref());
+    let deletes = csi_pv
+        .spec
+        .as_ref()
+        .and_then(|s| s.persistent_volume_reclaim_policy.as_deref())
+        == Some("Delete");
     match (pv.metadata.deletion_timestamp.is_some(), phase) {
-        (true, _) | (false, Some("Released" | "Failed")) => VolumeChange::Ending(affected),
+        (true, _) | (false, Some("Released" | "Failed")) if deletes => {
+            VolumeChange::Ending(affected)
+        }
         (false, None | Some("Pending")) => VolumeChange::Created(affected),
-        (false, Some(_)) => VolumeChange::Unchanged,
+        _ => VolumeChange::Unchanged,
     }
 }
 

@@ -418,6 +418,7 @@ fn pv_with(affinity: Option<Vec<NodeSelectorTerm>>, class: Option<&str>) -> Pers
                 ..Default::default()
             }),
             storage_class_name: class.map(Into::into),
+            persistent_volume_reclaim_policy: Some("Delete".into()),
             node_affinity: affinity.map(|terms| VolumeNodeAffinity {
                 required: Some(NodeSelector {
                     node_selector_terms: terms,
@@ -477,7 +478,7 @@ fn a_volume_refreshes_its_affinity_segments_or_without_affinity_its_class() {
 }
 
 #[test]
-fn a_new_pv_refreshes_at_once_an_ending_one_once_it_is_gone_and_others_never() {
+fn a_new_pv_refreshes_at_once_a_deleted_volumes_once_it_is_gone_and_others_never() {
     let with_phase = |phase: Option<&str>| {
         let mut pv = pv_with(None, Some("fast"));
         pv.status = phase.map(|p| PersistentVolumeStatus {
@@ -511,6 +512,11 @@ fn a_new_pv_refreshes_at_once_an_ending_one_once_it_is_gone_and_others_never() {
     let mut deleting = with_phase(Some("Bound"));
     deleting.metadata.deletion_timestamp = Some(Time("2025-01-01T00:00:00Z".parse().unwrap()));
     assert_eq!(volume_change(DRIVER, &deleting), VolumeChange::Ending(fast));
+    // A kept volume's space never comes back: its PV's going refreshes nothing.
+    for mut kept in [with_phase(Some("Released")), deleting] {
+        kept.spec.as_mut().unwrap().persistent_volume_reclaim_policy = Some("Retain".into());
+        assert_eq!(volume_change(DRIVER, &kept), VolumeChange::Unchanged);
+    }
     // Another driver's volumes take nothing from our pools.
     assert_eq!(
         volume_change("other.csi.example", &with_phase(None)),
