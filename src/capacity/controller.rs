@@ -10,14 +10,14 @@
 //! few keys each check, round robin) so the driver sees a steady rate. A volume's creation or
 //! deletion refreshes the keys of its segments right away, as the PV watch shows it
 //! (`plan::volume_change`): a new PV at once, a Released or deleted one with reclaim policy Delete
-//! once it has left the cache (its volume is deleted first). Failures back off per key from `--retry-interval-start` to
-//! `--retry-interval-max`.
+//! once it has left the cache (its volume is deleted first). Failures back off per key from
+//! `--retry-interval-start` to `--retry-interval-max`.
 //!
 //! The queue holds at most one item per key, in three lanes: a new node's or class's objects
 //! first, then what the scheduler lacks (a missing object, an obsolete one to delete), then
 //! refreshes of objects that exist, so a new node's objects appear within seconds however long
-//! the backlog of refreshes is. A refresh
-//! queued again before it ran stays one item (it reads the capacity when it runs).
+//! the backlog of refreshes is. A refresh queued again before it ran stays one item (it reads the
+//! capacity when it runs).
 //!
 //! Only the leader acts (`--leader-election`): the controller starts queueing once
 //! `Context::leadership` says this replica leads, every write waits for that guard right before it
