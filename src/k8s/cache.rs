@@ -11,6 +11,9 @@
 //! in the store again and, when the object left the store meanwhile (created then deleted, common in
 //! mass deletions), returns `Pending` without arranging a wake-up, which stalls the controller and
 //! then the watch. Here every subscriber receives the object itself, in order, with backpressure.
+//! A stream is fed from the moment its controller takes it, and starts with what the cache holds
+//! then: a standby takes its streams only once it leads, and until then its watches keep its
+//! caches current instead of stalling on streams nobody reads.
 //!
 //! The initial list is a streaming list (one watch with `sendInitialEvents`, as client-go does)
 //! where the API server serves it, else pages of a list: on 10,000 claims that is one request
@@ -426,9 +429,10 @@ const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 pub(crate) struct Watched<S, R = Store<S>> {
     /// Read side of the cache.
     pub(crate) store: R,
-    // Every stream must be consumed by its controller: an idle subscriber fills its buffer and then
-    // stalls the watch, so exactly as many are made as are asked for.
-    streams: Vec<ReceiverStream<Arc<S>>>,
+    // A stream is fed only once it is taken (`subscribe`), so a standby that takes its streams
+    // when it starts to lead keeps its caches current meanwhile. A taken stream must be read: a
+    // subscriber that stops reading fills its buffer and then stalls the watch.
+    streams: Vec<(Arc<AtomicBool>, ReceiverStream<Arc<S>>)>,
     /// The task driving the watch.
     #[allow(
         dead_code,
@@ -440,15 +444,43 @@ pub(crate) struct Watched<S, R = Store<S>> {
 /// A watched kind cached as [`Lean`] entries.
 pub(crate) type WatchedLean<K> = Watched<Lean<K>, Cache<K>>;
 
-impl<S: Send + Sync + 'static, R> Watched<S, R> {
-    /// Takes one of the change streams asked for in [`watch_shared`].
+impl<S: Send + Sync + 'static, R: Contents<S>> Watched<S, R> {
+    /// Takes one of the change streams asked for in [`watch_shared`]: every object cached now,
+    /// then every change from now on.
     ///
     /// # Panics
     /// When more streams are taken than were asked for (a wiring bug caught at start-up).
     pub(crate) fn subscribe(&mut self) -> impl Stream<Item = Arc<S>> + Send + 'static {
-        self.streams
+        let (taken, changes) = self
+            .streams
             .pop()
-            .expect("more subscriptions taken than watch_shared was asked for")
+            .expect("more subscriptions taken than watch_shared was asked for");
+        // Fed first, read second: a change the watch applies meanwhile is in the contents, or
+        // announced, or both (the cache's lock orders the two), never in neither.
+        taken.store(true, Ordering::SeqCst);
+        futures::stream::iter(self.store.contents()).chain(changes)
+    }
+}
+
+/// What a cache holds, as its change streams announce it.
+pub(crate) trait Contents<S> {
+    /// Every cached object, in no particular order.
+    fn contents(&self) -> Vec<Arc<S>>;
+}
+
+impl<S> Contents<S> for Store<S>
+where
+    S: Resource + Clone + 'static,
+    S::DynamicType: Eq + Hash + Clone,
+{
+    fn contents(&self) -> Vec<Arc<S>> {
+        self.state()
+    }
+}
+
+impl<K> Contents<Lean<K>> for Cache<K> {
+    fn contents(&self) -> Vec<Arc<Lean<K>>> {
+        self.state()
     }
 }
 
@@ -653,7 +685,8 @@ where
     let (senders, streams): (Vec<_>, Vec<_>) = (0..subscribers)
         .map(|_| {
             let (tx, rx) = mpsc::channel(SHARED_BUFFER);
-            (tx, ReceiverStream::new(rx))
+            let taken = Arc::new(AtomicBool::new(false));
+            ((taken.clone(), tx), (taken, ReceiverStream::new(rx)))
         })
         .unzip();
     let task = tokio::spawn(
@@ -666,7 +699,11 @@ where
                 };
                 // The cache first, so a controller woken by the change finds it there.
                 for obj in sink.apply(convert::<K, S>(event)) {
-                    for tx in &senders {
+                    for (taken, tx) in &senders {
+                        // A stream not taken yet learns of this from the cache when it is.
+                        if !taken.load(Ordering::SeqCst) {
+                            continue;
+                        }
                         // A closed stream means its controller stopped (shutdown): nothing to tell.
                         let _ = tx.send(obj.clone()).await;
                     }

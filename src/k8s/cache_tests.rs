@@ -300,3 +300,74 @@ async fn a_first_list_larger_than_the_buffers_completes_before_anyone_reads_the_
     assert_eq!(seen, count);
     watched.task.abort();
 }
+
+#[tokio::test]
+async fn a_cache_whose_streams_nobody_took_yet_stays_current_and_a_late_taker_misses_nothing() {
+    use k8s_openapi::api::core::v1::Secret;
+    let sim = kube_sim::Sim::start(kube_sim::SimConfig::bare())
+        .await
+        .unwrap();
+    let create = |name: String| {
+        let secret = Secret {
+            metadata: ObjectMeta {
+                name: Some(name),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        sim.create(
+            "",
+            "secrets",
+            "default",
+            serde_json::to_value(&secret).unwrap(),
+        )
+        .unwrap();
+    };
+    let secrets: Api<Secret> = Api::namespaced(sim.client(), "default");
+    // Two streams, as a standby's claims have, neither read until it leads.
+    let mut watched = watch_shared(secrets, watcher::Config::default(), "secrets", 2);
+    tokio::time::timeout(
+        std::time::Duration::from_secs(30),
+        watched.store.wait_until_ready(),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    // More changes than the streams buffer, then one more: a stalled watch never caches it.
+    let count = SHARED_BUFFER + 50;
+    for i in 0..count {
+        create(format!("s-{i}"));
+    }
+    let last = format!("s-{}", count - 1);
+    let cached = |store: &Store<Secret>| {
+        store
+            .state()
+            .iter()
+            .any(|s| s.metadata.name.as_deref() == Some(last.as_str()))
+    };
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !cached(&watched.store) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the cache stopped following the watch while nobody read its streams"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    // Taken late, a stream names every object cached, then what changes after.
+    let changes = watched.subscribe();
+    futures::pin_mut!(changes);
+    let first: HashSet<String> = changes
+        .as_mut()
+        .take(count)
+        .filter_map(|s| async move { s.metadata.name.clone() })
+        .collect()
+        .await;
+    assert_eq!(first.len(), count);
+    create("after".to_owned());
+    let next = tokio::time::timeout(std::time::Duration::from_secs(30), changes.next())
+        .await
+        .expect("a change after the stream was taken is announced")
+        .unwrap();
+    assert_eq!(next.metadata.name.as_deref(), Some("after"));
+    watched.task.abort();
+}
