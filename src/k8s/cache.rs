@@ -12,8 +12,9 @@
 //! mass deletions), returns `Pending` without arranging a wake-up, which stalls the controller and
 //! then the watch. Here every subscriber receives the object itself, in order, with backpressure.
 //! A stream is fed from the moment its controller takes it, and starts with what the cache holds
-//! then: a standby takes its streams only once it leads, and until then its watches keep its
-//! caches current instead of stalling on streams nobody reads.
+//! then (around that moment an object may be announced twice, the last time as it is now). A
+//! standby takes its streams only once it leads, and until then its watches keep its caches
+//! current instead of stalling on streams nobody reads.
 //!
 //! The initial list is a streaming list (one watch with `sendInitialEvents`, as client-go does)
 //! where the API server serves it, else pages of a list: on 10,000 claims that is one request

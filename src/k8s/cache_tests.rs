@@ -356,12 +356,14 @@ async fn a_cache_whose_streams_nobody_took_yet_stays_current_and_a_late_taker_mi
     // Taken late, a stream names every object cached, then what changes after.
     let changes = watched.subscribe();
     futures::pin_mut!(changes);
-    let first: HashSet<String> = changes
+    let first = changes
         .as_mut()
         .take(count)
         .filter_map(|s| async move { s.metadata.name.clone() })
-        .collect()
-        .await;
+        .collect::<HashSet<String>>();
+    let first = tokio::time::timeout(std::time::Duration::from_secs(30), first)
+        .await
+        .expect("the stream names what the cache held when it was taken");
     assert_eq!(first.len(), count);
     create("after".to_owned());
     let next = tokio::time::timeout(std::time::Duration::from_secs(30), changes.next())
