@@ -259,6 +259,19 @@ fn a_pv_without_a_phase_transition_time_keeps_the_time_its_phase_was_written() {
     );
 }
 
+/// Creates Secret `name` in `default` directly in the simulator's store.
+fn create_secret(sim: &kube_sim::Sim, name: String) {
+    let secret = k8s_openapi::api::core::v1::Secret {
+        metadata: ObjectMeta {
+            name: Some(name),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let secret = serde_json::to_value(&secret).unwrap();
+    sim.create("", "secrets", "default", secret).unwrap();
+}
+
 #[tokio::test]
 async fn a_first_list_larger_than_the_buffers_completes_before_anyone_reads_the_changes() {
     use k8s_openapi::api::core::v1::Secret;
@@ -268,20 +281,7 @@ async fn a_first_list_larger_than_the_buffers_completes_before_anyone_reads_the_
     let secrets: Api<Secret> = Api::namespaced(sim.client(), "default");
     let count = SHARED_BUFFER + 50;
     for i in 0..count {
-        let secret = Secret {
-            metadata: ObjectMeta {
-                name: Some(format!("s-{i}")),
-                ..Default::default()
-            },
-            ..Default::default()
-        };
-        sim.create(
-            "",
-            "secrets",
-            "default",
-            serde_json::to_value(&secret).unwrap(),
-        )
-        .unwrap();
+        create_secret(&sim, format!("s-{i}"));
     }
     let mut watched = watch_shared(secrets, watcher::Config::default(), "secrets", 1);
     // The controllers start only once the caches are filled, so nothing reads the stream yet.
@@ -307,22 +307,7 @@ async fn a_cache_whose_streams_nobody_took_yet_stays_current_and_a_late_taker_mi
     let sim = kube_sim::Sim::start(kube_sim::SimConfig::bare())
         .await
         .unwrap();
-    let create = |name: String| {
-        let secret = Secret {
-            metadata: ObjectMeta {
-                name: Some(name),
-                ..Default::default()
-            },
-            ..Default::default()
-        };
-        sim.create(
-            "",
-            "secrets",
-            "default",
-            serde_json::to_value(&secret).unwrap(),
-        )
-        .unwrap();
-    };
+    let create = |name: String| create_secret(&sim, name);
     let secrets: Api<Secret> = Api::namespaced(sim.client(), "default");
     // Two streams, as a standby's claims have, neither read until it leads.
     let mut watched = watch_shared(secrets, watcher::Config::default(), "secrets", 2);
