@@ -11,10 +11,10 @@
 //! in the store again and, when the object left the store meanwhile (created then deleted, common in
 //! mass deletions), returns `Pending` without arranging a wake-up, which stalls the controller and
 //! then the watch. Here every subscriber receives the object itself, in order, with backpressure.
-//! A stream is fed from the moment its controller takes it, and starts with what the cache holds
-//! then (around that moment an object may be announced twice, the last time as it is now). A
-//! standby takes its streams only once it leads, and until then its watches keep its caches
-//! current instead of stalling on streams nobody reads.
+//! A stream is fed from the moment its controller first reads it, and starts with what the cache
+//! holds then (around that moment an object may be announced twice, the last time as it is now).
+//! So a controller that waits before it reads (a standby until it leads, the claim controller for
+//! its intent ledger's first LIST) never stalls the watch its siblings read.
 //!
 //! The initial list is a streaming list (one watch with `sendInitialEvents`, as client-go does)
 //! where the API server serves it, else pages of a list: on 10,000 claims that is one request
@@ -430,9 +430,9 @@ const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 pub(crate) struct Watched<S, R = Store<S>> {
     /// Read side of the cache.
     pub(crate) store: R,
-    // A stream is fed only once it is taken (`subscribe`), so a standby that takes its streams
-    // when it starts to lead keeps its caches current meanwhile. A taken stream must be read: a
-    // subscriber that stops reading fills its buffer and then stalls the watch.
+    // A stream is fed only once it is first read (`subscribe`), so a controller that waits first
+    // (a standby) stalls nothing meanwhile. Once read it must keep being read: a subscriber that
+    // stops fills its buffer and then stalls the watch.
     streams: Vec<(Arc<AtomicBool>, ReceiverStream<Arc<S>>)>,
     /// The task driving the watch.
     #[allow(
@@ -445,9 +445,15 @@ pub(crate) struct Watched<S, R = Store<S>> {
 /// A watched kind cached as [`Lean`] entries.
 pub(crate) type WatchedLean<K> = Watched<Lean<K>, Cache<K>>;
 
-impl<S: Send + Sync + 'static, R: Contents<S>> Watched<S, R> {
-    /// Takes one of the change streams asked for in [`watch_shared`]: every object cached now,
-    /// then every change from now on.
+impl<S, R> Watched<S, R>
+where
+    S: Send + Sync + 'static,
+    R: Contents<S> + Clone + Send + 'static,
+{
+    /// Takes one of the change streams asked for in [`watch_shared`]. It is fed from the first
+    /// time it is read: then it yields every object cached at that moment, and after them every
+    /// change. A controller that first waits for something else (leadership, another cache, a
+    /// LIST) so never stalls the watch meanwhile.
     ///
     /// # Panics
     /// When more streams are taken than were asked for (a wiring bug caught at start-up).
@@ -456,10 +462,14 @@ impl<S: Send + Sync + 'static, R: Contents<S>> Watched<S, R> {
             .streams
             .pop()
             .expect("more subscriptions taken than watch_shared was asked for");
-        // Fed first, read second: a change the watch applies meanwhile is in the contents, or
-        // announced, or both (the cache's lock orders the two), never in neither.
-        taken.store(true, Ordering::SeqCst);
-        futures::stream::iter(self.store.contents()).chain(changes)
+        let store = self.store.clone();
+        let contents = futures::stream::once(async move {
+            // Fed first, read second: a change the watch applies meanwhile is in the contents,
+            // or announced, or both (the cache's lock orders the two), never in neither.
+            taken.store(true, Ordering::SeqCst);
+            futures::stream::iter(store.contents())
+        });
+        contents.flatten().chain(changes)
     }
 }
 
@@ -701,7 +711,7 @@ where
                 // The cache first, so a controller woken by the change finds it there.
                 for obj in sink.apply(convert::<K, S>(event)) {
                     for (taken, tx) in &senders {
-                        // A stream not taken yet learns of this from the cache when it is.
+                        // A stream not read yet learns of this from the cache when it is.
                         if !taken.load(Ordering::SeqCst) {
                             continue;
                         }

@@ -302,14 +302,15 @@ async fn a_first_list_larger_than_the_buffers_completes_before_anyone_reads_the_
 }
 
 #[tokio::test]
-async fn a_cache_whose_streams_nobody_took_yet_stays_current_and_a_late_taker_misses_nothing() {
+async fn a_cache_whose_streams_nobody_reads_yet_stays_current_and_a_late_reader_misses_nothing() {
     use k8s_openapi::api::core::v1::Secret;
     let sim = kube_sim::Sim::start(kube_sim::SimConfig::bare())
         .await
         .unwrap();
     let create = |name: String| create_secret(&sim, name);
     let secrets: Api<Secret> = Api::namespaced(sim.client(), "default");
-    // Two streams, as a standby's claims have, neither read until it leads.
+    // Two streams, as a standby's claims have: one taken but not read yet (a controller waiting
+    // for something else first), one not even taken until later (a standby's, until it leads).
     let mut watched = watch_shared(secrets, watcher::Config::default(), "secrets", 2);
     tokio::time::timeout(
         std::time::Duration::from_secs(30),
@@ -318,6 +319,7 @@ async fn a_cache_whose_streams_nobody_took_yet_stays_current_and_a_late_taker_mi
     .await
     .unwrap()
     .unwrap();
+    let early = watched.subscribe();
     // More changes than the streams buffer, then one more: a stalled watch never caches it.
     let count = SHARED_BUFFER + 50;
     for i in 0..count {
@@ -338,23 +340,26 @@ async fn a_cache_whose_streams_nobody_took_yet_stays_current_and_a_late_taker_mi
         );
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
-    // Taken late, a stream names every object cached, then what changes after.
-    let changes = watched.subscribe();
-    futures::pin_mut!(changes);
-    let first = changes
-        .as_mut()
-        .take(count)
-        .filter_map(|s| async move { s.metadata.name.clone() })
-        .collect::<HashSet<String>>();
-    let first = tokio::time::timeout(std::time::Duration::from_secs(30), first)
-        .await
-        .expect("the stream names what the cache held when it was taken");
-    assert_eq!(first.len(), count);
+    // Read late, each stream names every object cached, then what changes after.
+    let late = watched.subscribe();
+    futures::pin_mut!(early, late);
+    for changes in [early.as_mut(), late.as_mut()] {
+        let first = changes
+            .take(count)
+            .filter_map(|s| async move { s.metadata.name.clone() })
+            .collect::<HashSet<String>>();
+        let first = tokio::time::timeout(std::time::Duration::from_secs(30), first)
+            .await
+            .expect("the stream names what the cache held when it was first read");
+        assert_eq!(first.len(), count);
+    }
     create("after".to_owned());
-    let next = tokio::time::timeout(std::time::Duration::from_secs(30), changes.next())
-        .await
-        .expect("a change after the stream was taken is announced")
-        .unwrap();
-    assert_eq!(next.metadata.name.as_deref(), Some("after"));
+    for mut changes in [early.as_mut(), late.as_mut()] {
+        let next = tokio::time::timeout(std::time::Duration::from_secs(30), changes.next())
+            .await
+            .expect("a change after the stream was read is announced")
+            .unwrap();
+        assert_eq!(next.metadata.name.as_deref(), Some("after"));
+    }
     watched.task.abort();
 }
