@@ -225,25 +225,15 @@ impl Capacity {
                 nodes.wait_until_ready().await.ok();
             }
         };
-        // The PV stream is read while waiting too: it shares its watch with the claim and PV
-        // controllers, which an unread stream would stall (a watch that never lists, its RBAC
-        // missing say, must not stop provisioning). A volume created meanwhile needs no note: the
+        // The PV stream is read only from here: unread, it stalls none of the controllers that
+        // share its watch (a stream is fed from its first read), even when a watch above never
+        // lists, its RBAC missing say. A volume created or deleted meanwhile needs no note: the
         // first check as leader syncs every key.
-        let mut ending = HashMap::new();
-        tokio::pin!(pv_changes);
-        {
-            let stop = shutdown.clone().requested();
-            tokio::pin!(ready, stop);
-            loop {
-                tokio::select! {
-                    () = &mut ready => break,
-                    () = &mut stop => return,
-                    Some(pv) = pv_changes.next() => {
-                        note_volume(&self.identity.driver, &mut ending, &pv);
-                    }
-                }
-            }
+        tokio::select! {
+            () = ready => {}
+            () = shutdown.clone().requested() => return,
         }
+        tokio::pin!(pv_changes);
         info!(
             namespace = %self.namespace,
             managed_by = %self.identity.managed_by,
@@ -285,7 +275,7 @@ impl Capacity {
             ),
             not_before: HashMap::new(),
             was_leader: false,
-            ending,
+            ending: HashMap::new(),
             metrics: self.metrics,
         };
         let threads = usize::try_from(settings.threads).unwrap_or(1).max(1);

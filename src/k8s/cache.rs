@@ -469,7 +469,13 @@ where
             taken.store(true, Ordering::SeqCst);
             futures::stream::iter(store.contents())
         });
-        contents.flatten().chain(changes)
+        // Each object spends the task's budget, as one from the channel does, so a reader of
+        // 10,000 yields to the other controllers now and then.
+        let contents = contents.flatten().then(|obj| async move {
+            tokio::task::coop::consume_budget().await;
+            obj
+        });
+        contents.chain(changes)
     }
 }
 
