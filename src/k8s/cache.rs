@@ -452,8 +452,8 @@ where
 {
     /// Takes one of the change streams asked for in [`watch_shared`]. It is fed from the first
     /// time it is read: then it yields every object cached at that moment, and after them every
-    /// change. A controller that first waits for something else (leadership, another cache, a
-    /// LIST) so never stalls the watch meanwhile.
+    /// change. So a controller that first waits for something else (leadership, another cache,
+    /// a LIST) never stalls the watch meanwhile.
     ///
     /// # Panics
     /// When more streams are taken than were asked for (a wiring bug caught at start-up).
