@@ -478,7 +478,7 @@ fn a_volume_refreshes_its_affinity_segments_or_without_affinity_its_class() {
 }
 
 #[test]
-fn a_new_pv_refreshes_at_once_a_deleted_volumes_once_it_is_gone_and_others_never() {
+fn a_new_pv_refreshes_at_once_a_deleted_volume_once_its_pv_is_gone_and_others_never() {
     let with_phase = |phase: Option<&str>| {
         let mut pv = pv_with(None, Some("fast"));
         pv.status = phase.map(|p| PersistentVolumeStatus {
