@@ -451,3 +451,66 @@ async fn unused_claims_are_marked_and_cleared_on_transitions_with_one_write_each
         "only claim used was written"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_unused_claim_write_holds_up_no_provisioning() {
+    let cluster = Cluster::start().await;
+    cluster.add_node("node-1").await;
+    let driver = Driver::start(cluster.dir.path(), "node-1", &[]).await;
+    let _sidecar = Sidecar::start(&cluster, &driver, &["--track-unused-claims"]).await;
+    cluster.add_class(&storage_class("fast", &[])).await;
+    cluster.claim_of_class(NS, "idle", "fast", "1Gi").await;
+    cluster.wait_bound(NS, "idle").await;
+    wait_for("claim idle marked unused", DEADLINE, || {
+        unused_since(&cluster, "idle")
+    })
+    .await;
+
+    // The tracker's next write to idle (clearing its mark once a Pod uses it) hangs.
+    let holds = cluster.sim().holds();
+    let hold = holds.add(kube_sim::HoldRule {
+        verb: Some("patch".to_owned()),
+        resource: Some("persistentvolumeclaims".to_owned()),
+        name: Some("idle".to_owned()),
+        agent: None,
+        nth: 1,
+        when: kube_sim::When::Before,
+    });
+    cluster.schedule(NS, "app", "idle", "node-1").await;
+    wait_for("the tracker's write held", DEADLINE, || async {
+        holds
+            .list()
+            .iter()
+            .any(|h| h.id == hold && h.state == kube_sim::HoldState::Held)
+            .then_some(())
+    })
+    .await;
+
+    // More claim changes than a change stream buffers, while that write hangs.
+    let mut foreign = claim(NS, "foreign", "slow", "1Gi");
+    foreign.metadata.annotations = Some(BTreeMap::from([(
+        "volume.kubernetes.io/storage-provisioner".to_owned(),
+        "other.csi".to_owned(),
+    )]));
+    cluster.create(&cluster.pvcs(NS), &foreign).await;
+    for i in 0..1_100 {
+        cluster
+            .pvcs(NS)
+            .patch(
+                "foreign",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"labels": {"change": i.to_string()}}})),
+            )
+            .await
+            .expect("change the foreign claim");
+    }
+    // The claim watch still reaches the provisioner.
+    cluster.claim_of_class(NS, "new", "fast", "1Gi").await;
+    cluster.wait_bound(NS, "new").await;
+
+    holds.release(hold, true);
+    wait_for("claim idle unmarked", DEADLINE, || async {
+        unused_since(&cluster, "idle").await.is_none().then_some(())
+    })
+    .await;
+}

@@ -6,6 +6,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::future::BoxFuture;
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use kube::Api;
@@ -118,7 +119,20 @@ pub(crate) async fn run(
     let mut recent = Recent::default();
     let stop = shutdown.clone().requested();
     tokio::pin!(stop);
+    // One write at a time, polled beside the streams: a write waits on the rate limiter, and a
+    // stream left unread while it waits would stall the claim watch the controllers share.
+    let mut writing: Option<BoxFuture<'static, (String, Option<bool>)>> = None;
     loop {
+        if synced && writing.is_none() {
+            while let Some(claim) = pending.pop_first() {
+                if let Some((pvc, change)) =
+                    decide(&ctx, &usage, &mut recent, &claim, node.as_deref())
+                {
+                    writing = Some(Box::pin(apply(ctx.clone(), claim, pvc, change)));
+                    break;
+                }
+            }
+        }
         tokio::select! {
             _ = &mut stop => return,
             event = pods.next() => match event {
@@ -148,15 +162,18 @@ pub(crate) async fn run(
             Some(claim) = claims.next() => {
                 pending.insert(claim.key().to_owned());
             }
-            _ = retry.tick() => pending.append(&mut failed),
-        }
-        if !synced {
-            continue;
-        }
-        for claim in std::mem::take(&mut pending) {
-            if !settle(&ctx, &usage, &mut recent, &claim, node.as_deref()).await {
-                failed.insert(claim);
+            (claim, written) = async { writing.as_mut().expect("guarded").await }, if writing.is_some() => {
+                writing = None;
+                match written {
+                    Some(set) => {
+                        recent.0.insert(claim, (set, std::time::Instant::now()));
+                    }
+                    None => {
+                        failed.insert(claim);
+                    }
+                }
             }
+            _ = retry.tick() => pending.append(&mut failed),
         }
     }
 }
@@ -183,36 +200,44 @@ impl Recent {
     }
 }
 
-/// Writes what the claim `namespace/name` needs; `false` when the write failed (retried later).
-async fn settle(
+/// The write the claim `namespace/name` needs, if any, with the claim as cached.
+fn decide(
     ctx: &Context,
     usage: &Usage,
     recent: &mut Recent,
     claim: &str,
     node: Option<&str>,
-) -> bool {
-    let Some(cached) = ctx.stores.pvcs.get(claim) else {
-        return true;
-    };
-    let pvc = cached.full();
+) -> Option<(PersistentVolumeClaim, Transition)> {
+    let pvc = ctx.stores.pvcs.get(claim)?.full();
     // Node mode: this instance sees only its node's Pods, so it judges only its node's claims.
     if node.is_some() && crate::model::claim::selected_node(&pvc) != node {
-        return true;
+        return None;
     }
     let marked = crate::model::meta::annotation(&pvc.metadata, names::ANN_UNUSED_SINCE).is_some();
     if recent.lagging(claim, marked) {
-        return true;
+        return None;
     }
-    let Some(change) = transition(
+    let change = transition(
         &pvc,
         &ctx.driver.name,
         usage.is_used(claim),
         jiff::Timestamp::now(),
-    ) else {
-        return true;
-    };
-    let api: Api<PersistentVolumeClaim> =
-        Api::namespaced(ctx.client.clone(), cached.namespace().unwrap_or_default());
+    )?;
+    Some((pvc, change))
+}
+
+/// Writes `change` to the claim `namespace/name`: whether the annotation is set afterwards,
+/// `None` when the write failed (retried later).
+async fn apply(
+    ctx: Arc<Context>,
+    claim: String,
+    pvc: PersistentVolumeClaim,
+    change: Transition,
+) -> (String, Option<bool>) {
+    let api: Api<PersistentVolumeClaim> = Api::namespaced(
+        ctx.client.clone(),
+        pvc.metadata.namespace.as_deref().unwrap_or_default(),
+    );
     let written = match &change {
         Transition::Unused(since) => {
             patch::set_annotation(&api, &pvc, names::ANN_UNUSED_SINCE, since).await
@@ -228,10 +253,7 @@ async fn settle(
         Ok(_) => {
             debug!(claim, ?change, "unused-claim annotation written");
             let set = matches!(change, Transition::Unused(_));
-            recent
-                .0
-                .insert(claim.to_owned(), (set, std::time::Instant::now()));
-            true
+            (claim, Some(set))
         }
         Err(e) => {
             warn!(
@@ -239,7 +261,7 @@ async fn settle(
                 "writing {} failed, retrying: {e}",
                 names::ANN_UNUSED_SINCE
             );
-            false
+            (claim, None)
         }
     }
 }
