@@ -1,13 +1,6 @@
-//! Node mode: the intent ledgers of nodes that no longer exist. Every instance records its
-//! in-flight volumes in its own node's ledger (`intents::ledger`); when a node goes for good, its
-//! instance never comes back to resolve them. The clean-up instance (rank 0) finds such ledgers,
-//! waits out the grace period and one fallback delay (the claims of their entries are answered
-//! first, by the provisioning controller, at the end of the grace period), confirms the Node's
-//! absence with a live GET, deletes the ledger as listed and logs every entry it held: a volume
-//! of a gone node is considered gone with it, as for its PVs. A pending claim of such an entry has its selected node
-//! cleared by the provisioning controller (`provision::controller::node_gone`), which reads the
-//! node's ledger itself.
-//!
+//! Node mode: the intent ledgers of nodes gone for good, whose instances never resolve them. The
+//! clean-up instance (rank 0) waits out the grace period, confirms the Node's absence with a live
+//! GET, deletes the ledger as listed and logs its volumes as gone (see docs/intent-ledger.md).
 //! Cost: one label-selected LIST of Leases when this instance becomes the clean-up instance, when
 //! a node leaves the cache, while a gone node's ledger waits, and every [`SWEEP_INTERVAL`]; none
 //! otherwise, so an idle cluster sees no requests.
@@ -34,13 +27,6 @@ struct Logged {
     volume: String,
     namespace: String,
     claim: String,
-}
-
-/// The entries of a ledger Lease, as far as the log needs them; unreadable ones are skipped.
-fn logged_entries(lease: &Lease) -> Vec<Logged> {
-    annotation(&lease.metadata, LEDGER_ENTRIES_ANNOTATION)
-        .and_then(|text| serde_json::from_str(text).ok())
-        .unwrap_or_default()
 }
 
 /// One ledger Lease as listed.
@@ -112,10 +98,8 @@ impl GoneLedgers {
         let now = Instant::now();
         if self.list_due(&nodes, now, grace) {
             let api: Api<Lease> = Api::namespaced(client.clone(), &self.namespace);
-            match api
-                .list(&ListParams::default().labels(LEDGER_NODE_LABEL))
-                .await
-            {
+            let params = ListParams::default().labels(LEDGER_NODE_LABEL);
+            match api.list(&params).await {
                 Ok(list) => {
                     self.remember(list.items, &nodes, now);
                     self.nodes_at_list = nodes;
@@ -155,7 +139,10 @@ impl GoneLedgers {
             if nodes.contains(&node) {
                 continue;
             }
-            let entries = logged_entries(&lease);
+            // As far as the log needs them; an unreadable shard logs none.
+            let entries: Vec<Logged> = annotation(&lease.metadata, LEDGER_ENTRIES_ANNOTATION)
+                .and_then(|text| serde_json::from_str(text).ok())
+                .unwrap_or_default();
             let meta = lease.metadata;
             let shards = waiting.entry(node).or_insert_with_key(|node| {
                 let known = self.waiting.get(node);

@@ -1,14 +1,7 @@
 //! The intent log: the durable record that a CreateVolume may be in flight, so that no volume
-//! outlives its claim unnoticed (upstream leaks one when a claim is deleted while CreateVolume
-//! hangs or the sidecar is down: its issues 486, 1469).
-//!
-//! One interface of five methods ([`IntentLog`]) over the store [`open`] chooses once at start-up:
-//! the Lease ledger ([`ledger`]: the default, in upstream's RBAC; in node mode its node's), or the
-//! claim record ([`claim_record`]) when Leases cannot be listed then. A Lease write refused later
-//! fails that attempt with an event naming the missing permission, as any API error does. Records
-//! an earlier run left on claims are pending too, whichever store is chosen. The resolver
-//! ([`resolve`]) is the only clean-up path for both; [`recorded_on_node`] reads what another node
-//! recorded for a claim before its selected node is cleared.
+//! outlives its claim unnoticed (upstream issues 486, 1469). One interface ([`IntentLog`]) over the
+//! store [`open`] chooses once: the Lease [`ledger`], else the [`claim_record`]; the resolver
+//! ([`resolve`]) is the only clean-up path for both. See docs/intent-ledger.md.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -30,7 +23,7 @@ pub(crate) mod ledger;
 pub(crate) mod resolution;
 pub(in crate::provision::controller) mod resolve;
 
-use claim_record::{ClaimRecords, Written};
+use claim_record::ClaimRecords;
 
 /// Why an intent was not recorded. `Display` is the text of the claim's event.
 #[derive(Debug, thiserror::Error)]
@@ -110,11 +103,6 @@ pub(crate) struct IntentLog {
 }
 
 impl IntentLog {
-    /// A log over `ledger` (`None`: claim records only) and the claim records `claims` mirrors.
-    pub(crate) fn new(ledger: Option<Ledger>, claims: Arc<ClaimRecords>) -> Self {
-        Self { ledger, claims }
-    }
-
     /// Records `entry` for `pvc` and returns once it is durable: only then may CreateVolume be
     /// sent.
     pub(crate) async fn record(
@@ -128,8 +116,7 @@ impl IntentLog {
                     .record(entry.clone())
                     .await
                     .map_err(IntentError::Ledger)?;
-                let earlier = claim_record::entry_of(pvc).is_some_and(|e| e.volume == entry.volume);
-                if earlier {
+                if claim_record::entry_of(pvc).is_some_and(|e| e.volume == entry.volume) {
                     Held::LedgerAndClaim
                 } else {
                     Held::Ledger
@@ -137,8 +124,8 @@ impl IntentLog {
             }
             // No ledger (RBAC at start-up): on the claim.
             None => match self.claims.record(pvc, &entry).await {
-                Ok(Written::Recorded) => Held::Claim,
-                Ok(Written::ClaimDeleting) => return Ok(Recorded::ClaimDeleting),
+                Ok(true) => Held::Claim,
+                Ok(false) => return Ok(Recorded::ClaimDeleting),
                 Err(e) => return Err(IntentError::Claim(e)),
             },
         };
@@ -163,8 +150,6 @@ impl IntentLog {
             Forget::Done if entry.retain => Removal::Prompt,
             Forget::Done => Removal::Lazy,
             Forget::Stale => Removal::Stale,
-            // The claim that carried the record is gone: nothing is written, and no ledger
-            // entry is dropped for it.
             Forget::Vanished => {
                 if pending.held == Held::Claim {
                     self.claims.unmirror(entry);
@@ -213,13 +198,9 @@ impl IntentLog {
     }
 }
 
-/// The intent log of this instance, chosen once at start-up: the intent ledger of this driver,
-/// in the leader-election namespace (where upstream's Role grants Leases), else the claim record.
-/// Node mode: one ledger per node, written only by that node's instance, and finished by the
-/// dead-node clean-up when the node is gone (`gone_nodes::ledgers`). With it, what the log needs
-/// run beside it: the claim watch `pvcs`, passed on as it comes after the claim records it
-/// carries are taken in (the records an earlier run left are the resolver's to finish whichever
-/// store is chosen), and the ledger's committer, until `stop` completes.
+/// The intent log, chosen once at start-up: this driver's ledger (this node's in node mode,
+/// finished by `gone_nodes::ledgers` once the node is gone), else the claim record; with the claim
+/// watch `pvcs`, mirrored into the claim records as it passes, and the committer, until `stop`.
 pub(crate) async fn open<C, S>(
     ctx: &Context,
     pvcs: C,
@@ -253,12 +234,9 @@ where
         .clone()
         .map(|ledger| ledger.run_committer(ctx.leadership.clone(), stop));
     let committer = async move {
-        if let Some(committer) = committer {
-            committer.await;
-        }
+        futures::future::OptionFuture::from(committer).await;
     };
-    let log = IntentLog::new(ledger, claims);
-    (log, pvcs, committer)
+    (IntentLog { ledger, claims }, pvcs, committer)
 }
 
 /// `--node-deployment-intent-journal` is retired and ignored (issue 40): the node's intents go to
@@ -267,18 +245,21 @@ where
 fn report_retired_journal(dir: &Path) {
     let retired = "--node-deployment-intent-journal is retired and ignored";
     let items = match std::fs::read_dir(dir) {
-        Ok(items) => items,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            warn!(journal = %dir.display(), "{retired}: this node's intents go to its Lease ledger; remove the flag");
-            return;
-        }
+        Ok(items) => Some(items),
+        // No directory: nothing listed, the same warning as an empty one.
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
         Err(e) => {
             warn!(journal = %dir.display(), "{retired}, and its directory cannot be read ({e}): any intents-*.json there list volumes whose CreateVolume may have been sent; check them before removing the flag");
             return;
         }
     };
     let (mut volumes, mut unreadable) = (Vec::new(), 0);
-    for file in items.filter_map(Result::ok).map(|item| item.path()) {
+    for file in items
+        .into_iter()
+        .flatten()
+        .filter_map(Result::ok)
+        .map(|item| item.path())
+    {
         let name = file
             .file_name()
             .and_then(|n| n.to_str())
@@ -326,3 +307,7 @@ fn ledger_base(ctx: &Context, node: Option<&str>) -> String {
         None => lease,
     }
 }
+
+#[cfg(test)]
+#[path = "intents_tests.rs"]
+mod tests;

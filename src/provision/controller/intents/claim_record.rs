@@ -1,14 +1,7 @@
-//! The claim record: where new intents go for deployments whose RBAC lacks Leases in the
-//! sidecar's namespace (the ledger is refused), and what the resolver finishes whichever store is
-//! chosen (records an earlier run left). The intent goes on the claim itself, as a finalizer (so the
-//! claim cannot disappear while a volume may exist without a PV) and annotations holding what a
-//! ledger entry holds: volume name, volume id once learned, provisioner secret, the CreateVolume
-//! request (no secrets) and whether the class retains its volumes. Two claim writes per volume
-//! (record, forget) instead of a share of one Lease write.
-//!
-//! [`ClaimRecords`] keeps an in-memory mirror of the records, fed by every claim the provisioning
-//! controller's watch delivers ([`ClaimRecords::observe`]), so listing what is pending costs no
-//! request and no scan of the cache.
+//! The claim record: intents on their claims when Leases are refused (and as an earlier run left
+//! them), as a finalizer (the claim cannot go while a volume may exist without a PV) and
+//! annotations. [`ClaimRecords`] mirrors them from the claim watch ([`ClaimRecords::observe`]), so
+//! listing them costs no request. See docs/intent-ledger.md.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Mutex;
@@ -160,13 +153,9 @@ pub(crate) fn entry_of(pvc: &PersistentVolumeClaim) -> Option<Entry> {
     }
     let meta = &pvc.metadata;
     let volume = non_empty_annotation(meta, names::ANN_INTENT_VOLUME_NAME)?.to_owned();
-    let secret = match (
-        non_empty_annotation(meta, names::ANN_INTENT_SECRET_NAMESPACE),
-        non_empty_annotation(meta, names::ANN_INTENT_SECRET_NAME),
-    ) {
-        (Some(namespace), Some(name)) => Some(format!("{namespace}/{name}")),
-        _ => None,
-    };
+    let secret = non_empty_annotation(meta, names::ANN_INTENT_SECRET_NAMESPACE)
+        .zip(non_empty_annotation(meta, names::ANN_INTENT_SECRET_NAME))
+        .map(|(namespace, name)| format!("{namespace}/{name}"));
     let request = non_empty_annotation(meta, names::ANN_INTENT_REQUEST)
         .and_then(|text| serde_json::from_value::<ByteString>(Value::String(text.to_owned())).ok());
     let retain =
@@ -181,15 +170,6 @@ pub(crate) fn entry_of(pvc: &PersistentVolumeClaim) -> Option<Entry> {
         request: request.unwrap_or_default(),
         retain,
     })
-}
-
-/// What a record write found.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Written {
-    /// The record is on the claim.
-    Recorded,
-    /// The claim is being deleted (or gone): nothing was started, nothing may be.
-    ClaimDeleting,
 }
 
 /// The claim-record store: writes and the mirror of what the claims carry.
@@ -250,12 +230,13 @@ impl ClaimRecords {
     }
 
     /// Writes the finalizer and `entry`'s annotations on `pvc` in one write
-    /// ([`intent_write_step`]); nothing is written when they are there already.
+    /// ([`intent_write_step`]); nothing is written when they are there already. `false`: the
+    /// claim is being deleted (or gone): nothing was started, nothing may be.
     pub(crate) async fn record(
         &self,
         pvc: &PersistentVolumeClaim,
         entry: &Entry,
-    ) -> Result<Written, PatchError> {
+    ) -> Result<bool, PatchError> {
         let wanted = intent_annotations(entry);
         let outcome = patch::patch_fresh(
             &self.api(&entry.namespace),
@@ -268,9 +249,9 @@ impl ClaimRecords {
             PatchOutcome::Patched(fresh) | PatchOutcome::Unchanged(fresh) => {
                 lock(&self.recorded_here).insert(entry.volume.clone());
                 self.observe(&fresh);
-                Ok(Written::Recorded)
+                Ok(true)
             }
-            PatchOutcome::Deleting(_) | PatchOutcome::Gone => Ok(Written::ClaimDeleting),
+            PatchOutcome::Deleting(_) | PatchOutcome::Gone => Ok(false),
         }
     }
 

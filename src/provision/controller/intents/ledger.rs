@@ -1,14 +1,7 @@
-//! The intent ledger: the durable record that a CreateVolume may be in flight, kept in a few Lease
-//! objects of the sidecar's namespace instead of a finalizer and annotations on every claim.
-//!
-//! Why: the per-claim record cost two claim writes per volume, under the same rate limit as the
-//! PV create. Here one Lease write commits every intent recorded while the previous write was in
-//! flight (group commit), and removals ride the next write of their shard or the resolver's flush
-//! ([`Ledger::flush_removals`]): a stale entry only costs a later look at its PV, a missing one
-//! may cost a volume. Leases are in upstream's RBAC (the leader-election Role).
-//!
-//! The [`Book`] (entries, their shards: one Lease holds at most [`SHARD_BYTES`], below the API
-//! server's 256 KiB annotation limit) is pure; the committer ([`Ledger::run_committer`]) writes it.
+//! The intent ledger: intents kept in a few Leases, not on every claim (a claim record costs two
+//! claim writes per volume). One Lease write commits every intent recorded while the previous one
+//! was in flight (group commit). The [`Book`] is pure; the committer ([`Ledger::run_committer`])
+//! writes it. See docs/intent-ledger.md.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
@@ -27,6 +20,7 @@ use tokio::sync::{Notify, oneshot};
 use tracing::{debug, info, warn};
 
 use crate::csi::v1::CreateVolumeRequest;
+use crate::model::meta::annotation;
 use crate::model::secrets::SecretRef;
 use crate::names::{LEDGER_ENTRIES_ANNOTATION, LEDGER_NODE_ANNOTATION, LEDGER_NODE_LABEL};
 use crate::retry::{ApiErrorClass, classify, describe};
@@ -106,12 +100,9 @@ impl Entry {
         }
     }
 
-    /// Whether the volume of this entry, whose claim is gone and whose PV does not exist, may be
-    /// one a user chose to keep. A Retain PV carries no finalizer, so an admin may delete it
-    /// after its claim while the entry's removal is not written yet (a crash, a held write): the
-    /// entry then looks exactly like a CreateVolume whose PV was never made. Only a process that
-    /// recorded the entry itself and never made its PV (`recorded_here`) knows there was none;
-    /// otherwise the volume is kept, and reported, rather than deleted (issue 29).
+    /// Whether this entry's volume (claim and PV gone) may be one a user kept: only the process
+    /// that recorded it (`recorded_here`) knows no PV was made; otherwise the volume is kept and
+    /// reported, not deleted (issue 29).
     pub(crate) fn may_be_kept(&self, recorded_here: bool) -> bool {
         self.retain && !recorded_here
     }
@@ -192,21 +183,9 @@ pub(crate) enum Removal {
     Stale,
     /// With the next commit of its shard or the resolver's flush.
     Lazy,
-    /// Now rather than lazily. For a PV with reclaim `Retain`: a crash before the removal is
-    /// written leaves an entry a restarted resolver sees with no PV (an admin may delete a kept PV
-    /// while the sidecar is down) and no claim, and it cannot tell that from a volume whose PV
-    /// was never made, so it deletes the volume. With `Delete`, that DeleteVolume only repeats
-    /// the reclaim's, so the lazy write is fine there.
+    /// Now, for a Retain PV: after a crash, an unwritten removal reads like a volume whose PV was
+    /// never made ([`Entry::may_be_kept`]).
     Prompt,
-}
-
-/// Where [`Book::record`] left an entry.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum InBook {
-    /// The same entry is committed already: no write needed.
-    Committed,
-    /// Added or changed: wait for the next commit.
-    Unwritten,
 }
 
 impl Book {
@@ -250,15 +229,15 @@ impl Book {
         Some(old.shard)
     }
 
-    /// Adds or updates `entry`; a new one goes to the first shard with room.
-    pub(crate) fn record(&mut self, entry: Entry) -> InBook {
+    /// Adds or updates `entry`; a new one goes to the first shard with room. `false`: the same
+    /// entry is committed already (no write needed).
+    pub(crate) fn record(&mut self, entry: Entry) -> bool {
         match self.entries.get(&entry.volume) {
-            Some(slot) if slot.entry == entry && slot.committed => return InBook::Committed,
+            Some(slot) if slot.entry == entry && slot.committed => return false,
             Some(slot) if slot.entry == entry => self.dirty[slot.shard] = true,
-            Some(_) => self.replace(entry),
-            None => self.insert(entry),
+            _ => self.replace(entry),
         }
-        InBook::Unwritten
+        true
     }
 
     /// Puts a changed `entry` in place of the one of its volume, unwritten. One that outgrew its
@@ -319,12 +298,6 @@ impl Book {
         true
     }
 
-    /// The entry of `volume`.
-    #[cfg(test)]
-    pub(crate) fn get(&self, volume: &str) -> Option<&Entry> {
-        self.entries.get(volume).map(|s| &s.entry)
-    }
-
     /// Every entry, committed or not.
     pub(crate) fn entries(&self) -> impl Iterator<Item = &Entry> {
         self.entries.values().map(|s| &s.entry)
@@ -333,12 +306,6 @@ impl Book {
     /// Number of entries.
     pub(crate) fn len(&self) -> usize {
         self.entries.len()
-    }
-
-    /// Whether anything waits for a write: an unwritten entry or a prompt removal.
-    #[cfg(test)]
-    pub(crate) fn has_uncommitted(&self) -> bool {
-        self.prompt || self.entries.values().any(|s| !s.committed)
     }
 
     /// Whether any shard needs a write.
@@ -433,15 +400,6 @@ const NODE_COMMIT_WINDOW: Duration = Duration::from_millis(500);
 /// intents keep being recorded (see [`Ledger::flush_removals`]).
 const FLUSH_EVERY: u32 = 30;
 
-/// What a commit is for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Due {
-    /// New or changed entries (workers wait), or a prompt removal.
-    Intents,
-    /// Removals only, lazily.
-    Removals,
-}
-
 /// Why an intent was not recorded: the write failed; nothing may be sent to the driver yet.
 #[derive(Debug, Clone, thiserror::Error)]
 #[error("writing the intent ledger Lease {lease} failed: {message}{hint}")]
@@ -485,12 +443,10 @@ struct Target {
 impl Target {
     /// A failed write of Lease `name`: the API server's `message`, and what to do (`hint`).
     fn error(&self, name: &str, message: String, hint: &str) -> LedgerError {
-        let lease = format!("{}/{name}", self.namespace);
-        let hint = hint.to_owned();
         LedgerError {
-            lease,
+            lease: format!("{}/{name}", self.namespace),
             message,
-            hint,
+            hint: hint.to_owned(),
         }
     }
 }
@@ -575,7 +531,7 @@ impl Ledger {
         let rx = {
             let mut state = lock(&self.0.state);
             state.recorded_here.insert(entry.volume.clone());
-            if state.book.record(entry) == InBook::Committed {
+            if !state.book.record(entry) {
                 return Ok(());
             }
             self.0.recording.store(true, Ordering::Relaxed);
@@ -663,11 +619,11 @@ impl Ledger {
         let per_node = self.0.target.node.is_some();
         let mut last_write: Option<tokio::time::Instant> = None;
         loop {
-            let due = tokio::select! {
+            let removals = tokio::select! {
                 () = &mut stop => break,
-                due = self.wait_for_work() => due,
+                removals = self.wait_for_work() => removals,
             };
-            if due == Due::Intents
+            if !removals
                 && per_node
                 && last_write.is_some_and(|at| at.elapsed() < 4 * NODE_COMMIT_WINDOW)
             {
@@ -681,7 +637,7 @@ impl Ledger {
             last_write = Some(tokio::time::Instant::now());
             // A failed write is retried when a worker records again (its claim's backoff) or at
             // the resolver's next flush: no pause of its own.
-            self.commit_once(due == Due::Removals).await;
+            self.commit_once(removals).await;
         }
         if lock(&self.0.state).book.is_dirty() && leadership.is_acting() {
             self.commit_once(true).await;
@@ -689,18 +645,17 @@ impl Ledger {
     }
 
     /// Returns when a commit is due: a worker waits for its intent or a prompt removal is
-    /// pending ([`Due::Intents`]), or the resolver asked for a flush of removals
-    /// ([`Due::Removals`]).
-    async fn wait_for_work(&self) -> Due {
+    /// pending (`false`), or the resolver asked for a flush of removals (`true`).
+    async fn wait_for_work(&self) -> bool {
         loop {
             let notified = self.0.wake.notified();
             {
                 let state = lock(&self.0.state);
                 if !state.waiters.is_empty() || state.book.prompt {
-                    return Due::Intents;
+                    return false;
                 }
                 if self.0.flush.swap(false, Ordering::Relaxed) && state.book.is_dirty() {
-                    return Due::Removals;
+                    return true;
                 }
             }
             notified.await;
@@ -708,9 +663,8 @@ impl Ledger {
     }
 
     /// One commit: writes the shards holding new intents, with `removals` every dirty shard
-    /// ([`Book::take_commit`]). Returns `false` after a failure other than a conflict (which is
-    /// merged and written again at once).
-    async fn commit_once(&self, removals: bool) -> bool {
+    /// ([`Book::take_commit`]). A conflict is merged and written again at once.
+    async fn commit_once(&self, removals: bool) {
         let target = &self.0.target;
         let (commit, waiters, leases) = {
             let mut state = lock(&self.0.state);
@@ -724,22 +678,14 @@ impl Ledger {
         };
         let mut failure: Option<LedgerError> = None;
         let mut conflict = false;
+        let params = PostParams::default();
         for (write, known) in commit.iter().zip(leases) {
             let name = shard_name(&target.base, write.shard);
-            let lease = with_entries(
-                known,
-                &name,
-                &target.base,
-                target.node.as_deref(),
-                &write.content,
-            );
+            let lease = with_entries(known, &name, target, &write.content);
             let answer = if lease.metadata.resource_version.is_none() {
-                target.api.create(&PostParams::default(), &lease).await
+                target.api.create(&params, &lease).await
             } else {
-                target
-                    .api
-                    .replace(&name, &PostParams::default(), &lease)
-                    .await
+                target.api.replace(&name, &params, &lease).await
             };
             match answer {
                 Ok(saved) => {
@@ -758,7 +704,7 @@ impl Ledger {
                         ApiErrorClass::Conflict
                         | ApiErrorClass::AlreadyExists
                         | ApiErrorClass::NotFound => {
-                            match self.merge_remote(target, write.shard, &name).await {
+                            match self.merge_remote(write.shard, &name).await {
                                 Ok(()) => conflict = true,
                                 Err(unreadable) => failure = Some(unreadable),
                             }
@@ -782,12 +728,11 @@ impl Ledger {
             // Written again at once with what the API server has merged in; the waiters wait for
             // that write.
             lock(&self.0.state).waiters.extend(waiters);
-            return true;
+            return;
         }
         for waiter in waiters {
             let _ = waiter.send(failure.clone().map_or(Ok(()), Err));
         }
-        failure.is_none()
     }
 
     /// After a conflict: reads the shard and takes in entries this process does not know. A
@@ -795,12 +740,8 @@ impl Ledger {
     /// the commit fails, naming it, and so does each later commit of that shard (a PUT answered
     /// 409 and a GET, at most once a resolver pass or a claim's retry) until it is repaired or
     /// deleted. A read that fails fails the commit too.
-    async fn merge_remote(
-        &self,
-        target: &Target,
-        shard: usize,
-        name: &str,
-    ) -> Result<(), LedgerError> {
+    async fn merge_remote(&self, shard: usize, name: &str) -> Result<(), LedgerError> {
+        let target = &self.0.target;
         match target.api.get_opt(name).await {
             Ok(Some(lease)) => match lease_entries(&lease) {
                 Ok(remote) => {
@@ -833,28 +774,14 @@ impl Ledger {
 
 /// The entries a ledger Lease holds (none when it has no annotation yet).
 pub(crate) fn lease_entries(lease: &Lease) -> Result<Vec<Entry>, String> {
-    match lease
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(LEDGER_ENTRIES_ANNOTATION))
-    {
-        Some(value) => decode(value),
-        None => Ok(Vec::new()),
-    }
+    annotation(&lease.metadata, LEDGER_ENTRIES_ANNOTATION).map_or(Ok(Vec::new()), decode)
 }
 
 /// The Lease to write for a shard: the last one seen with new content, or a new one.
-fn with_entries(
-    known: Option<Lease>,
-    name: &str,
-    base: &str,
-    node: Option<&str>,
-    content: &str,
-) -> Lease {
+fn with_entries(known: Option<Lease>, name: &str, target: &Target, content: &str) -> Lease {
     let mut lease = known.unwrap_or_else(|| {
         let mut labels: std::collections::BTreeMap<String, String> = [
-            (LEDGER_LABEL.to_owned(), base.to_owned()),
+            (LEDGER_LABEL.to_owned(), target.base.clone()),
             (
                 "app.kubernetes.io/managed-by".to_owned(),
                 "csi-provisioner-rs".to_owned(),
@@ -862,9 +789,9 @@ fn with_entries(
         ]
         .into();
         let mut annotations = std::collections::BTreeMap::new();
-        if let Some(node) = node {
-            labels.insert(LEDGER_NODE_LABEL.to_owned(), base.to_owned());
-            annotations.insert(LEDGER_NODE_ANNOTATION.to_owned(), node.to_owned());
+        if let Some(node) = &target.node {
+            labels.insert(LEDGER_NODE_LABEL.to_owned(), target.base.clone());
+            annotations.insert(LEDGER_NODE_ANNOTATION.to_owned(), node.clone());
         }
         Lease {
             metadata: ObjectMeta {

@@ -1,14 +1,7 @@
-//! The resolver: the only clean-up path of the intent log, whichever store holds an entry
-//! (Lease ledger, claim record). Every entry whose claim no longer wants its volume
-//! (claim gone, being deleted, bound elsewhere) gets its volume deleted (CreateVolume replayed
-//! first when the id is unknown), or kept and reported where that cannot be told safely, and is
-//! dropped; an entry whose PV exists is dropped, and one whose
-//! PV holds another volume (in node mode: another node's copy) has its own volume deleted. Runs at
-//! start-up, which also finishes what an earlier leader or a crashed process left, and then every
-//! [`RESOLVE_EVERY`] over [`IntentLog::pending`](super::IntentLog::pending)
-//! (in memory): API requests only for entries that need a clean-up or a look at a PV the cache
-//! cannot show (an entry whose claim is bound to a PV that does not exist stays, looked at with the
-//! retry backoff, at most every `--retry-interval-max`).
+//! The resolver: the only clean-up path of the intent log, whichever store holds an entry. Runs at
+//! start-up (finishing what an earlier leader or a crashed process left), then every
+//! [`RESOLVE_EVERY`] over [`IntentLog::pending`](super::IntentLog::pending) in memory: API requests
+//! only for entries that need a clean-up or a live look at a PV. See docs/intent-ledger.md.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -20,6 +13,7 @@ use kube::runtime::reflector::ObjectRef;
 use tracing::{debug, info, warn};
 
 use crate::csi::v1;
+use crate::k8s::cache::key;
 use crate::k8s::events::{EventSpec, reference_to};
 use crate::model::claim::selected_node;
 use crate::model::secrets::SecretFetchError;
@@ -119,10 +113,7 @@ pub(in crate::provision::controller) async fn resolve_one(
     });
     let claim = stores
         .pvcs
-        .get(&crate::k8s::cache::key(
-            Some(&entry.namespace),
-            &entry.claim,
-        ))
+        .get(&key(Some(&entry.namespace), &entry.claim))
         .map(|c| c.full())
         .filter(|c| c.metadata.uid.as_deref() == Some(entry.uid.as_str()));
     let owner = match (pending.held, &claim) {
