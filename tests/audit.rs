@@ -472,7 +472,7 @@ async fn a_slow_unused_claim_write_holds_up_no_provisioning() {
         verb: Some("patch".to_owned()),
         resource: Some("persistentvolumeclaims".to_owned()),
         name: Some("idle".to_owned()),
-        agent: None,
+        agent: Some("csi-provisioner".to_owned()),
         nth: 1,
         when: kube_sim::When::Before,
     });

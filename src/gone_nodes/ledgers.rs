@@ -1,6 +1,7 @@
 //! Node mode: the intent ledgers of nodes gone for good, whose instances never resolve them. The
-//! clean-up instance (rank 0) waits out the grace period, confirms the Node's absence with a live
-//! GET, deletes the ledger as listed and logs its volumes as gone (see docs/intent-ledger.md).
+//! clean-up instance (rank 0) waits out the grace period plus one fallback delay, confirms the
+//! Node's absence with a live GET, deletes the ledger as listed and logs its volumes as gone (see
+//! docs/intent-ledger.md).
 //! Cost: one label-selected LIST of Leases when this instance becomes the clean-up instance, when
 //! a node leaves the cache, while a gone node's ledger waits, and every [`SWEEP_INTERVAL`]; none
 //! otherwise, so an idle cluster sees no requests.
