@@ -108,6 +108,12 @@ struct Args {
     /// scenarios always run one after the other.
     #[arg(long)]
     sides_at_once: bool,
+    /// With two binaries: run each scenario (but capacity and unused) this many times, the
+    /// binary run first alternating from round to round, and report each round and the geometric
+    /// mean of its ratios. Which of two binaries runs first can move their ratio by more than the
+    /// difference between them (docs/benchmarks.md); an even count weighs both orders equally.
+    #[arg(long, default_value_t = 1)]
+    rounds: usize,
     /// Node mode: WaitForFirstConsumer claims spread over the nodes.
     #[arg(long, default_value_t = 1000)]
     node_claims: usize,
@@ -358,6 +364,7 @@ async fn run(args: Args) -> Result<Report> {
                     q.title()
                 },
                 runs: Vec::new(),
+                round: None,
             };
             if scenario == ScenarioName::Capacity && args.sides_at_once {
                 eprintln!(
@@ -404,45 +411,69 @@ async fn run(args: Args) -> Result<Report> {
                 write_report(&out, &report)?;
                 continue;
             }
-            for b in &binaries {
-                let bin = Bin {
-                    label: &b.label,
-                    path: Path::new(&b.path),
-                };
-                let waited = wait::machine_idle(IDLE_WAIT).await;
-                eprintln!("bench: {} [{}] with {} ...", sc.title, sc.qps, b.label);
-                let mut run = match scenario {
-                    ScenarioName::Burst => scenarios::burst(&env, &bin, *q, size).await,
-                    ScenarioName::Migrated => scenarios::migrated(&env, &bin, *q, size).await,
-                    ScenarioName::Restore => scenarios::restore(&env, &bin, *q, size).await,
-                    ScenarioName::Restart => {
-                        scenarios::restart(&env, &bin, *q, args.restart_claims).await
-                    }
-                    ScenarioName::Unused => unreachable!("run above"),
-                    ScenarioName::Capacity => scenarios::capacity(&env, &bin, &capacity).await,
-                    ScenarioName::Node => {
-                        scenarios::node(
-                            &env,
-                            &bin,
-                            *q,
-                            args.nodes,
-                            args.node_claims,
-                            args.node_seeded,
-                        )
-                        .await
-                    }
-                };
-                run.metric(
-                    "idle_wait_s",
-                    "waited for an idle machine before the run (s)",
-                    waited.as_secs_f64(),
-                );
-                sc.runs.push(run);
+            let rounds = if binaries.len() == 2 && scenario != ScenarioName::Capacity {
+                args.rounds.max(1)
+            } else {
+                1
+            };
+            for round in 0..rounds {
+                let mut order: Vec<usize> = (0..binaries.len()).collect();
+                if round % 2 == 1 {
+                    order.reverse();
+                }
+                let mut runs = Vec::new();
+                for &i in &order {
+                    let b = &binaries[i];
+                    let bin = Bin {
+                        label: &b.label,
+                        path: Path::new(&b.path),
+                    };
+                    let waited = wait::machine_idle(IDLE_WAIT).await;
+                    eprintln!("bench: {} [{}] with {} ...", sc.title, sc.qps, b.label);
+                    let mut run = match scenario {
+                        ScenarioName::Burst => scenarios::burst(&env, &bin, *q, size).await,
+                        ScenarioName::Migrated => scenarios::migrated(&env, &bin, *q, size).await,
+                        ScenarioName::Restore => scenarios::restore(&env, &bin, *q, size).await,
+                        ScenarioName::Restart => {
+                            scenarios::restart(&env, &bin, *q, args.restart_claims).await
+                        }
+                        ScenarioName::Unused => unreachable!("run above"),
+                        ScenarioName::Capacity => scenarios::capacity(&env, &bin, &capacity).await,
+                        ScenarioName::Node => {
+                            scenarios::node(
+                                &env,
+                                &bin,
+                                *q,
+                                args.nodes,
+                                args.node_claims,
+                                args.node_seeded,
+                            )
+                            .await
+                        }
+                    };
+                    run.metric(
+                        "idle_wait_s",
+                        "waited for an idle machine before the run (s)",
+                        waited.as_secs_f64(),
+                    );
+                    runs.push((i, run));
+                }
+                // Columns stay in the order the binaries were given, whichever ran first.
+                runs.sort_by_key(|(i, _)| *i);
+                let mut sc = sc.clone();
+                sc.runs = runs.into_iter().map(|(_, run)| run).collect();
+                if rounds > 1 {
+                    sc.round = Some(report::Round {
+                        number: round + 1,
+                        of: rounds,
+                        first: binaries[order[0]].label.clone(),
+                    });
+                }
+                report.scenarios.push(sc);
+                report.load_average_end = load_average();
+                // Written after every scenario, so a long run that is cut short still leaves a report.
+                write_report(&out, &report)?;
             }
-            report.scenarios.push(sc);
-            report.load_average_end = load_average();
-            // Written after every scenario, so a long run that is cut short still leaves a report.
-            write_report(&out, &report)?;
         }
     }
     report.load_average_end = load_average();

@@ -105,6 +105,17 @@ pub struct Scenario {
     pub title: String,
     pub qps: String,
     pub runs: Vec<Run>,
+    /// Set when the scenario ran in several rounds (`--rounds`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub round: Option<Round>,
+}
+
+/// Which round of a scenario run in rounds, and which binary ran first in it.
+#[derive(Debug, Clone, Serialize)]
+pub struct Round {
+    pub number: usize,
+    pub of: usize,
+    pub first: String,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -169,7 +180,10 @@ impl Report {
             // Columns are the scenario's runs (the unused-claims scenario runs one binary twice).
             let labels: Vec<&str> = s.runs.iter().map(|r| r.binary.as_str()).collect();
             let ratio = labels.len() == 2;
-            let _ = writeln!(out, "\n## {} ({})\n", s.title, s.qps);
+            let round = s.round.as_ref().map_or(String::new(), |r| {
+                format!(", round {} of {}, {} run first", r.number, r.of, r.first)
+            });
+            let _ = writeln!(out, "\n## {} ({}){round}\n", s.title, s.qps);
             let mut head = format!("| metric | {} |", labels.join(" | "));
             let mut rule = format!("|---|{}", "---:|".repeat(labels.len()));
             if ratio {
@@ -260,6 +274,7 @@ impl Report {
                 }
             }
         }
+        self.across_rounds(&mut out);
         if !failures.is_empty() {
             let _ = writeln!(out, "\n## Correctness failures\n");
             for f in failures {
@@ -267,6 +282,93 @@ impl Report {
             }
         }
         out
+    }
+}
+
+impl Report {
+    /// Per scenario run in rounds: each figure's ratio in every round, and their geometric mean.
+    fn across_rounds(&self, out: &mut String) {
+        let mut groups: Vec<Vec<&Scenario>> = Vec::new();
+        for s in self
+            .scenarios
+            .iter()
+            .filter(|s| s.round.is_some() && s.runs.len() == 2)
+        {
+            match groups
+                .iter_mut()
+                .find(|g| g[0].title == s.title && g[0].qps == s.qps)
+            {
+                Some(g) => g.push(s),
+                None => groups.push(vec![s]),
+            }
+        }
+        for g in groups.iter().filter(|g| g.len() > 1) {
+            let labels = (&g[0].runs[0].binary, &g[0].runs[1].binary);
+            let _ = writeln!(
+                out,
+                "\n## {} ({}), {} rounds: {} / {}\n",
+                g[0].title,
+                g[0].qps,
+                g.len(),
+                labels.0,
+                labels.1
+            );
+            let mut head = "| metric |".to_string();
+            for s in g {
+                let r = s.round.as_ref().expect("grouped by round");
+                let _ = write!(head, " round {} ({} first) |", r.number, r.first);
+            }
+            let _ = writeln!(
+                out,
+                "{head} geometric mean |\n|---|{}---:|",
+                "---:|".repeat(g.len())
+            );
+            for m in &g[0].runs[0].metrics {
+                let ratios: Vec<Option<f64>> = g
+                    .iter()
+                    .map(|s| {
+                        let value = |run: &Run| {
+                            run.metrics
+                                .iter()
+                                .find(|x| x.key == m.key)
+                                .and_then(|x| x.value)
+                        };
+                        ratio(value(&s.runs[0]), value(&s.runs[1]))
+                    })
+                    .collect();
+                let mut line = format!("| {} |", m.label);
+                for r in &ratios {
+                    let _ = write!(line, " {} |", r.map_or("-".into(), |r| format!("{r:.2}")));
+                }
+                let _ = writeln!(out, "{line} {} |", geometric_mean(&ratios));
+            }
+        }
+    }
+}
+
+/// `a / b`; two zeros are equal.
+fn ratio(a: Option<f64>, b: Option<f64>) -> Option<f64> {
+    match (a?, b?) {
+        (a, b) if b != 0.0 => Some(a / b),
+        (0.0, _) => Some(1.0),
+        _ => None,
+    }
+}
+
+/// The geometric mean of positive ratios, `-` unless every round has one.
+fn geometric_mean(ratios: &[Option<f64>]) -> String {
+    let logs: Option<Vec<f64>> = ratios
+        .iter()
+        .map(|r| r.filter(|r| *r > 0.0).map(f64::ln))
+        .collect();
+    match logs {
+        Some(logs) if !logs.is_empty() => {
+            format!(
+                "{:.2}",
+                (logs.iter().sum::<f64>() / logs.len() as f64).exp()
+            )
+        }
+        _ => "-".into(),
     }
 }
 
@@ -285,11 +387,7 @@ pub fn num(v: f64) -> String {
 }
 
 fn ratio_of(a: Option<f64>, b: Option<f64>) -> String {
-    match (a, b) {
-        (Some(a), Some(b)) if b != 0.0 => format!("{:.2}", a / b),
-        (Some(0.0), Some(_)) => "1.00".into(),
-        _ => "-".into(),
-    }
+    ratio(a, b).map_or("-".into(), |r| format!("{r:.2}"))
 }
 
 /// Nearest-rank percentile (`p` in 0..=100) of unsorted values.
@@ -376,6 +474,7 @@ mod tests {
                 title: "burst of 20 claims".into(),
                 qps: "QPS 5, burst 10".into(),
                 runs: vec![a, b],
+                round: None,
             }],
             notes: vec![],
         };
@@ -396,5 +495,47 @@ mod tests {
         assert!(md.contains("| create events | 2 (40) | - |"), "{md}");
         assert_eq!(report.failures().len(), 1);
         assert!(md.contains("PV pvc-1 leaked"), "{md}");
+    }
+
+    #[test]
+    fn rounds_each_get_a_table_and_their_ratios_a_geometric_mean() {
+        let run = |binary: &str, rate: f64| {
+            let mut r = Run {
+                binary: binary.into(),
+                ..Default::default()
+            };
+            r.metric("v", "volumes/s", rate);
+            r
+        };
+        let round = |number, first: &str, a, b| Scenario {
+            scenario: "burst".into(),
+            title: "burst of 20 claims".into(),
+            qps: "QPS 1000".into(),
+            runs: vec![run("A", a), run("B", b)],
+            round: Some(Round {
+                number,
+                of: 2,
+                first: first.into(),
+            }),
+        };
+        let report = Report {
+            command: "bench".into(),
+            date: "today".into(),
+            cores: 2,
+            load_average_start: "1".into(),
+            load_average_end: "1".into(),
+            binaries: vec![],
+            scenarios: vec![round(1, "A", 90.0, 100.0), round(2, "B", 160.0, 100.0)],
+            notes: vec![],
+        };
+        let md = report.markdown();
+        assert!(
+            md.contains("## burst of 20 claims (QPS 1000), round 2 of 2, B run first"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| volumes/s | 0.90 | 1.60 | 1.20 |"),
+            "the geometric mean of 0.9 and 1.6 is 1.2: {md}"
+        );
     }
 }
