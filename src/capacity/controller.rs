@@ -316,7 +316,8 @@ impl Capacity {
 }
 
 /// Notes `pv`'s change in `ending` (our PVs whose volume is being deleted, by name); returns what
-/// a volume just created changed.
+/// a volume just created changed. (A stream that lagged far behind may yield a new PV only as
+/// Bound: its segments are refreshed by the next poll then.)
 fn note_volume(
     driver: &str,
     ending: &mut HashMap<String, Affected>,

@@ -10,7 +10,8 @@
 //! The fan-out is ours rather than kube-runtime's `ReflectHandle`: that handle looks each change up
 //! in the store again and, when the object left the store meanwhile (created then deleted, common in
 //! mass deletions), returns `Pending` without arranging a wake-up, which stalls the controller and
-//! then the watch. Here every subscriber receives the object itself, in order, with backpressure.
+//! then the watch. Here every subscriber receives the object itself, in order, and the watch never
+//! waits on a subscriber: one that falls behind receives each object's latest version ([`Lane`]).
 //! A stream is fed from the moment its controller first reads it, and starts with what the cache
 //! holds then (around that moment an object may be announced twice, the last time as it is now).
 //! So a controller that waits before it reads (a standby until it leads, the claim controller for
@@ -65,7 +66,6 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
-use tokio_stream::wrappers::ReceiverStream;
 use tracing::{Instrument, debug, error, info, info_span, warn};
 
 use crate::retry::describe_watch;
@@ -419,7 +419,8 @@ impl<K> Borrow<str> for Keyed<K> {
     }
 }
 
-/// Changes buffered per subscriber: how far a slow controller may lag before the watch waits.
+/// Changes queued per subscriber in order; past this, a reader that lags gets each object's latest
+/// version in place of an older one still queued ([`Lane`]).
 const SHARED_BUFFER: usize = 1024;
 
 /// Annotation `kubectl apply` writes; a full copy of the object we never read.
@@ -430,10 +431,8 @@ const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 pub(crate) struct Watched<S, R = Store<S>> {
     /// Read side of the cache.
     pub(crate) store: R,
-    // A stream is fed only once it is first read (`subscribe`), so a controller that waits first
-    // (a standby) stalls nothing meanwhile. Once read it must keep being read: a subscriber that
-    // stops fills its buffer and then stalls the watch.
-    streams: Vec<(Arc<AtomicBool>, ReceiverStream<Arc<S>>)>,
+    /// One per controller that asked; fed from its first read (`subscribe`).
+    streams: Vec<Arc<Lane<S>>>,
     /// The task driving the watch.
     #[allow(
         dead_code,
@@ -458,24 +457,109 @@ where
     /// # Panics
     /// When more streams are taken than were asked for (a wiring bug caught at start-up).
     pub(crate) fn subscribe(&mut self) -> impl Stream<Item = Arc<S>> + Send + 'static {
-        let (taken, changes) = self
+        let lane = self
             .streams
             .pop()
             .expect("more subscriptions taken than watch_shared was asked for");
         let store = self.store.clone();
+        let taken = lane.clone();
         let contents = futures::stream::once(async move {
             // Fed first, read second: a change the watch applies meanwhile is in the contents,
             // or announced, or both (the cache's lock orders the two), never in neither.
-            taken.store(true, Ordering::SeqCst);
+            taken.taken.store(true, Ordering::SeqCst);
             futures::stream::iter(store.contents())
         });
-        // Each object spends the task's budget, as one from the channel does, so a reader of
-        // 10,000 yields to the other controllers now and then.
-        let contents = contents.flatten().then(|obj| async move {
+        let changes = futures::stream::unfold(lane, |lane| async move {
+            loop {
+                let next = crate::sync::lock(&lane.state).pop();
+                match next {
+                    Some(obj) => return Some((obj, lane)),
+                    None if lane.closed.load(Ordering::SeqCst) => return None,
+                    // A permit stored by an announcement made since the pop wakes this at once.
+                    None => lane.ready.notified().await,
+                }
+            }
+        });
+        // Each object spends the task's budget, so a reader of 10,000 yields to the other
+        // controllers now and then.
+        contents.flatten().chain(changes).then(|obj| async move {
             tokio::task::coop::consume_budget().await;
             obj
-        });
-        contents.chain(changes)
+        })
+    }
+}
+
+/// One controller's change stream. The watch never waits on it: a controller that falls behind
+/// (awaiting requests while its stream goes unread, say) once stalled the shared watch and every
+/// other controller with it. Up to [`SHARED_BUFFER`] changes queue in order; past that, a change
+/// to an object still queued replaces that version in place (the controllers act on an object's
+/// latest state), so the queue never holds more than the buffer plus one entry per object.
+pub(crate) struct Lane<S> {
+    state: std::sync::Mutex<Queued<S>>,
+    ready: tokio::sync::Notify,
+    /// Set on the stream's first read: until then the cache stands in for the announcements.
+    taken: AtomicBool,
+    /// The watch ended (shutdown, or a test aborting it): the stream ends once drained.
+    closed: AtomicBool,
+}
+
+/// A lane's queue, with where each object's last queued version is.
+struct Queued<S> {
+    queue: std::collections::VecDeque<(Arc<str>, Arc<S>)>,
+    /// Each queued key's last position, counted from the first object ever queued.
+    last: HashMap<Arc<str>, u64>,
+    /// How many objects left the queue: the front's position.
+    popped: u64,
+}
+
+impl<S> Lane<S> {
+    fn new() -> Self {
+        Self {
+            state: std::sync::Mutex::new(Queued {
+                queue: std::collections::VecDeque::new(),
+                last: HashMap::new(),
+                popped: 0,
+            }),
+            ready: tokio::sync::Notify::new(),
+            taken: AtomicBool::new(false),
+            closed: AtomicBool::new(false),
+        }
+    }
+
+    /// Queues `obj`, announced under `key`.
+    fn announce(&self, key: &str, obj: &Arc<S>) {
+        crate::sync::lock(&self.state).push(key, obj.clone());
+        self.ready.notify_one();
+    }
+
+    fn close(&self) {
+        self.closed.store(true, Ordering::SeqCst);
+        self.ready.notify_one();
+    }
+}
+
+impl<S> Queued<S> {
+    fn push(&mut self, key: &str, obj: Arc<S>) {
+        if self.queue.len() >= SHARED_BUFFER
+            && let Some(at) = self.last.get(key)
+        {
+            let i = usize::try_from(at - self.popped).expect("a queued position");
+            self.queue[i].1 = obj;
+            return;
+        }
+        let key: Arc<str> = Arc::from(key);
+        let at = self.popped + self.queue.len() as u64;
+        self.last.insert(key.clone(), at);
+        self.queue.push_back((key, obj));
+    }
+
+    fn pop(&mut self) -> Option<Arc<S>> {
+        let (key, obj) = self.queue.pop_front()?;
+        if self.last.get(&key) == Some(&self.popped) {
+            self.last.remove(&key);
+        }
+        self.popped += 1;
+        Some(obj)
     }
 }
 
@@ -505,6 +589,8 @@ impl<K> Contents<Lean<K>> for Cache<K> {
 trait Sink<S>: Send + 'static {
     /// Applies one event; returns the objects to announce to the controllers.
     fn apply(&mut self, event: watcher::Event<S>) -> Vec<Arc<S>>;
+    /// The cache key an announced object is queued under.
+    fn key_of(obj: &S) -> std::borrow::Cow<'_, str>;
 }
 
 impl<S> Sink<S> for (reflector::store::Writer<S>, Store<S>)
@@ -523,11 +609,23 @@ where
             _ => Vec::new(),
         }
     }
+
+    fn key_of(obj: &S) -> std::borrow::Cow<'_, str> {
+        key(
+            obj.meta().namespace.as_deref(),
+            obj.meta().name.as_deref().unwrap_or(""),
+        )
+        .into()
+    }
 }
 
 impl<K: 'static> Sink<Lean<K>> for CacheWriter<K> {
     fn apply(&mut self, event: watcher::Event<Lean<K>>) -> Vec<Arc<Lean<K>>> {
         CacheWriter::apply(self, event)
+    }
+
+    fn key_of(obj: &Lean<K>) -> std::borrow::Cow<'_, str> {
+        obj.key().into()
     }
 }
 
@@ -699,13 +797,8 @@ where
     F: Fn(&mut K) -> bool + Send + Sync + 'static,
     W: Sink<S>,
 {
-    let (senders, streams): (Vec<_>, Vec<_>) = (0..subscribers)
-        .map(|_| {
-            let (tx, rx) = mpsc::channel(SHARED_BUFFER);
-            let taken = Arc::new(AtomicBool::new(false));
-            ((taken.clone(), tx), (taken, ReceiverStream::new(rx)))
-        })
-        .unzip();
+    let streams: Vec<Arc<Lane<S>>> = (0..subscribers).map(|_| Arc::new(Lane::new())).collect();
+    let lanes = Closing(streams.clone());
     let task = tokio::spawn(
         async move {
             let events = watch_events(api, config, what);
@@ -716,13 +809,12 @@ where
                 };
                 // The cache first, so a controller woken by the change finds it there.
                 for obj in sink.apply(convert::<K, S>(event)) {
-                    for (taken, tx) in &senders {
-                        // A stream not read yet learns of this from the cache when it is.
-                        if !taken.load(Ordering::SeqCst) {
-                            continue;
-                        }
-                        // A closed stream means its controller stopped (shutdown): nothing to tell.
-                        let _ = tx.send(obj.clone()).await;
+                    let key = W::key_of(&obj);
+                    // A stream not read yet learns of this from the cache when it is; one no
+                    // longer held (its controller stopped) needs nothing.
+                    let lanes = lanes.0.iter().filter(|l| Arc::strong_count(l) > 1);
+                    for lane in lanes.filter(|l| l.taken.load(Ordering::SeqCst)) {
+                        lane.announce(&key, &obj);
                     }
                 }
             }
@@ -733,6 +825,15 @@ where
         store,
         streams,
         task,
+    }
+}
+
+/// The watch's lanes, closed when its task ends (or is aborted), so their streams end too.
+struct Closing<S>(Vec<Arc<Lane<S>>>);
+
+impl<S> Drop for Closing<S> {
+    fn drop(&mut self) {
+        self.0.iter().for_each(|lane| lane.close());
     }
 }
 

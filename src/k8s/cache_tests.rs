@@ -363,3 +363,78 @@ async fn a_cache_whose_streams_nobody_reads_yet_stays_current_and_a_late_reader_
     }
     watched.task.abort();
 }
+
+#[tokio::test]
+async fn a_stream_left_unread_holds_up_neither_the_cache_nor_its_siblings_and_then_yields_the_latest()
+ {
+    use k8s_openapi::api::core::v1::Secret;
+    use kube::api::{Patch, PatchParams};
+    let within = std::time::Duration::from_secs(30);
+    let sim = kube_sim::Sim::start(kube_sim::SimConfig::bare())
+        .await
+        .unwrap();
+    let secrets: Api<Secret> = Api::namespaced(sim.client(), "default");
+    let mut watched = watch_shared(secrets.clone(), watcher::Config::default(), "secrets", 2);
+    tokio::time::timeout(within, watched.store.wait_until_ready())
+        .await
+        .unwrap()
+        .unwrap();
+    // Read once, then left unread: a controller awaiting requests.
+    let lagging = watched.subscribe();
+    futures::pin_mut!(lagging);
+    create_secret(&sim, "first".to_owned());
+    let first = tokio::time::timeout(within, lagging.next()).await.unwrap();
+    assert_eq!(first.unwrap().metadata.name.as_deref(), Some("first"));
+    let sibling = watched.subscribe();
+    futures::pin_mut!(sibling);
+    let first = tokio::time::timeout(within, sibling.next()).await.unwrap();
+    assert_eq!(first.unwrap().metadata.name.as_deref(), Some("first"));
+    let count = SHARED_BUFFER + 50;
+    let names: Vec<String> = (0..count).map(|i| format!("s-{i}")).collect();
+    for name in &names {
+        create_secret(&sim, name.clone());
+    }
+    // A change to an object the lagging stream still holds, past its buffer.
+    let labelled = serde_json::json!({"metadata": {"labels": {"version": "2"}}});
+    secrets
+        .patch("s-0", &PatchParams::default(), &Patch::Merge(&labelled))
+        .await
+        .unwrap();
+    let is_labelled = |s: &Secret| {
+        s.metadata
+            .labels
+            .as_ref()
+            .is_some_and(|l| l.contains_key("version"))
+    };
+    let seen = async {
+        let mut seen = HashSet::new();
+        while let Some(s) = sibling.next().await {
+            if s.metadata.name.as_deref() == Some("s-0") && is_labelled(&s) {
+                return seen;
+            }
+            seen.insert(s.metadata.name.clone().unwrap());
+        }
+        seen
+    };
+    let seen = tokio::time::timeout(within, seen)
+        .await
+        .expect("the sibling stream goes on while the other is not read");
+    assert!(
+        names.iter().all(|n| seen.contains(n)),
+        "{} of {count}",
+        seen.len()
+    );
+    // Read at last: every object once, in order, each as it is now.
+    // (`first` may come again: it was cached and announced around the stream's first read.)
+    let rest = lagging.filter(|s| std::future::ready(s.metadata.name.as_deref() != Some("first")));
+    let read: Vec<Arc<Secret>> = tokio::time::timeout(within, rest.take(count).collect())
+        .await
+        .expect("the lagging stream yields what it holds");
+    let read_names: Vec<String> = read
+        .iter()
+        .map(|s| s.metadata.name.clone().unwrap())
+        .collect();
+    assert_eq!(read_names, names);
+    assert!(is_labelled(&read[0]), "s-0 is yielded as it is now");
+    watched.task.abort();
+}
