@@ -338,7 +338,7 @@ pub(crate) async fn remove_annotation<K: Object>(
 /// metadata and must put into the patch's `test` ops everything the write relies on.
 ///
 /// - The first attempt uses `seed` (maybe stale); `AlreadyDone`/`ObjectDeleting` conclusions from
-///   it are re-checked on a fresh GET.
+///   it are re-checked on a fresh GET. A seed without a resourceVersion is read first.
 /// - 409 and 422 (a failed `test`) re-read and retry without a cap. A 422 against a fresh read whose
 ///   resourceVersion has not moved is not a lost race but a rejected write: returned as an error.
 /// - 404, or another UID under the name: [`PatchOutcome::Gone`]. Any other error is returned.
@@ -368,8 +368,11 @@ where
         .without_max_times()
         .build();
 
-    // (object, whether it comes from a GET made by this call)
-    let mut next: Option<(K, bool)> = Some((seed.clone(), false));
+    // (object, whether it comes from a GET made by this call). A seed without a resourceVersion
+    // only names the object: a write built from its empty lists would guard nothing and replace
+    // the object's (in node mode, a clone source's finalizers with ours alone).
+    let known = seed.meta().resource_version.is_some();
+    let mut next: Option<(K, bool)> = known.then(|| (seed.clone(), false));
     // A 422 on a write computed from a fresh read at this resourceVersion (with its error).
     let mut rejected: Option<(Option<String>, kube::Error)> = None;
     let mut lost_races = 0u32;

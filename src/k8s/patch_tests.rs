@@ -745,3 +745,15 @@ async fn a_patch_refused_by_rbac_is_made_with_get_and_put_keeping_unknown_fields
         calls(&server)
     );
 }
+
+#[tokio::test]
+async fn a_seed_that_only_names_the_object_is_read_first_and_every_finalizer_is_kept() {
+    // As a clone's source claim that this node's instance does not cache (node mode).
+    let mut seed = PersistentVolume::default();
+    seed.metadata.name = Some("pv-1".into());
+    let (api, server) = fake(Some(pv("pv-1").finalizer(ATTACHER).build()));
+    let out = add_finalizer(&api, &seed, OURS).await.unwrap();
+    assert!(matches!(out, PatchOutcome::Patched(_)));
+    assert_eq!(server_finalizers(&server), [ATTACHER, OURS]);
+    assert_eq!(calls(&server), [Method::GET, Method::PATCH]);
+}

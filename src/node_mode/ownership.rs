@@ -303,13 +303,35 @@ pub(crate) fn become_owner_patch(node: &str, resource_version: &str) -> Value {
 /// topology (empty `segments`), counts as accessible everywhere, so every instance may ask its
 /// driver, which decides. `Ok(false)`: the delete path ends silently with [`NOT_PROVISIONED_HERE`]
 /// (upstream IgnoredError: no event, no retry). An error (an invalid affinity) is a delete failure.
+///
+/// `migrated`: `pv` is an in-tree PV as translated for our driver. Its affinity keeps labels the
+/// translation does not rename (the region beside the zone), which the driver never reports, so
+/// only the keys it reports are judged. Upstream judges them all: no instance ever deletes such a
+/// PV, and it stays Released with its volume.
 pub(crate) fn may_delete_here(
     pv: &PersistentVolume,
     segments: &HashMap<String, String>,
+    migrated: bool,
 ) -> Result<bool, AffinityError> {
     let affinity = pv.spec.as_ref().and_then(|s| s.node_affinity.as_ref());
     let topology = (!segments.is_empty()).then_some(segments);
-    topology::volume_is_accessible(affinity, topology)
+    if !(migrated && topology.is_some()) {
+        return topology::volume_is_accessible(affinity, topology);
+    }
+    let mut judged = affinity.cloned();
+    let required = judged.as_mut().and_then(|a| a.required.as_mut());
+    for term in required
+        .into_iter()
+        .flat_map(|r| r.node_selector_terms.iter_mut())
+    {
+        let exprs = term.match_expressions.get_or_insert_default();
+        exprs.retain(|e| segments.contains_key(&e.key));
+        // Nothing left that the driver could contradict.
+        if exprs.is_empty() && term.match_fields.as_ref().is_none_or(Vec::is_empty) {
+            return Ok(true);
+        }
+    }
+    topology::volume_is_accessible(judged.as_ref(), topology)
 }
 
 #[cfg(test)]

@@ -371,16 +371,35 @@ fn a_node_mode_instance_deletes_only_volumes_its_segments_satisfy() {
         .node_affinity([("topology.example.com/node", "n2")])
         .build();
     let anywhere = pv("pv-3").build();
-    assert_eq!(may_delete_here(&here, &segments), Ok(true));
-    assert_eq!(may_delete_here(&there, &segments), Ok(false));
+    assert_eq!(may_delete_here(&here, &segments, false), Ok(true));
+    assert_eq!(may_delete_here(&there, &segments, false), Ok(false));
     assert_eq!(
-        may_delete_here(&anywhere, &segments),
+        may_delete_here(&anywhere, &segments, false),
         Ok(true),
         "no affinity: every instance may ask"
     );
     assert_eq!(
-        may_delete_here(&there, &HashMap::new()),
+        may_delete_here(&there, &HashMap::new(), false),
         Ok(true),
         "a driver without topology: accessible everywhere"
     );
+}
+
+#[test]
+fn a_migrated_pv_is_judged_only_on_the_keys_the_driver_reports() {
+    let segments = me().segments;
+    // As translated: the zone renamed to the driver's key, the region kept.
+    let region = ("topology.kubernetes.io/region", "r1");
+    let here = pv("pv-1")
+        .node_affinity([("topology.example.com/node", "n1"), region])
+        .build();
+    let there = pv("pv-2")
+        .node_affinity([("topology.example.com/node", "n2"), region])
+        .build();
+    let region_only = pv("pv-3").node_affinity([region]).build();
+    assert_eq!(may_delete_here(&here, &segments, true), Ok(true));
+    assert_eq!(may_delete_here(&there, &segments, true), Ok(false));
+    assert_eq!(may_delete_here(&region_only, &segments, true), Ok(true));
+    // A PV of our driver's own is judged on every key, as upstream does.
+    assert_eq!(may_delete_here(&here, &segments, false), Ok(false));
 }

@@ -270,10 +270,12 @@ async fn gather<'a>(
     };
     let locality = match &state.segments {
         None => Locality::Central,
-        Some(segments) => match may_delete_here(view, segments) {
-            Ok(accessible) => Locality::Node { accessible },
-            Err(error) => Locality::InvalidNodeAffinity(error),
-        },
+        Some(segments) => {
+            match may_delete_here(view, segments, matches!(translated, Some(Ok(_)))) {
+                Ok(accessible) => Locality::Node { accessible },
+                Err(error) => Locality::InvalidNodeAffinity(error),
+            }
+        }
     };
     let uid = pv.metadata.uid.as_deref().unwrap_or_default();
     Ok(ReclaimContext {

@@ -258,12 +258,9 @@ impl ClaimRecords {
     /// Records the learned volume id on the claim (a retried clean-up then needs no replay).
     /// Best effort: without it the next attempt replays CreateVolume.
     pub(crate) async fn set_id(&self, entry: &Entry, id: &str) {
-        // Computed from a fresh read only (the seed has no resourceVersion), and only while the
-        // claim still carries the record.
+        // Only while the claim still carries the record.
         let step = |meta: &ObjectMeta| {
-            if meta.resource_version.is_none()
-                || !has_finalizer(meta, names::FINALIZER_PROVISIONING_INTENT)
-            {
+            if !has_finalizer(meta, names::FINALIZER_PROVISIONING_INTENT) {
                 Step::AlreadyDone
             } else {
                 patch::set_annotation_step(meta, names::ANN_INTENT_VOLUME_ID, id)
@@ -309,8 +306,8 @@ impl ClaimRecords {
     }
 }
 
-/// A claim carrying only `entry`'s identity: the first write is computed from a fresh read
-/// ([`patch::patch_fresh`] never concludes from a seed that nothing is to be done).
+/// A claim carrying only `entry`'s identity: without a resourceVersion it is read before any
+/// write is computed ([`patch::patch_fresh`]).
 fn seed(entry: &Entry) -> PersistentVolumeClaim {
     PersistentVolumeClaim {
         metadata: ObjectMeta {
