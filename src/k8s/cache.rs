@@ -471,10 +471,12 @@ where
         });
         let changes = futures::stream::unfold(lane, |lane| async move {
             loop {
+                // Read before the pop: a change queued just before the close is still yielded.
+                let closed = lane.closed.load(Ordering::SeqCst);
                 let next = crate::sync::lock(&lane.state).pop();
                 match next {
                     Some(obj) => return Some((obj, lane)),
-                    None if lane.closed.load(Ordering::SeqCst) => return None,
+                    None if closed => return None,
                     // A permit stored by an announcement made since the pop wakes this at once.
                     None => lane.ready.notified().await,
                 }
@@ -526,10 +528,11 @@ impl<S> Lane<S> {
         }
     }
 
-    /// Queues `obj`, announced under `key`.
-    fn announce(&self, key: &str, obj: &Arc<S>) {
-        crate::sync::lock(&self.state).push(key, obj.clone());
+    /// Queues `obj`, announced under `key`; `true` when that fills the ordered part of the queue.
+    fn announce(&self, key: &Arc<str>, obj: &Arc<S>) -> bool {
+        let full = crate::sync::lock(&self.state).push(key, obj.clone());
         self.ready.notify_one();
+        full
     }
 
     fn close(&self) {
@@ -539,18 +542,18 @@ impl<S> Lane<S> {
 }
 
 impl<S> Queued<S> {
-    fn push(&mut self, key: &str, obj: Arc<S>) {
+    fn push(&mut self, key: &Arc<str>, obj: Arc<S>) -> bool {
         if self.queue.len() >= SHARED_BUFFER
             && let Some(at) = self.last.get(key)
         {
             let i = usize::try_from(at - self.popped).expect("a queued position");
             self.queue[i].1 = obj;
-            return;
+            return false;
         }
-        let key: Arc<str> = Arc::from(key);
         let at = self.popped + self.queue.len() as u64;
         self.last.insert(key.clone(), at);
-        self.queue.push_back((key, obj));
+        self.queue.push_back((key.clone(), obj));
+        self.queue.len() == SHARED_BUFFER
     }
 
     fn pop(&mut self) -> Option<Arc<S>> {
@@ -809,12 +812,17 @@ where
                 };
                 // The cache first, so a controller woken by the change finds it there.
                 for obj in sink.apply(convert::<K, S>(event)) {
-                    let key = W::key_of(&obj);
                     // A stream not read yet learns of this from the cache when it is; one no
                     // longer held (its controller stopped) needs nothing.
-                    let lanes = lanes.0.iter().filter(|l| Arc::strong_count(l) > 1);
-                    for lane in lanes.filter(|l| l.taken.load(Ordering::SeqCst)) {
-                        lane.announce(&key, &obj);
+                    let mut told = lanes.0.iter().filter(|l| {
+                        Arc::strong_count(l) > 1 && l.taken.load(Ordering::SeqCst)
+                    });
+                    let Some(first) = told.next() else { continue };
+                    let key: Arc<str> = Arc::from(W::key_of(&obj));
+                    for lane in std::iter::once(first).chain(told) {
+                        if lane.announce(&key, &obj) {
+                            warn!(resource = what, "a controller is {SHARED_BUFFER} changes behind; it now gets each object's latest version");
+                        }
                     }
                 }
             }

@@ -394,24 +394,10 @@ async fn a_stream_left_unread_holds_up_neither_the_cache_nor_its_siblings_and_th
     for name in &names {
         create_secret(&sim, name.clone());
     }
-    // A change to an object the lagging stream still holds, past its buffer.
-    let labelled = serde_json::json!({"metadata": {"labels": {"version": "2"}}});
-    secrets
-        .patch("s-0", &PatchParams::default(), &Patch::Merge(&labelled))
-        .await
-        .unwrap();
-    let is_labelled = |s: &Secret| {
-        s.metadata
-            .labels
-            .as_ref()
-            .is_some_and(|l| l.contains_key("version"))
-    };
     let seen = async {
         let mut seen = HashSet::new();
-        while let Some(s) = sibling.next().await {
-            if s.metadata.name.as_deref() == Some("s-0") && is_labelled(&s) {
-                return seen;
-            }
+        while seen.len() < count {
+            let Some(s) = sibling.next().await else { break };
             seen.insert(s.metadata.name.clone().unwrap());
         }
         seen
@@ -423,6 +409,19 @@ async fn a_stream_left_unread_holds_up_neither_the_cache_nor_its_siblings_and_th
         names.iter().all(|n| seen.contains(n)),
         "{} of {count}",
         seen.len()
+    );
+    // A change to an object the lagging stream still holds, past its buffer.
+    let labelled = serde_json::json!({"metadata": {"labels": {"version": "2"}}});
+    secrets
+        .patch("s-0", &PatchParams::default(), &Patch::Merge(&labelled))
+        .await
+        .unwrap();
+    let is_labelled =
+        |s: &Secret| (s.metadata.labels.as_ref()).is_some_and(|l| l.contains_key("version"));
+    let next = tokio::time::timeout(within, sibling.next()).await.unwrap();
+    assert!(
+        next.is_some_and(|s| is_labelled(&s)),
+        "the sibling is told of the change"
     );
     // Read at last: every object once, in order, each as it is now.
     // (`first` may come again: it was cached and announced around the stream's first read.)

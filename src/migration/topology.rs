@@ -31,6 +31,42 @@ pub(crate) fn selector_terms(key: &str, values: Vec<String>) -> Vec<TopologySele
     }]
 }
 
+/// Drops from each term of `affinity` a region requirement (beta or GA label, `In`) that the
+/// term's zone implies: every value of an `In` requirement on a key the driver reports
+/// (`reported`) starts with one of the region's values, as AWS, GCE and zonal Azure zones name
+/// their region (`us-central1-b` in `us-central1`). Nothing else changes: a region without such a
+/// zone beside it still has to match.
+pub(crate) fn drop_implied_regions(
+    affinity: &mut VolumeNodeAffinity,
+    reported: impl Fn(&str) -> bool,
+) {
+    let terms = affinity
+        .required
+        .as_mut()
+        .map(|r| &mut r.node_selector_terms);
+    for exprs in terms
+        .into_iter()
+        .flatten()
+        .filter_map(|t| t.match_expressions.as_mut())
+    {
+        let zones: Vec<String> = exprs
+            .iter()
+            .filter(|e| e.operator == "In" && reported(&e.key))
+            .flat_map(|e| e.values.clone().unwrap_or_default())
+            .collect();
+        let implied = |e: &NodeSelectorRequirement| {
+            let regions = e.values.as_deref().unwrap_or_default();
+            [GA_REGION, BETA_REGION].contains(&e.key.as_str())
+                && e.operator == "In"
+                && !zones.is_empty()
+                && zones
+                    .iter()
+                    .all(|z| regions.iter().any(|r| z.starts_with(r.as_str())))
+        };
+        exprs.retain(|e| !implied(e));
+    }
+}
+
 /// The class's allowed topologies with every beta or GA zone key replaced by `csi_key`; other
 /// expressions (regions included) are kept as they are.
 pub(crate) fn translate_allowed_topologies(

@@ -304,10 +304,11 @@ pub(crate) fn become_owner_patch(node: &str, resource_version: &str) -> Value {
 /// driver, which decides. `Ok(false)`: the delete path ends silently with [`NOT_PROVISIONED_HERE`]
 /// (upstream IgnoredError: no event, no retry). An error (an invalid affinity) is a delete failure.
 ///
-/// `migrated`: `pv` is an in-tree PV as translated for our driver. Its affinity keeps labels the
-/// translation does not rename (the region beside the zone), which the driver never reports, so
-/// only the keys it reports are judged. Upstream judges them all: no instance ever deletes such a
-/// PV, and it stays Released with its volume.
+/// `migrated`: `pv` is an in-tree PV as translated for our driver. Its affinity keeps the in-tree
+/// region label beside the zone the translation renames, which no driver reports: where the zone's
+/// name carries the region, the zone alone is judged
+/// ([`crate::migration::topology::drop_implied_regions`]). Upstream judges the region too: no
+/// instance ever deletes such a PV, and it stays Released with its volume.
 pub(crate) fn may_delete_here(
     pv: &PersistentVolume,
     segments: &HashMap<String, String>,
@@ -319,17 +320,10 @@ pub(crate) fn may_delete_here(
         return topology::volume_is_accessible(affinity, topology);
     }
     let mut judged = affinity.cloned();
-    let required = judged.as_mut().and_then(|a| a.required.as_mut());
-    for term in required
-        .into_iter()
-        .flat_map(|r| r.node_selector_terms.iter_mut())
-    {
-        let exprs = term.match_expressions.get_or_insert_default();
-        exprs.retain(|e| segments.contains_key(&e.key));
-        // Nothing left that the driver could contradict.
-        if exprs.is_empty() && term.match_fields.as_ref().is_none_or(Vec::is_empty) {
-            return Ok(true);
-        }
+    if let Some(affinity) = judged.as_mut() {
+        crate::migration::topology::drop_implied_regions(affinity, |key| {
+            segments.contains_key(key)
+        });
     }
     topology::volume_is_accessible(judged.as_ref(), topology)
 }

@@ -386,20 +386,37 @@ fn a_node_mode_instance_deletes_only_volumes_its_segments_satisfy() {
 }
 
 #[test]
-fn a_migrated_pv_is_judged_only_on_the_keys_the_driver_reports() {
-    let segments = me().segments;
-    // As translated: the zone renamed to the driver's key, the region kept.
-    let region = ("topology.kubernetes.io/region", "r1");
+fn a_migrated_pv_is_judged_on_its_zone_where_the_zone_names_the_region() {
+    let segments: HashMap<String, String> = [(
+        "topology.gke.io/zone".to_owned(),
+        "us-central1-b".to_owned(),
+    )]
+    .into();
+    let zone = |z| ("topology.gke.io/zone", z);
+    let region = |r| ("topology.kubernetes.io/region", r);
     let here = pv("pv-1")
-        .node_affinity([("topology.example.com/node", "n1"), region])
+        .node_affinity([zone("us-central1-b"), region("us-central1")])
         .build();
     let there = pv("pv-2")
-        .node_affinity([("topology.example.com/node", "n2"), region])
+        .node_affinity([zone("us-central1-a"), region("us-central1")])
         .build();
-    let region_only = pv("pv-3").node_affinity([region]).build();
     assert_eq!(may_delete_here(&here, &segments, true), Ok(true));
     assert_eq!(may_delete_here(&there, &segments, true), Ok(false));
-    assert_eq!(may_delete_here(&region_only, &segments, true), Ok(true));
+    // Upstream's answer wherever the zone does not tell the region, or there is no zone.
+    let elsewhere = pv("pv-3")
+        .node_affinity([zone("us-central1-b"), region("europe-west1")])
+        .build();
+    let region_only = pv("pv-4").node_affinity([region("us-central1")]).build();
+    for pv in [&elsewhere, &region_only] {
+        assert_eq!(may_delete_here(pv, &segments, true), Ok(false));
+    }
+    // Cinder's `nova` exists in every region: this node's may be another region's.
+    let nova: HashMap<String, String> =
+        [("topology.gke.io/zone".to_owned(), "nova".to_owned())].into();
+    let in_r1 = pv("pv-5")
+        .node_affinity([zone("nova"), region("r1")])
+        .build();
+    assert_eq!(may_delete_here(&in_r1, &nova, true), Ok(false));
     // A PV of our driver's own is judged on every key, as upstream does.
     assert_eq!(may_delete_here(&here, &segments, false), Ok(false));
 }
