@@ -7,15 +7,10 @@
 //! annotation before they are cached: nothing here reads them (but a PV's phase time, taken first
 //! where the API server is older than 1.29), and they are often the largest part of an object.
 //!
-//! The fan-out is ours rather than kube-runtime's `ReflectHandle`: that handle looks each change up
-//! in the store again and, when the object left the store meanwhile (created then deleted, common in
-//! mass deletions), returns `Pending` without arranging a wake-up, which stalls the controller and
-//! then the watch. Here every subscriber receives the object itself, in order, and the watch never
-//! waits on a subscriber: one that falls behind receives each object's latest version ([`Lane`]).
-//! A stream is fed from the moment its controller first reads it, and starts with what the cache
-//! holds then (around that moment an object may be announced twice, the last time as it is now).
-//! So a controller that waits before it reads (a standby until it leads, the claim controller for
-//! its intent ledger's first LIST) never stalls the watch its siblings read.
+//! The fan-out is ours rather than kube-runtime's `ReflectHandle`, which looks each change up in
+//! the store again and, when the object left it meanwhile (common in mass deletions), returns
+//! `Pending` without a wake-up, stalling the controller and then the watch. Here each subscriber
+//! gets the object itself through a [`Lane`] the watch never waits on.
 //!
 //! The initial list is a streaming list (one watch with `sendInitialEvents`, as client-go does)
 //! where the API server serves it, else pages of a list: on 10,000 claims that is one request
@@ -449,10 +444,7 @@ where
     S: Send + Sync + 'static,
     R: Contents<S> + Clone + Send + 'static,
 {
-    /// Takes one of the change streams asked for in [`watch_shared`]. It is fed from the first
-    /// time it is read: then it yields every object cached at that moment, and after them every
-    /// change. So a controller that first waits for something else (leadership, another cache,
-    /// a LIST) never stalls the watch meanwhile.
+    /// Takes one of the change streams asked for in [`watch_shared`] (a [`Lane`]).
     ///
     /// # Panics
     /// When more streams are taken than were asked for (a wiring bug caught at start-up).
@@ -491,11 +483,14 @@ where
     }
 }
 
-/// One controller's change stream. The watch never waits on it: a controller that falls behind
-/// (awaiting requests while its stream goes unread, say) once stalled the shared watch and every
-/// other controller with it. Up to [`SHARED_BUFFER`] changes queue in order; past that, a change
-/// to an object still queued replaces that version in place (the controllers act on an object's
-/// latest state), so the queue never holds more than the buffer plus one entry per object.
+/// One controller's change stream, fed from its first read and starting with what the cache holds
+/// then (around that moment an object may be announced twice, the last time as it is now), so a
+/// controller that waits before it reads (a standby, or one waiting for leadership, another cache
+/// or a LIST) stalls nothing. The watch never waits on it:
+/// a controller that falls behind (awaiting requests while its stream goes unread) once stalled
+/// the shared watch and every other controller. Up to [`SHARED_BUFFER`] changes queue in order;
+/// past that, a change to an object still queued replaces that version in place (controllers act
+/// on an object's latest state), so the queue holds at most the buffer plus one per object.
 pub(crate) struct Lane<S> {
     state: std::sync::Mutex<Queued<S>>,
     ready: tokio::sync::Notify,
@@ -533,11 +528,6 @@ impl<S> Lane<S> {
         let full = crate::sync::lock(&self.state).push(key, obj.clone());
         self.ready.notify_one();
         full
-    }
-
-    fn close(&self) {
-        self.closed.store(true, Ordering::SeqCst);
-        self.ready.notify_one();
     }
 }
 
@@ -841,7 +831,10 @@ struct Closing<S>(Vec<Arc<Lane<S>>>);
 
 impl<S> Drop for Closing<S> {
     fn drop(&mut self) {
-        self.0.iter().for_each(|lane| lane.close());
+        for lane in &self.0 {
+            lane.closed.store(true, Ordering::SeqCst);
+            lane.ready.notify_one();
+        }
     }
 }
 
