@@ -154,25 +154,38 @@ pub(crate) fn label_new_pv<'a, I>(
 
 /// For the labeller and the sweep: the labels an existing PV of `driver` should carry, or `None` when it is
 /// not ours or already carries them. The node comes from our node-name annotation, else the node
-/// pinned by its affinity; volumes of no single node get [`names::LABEL_VALUE_ANY_NODE`].
+/// pinned by its affinity; volumes of no single node get [`names::LABEL_VALUE_ANY_NODE`]. An
+/// in-tree PV of the plugin our driver took over is ours too, read as the CSI PV it translates to;
+/// one that does not translate is every instance's, so that its deletion fails in the open as
+/// upstream's does, instead of it never being seen.
 pub(crate) fn existing_pv_labels(
     pv: &PersistentVolume,
     driver: &str,
     keys: &PerNodeKeys,
 ) -> Option<BTreeMap<String, String>> {
-    let csi_driver = pv.spec.as_ref()?.csi.as_ref()?.driver.as_str();
-    if csi_driver != driver {
-        return None;
-    }
-    let node = node_query(pv, Mode::Node, keys).map_or_else(
-        |_| names::LABEL_VALUE_ANY_NODE.to_owned(),
-        |q| label_value(q.node_name()),
-    );
+    let translated = crate::migration::as_csi(driver, pv);
+    let node = match &translated {
+        Some(Err(_)) => names::LABEL_VALUE_ANY_NODE.to_owned(),
+        Some(Ok(csi)) => node_label_value(csi, driver, keys)?,
+        None => node_label_value(pv, driver, keys)?,
+    };
     let wanted = pv_labels(driver, node);
     let done = wanted
         .iter()
         .all(|(k, v)| label(&pv.metadata, k) == Some(v));
     (!done).then_some(wanted)
+}
+
+/// The node label value of CSI PV `pv` of `driver` ([`existing_pv_labels`]); `None`: another
+/// driver's, or no CSI PV.
+fn node_label_value(pv: &PersistentVolume, driver: &str, keys: &PerNodeKeys) -> Option<String> {
+    if pv.spec.as_ref()?.csi.as_ref()?.driver != driver {
+        return None;
+    }
+    Some(node_query(pv, Mode::Node, keys).map_or_else(
+        |_| names::LABEL_VALUE_ANY_NODE.to_owned(),
+        |q| label_value(q.node_name()),
+    ))
 }
 
 /// Node mode, for the watch of PVs without our labels ([`crate::node_mode::labeller`]): the

@@ -321,3 +321,57 @@ fn the_node_mode_cache_keeps_this_nodes_bound_claims_but_not_other_nodes() {
     let foreign = pvc("ns", "c").provisioner("other.csi").build();
     assert!(!cached_claim(&foreign.metadata, DRIVER, "n1"));
 }
+
+/// Node mode with CSI migration: an in-tree PV of the plugin our driver took over, made by others
+/// (before migration, say), is labelled as the CSI PV it translates to, so that its instance
+/// protects and deletes it; one that does not translate is every instance's, so that its deletion
+/// fails in the open; another plugin's is not ours.
+#[test]
+fn in_tree_pvs_of_our_plugin_made_by_others_are_labelled_as_their_translation() {
+    const GCE: &str = "pd.csi.storage.gke.io";
+    let in_tree = |source: serde_json::Value| -> PersistentVolume {
+        serde_json::from_value(json!({
+            "metadata": {"name": "old-pd",
+                "annotations": {"pv.kubernetes.io/provisioned-by": "kubernetes.io/gce-pd"}},
+            "spec": source,
+        }))
+        .unwrap()
+    };
+    let pinned_to_host = in_tree(json!({
+        "gcePersistentDisk": {"pdName": "disk-1"},
+        "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+            {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["us-central1-b"]},
+            {"key": HOSTNAME_LABEL, "operator": "In", "values": ["host-7"]}]}]}},
+    }));
+    let labels = existing_pv_labels(&pinned_to_host, GCE, &PerNodeKeys::default()).unwrap();
+    assert_eq!(labels[names::LABEL_PV_DRIVER], GCE);
+    assert_eq!(labels[names::LABEL_PV_NODE], "host-7");
+    let zonal = in_tree(json!({
+        "gcePersistentDisk": {"pdName": "disk-1"},
+        "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+            {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["us-central1-b"]}]}]}},
+    }));
+    assert_eq!(
+        existing_pv_labels(&zonal, GCE, &PerNodeKeys::default()).unwrap()[names::LABEL_PV_NODE],
+        names::LABEL_VALUE_ANY_NODE
+    );
+    // Zones that name no region: the translation fails.
+    let mut untranslatable = in_tree(json!({"gcePersistentDisk": {"pdName": "disk-1"}}));
+    untranslatable.metadata.labels =
+        Some([("topology.kubernetes.io/zone".to_owned(), "a__b".to_owned())].into());
+    assert!(crate::migration::as_csi(GCE, &untranslatable).is_some_and(|t| t.is_err()));
+    assert_eq!(
+        existing_pv_labels(&untranslatable, GCE, &PerNodeKeys::default()).unwrap()
+            [names::LABEL_PV_NODE],
+        names::LABEL_VALUE_ANY_NODE
+    );
+    assert_eq!(
+        existing_pv_labels(&zonal, "ebs.csi.aws.com", &PerNodeKeys::default()),
+        None,
+        "another plugin's in-tree PV"
+    );
+    assert_eq!(
+        existing_pv_labels(&zonal, DRIVER, &PerNodeKeys::default()),
+        None
+    );
+}

@@ -613,6 +613,12 @@ pub(crate) fn decide(pv: &PersistentVolume, ctx: &ReclaimContext<'_>) -> Reclaim
             issue_delete: !deleting,
         };
     }
+    // Upstream translates before it looks at the node: an untranslatable PV fails in the open on
+    // every instance, rather than being skipped as no instance's (its in-tree affinity names no
+    // segment a driver reports).
+    if let Some(e) = translation_error {
+        return ReclaimAction::Fail(ReclaimError::Translation(e.to_owned()));
+    }
     match &ctx.locality {
         Locality::Node { accessible: false } => {
             return ReclaimAction::Skip(SkipReason::NotOnThisNode);
@@ -623,9 +629,6 @@ pub(crate) fn decide(pv: &PersistentVolume, ctx: &ReclaimContext<'_>) -> Reclaim
         Locality::Central | Locality::Node { accessible: true } => {}
     }
     let Some(csi) = pv.spec.as_ref().and_then(|s| s.csi.as_ref()) else {
-        if let Some(e) = translation_error {
-            return ReclaimAction::Fail(ReclaimError::Translation(e.to_owned()));
-        }
         return ReclaimAction::Fail(
             if annotation(&pv.metadata, names::ANN_MIGRATED_TO).is_some() {
                 ReclaimError::MigrationUnsupported {

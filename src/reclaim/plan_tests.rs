@@ -920,4 +920,18 @@ fn an_untranslatable_in_tree_pv_of_our_plugin_is_protected_then_fails_its_deleti
         unreachable!()
     };
     assert_eq!(err.to_string(), ERROR, "the event's text, upstream's words");
+    // Node mode: no instance's segments match an in-tree affinity, yet the failure is reported
+    // (upstream translates before it checks the node), not skipped as another node's.
+    let on_no_node = ReclaimContext {
+        locality: Locality::Node { accessible: false },
+        claim: ClaimState::Unknown,
+        ..broken
+    };
+    assert_eq!(
+        decide_with(
+            &in_tree().phase("Released").finalizer(OURS).build(),
+            &on_no_node
+        ),
+        ReclaimAction::Fail(ReclaimError::Translation(ERROR.to_owned()))
+    );
 }

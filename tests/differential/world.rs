@@ -1043,7 +1043,11 @@ impl World {
         use mock_csi_driver::csi::v1::{
             CapacityRange, CreateVolumeRequest, Topology, TopologyRequirement, VolumeCapability,
         };
-        let driver = self.driver_for(None)?;
+        // Node mode: the volume is made by its node's driver, whose topology is that node's.
+        let driver = match node {
+            Some(n) if self.scenario.mode == Mode::Node => self.driver_for(Some(n))?,
+            _ => self.driver_for(None)?,
+        };
         let channel = mock_csi_driver::connect(&driver.socket)
             .await
             .map_err(|e| e.to_string())?;
@@ -1065,7 +1069,14 @@ impl World {
             }],
             accessibility_requirements: node.map(|n| TopologyRequirement {
                 requisite: vec![Topology {
-                    segments: [(TOPOLOGY_KEY.to_owned(), n.to_owned())].into(),
+                    segments: [(
+                        self.scenario
+                            .topology_key
+                            .clone()
+                            .unwrap_or_else(|| TOPOLOGY_KEY.to_owned()),
+                        n.to_owned(),
+                    )]
+                    .into(),
                 }],
                 preferred: vec![],
             }),
