@@ -1,7 +1,8 @@
 //! Node mode: labels our driver's PVs that someone else writes while the fleet runs (an admin's
-//! static PV, a restore tool, upstream during a rolling upgrade), within seconds, so that they
-//! enter their instance's scoped PV watch ([`scope::own_pv_watch`]), which adds the
-//! deletion-protection finalizer and deletes them on release as for the PVs we create.
+//! static PV, a restore tool, upstream during a rolling upgrade, an in-tree PV of the plugin our
+//! driver took over), within seconds, so that they enter their instance's scoped PV watch
+//! ([`scope::own_pv_watch`]), which adds the deletion-protection finalizer and deletes them on
+//! release as for the PVs we create.
 //!
 //! A watch of the PVs without our driver label ([`scope::unlabelled_pv_watch`]) that keeps
 //! nothing: each PV is decoded, decided on ([`scope::labels_written_here`]: one writer per PV) and

@@ -28,7 +28,8 @@
 //! ([`driver_pv_selector`]) of which nothing is kept ([`sweep_suspect`]).
 //!
 //! PVs of our driver written by anyone else (an admin's static PV, a restore tool, upstream or an
-//! older version before an upgrade) carry no labels of ours. Each instance watches the PVs without
+//! older version before an upgrade; with CSI migration, in-tree PVs of the plugin our driver took
+//! over) carry no labels of ours. Each instance watches the PVs without
 //! our driver label ([`unlabelled_pv_watch`]; full objects, since a static PV names its driver only
 //! in its spec; nothing kept) and labels those it is the one writer for ([`labels_written_here`],
 //! [`existing_pv_labels`], [`label_patch`]; `node_mode::labeller`), within seconds of their creation

@@ -551,6 +551,10 @@ pub(crate) fn deletion_secrets(
 
 /// The next step for `pv`.
 pub(crate) fn decide(pv: &PersistentVolume, ctx: &ReclaimContext<'_>) -> ReclaimAction {
+    // Whose PV it is is read on the PV as written, as upstream reads it: a translated in-tree PV
+    // names our driver in `spec.csi`, which would make a static one without provisioned-by or
+    // migrated-to (never the driver's, for upstream) ours, and its volume deleted.
+    let owner = ownership(pv, ctx.driver_name);
     // CSI migration: the translated PV is the one decided on; without one, its error is.
     let (pv, translation_error) = match &ctx.translated {
         Some(Ok(csi)) => (csi, None),
@@ -560,7 +564,7 @@ pub(crate) fn decide(pv: &PersistentVolume, ctx: &ReclaimContext<'_>) -> Reclaim
     let has_finalizer = has_our_finalizer(pv);
     let deleting = pv.metadata.deletion_timestamp.is_some();
 
-    match ownership(pv, ctx.driver_name) {
+    match owner {
         Ownership::Ours { .. } => {}
         Ownership::OurDriverUnbound if has_finalizer => {
             return ReclaimAction::RemoveFinalizer(RemoveReason::NotOursAnyMore);

@@ -935,3 +935,45 @@ fn an_untranslatable_in_tree_pv_of_our_plugin_is_protected_then_fails_its_deleti
         ReclaimAction::Fail(ReclaimError::Translation(ERROR.to_owned()))
     );
 }
+
+/// CSI migration: a static in-tree PV of the plugin our driver took over, with neither
+/// provisioned-by nor migrated-to, is not the driver's for upstream (it keeps the volume). Its
+/// translation names our driver in `spec.csi`, yet whose PV it is is read on the PV as written:
+/// never protected, never deleted.
+#[test]
+fn a_static_in_tree_pv_without_our_annotations_is_not_ours_though_its_translation_names_our_driver()
+{
+    let in_tree = || {
+        pv("plain")
+            .no_csi()
+            .reclaim("Delete")
+            .claim_ref("ns", "c", "uid-c")
+    };
+    let as_csi = pv("plain").reclaim("Delete").claim_ref("ns", "c", "uid-c");
+    let translated = |phase: &str| ReclaimContext {
+        translated: Some(Ok(as_csi.clone().phase(phase).build())),
+        ..ctx()
+    };
+    assert_eq!(
+        decide_with(&in_tree().phase("Bound").build(), &translated("Bound")),
+        ReclaimAction::Skip(SkipReason::NotOurs),
+        "no finalizer"
+    );
+    assert_eq!(
+        decide_with(
+            &in_tree().phase("Released").build(),
+            &translated("Released")
+        ),
+        ReclaimAction::Skip(SkipReason::NotOurs),
+        "no DeleteVolume"
+    );
+    // The same PV once the PV controller marks it migrated to our driver is ours, as upstream.
+    let annotated = in_tree()
+        .annotation(names::ANN_MIGRATED_TO, DRIVER)
+        .phase("Bound")
+        .build();
+    assert_eq!(
+        decide_with(&annotated, &translated("Bound")),
+        ReclaimAction::AddFinalizer
+    );
+}

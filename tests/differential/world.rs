@@ -992,10 +992,12 @@ impl World {
             .get(&pv_name)
             .await
             .map_err(|e| format!("get PV {pv_name}: {e}"))?;
-        let handle = pv
-            .spec
-            .and_then(|s| s.csi)
+        // An in-tree Portworx PV (CSI migration) holds the driver's volume id as it is.
+        let spec = pv.spec.unwrap_or_default();
+        let handle = spec
+            .csi
             .map(|c| c.volume_handle)
+            .or_else(|| spec.portworx_volume.map(|p| p.volume_id))
             .ok_or_else(|| format!("PV {pv_name} has no CSI source"))?;
         self.tokens
             .vars
